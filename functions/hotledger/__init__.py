@@ -1,0 +1,1 @@
+"""hotledger: prepaid balances on Redis Lua, persisted through Kafka into MySQL."""

@@ -1,0 +1,1 @@
+"""Adapters: Redis scripts, MySQL, Kafka. Domain logic talks to these small interfaces only."""

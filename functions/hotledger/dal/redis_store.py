@@ -1,0 +1,38 @@
+"""Redis connection and the Lua scripts of layers/lua, one Script object per file."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import redis
+
+from hotledger.config import Settings, settings
+
+
+class Scripts:
+    """Every layers/lua/<name>.lua as an attribute <name>; calls go out as EVALSHA (EVAL once on NOSCRIPT)."""
+
+    def __init__(self, client: redis.Redis, lua_dir: str):
+        self.client = client
+        for path in sorted(Path(lua_dir).glob("*.lua")):
+            setattr(self, path.stem, client.register_script(path.read_text()))
+
+
+def connect(cfg: Settings) -> redis.Redis:
+    return redis.Redis.from_url(
+        cfg.redis_url,
+        password=cfg.redis_password,
+        socket_timeout=2.0,
+        socket_connect_timeout=2.0,
+        health_check_interval=30,
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def scripts() -> Scripts:
+    cfg = settings()
+    return Scripts(connect(cfg), cfg.lua_dir)
+
+
+def text(value) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value

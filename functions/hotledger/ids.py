@@ -1,0 +1,67 @@
+"""Snowflake-style 63-bit ids: 41 bits of milliseconds since 2025-01-01, 10 bits of worker id,
+12 bits of sequence. The worker id is leased in Redis (SET NX with a TTL, renewed while in use), so
+two live processes or Lambda containers never share one; a container frozen past its lease
+re-leases before issuing another id. The clock running backwards waits instead of reusing a tick."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+
+import redis
+
+from hotledger import keys
+
+EPOCH_MS = 1_735_689_600_000
+WORKER_BITS, SEQUENCE_BITS = 10, 12
+MAX_WORKERS, MAX_SEQUENCE = 1 << WORKER_BITS, (1 << SEQUENCE_BITS) - 1
+LEASE_MS = 10 * 60 * 1000
+
+
+class NoWorkerId(Exception):
+    """All worker ids are leased."""
+
+
+class IdGenerator:
+    def __init__(self, client: redis.Redis, lease_script, lease_ms: int = LEASE_MS):
+        self._client, self._lease_script, self._lease_ms = client, lease_script, lease_ms
+        self._token = f"{os.getpid()}-{uuid.uuid4().hex}"
+        self._mutex = threading.Lock()
+        self._worker: int | None = None
+        self._lease_until = 0.0
+        self._last_ms, self._sequence = 0, 0
+
+    def _lease(self) -> int:
+        now = time.monotonic()
+        if self._worker is not None and now < self._lease_until - self._lease_ms / 2000:
+            return self._worker
+        if self._worker is not None and now < self._lease_until and self._lease_script(
+            keys=[keys.IDGEN_WORKER_PREFIX + str(self._worker)], args=[self._token, "renew", self._lease_ms]
+        ):
+            self._lease_until = now + self._lease_ms / 1000
+            return self._worker
+        start = self._client.incr(keys.IDGEN_WORKER_PREFIX + "next")
+        for offset in range(MAX_WORKERS):
+            worker = (start + offset) % MAX_WORKERS
+            if self._client.set(keys.IDGEN_WORKER_PREFIX + str(worker), self._token, nx=True, px=self._lease_ms):
+                self._worker, self._lease_until = worker, now + self._lease_ms / 1000
+                return worker
+        raise NoWorkerId("all 1024 worker ids are leased")
+
+    def next_id(self) -> int:
+        with self._mutex:
+            worker = self._lease()
+            now_ms = int(time.time() * 1000)
+            while now_ms < self._last_ms:  # clock stepped back: wait it out
+                time.sleep((self._last_ms - now_ms) / 1000)
+                now_ms = int(time.time() * 1000)
+            if now_ms == self._last_ms:
+                self._sequence = (self._sequence + 1) & MAX_SEQUENCE
+                if self._sequence == 0:
+                    while now_ms <= self._last_ms:
+                        now_ms = int(time.time() * 1000)
+            else:
+                self._sequence = 0
+            self._last_ms = now_ms
+            return ((now_ms - EPOCH_MS) << (WORKER_BITS + SEQUENCE_BITS)) | (worker << SEQUENCE_BITS) | self._sequence

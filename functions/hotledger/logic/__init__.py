@@ -1,0 +1,1 @@
+"""Domain logic: knows Redis scripts, the DB and the publisher only through hotledger.dal."""

@@ -1,0 +1,67 @@
+"""Shared ledger facts: entry strings in Redis, pending entries, the expected cached balance."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hotledger import keys
+from hotledger.dal.redis_store import text
+from hotledger.models import LedgerEvent
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A Redis entry string: amount;ts;balanceAfter;version;kind;epoch;open."""
+
+    entry_id: int
+    user_id: int
+    amount: int
+    ts: int
+    balance_after: int
+    version: int
+    kind: str
+    epoch: str
+    open: str
+
+    @classmethod
+    def parse(cls, user_id: int, entry_id: int, raw) -> Entry:
+        amount, ts, balance_after, version, kind, epoch, open_ = text(raw).split(";")
+        return cls(entry_id, user_id, int(amount), int(ts), int(balance_after), int(version), kind, epoch, open_)
+
+    @property
+    def delta(self) -> int:
+        return -self.amount if self.kind == "D" else self.amount
+
+    def to_event(self, idem_key: str | None = None) -> LedgerEvent:
+        return LedgerEvent(
+            type="ledger", id=self.entry_id, kind=self.kind, user_id=self.user_id, amount=self.amount,
+            balance_after=self.balance_after, version=self.version, epoch=self.epoch, ts=self.ts,
+            open=self.open, idem_key=idem_key,
+        )
+
+
+def pending_entries(client, user_id: int) -> list[Entry]:
+    """Entries in the consistency set whose entry string still exists."""
+    ids = [int(text(m)) for m in client.zrange(keys.consistency(user_id), 0, -1)]
+    if not ids:
+        return []
+    raws = client.mget([keys.entry(user_id, i) for i in ids])
+    return [Entry.parse(user_id, i, raw) for i, raw in zip(ids, raws) if raw is not None]
+
+
+def persisted_ids(cur, entries: list[Entry]) -> set[int]:
+    """Which of these entries the DB already holds (t_order for deducts, t_pay for recharges)."""
+    found: set[int] = set()
+    for table, kind in (("t_order", "D"), ("t_pay", "R")):
+        ids = [e.entry_id for e in entries if e.kind == kind]
+        if ids:
+            cur.execute(f"SELECT id FROM {table} WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
+            found.update(row[0] for row in cur.fetchall())
+    return found
+
+
+def expected_cache_balance(cur, client, user_id: int, db_balance: int) -> int:
+    """DB balance plus every change charged in Redis that the DB does not hold yet.
+    Call with the t_account row locked so no writer commits in between."""
+    entries = pending_entries(client, user_id)
+    in_db = persisted_ids(cur, entries)
+    return db_balance + sum(e.delta for e in entries if e.entry_id not in in_db)

@@ -1,0 +1,171 @@
+"""Batch writer: ledger events -> MySQL, exactly once.
+
+One transaction per batch: the touched accounts are locked, entries the DB already holds are
+skipped (a replay changes nothing), the rest go in with multi-row INSERTs, and each account moves by
+the sum of its new entries' deltas (order-independent, so an out-of-order batch cannot move a
+balance backwards) while its version only ever rises. Before the commit every entry is claimed in
+Redis, so an entry the API rolled back (publish timed out) is skipped and a late rollback cannot undo
+a persisted one. After the commit the entries leave the consistency set.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from hotledger import keys
+from hotledger.dal import db
+from hotledger.models import LedgerEvent
+
+
+UNKNOWN_ACCOUNT_TOPIC = "unknown-account"
+
+
+@dataclass(frozen=True)
+class PoisonRecord:
+    """A record that can never be applied: it is dead-lettered, not retried."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    error: str
+
+
+@dataclass
+class PersistReport:
+    applied: int = 0
+    duplicates: int = 0
+    rolled_back: int = 0
+    dead_lettered: int = 0
+    flagged_accounts: list[int] = field(default_factory=list)
+
+
+def _utc(ts_ms: int) -> datetime:
+    return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
+
+
+class Writer:
+    def __init__(self, scripts, fate_ttl_s: int):
+        self.scripts, self.redis, self.fate_ttl_s = scripts, scripts.client, fate_ttl_s
+
+    def persist(self, events: list[LedgerEvent], poison: list[PoisonRecord] = ()) -> PersistReport:
+        report = PersistReport()
+        unique = list({e.id: e for e in events}.values())
+        report.duplicates += len(events) - len(unique)
+        claimed = self._claim(unique)
+        report.rolled_back = len(unique) - len(claimed)
+        with db.transaction() as cur:
+            known = self._lock_accounts(cur, {e.user_id for e in claimed})
+            orphans = [e for e in claimed if e.user_id not in known]
+            fresh = self._not_in_db(cur, [e for e in claimed if e.user_id in known])
+            report.duplicates += len(claimed) - len(orphans) - len(fresh)
+            self._insert(cur, fresh)
+            self._move_accounts(cur, fresh, known)
+            dead = list(poison) + [
+                # decoded fine but names no account: keyed by entry id (partition -1) in the dead letters
+                PoisonRecord(UNKNOWN_ACCOUNT_TOPIC, -1, e.id, str(e.user_id).encode(),
+                             e.model_dump_json().encode(), f"account {e.user_id} does not exist")
+                for e in orphans
+            ]
+            report.dead_lettered = self._dead_letter(cur, dead)
+        report.applied = len(fresh)
+        report.flagged_accounts = self._settle([e for e in claimed if e.user_id in known])
+        return report
+
+    def _claim(self, events: list[LedgerEvent]) -> list[LedgerEvent]:
+        by_user = defaultdict(list)
+        for e in events:
+            by_user[e.user_id].append(e)
+        pipe = self.redis.pipeline(transaction=False)
+        for user_id, group in by_user.items():
+            self.scripts.claim(keys=[keys.fate(user_id, e.id) for e in group], args=[self.fate_ttl_s], client=pipe)
+        verdicts = pipe.execute()
+        return [e for group, marks in zip(by_user.values(), verdicts) for e, mark in zip(group, marks) if mark == 1]
+
+    @staticmethod
+    def _lock_accounts(cur, user_ids: set[int]) -> dict[int, int]:
+        """Lock the accounts in id order (no deadlock between writers); returns user_id -> version."""
+        if not user_ids:
+            return {}
+        ordered = sorted(user_ids)
+        cur.execute(
+            f"SELECT user_id, version FROM t_account WHERE user_id IN ({','.join(['%s'] * len(ordered))})"
+            " ORDER BY user_id FOR UPDATE",
+            ordered,
+        )
+        return dict(cur.fetchall())
+
+    @staticmethod
+    def _not_in_db(cur, events: list[LedgerEvent]) -> list[LedgerEvent]:
+        present: set[int] = set()
+        for table, kind in (("t_order", "D"), ("t_pay", "R")):
+            ids = [e.id for e in events if e.kind == kind]
+            if ids:
+                cur.execute(f"SELECT id FROM {table} WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
+                present.update(row[0] for row in cur.fetchall())
+        return [e for e in events if e.id not in present]
+
+    @staticmethod
+    def _insert(cur, events: list[LedgerEvent]) -> None:
+        for table, amount_col, kind in (("t_order", "amount", "D"), ("t_pay", "pay", "R")):
+            rows = [(e.id, e.user_id, e.amount, e.balance_after, e.version, e.idem_key, _utc(e.ts)) for e in events if e.kind == kind]
+            if rows:
+                # PyMySQL turns executemany of INSERT ... VALUES into multi-row statements
+                cur.executemany(
+                    f"INSERT INTO {table} (id, user_id, {amount_col}, balance, version, mode, idem_key, create_time)"
+                    " VALUES (%s, %s, %s, %s, %s, 'ASYNC', %s, %s)",
+                    rows,
+                )
+
+    @staticmethod
+    def _move_accounts(cur, events: list[LedgerEvent], versions: dict[int, int]) -> None:
+        delta: dict[int, int] = defaultdict(int)
+        latest: dict[int, LedgerEvent] = {}
+        for e in events:
+            delta[e.user_id] += e.delta
+            if e.user_id not in latest or e.version > latest[e.user_id].version:
+                latest[e.user_id] = e
+        if not delta:
+            return
+        cur.executemany(
+            "INSERT INTO t_account (user_id, balance, version) VALUES (%s, %s, %s)"
+            " ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance), version = GREATEST(version, VALUES(version))",
+            [(user_id, d, latest[user_id].version) for user_id, d in delta.items()],
+        )
+        # api_open follows the newest change, and only if it is newer than what the DB has seen
+        newer = [e for user_id, e in latest.items() if e.version > versions[user_id]]
+        if newer:
+            cur.executemany(
+                "UPDATE t_user SET api_open = %s, close_reason = %s WHERE id = %s",
+                [(1, None, e.user_id) if e.open == "1" else (0, e.open, e.user_id) for e in newer],
+            )
+
+    @staticmethod
+    def _dead_letter(cur, records: list[PoisonRecord]) -> int:
+        if not records:
+            return 0
+        cur.executemany(
+            "INSERT IGNORE INTO t_dead_letter (topic, partition_no, offset_no, record_key, record_value, error)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            [(r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024]) for r in records],
+        )
+        return len(records)
+
+    def _settle(self, events: list[LedgerEvent]) -> list[int]:
+        """Drop persisted entries from Redis; returns accounts flagged for the reconciler."""
+        by_user = defaultdict(list)
+        for e in events:
+            by_user[e.user_id].append(e)
+        if not by_user:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for user_id, group in by_user.items():
+            self.scripts.settle(
+                keys=[keys.consistency(user_id), keys.balance(user_id), *(keys.entry(user_id, e.id) for e in group)],
+                args=[",".join(sorted({e.epoch for e in group})), *(e.id for e in group)],
+                client=pipe,
+            )
+        replies = pipe.execute()
+        return [user_id for user_id, reply in zip(by_user, replies) if reply[1] == 1]

@@ -1,0 +1,27 @@
+"""EventBridge-scheduled reconciler: compensate stale pending entries, correct or evict stale caches,
+and publish the pending gauge."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from hotledger import observability
+from hotledger.runtime import reconciler
+
+logger = observability.logger()
+metrics = observability.metrics()
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def handler(event: dict, context) -> dict:
+    report = reconciler().run(int(time.time() * 1000))
+    metrics.add_metric(name="PendingOrders", unit=MetricUnit.Count, value=report.pending)
+    metrics.add_metric(name="OldestPendingAge", unit=MetricUnit.Seconds, value=report.oldest_pending_age_s)
+    metrics.add_metric(name="Compensated", unit=MetricUnit.Count, value=report.compensated)
+    metrics.add_metric(name="CacheCorrected", unit=MetricUnit.Count, value=report.corrected)
+    metrics.add_metric(name="CacheEvicted", unit=MetricUnit.Count, value=report.evicted)
+    logger.info("reconciled", extra=asdict(report))
+    return asdict(report)

@@ -1,0 +1,50 @@
+"""MSK-triggered writer: decode the batch, dead-letter what can never apply, persist the rest in
+one transaction. Any transient failure (DB or Redis down) raises, so the whole batch is retried and,
+because persisting is idempotent, a retry or re-delivery changes nothing twice."""
+from __future__ import annotations
+
+import base64
+import json
+
+from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import ValidationError
+
+from hotledger import observability
+from hotledger.logic.writer import PoisonRecord
+from hotledger.models import LedgerEvent
+from hotledger.runtime import writer
+
+logger = observability.logger()
+metrics = observability.metrics()
+
+
+def decode(event: dict) -> tuple[list[LedgerEvent], list[PoisonRecord]]:
+    """MSK event -> ledger events in partition order, plus the records that can never be applied."""
+    decoded, poison = [], []
+    for records in event.get("records", {}).values():
+        for record in records:
+            key = base64.b64decode(record["key"]) if record.get("key") else None
+            value = base64.b64decode(record["value"]) if record.get("value") else None
+            try:
+                decoded.append(LedgerEvent.model_validate(json.loads(value or b"")))
+            except (ValueError, ValidationError) as exc:
+                poison.append(PoisonRecord(record["topic"], record["partition"], record["offset"], key, value, str(exc)))
+    return decoded, poison
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def handler(event: dict, context) -> dict:
+    events, poison = decode(event)
+    report = writer().persist(events, poison)
+    metrics.add_metric(name="WriterBatchSize", unit=MetricUnit.Count, value=len(events) + len(poison))
+    metrics.add_metric(name="WriterApplied", unit=MetricUnit.Count, value=report.applied)
+    metrics.add_metric(name="WriterDuplicates", unit=MetricUnit.Count, value=report.duplicates)
+    metrics.add_metric(name="WriterRolledBackSkipped", unit=MetricUnit.Count, value=report.rolled_back)
+    metrics.add_metric(name="WriterDeadLettered", unit=MetricUnit.Count, value=report.dead_lettered)
+    if report.dead_lettered:
+        logger.error("dead-lettered records", extra={"count": report.dead_lettered})
+    logger.info("batch persisted", extra={"applied": report.applied, "duplicates": report.duplicates,
+                                          "rolled_back": report.rolled_back, "flagged": report.flagged_accounts})
+    # whole-batch contract: success means every record is either persisted, a harmless duplicate or dead-lettered
+    return {"batchItemFailures": []}

@@ -1,0 +1,63 @@
+-- ledger_apply: charge (kind D, deduct) or credit (kind R, recharge) an ASYNC account held in Redis,
+-- record the entry for the writer and the reconciler, and remember the answer for an Idempotency-Key.
+-- All keys share the {uid} hash tag (one Redis Cluster slot).
+-- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts
+-- KEYS[2] user:order:{uid}:<id>        string set here: amount;ts;balanceAfter;version;kind;epoch;open
+-- KEYS[3] user:order:consistency:{uid} zset: entry ids not yet in the DB, scored by ts
+-- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state (touched only when ARGV[6] ~= '')
+-- ARGV[1] kind 'D' | 'R'
+-- ARGV[2] amount in minor units (integer > 0)
+-- ARGV[3] ts, epoch milliseconds
+-- ARGV[4] entry id (decimal string, never converted to a number)
+-- ARGV[5] entry key TTL in seconds
+-- ARGV[6] request fingerprint, '' when the request has no Idempotency-Key
+-- ARGV[7] idempotency record TTL in seconds
+-- ARGV[8] largest balance allowed (keeps every balance exact in a Lua double)
+-- open is '1' (open), 'BALANCE' (closed because balance <= 0) or 'ADMIN' (closed by an operator).
+-- Returns one of:
+--   {'missing'}                        no cached account: load it from the DB, then retry
+--   {'sync'}                           the account is SYNC: charge in the DB instead
+--   {'closed', balance, v}             kind D on a closed API
+--   {'insufficient', balance, v}       kind D with balance - amount < threshold
+--   {'limit', balance, v}              kind R would pass ARGV[8]
+--   {'conflict'}                       Idempotency-Key already used with another body
+--   {'in_progress'}                    Idempotency-Key's first request is still publishing
+--   {'replay', id, balance, v}         Idempotency-Key seen with this body: the first answer
+--   {'ok', id, balance, v, epoch, open}
+local kind, amount, ts, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local fingerprint = ARGV[6]
+
+if fingerprint ~= '' then
+  local seen = redis.call('HMGET', KEYS[4], 'fp', 'id', 'balance', 'v', 'state')
+  if seen[1] then
+    if seen[1] ~= fingerprint then return {'conflict'} end
+    if seen[5] ~= 'done' then return {'in_progress'} end
+    return {'replay', seen[2], seen[3], seen[4]}
+  end
+end
+
+local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch')
+if not h[1] then return {'missing'} end
+if h[5] == 'SYNC' then return {'sync'} end
+
+local balance, open = tonumber(h[1]), h[4]
+if kind == 'D' then
+  if open ~= '1' then return {'closed', h[1], h[2]} end
+  if balance - amount < tonumber(h[3]) then return {'insufficient', h[1], h[2]} end
+  balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
+  if balance <= 0 then open = 'BALANCE' end
+else
+  if balance + amount > tonumber(ARGV[8]) then return {'limit', h[1], h[2]} end
+  balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
+  if balance > 0 and open == 'BALANCE' then open = '1' end
+end
+local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
+local balance_s, v_s = string.format('%d', balance), string.format('%d', v)
+redis.call('HSET', KEYS[1], 'ts', ts, 'open', open)
+redis.call('SET', KEYS[2], table.concat({ARGV[2], ts, balance_s, v_s, kind, h[6], open}, ';'), 'EX', ARGV[5])
+redis.call('ZADD', KEYS[3], ts, id)
+if fingerprint ~= '' then
+  redis.call('HSET', KEYS[4], 'fp', fingerprint, 'id', id, 'balance', balance_s, 'v', v_s, 'state', 'pending')
+  redis.call('EXPIRE', KEYS[4], ARGV[7])
+end
+return {'ok', id, balance_s, v_s, h[6], open}
