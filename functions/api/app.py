@@ -109,7 +109,7 @@ def get_order(user_id: UserId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -
 
 
 @app.get("/openapi.json", include_in_schema=False)
-def openapi_document() -> Response:
+def openapi_document():
     return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=openapi_json())
 
 
@@ -120,7 +120,7 @@ SWAGGER_HTML = """<!doctype html><html><head><title>hotledger API</title>
 
 
 @app.get("/swagger", include_in_schema=False)
-def swagger_ui() -> Response:
+def swagger_ui():
     return Response(status_code=200, content_type="text/html", body=SWAGGER_HTML)
 
 

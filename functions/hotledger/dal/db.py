@@ -32,13 +32,19 @@ def connect(cfg: Settings) -> pymysql.connections.Connection:
 
 
 def connection() -> pymysql.connections.Connection:
+    """The process's connection, checked with a ping and replaced when the server went away."""
     conn = getattr(_local, "conn", None)
-    if conn is None or not conn.open:
+    if conn is not None:
         try:
-            conn = connect(settings())
-        except pymysql.err.OperationalError as exc:
-            raise DatabaseUnavailable(str(exc)) from exc
-        _local.conn = conn
+            conn.ping(reconnect=False)
+            return conn
+        except pymysql.err.Error:
+            _drop_connection()
+    try:
+        conn = connect(settings())
+    except pymysql.err.OperationalError as exc:
+        raise DatabaseUnavailable(str(exc)) from exc
+    _local.conn = conn
     return conn
 
 
@@ -56,7 +62,6 @@ def transaction():
     surface as DatabaseUnavailable so callers can retry or fail the batch."""
     try:
         conn = connection()
-        conn.ping(reconnect=True)
         conn.begin()
     except pymysql.err.Error as exc:
         _drop_connection()
@@ -78,7 +83,6 @@ def query(sql: str, args=None) -> list[tuple]:
     """Autocommit read."""
     try:
         conn = connection()
-        conn.ping(reconnect=True)
         with conn.cursor() as cur:
             cur.execute(sql, args)
             return list(cur.fetchall())

@@ -1,0 +1,170 @@
+"""The API function driven with API Gateway REST proxy events (no HTTP), against real Redis, DB and broker."""
+import json
+from pathlib import Path
+
+import pytest
+
+from infra.localrt import events
+
+EVENTS = Path(__file__).resolve().parents[1] / "events"
+
+
+def test_create_get_recharge_deduct(api):
+    user_id = api.account(threshold="1.00")
+    status, body = api("GET", f"/accounts/{user_id}")
+    assert status == 200
+    assert body["balance"] == "0.00" and body["api_open"] is False and body["threshold"] == "1.00"
+    status, body = api("POST", f"/accounts/{user_id}/recharge", {"amount": "100.00"})
+    assert status == 200 and body["balance"] == "100.00" and body["pay_id"].isdigit()
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "12.34"})
+    assert status == 200, body
+    assert body == {"order_id": body["order_id"], "user_id": user_id, "amount": "12.34", "balance": "87.66",
+                    "version": body["version"], "mode": "ASYNC"}
+    status, order = api("GET", f"/accounts/{user_id}/orders/{body['order_id']}")
+    assert status == 200 and order["status"] == "PENDING" and order["balance_after"] == "87.66"
+    status, account = api("GET", f"/accounts/{user_id}")
+    assert account["balance"] == "87.66" and account["pending_orders"] == 2 and account["api_open"] is True
+
+
+def test_duplicate_user_name_is_409(api):
+    api.account(name="dup-name")
+    status, body = api("POST", "/accounts", {"user_name": "dup-name"})
+    assert status == 409 and body["error"]["code"] == "DUPLICATE_USER_NAME"
+
+
+def test_insufficient_balance_and_threshold(api):
+    user_id = api.account(balance="10.00", threshold="2.00")
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "8.01"})
+    assert status == 402 and body["error"]["code"] == "INSUFFICIENT_BALANCE"
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "8.00"})[0] == 200
+
+
+def test_exhausted_balance_closes_the_api_and_a_recharge_reopens_it(api):
+    user_id = api.account(balance="5.00")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "5.00"})[0] == 200
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})
+    assert status == 403 and body["error"]["code"] == "API_CLOSED"
+    assert api("POST", f"/accounts/{user_id}/recharge", {"amount": "1.00"})[0] == 200
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+
+
+def test_operator_close_survives_a_recharge(api):
+    user_id = api.account(balance="5.00")
+    status, body = api("PATCH", f"/accounts/{user_id}", {"api_open": False})
+    assert status == 200 and body["api_open"] is False
+    api("POST", f"/accounts/{user_id}/recharge", {"amount": "1.00"})
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[1]["error"]["code"] == "API_CLOSED"
+    api("PATCH", f"/accounts/{user_id}", {"api_open": True})
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+
+
+@pytest.mark.parametrize("route", ["deduct", "recharge"])
+def test_idempotency_key_replays_and_conflicts(api, route):
+    user_id = api.account(balance="50.00")
+    headers = {"Idempotency-Key": f"key-{route}"}
+    first = api("POST", f"/accounts/{user_id}/{route}", {"amount": "10.00"}, headers)
+    again = api("POST", f"/accounts/{user_id}/{route}", {"amount": "10.00"}, headers)
+    assert first[0] == again[0] == 200 and first[1] == again[1]
+    status, body = api("POST", f"/accounts/{user_id}/{route}", {"amount": "11.00"}, headers)
+    assert status == 409 and body["error"]["code"] == "IDEMPOTENCY_KEY_REUSED"
+    expected = "40.00" if route == "deduct" else "60.00"
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == expected
+
+
+def test_sync_account_charges_in_the_db(api, sql):
+    user_id = api.account(deduct_type="SYNC", balance="20.00")
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "5.00"}, {"Idempotency-Key": "s1"})
+    assert status == 200 and body["mode"] == "SYNC" and body["balance"] == "15.00"
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "5.00"}, {"Idempotency-Key": "s1"})[1] == body
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "6.00"}, {"Idempotency-Key": "s1"})[0] == 409
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((1500,),)
+    assert sql("SELECT amount, mode FROM t_order WHERE user_id = %s", (user_id,)) == ((500, "SYNC"),)
+    status, order = api("GET", f"/accounts/{user_id}/orders/{body['order_id']}")
+    assert order["status"] == "PERSISTED"
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "15.01"})[0] == 402
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "15.00"
+
+
+def test_switching_to_sync_waits_for_pending_orders(api, redis_client):
+    user_id = api.account(balance="20.00")
+    status, body = api("PATCH", f"/accounts/{user_id}", {"deduct_type": "SYNC"})
+    assert status == 409 and body["error"]["code"] == "PENDING_ORDERS"
+    from hotledger import keys
+
+    redis_client.delete(keys.consistency(user_id))  # as if the writer had persisted everything
+    assert api("PATCH", f"/accounts/{user_id}", {"deduct_type": "SYNC"})[1]["deduct_type"] == "SYNC"
+
+
+def test_unknown_account_and_order(api):
+    for method, path, body in (("GET", "/accounts/987654", None), ("POST", "/accounts/987654/deduct", {"amount": "1.00"}),
+                               ("POST", "/accounts/987654/recharge", {"amount": "1.00"}),
+                               ("PATCH", "/accounts/987654", {"threshold": "1.00"})):
+        status, answer = api(method, path, body)
+        assert status == 404 and answer["error"]["code"] == "ACCOUNT_NOT_FOUND", (path, answer)
+    user_id = api.account()
+    status, answer = api("GET", f"/accounts/{user_id}/orders/123")
+    assert status == 404 and answer["error"]["code"] == "ORDER_NOT_FOUND"
+
+
+BAD_AMOUNTS = ["-1.00", "0", "0.00", "1.234", "1e3", "NaN", "Infinity", "1" + "0" * 30, "abc", "1; DROP TABLE t_order",
+               "' OR 1=1 --", ""]
+
+
+@pytest.mark.parametrize("amount", BAD_AMOUNTS + [12.5, 10, None, True, ["1.00"], {"v": 1}])
+@pytest.mark.parametrize("route", ["deduct", "recharge"])
+def test_bad_amounts_are_422_and_change_nothing(api, route, amount):
+    user_id = api.account(balance="10.00")
+    before = api("GET", f"/accounts/{user_id}")[1]
+    status, body = api("POST", f"/accounts/{user_id}/{route}", {"amount": amount})
+    assert status == 422 and body["error"]["code"] == "INVALID_AMOUNT" and body["error"]["message"]
+    assert api("GET", f"/accounts/{user_id}")[1] == before
+
+
+@pytest.mark.parametrize("raw,code,status", [
+    ('{"amount": "1.00"', "MALFORMED_JSON", 400),
+    ("not json", "MALFORMED_JSON", 400),
+    ("{}", "MISSING_FIELD", 422),
+    ('{"amount": "1.00", "extra": 1}', "VALIDATION_ERROR", 422),
+    ("[]", "VALIDATION_ERROR", 422),
+])
+def test_malformed_bodies(api, raw, code, status):
+    user_id = api.account(balance="10.00")
+    got_status, body = api("POST", f"/accounts/{user_id}/deduct", raw=raw)
+    assert (got_status, body["error"]["code"]) == (status, code)
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
+
+
+@pytest.mark.parametrize("body", [{"user_name": "x' OR '1'='1"}, {"user_name": ""}, {"user_name": 5},
+                                  {"user_name": "ok-name", "deduct_type": "LATER"}, {"user_name": "ok2", "threshold": "-1"}])
+def test_bad_account_fields(api, body):
+    status, answer = api("POST", "/accounts", body)
+    assert status == 422 and answer["error"]["code"] in {"VALIDATION_ERROR", "INVALID_AMOUNT"}
+
+
+def test_bad_path_ids(api):
+    assert api("GET", "/accounts/abc")[0] == 422
+    assert api("GET", "/accounts/-1")[0] == 422
+    assert api("GET", "/nowhere")[1]["error"]["code"] == "ROUTE_NOT_FOUND"
+
+
+def test_openapi_document_describes_every_answer(api):
+    status, doc = api("GET", "/openapi.json")
+    assert status == 200 and doc["openapi"].startswith("3.")
+    deduct = doc["paths"]["/accounts/{user_id}/deduct"]["post"]
+    assert {"200", "400", "402", "403", "404", "409", "422", "503"} <= set(deduct["responses"])
+    assert deduct["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("ErrorResponse")
+    assert any(p["name"].lower() == "idempotency-key" and p["in"] == "header" for p in deduct["parameters"])
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
+    status, html = api("GET", "/swagger")
+    assert status == 200 and "openapi.json" in html
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EVENTS.glob("api_*.json")))
+def test_sample_events_run_through_the_handler(api, name):
+    """The files in events/ (for `sam local invoke -e`) are valid API Gateway events for this handler."""
+    api.account(name="alice") if api("GET", "/accounts/1")[0] == 404 else None
+    event = json.loads((EVENTS / name).read_text())
+    response = api.handler(event, events.LambdaContext("ApiFunction"))
+    assert response["statusCode"] in {200, 201, 402, 403, 404, 409}, response
+    assert "error" not in json.loads(response["body"]) or json.loads(response["body"])["error"]["code"] in {
+        "DUPLICATE_USER_NAME", "ORDER_NOT_FOUND", "API_CLOSED", "INSUFFICIENT_BALANCE"}
