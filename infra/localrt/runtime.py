@@ -215,6 +215,7 @@ def main(argv=None) -> int:
     threads: list[threading.Thread] = []
     for fn in functions:
         if fn.msk and not args.no_msk:
+            fn.msk["topic"] = os.environ.get("KAFKA_TOPIC", fn.msk["topic"])  # like --parameter-overrides KafkaTopic=...
             threads.append(MskPoller(fn, bootstrap, stop))
             log.info("%s: MSK topic %s, batch %d, window %.1fs", fn.name, fn.msk["topic"], fn.msk["batch_size"], fn.msk["window_s"])
         if not args.no_schedules:

@@ -1,0 +1,75 @@
+"""End to end over HTTP on the local runtime: API workers, the MSK consumer and the schedule, all as
+real processes against real Redis, MariaDB and the Kafka-protocol broker."""
+from __future__ import annotations
+
+import os
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from localservice import LocalService
+
+from hotledger import keys
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    svc = LocalService(_free_port(), {"HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "2", "RECONCILE_AGE_S": "60",
+                                      "HOTLEDGER_API_WORKERS": "4"}, tmp_path_factory.mktemp("e2e") / "runtime.log")
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+def _persisted(service, user_id, order_id) -> bool:
+    return service.request("GET", f"/accounts/{user_id}/orders/{order_id}")[1]["status"] == "PERSISTED"
+
+
+def test_create_recharge_deduct_until_persisted(service, sql, redis_client):
+    status, body = service.request("POST", "/accounts", {"user_name": f"e2e-{os.getpid()}", "threshold": "0.00"})
+    assert status == 201
+    user_id = body["user_id"]
+    assert service.request("POST", f"/accounts/{user_id}/recharge", {"amount": "100.00"})[0] == 200
+    status, order = service.request("POST", f"/accounts/{user_id}/deduct", {"amount": "12.34"})
+    assert status == 200 and order["balance"] == "87.66"
+    service.wait_until(lambda: _persisted(service, user_id, order["order_id"]), 60, "the order to be persisted")
+    service.wait_until(lambda: service.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0, 30, "pending 0")
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((8766,),)
+    assert redis_client.hget(keys.balance(user_id), "balance") == b"8766"
+    assert sql("SELECT amount, balance, mode FROM t_order WHERE id = %s", (int(order["order_id"]),)) == ((1234, 8766, "ASYNC"),)
+
+
+def test_bad_input_over_http_changes_nothing(service):
+    status, body = service.request("POST", "/accounts", {"user_name": f"e2e-bad-{os.getpid()}"})
+    user_id = body["user_id"]
+    for amount in ("-1", "1.001", "1e2", "NaN"):
+        status, answer = service.request("POST", f"/accounts/{user_id}/recharge", {"amount": amount})
+        assert status == 422 and answer["error"]["code"] == "INVALID_AMOUNT"
+    assert service.request("GET", f"/accounts/{user_id}")[1]["balance"] == "0.00"
+
+
+def test_thousand_parallel_deducts_on_five_hundred(service, sql, redis_client):
+    status, body = service.request("POST", "/accounts", {"user_name": f"e2e-hot-{os.getpid()}"})
+    user_id = body["user_id"]
+    assert service.request("POST", f"/accounts/{user_id}/recharge", {"amount": "500.00"})[0] == 200
+
+    def deduct(_):
+        return service.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+
+    with ThreadPoolExecutor(64) as pool:
+        answers = list(pool.map(deduct, range(1000)))
+    statuses = [status for status, _ in answers]
+    assert statuses.count(200) == 500, {s: statuses.count(s) for s in set(statuses)}
+    assert set(statuses) <= {200, 402, 403}
+    assert len({body["order_id"] for status, body in answers if status == 200}) == 500
+    assert service.request("GET", f"/accounts/{user_id}")[1]["balance"] == "0.00"
+    service.wait_until(lambda: sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,))[0][0] == 500, 90,
+                       "500 orders in the DB")
+    service.wait_until(lambda: redis_client.zcard(keys.consistency(user_id)) == 0, 30, "nothing pending")
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((0,),)
