@@ -95,3 +95,17 @@ def test_sample_msk_event_file(api, sql):
         persisted = sql(f"SELECT COUNT(*) FROM {table} WHERE id = %s", (value["id"],))[0][0]
         dead = sql("SELECT COUNT(*) FROM t_dead_letter WHERE offset_no = %s", (value["id"],))[0][0]
         assert persisted + dead == 1
+
+
+def test_an_id_clash_is_dead_lettered_not_dropped(api, redis_client, sql):
+    user_id = api.account(balance="10.00")
+    api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    records = _pending_records(redis_client, user_id)
+    invoke_writer(records)
+    original = json.loads(records[-1][3])
+    clash = {**original, "amount": 999, "version": original["version"] + 50}
+    invoke_writer([(2, 1, b"k", json.dumps(clash).encode())])
+    assert sql("SELECT amount FROM t_order WHERE id = %s", (original["id"],)) == ((100,),)
+    assert sql("SELECT error FROM t_dead_letter WHERE offset_no = %s", (original["id"],)) == (
+        ("entry id already used by another entry",),)
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((900,),)

@@ -1,7 +1,9 @@
 """Snowflake-style 63-bit ids: 41 bits of milliseconds since 2025-01-01, 10 bits of worker id,
 12 bits of sequence. The worker id is leased in Redis (SET NX with a TTL, renewed while in use), so
-two live processes or Lambda containers never share one; a container frozen past its lease
-re-leases before issuing another id. The clock running backwards waits instead of reusing a tick."""
+two live processes or Lambda containers never share one. The lease is re-checked at most once a
+second, so a container frozen past its lease, or a Redis that lost the lease keys, makes the holder
+re-claim (or replace) its id before issuing more. The clock running backwards waits instead of
+reusing a tick. The writer still compares content on id clashes and dead-letters a clash."""
 from __future__ import annotations
 
 import os
@@ -17,6 +19,7 @@ EPOCH_MS = 1_735_689_600_000
 WORKER_BITS, SEQUENCE_BITS = 10, 12
 MAX_WORKERS, MAX_SEQUENCE = 1 << WORKER_BITS, (1 << SEQUENCE_BITS) - 1
 LEASE_MS = 10 * 60 * 1000
+CHECK_EVERY_S = 1.0
 
 
 class NoWorkerId(Exception):
@@ -29,25 +32,30 @@ class IdGenerator:
         self._token = f"{os.getpid()}-{uuid.uuid4().hex}"
         self._mutex = threading.Lock()
         self._worker: int | None = None
-        self._lease_until = 0.0
+        self._checked_until = 0.0
         self._last_ms, self._sequence = 0, 0
 
     def _lease(self) -> int:
         now = time.monotonic()
-        if self._worker is not None and now < self._lease_until - self._lease_ms / 2000:
+        if self._worker is not None and now < self._checked_until:
             return self._worker
-        if self._worker is not None and now < self._lease_until and self._lease_script(
-            keys=[keys.IDGEN_WORKER_PREFIX + str(self._worker)], args=[self._token, "renew", self._lease_ms]
+        if self._worker is not None and (
+            self._lease_script(keys=[self._key(self._worker)], args=[self._token, "renew", self._lease_ms])
+            or self._client.set(self._key(self._worker), self._token, nx=True, px=self._lease_ms)
         ):
-            self._lease_until = now + self._lease_ms / 1000
+            self._checked_until = now + CHECK_EVERY_S
             return self._worker
         start = self._client.incr(keys.IDGEN_WORKER_PREFIX + "next")
         for offset in range(MAX_WORKERS):
             worker = (start + offset) % MAX_WORKERS
-            if self._client.set(keys.IDGEN_WORKER_PREFIX + str(worker), self._token, nx=True, px=self._lease_ms):
-                self._worker, self._lease_until = worker, now + self._lease_ms / 1000
+            if self._client.set(self._key(worker), self._token, nx=True, px=self._lease_ms):
+                self._worker, self._checked_until = worker, now + CHECK_EVERY_S
                 return worker
         raise NoWorkerId("all 1024 worker ids are leased")
+
+    @staticmethod
+    def _key(worker: int) -> str:
+        return keys.IDGEN_WORKER_PREFIX + str(worker)
 
     def next_id(self) -> int:
         with self._mutex:

@@ -18,7 +18,7 @@ from hotledger.dal import db
 from hotledger.models import LedgerEvent
 
 
-UNKNOWN_ACCOUNT_TOPIC = "unknown-account"
+REJECTED_TOPIC = "rejected-entries"
 
 
 @dataclass(frozen=True)
@@ -59,15 +59,15 @@ class Writer:
         with db.transaction() as cur:
             known = self._lock_accounts(cur, {e.user_id for e in claimed})
             orphans = [e for e in claimed if e.user_id not in known]
-            fresh = self._not_in_db(cur, [e for e in claimed if e.user_id in known])
-            report.duplicates += len(claimed) - len(orphans) - len(fresh)
+            fresh, clashes = self._split_by_db(cur, [e for e in claimed if e.user_id in known])
+            report.duplicates += len(claimed) - len(orphans) - len(fresh) - len(clashes)
             self._insert(cur, fresh)
             self._move_accounts(cur, fresh, known)
+            # decoded fine but cannot apply: keyed by entry id (partition -1) in the dead letters
             dead = list(poison) + [
-                # decoded fine but names no account: keyed by entry id (partition -1) in the dead letters
-                PoisonRecord(UNKNOWN_ACCOUNT_TOPIC, -1, e.id, str(e.user_id).encode(),
-                             e.model_dump_json().encode(), f"account {e.user_id} does not exist")
-                for e in orphans
+                PoisonRecord(REJECTED_TOPIC, -1, e.id, str(e.user_id).encode(), e.model_dump_json().encode(), why)
+                for group, why in ((orphans, "account does not exist"), (clashes, "entry id already used by another entry"))
+                for e in group
             ]
             report.dead_lettered = self._dead_letter(cur, dead)
         report.applied = len(fresh)
@@ -98,14 +98,17 @@ class Writer:
         return dict(cur.fetchall())
 
     @staticmethod
-    def _not_in_db(cur, events: list[LedgerEvent]) -> list[LedgerEvent]:
-        present: set[int] = set()
-        for table, kind in (("t_order", "D"), ("t_pay", "R")):
+    def _split_by_db(cur, events: list[LedgerEvent]) -> tuple[list[LedgerEvent], list[LedgerEvent]]:
+        """(not in the DB yet, same id in the DB with other content: an id clash, never silently dropped)."""
+        present: dict[int, tuple] = {}
+        for table, amount_col, kind in (("t_order", "amount", "D"), ("t_pay", "pay", "R")):
             ids = [e.id for e in events if e.kind == kind]
             if ids:
-                cur.execute(f"SELECT id FROM {table} WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
-                present.update(row[0] for row in cur.fetchall())
-        return [e for e in events if e.id not in present]
+                cur.execute(f"SELECT id, user_id, {amount_col}, version FROM {table} WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
+                present.update((row[0], row[1:]) for row in cur.fetchall())
+        fresh = [e for e in events if e.id not in present]
+        clashes = [e for e in events if e.id in present and present[e.id] != (e.user_id, e.amount, e.version)]
+        return fresh, clashes
 
     @staticmethod
     def _insert(cur, events: list[LedgerEvent]) -> None:

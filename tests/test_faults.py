@@ -1,0 +1,176 @@
+"""Faults with real process kills, on private Redis, MariaDB and broker instances (own ports and dirs):
+broker down during deducts, writer killed between its DB commit and its offset commit, Redis restarted
+empty (failover that lost writes), DB down for a while. After each: nothing acknowledged is lost,
+nothing is applied twice, and Redis and the DB agree."""
+from __future__ import annotations
+
+import re
+import time
+
+import pymysql
+import pytest
+import redis
+from localservice import LocalService
+
+from infra import services
+from infra.migrate import migrate
+
+pytestmark = pytest.mark.faults
+
+
+class Stack:
+    def __init__(self, root):
+        self.root = root
+        self.redis = services.RedisServer(services.free_port(), root / "redis")
+        self.db = services.MariaDBServer(services.free_port(), root / "mariadb")
+        self.broker = services.TansuBroker(services.free_port(), root / "broker")
+        self.topic = "hotledger.faults"
+
+    def start(self):
+        for server in (self.redis, self.db, self.broker):
+            server.start()
+        migrate("127.0.0.1", self.db.port, "root", "", "hotledger")
+        services.ensure_topic(self.broker.bootstrap, self.topic, 2)
+        return self
+
+    def stop(self):
+        for server in (self.redis, self.db, self.broker):
+            server.stop()
+
+    @property
+    def env(self) -> dict:
+        return {"REDIS_URL": f"redis://127.0.0.1:{self.redis.port}/0", "DB_HOST": "127.0.0.1", "DB_PORT": str(self.db.port),
+                "DB_USER": "root", "DB_PASSWORD": "", "DB_NAME": "hotledger", "KAFKA_BOOTSTRAP": self.broker.bootstrap,
+                "KAFKA_TOPIC": self.topic, "PUBLISH_TIMEOUT_S": "2", "HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "1",
+                "RECONCILE_AGE_S": "3", "HOTLEDGER_API_WORKERS": "2"}
+
+    def service(self, name: str, *args: str, **env) -> LocalService:
+        return LocalService(services.free_port(), {**self.env, **env}, self.root / f"{name}.log", args)
+
+    def sql(self, statement: str, args=None):
+        conn = pymysql.connect(host="127.0.0.1", port=self.db.port, user="root", password="", database="hotledger")
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement, args)
+                return cur.fetchall()
+        finally:
+            conn.close()
+
+    def cache(self, user_id: int) -> int | None:
+        value = redis.Redis(port=self.redis.port).hget(f"user:balance:{{{user_id}}}", "balance")
+        return None if value is None else int(value)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    stack = Stack(tmp_path_factory.mktemp("faults")).start()
+    yield stack
+    stack.stop()
+
+
+def _account(api: LocalService, balance: str) -> int:
+    status, body = api.request("POST", "/accounts", {"user_name": f"f-{time.monotonic_ns()}"})
+    assert status == 201, body
+    assert api.request("POST", f"/accounts/{body['user_id']}/recharge", {"amount": balance})[0] == 200
+    return body["user_id"]
+
+
+def _converged(stack: Stack, user_id: int, expected: int, timeout_s: float = 60) -> None:
+    def agree():
+        db = stack.sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,))
+        return db and db[0][0] == expected and stack.cache(user_id) in (expected, None)
+
+    LocalService.wait_until(agree, timeout_s, f"DB and Redis to agree on {expected} for account {user_id}", 0.5)
+
+
+def test_broker_down_during_deduct_charges_nothing(stack):
+    svc = stack.service("broker-down").start()
+    try:
+        user_id = _account(svc, "10.00")
+        assert svc.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+        stack.broker.kill()
+        status, body = svc.request("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})
+        assert status == 503 and body["error"]["code"] == "PUBLISH_FAILED"
+        account = svc.request("GET", f"/accounts/{user_id}")[1]
+        assert account["balance"] == "9.00" and account["pending_orders"] <= 2
+        stack.broker.restart()
+        services.ensure_topic(stack.broker.bootstrap, stack.topic, 2)
+        outcomes = []
+
+        def charged_again():
+            status, _ = svc.request("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"})
+            outcomes.append(status)
+            return status == 200
+
+        LocalService.wait_until(charged_again, 60, "the producer to recover after the broker restart", 1.0)
+        assert set(outcomes) <= {200, 503}
+        # the broker lost its memory: what it held is persisted by the reconciler from the Redis entries
+        _converged(stack, user_id, 600)
+        assert stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((2,),)
+    finally:
+        svc.stop()
+
+
+def test_writer_killed_between_db_commit_and_offset_commit(stack):
+    api = stack.service("api-only", "--no-msk", "--no-schedules").start()
+    slow_writer = stack.service("writer-1", "--no-api", "--no-schedules", HOTLEDGER_LOCAL_COMMIT_DELAY_S="30").start(wait_http=False)
+    try:
+        user_id = _account(api, "100.00")
+        for _ in range(20):
+            assert api.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+        LocalService.wait_until(lambda: stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,))[0][0] == 20,
+                                60, "the first writer to commit the batch to the DB", 0.5)
+        assert "committing" in slow_writer.log_text()
+        slow_writer.kill()  # offsets not committed: the batch will come again
+        writer = stack.service("writer-2", "--no-api", "--no-schedules").start(wait_http=False)
+        try:
+            LocalService.wait_until(lambda: re.search(r'"WriterDuplicates":\[?[1-9]', writer.log_text()), 60,
+                                    "the re-delivered batch to reach the new writer", 0.5)
+            assert stack.sql("SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s", (user_id,)) == ((20, 2000),)
+            _converged(stack, user_id, 8000)
+        finally:
+            writer.stop()
+    finally:
+        api.stop()
+        slow_writer.kill()
+
+
+def test_redis_restarted_empty_is_restored_from_the_db(stack):
+    full = stack.service("before-redis-loss").start()
+    user_id = _account(full, "100.00")
+    _converged(stack, user_id, 10_000)
+    full.stop()
+    api = stack.service("api-redis", "--no-msk", "--no-schedules").start()
+    try:
+        for _ in range(5):
+            assert api.request("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})[0] == 200
+        # these five are acknowledged and in the broker, not in the DB, when Redis loses everything
+        stack.redis.kill()
+        stack.redis.restart()
+        status, body = api.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+        assert status == 200 and body["balance"] == "99.00"  # reloaded from the DB, which misses the five
+        full = stack.service("after-redis-loss").start()
+        try:
+            _converged(stack, user_id, 10_000 - 5 * 200 - 100, timeout_s=90)
+            LocalService.wait_until(lambda: stack.cache(user_id) == 8900, 60, "the reconciler to correct the cache", 0.5)
+            assert stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((6,),)
+        finally:
+            full.stop()
+    finally:
+        api.stop()
+
+
+def test_db_down_for_a_while_then_the_writer_catches_up(stack):
+    svc = stack.service("db-down").start()
+    try:
+        user_id = _account(svc, "50.00")
+        _converged(stack, user_id, 5000)
+        stack.db.kill()
+        for _ in range(10):
+            assert svc.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+        time.sleep(3)  # the writer fails and retries meanwhile
+        stack.db.restart()
+        _converged(stack, user_id, 4000, timeout_s=90)
+        assert stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((10,),)
+    finally:
+        svc.stop()
