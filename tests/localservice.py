@@ -25,8 +25,7 @@ class LocalService:
     def start(self, wait_http: bool = True) -> LocalService:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "infra.localrt.runtime", "--port", str(self.port), *self.args,
-             *(["--template", os.environ["TEST_TEMPLATE"]] if os.environ.get("TEST_TEMPLATE") else [])],
+            [sys.executable, "-m", "infra.localrt.runtime", "--port", str(self.port), *self.args],
             cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         if wait_http and "--no-api" not in self.args:

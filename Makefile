@@ -1,0 +1,42 @@
+# hotledger: the two commands are `make up` (set up and serve locally) and `make test` (the whole suite).
+SHELL := /bin/bash
+PY := .venv/bin/python
+export PYTHONPATH := functions:.
+export SAM_CLI_TELEMETRY := 0
+
+.PHONY: up setup services migrate serve test lint bench down clean
+
+## set everything up and run the service: API on :3000, the MSK-triggered writer, the scheduled reconciler
+up: setup services migrate serve
+
+## install what is missing: apt packages, .venv, the SAM CLI (.tools)
+setup:
+	bash infra/setup.sh
+
+## start Redis, MariaDB and the Kafka-protocol broker when they are not reachable; create the topic
+services:
+	$(PY) infra/services.py up
+
+migrate:
+	$(PY) infra/migrate.py
+
+serve:
+	$(PY) -m infra.localrt.runtime --port $${PORT:-3000}
+
+## the whole suite: template lint + sam build, Lua, handlers, writer, reconciler, e2e over HTTP, faults
+test: setup services
+	$(PY) -m pytest
+
+lint:
+	.venv/bin/cfn-lint template.yaml
+	AWS_DEFAULT_REGION=us-east-1 .tools/bin/sam validate --lint
+
+## benchmarks (figures, not assertions): writes bench/results.json
+bench: setup services
+	$(PY) bench/run.py
+
+down:
+	$(PY) infra/services.py down
+
+clean:
+	rm -rf .aws-sam .state
