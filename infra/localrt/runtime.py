@@ -110,45 +110,62 @@ class MskPoller(threading.Thread):
         self.commit_delay_s = float(os.environ.get("HOTLEDGER_LOCAL_COMMIT_DELAY_S", "0"))
 
     def run(self):
-        from kafka import KafkaConsumer, TopicPartition
-        from kafka.structs import OffsetAndMetadata
-
         handler = _load_handler(self.fn)
+        backoff = 0.5
+        while not self.stop_event.is_set():
+            consumer = None
+            try:
+                consumer = self._consumer()
+                while not self.stop_event.is_set():
+                    backoff = self._poll_once(consumer, handler, backoff)
+            except Exception:  # broker gone or group lost: like the event source mapping, reconnect and go on
+                log.exception("consumer for %s failed; reconnecting", self.fn.name)
+                time.sleep(2)
+            finally:
+                if consumer is not None:
+                    consumer.close(autocommit=False)
+
+    def _consumer(self):
+        from kafka import KafkaConsumer
+
         cfg = self.fn.msk
-        consumer = KafkaConsumer(
+        return KafkaConsumer(
             cfg["topic"], bootstrap_servers=self.bootstrap.split(","), group_id=cfg["group_id"],
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=cfg["batch_size"],
             session_timeout_ms=6000, heartbeat_interval_ms=2000, max_poll_interval_ms=120000,
             security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
         )
-        backoff = 0.5
-        while not self.stop_event.is_set():
-            batch = self._collect(consumer, cfg)
-            if not batch:
-                continue
-            failed = self._invoke(handler, cfg["topic"], batch)
-            first_failed: dict = {}
-            for record in batch:
-                tp = TopicPartition(record.topic, record.partition)
-                if (record.partition, record.offset) in failed and tp not in first_failed:
-                    first_failed[tp] = record.offset
-            commit = {}
-            for record in batch:
-                tp = TopicPartition(record.topic, record.partition)
-                if tp not in first_failed or record.offset < first_failed[tp]:
-                    commit[tp] = OffsetAndMetadata(record.offset + 1, "", -1)
-            if commit:
-                log.info("batch of %d handled; committing %s", len(batch), {f"{t.topic}-{t.partition}": o.offset for t, o in commit.items()})
-                time.sleep(self.commit_delay_s)
-                consumer.commit(commit)
-            for tp, offset in first_failed.items():
-                consumer.seek(tp, offset)
-            if first_failed:
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-            else:
-                backoff = 0.5
-        consumer.close()
+
+    def _poll_once(self, consumer, handler, backoff: float) -> float:
+        """Deliver one batch; commit what succeeded, rewind to the first failure. Returns the next backoff."""
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
+
+        cfg = self.fn.msk
+        batch = self._collect(consumer, cfg)
+        if not batch:
+            return backoff
+        failed = self._invoke(handler, cfg["topic"], batch)
+        first_failed: dict = {}
+        for record in batch:
+            tp = TopicPartition(record.topic, record.partition)
+            if (record.partition, record.offset) in failed and tp not in first_failed:
+                first_failed[tp] = record.offset
+        commit = {}
+        for record in batch:
+            tp = TopicPartition(record.topic, record.partition)
+            if tp not in first_failed or record.offset < first_failed[tp]:
+                commit[tp] = OffsetAndMetadata(record.offset + 1, "", -1)
+        if commit:
+            log.info("batch of %d handled; committing %s", len(batch), {f"{t.topic}-{t.partition}": o.offset for t, o in commit.items()})
+            time.sleep(self.commit_delay_s)
+            consumer.commit(commit)
+        for tp, offset in first_failed.items():
+            consumer.seek(tp, offset)
+        if not first_failed:
+            return 0.5
+        time.sleep(backoff)
+        return min(backoff * 2, 5.0)
 
     @staticmethod
     def _collect(consumer, cfg) -> list:
