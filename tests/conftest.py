@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 
 RUN_ID = uuid.uuid4().hex[:8]
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("DB_HOST", "127.0.0.1")
 os.environ.setdefault("DB_PORT", "3306")
 os.environ.setdefault("DB_USER", "root")
 os.environ.setdefault("DB_PASSWORD", "")
-os.environ["DB_NAME"] = os.environ.get("TEST_DB_NAME", "hotledger_test")
+os.environ["DB_NAME"] = f"hotledger_test_{RUN_ID}"  # concurrent runs never share a schema
 os.environ.setdefault("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 os.environ["KAFKA_TOPIC"] = f"hotledger.test.{RUN_ID}"
 os.environ.setdefault("PUBLISH_TIMEOUT_S", "3")
@@ -24,6 +24,10 @@ import pytest  # noqa: E402
 import redis  # noqa: E402
 
 from infra import services  # noqa: E402
+
+# a private Redis per run (its own port, no persistence): concurrent runs never share keys
+_REDIS = services.RedisServer(services.free_port(), services.STATE / f"test-redis-{RUN_ID}").start()
+os.environ["REDIS_URL"] = _REDIS.url
 from infra.localrt import events  # noqa: E402
 from infra.migrate import migrate  # noqa: E402
 
@@ -37,20 +41,19 @@ def settings():
 
 @pytest.fixture(scope="session", autouse=True)
 def backing_services(settings):
-    """Start whatever is not running, reset the test Redis DB and schema, create the run's topic."""
-    url = redis.connection.parse_url(settings.redis_url)
-    services.ensure_redis(url.get("host", "127.0.0.1"), url.get("port", 6379))
+    """Start whatever is not running, create the run's schema and topic; drop them afterwards."""
     services.ensure_mariadb(settings.db_host, settings.db_port, settings.db_user, settings.db_password)
     host, port = settings.kafka_bootstrap.split(",")[0].rsplit(":", 1)
     services.ensure_broker(host, int(port))
     services.ensure_topic(settings.kafka_bootstrap, settings.kafka_topic, 4)
-    redis.Redis.from_url(settings.redis_url).flushdb()
+    migrate(settings.db_host, settings.db_port, settings.db_user, settings.db_password, settings.db_name)
+    yield
     conn = pymysql.connect(host=settings.db_host, port=settings.db_port, user=settings.db_user, password=settings.db_password)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{settings.db_name}`")
     conn.close()
-    migrate(settings.db_host, settings.db_port, settings.db_user, settings.db_password, settings.db_name)
-    yield
+    _REDIS.stop()
+    shutil.rmtree(_REDIS.root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -48,14 +48,18 @@ def pending_entries(client, user_id: int) -> list[Entry]:
     return [Entry.parse(user_id, i, raw) for i, raw in zip(ids, raws) if raw is not None]
 
 
-def persisted_ids(cur, entries: list[Entry]) -> set[int]:
-    """Which of these entries the DB already holds (t_order for deducts, t_pay for recharges)."""
-    found: set[int] = set()
-    for table, kind in (("t_order", "D"), ("t_pay", "R")):
-        ids = [e.entry_id for e in entries if e.kind == kind]
+ENTRY_TABLES = (("t_order", "amount", "D"), ("t_pay", "pay", "R"))
+
+
+def stored_entries(cur, ids_and_kinds: list[tuple[int, str]]) -> dict[int, tuple[int, int, int]]:
+    """Entry id -> (user_id, amount, version) for those of the (id, kind) pairs the DB holds
+    (t_order for deducts, t_pay for recharges)."""
+    found: dict[int, tuple[int, int, int]] = {}
+    for table, amount_col, kind in ENTRY_TABLES:
+        ids = [entry_id for entry_id, entry_kind in ids_and_kinds if entry_kind == kind]
         if ids:
-            cur.execute(f"SELECT id FROM {table} WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
-            found.update(row[0] for row in cur.fetchall())
+            cur.execute(f"SELECT id, user_id, {amount_col}, version FROM {table} WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
+            found.update((row[0], tuple(row[1:])) for row in cur.fetchall())
     return found
 
 
@@ -63,5 +67,5 @@ def expected_cache_balance(cur, client, user_id: int, db_balance: int) -> int:
     """DB balance plus every change charged in Redis that the DB does not hold yet.
     Call with the t_account row locked so no writer commits in between."""
     entries = pending_entries(client, user_id)
-    in_db = persisted_ids(cur, entries)
+    in_db = stored_entries(cur, [(e.entry_id, e.kind) for e in entries])
     return db_balance + sum(e.delta for e in entries if e.entry_id not in in_db)

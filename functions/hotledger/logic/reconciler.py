@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from hotledger import keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import text
-from hotledger.logic.ledger import Entry, expected_cache_balance
+from hotledger.logic.ledger import Entry, expected_cache_balance, pending_entries
 from hotledger.logic.writer import Writer
 
 PAGE = 500
@@ -73,14 +73,9 @@ class Reconciler:
                     self.redis.delete(keys.balance(user_id))
                     report.evicted += 1
                 continue
-            quick = db_balance + self._pending_delta(user_id)
+            quick = db_balance + sum(e.delta for e in pending_entries(self.redis, user_id))
             if dirty is not None or int(version) < db_version or int(balance) != quick:
                 report.corrected += self._correct(user_id)
-
-    def _pending_delta(self, user_id: int) -> int:
-        ids = [text(m) for m in self.redis.zrange(keys.consistency(user_id), 0, -1)]
-        raws = self.redis.mget([keys.entry(user_id, int(i)) for i in ids]) if ids else []
-        return sum(Entry.parse(user_id, int(i), raw).delta for i, raw in zip(ids, raws) if raw is not None)
 
     def _compensate(self, user_id: int, entry_ids: list[int], report: ReconcileReport) -> None:
         raws = self.redis.mget([keys.entry(user_id, i) for i in entry_ids])

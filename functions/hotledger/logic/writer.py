@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 from hotledger import keys
 from hotledger.dal import db
+from hotledger.logic.ledger import ENTRY_TABLES, stored_entries
 from hotledger.models import LedgerEvent
 
 
@@ -100,19 +101,14 @@ class Writer:
     @staticmethod
     def _split_by_db(cur, events: list[LedgerEvent]) -> tuple[list[LedgerEvent], list[LedgerEvent]]:
         """(not in the DB yet, same id in the DB with other content: an id clash, never silently dropped)."""
-        present: dict[int, tuple] = {}
-        for table, amount_col, kind in (("t_order", "amount", "D"), ("t_pay", "pay", "R")):
-            ids = [e.id for e in events if e.kind == kind]
-            if ids:
-                cur.execute(f"SELECT id, user_id, {amount_col}, version FROM {table} WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
-                present.update((row[0], row[1:]) for row in cur.fetchall())
+        present = stored_entries(cur, [(e.id, e.kind) for e in events])
         fresh = [e for e in events if e.id not in present]
         clashes = [e for e in events if e.id in present and present[e.id] != (e.user_id, e.amount, e.version)]
         return fresh, clashes
 
     @staticmethod
     def _insert(cur, events: list[LedgerEvent]) -> None:
-        for table, amount_col, kind in (("t_order", "amount", "D"), ("t_pay", "pay", "R")):
+        for table, amount_col, kind in ENTRY_TABLES:
             rows = [(e.id, e.user_id, e.amount, e.balance_after, e.version, e.idem_key, _utc(e.ts)) for e in events if e.kind == kind]
             if rows:
                 # PyMySQL turns executemany of INSERT ... VALUES into multi-row statements
