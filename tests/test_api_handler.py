@@ -134,6 +134,11 @@ def test_malformed_bodies(api, raw, code, status):
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
 
 
+def test_form_encoded_body_is_415(api):
+    status, body = api("POST", "/accounts", raw="user_name=bob", headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 415 and body["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
+
+
 @pytest.mark.parametrize("body", [{"user_name": "x' OR '1'='1"}, {"user_name": ""}, {"user_name": 5},
                                   {"user_name": "ok-name", "deduct_type": "LATER"}, {"user_name": "ok2", "threshold": "-1"}])
 def test_bad_account_fields(api, body):

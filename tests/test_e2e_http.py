@@ -73,3 +73,16 @@ def test_thousand_parallel_deducts_on_five_hundred(service, sql, redis_client):
                        "500 orders in the DB")
     service.wait_until(lambda: redis_client.zcard(keys.consistency(user_id)) == 0, 30, "nothing pending")
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((0,),)
+
+
+def test_api_key_is_required_when_configured(tmp_path):
+    """API Gateway's usage-plan check, as the local runtime applies it when HOTLEDGER_API_KEY is set."""
+    svc = LocalService(_free_port(), {"HOTLEDGER_API_KEY": "k-123", "HOTLEDGER_API_WORKERS": "1"}, tmp_path / "keyed.log",
+                       ("--no-msk", "--no-schedules"))
+    try:
+        svc.start(wait_http=False)
+        LocalService.wait_until(lambda: svc.request("GET", "/openapi.json")[0] == 403, 30, "the keyed API to answer")
+        assert svc.request("GET", "/openapi.json", headers={"x-api-key": "wrong"})[0] == 403
+        assert svc.request("GET", "/openapi.json", headers={"x-api-key": "k-123"})[0] == 200
+    finally:
+        svc.stop()

@@ -131,12 +131,14 @@ def openapi_json() -> str:
     invalid = {"description": "invalid input (INVALID_AMOUNT, MISSING_FIELD, VALIDATION_ERROR)",
                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
     malformed = {**invalid, "description": "MALFORMED_JSON: the body is not JSON"}
+    not_json = {**invalid, "description": "UNSUPPORTED_MEDIA_TYPE: send Content-Type: application/json"}
     for path in doc["paths"].values():
         for operation in path.values():
             if 422 in operation["responses"] or "422" in operation["responses"]:
                 operation["responses"]["422"] = invalid
                 if operation.get("requestBody"):
                     operation["responses"]["400"] = malformed
+                    operation["responses"]["415"] = not_json
     for unused in ("HTTPValidationError", "ValidationError"):
         doc["components"]["schemas"].pop(unused, None)
     return json.dumps(doc)
@@ -161,6 +163,10 @@ _AMOUNT_FIELDS = {"amount", "threshold"}
 
 @app.exception_handler(RequestValidationError)
 def validation_error(exc: RequestValidationError) -> Response:
+    content_type = (app.current_event.headers or {}).get("content-type", "application/json")
+    if app.current_event.body and "json" not in content_type.lower():
+        _count_rejection("UNSUPPORTED_MEDIA_TYPE")
+        return _error(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with Content-Type: application/json")
     problems = exc.errors()
     first = problems[0] if problems else {"type": "value_error", "loc": (), "msg": "invalid request"}
     field = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
