@@ -26,10 +26,10 @@ def _load(lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASY
     return lua.balance_load(keys=[keys.balance(uid)], args=[balance, version, threshold, open_, mode, epoch])
 
 
-def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k"):
+def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0):
     reply = lua.ledger_apply(
         keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid), keys.idempotency(uid, idem)],
-        args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE],
+        args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE, stale_before],
     )
     return [x.decode() if isinstance(x, bytes) else x for x in reply]
 
@@ -100,6 +100,15 @@ def test_idempotency_replay_conflict_and_in_progress(lua, redis_client, uid):
     redis_client.hset(keys.idempotency(uid, "k"), "state", "done")
     assert _apply(lua, uid, "D", 100, 3, fingerprint="fp-a") == ["replay", "1", "900", "6"]
     assert _apply(lua, uid, "D", 200, 4, fingerprint="fp-b") == ["conflict"]
+    assert redis_client.hget(keys.balance(uid), "balance") == b"900"
+
+
+def test_a_stale_pending_idempotency_record_replays_the_charge(lua, redis_client, uid):
+    """The first request died between its charge and the broker's answer: the charge stands."""
+    _load(lua, uid, balance=1000)
+    assert _apply(lua, uid, "D", 100, 1, fingerprint="fp")[0] == "ok"
+    assert _apply(lua, uid, "D", 100, 2, fingerprint="fp", stale_before=1_700_000_000_001) == ["in_progress"]
+    assert _apply(lua, uid, "D", 100, 3, fingerprint="fp", stale_before=1_700_000_000_002) == ["replay", "1", "900", "6"]
     assert redis_client.hget(keys.balance(uid), "balance") == b"900"
 
 

@@ -4,7 +4,7 @@
 -- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts
 -- KEYS[2] user:order:{uid}:<id>        string set here: amount;ts;balanceAfter;version;kind;epoch;open
 -- KEYS[3] user:order:consistency:{uid} zset: entry ids not yet in the DB, scored by ts
--- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state (touched only when ARGV[6] ~= '')
+-- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state, ts (touched only when ARGV[6] ~= '')
 -- ARGV[1] kind 'D' | 'R'
 -- ARGV[2] amount in minor units (integer > 0)
 -- ARGV[3] ts, epoch milliseconds
@@ -13,6 +13,9 @@
 -- ARGV[6] request fingerprint, '' when the request has no Idempotency-Key
 -- ARGV[7] idempotency record TTL in seconds
 -- ARGV[8] largest balance allowed (keeps every balance exact in a Lua double)
+-- ARGV[9] ts before which a 'pending' idempotency record is stale: its request died between the
+--         charge and the broker's answer; the charge stands (the writer or the reconciler persists
+--         it; a rollback would have deleted the record), so the first answer is replayed
 -- open is '1' (open), 'BALANCE' (closed because balance <= 0) or 'ADMIN' (closed by an operator).
 -- Returns one of:
 --   {'missing'}                        no cached account: load it from the DB, then retry
@@ -21,17 +24,17 @@
 --   {'insufficient', balance, v}       kind D with balance - amount < threshold
 --   {'limit', balance, v}              kind R would pass ARGV[8]
 --   {'conflict'}                       Idempotency-Key already used with another body
---   {'in_progress'}                    Idempotency-Key's first request is still publishing
+--   {'in_progress'}                    Idempotency-Key's first request is still publishing (not stale)
 --   {'replay', id, balance, v}         Idempotency-Key seen with this body: the first answer
 --   {'ok', id, balance, v, epoch, open}
 local kind, amount, ts, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local fingerprint = ARGV[6]
 
 if fingerprint ~= '' then
-  local seen = redis.call('HMGET', KEYS[4], 'fp', 'id', 'balance', 'v', 'state')
+  local seen = redis.call('HMGET', KEYS[4], 'fp', 'id', 'balance', 'v', 'state', 'ts')
   if seen[1] then
     if seen[1] ~= fingerprint then return {'conflict'} end
-    if seen[5] ~= 'done' then return {'in_progress'} end
+    if seen[5] ~= 'done' and tonumber(seen[6]) >= tonumber(ARGV[9]) then return {'in_progress'} end
     return {'replay', seen[2], seen[3], seen[4]}
   end
 end
@@ -57,7 +60,7 @@ redis.call('HSET', KEYS[1], 'ts', ts, 'open', open)
 redis.call('SET', KEYS[2], table.concat({ARGV[2], ts, balance_s, v_s, kind, h[6], open}, ';'), 'EX', ARGV[5])
 redis.call('ZADD', KEYS[3], ts, id)
 if fingerprint ~= '' then
-  redis.call('HSET', KEYS[4], 'fp', fingerprint, 'id', id, 'balance', balance_s, 'v', v_s, 'state', 'pending')
+  redis.call('HSET', KEYS[4], 'fp', fingerprint, 'id', id, 'balance', balance_s, 'v', v_s, 'state', 'pending', 'ts', ts)
   redis.call('EXPIRE', KEYS[4], ARGV[7])
 end
 return {'ok', id, balance_s, v_s, h[6], open}

@@ -81,6 +81,8 @@ class Billing:
     def __init__(self, cfg: Settings, scripts, lock, ids, publish):
         self.cfg, self.scripts, self.lock, self.ids, self.publish = cfg, scripts, lock, ids, publish
         self.redis: redis.Redis = scripts.client
+        # longer than any live request spends between its charge and the broker's answer or its rollback
+        self._idempotency_stale_ms = int(cfg.publish_timeout_s * 2000) + 5000
 
     # accounts -------------------------------------------------------------------------------
     def create_account(self, user_name: str, deduct_type: str, threshold: int) -> int:
@@ -100,10 +102,14 @@ class Billing:
             raise errors.DuplicateUserName(f"user_name {user_name!r} is taken") from exc
         return user_id
 
-    def _db_account(self, cur, user_id: int, lock_rows: bool) -> tuple:
+    @staticmethod
+    def _locked_account(cur, user_id: int) -> tuple:
+        """Lock the account row, then read it with its user row. Every path that writes both tables
+        locks t_account first (the writer too), so they serialize per account and never deadlock."""
+        cur.execute("SELECT user_id FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
         cur.execute(
             "SELECT u.user_name, u.api_open, u.close_reason, u.deduct_type, a.balance, a.version, a.threshold"
-            " FROM t_user u JOIN t_account a ON a.user_id = u.id WHERE u.id = %s" + (" FOR UPDATE" if lock_rows else ""),
+            " FROM t_user u JOIN t_account a ON a.user_id = u.id WHERE u.id = %s",
             (user_id,),
         )
         row = cur.fetchone()
@@ -115,7 +121,7 @@ class Billing:
         """Cache the account from the DB (create-if-absent) under the account lock. The cached
         balance also counts entries charged in Redis that the DB does not hold yet."""
         with self.lock.hold(user_id), db.transaction() as cur:
-            _, api_open, reason, deduct_type, balance, version, threshold = self._db_account(cur, user_id, True)
+            _, api_open, reason, deduct_type, balance, version, threshold = self._locked_account(cur, user_id)
             balance = expected_cache_balance(cur, self.redis, user_id, balance)
             epoch = str(self.ids.next_id())
             self.scripts.balance_load(
@@ -152,7 +158,7 @@ class Billing:
     def patch_account(self, user_id: int, deduct_type: str | None, threshold: int | None, api_open: bool | None) -> Account:
         with self.lock.hold(user_id):
             with db.transaction() as cur:
-                _, _, _, current_type, *_ = self._db_account(cur, user_id, True)
+                _, _, _, current_type, *_ = self._locked_account(cur, user_id)
                 cached_fields: list = []
                 if deduct_type == "SYNC" and current_type == "ASYNC":
                     status = self.scripts.mode_to_sync(keys=[keys.balance(user_id), keys.consistency(user_id)])
@@ -193,7 +199,8 @@ class Billing:
             idem = keys.idempotency(user_id, idem_key or "")
             reply = self.scripts.ledger_apply(
                 keys=[keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id), idem],
-                args=[kind, amount, ts, entry_id, self.cfg.entry_ttl_s, fingerprint, self.cfg.idempotency_ttl_s, MAX_BALANCE],
+                args=[kind, amount, ts, entry_id, self.cfg.entry_ttl_s, fingerprint, self.cfg.idempotency_ttl_s, MAX_BALANCE,
+                      ts - self._idempotency_stale_ms],
             )
             status = text(reply[0])
             if status == "missing":
@@ -255,7 +262,7 @@ class Billing:
                         if seen[0] != fingerprint:
                             raise errors.IdempotencyKeyReused("this Idempotency-Key was used with a different request")
                         return LedgerResult(**json.loads(seen[1]))
-                _, api_open, reason, deduct_type, balance, version, threshold = self._db_account(cur, user_id, True)
+                _, api_open, reason, deduct_type, balance, version, threshold = self._locked_account(cur, user_id)
                 if deduct_type != "SYNC":
                     self.redis.delete(keys.balance(user_id))
                     return None
