@@ -217,7 +217,18 @@ def ensure_mariadb(host: str, port: int, user: str, password: str) -> None:
             _detached(MariaDBServer(port, STATE / "mariadb", host))
     import pymysql
 
-    pymysql.connect(host=host, port=port, user=user, password=password, connect_timeout=5).close()
+    try:
+        pymysql.connect(host=host, port=port, user=user, password=password, connect_timeout=5).close()
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != 1045 or (user, password, host) != ("root", "", "127.0.0.1") or shutil.which("mariadb") is None:
+            raise
+        # a fresh Debian install lets root in through the unix socket only; allow the local empty
+        # password over TCP too, as the project's defaults expect (a development machine only)
+        print("services: allowing root with an empty password on 127.0.0.1 (local development default)", flush=True)
+        subprocess.run(["mariadb", "-uroot", "-e",
+                        "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('')"],
+                       check=True)
+        pymysql.connect(host=host, port=port, user=user, password=password, connect_timeout=5).close()
 
 
 def ensure_broker(host: str, port: int) -> None:

@@ -165,12 +165,35 @@ def test_db_down_for_a_while_then_the_writer_catches_up(stack):
     try:
         user_id = _account(svc, "50.00")
         _converged(stack, user_id, 5000)
+        status, body = svc.request("POST", "/accounts", {"user_name": f"sync-{time.monotonic_ns()}", "deduct_type": "SYNC"})
+        sync_id = body["user_id"]
+        assert svc.request("POST", f"/accounts/{sync_id}/recharge", {"amount": "5.00"})[0] == 200
         stack.db.kill()
         for _ in range(10):
             assert svc.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+        status, body = svc.request("POST", f"/accounts/{sync_id}/deduct", {"amount": "1.00"})
+        assert status == 503 and body["error"]["code"] == "SERVICE_UNAVAILABLE"  # SYNC needs the DB
         time.sleep(3)  # the writer fails and retries meanwhile
         stack.db.restart()
         _converged(stack, user_id, 4000, timeout_s=90)
         assert stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((10,),)
+        assert stack.sql("SELECT balance FROM t_account WHERE user_id = %s", (sync_id,)) == ((500,),)
+    finally:
+        svc.stop()
+
+
+def test_redis_down_answers_503_and_charges_nothing(stack):
+    svc = stack.service("redis-down").start()
+    try:
+        user_id = _account(svc, "20.00")
+        _converged(stack, user_id, 2000)
+        stack.redis.kill()
+        status, body = svc.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+        assert status == 503 and body["error"]["code"] == "SERVICE_UNAVAILABLE"
+        stack.redis.restart()
+        assert svc.request("GET", f"/accounts/{user_id}")[1]["balance"] == "20.00"
+        assert svc.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+        _converged(stack, user_id, 1900)
+        assert stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((1,),)
     finally:
         svc.stop()

@@ -184,7 +184,7 @@ def validation_error(exc: RequestValidationError) -> Response:
     return _error(status, code, message)
 
 
-@app.exception_handler((redis.RedisError, DatabaseUnavailable, LockUnavailable))
+@app.exception_handler([redis.RedisError, DatabaseUnavailable, LockUnavailable])
 def dependency_down(exc: Exception) -> Response:
     logger.warning("dependency unavailable", exc_info=exc)
     _count_rejection("SERVICE_UNAVAILABLE")
