@@ -179,3 +179,12 @@ def test_sample_events_run_through_the_handler(api):
         event["pathParameters"] = {"proxy": event["path"].lstrip("/")}
         response = api.handler(event, events.LambdaContext("ApiFunction"))
         assert response["statusCode"] in expected, (name, response)
+
+
+def test_switching_back_to_async_reloads_from_the_db(api):
+    user_id = api.account(deduct_type="SYNC", balance="20.00")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "5.00"})[1]["mode"] == "SYNC"
+    status, body = api("PATCH", f"/accounts/{user_id}", {"deduct_type": "ASYNC"})
+    assert status == 200 and body["deduct_type"] == "ASYNC" and body["balance"] == "15.00"
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "5.00"})
+    assert status == 200 and body["mode"] == "ASYNC" and body["balance"] == "10.00"
