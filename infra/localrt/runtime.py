@@ -132,7 +132,7 @@ class MskPoller(threading.Thread):
         return KafkaConsumer(
             cfg["topic"], bootstrap_servers=self.bootstrap.split(","), group_id=cfg["group_id"],
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=cfg["batch_size"],
-            session_timeout_ms=6000, heartbeat_interval_ms=2000, max_poll_interval_ms=120000,
+            session_timeout_ms=6000, heartbeat_interval_ms=2000, max_poll_interval_ms=120000, fetch_max_wait_ms=100,
             security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
         )
 

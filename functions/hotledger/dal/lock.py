@@ -29,7 +29,7 @@ class AccountLock:
                 if time.monotonic() >= deadline:
                     raise LockUnavailable(f"account {user_id} is busy")
                 time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+                delay = min(delay * 2, 0.01)
         except redis.RedisError as exc:
             raise LockUnavailable(f"lock store unreachable: {exc}") from exc
         try:

@@ -43,6 +43,13 @@ class PersistReport:
     flagged_accounts: list[int] = field(default_factory=list)
 
 
+def _multi_row(cur, head: str, rows: list[tuple], tail: str = "") -> None:
+    """One INSERT ... VALUES (...), (...), ... statement for all rows."""
+    if rows:
+        one = "(" + ",".join(["%s"] * len(rows[0])) + ")"
+        cur.execute(f"{head} VALUES {','.join([one] * len(rows))}{tail}", [value for row in rows for value in row])
+
+
 def _utc(ts_ms: int) -> datetime:
     return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
 
@@ -109,14 +116,9 @@ class Writer:
     @staticmethod
     def _insert(cur, events: list[LedgerEvent]) -> None:
         for table, amount_col, kind in ENTRY_TABLES:
-            rows = [(e.id, e.user_id, e.amount, e.balance_after, e.version, e.idem_key, _utc(e.ts)) for e in events if e.kind == kind]
-            if rows:
-                # PyMySQL turns executemany of INSERT ... VALUES into multi-row statements
-                cur.executemany(
-                    f"INSERT INTO {table} (id, user_id, {amount_col}, balance, version, mode, idem_key, create_time)"
-                    " VALUES (%s, %s, %s, %s, %s, 'ASYNC', %s, %s)",
-                    rows,
-                )
+            rows = [(e.id, e.user_id, e.amount, e.balance_after, e.version, "ASYNC", e.idem_key, _utc(e.ts))
+                    for e in events if e.kind == kind]
+            _multi_row(cur, f"INSERT INTO {table} (id, user_id, {amount_col}, balance, version, mode, idem_key, create_time)", rows)
 
     @staticmethod
     def _move_accounts(cur, events: list[LedgerEvent], versions: dict[int, int]) -> None:
@@ -128,28 +130,27 @@ class Writer:
                 latest[e.user_id] = e
         if not delta:
             return
-        cur.executemany(
-            "INSERT INTO t_account (user_id, balance, version) VALUES (%s, %s, %s)"
-            " ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance), version = GREATEST(version, VALUES(version))",
-            [(user_id, d, latest[user_id].version) for user_id, d in delta.items()],
-        )
+        _multi_row(cur, "INSERT INTO t_account (user_id, balance, version)",
+                   [(user_id, d, latest[user_id].version) for user_id, d in delta.items()],
+                   " ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance), version = GREATEST(version, VALUES(version))")
         # api_open follows the newest change, and only if it is newer than what the DB has seen
         newer = [e for user_id, e in latest.items() if e.version > versions[user_id]]
-        if newer:
-            cur.executemany(
-                "UPDATE t_user SET api_open = %s, close_reason = %s WHERE id = %s",
-                [(1, None, e.user_id) if e.open == "1" else (0, e.open, e.user_id) for e in newer],
+        if newer:  # one statement for all accounts: CASE on the id
+            cases = " ".join(["WHEN %s THEN %s"] * len(newer))
+            cur.execute(
+                f"UPDATE t_user SET api_open = CASE id {cases} END, close_reason = CASE id {cases} END"
+                f" WHERE id IN ({','.join(['%s'] * len(newer))})",
+                [x for e in newer for x in (e.user_id, 1 if e.open == "1" else 0)]
+                + [x for e in newer for x in (e.user_id, None if e.open == "1" else e.open)]
+                + [e.user_id for e in newer],
             )
 
     @staticmethod
     def _dead_letter(cur, records: list[PoisonRecord]) -> int:
         if not records:
             return 0
-        cur.executemany(
-            "INSERT IGNORE INTO t_dead_letter (topic, partition_no, offset_no, record_key, record_value, error)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            [(r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024]) for r in records],
-        )
+        _multi_row(cur, "INSERT IGNORE INTO t_dead_letter (topic, partition_no, offset_no, record_key, record_value, error)",
+                   [(r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024]) for r in records])
         return len(records)
 
     def _settle(self, events: list[LedgerEvent]) -> list[int]:

@@ -1,0 +1,346 @@
+"""hotledger benchmarks: figures, never assertions. Writes bench/results.json and prints a table.
+
+Everything runs side by side in one run on this machine: a private Redis (its own port), the schema
+`hotledger_bench`, a fresh topic on the configured broker. Usage (from the repo root, or `make bench`):
+    PYTHONPATH=functions:. .venv/bin/python bench/run.py [--quick] [--procs N] [--seconds T]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.client import HTTPConnection
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "functions"), str(REPO)]
+
+from infra import services  # noqa: E402
+from infra.migrate import migrate  # noqa: E402
+
+HOT_BALANCE = "90000000000.00"
+TARGETS = {"async_vs_sync_hot_ratio": (">=", 5), "service_vs_evalsha_ratio": (">=", 0.2), "writer_rows_per_s": (">=", 20000),
+           "writer_batch_vs_row_ratio": (">=", 10), "ack_to_db_lag_p99_ms": ("<=", 1000)}
+
+
+# --- in-process API invocations (the handler with API Gateway events, as Lambda runs it) -----------------
+def _api():
+    from api.app import handler
+
+    from infra.localrt import events
+
+    context = events.LambdaContext("ApiFunction")
+
+    def call(method: str, path: str, body=None) -> tuple[int, dict]:
+        response = handler(events.api_gateway_proxy(method, path, json.dumps(body) if body is not None else None), context)
+        return response["statusCode"], json.loads(response["body"])
+
+    return call
+
+
+def _quiet() -> None:
+    """Workers print EMF lines per invocation; in a benchmark they only cost terminal time."""
+    sys.stdout = open(os.devnull, "w")
+
+
+def deduct_worker(user_ids: list[int], stop_at: float, rate_per_s: float, out: mp.Queue) -> None:
+    _quiet()
+    call = _api()
+    latencies, acks, i = [], [], 0
+    next_at = time.monotonic()
+    while time.monotonic() < stop_at:
+        if rate_per_s:
+            next_at += 1 / rate_per_s
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        user_id = user_ids[i % len(user_ids)]
+        i += 1
+        started = time.perf_counter()
+        status, body = call("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})
+        latencies.append((time.perf_counter() - started) * 1000)
+        if status == 200:
+            acks.append((int(body["order_id"]), time.time() * 1000))
+    out.put((latencies, acks))
+
+
+def run_workers(procs: int, user_ids: list[int], seconds: float, rate_per_s: float = 0) -> tuple[list[float], list]:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    stop_at = time.monotonic() + seconds + 3  # spawn and import take about a second
+    workers = [ctx.Process(target=deduct_worker, args=(user_ids, stop_at, rate_per_s / procs if rate_per_s else 0, out))
+               for _ in range(procs)]
+    for w in workers:
+        w.start()
+    results = [out.get() for _ in workers]
+    for w in workers:
+        w.join()
+    return [x for lat, _ in results for x in lat], [x for _, ack in results for x in ack]
+
+
+def _pct(values: list[float], q: float) -> float:
+    return round(statistics.quantiles(values, n=1000)[int(q * 1000) - 1], 2) if len(values) > 10 else float("nan")
+
+
+def hot_account_throughput(call, procs: int, seconds: float, mode: str) -> dict:
+    status, body = call("POST", "/accounts", {"user_name": f"hot-{mode}-{uuid.uuid4().hex[:8]}", "deduct_type": mode})
+    user_id = body["user_id"]
+    call("POST", f"/accounts/{user_id}/recharge", {"amount": HOT_BALANCE})
+    started = time.time()
+    latencies, acks = run_workers(procs, [user_id], seconds)
+    window = [a for a in acks if a[1] / 1000 >= started + 3]  # only the measured window (after warm-up)
+    return {"per_s": round(len(window) / seconds, 1), "p50_ms": _pct(latencies, 0.5), "p99_ms": _pct(latencies, 0.99)}
+
+
+# --- raw Redis ceilings ------------------------------------------------------------------------------------
+def evalsha_redis_benchmark(redis_port: int, clients: int, requests: int) -> float:
+    from hotledger.dal.redis_store import scripts
+
+    lua = scripts()
+    lua.balance_load(keys=["user:balance:{777}"], args=[9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
+    sha = lua.ledger_apply.sha
+    lua.client.script_load((REPO / "layers/lua/ledger_apply.lua").read_text())
+    cmd = ["redis-benchmark", "-p", str(redis_port), "-c", str(clients), "-n", str(requests), "-r", "1000000000", "-q",
+           "evalsha", sha, "4", "user:balance:{777}", "user:order:{777}:__rand_int__", "user:order:consistency:{777}",
+           "user:idem:{777}:", "D", "1", "1700000000000", "__rand_int__", "604800", "", "86400", "9000000000000000", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return float(re.findall(r"([\d.]+) requests per second", out)[-1])
+
+
+def redispy_worker(stop_at: float, out: mp.Queue) -> None:
+    from hotledger.dal.redis_store import scripts
+
+    lua, n = scripts(), 0
+    while time.monotonic() < stop_at:
+        n += 1
+        lua.ledger_apply(keys=["user:balance:{778}", f"user:order:{{778}}:{os.getpid()}-{n}", "user:order:consistency:{778}",
+                               "user:idem:{778}:"], args=["D", 1, 1_700_000_000_000, f"{os.getpid()}{n}", 604800, "", 86400,
+                                                         9_000_000_000_000_000, 0])
+    out.put(n)
+
+
+def evalsha_redispy(procs: int, seconds: float) -> float:
+    from hotledger.dal.redis_store import scripts
+
+    scripts().balance_load(keys=["user:balance:{778}"], args=[9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    stop_at = time.monotonic() + seconds + 1.5
+    workers = [ctx.Process(target=redispy_worker, args=(stop_at, out)) for _ in range(procs)]
+    for w in workers:
+        w.start()
+    total = sum(out.get() for _ in workers)
+    for w in workers:
+        w.join()
+    return round(total / (seconds + 0.5), 1)  # workers start about a second late: a slight underestimate
+
+
+# --- over the local HTTP port ------------------------------------------------------------------------------
+def http_client(port: int, user_id: int, stop_at: float, threads: int, out: mp.Queue) -> None:
+    counts = [0] * threads
+    body = json.dumps({"amount": "0.01"})
+
+    def loop(i: int) -> None:
+        while time.monotonic() < stop_at:
+            conn = HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("POST", f"/accounts/{user_id}/deduct", body, {"Content-Type": "application/json"})
+            if conn.getresponse().status == 200:
+                counts[i] += 1
+            conn.close()
+
+    pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    out.put(sum(counts))
+
+
+def http_throughput(call, env: dict, procs: int, seconds: float, log_dir: Path) -> float:
+    status, body = call("POST", "/accounts", {"user_name": f"http-{uuid.uuid4().hex[:8]}"})
+    user_id = body["user_id"]
+    call("POST", f"/accounts/{user_id}/recharge", {"amount": HOT_BALANCE})
+    port = services.free_port()
+    runtime = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--port", str(port), "--no-msk", "--no-schedules"],
+                               cwd=REPO, env={**env, "HOTLEDGER_API_WORKERS": str(procs)},
+                               stdout=open(log_dir / "http-runtime.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not services.reachable("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)  # workers import the handler
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        stop_at = time.monotonic() + seconds
+        clients = [ctx.Process(target=http_client, args=(port, user_id, stop_at, 8, out)) for _ in range(2)]
+        for c in clients:
+            c.start()
+        total = sum(out.get() for _ in clients)
+        for c in clients:
+            c.join()
+        return round(total / seconds, 1)
+    finally:
+        runtime.terminate()
+        runtime.wait()
+
+
+# --- the writer ---------------------------------------------------------------------------------------------
+def writer_throughput(call, rows: int, single_rows: int, accounts: int) -> dict:
+    from hotledger.models import LedgerEvent
+    from hotledger.runtime import id_generator, writer
+
+    user_ids = [call("POST", "/accounts", {"user_name": f"w-{uuid.uuid4().hex[:10]}"})[1]["user_id"] for _ in range(accounts)]
+    ids = id_generator()
+
+    def events(n: int) -> list[LedgerEvent]:
+        return [LedgerEvent(type="ledger", id=ids.next_id(), kind="R", user_id=user_ids[i % len(user_ids)], amount=100,
+                            balance_after=100, version=i + 2, epoch="bench", ts=int(time.time() * 1000), open="1")
+                for i in range(n)]
+
+    batch_events, single_events = events(rows), events(single_rows)
+    started = time.perf_counter()
+    for i in range(0, rows, 500):
+        writer().persist(batch_events[i:i + 500])
+    batch_rate = rows / (time.perf_counter() - started)
+    started = time.perf_counter()
+    for event in single_events:
+        writer().persist([event])
+    single_rate = single_rows / (time.perf_counter() - started)
+    return {"writer_rows_per_s": round(batch_rate, 1), "writer_row_per_txn_per_s": round(single_rate, 1),
+            "writer_batch_vs_row_ratio": round(batch_rate / single_rate, 2)}
+
+
+def ack_to_db_lag(call, env: dict, procs: int, seconds: float, rate: float, log_dir: Path) -> dict:
+    from hotledger.dal import db
+
+    user_ids = []
+    for _ in range(100):
+        user_id = call("POST", "/accounts", {"user_name": f"lag-{uuid.uuid4().hex[:10]}"})[1]["user_id"]
+        call("POST", f"/accounts/{user_id}/recharge", {"amount": "1000000.00"})
+        user_ids.append(user_id)
+    writer_proc = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--no-api", "--no-schedules"], cwd=REPO,
+                                   env=env, stdout=open(log_dir / "writer-runtime.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        time.sleep(8)  # the consumer group join (Tansu: a few seconds) and the first batch of setup events
+        started = time.time()
+        latencies, acks = run_workers(procs, user_ids, seconds, rate)
+        window = [a for a in acks if a[1] / 1000 >= started + 3]
+        pending = {order_id: acked for order_id, acked in window}
+        deadline, persisted = time.monotonic() + 120, {}
+        while time.monotonic() < deadline and len(persisted) < len(pending):
+            time.sleep(1)
+            chunk = [i for i in pending if i not in persisted]
+            for i in range(0, len(chunk), 5000):
+                part = chunk[i:i + 5000]
+                rows = db.query(f"SELECT id, UNIX_TIMESTAMP(persist_time) * 1000 FROM t_order WHERE id IN ({','.join(['%s'] * len(part))})", part)
+                persisted.update((row[0], float(row[1])) for row in rows)
+        lags = [persisted[i] - pending[i] for i in persisted]
+        return {"target_deducts_per_s": rate, "achieved_deducts_per_s": round(len(window) / seconds, 1),
+                "ack_to_db_lag_p50_ms": _pct(lags, 0.5), "ack_to_db_lag_p99_ms": _pct(lags, 0.99),
+                "ack_to_db_lag_max_ms": round(max(lags), 1) if lags else None, "not_persisted": len(pending) - len(persisted)}
+    finally:
+        writer_proc.terminate()
+        writer_proc.wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (about a minute in all)")
+    parser.add_argument("--procs", type=int, default=8, help="client concurrency: worker processes / redis-benchmark clients")
+    parser.add_argument("--seconds", type=float, default=None)
+    args = parser.parse_args()
+    seconds = args.seconds or (3 if args.quick else 10)
+    run_id = uuid.uuid4().hex[:8]
+    state = services.STATE / f"bench-{run_id}"
+    redis_server = services.RedisServer(services.free_port(), state / "redis").start()
+    env = {"REDIS_URL": redis_server.url, "DB_NAME": "hotledger_bench", "KAFKA_TOPIC": f"hotledger.bench.{run_id}",
+           "LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_NAMESPACE": "HotledgerBench"}
+    os.environ.update(env)
+    from hotledger.config import settings
+
+    cfg = settings()
+    services.ensure_mariadb(cfg.db_host, cfg.db_port, cfg.db_user, cfg.db_password)
+    host, port = cfg.kafka_bootstrap.split(",")[0].rsplit(":", 1)
+    services.ensure_broker(host, int(port))
+    services.ensure_topic(cfg.kafka_bootstrap, cfg.kafka_topic, 4)
+    import pymysql
+
+    conn = pymysql.connect(host=cfg.db_host, port=cfg.db_port, user=cfg.db_user, password=cfg.db_password)
+    conn.cursor().execute("DROP DATABASE IF EXISTS hotledger_bench")
+    conn.close()
+    migrate(cfg.db_host, cfg.db_port, cfg.db_user, cfg.db_password, "hotledger_bench")
+    full_env = {**os.environ}
+    try:
+        real_stdout = sys.stdout
+        _quiet()
+        call = _api()
+        figures: dict = {}
+        asyn = hot_account_throughput(call, args.procs, seconds, "ASYNC")
+        sync = hot_account_throughput(call, args.procs, seconds, "SYNC")
+        figures.update(async_deduct_per_s=asyn["per_s"], sync_deduct_per_s=sync["per_s"],
+                       async_vs_sync_hot_ratio=round(asyn["per_s"] / max(sync["per_s"], 0.1), 2),
+                       async_deduct_p50_ms=asyn["p50_ms"], async_deduct_p99_ms=asyn["p99_ms"],
+                       sync_deduct_p50_ms=sync["p50_ms"], sync_deduct_p99_ms=sync["p99_ms"])
+        figures["evalsha_per_s"] = evalsha_redis_benchmark(redis_server.port, args.procs, 50_000 if args.quick else 200_000)
+        figures["redispy_evalsha_per_s"] = evalsha_redispy(args.procs, seconds)
+        figures["service_vs_evalsha_ratio"] = round(figures["async_deduct_per_s"] / figures["evalsha_per_s"], 4)
+        figures["http_deduct_per_s"] = http_throughput(call, full_env, args.procs, seconds, state)
+        figures.update(writer_throughput(call, 5_000 if args.quick else 20_000, 500 if args.quick else 2_000, 200))
+        figures["writer_rows_per_s_20_accounts"] = writer_throughput(call, 5_000 if args.quick else 20_000, 100, 20)["writer_rows_per_s"]
+        figures.update(ack_to_db_lag(call, full_env, args.procs, 5 if args.quick else 15, 2000, state))
+        sys.stdout = real_stdout
+    finally:
+        redis_server.stop()
+        shutil.rmtree(state / "redis", ignore_errors=True)
+    results = {
+        "figures": figures,
+        "targets": {name: {"target": f"{op} {value}", "met": (figures[name] >= value) if op == ">=" else (figures[name] <= value)}
+                    for name, (op, value) in TARGETS.items()},
+        "bound_by": BOUND_BY,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "client_concurrency": args.procs, "seconds_per_run": seconds, "quick": args.quick,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (REPO / "bench" / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print_table(results)
+    return 0
+
+
+BOUND_BY = {
+    "async_deduct_per_s": "CPU: ~1.5 ms per request in one Python process (kafka-python send+ack ~0.9 ms incl. its I/O thread, "
+                          "Powertools resolve+validation ~0.3 ms, redis-py EVALSHA ~0.2 ms) on 2 cores shared with Redis, "
+                          "the broker and MariaDB; one request in flight per process, as in Lambda",
+    "sync_deduct_per_s": "the hot row: lock + transaction + commit (fsync) serialize every deduct of one account",
+    "evalsha_per_s": "Redis single thread running the script; the physical ceiling",
+    "http_deduct_per_s": "the same CPU as in-process plus HTTP parsing and a TCP connection per request",
+    "writer_rows_per_s": "Python CPU per batch of 500 rows over 200 accounts: one claim and one settle script per account "
+                         "(single-slot, Cluster-safe), PyMySQL escaping of every value; the commit is one fsync per batch",
+    "writer_rows_per_s_20_accounts": "as above with 20 accounts per batch: fewer per-account Redis scripts",
+    "writer_row_per_txn_per_s": "a commit (fsync) and four round trips per row",
+    "ack_to_db_lag_p99_ms": "consumer fetch wait (100 ms) + one batch transaction; the template's batching window is 0 s "
+                            "(batches grow with load while the writer is busy)",
+    "achieved_deducts_per_s": "the same CPU bound as async_deduct_per_s, with the writer and the broker busy too",
+}
+
+
+def print_table(results: dict) -> None:
+    print(f"\nhotledger bench ({'quick' if results['quick'] else 'full'}; {results['client_concurrency']} clients; "
+          f"{results['machine']['cpus']} CPUs)")
+    print(f"{'figure':34} {'value':>12}  target")
+    for name, value in results["figures"].items():
+        target = results["targets"].get(name)
+        verdict = f"{target['target']} ({'met' if target['met'] else 'NOT met'})" if target else ""
+        print(f"{name:34} {value!s:>12}  {verdict}")
+    print("\nwritten to bench/results.json")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Both Kafka clients behind hotledger.dal.publisher against a real broker: acknowledged events are on
+the topic, keyed by user; a dead broker fails within the publish timeout; a restarted one is used again."""
+import json
+import time
+
+import pytest
+from kafka import KafkaConsumer
+
+from hotledger.config import settings
+from hotledger.dal import publisher
+from infra import services
+
+
+@pytest.fixture(params=["confluent", "kafka-python"])
+def client(request, monkeypatch, tmp_path):
+    broker = services.TansuBroker(services.free_port(), tmp_path / "broker").start()
+    topic = f"pub.{request.param}"
+    services.ensure_topic(broker.bootstrap, topic, 2)
+    monkeypatch.setenv("KAFKA_CLIENT", request.param)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", broker.bootstrap)
+    monkeypatch.setenv("KAFKA_TOPIC", topic)
+    monkeypatch.setenv("PUBLISH_TIMEOUT_S", "2")
+    settings.cache_clear()
+    publisher._discard_producer()
+    yield broker, topic
+    publisher._discard_producer()
+    settings.cache_clear()
+    broker.stop()
+
+
+def _consume(bootstrap: str, topic: str, count: int) -> list:
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=10000,
+                             group_id=None)
+    records = []
+    for record in consumer:
+        records.append(record)
+        if len(records) == count:
+            break
+    consumer.close()
+    return records
+
+
+def test_acknowledged_events_are_on_the_topic(client):
+    broker, topic = client
+    for i in range(3):
+        publisher.publish("42", {"n": i})
+    records = _consume(broker.bootstrap, topic, 3)
+    assert [json.loads(r.value)["n"] for r in records] == [0, 1, 2]
+    assert {r.key for r in records} == {b"42"} and len({r.partition for r in records}) == 1
+
+
+def test_dead_broker_fails_within_the_timeout_and_a_restarted_one_is_used(client):
+    broker, topic = client
+    publisher.publish("1", {"n": 0})
+    broker.kill()
+    started = time.monotonic()
+    with pytest.raises(publisher.PublishFailed):
+        publisher.publish("1", {"n": 1})
+    assert time.monotonic() - started < 4
+    broker.restart()
+    services.ensure_topic(broker.bootstrap, topic, 2)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            publisher.publish("1", {"n": 2})
+            break
+        except publisher.PublishFailed:
+            assert time.monotonic() < deadline, "the publisher never recovered"
+    assert json.loads(_consume(broker.bootstrap, topic, 1)[0].value)["n"] == 2
