@@ -88,6 +88,7 @@ def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body(
 def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None) -> dict:
     result = billing().recharge(user_id, parse_minor(request.amount), idempotency_key)
     metrics.add_metric(name="Recharges", unit=MetricUnit.Count, value=1)
+    _log_charge("recharged", result)
     return {"pay_id": str(result.entry_id), **_ledger_body(result)}
 
 
@@ -97,6 +98,7 @@ def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempot
 def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None) -> dict:
     result = billing().deduct(user_id, parse_minor(request.amount), idempotency_key)
     metrics.add_metric(name="Deducts", unit=MetricUnit.Count, value=1)
+    _log_charge("deducted", result)
     return {"order_id": str(result.entry_id), **_ledger_body(result)}
 
 
@@ -144,8 +146,15 @@ def openapi_json() -> str:
     return json.dumps(doc)
 
 
+def _log_charge(what: str, result) -> None:
+    # one line per money movement: with the correlation id it ties a request to its entry id
+    logger.info(what, extra={"user_id": result.user_id, "entry_id": str(result.entry_id), "amount_minor": result.amount,
+                             "balance_minor": result.balance, "version": result.version, "mode": result.mode})
+
+
 # errors -------------------------------------------------------------------------------------------
 def _count_rejection(code: str) -> None:
+    logger.info("rejected", extra={"code": code})
     with single_metric(name="Rejections", unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
         metric.add_dimension(name="code", value=code)
 
