@@ -1,6 +1,7 @@
 """Structured logs and EMF metrics, read from what the handlers print (what CloudWatch would receive)."""
 import io
 import json
+import os
 
 import pytest
 from conftest import invoke_writer
@@ -93,7 +94,8 @@ def test_a_rejection_is_counted_by_its_code(api, output):
 def test_the_writer_reports_batch_sizes(api, output):
     user_id = api.account()
     output.clear()
-    invoke_writer([(0, 1, str(user_id).encode(), b"not json")])
+    # a topic of its own: the writer tests count the dead letters of the run's topic
+    invoke_writer([(0, 1, str(user_id).encode(), b"not json")], topic=f"{os.environ['KAFKA_TOPIC']}.observability")
     metrics = output.metrics()
     assert metrics["WriterBatchSize"][0] == [1.0]
     assert metrics["WriterDeadLettered"][0] == [1.0]
