@@ -57,6 +57,12 @@ def backing_services(settings):
 
 
 @pytest.fixture(scope="session")
+def redis_server() -> services.RedisServer:
+    """The run's private Redis process (tests may pause it; none may leave it stopped)."""
+    return _REDIS
+
+
+@pytest.fixture(scope="session")
 def redis_client(settings):
     return redis.Redis.from_url(settings.redis_url)
 

@@ -1,5 +1,7 @@
 """The API function driven with API Gateway REST proxy events (no HTTP), against real Redis, DB and broker."""
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -188,3 +190,42 @@ def test_switching_back_to_async_reloads_from_the_db(api):
     assert status == 200 and body["deduct_type"] == "ASYNC" and body["balance"] == "15.00"
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "5.00"})
     assert status == 200 and body["mode"] == "ASYNC" and body["balance"] == "10.00"
+
+
+def test_a_charge_redis_cannot_undo_answers_outcome_unknown_and_settles_consistently(api, sql, redis_server, monkeypatch):
+    """The broker does not acknowledge and Redis stalls before the rollback (a real SIGSTOP): the answer is
+    503 OUTCOME_UNKNOWN with the entry id. Once Redis resumes, the resent rollbacks it had queued may or may
+    not run; either way the order lookup, Redis and the DB must agree after the reconciler."""
+    from reconciler.app import handler as reconcile
+
+    from hotledger.dal.publisher import PublishFailed
+    from hotledger.runtime import billing, reconciler
+
+    user_id = api.account(balance="10.00")
+
+    def ack_times_out_and_redis_stalls(key: str, event: dict) -> None:
+        os.kill(redis_server.proc.pid, signal.SIGSTOP)
+        raise PublishFailed("no acknowledgement in time")
+
+    monkeypatch.setattr(billing(), "publish", ack_times_out_and_redis_stalls)
+    try:
+        status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    finally:
+        os.kill(redis_server.proc.pid, signal.SIGCONT)
+    monkeypatch.undo()
+    assert status == 503 and body["error"]["code"] == "OUTCOME_UNKNOWN"
+    entry_id = body["error"]["entry_id"]
+    assert entry_id in body["error"]["message"]
+
+    monkeypatch.setattr(reconciler(), "age_s", 0)
+    reconcile(events.scheduled(), events.LambdaContext("ReconcilerFunction"))
+    status, order = api("GET", f"/accounts/{user_id}/orders/{entry_id}")
+    account = api("GET", f"/accounts/{user_id}")[1]
+    db_balance = sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,))[0][0]
+    if status == 200:  # the charge stood: persisted by the reconciler
+        assert order["status"] == "PERSISTED" and order["amount"] == "4.00"
+        assert (account["balance"], db_balance) == ("6.00", 600)
+    else:  # the queued rollback ran: never charged
+        assert order["error"]["code"] == "ORDER_NOT_FOUND"
+        assert (account["balance"], db_balance) == ("10.00", 1000)
+    assert account["pending_orders"] == 0

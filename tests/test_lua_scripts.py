@@ -103,6 +103,16 @@ def test_idempotency_replay_conflict_and_in_progress(lua, redis_client, uid):
     assert redis_client.hget(keys.balance(uid), "balance") == b"900"
 
 
+def test_a_resent_call_charges_once(lua, redis_client, uid):
+    """redis-py resends a script after a timeout: the same entry id answers from the entry, no second charge."""
+    _load(lua, uid, balance=1000)
+    first = _apply(lua, uid, "D", 100, 1)
+    assert first[0] == "ok"
+    assert _apply(lua, uid, "D", 100, 1) == ["replay", "1", first[2], first[3]]
+    assert redis_client.hmget(keys.balance(uid), "balance", "v") == [b"900", b"6"]
+    assert redis_client.zcard(keys.consistency(uid)) == 1
+
+
 def test_a_stale_pending_idempotency_record_replays_the_charge(lua, redis_client, uid):
     """The first request died between its charge and the broker's answer: the charge stands."""
     _load(lua, uid, balance=1000)

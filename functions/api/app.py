@@ -34,20 +34,22 @@ IdempotencyKey = Annotated[
 UserId = Annotated[int, Path(gt=0, lt=2**31)]
 
 
-def _error(status: int, code: str, message: str) -> Response:
+def _error(status: int, code: str, message: str, **details: str) -> Response:
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON,
-                    body=json.dumps({"error": {"code": code, "message": message}}))
+                    body=json.dumps({"error": {"code": code, "message": message, **details}}))
 
 
 def _responses(ok_status: int, ok_model, ok_text: str, *errors_: tuple[int, str]) -> dict:
     answers = {ok_status: {"description": ok_text, "content": {"application/json": {"model": ok_model}}}}
-    for status, text in (*errors_, (503, "Redis, the DB or the broker is unavailable; nothing was changed")):
+    for status, text in ((503, "SERVICE_UNAVAILABLE: Redis, the DB or the broker is unavailable; nothing was changed"), *errors_):
         answers[status] = {"description": text, "content": {"application/json": {"model": ErrorResponse}}}
     return answers
 
 
 _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND")
 _CHARGE_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another body; IDEMPOTENCY_IN_PROGRESS")
+_CHARGE_UNAVAILABLE = (503, "SERVICE_UNAVAILABLE or PUBLISH_FAILED: nothing was changed, retry; OUTCOME_UNKNOWN: the broker "
+                            "did not acknowledge and Redis could not undo the charge, look up error.entry_id before retrying")
 
 
 def _ledger_body(result) -> dict:
@@ -84,6 +86,7 @@ def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body(
 
 
 @app.post("/accounts/<user_id>/recharge", responses=_responses(200, RechargeResult, "recharged", _NOT_FOUND, _CHARGE_CONFLICT,
+                                                               _CHARGE_UNAVAILABLE,
                                                                (422, "BALANCE_LIMIT or invalid input")))
 def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None) -> dict:
     result = billing().recharge(user_id, parse_minor(request.amount), idempotency_key)
@@ -94,6 +97,7 @@ def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempot
 
 @app.post("/accounts/<user_id>/deduct", responses=_responses(
     200, DeductResult, "charged; the order is durable in the broker (ASYNC) or the DB (SYNC)", _NOT_FOUND, _CHARGE_CONFLICT,
+    _CHARGE_UNAVAILABLE,
     (402, "INSUFFICIENT_BALANCE: balance - amount would fall below the threshold"), (403, "API_CLOSED")))
 def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None) -> dict:
     result = billing().deduct(user_id, parse_minor(request.amount), idempotency_key)
@@ -162,9 +166,9 @@ def _count_rejection(code: str) -> None:
 @app.exception_handler(errors.DomainError)
 def domain_error(exc: errors.DomainError) -> Response:
     _count_rejection(exc.code)
-    if exc.code == "PUBLISH_FAILED":
+    if exc.code in ("PUBLISH_FAILED", "OUTCOME_UNKNOWN"):
         metrics.add_metric(name="PublishFailures", unit=MetricUnit.Count, value=1)
-    return _error(exc.status, exc.code, exc.message)
+    return _error(exc.status, exc.code, exc.message, **exc.details)
 
 
 _AMOUNT_FIELDS = {"amount", "threshold"}

@@ -5,9 +5,9 @@ class DomainError(Exception):
     status = 400
     code = "BAD_REQUEST"
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, **details: str):
         super().__init__(message)
-        self.message = message
+        self.message, self.details = message, details
 
 
 def _error(name: str, status: int, code: str) -> type[DomainError]:
@@ -25,3 +25,6 @@ IdempotencyInProgress = _error("IdempotencyInProgress", 409, "IDEMPOTENCY_IN_PRO
 PendingOrders = _error("PendingOrders", 409, "PENDING_ORDERS")
 PublishFailed = _error("PublishFailed", 503, "PUBLISH_FAILED")
 ServiceUnavailable = _error("ServiceUnavailable", 503, "SERVICE_UNAVAILABLE")
+# the charge was made in Redis, the broker did not acknowledge it and the rollback could not reach Redis:
+# it may still be persisted; details carry the entry id to look up
+ChargeOutcomeUnknown = _error("ChargeOutcomeUnknown", 503, "OUTCOME_UNKNOWN")

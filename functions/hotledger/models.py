@@ -89,6 +89,7 @@ class OrderView(BaseModel):
 class ErrorBody(BaseModel):
     code: str = Field(examples=["INSUFFICIENT_BALANCE"])
     message: str
+    entry_id: str | None = Field(default=None, description="OUTCOME_UNKNOWN only: the order or payment to look up")
 
 
 class ErrorResponse(BaseModel):

@@ -25,10 +25,19 @@
 --   {'limit', balance, v}              kind R would pass ARGV[8]
 --   {'conflict'}                       Idempotency-Key already used with another body
 --   {'in_progress'}                    Idempotency-Key's first request is still publishing (not stale)
---   {'replay', id, balance, v}         Idempotency-Key seen with this body: the first answer
+--   {'replay', id, balance, v}         Idempotency-Key seen with this body: the first answer; or KEYS[2]
+--                                      exists: this very call ran already (resent after a lost reply)
 --   {'ok', id, balance, v, epoch, open}
 local kind, amount, ts, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local fingerprint = ARGV[6]
+
+-- a client resending this call after its reply was lost must not charge twice: the entry answers
+local applied = redis.call('GET', KEYS[2])
+if applied then
+  local f = {}
+  for part in string.gmatch(applied, '[^;]+') do f[#f + 1] = part end
+  return {'replay', id, f[3], f[4]}
+end
 
 if fingerprint ~= '' then
   local seen = redis.call('HMGET', KEYS[4], 'fp', 'id', 'balance', 'v', 'state', 'ts')

@@ -25,7 +25,7 @@ class AccountLock:
         deadline = time.monotonic() + self._wait_ms / 1000
         delay = 0.002
         try:
-            while not self._client.set(key, token, nx=True, px=self._ttl_ms):
+            while not self._taken(key, token):
                 if time.monotonic() >= deadline:
                     raise LockUnavailable(f"account {user_id} is busy")
                 time.sleep(delay)
@@ -37,3 +37,7 @@ class AccountLock:
         finally:
             with contextlib.suppress(redis.RedisError):
                 self._lease_script(keys=[key], args=[token, "release", 0])
+
+    def _taken(self, key: str, token: str) -> bool:
+        # a SET resent after a lost reply finds the key taken by our own token: that is a success
+        return bool(self._client.set(key, token, nx=True, px=self._ttl_ms)) or self._client.get(key) == token.encode()

@@ -5,6 +5,8 @@ import functools
 from pathlib import Path
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from hotledger.config import Settings, settings
 
@@ -25,6 +27,9 @@ def connect(cfg: Settings) -> redis.Redis:
         socket_timeout=2.0,
         socket_connect_timeout=2.0,
         health_check_interval=30,
+        # resending after a timeout is safe: every script is idempotent (ledger_apply answers a resent call
+        # from its entry); two retries keep a dead Redis from holding a request for long
+        retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
     )
 
 

@@ -8,6 +8,7 @@ then the cached hash is brought up to date.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -240,15 +241,26 @@ class Billing:
         try:
             self.publish(str(entry.user_id), entry.to_event(idem_key).model_dump())
         except PublishFailed as exc:
-            reply = self.scripts.rollback(
-                keys=[keys.balance(entry.user_id), keys.entry(entry.user_id, entry.entry_id),
-                      keys.consistency(entry.user_id), keys.fate(entry.user_id, entry.entry_id), idem],
-                args=[entry.entry_id, self.cfg.entry_ttl_s],
-            )
+            try:
+                reply = self.scripts.rollback(
+                    keys=[keys.balance(entry.user_id), keys.entry(entry.user_id, entry.entry_id),
+                          keys.consistency(entry.user_id), keys.fate(entry.user_id, entry.entry_id), idem],
+                    args=[entry.entry_id, self.cfg.entry_ttl_s],
+                )
+            except redis.RedisError as lost:
+                # the entry stays pending: if Redis kept it, the reconciler persists it; if Redis lost it, it never happened
+                where = (f"GET /accounts/{entry.user_id}/orders/{entry.entry_id}" if entry.kind == KIND_DEDUCT
+                         else f"the balance at GET /accounts/{entry.user_id}")
+                raise errors.ChargeOutcomeUnknown(
+                    f"the broker did not acknowledge entry {entry.entry_id} and Redis could not take it back: it may "
+                    f"still be made. Check {where} (or retry with the same Idempotency-Key) before trying again",
+                    entry_id=str(entry.entry_id),
+                ) from lost
             if text(reply[0]) != "claimed":  # claimed: the event did arrive and will be persisted
                 raise errors.PublishFailed("the charge could not be recorded durably and was not made; retry") from exc
         if idem_key:
-            self.redis.hset(idem, "state", "done")
+            with contextlib.suppress(redis.RedisError):  # the charge is durable: a retry replays it once the record is stale
+                self.redis.hset(idem, "state", "done")
 
     def _charge_in_db(self, kind: str, user_id: int, amount: int, idem_key: str | None, fingerprint: str):
         """SYNC path. Returns None when the DB says the account is ASYNC after all (cache was stale)."""
