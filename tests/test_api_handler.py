@@ -192,22 +192,36 @@ def test_switching_back_to_async_reloads_from_the_db(api):
     assert status == 200 and body["mode"] == "ASYNC" and body["balance"] == "10.00"
 
 
-def test_a_charge_redis_cannot_undo_answers_outcome_unknown_and_settles_consistently(api, sql, redis_server, monkeypatch):
-    """The broker does not acknowledge and Redis stalls before the rollback (a real SIGSTOP): the answer is
-    503 OUTCOME_UNKNOWN with the entry id. Once Redis resumes, the resent rollbacks it had queued may or may
-    not run; either way the order lookup, Redis and the DB must agree after the reconciler."""
+@pytest.mark.parametrize("stall", ["charge", "rollback"])
+def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, sql, redis_server, monkeypatch, stall):
+    """Redis stalls (a real SIGSTOP) during the charge script, or after a publish failure and before the
+    rollback: the answer is 503 OUTCOME_UNKNOWN with the entry id, never "nothing charged". Once Redis
+    resumes, the order lookup, Redis and the DB agree after the reconciler, whichever way it went."""
     from reconciler.app import handler as reconcile
 
     from hotledger.dal.publisher import PublishFailed
     from hotledger.runtime import billing, reconciler
 
     user_id = api.account(balance="10.00")
+    ledger = billing()
 
-    def ack_times_out_and_redis_stalls(key: str, event: dict) -> None:
+    def redis_stalls() -> None:
         os.kill(redis_server.proc.pid, signal.SIGSTOP)
-        raise PublishFailed("no acknowledgement in time")
 
-    monkeypatch.setattr(billing(), "publish", ack_times_out_and_redis_stalls)
+    if stall == "charge":
+        charge = ledger.scripts.ledger_apply
+
+        def redis_stalls_then_charge(**call):
+            redis_stalls()
+            return charge(**call)
+
+        monkeypatch.setattr(ledger.scripts, "ledger_apply", redis_stalls_then_charge)
+    else:
+        def ack_times_out_and_redis_stalls(key: str, event: dict) -> None:
+            redis_stalls()
+            raise PublishFailed("no acknowledgement in time")
+
+        monkeypatch.setattr(ledger, "publish", ack_times_out_and_redis_stalls)
     try:
         status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
     finally:
@@ -225,7 +239,30 @@ def test_a_charge_redis_cannot_undo_answers_outcome_unknown_and_settles_consiste
     if status == 200:  # the charge stood: persisted by the reconciler
         assert order["status"] == "PERSISTED" and order["amount"] == "4.00"
         assert (account["balance"], db_balance) == ("6.00", 600)
-    else:  # the queued rollback ran: never charged
+    else:  # never made, or taken back by the rollback Redis had queued
         assert order["error"]["code"] == "ORDER_NOT_FOUND"
         assert (account["balance"], db_balance) == ("10.00", 1000)
     assert account["pending_orders"] == 0
+
+
+def test_a_sync_charge_whose_commit_answer_is_lost_says_outcome_unknown(api, sql, monkeypatch):
+    """The DB committed but the answer to COMMIT was lost: 503 OUTCOME_UNKNOWN with the entry id, and the
+    lookup finds the order."""
+    import pymysql
+
+    from hotledger.dal import db
+
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    commit = pymysql.connections.Connection.commit
+
+    def commit_then_lose_the_answer(conn):
+        commit(conn)
+        raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
+
+    monkeypatch.setattr(db.connection(), "commit", commit_then_lose_the_answer.__get__(db.connection()))
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    monkeypatch.undo()
+    assert status == 503 and body["error"]["code"] == "OUTCOME_UNKNOWN"
+    status, order = api("GET", f"/accounts/{user_id}/orders/{body['error']['entry_id']}")
+    assert status == 200 and order["status"] == "PERSISTED" and order["amount"] == "4.00"
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,))[0][0] == 600

@@ -16,6 +16,10 @@ class DatabaseUnavailable(Exception):
     """The DB could not be reached or the transaction failed for a transient reason."""
 
 
+class CommitOutcomeUnknown(DatabaseUnavailable):
+    """COMMIT was sent and its answer lost: the transaction may or may not have committed."""
+
+
 def connect(cfg: Settings) -> pymysql.connections.Connection:
     return pymysql.connect(
         host=cfg.db_host,
@@ -69,7 +73,6 @@ def transaction():
     try:
         with conn.cursor() as cur:
             yield cur
-        conn.commit()
     except pymysql.err.OperationalError as exc:
         _drop_connection()
         raise DatabaseUnavailable(str(exc)) from exc
@@ -77,6 +80,11 @@ def transaction():
         with contextlib.suppress(pymysql.err.Error):
             conn.rollback()
         raise
+    try:
+        conn.commit()
+    except pymysql.err.Error as exc:
+        _drop_connection()
+        raise CommitOutcomeUnknown(str(exc)) from exc
 
 
 def query(sql: str, args=None) -> list[tuple]:

@@ -41,3 +41,9 @@ def scripts() -> Scripts:
 
 def text(value) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def never_ran(exc: redis.RedisError) -> bool:
+    """True when the connection was refused: the command cannot have reached Redis. A timeout or a
+    connection lost mid-command leaves its outcome unknown."""
+    return isinstance(exc.__context__, ConnectionRefusedError)

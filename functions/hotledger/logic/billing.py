@@ -22,7 +22,7 @@ from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.publisher import PublishFailed
-from hotledger.dal.redis_store import text
+from hotledger.dal.redis_store import never_ran, text
 from hotledger.logic.ledger import Entry, expected_cache_balance
 from hotledger.money import MAX_MINOR, format_minor
 
@@ -76,6 +76,23 @@ def _after_change(kind: str, balance: int, open_flag: str) -> str:
 
 def _db_open_columns(open_flag: str) -> tuple[int, str | None]:
     return (1, None) if open_flag == "1" else (0, open_flag)
+
+
+def _outcome_unknown(kind: str, user_id: int, entry_id: int, why: str) -> errors.DomainError:
+    where = f"GET /accounts/{user_id}/orders/{entry_id}" if kind == KIND_DEDUCT else f"the balance at GET /accounts/{user_id}"
+    return errors.ChargeOutcomeUnknown(
+        f"{why}: entry {entry_id} may or may not be made. Check {where} (or retry with the same Idempotency-Key, "
+        "which answers with the first outcome) before trying again",
+        entry_id=str(entry_id),
+    )
+
+
+@contextlib.contextmanager
+def _commit_outcome_of(kind: str, user_id: int, entry_id: int):
+    try:
+        yield
+    except db.CommitOutcomeUnknown as exc:
+        raise _outcome_unknown(kind, user_id, entry_id, "the DB did not answer the commit") from exc
 
 
 class Billing:
@@ -198,11 +215,16 @@ class Billing:
             entry_id = self.ids.next_id()
             ts = int(time.time() * 1000)
             idem = keys.idempotency(user_id, idem_key or "")
-            reply = self.scripts.ledger_apply(
-                keys=[keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id), idem],
-                args=[kind, amount, ts, entry_id, self.cfg.entry_ttl_s, fingerprint, self.cfg.idempotency_ttl_s, MAX_BALANCE,
-                      ts - self._idempotency_stale_ms],
-            )
+            try:
+                reply = self.scripts.ledger_apply(
+                    keys=[keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id), idem],
+                    args=[kind, amount, ts, entry_id, self.cfg.entry_ttl_s, fingerprint, self.cfg.idempotency_ttl_s,
+                          MAX_BALANCE, ts - self._idempotency_stale_ms],
+                )
+            except redis.RedisError as exc:
+                if never_ran(exc):
+                    raise
+                raise _outcome_unknown(kind, user_id, entry_id, "Redis did not answer the charge") from exc
             status = text(reply[0])
             if status == "missing":
                 self.load_cache(user_id)
@@ -249,13 +271,8 @@ class Billing:
                 )
             except redis.RedisError as lost:
                 # the entry stays pending: if Redis kept it, the reconciler persists it; if Redis lost it, it never happened
-                where = (f"GET /accounts/{entry.user_id}/orders/{entry.entry_id}" if entry.kind == KIND_DEDUCT
-                         else f"the balance at GET /accounts/{entry.user_id}")
-                raise errors.ChargeOutcomeUnknown(
-                    f"the broker did not acknowledge entry {entry.entry_id} and Redis could not take it back: it may "
-                    f"still be made. Check {where} (or retry with the same Idempotency-Key) before trying again",
-                    entry_id=str(entry.entry_id),
-                ) from lost
+                raise _outcome_unknown(entry.kind, entry.user_id, entry.entry_id,
+                                       "the broker did not acknowledge the charge and Redis could not take it back") from lost
             if text(reply[0]) != "claimed":  # claimed: the event did arrive and will be persisted
                 raise errors.PublishFailed("the charge could not be recorded durably and was not made; retry") from exc
         if idem_key:
@@ -264,7 +281,8 @@ class Billing:
 
     def _charge_in_db(self, kind: str, user_id: int, amount: int, idem_key: str | None, fingerprint: str):
         """SYNC path. Returns None when the DB says the account is ASYNC after all (cache was stale)."""
-        with self.lock.hold(user_id):
+        entry_id = self.ids.next_id()
+        with self.lock.hold(user_id), _commit_outcome_of(kind, user_id, entry_id):
             with db.transaction() as cur:
                 if idem_key:
                     cur.execute("SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s FOR UPDATE",
@@ -291,7 +309,6 @@ class Billing:
                     balance += amount
                 version += 1
                 new_flag = _after_change(kind, balance, open_flag)
-                entry_id = self.ids.next_id()
                 cur.execute("UPDATE t_account SET balance = %s, version = %s WHERE user_id = %s", (balance, version, user_id))
                 if new_flag != open_flag:
                     cur.execute("UPDATE t_user SET api_open = %s, close_reason = %s WHERE id = %s",
@@ -306,7 +323,10 @@ class Billing:
                 if idem_key:
                     cur.execute("INSERT INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES (%s, %s, %s, %s)",
                                 (user_id, idem_key, fingerprint, json.dumps(asdict(result))))
-            self.scripts.hash_update(keys=[keys.balance(user_id)], args=[version, "balance", balance, "v", version, "open", new_flag])
+            # committed: a cache left behind here is corrected by the reconciler (its version is older than the DB's)
+            with contextlib.suppress(redis.RedisError):
+                self.scripts.hash_update(keys=[keys.balance(user_id)], args=[version, "balance", balance, "v", version,
+                                                                            "open", new_flag])
             return result
 
     # reads ----------------------------------------------------------------------------------------
