@@ -37,7 +37,7 @@ class _Confluent:
         from confluent_kafka import Producer
 
         self.timeout_s = cfg.publish_timeout_s
-        self.producer = Producer({
+        config = {
             "bootstrap.servers": cfg.kafka_bootstrap,
             "security.protocol": cfg.kafka_security_protocol.lower(),
             "acks": "all",
@@ -45,7 +45,10 @@ class _Confluent:
             "linger.ms": 0,
             "socket.nagle.disable": True,
             "message.timeout.ms": int(cfg.publish_timeout_s * 1000),
-        })
+        }
+        if "ssl" in config["security.protocol"]:
+            config["ssl.ca.location"] = "probe"  # the wheel's own OpenSSL: find the system CA bundle (MSK TLS)
+        self.producer = Producer(config)
 
     def send(self, topic: str, key: bytes, value: bytes) -> None:
         outcome: dict = {}
