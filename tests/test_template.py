@@ -36,7 +36,7 @@ def test_sam_build_packages_every_function(tmp_path):
 def test_local_runtime_reads_the_functions_and_triggers():
     functions = {fn.name: fn for fn in template.load(REPO / "template.yaml")}
     assert functions["ApiFunction"].api and functions["ApiFunction"].handler == "api.app.handler"
-    assert functions["WriterFunction"].msk == {"topic": "hotledger.ledger", "batch_size": 500, "window_s": 0.0,
+    assert functions["WriterFunction"].msk == {"topic": "hotledger.ledger", "batch_size": 1000, "window_s": 0.0,
                                               "group_id": "hotledger-writer"}
     assert functions["ReconcilerFunction"].schedules == [60]
     assert all(fn.layer_dirs == [REPO / "layers" / "lua"] for fn in functions.values())

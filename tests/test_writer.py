@@ -1,5 +1,6 @@
 """The writer function driven with MSK events, against real Redis and DB."""
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from conftest import invoke_writer
@@ -29,6 +30,10 @@ def test_batch_is_persisted_once_and_replays_change_nothing(api, redis_client, s
     assert sql("SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s", (user_id,)) == ((3, 600),)
     assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s", (user_id,)) == ((1,),)
     assert redis_client.zcard(keys.consistency(user_id)) == 0
+    stamps = {json.loads(value)["id"]: json.loads(value)["ts"] for *_, value in records}
+    for entry_id, created in sql("SELECT id, create_time FROM t_order WHERE user_id = %s", (user_id,)):
+        # the charge's time, in UTC, to the millisecond
+        assert created == datetime(1970, 1, 1) + timedelta(milliseconds=stamps[entry_id])
     invoke_writer(records + records)  # re-delivery, twice over, in one batch
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((9400,),)
     assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((3,),)

