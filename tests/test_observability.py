@@ -91,6 +91,23 @@ def test_a_rejection_is_counted_by_its_code(api, output):
     assert rejected[0]["correlation_id"] == event["requestContext"]["requestId"]
 
 
+def test_a_publish_failure_is_counted(api, output, monkeypatch):
+    from hotledger.dal.publisher import PublishFailed
+    from hotledger.runtime import billing
+
+    def broker_down(key: str, event: dict) -> None:
+        raise PublishFailed("no acknowledgement in time")
+
+    user_id = api.account(balance="1.00")
+    monkeypatch.setattr(billing(), "publish", broker_down)
+    output.clear()
+    _, response = _invoke_api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.40"})
+    assert response["statusCode"] == 503
+    metrics = output.metrics()
+    assert metrics["PublishFailures"][0] == [1.0]
+    assert metrics["Rejections"] == ([1.0], {"code": "PUBLISH_FAILED"})
+
+
 def test_the_writer_reports_batch_sizes(api, output):
     user_id = api.account()
     output.clear()
