@@ -4,8 +4,13 @@ empty (failover that lost writes), DB down for a while. After each: nothing ackn
 nothing is applied twice, and Redis and the DB agree."""
 from __future__ import annotations
 
+import os
+import random
 import re
+import signal
+import threading
 import time
+from collections import Counter
 
 import pymysql
 import pytest
@@ -197,3 +202,92 @@ def test_redis_down_answers_503_and_charges_nothing(stack):
         assert stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((1,),)
     finally:
         svc.stop()
+
+
+class ChaosClients:
+    """Threads deducting random amounts from random accounts until stopped, recording every answer."""
+
+    def __init__(self, api: LocalService, accounts: list[int], threads: int = 4):
+        self.api, self.accounts = api, accounts
+        self.acked: dict[int, tuple[int, int]] = {}  # order id -> (account, cents)
+        self.unknown: dict[int, tuple[int, int]] = {}  # OUTCOME_UNKNOWN entry id -> (account, cents)
+        self.answers: Counter = Counter()
+        self.stopped = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(seed,)) for seed in range(threads)]
+
+    def _run(self, seed: int) -> None:
+        rng = random.Random(seed)
+        while not self.stopped.is_set():
+            user_id, cents = rng.choice(self.accounts), rng.randint(1, 100)
+            status, body = self.api.request("POST", f"/accounts/{user_id}/deduct", {"amount": f"{cents // 100}.{cents % 100:02d}"})
+            code = body["error"]["code"] if status >= 400 and body else None
+            self.answers[(status, code)] += 1
+            if status == 200:
+                self.acked[int(body["order_id"])] = (user_id, cents)
+            elif code == "OUTCOME_UNKNOWN":
+                self.unknown[int(body["error"]["entry_id"])] = (user_id, cents)
+
+    def __enter__(self) -> ChaosClients:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        for t in self.threads:
+            t.join()
+
+
+def test_deducts_under_repeated_kills_reach_the_db_exactly_once(stack):
+    """Four clients deduct without pause while, one after another, the writer+reconciler process is
+    SIGKILLed and replaced, the broker is killed (losing everything it held) and restarted, Redis stalls
+    (SIGSTOP) for longer than the client's timeouts, and the DB is killed and restarted. Afterwards every
+    acknowledged deduct is in the DB exactly once, nothing else is except OUTCOME_UNKNOWN answers (either
+    way), and every account's balance is the same in the DB and in Redis and matches its persisted orders."""
+    api = stack.service("chaos-api", "--no-msk", "--no-schedules").start()
+    background = stack.service("chaos-writer-1", "--no-api").start(wait_http=False)
+    try:
+        accounts = [_account(api, "100000.00") for _ in range(8)]  # never exhausted: every answer is 200 or 503
+        with ChaosClients(api, accounts) as clients:
+            time.sleep(4)
+            background.kill()
+            time.sleep(3)
+            background = stack.service("chaos-writer-2", "--no-api").start(wait_http=False)
+            time.sleep(4)
+            stack.broker.kill()
+            time.sleep(2)
+            stack.broker.restart()
+            services.ensure_topic(stack.broker.bootstrap, stack.topic, 2)
+            time.sleep(4)
+            os.kill(stack.redis.proc.pid, signal.SIGSTOP)
+            try:
+                time.sleep(8)  # longer than a request's Redis timeouts and retries (~6 s)
+            finally:
+                os.kill(stack.redis.proc.pid, signal.SIGCONT)
+            time.sleep(3)
+            stack.db.kill()
+            time.sleep(3)
+            stack.db.restart()
+            time.sleep(3)
+        expected_answers = {(200, None), (503, "PUBLISH_FAILED"), (503, "SERVICE_UNAVAILABLE"), (503, "OUTCOME_UNKNOWN")}
+        assert set(clients.answers) <= expected_answers, clients.answers
+        assert clients.answers[(200, None)] > 100 and clients.answers[(503, "PUBLISH_FAILED")] > 0, clients.answers
+
+        def all_acked_persisted():
+            ids = list(clients.acked)
+            found = stack.sql(f"SELECT COUNT(*) FROM t_order WHERE id IN ({','.join(['%s'] * len(ids))})", ids)[0][0]
+            pending = sum(api.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] for user_id in accounts)
+            return found == len(ids) and pending == 0
+
+        LocalService.wait_until(all_acked_persisted, 120, "every acknowledged deduct in the DB and nothing pending", 1.0)
+        rows = stack.sql(f"SELECT id, user_id, amount FROM t_order WHERE user_id IN ({','.join(['%s'] * len(accounts))})", accounts)
+        persisted = {order_id: (user_id, amount) for order_id, user_id, amount in rows}
+        assert len(persisted) == len(rows)
+        assert {i: persisted[i] for i in clients.acked} == clients.acked
+        assert set(persisted) - set(clients.acked) <= set(clients.unknown)
+        for user_id in accounts:
+            charged = sum(amount for uid, amount in persisted.values() if uid == user_id)
+            _converged(stack, user_id, 10_000_000 - charged)
+    finally:
+        api.stop()
+        background.stop()
