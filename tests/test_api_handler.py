@@ -158,7 +158,9 @@ def test_openapi_document_describes_every_answer(api):
     status, doc = api("GET", "/openapi.json")
     assert status == 200 and doc["openapi"].startswith("3.")
     deduct = doc["paths"]["/accounts/{user_id}/deduct"]["post"]
-    assert {"200", "400", "402", "403", "404", "409", "422", "503"} <= set(deduct["responses"])
+    assert {"200", "400", "402", "403", "404", "409", "415", "422", "503"} <= set(deduct["responses"])
+    assert "OUTCOME_UNKNOWN" in deduct["responses"]["503"]["description"]
+    assert "entry_id" in doc["components"]["schemas"]["ErrorBody"]["properties"]
     assert deduct["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("ErrorResponse")
     assert any(p["name"].lower() == "idempotency-key" and p["in"] == "header" for p in deduct["parameters"])
     assert "HTTPValidationError" not in doc["components"]["schemas"]
