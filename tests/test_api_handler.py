@@ -247,6 +247,33 @@ def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, 
     assert account["pending_orders"] == 0
 
 
+def test_a_retry_after_the_first_request_died_republishes_its_charge(api, monkeypatch):
+    """The first request charged, then its process died before the broker answered. A retry with the same
+    Idempotency-Key, once the record is stale, answers the first outcome and publishes the entry again."""
+    from hotledger.runtime import billing
+
+    ledger = billing()
+    user_id = api.account(balance="10.00")
+    headers = {"Idempotency-Key": "died-mid-publish"}
+
+    def process_dies(key: str, event: dict) -> None:
+        raise RuntimeError("the process died here")
+
+    monkeypatch.setattr(ledger, "publish", process_dies)
+    with pytest.raises(RuntimeError):
+        api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)
+    published = []
+    monkeypatch.setattr(ledger, "publish", lambda key, event: published.append(event))
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)[1]["error"]["code"] == "IDEMPOTENCY_IN_PROGRESS"
+    monkeypatch.setattr(ledger, "_idempotency_stale_ms", 0)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)
+    assert status == 200 and body["balance"] == "7.00"
+    assert [str(event["id"]) for event in published] == [body["order_id"]]
+    status, again = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)
+    assert again == body and len(published) == 1  # acknowledged now: the record is done
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "7.00"
+
+
 def test_a_sync_charge_whose_commit_answer_is_lost_says_outcome_unknown(api, sql, monkeypatch):
     """The DB committed but the answer to COMMIT was lost: 503 OUTCOME_UNKNOWN with the entry id, and the
     lookup finds the order."""

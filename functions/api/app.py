@@ -166,7 +166,7 @@ def _count_rejection(code: str) -> None:
 @app.exception_handler(errors.DomainError)
 def domain_error(exc: errors.DomainError) -> Response:
     _count_rejection(exc.code)
-    if exc.code in ("PUBLISH_FAILED", "OUTCOME_UNKNOWN"):
+    if exc.code == "PUBLISH_FAILED":
         metrics.add_metric(name="PublishFailures", unit=MetricUnit.Count, value=1)
     return _error(exc.status, exc.code, exc.message, **exc.details)
 

@@ -25,6 +25,6 @@ IdempotencyInProgress = _error("IdempotencyInProgress", 409, "IDEMPOTENCY_IN_PRO
 PendingOrders = _error("PendingOrders", 409, "PENDING_ORDERS")
 PublishFailed = _error("PublishFailed", 503, "PUBLISH_FAILED")
 ServiceUnavailable = _error("ServiceUnavailable", 503, "SERVICE_UNAVAILABLE")
-# the charge was made in Redis, the broker did not acknowledge it and the rollback could not reach Redis:
-# it may still be persisted; details carry the entry id to look up
+# a charge that may or may not have been made (Redis or the DB did not answer, or the broker did not
+# acknowledge and the rollback could not reach Redis); details carry the entry id to look up
 ChargeOutcomeUnknown = _error("ChargeOutcomeUnknown", 503, "OUTCOME_UNKNOWN")

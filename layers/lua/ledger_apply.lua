@@ -14,8 +14,8 @@
 -- ARGV[7] idempotency record TTL in seconds
 -- ARGV[8] largest balance allowed (keeps every balance exact in a Lua double)
 -- ARGV[9] ts before which a 'pending' idempotency record is stale: its request died between the
---         charge and the broker's answer; the charge stands (the writer or the reconciler persists
---         it; a rollback would have deleted the record), so the first answer is replayed
+--         charge and the broker's answer; the charge stands (a rollback would have deleted the
+--         record), so the first answer is replayed and the caller publishes the entry again
 -- open is '1' (open), 'BALANCE' (closed because balance <= 0) or 'ADMIN' (closed by an operator).
 -- Returns one of:
 --   {'missing'}                        no cached account: load it from the DB, then retry
@@ -25,9 +25,10 @@
 --   {'limit', balance, v}              kind R would pass ARGV[8]
 --   {'conflict'}                       Idempotency-Key already used with another body
 --   {'in_progress'}                    Idempotency-Key's first request is still publishing (not stale)
---   {'replay', id, balance, v}         Idempotency-Key seen with this body: the first answer; or KEYS[2]
---                                      exists: this very call ran already (resent after a lost reply)
---   {'ok', id, balance, v, epoch, open}
+--   {'replay', id, balance, v, state}  Idempotency-Key seen with this body: the first answer; state 'done'
+--                                      (acknowledged by the broker) or 'pending' (its request died: stale)
+--   {'ok', id, balance, v, epoch, open} charged; also when KEYS[2] exists: this very call ran already and
+--                                      is resent after a lost reply, so it answers as it did, charging nothing
 local kind, amount, ts, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local fingerprint = ARGV[6]
 
@@ -36,7 +37,7 @@ local applied = redis.call('GET', KEYS[2])
 if applied then
   local f = {}
   for part in string.gmatch(applied, '[^;]+') do f[#f + 1] = part end
-  return {'replay', id, f[3], f[4]}
+  return {'ok', id, f[3], f[4], f[6], f[7]}
 end
 
 if fingerprint ~= '' then
@@ -44,7 +45,7 @@ if fingerprint ~= '' then
   if seen[1] then
     if seen[1] ~= fingerprint then return {'conflict'} end
     if seen[5] ~= 'done' and tonumber(seen[6]) >= tonumber(ARGV[9]) then return {'in_progress'} end
-    return {'replay', seen[2], seen[3], seen[4]}
+    return {'replay', seen[2], seen[3], seen[4], seen[5]}
   end
 end
 

@@ -239,6 +239,8 @@ class Billing:
                 self._publish_or_roll_back(entry, idem_key, idem)
                 return LedgerResult(entry_id, user_id, amount, entry.balance_after, entry.version, "ASYNC")
             if status == "replay":
+                if text(reply[4]) != "done":
+                    self._publish_stale(user_id, int(reply[1]), idem_key, idem)
                 return LedgerResult(int(reply[1]), user_id, amount, int(reply[2]), int(reply[3]), "ASYNC")
             self._reject(status, reply)
         raise errors.ServiceUnavailable(f"account {user_id} could not be loaded into the cache; retry")
@@ -278,6 +280,17 @@ class Billing:
         if idem_key:
             with contextlib.suppress(redis.RedisError):  # the charge is durable: a retry replays it once the record is stale
                 self.redis.hset(idem, "state", "done")
+
+    def _publish_stale(self, user_id: int, entry_id: int, idem_key: str, idem: str) -> None:
+        """The first request with this key died before the broker acknowledged its charge: publish the
+        entry again if it is still pending (a duplicate is harmless). If that fails too, the reconciler
+        persists the entry once it is older than RECONCILE_AGE_S."""
+        raw = self.redis.get(keys.entry(user_id, entry_id))
+        if raw is None:  # persisted already
+            return
+        with contextlib.suppress(PublishFailed):
+            self.publish(str(user_id), Entry.parse(user_id, entry_id, raw).to_event(idem_key).model_dump())
+            self.redis.hset(idem, "state", "done")
 
     def _charge_in_db(self, kind: str, user_id: int, amount: int, idem_key: str | None, fingerprint: str):
         """SYNC path. Returns None when the DB says the account is ASYNC after all (cache was stale)."""
