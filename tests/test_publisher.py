@@ -56,7 +56,8 @@ def test_dead_broker_fails_within_the_timeout_and_a_restarted_one_is_used(client
     started = time.monotonic()
     with pytest.raises(publisher.PublishFailed):
         publisher.publish("1", {"n": 1})
-    assert time.monotonic() - started < 4
+    # bounded by PUBLISH_TIMEOUT_S (2 s), not the clients' defaults of a minute or more; slack for a busy machine
+    assert time.monotonic() - started < 15
     broker.restart()
     services.ensure_topic(broker.bootstrap, topic, 2)
     deadline = time.monotonic() + 30
