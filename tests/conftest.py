@@ -92,7 +92,8 @@ class Api:
 
     def __call__(self, method: str, path: str, body=None, headers: dict | None = None, raw: str | None = None):
         text = raw if raw is not None else (json.dumps(body) if body is not None else None)
-        response = self.handler(events.api_gateway_proxy(method, path, text, headers), events.LambdaContext("ApiFunction"))
+        path, _, query = path.partition("?")
+        response = self.handler(events.api_gateway_proxy(method, path, text, headers, query), events.LambdaContext("ApiFunction"))
         return response["statusCode"], events.json_body(response) if response["body"].startswith(("{", "[")) else response["body"]
 
     def account(self, name: str | None = None, balance: str | None = None, **fields) -> int:

@@ -223,7 +223,7 @@ def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, 
             redis_stalls()
             raise PublishFailed("no acknowledgement in time")
 
-        monkeypatch.setattr(ledger, "publish", ack_times_out_and_redis_stalls)
+        monkeypatch.setattr(ledger.durability, "publish", ack_times_out_and_redis_stalls)
     try:
         status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
     finally:
@@ -259,11 +259,11 @@ def test_a_retry_after_the_first_request_died_republishes_its_charge(api, monkey
     def process_dies(key: str, event: dict) -> None:
         raise RuntimeError("the process died here")
 
-    monkeypatch.setattr(ledger, "publish", process_dies)
+    monkeypatch.setattr(ledger.durability, "publish", process_dies)
     with pytest.raises(RuntimeError):
         api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)
     published = []
-    monkeypatch.setattr(ledger, "publish", lambda key, event: published.append(event))
+    monkeypatch.setattr(ledger.durability, "publish", lambda key, event: published.append(event))
     assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)[1]["error"]["code"] == "IDEMPOTENCY_IN_PROGRESS"
     monkeypatch.setattr(ledger, "_idempotency_stale_ms", 0)
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)

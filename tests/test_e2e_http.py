@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,7 +22,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     svc = LocalService(_free_port(), {"HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "2", "RECONCILE_AGE_S": "60",
-                                      "HOTLEDGER_API_WORKERS": "4"}, tmp_path_factory.mktemp("e2e") / "runtime.log")
+                                      "HOTLEDGER_API_WORKERS": "4", "REMINDER_BEFORE_CLOSE_S": "3"}, tmp_path_factory.mktemp("e2e") / "runtime.log")
     svc.start()
     yield svc
     svc.stop()
@@ -73,6 +74,27 @@ def test_thousand_parallel_deducts_on_five_hundred(service, sql, redis_client):
                        "500 orders in the DB")
     service.wait_until(lambda: redis_client.zcard(keys.consistency(user_id)) == 0, 30, "nothing pending")
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((0,),)
+
+
+def test_order_close_reminder_reaches_the_inbox_once_and_on_time(service):
+    """The scheduled delay drainer fires the reminder 3 s (REMINDER_BEFORE_CLOSE_S) before the close time."""
+    status, body = service.request("POST", "/accounts", {"user_name": f"e2e-remind-{os.getpid()}"})
+    user_id = body["user_id"]
+    assert service.request("POST", f"/accounts/{user_id}/recharge", {"amount": "10.00"})[0] == 200
+    status, unpaid = service.request("POST", "/orders", {"user_id": user_id, "amount": "3.00", "close_in_s": 6})
+    assert status == 201 and unpaid["reminder_due_at"] == unpaid["close_at"] - 3000
+    paid = service.request("POST", "/orders", {"user_id": user_id, "amount": "4.00", "close_in_s": 6})[1]
+    assert service.request("POST", f"/orders/{paid['order_id']}/pay")[1]["state"] == "PAID"
+
+    def inbox():
+        return service.request("GET", f"/inbox/{user_id}/messages")[1]["messages"]
+
+    service.wait_until(lambda: inbox(), 30, "the reminder in the inbox")
+    time.sleep(2)
+    messages = inbox()
+    assert [(m["biz_type"], m["outer_biz_id"]) for m in messages] == [("ORDER_CLOSE_REMINDER", unpaid["order_id"])]
+    assert messages[0]["created_at"] >= unpaid["reminder_due_at"]  # never early
+    assert service.request("GET", f"/accounts/{user_id}")[1]["balance"] == "6.00"
 
 
 def test_api_key_is_required_when_configured(tmp_path):

@@ -204,7 +204,24 @@ def test_redis_down_answers_503_and_charges_nothing(stack):
         svc.stop()
 
 
-class ChaosClients:
+class _ClientThreads:
+    """Runs self.threads from entering the block until leaving it."""
+
+    threads: list[threading.Thread]
+    stopped: threading.Event
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        for t in self.threads:
+            t.join()
+
+
+class ChaosClients(_ClientThreads):
     """Threads deducting random amounts from random accounts until stopped, recording every answer."""
 
     def __init__(self, api: LocalService, accounts: list[int], threads: int = 4):
@@ -226,16 +243,6 @@ class ChaosClients:
                 self.acked[int(body["order_id"])] = (user_id, cents)
             elif code == "OUTCOME_UNKNOWN":
                 self.unknown[int(body["error"]["entry_id"])] = (user_id, cents)
-
-    def __enter__(self) -> ChaosClients:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopped.set()
-        for t in self.threads:
-            t.join()
 
 
 def test_deducts_under_repeated_kills_reach_the_db_exactly_once(stack):
@@ -288,6 +295,127 @@ def test_deducts_under_repeated_kills_reach_the_db_exactly_once(stack):
         for user_id in accounts:
             charged = sum(amount for uid, amount in persisted.values() if uid == user_id)
             _converged(stack, user_id, 10_000_000 - charged)
+    finally:
+        api.stop()
+        background.stop()
+
+
+class SaleClients(_ClientThreads):
+    """Buyers (a new user id per attempt) on a voucher and grabbers (each account once) on a red packet,
+    without pause until stopped, recording every answer."""
+
+    def __init__(self, api: LocalService, voucher_id: str, packet_id: str, grabbers: list[int]):
+        self.api, self.voucher_id, self.packet_id, self.grabbers = api, voucher_id, packet_id, grabbers
+        self.orders: dict[int, int] = {}  # order id -> user id
+        self.grabs: dict[int, int] = {}  # grabber -> amount
+        self.unknown_orders: set[int] = set()
+        self.answers: Counter = Counter()
+        self.stopped = threading.Event()
+        self.threads = [threading.Thread(target=self._buy, args=(n,)) for n in range(3)] + [threading.Thread(target=self._grab)]
+
+    def _record(self, what: str, status: int, body) -> str | None:
+        code = body["error"]["code"] if status >= 400 and body else None
+        self.answers[(what, status, code)] += 1
+        return code
+
+    def _buy(self, n: int) -> None:
+        user = 2_000_000 + n * 1_000_000
+        while not self.stopped.is_set():
+            user += 1
+            status, body = self.api.request("POST", f"/vouchers/{self.voucher_id}/orders", {"user_id": user})
+            if self._record("order", status, body) == "OUTCOME_UNKNOWN":
+                self.unknown_orders.add(int(body["error"]["entry_id"]))
+            if status == 200:
+                self.orders[int(body["order_id"])] = user
+
+    def _grab(self) -> None:
+        for user in self.grabbers:
+            if self.stopped.wait(0.04):
+                return
+            status, body = self.api.request("POST", f"/redpackets/{self.packet_id}/grab", {"user_id": user})
+            self._record("grab", status, body)
+            if status == 200:
+                self.grabs[user] = int(body["amount"].replace(".", ""))
+
+
+def test_flash_sale_and_red_packet_under_kills_lose_and_double_nothing(stack):
+    """Buyers and grabbers run while the writer process is SIGKILLed and replaced, the broker is killed
+    (losing what it held) and restarted, and Redis is killed and restarted empty. Afterwards every
+    acknowledged order and grab is in the DB exactly once, the voucher's Redis stock + pending + sold = its
+    stock, and every grabber was credited exactly their amount."""
+    api = stack.service("sale-api", "--no-msk", "--no-schedules", REBUILD_HOLD_S="2").start()
+    background = stack.service("sale-writer-1", "--no-api", REBUILD_HOLD_S="2").start(wait_http=False)
+    try:
+        now = int(time.time() * 1000)
+        voucher_id = api.request("POST", "/vouchers", {"title": "chaos", "stock": 100_000, "begin_at": now - 1000,
+                                                       "end_at": now + 3_600_000})[1]["voucher_id"]
+        sender = _account(api, "1000.00")
+        grabbers = []
+        for _ in range(500):
+            status, body = api.request("POST", "/accounts", {"user_name": f"g-{time.monotonic_ns()}"})
+            grabbers.append(body["user_id"])
+        packet_id = api.request("POST", "/redpackets", {"sender_id": sender, "total": "500.00", "count": 500,
+                                                        "expires_in_s": 3600})[1]["packet_id"]
+        with SaleClients(api, voucher_id, packet_id, grabbers) as clients:
+            time.sleep(3)
+            background.kill()
+            time.sleep(2)
+            background = stack.service("sale-writer-2", "--no-api", REBUILD_HOLD_S="2").start(wait_http=False)
+            time.sleep(3)
+            stack.broker.kill()
+            time.sleep(2)
+            stack.broker.restart()
+            services.ensure_topic(stack.broker.bootstrap, stack.topic, 2)
+            time.sleep(4)
+            # what the broker lost (events before its restart, and after it those a consumer skipped because the
+            # offsets started over) is persisted from Redis by the reconciler before Redis fails in turn: losing
+            # both first is the one double fault this design does not survive (see the README)
+            orders_before, grabs_before = list(clients.orders), list(clients.grabs)
+
+            def broker_losses_persisted():
+                orders = stack.sql(f"SELECT COUNT(*) FROM t_voucher_order WHERE id IN ({','.join(['%s'] * len(orders_before))})",
+                                   orders_before)[0][0]
+                grabs = stack.sql("SELECT COUNT(*) FROM t_red_packet_item WHERE packet_id = %s AND user_id IN ("
+                                  + ",".join(["%s"] * len(grabs_before)) + ")", [int(packet_id), *grabs_before])[0][0]
+                return orders == len(orders_before) and grabs == len(grabs_before)
+
+            try:
+                LocalService.wait_until(broker_losses_persisted, 60, "what the broker lost to be persisted", 0.5)
+            except AssertionError:
+                persisted_orders = {row[0] for row in stack.sql("SELECT id FROM t_voucher_order")}
+                persisted_grabs = {row[0] for row in stack.sql("SELECT user_id FROM t_red_packet_item WHERE user_id IS NOT NULL")}
+                raise AssertionError(f"not persisted: orders {sorted(set(orders_before) - persisted_orders)[:10]} "
+                                     f"grabs {sorted(set(grabs_before) - persisted_grabs)[:10]}") from None
+            stack.redis.kill()
+            stack.redis.restart()
+            time.sleep(5)
+        answers = {(what, status, code) for what, status, code in clients.answers}
+        allowed = {("order", 200, None), ("order", 503, "PUBLISH_FAILED"), ("order", 503, "SERVICE_UNAVAILABLE"),
+                   ("order", 503, "OUTCOME_UNKNOWN"), ("order", 503, "RECOVERING"),
+                   ("grab", 200, None), ("grab", 503, "PUBLISH_FAILED"), ("grab", 503, "SERVICE_UNAVAILABLE"),
+                   ("grab", 503, "RECOVERING"), ("grab", 409, "EMPTY")}
+        assert answers <= allowed, clients.answers
+        assert clients.answers[("order", 200, None)] > 100 and len(clients.grabs) > 50, clients.answers
+
+        def settled():
+            view = api.request("GET", f"/vouchers/{voucher_id}")[1]
+            return view and view["pending"] == 0 and view["sold"] >= len(clients.orders)
+
+        LocalService.wait_until(settled, 120, "every acknowledged order in the DB", 1.0)
+        persisted = dict(stack.sql("SELECT id, user_id FROM t_voucher_order WHERE voucher_id = %s", (int(voucher_id),)))
+        assert {i: persisted.get(i) for i in clients.orders} == clients.orders
+        assert set(persisted) - set(clients.orders) <= clients.unknown_orders
+        view = api.request("GET", f"/vouchers/{voucher_id}")[1]
+        assert view["stock_left"] + view["sold"] + view["pending"] == 100_000
+        assert stack.sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (int(voucher_id),)) == ((100_000 - len(persisted),),)
+
+        def claims():
+            return dict(stack.sql("SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL",
+                                  (int(packet_id),)))
+
+        LocalService.wait_until(lambda: claims() == clients.grabs, 120, "every acknowledged grab in the DB once", 1.0)
+        for user, amount in clients.grabs.items():
+            _converged(stack, user, amount)
     finally:
         api.stop()
         background.stop()

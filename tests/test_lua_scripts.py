@@ -37,7 +37,7 @@ def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_bef
 def test_all_keys_of_an_account_share_one_cluster_slot():
     uid = 42
     slots = {key_slot(k.encode()) for k in (keys.balance(uid), keys.entry(uid, 1), keys.consistency(uid),
-                                            keys.fate(uid, 1), keys.idempotency(uid, "x"), keys.lock(uid))}
+                                            keys.fate(uid, 1), keys.idempotency(uid, "x"))}
     assert len(slots) == 1
 
 
@@ -210,7 +210,7 @@ def test_mode_to_sync_waits_for_pending_entries(lua, redis_client, uid):
 
 
 def test_lease_release_and_renew_only_by_owner(lua, redis_client, uid):
-    key = keys.lock(uid)
+    key = f"{keys.IDGEN_WORKER_PREFIX}test-{uid}"
     redis_client.set(key, "me", px=1000)
     assert lua.lease(keys=[key], args=["you", "release", 0]) == 0
     assert lua.lease(keys=[key], args=["me", "renew", 60000]) == 1

@@ -99,7 +99,7 @@ def test_a_publish_failure_is_counted(api, output, monkeypatch):
         raise PublishFailed("no acknowledgement in time")
 
     user_id = api.account(balance="1.00")
-    monkeypatch.setattr(billing(), "publish", broker_down)
+    monkeypatch.setattr(billing().durability, "publish", broker_down)
     output.clear()
     _, response = _invoke_api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.40"})
     assert response["statusCode"] == 503

@@ -12,12 +12,13 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Pat
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
+from api import notifications, redpackets, responses, vouchers
 from hotledger import errors, observability
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.lock import LockUnavailable
 from hotledger.models import (
-    AccountCreated, AccountView, AmountRequest, CreateAccountRequest, DeductResult, ErrorResponse, OrderView,
-    PatchAccountRequest, RechargeResult,
+    AccountCreated, AccountView, AmountRequest, CreateAccountRequest, DeductResult, OrderView, PatchAccountRequest,
+    RechargeResult,
 )
 from hotledger.money import format_minor, parse_minor
 from hotledger.runtime import billing
@@ -25,6 +26,9 @@ from hotledger.runtime import billing
 logger = observability.logger()
 metrics = observability.metrics()
 app = APIGatewayRestResolver(enable_validation=True)
+app.include_router(vouchers.router)
+app.include_router(redpackets.router)
+app.include_router(notifications.router)
 
 IdempotencyKey = Annotated[
     str | None,
@@ -34,22 +38,10 @@ IdempotencyKey = Annotated[
 UserId = Annotated[int, Path(gt=0, lt=2**31)]
 
 
-def _error(status: int, code: str, message: str, **details: str) -> Response:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON,
-                    body=json.dumps({"error": {"code": code, "message": message, **details}}))
-
-
-def _responses(ok_status: int, ok_model, ok_text: str, *errors_: tuple[int, str]) -> dict:
-    answers = {ok_status: {"description": ok_text, "content": {"application/json": {"model": ok_model}}}}
-    for status, text in ((503, "SERVICE_UNAVAILABLE: Redis, the DB or the broker is unavailable; nothing was changed"), *errors_):
-        answers[status] = {"description": text, "content": {"application/json": {"model": ErrorResponse}}}
-    return answers
-
-
+_error, _responses = responses.error, responses.responses
 _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND")
 _CHARGE_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another body; IDEMPOTENCY_IN_PROGRESS")
-_CHARGE_UNAVAILABLE = (503, "SERVICE_UNAVAILABLE or PUBLISH_FAILED: nothing was changed, retry; OUTCOME_UNKNOWN: the broker "
-                            "did not acknowledge and Redis could not undo the charge, look up error.entry_id before retrying")
+_CHARGE_UNAVAILABLE = responses.UNAVAILABLE
 
 
 def _ledger_body(result) -> dict:
@@ -171,7 +163,7 @@ def domain_error(exc: errors.DomainError) -> Response:
     return _error(exc.status, exc.code, exc.message, **exc.details)
 
 
-_AMOUNT_FIELDS = {"amount", "threshold"}
+_AMOUNT_FIELDS = {"amount", "threshold", "total"}
 
 
 @app.exception_handler(RequestValidationError)

@@ -34,6 +34,24 @@ class Settings:
     lock_ttl_ms: int = 5000
     lock_wait_ms: int = 3000
     lua_dir: str = str(_REPO_LUA_DIR)
+    # "kafka" (MSK) or "redis-stream": the Lua scripts XADD their events to a Redis Stream
+    event_transport: str = "kafka"
+    stream_shards: int = 1
+    stream_group: str = "hotledger-writer"
+    stream_batch: int = 1000
+    stream_block_ms: int = 1000
+    stream_claim_idle_ms: int = 30000
+    stream_max_deliveries: int = 5
+    # after Redis lost a voucher or red packet, sales on it wait this long after the rebuild from the DB so
+    # events acknowledged before the loss reach the DB first (the writer lag bound is ~1 s)
+    rebuild_hold_s: int = 10
+    # delay queue, reminders, inbox
+    delay_visibility_ms: int = 30_000
+    reminder_before_close_s: int = 20 * 60
+    inbox_ttl_s: int = 30 * 24 * 3600
+    inbox_max_messages: int = 500
+    # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message
+    journeys: str = "password-recovery=1800"
 
 
 _ENV = {
@@ -54,6 +72,19 @@ _ENV = {
     "lock_ttl_ms": "LOCK_TTL_MS",
     "lock_wait_ms": "LOCK_WAIT_MS",
     "lua_dir": "LUA_DIR",
+    "event_transport": "EVENT_TRANSPORT",
+    "stream_shards": "STREAM_SHARDS",
+    "stream_group": "STREAM_GROUP",
+    "stream_batch": "STREAM_BATCH",
+    "stream_block_ms": "STREAM_BLOCK_MS",
+    "stream_claim_idle_ms": "STREAM_CLAIM_IDLE_MS",
+    "stream_max_deliveries": "STREAM_MAX_DELIVERIES",
+    "rebuild_hold_s": "REBUILD_HOLD_S",
+    "delay_visibility_ms": "DELAY_VISIBILITY_MS",
+    "reminder_before_close_s": "REMINDER_BEFORE_CLOSE_S",
+    "inbox_ttl_s": "INBOX_TTL_S",
+    "inbox_max_messages": "INBOX_MAX_MESSAGES",
+    "journeys": "JOURNEYS",
 }
 
 
@@ -96,7 +127,9 @@ def _from_ssm(env) -> dict:
         return {}
     import boto3
 
-    tunable = {"publish_timeout_s", "entry_ttl_s", "idempotency_ttl_s", "reconcile_age_s", "lock_ttl_ms", "lock_wait_ms"}
+    tunable = {"publish_timeout_s", "entry_ttl_s", "idempotency_ttl_s", "reconcile_age_s", "lock_ttl_ms", "lock_wait_ms",
+               "stream_batch", "stream_block_ms", "stream_claim_idle_ms", "stream_max_deliveries", "rebuild_hold_s",
+               "delay_visibility_ms", "reminder_before_close_s", "inbox_ttl_s", "inbox_max_messages", "journeys"}
     values = {}
     pages = boto3.client("ssm").get_paginator("get_parameters_by_path").paginate(Path=path, Recursive=False)
     for page in pages:
@@ -111,7 +144,10 @@ def build_settings(env=None) -> Settings:
     env = os.environ if env is None else env
     # precedence: explicit env var > secret > SSM > default
     merged = {**_from_ssm(env), **_from_secrets(env), **_from_env(env)}
-    return replace(Settings(), **merged)
+    cfg = replace(Settings(), **merged)
+    if cfg.event_transport not in ("kafka", "redis-stream"):
+        raise ValueError(f"EVENT_TRANSPORT must be kafka or redis-stream, not {cfg.event_transport!r}")
+    return cfg
 
 
 @functools.lru_cache(maxsize=1)

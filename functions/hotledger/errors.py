@@ -25,6 +25,33 @@ IdempotencyInProgress = _error("IdempotencyInProgress", 409, "IDEMPOTENCY_IN_PRO
 PendingOrders = _error("PendingOrders", 409, "PENDING_ORDERS")
 PublishFailed = _error("PublishFailed", 503, "PUBLISH_FAILED")
 ServiceUnavailable = _error("ServiceUnavailable", 503, "SERVICE_UNAVAILABLE")
+# the lock's lease ran out and a newer owner wrote first (fencing token): nothing was changed
+FencedOut = _error("FencedOut", 503, "LOCK_LOST")
 # a charge that may or may not have been made (Redis or the DB did not answer, or the broker did not
 # acknowledge and the rollback could not reach Redis); details carry the entry id to look up
 ChargeOutcomeUnknown = _error("ChargeOutcomeUnknown", 503, "OUTCOME_UNKNOWN")
+
+# flash sales
+VoucherNotFound = _error("VoucherNotFound", 404, "VOUCHER_NOT_FOUND")
+NotStarted = _error("NotStarted", 409, "SALE_NOT_STARTED")
+Ended = _error("Ended", 409, "SALE_ENDED")
+SoldOut = _error("SoldOut", 409, "SOLD_OUT")
+AlreadyOrdered = _error("AlreadyOrdered", 409, "ALREADY_ORDERED")
+# Redis lost a voucher or red packet and rebuilt it from the DB: sales wait until in-flight events landed
+Recovering = _error("Recovering", 503, "RECOVERING")
+
+# red packets
+PacketNotFound = _error("PacketNotFound", 404, "PACKET_NOT_FOUND")
+PacketNotOpen = _error("PacketNotOpen", 409, "PACKET_NOT_OPEN")
+AlreadyGrabbed = _error("AlreadyGrabbed", 409, "ALREADY_GRABBED")
+PacketEmpty = _error("PacketEmpty", 409, "EMPTY")
+PacketExpired = _error("PacketExpired", 409, "EXPIRED")
+TotalTooSmall = _error("TotalTooSmall", 422, "TOTAL_TOO_SMALL")
+
+# payment orders, delay queues, journeys
+PaymentOrderNotFound = _error("PaymentOrderNotFound", 404, "ORDER_NOT_FOUND")
+OrderClosed = _error("OrderClosed", 409, "ORDER_CLOSED")
+OrderPaid = _error("OrderPaid", 409, "ORDER_PAID")
+ElementNotFound = _error("ElementNotFound", 404, "ELEMENT_NOT_FOUND")
+JourneyNotFound = _error("JourneyNotFound", 404, "JOURNEY_NOT_FOUND")
+QueueReserved = _error("QueueReserved", 409, "QUEUE_RESERVED")

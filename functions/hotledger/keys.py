@@ -1,32 +1,150 @@
-"""Redis key layout. Every key of one account carries the user id as a hash tag ({uid}),
-so each script's keys land in one Redis Cluster slot."""
+"""Redis key layout. Every key a script touches carries its entity's hash tag, so each script's keys land
+in one Redis Cluster slot: {uid} for an account, {v<id>} for a voucher, {rp<id>} for a red packet.
+
+With EVENT_TRANSPORT=redis-stream the scripts also XADD to an event stream, which must share the slot:
+the tag is then the entity's stream shard ({s<n>}) followed by the entity, and the shard's stream is
+events:{s<n>}. STREAM_SHARDS sets how many shards (streams, slots) there are.
+"""
+from __future__ import annotations
+
+import zlib
+
+from hotledger.config import settings
 
 
+def _shards() -> int:
+    cfg = settings()
+    return cfg.stream_shards if cfg.event_transport == "redis-stream" else 0
+
+
+def shard_of(entity: str) -> int:
+    return zlib.crc32(entity.encode()) % max(1, settings().stream_shards)
+
+
+def tag(entity: str) -> str:
+    if _shards():
+        return f"{{s{shard_of(entity)}}}:{entity}"
+    return f"{{{entity}}}"
+
+
+def stream(shard: int) -> str:
+    return f"events:{{s{shard}}}"
+
+
+def dead_stream(shard: int) -> str:
+    return f"events:dead:{{s{shard}}}"
+
+
+def entity_stream(entity: str) -> str:
+    """The stream a script on this entity appends to ('' in Kafka mode: the key is passed but unused)."""
+    return stream(shard_of(entity)) if _shards() else f"events:unused:{tag(entity)}"
+
+
+# accounts ---------------------------------------------------------------------------------------------
 def balance(user_id: int) -> str:
-    return f"user:balance:{{{user_id}}}"
+    return f"user:balance:{tag(str(user_id))}"
 
 
 def entry(user_id: int, entry_id: int) -> str:
-    """Deduct or recharge not yet persisted: 'amount;ts;balanceAfter;version;kind;epoch;open'."""
-    return f"user:order:{{{user_id}}}:{entry_id}"
+    """Deduct or recharge not yet persisted: 'amount;ts;balanceAfter;version;kind;epoch;open;idemKey'."""
+    return f"user:order:{tag(str(user_id))}:{entry_id}"
 
 
 def consistency(user_id: int) -> str:
     """Zset of entry ids charged in Redis and not yet in the DB, scored by time (ms)."""
-    return f"user:order:consistency:{{{user_id}}}"
+    return f"user:order:consistency:{tag(str(user_id))}"
 
 
 def fate(user_id: int, entry_id: int) -> str:
     """'claimed' by the writer or 'rolledback' by the API: whichever comes first wins."""
-    return f"user:order:fate:{{{user_id}}}:{entry_id}"
+    return f"user:order:fate:{tag(str(user_id))}:{entry_id}"
 
 
 def idempotency(user_id: int, idem_key: str) -> str:
-    return f"user:idem:{{{user_id}}}:{idem_key}"
+    return f"user:idem:{tag(str(user_id))}:{idem_key}"
 
 
-def lock(user_id: int) -> str:
-    return f"user:lock:{{{user_id}}}"
+def account_lock(user_id: int) -> str:
+    """The name of an account's distributed lock (dal/lock.py builds its keys from it)."""
+    return f"account-{user_id}"
+
+
+def account_stream(user_id: int) -> str:
+    return entity_stream(str(user_id))
+
+
+# vouchers (flash sale) ------------------------------------------------------------------------------------
+def voucher(voucher_id: int) -> str:
+    """Hash: stock, begin, end, limit, epoch, hold_until, db_version."""
+    return f"seckill:voucher:{tag(f'v{voucher_id}')}"
+
+
+def voucher_buyers(voucher_id: int) -> str:
+    """Hash: user id -> orders taken."""
+    return f"seckill:buyers:{tag(f'v{voucher_id}')}"
+
+
+def voucher_pending(voucher_id: int) -> str:
+    """Hash: order id -> 'user;seq;ts;epoch' for orders not yet in the DB."""
+    return f"seckill:pending:{tag(f'v{voucher_id}')}"
+
+
+def voucher_fate(voucher_id: int, order_id: int) -> str:
+    return f"seckill:fate:{tag(f'v{voucher_id}')}:{order_id}"
+
+
+def voucher_stream(voucher_id: int) -> str:
+    return entity_stream(f"v{voucher_id}")
+
+
+# red packets ------------------------------------------------------------------------------------------------
+def packet(packet_id: int) -> str:
+    """Hash: state, expires_at, hold_until."""
+    return f"rp:packet:{tag(f'rp{packet_id}')}"
+
+
+def packet_unclaimed(packet_id: int) -> str:
+    """List of 'item_id;amount' not grabbed yet."""
+    return f"rp:unclaimed:{tag(f'rp{packet_id}')}"
+
+
+def packet_grabbers(packet_id: int) -> str:
+    """Hash: user id -> 'item_id;amount;ts'."""
+    return f"rp:grabbers:{tag(f'rp{packet_id}')}"
+
+
+def packet_pending(packet_id: int) -> str:
+    """Hash: item id -> 'user;amount;ts' for grabs whose claim is not in the DB yet."""
+    return f"rp:pending:{tag(f'rp{packet_id}')}"
+
+
+def packet_fate(packet_id: int, item_id: int) -> str:
+    return f"rp:fate:{tag(f'rp{packet_id}')}:{item_id}"
+
+
+def packet_stream(packet_id: int) -> str:
+    return entity_stream(f"rp{packet_id}")
+
+
+# app inbox -------------------------------------------------------------------------------------------------
+def inbox_index(account: int) -> str:
+    """Zset: message id -> created (epoch ms)."""
+    return f"inbox:index:{tag(f'inbox{account}')}"
+
+
+def inbox_message(account: int, message_id: str) -> str:
+    return f"inbox:msg:{tag(f'inbox{account}')}:{message_id}"
+
+
+def inbox_biz(account: int, biz_type: str, outer_biz_id: str) -> str:
+    """The message id written for one business event: makes posting idempotent."""
+    return f"inbox:biz:{tag(f'inbox{account}')}:{biz_type}:{outer_biz_id}"
+
+
+# unfinished-business journeys -----------------------------------------------------------------------------
+def journeys(biz: str) -> str:
+    """Zset: account -> when its journey started (epoch ms)."""
+    return f"journey:{tag(f'journey-{biz}')}"
 
 
 IDGEN_WORKER_PREFIX = "idgen:worker:"

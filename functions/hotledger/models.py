@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter, model_validator
 
 from hotledger.money import parse_minor
 
@@ -86,6 +86,205 @@ class OrderView(BaseModel):
     status: Literal["PENDING", "PERSISTED"]
 
 
+# flash sale -------------------------------------------------------------------------------------------
+UserRef = Annotated[StrictInt, Field(gt=0, lt=2**31)]
+
+
+class CreateVoucherRequest(_Strict):
+    title: Annotated[StrictStr, Field(min_length=1, max_length=128)]
+    stock: Annotated[StrictInt, Field(gt=0, le=10_000_000)]
+    begin_at: Annotated[StrictInt, Field(ge=0, description="sale opens, epoch milliseconds")]
+    end_at: Annotated[StrictInt, Field(gt=0, description="sale closes, epoch milliseconds (after begin_at)")]
+    per_user_limit: Annotated[StrictInt, Field(gt=0, le=1000)] = 1
+
+    @model_validator(mode="after")
+    def _ends_after_it_begins(self) -> CreateVoucherRequest:
+        if self.end_at <= self.begin_at:
+            raise ValueError("end_at must be after begin_at")
+        return self
+
+
+class VoucherCreated(BaseModel):
+    voucher_id: str
+
+
+class VoucherView(BaseModel):
+    voucher_id: str
+    title: str
+    initial_stock: int
+    stock_left: int = Field(description="in Redis: what can still be bought")
+    sold: int = Field(description="orders persisted in the DB")
+    pending: int = Field(description="orders taken in Redis, not yet in the DB")
+    per_user_limit: int
+    begin_at: int
+    end_at: int
+
+
+class VoucherOrderRequest(_Strict):
+    user_id: UserRef
+
+
+class VoucherOrderResult(BaseModel):
+    order_id: str
+    voucher_id: str
+    user_id: int
+    seq: int = Field(description="the buyer's n-th order of this voucher")
+
+
+class VoucherOrderView(BaseModel):
+    order_id: str
+    voucher_id: str
+    user_id: int
+    status: Literal["PENDING", "PERSISTED"]
+
+
+# red packets -------------------------------------------------------------------------------------------
+class CreateRedPacketRequest(_Strict):
+    sender_id: UserRef
+    total: Amount
+    count: Annotated[StrictInt, Field(gt=0, le=10_000)]
+    expires_in_s: Annotated[StrictInt, Field(gt=0, le=7 * 24 * 3600)] = 24 * 3600
+
+
+class RedPacketCreated(BaseModel):
+    packet_id: str
+    sender_id: int
+    total: str
+    count: int
+    expires_at: int
+
+
+class GrabRequest(_Strict):
+    user_id: UserRef
+
+
+class GrabResult(BaseModel):
+    packet_id: str
+    item_id: str
+    user_id: int
+    amount: str
+    credited: bool = Field(description="false: the claim is durable but the credit failed; the reconciler retries it")
+
+
+class RedPacketGrab(BaseModel):
+    user_id: int
+    amount: str
+
+
+class RedPacketView(BaseModel):
+    packet_id: str
+    sender_id: int
+    state: str
+    total: str
+    count: int
+    claimed: int
+    remaining: int
+    refund: str | None
+    expires_at: int
+    grabs: list[RedPacketGrab]
+
+
+# delay queues ----------------------------------------------------------------------------------------------
+QueueName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+Element = Annotated[StrictStr, Field(min_length=1, max_length=512)]
+
+
+class DelayOfferRequest(_Strict):
+    element: Element
+    delay_s: Annotated[StrictInt, Field(ge=0, le=365 * 86400)] | None = None
+    due_at: Annotated[StrictInt, Field(ge=0, description="epoch milliseconds")] | None = None
+
+    @model_validator(mode="after")
+    def _one_time(self) -> DelayOfferRequest:
+        if (self.delay_s is None) == (self.due_at is None):
+            raise ValueError("give exactly one of delay_s and due_at")
+        return self
+
+
+class DelayOfferResult(BaseModel):
+    queue: str
+    element: str
+    due_at: int
+    new: bool = Field(description="false: the element was queued already and its due time moved")
+
+
+class DelayQueueView(BaseModel):
+    queue: str
+    size: int = Field(description="waiting")
+    taken: int = Field(description="taken by a consumer, not acknowledged yet")
+    earliest_due_at: int | None
+
+
+class DelayTakeRequest(_Strict):
+    limit: Annotated[StrictInt, Field(gt=0, le=1000)] = 100
+
+
+class DelayTakenElement(BaseModel):
+    element: str
+    due_at: int
+
+
+class DelayTakeResult(BaseModel):
+    elements: list[DelayTakenElement]
+    visibility_timeout_ms: int = Field(description="acknowledge within this, or the elements are handed out again")
+
+
+class DelayAckRequest(_Strict):
+    elements: Annotated[list[Element], Field(min_length=1, max_length=1000)]
+
+
+# payment orders, inbox, journeys ---------------------------------------------------------------------------
+class CreatePaymentOrderRequest(_Strict):
+    user_id: UserRef
+    amount: Amount
+    close_in_s: Annotated[StrictInt, Field(gt=0, le=30 * 86400)]
+
+
+class PaymentOrderView(BaseModel):
+    order_id: str
+    user_id: int
+    amount: str
+    state: Literal["OPEN", "PAID", "CLOSED"]
+    close_at: int
+    reminder_due_at: int | None = Field(default=None, description="when the close reminder fires, while it is queued")
+
+
+BizText = Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class PostMessageRequest(_Strict):
+    biz_type: BizText
+    outer_biz_id: BizText
+    title: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+    content: Annotated[StrictStr, Field(min_length=1, max_length=4000)]
+    url: Annotated[StrictStr, Field(max_length=1000)] | None = None
+
+
+class PostMessageResult(BaseModel):
+    message_id: str
+    duplicate: bool = Field(description="true: this (biz_type, outer_biz_id) was posted before; nothing was written")
+
+
+class MessageView(BaseModel):
+    message_id: str
+    biz_type: str
+    outer_biz_id: str
+    title: str
+    content: str
+    url: str | None
+    created_at: int
+
+
+class MessagesView(BaseModel):
+    messages: list[MessageView]
+
+
+class JourneyView(BaseModel):
+    biz: str
+    account: int
+    started_at: int | None
+
+
 class ErrorBody(BaseModel):
     code: str = Field(examples=["INSUFFICIENT_BALANCE"])
     message: str
@@ -115,3 +314,32 @@ class LedgerEvent(BaseModel):
     @property
     def delta(self) -> int:
         return -self.amount if self.kind == "D" else self.amount
+
+
+class VoucherOrderEvent(BaseModel):
+    """A flash-sale order taken in Redis, travelling to the DB."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["voucher_order"]
+    id: Annotated[StrictInt, Field(gt=0)]
+    voucher_id: Annotated[StrictInt, Field(gt=0)]
+    user_id: Annotated[StrictInt, Field(gt=0)]
+    seq: Annotated[StrictInt, Field(gt=0)]
+    ts: StrictInt
+    epoch: str
+
+
+class RedPacketClaimEvent(BaseModel):
+    """A red packet grabbed in Redis, travelling to the DB."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["redpacket_claim"]
+    packet_id: Annotated[StrictInt, Field(gt=0)]
+    item_id: Annotated[StrictInt, Field(gt=0)]
+    user_id: Annotated[StrictInt, Field(gt=0)]
+    amount: Annotated[StrictInt, Field(gt=0)]
+    ts: StrictInt
+
+
+AnyEvent = Annotated[LedgerEvent | VoucherOrderEvent | RedPacketClaimEvent, Field(discriminator="type")]
+EVENT_ADAPTER = TypeAdapter(AnyEvent)

@@ -5,11 +5,18 @@ import functools
 
 from hotledger.config import settings
 from hotledger.dal import publisher
-from hotledger.dal.lock import AccountLock
+from hotledger.dal.delay_queue import DelayQueue, Drainer
+from hotledger.dal.lock import DistributedLock
 from hotledger.dal.redis_store import scripts
 from hotledger.ids import IdGenerator
 from hotledger.logic.billing import Billing
+from hotledger.logic.inbox import Inbox
+from hotledger.logic.journeys import Journeys, parse_thresholds
+from hotledger.logic.orders import ORDER_REMINDERS, PaymentOrders
 from hotledger.logic.reconciler import Reconciler
+from hotledger.logic.redpackets import PACKET_EXPIRY, RedPacketPersister, RedPackets
+from hotledger.logic.seckill import Seckill, SeckillPersister
+from hotledger.logic.stream_consumer import StreamConsumer
 from hotledger.logic.writer import Writer
 
 
@@ -19,17 +26,76 @@ def id_generator() -> IdGenerator:
 
 
 @functools.lru_cache(maxsize=1)
+def lock() -> DistributedLock:
+    cfg = settings()
+    return DistributedLock(scripts(), cfg.lock_ttl_ms, cfg.lock_wait_ms)
+
+
+@functools.lru_cache(maxsize=1)
 def billing() -> Billing:
     cfg = settings()
-    lock = AccountLock(scripts().client, scripts().lease, cfg.lock_ttl_ms, cfg.lock_wait_ms)
-    return Billing(cfg, scripts(), lock, id_generator(), publisher.publish)
+    return Billing(cfg, scripts(), lock(), id_generator(), publisher.publish)
+
+
+@functools.lru_cache(maxsize=1)
+def seckill() -> Seckill:
+    return Seckill(settings(), scripts(), id_generator(), publisher.publish)
+
+
+@functools.lru_cache(maxsize=1)
+def redpackets() -> RedPackets:
+    return RedPackets(settings(), scripts(), id_generator(), publisher.publish, billing(), delay_queue())
 
 
 @functools.lru_cache(maxsize=1)
 def writer() -> Writer:
-    return Writer(scripts(), settings().entry_ttl_s)
+    ttl = settings().entry_ttl_s
+    return Writer(scripts(), ttl, SeckillPersister(scripts(), ttl), RedPacketPersister(scripts(), ttl))
 
 
 @functools.lru_cache(maxsize=1)
 def reconciler() -> Reconciler:
-    return Reconciler(scripts(), writer(), settings().reconcile_age_s)
+    return Reconciler(scripts(), writer(), settings().reconcile_age_s, seckill(), redpackets(), journeys())
+
+
+@functools.lru_cache(maxsize=1)
+def delay_queue() -> DelayQueue:
+    return DelayQueue(scripts(), settings().delay_visibility_ms)
+
+
+@functools.lru_cache(maxsize=1)
+def inbox() -> Inbox:
+    cfg = settings()
+    return Inbox(scripts(), id_generator(), cfg.inbox_ttl_s, cfg.inbox_max_messages, billing().account_exists)
+
+
+@functools.lru_cache(maxsize=1)
+def payment_orders() -> PaymentOrders:
+    return PaymentOrders(billing(), delay_queue(), inbox(), id_generator(), lock(), settings().reminder_before_close_s)
+
+
+@functools.lru_cache(maxsize=1)
+def journeys() -> Journeys:
+    return Journeys(scripts(), inbox(), parse_thresholds(settings().journeys))
+
+
+def delay_handlers() -> dict:
+    """The queues the scheduled drainer serves, with their handlers; other queues are served over HTTP."""
+    return {ORDER_REMINDERS: payment_orders().fire_reminders, PACKET_EXPIRY: redpackets().expire_due}
+
+
+def delay_drainer() -> Drainer:
+    return Drainer(delay_queue(), delay_handlers())
+
+
+def stream_consumer(name: str) -> StreamConsumer:
+    return StreamConsumer(scripts().client, writer(), settings(), name)
+
+
+def reset() -> None:
+    """Forget every cached service and setting (tests switching configuration)."""
+    from hotledger.config import settings as cached_settings
+
+    for cached in (id_generator, lock, billing, seckill, redpackets, writer, reconciler, delay_queue, inbox, payment_orders,
+                   journeys, scripts, cached_settings):
+        cached.cache_clear()

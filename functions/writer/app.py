@@ -4,29 +4,29 @@ because persisting is idempotent, a retry or re-delivery changes nothing twice."
 from __future__ import annotations
 
 import base64
-import json
 
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
 from hotledger import observability
 from hotledger.logic.writer import PoisonRecord
-from hotledger.models import LedgerEvent
+from hotledger.models import EVENT_ADAPTER
 from hotledger.runtime import writer
 
 logger = observability.logger()
 metrics = observability.metrics()
 
 
-def decode(event: dict) -> tuple[list[LedgerEvent], list[PoisonRecord]]:
-    """MSK event -> ledger events in partition order, plus the records that can never be applied."""
+def decode(event: dict) -> tuple[list, list[PoisonRecord]]:
+    """MSK event -> events (ledger, voucher order, red packet claim) in partition order, plus the records that
+    can never be applied."""
     decoded, poison = [], []
     for records in event.get("records", {}).values():
         for record in records:
             key = base64.b64decode(record["key"]) if record.get("key") else None
             value = base64.b64decode(record["value"]) if record.get("value") else None
             try:
-                decoded.append(LedgerEvent.model_validate(json.loads(value or b"")))
+                decoded.append(EVENT_ADAPTER.validate_json(value or b""))
             except (ValueError, ValidationError) as exc:
                 poison.append(PoisonRecord(record["topic"], record["partition"], record["offset"], key, value, str(exc)))
     return decoded, poison

@@ -8,7 +8,8 @@ It reads template.yaml and runs the very same handlers:
   MaximumBatchingWindowInSeconds from the template); offsets are committed only after the function
   succeeded; an exception retries the whole batch, batchItemFailures retries from the first failed
   offset of each partition (the Lambda contract).
-- Schedule events: invoked at their rate, or every HOTLEDGER_LOCAL_SCHEDULE_RATE_S seconds.
+- Schedule events: invoked at their rate, or every HOTLEDGER_LOCAL_SCHEDULE_RATE_S seconds (the Redis
+  Streams drainer among them: each run drains until shortly before its timeout).
 Layers are "mounted" by pointing LUA_DIR at the layer's ContentUri.
 """
 from __future__ import annotations
@@ -231,7 +232,9 @@ def main(argv=None) -> int:
             log.info("%s: http://%s:%d (%d workers)", fn.name, args.host, args.port, args.api_workers)
     threads: list[threading.Thread] = []
     for fn in functions:
-        if fn.msk and not args.no_msk:
+        # with the Redis Streams transport nothing goes to Kafka: the scheduled drainer persists (as in AWS,
+        # where the template then creates no MSK trigger)
+        if fn.msk and not args.no_msk and os.environ.get("EVENT_TRANSPORT", "kafka") == "kafka":
             fn.msk["topic"] = os.environ.get("KAFKA_TOPIC", fn.msk["topic"])  # like --parameter-overrides KafkaTopic=...
             threads.append(MskPoller(fn, bootstrap, stop))
             log.info("%s: MSK topic %s, batch %d, window %.1fs", fn.name, fn.msk["topic"], fn.msk["batch_size"], fn.msk["window_s"])

@@ -2,9 +2,10 @@
 -- record the entry for the writer and the reconciler, and remember the answer for an Idempotency-Key.
 -- All keys share the {uid} hash tag (one Redis Cluster slot).
 -- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts
--- KEYS[2] user:order:{uid}:<id>        string set here: amount;ts;balanceAfter;version;kind;epoch;open
+-- KEYS[2] user:order:{uid}:<id>        string set here: amount;ts;balanceAfter;version;kind;epoch;open;idemKey
 -- KEYS[3] user:order:consistency:{uid} zset: entry ids not yet in the DB, scored by ts
 -- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state, ts (touched only when ARGV[6] ~= '')
+-- KEYS[5] events:{s<n>}                the event stream (written only when ARGV[11] is 'stream')
 -- ARGV[1] kind 'D' | 'R'
 -- ARGV[2] amount in minor units (integer > 0)
 -- ARGV[3] ts, epoch milliseconds
@@ -16,6 +17,10 @@
 -- ARGV[9] ts before which a 'pending' idempotency record is stale: its request died between the
 --         charge and the broker's answer; the charge stands (a rollback would have deleted the
 --         record), so the first answer is replayed and the caller publishes the entry again
+-- ARGV[10] the Idempotency-Key itself ('' when none; [A-Za-z0-9_.:-] only), kept in the entry and the event
+-- ARGV[11] 'stream': XADD the ledger event to KEYS[5] here, atomically with the charge (Redis Streams
+--          transport: nothing to publish or roll back afterwards); '' with the Kafka transport
+-- ARGV[12] the user id (for the streamed event)
 -- open is '1' (open), 'BALANCE' (closed because balance <= 0) or 'ADMIN' (closed by an operator).
 -- Returns one of:
 --   {'missing'}                        no cached account: load it from the DB, then retry
@@ -67,10 +72,19 @@ end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 local balance_s, v_s = string.format('%d', balance), string.format('%d', v)
 redis.call('HSET', KEYS[1], 'ts', ts, 'open', open)
-redis.call('SET', KEYS[2], table.concat({ARGV[2], ts, balance_s, v_s, kind, h[6], open}, ';'), 'EX', ARGV[5])
+redis.call('SET', KEYS[2], table.concat({ARGV[2], ts, balance_s, v_s, kind, h[6], open, ARGV[10]}, ';'), 'EX', ARGV[5])
 redis.call('ZADD', KEYS[3], ts, id)
+local streamed = ARGV[11] == 'stream'
+if streamed then
+  -- numbers are spliced as their decimal strings: a 63-bit id never passes through a Lua double
+  redis.call('XADD', KEYS[5], '*', 'e', '{"type":"ledger","id":' .. id .. ',"kind":"' .. kind .. '","user_id":'
+    .. ARGV[12] .. ',"amount":' .. ARGV[2] .. ',"balance_after":' .. balance_s
+    .. ',"version":' .. v_s .. ',"epoch":"' .. h[6] .. '","ts":' .. ts .. ',"open":"' .. open .. '","idem_key":'
+    .. (ARGV[10] == '' and 'null' or ('"' .. ARGV[10] .. '"')) .. '}')
+end
 if fingerprint ~= '' then
-  redis.call('HSET', KEYS[4], 'fp', fingerprint, 'id', id, 'balance', balance_s, 'v', v_s, 'state', 'pending', 'ts', ts)
+  redis.call('HSET', KEYS[4], 'fp', fingerprint, 'id', id, 'balance', balance_s, 'v', v_s,
+    'state', streamed and 'done' or 'pending', 'ts', ts)
   redis.call('EXPIRE', KEYS[4], ARGV[7])
 end
 return {'ok', id, balance_s, v_s, h[6], open}

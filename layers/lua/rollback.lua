@@ -1,6 +1,6 @@
 -- rollback: undo a ledger_apply whose event could not be published, unless the writer already has it.
 -- KEYS[1] user:balance:{uid}            hash
--- KEYS[2] user:order:{uid}:<id>         entry string (amount;ts;balanceAfter;version;kind;epoch;open)
+-- KEYS[2] user:order:{uid}:<id>         entry string (amount;ts;balanceAfter;version;kind;epoch;open;idemKey)
 -- KEYS[3] user:order:consistency:{uid}  zset
 -- KEYS[4] user:order:fate:{uid}:<id>    'claimed' (writer) | 'rolledback' (this script)
 -- KEYS[5] user:idem:{uid}:<key>         idempotency record, deleted when it points at this entry

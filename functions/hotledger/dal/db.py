@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from datetime import datetime, timezone
 
 import pymysql
 
@@ -98,3 +99,18 @@ def query(sql: str, args=None) -> list[tuple]:
     except pymysql.err.OperationalError as exc:
         _drop_connection()
         raise DatabaseUnavailable(str(exc)) from exc
+
+
+def execute(sql: str, args=None) -> int:
+    """One statement in its own transaction; returns the affected row count."""
+    with transaction() as cur:
+        return cur.execute(sql, args)
+
+
+def to_datetime(ms: int) -> datetime:
+    """Epoch milliseconds -> the naive UTC DATETIME the sessions use."""
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).replace(tzinfo=None)
+
+
+def to_ms(moment: datetime) -> int:
+    return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 
 import redis
@@ -47,3 +48,14 @@ def never_ran(exc: redis.RedisError) -> bool:
     """True when the connection was refused: the command cannot have reached Redis. A timeout or a
     connection lost mid-command leaves its outcome unknown."""
     return isinstance(exc.__context__, ConnectionRefusedError)
+
+
+def wait_for_message(pubsub, timeout_s: float, addressed_to: str | None = None) -> bool:
+    """Sleep until a published message arrives (True) or timeout_s passes (False); subscribe confirmations
+    do not count, nor, with addressed_to, messages whose payload names someone else."""
+    end = time.monotonic() + timeout_s
+    while (left := end - time.monotonic()) > 0:
+        message = pubsub.get_message(timeout=left)
+        if message and message["type"] == "message" and addressed_to in (None, text(message["data"])):
+            return True
+    return False

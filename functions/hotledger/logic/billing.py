@@ -23,6 +23,7 @@ from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.publisher import PublishFailed
 from hotledger.dal.redis_store import never_ran, text
+from hotledger.logic.durable import Durability, stream_flag
 from hotledger.logic.ledger import Entry, expected_cache_balance
 from hotledger.money import MAX_MINOR, format_minor
 
@@ -97,7 +98,8 @@ def _commit_outcome_of(kind: str, user_id: int, entry_id: int):
 
 class Billing:
     def __init__(self, cfg: Settings, scripts, lock, ids, publish):
-        self.cfg, self.scripts, self.lock, self.ids, self.publish = cfg, scripts, lock, ids, publish
+        self.cfg, self.scripts, self.lock, self.ids = cfg, scripts, lock, ids
+        self.durability = Durability(cfg, publish)
         self.redis: redis.Redis = scripts.client
         # longer than any live request spends between its charge and the broker's answer or its rollback
         self._idempotency_stale_ms = int(cfg.publish_timeout_s * 2000) + 5000
@@ -121,10 +123,18 @@ class Billing:
         return user_id
 
     @staticmethod
-    def _locked_account(cur, user_id: int) -> tuple:
+    def _locked_account(cur, user_id: int, fence: int) -> tuple:
         """Lock the account row, then read it with its user row. Every path that writes both tables
-        locks t_account first (the writer too), so they serialize per account and never deadlock."""
-        cur.execute("SELECT user_id FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
+        locks t_account first (the writer too), so they serialize per account and never deadlock.
+        `fence` is the distributed lock's token: a smaller one than the row has seen means this caller's
+        lease ran out and a newer owner wrote since, so it must not write (it is refused)."""
+        cur.execute("SELECT fence FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
+        seen = cur.fetchone()
+        if seen is not None and seen[0] > fence:
+            raise errors.FencedOut("this request's hold on the account lock ran out and a newer one wrote first; "
+                                   "nothing was changed, retry")
+        if seen is not None and seen[0] < fence:
+            cur.execute("UPDATE t_account SET fence = %s WHERE user_id = %s", (fence, user_id))
         cur.execute(
             "SELECT u.user_name, u.api_open, u.close_reason, u.deduct_type, a.balance, a.version, a.threshold"
             " FROM t_user u JOIN t_account a ON a.user_id = u.id WHERE u.id = %s",
@@ -138,8 +148,8 @@ class Billing:
     def load_cache(self, user_id: int) -> None:
         """Cache the account from the DB (create-if-absent) under the account lock. The cached
         balance also counts entries charged in Redis that the DB does not hold yet."""
-        with self.lock.hold(user_id), db.transaction() as cur:
-            _, api_open, reason, deduct_type, balance, version, threshold = self._locked_account(cur, user_id)
+        with self.lock.hold(keys.account_lock(user_id)) as held, db.transaction() as cur:
+            _, api_open, reason, deduct_type, balance, version, threshold = self._locked_account(cur, user_id, held.fence)
             balance = expected_cache_balance(cur, self.redis, user_id, balance)
             epoch = str(self.ids.next_id())
             self.scripts.balance_load(
@@ -167,6 +177,9 @@ class Billing:
                 api_open = open_flag == "1"
         return Account(user_id, user_name, balance, version, threshold, deduct_type, bool(api_open), pending)
 
+    def account_exists(self, user_id: int) -> bool:
+        return bool(self.redis.exists(keys.balance(user_id))) or bool(db.query("SELECT 1 FROM t_user WHERE id = %s", (user_id,)))
+
     def _cached(self, user_id: int):
         balance, version, threshold, open_flag = self.redis.hmget(keys.balance(user_id), "balance", "v", "threshold", "open")
         if balance is None:
@@ -174,9 +187,9 @@ class Billing:
         return int(balance), int(version), int(threshold), text(open_flag)
 
     def patch_account(self, user_id: int, deduct_type: str | None, threshold: int | None, api_open: bool | None) -> Account:
-        with self.lock.hold(user_id):
+        with self.lock.hold(keys.account_lock(user_id)) as held:
             with db.transaction() as cur:
-                _, _, _, current_type, *_ = self._locked_account(cur, user_id)
+                _, _, _, current_type, *_ = self._locked_account(cur, user_id, held.fence)
                 cached_fields: list = []
                 if deduct_type == "SYNC" and current_type == "ASYNC":
                     status = self.scripts.mode_to_sync(keys=[keys.balance(user_id), keys.consistency(user_id)])
@@ -217,9 +230,10 @@ class Billing:
             idem = keys.idempotency(user_id, idem_key or "")
             try:
                 reply = self.scripts.ledger_apply(
-                    keys=[keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id), idem],
+                    keys=[keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id), idem,
+                          keys.account_stream(user_id)],
                     args=[kind, amount, ts, entry_id, self.cfg.entry_ttl_s, fingerprint, self.cfg.idempotency_ttl_s,
-                          MAX_BALANCE, ts - self._idempotency_stale_ms],
+                          MAX_BALANCE, ts - self._idempotency_stale_ms, idem_key or "", stream_flag(self.cfg), user_id],
                 )
             except redis.RedisError as exc:
                 if never_ran(exc):
@@ -235,7 +249,8 @@ class Billing:
                     return result
                 continue
             if status == "ok":
-                entry = Entry(entry_id, user_id, amount, ts, int(reply[2]), int(reply[3]), kind, text(reply[4]), text(reply[5]))
+                entry = Entry(entry_id, user_id, amount, ts, int(reply[2]), int(reply[3]), kind, text(reply[4]), text(reply[5]),
+                              idem_key)
                 self._publish_or_roll_back(entry, idem_key, idem)
                 return LedgerResult(entry_id, user_id, amount, entry.balance_after, entry.version, "ASYNC")
             if status == "replay":
@@ -262,22 +277,17 @@ class Billing:
         raise errors.ServiceUnavailable(f"unexpected script reply {status!r}")
 
     def _publish_or_roll_back(self, entry: Entry, idem_key: str | None, idem: str) -> None:
-        try:
-            self.publish(str(entry.user_id), entry.to_event(idem_key).model_dump())
-        except PublishFailed as exc:
-            try:
-                reply = self.scripts.rollback(
-                    keys=[keys.balance(entry.user_id), keys.entry(entry.user_id, entry.entry_id),
-                          keys.consistency(entry.user_id), keys.fate(entry.user_id, entry.entry_id), idem],
-                    args=[entry.entry_id, self.cfg.entry_ttl_s],
-                )
-            except redis.RedisError as lost:
-                # the entry stays pending: if Redis kept it, the reconciler persists it; if Redis lost it, it never happened
-                raise _outcome_unknown(entry.kind, entry.user_id, entry.entry_id,
-                                       "the broker did not acknowledge the charge and Redis could not take it back") from lost
-            if text(reply[0]) != "claimed":  # claimed: the event did arrive and will be persisted
-                raise errors.PublishFailed("the charge could not be recorded durably and was not made; retry") from exc
-        if idem_key:
+        self.durability.publish_or_undo(
+            str(entry.user_id),
+            lambda: entry.to_event().model_dump(),
+            lambda: self.scripts.rollback(
+                keys=[keys.balance(entry.user_id), keys.entry(entry.user_id, entry.entry_id),
+                      keys.consistency(entry.user_id), keys.fate(entry.user_id, entry.entry_id), idem],
+                args=[entry.entry_id, self.cfg.entry_ttl_s],
+            ),
+            lambda why: _outcome_unknown(entry.kind, entry.user_id, entry.entry_id, why),
+        )
+        if idem_key and not self.durability.streamed:
             with contextlib.suppress(redis.RedisError):  # the charge is durable: a retry replays it once the record is stale
                 self.redis.hset(idem, "state", "done")
 
@@ -289,13 +299,13 @@ class Billing:
         if raw is None:  # persisted already
             return
         with contextlib.suppress(PublishFailed):
-            self.publish(str(user_id), Entry.parse(user_id, entry_id, raw).to_event(idem_key).model_dump())
+            self.durability.publish(str(user_id), Entry.parse(user_id, entry_id, raw).to_event().model_dump())
             self.redis.hset(idem, "state", "done")
 
     def _charge_in_db(self, kind: str, user_id: int, amount: int, idem_key: str | None, fingerprint: str):
         """SYNC path. Returns None when the DB says the account is ASYNC after all (cache was stale)."""
         entry_id = self.ids.next_id()
-        with self.lock.hold(user_id), _commit_outcome_of(kind, user_id, entry_id):
+        with self.lock.hold(keys.account_lock(user_id)) as held, _commit_outcome_of(kind, user_id, entry_id):
             with db.transaction() as cur:
                 if idem_key:
                     cur.execute("SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s FOR UPDATE",
@@ -305,7 +315,7 @@ class Billing:
                         if seen[0] != fingerprint:
                             raise errors.IdempotencyKeyReused("this Idempotency-Key was used with a different request")
                         return LedgerResult(**json.loads(seen[1]))
-                _, api_open, reason, deduct_type, balance, version, threshold = self._locked_account(cur, user_id)
+                _, api_open, reason, deduct_type, balance, version, threshold = self._locked_account(cur, user_id, held.fence)
                 if deduct_type != "SYNC":
                     self.redis.delete(keys.balance(user_id))
                     return None

@@ -10,7 +10,7 @@ from hotledger.models import LedgerEvent
 
 @dataclass(frozen=True)
 class Entry:
-    """A Redis entry string: amount;ts;balanceAfter;version;kind;epoch;open."""
+    """A Redis entry string: amount;ts;balanceAfter;version;kind;epoch;open;idemKey (idemKey may be empty)."""
 
     entry_id: int
     user_id: int
@@ -21,21 +21,23 @@ class Entry:
     kind: str
     epoch: str
     open: str
+    idem_key: str | None = None
 
     @classmethod
     def parse(cls, user_id: int, entry_id: int, raw) -> Entry:
-        amount, ts, balance_after, version, kind, epoch, open_ = text(raw).split(";")
-        return cls(entry_id, user_id, int(amount), int(ts), int(balance_after), int(version), kind, epoch, open_)
+        amount, ts, balance_after, version, kind, epoch, open_, *idem_key = text(raw).split(";")
+        return cls(entry_id, user_id, int(amount), int(ts), int(balance_after), int(version), kind, epoch, open_,
+                   idem_key[0] if idem_key and idem_key[0] else None)
 
     @property
     def delta(self) -> int:
         return -self.amount if self.kind == "D" else self.amount
 
-    def to_event(self, idem_key: str | None = None) -> LedgerEvent:
+    def to_event(self) -> LedgerEvent:
         return LedgerEvent(
             type="ledger", id=self.entry_id, kind=self.kind, user_id=self.user_id, amount=self.amount,
             balance_after=self.balance_after, version=self.version, epoch=self.epoch, ts=self.ts,
-            open=self.open, idem_key=idem_key,
+            open=self.open, idem_key=self.idem_key,
         )
 
 

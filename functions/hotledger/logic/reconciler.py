@@ -6,16 +6,21 @@
   or flagged by the writer after Redis lost writes) is corrected under the DB row lock with a
   compare-and-set on the cached version.
 - A SYNC account whose cached version is older than the DB's is evicted.
-It reports the number of pending entries and the oldest pending age.
+It reports the number of pending entries and the oldest pending age. Vouchers and red packets are
+reconciled by logic/seckill.py and logic/redpackets.py; unfinished journeys become inbox reminders
+(logic/journeys.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hotledger import keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import text
+from hotledger.logic.journeys import JourneyScanReport
 from hotledger.logic.ledger import Entry, expected_cache_balance, pending_entries
+from hotledger.logic.redpackets import PacketReconcileReport, reconcile_packets
+from hotledger.logic.seckill import VoucherReconcileReport, reconcile_vouchers
 from hotledger.logic.writer import Writer
 
 PAGE = 500
@@ -30,13 +35,24 @@ class ReconcileReport:
     lost_entries: int = 0
     corrected: int = 0
     evicted: int = 0
+    vouchers: VoucherReconcileReport = field(default_factory=VoucherReconcileReport)
+    packets: PacketReconcileReport = field(default_factory=PacketReconcileReport)
+    journeys: JourneyScanReport = field(default_factory=JourneyScanReport)
 
 
 class Reconciler:
-    def __init__(self, scripts, writer: Writer, age_s: int):
+    def __init__(self, scripts, writer: Writer, age_s: int, seckill, redpackets, journeys):
         self.scripts, self.redis, self.writer, self.age_s = scripts, scripts.client, writer, age_s
+        self.seckill, self.redpackets, self.journeys = seckill, redpackets, journeys
 
     def run(self, now_ms: int) -> ReconcileReport:
+        report = self._accounts(now_ms)
+        report.vouchers = reconcile_vouchers(self.seckill, self.writer.seckill, now_ms, self.age_s)
+        report.packets = reconcile_packets(self.redpackets, self.writer.redpackets, now_ms, self.age_s)
+        report.journeys = self.journeys.scan(now_ms)
+        return report
+
+    def _accounts(self, now_ms: int) -> ReconcileReport:
         report = ReconcileReport()
         after = 0
         while True:

@@ -1,4 +1,5 @@
-"""Batch writer: ledger events -> MySQL, exactly once.
+"""Batch writer: events -> MySQL, exactly once. Ledger events are handled here; voucher orders and red
+packet claims by their own persisters (logic/seckill.py, logic/redpackets.py), each in its own transaction.
 
 One transaction per batch: the touched accounts are locked, entries the DB already holds are
 skipped (a replay changes nothing), the rest go in with multi-row INSERTs, and each account moves by
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from hotledger import keys
 from hotledger.dal import db
 from hotledger.logic.ledger import ENTRY_TABLES, stored_entries
-from hotledger.models import LedgerEvent
+from hotledger.models import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
 
 
 REJECTED_TOPIC = "rejected-entries"
@@ -41,6 +42,50 @@ class PersistReport:
     dead_lettered: int = 0
     flagged_accounts: list[int] = field(default_factory=list)
 
+    def add(self, other: PersistReport) -> None:
+        self.applied += other.applied
+        self.duplicates += other.duplicates
+        self.rolled_back += other.rolled_back
+        self.dead_lettered += other.dead_lettered
+        self.flagged_accounts += other.flagged_accounts
+
+
+def rejected(key: str, event_id: int, event, why: str) -> PoisonRecord:
+    """An event that decoded fine but cannot apply: keyed by its id (partition -1) in the dead letters."""
+    return PoisonRecord(REJECTED_TOPIC, -1, event_id, key.encode(), event.model_dump_json().encode(), why)
+
+
+def claim_groups(scripts, groups: list[list[str]], fate_ttl_s: int) -> list[list[bool]]:
+    """Mark fate keys 'claimed' (one claim script per group of same-slot keys, pipelined); False where the
+    API rolled the change back first."""
+    if not groups:
+        return []
+    pipe = scripts.client.pipeline(transaction=False)
+    for fate_keys in groups:
+        scripts.claim(keys=fate_keys, args=[fate_ttl_s], client=pipe)
+    return [[mark == 1 for mark in marks] for marks in pipe.execute()]
+
+
+def dedupe_and_claim(scripts, events: list, event_id, slot_of, fate_key, fate_ttl_s: int) -> tuple[list, int, int]:
+    """Drop repeated ids, then claim every event's fate key, one claim script per slot (account, voucher,
+    packet). Returns (the claimed events, how many repeats, how many the API rolled back first)."""
+    unique = list({event_id(e): e for e in events}.values())
+    by_slot = defaultdict(list)
+    for e in unique:
+        by_slot[slot_of(e)].append(e)
+    verdicts = claim_groups(scripts, [[fate_key(slot, e) for e in group] for slot, group in by_slot.items()], fate_ttl_s)
+    claimed = [e for group, marks in zip(by_slot.values(), verdicts) for e, mark in zip(group, marks) if mark]
+    return claimed, len(events) - len(unique), len(unique) - len(claimed)
+
+
+def dead_letter(cur, records: list[PoisonRecord]) -> int:
+    if not records:
+        return 0
+    cur.execute("INSERT IGNORE INTO t_dead_letter (topic, partition_no, offset_no, record_key, record_value, error) VALUES "
+                + ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(records)),
+                [v for r in records for v in (r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024])])
+    return len(records)
+
 
 def _entry_values(conn, e: LedgerEvent) -> str:
     # every value but the key is a validated int: formatting them directly is ~15x cheaper than the driver's
@@ -51,15 +96,27 @@ def _entry_values(conn, e: LedgerEvent) -> str:
 
 
 class Writer:
-    def __init__(self, scripts, fate_ttl_s: int):
+    def __init__(self, scripts, fate_ttl_s: int, seckill_persister, redpacket_persister):
         self.scripts, self.redis, self.fate_ttl_s = scripts, scripts.client, fate_ttl_s
+        self.seckill, self.redpackets = seckill_persister, redpacket_persister
 
-    def persist(self, events: list[LedgerEvent], poison: list[PoisonRecord] = ()) -> PersistReport:
+    def persist(self, events: list, poison: list[PoisonRecord] = ()) -> PersistReport:
+        report = self._persist_ledger([e for e in events if isinstance(e, LedgerEvent)], poison)
+        orders = [e for e in events if isinstance(e, VoucherOrderEvent)]
+        if orders:
+            report.add(self.seckill.persist(orders))
+        claims = [e for e in events if isinstance(e, RedPacketClaimEvent)]
+        if claims:
+            report.add(self.redpackets.persist(claims))
+        return report
+
+    def _persist_ledger(self, events: list[LedgerEvent], poison: list[PoisonRecord]) -> PersistReport:
         report = PersistReport()
-        unique = list({e.id: e for e in events}.values())
-        report.duplicates += len(events) - len(unique)
-        claimed = self._claim(unique)
-        report.rolled_back = len(unique) - len(claimed)
+        if not events and not poison:
+            return report
+        claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
+            self.scripts, events, lambda e: e.id, lambda e: e.user_id, lambda user_id, e: keys.fate(user_id, e.id),
+            self.fate_ttl_s)
         with db.transaction() as cur:
             known = self._lock_accounts(cur, {e.user_id for e in claimed})
             orphans = [e for e in claimed if e.user_id not in known]
@@ -67,26 +124,15 @@ class Writer:
             report.duplicates += len(claimed) - len(orphans) - len(fresh) - len(clashes)
             self._insert(cur, fresh)
             self._move_accounts(cur, fresh, known)
-            # decoded fine but cannot apply: keyed by entry id (partition -1) in the dead letters
             dead = list(poison) + [
-                PoisonRecord(REJECTED_TOPIC, -1, e.id, str(e.user_id).encode(), e.model_dump_json().encode(), why)
+                rejected(str(e.user_id), e.id, e, why)
                 for group, why in ((orphans, "account does not exist"), (clashes, "entry id already used by another entry"))
                 for e in group
             ]
-            report.dead_lettered = self._dead_letter(cur, dead)
+            report.dead_lettered = dead_letter(cur, dead)
         report.applied = len(fresh)
         report.flagged_accounts = self._settle([e for e in claimed if e.user_id in known])
         return report
-
-    def _claim(self, events: list[LedgerEvent]) -> list[LedgerEvent]:
-        by_user = defaultdict(list)
-        for e in events:
-            by_user[e.user_id].append(e)
-        pipe = self.redis.pipeline(transaction=False)
-        for user_id, group in by_user.items():
-            self.scripts.claim(keys=[keys.fate(user_id, e.id) for e in group], args=[self.fate_ttl_s], client=pipe)
-        verdicts = pipe.execute()
-        return [e for group, marks in zip(by_user.values(), verdicts) for e, mark in zip(group, marks) if mark == 1]
 
     @staticmethod
     def _lock_accounts(cur, user_ids: set[int]) -> dict[int, int]:
@@ -141,15 +187,6 @@ class Writer:
                 + [x for e in newer for x in (e.user_id, None if e.open == "1" else e.open)]
                 + [e.user_id for e in newer],
             )
-
-    @staticmethod
-    def _dead_letter(cur, records: list[PoisonRecord]) -> int:
-        if not records:
-            return 0
-        cur.execute("INSERT IGNORE INTO t_dead_letter (topic, partition_no, offset_no, record_key, record_value, error) VALUES "
-                    + ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(records)),
-                    [v for r in records for v in (r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024])])
-        return len(records)
 
     def _settle(self, events: list[LedgerEvent]) -> list[int]:
         """Drop persisted entries from Redis; returns accounts flagged for the reconciler."""

@@ -1,0 +1,56 @@
+"""Red packet routes: send, grab, read."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+from aws_lambda_powertools.metrics import MetricUnit
+
+from api.responses import UNAVAILABLE, responses
+from hotledger import observability
+from hotledger.models import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
+from hotledger.money import format_minor, parse_minor
+from hotledger.runtime import redpackets
+
+router = Router()
+logger = observability.logger()
+metrics = observability.metrics()
+PacketId = Annotated[int, Path(gt=0, lt=2**63)]
+_NOT_FOUND = (404, "PACKET_NOT_FOUND or ACCOUNT_NOT_FOUND")
+
+
+@router.post("/redpackets", status_code=201, responses=responses(
+    201, RedPacketCreated, "the sender was debited the total; the packet is open", UNAVAILABLE,
+    (402, "INSUFFICIENT_BALANCE"), (403, "API_CLOSED"), (404, "ACCOUNT_NOT_FOUND"),
+    (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input")))
+def create_packet(request: Annotated[CreateRedPacketRequest, Body()]) -> dict:
+    packet = redpackets().create(request.sender_id, parse_minor(request.total), request.count, request.expires_in_s)
+    metrics.add_metric(name="RedPacketsSent", unit=MetricUnit.Count, value=1)
+    logger.info("red packet sent", extra={"packet_id": str(packet.packet_id), "sender_id": packet.sender_id,
+                                          "total_minor": packet.total, "count": packet.count})
+    return RedPacketCreated(packet_id=str(packet.packet_id), sender_id=packet.sender_id, total=format_minor(packet.total),
+                            count=packet.count, expires_at=packet.expires_at).model_dump()
+
+
+@router.post("/redpackets/<packet_id>/grab", responses=responses(
+    200, GrabResult, "grabbed; credited is false when the credit is left to the reconciler", _NOT_FOUND, UNAVAILABLE,
+    (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN")))
+def grab_packet(packet_id: PacketId, request: Annotated[GrabRequest, Body()]) -> dict:
+    grab = redpackets().grab(packet_id, request.user_id)
+    metrics.add_metric(name="RedPacketGrabs", unit=MetricUnit.Count, value=1)
+    logger.info("red packet grabbed", extra={"packet_id": str(packet_id), "item_id": str(grab.item_id),
+                                             "user_id": grab.user_id, "amount_minor": grab.amount, "credited": grab.credited})
+    return GrabResult(packet_id=str(packet_id), item_id=str(grab.item_id), user_id=grab.user_id,
+                      amount=format_minor(grab.amount), credited=grab.credited).model_dump()
+
+
+@router.get("/redpackets/<packet_id>", responses=responses(200, RedPacketView, "the packet", _NOT_FOUND))
+def get_packet(packet_id: PacketId) -> dict:
+    p = redpackets().get(packet_id)
+    return RedPacketView(
+        packet_id=str(p.packet_id), sender_id=p.sender_id, state=p.state, total=format_minor(p.total), count=p.count,
+        claimed=len(p.grabs), remaining=p.count - len(p.grabs), expires_at=p.expires_at,
+        refund=None if p.refund is None else format_minor(p.refund),
+        grabs=[RedPacketGrab(user_id=user, amount=format_minor(amount)) for user, amount in p.grabs],
+    ).model_dump()

@@ -1,0 +1,89 @@
+"""Payment orders with a close time, and their order-close reminders (the seed's use of the delay queue).
+
+Creating an order offers its id to the delay queue ORDER_REMINDERS, due REMINDER_BEFORE_CLOSE_S before
+the close time; paying (a billing deduct, Idempotency-Key payorder<id>) or closing, each under the order's
+distributed lock, removes it. When it
+fires, the drainer hands the ids to fire_reminders, which writes one inbox message per order still open:
+the inbox's (biz_type, outer_biz_id) record makes a redelivered reminder write nothing twice.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from hotledger import errors
+from hotledger.dal import db
+
+ORDER_REMINDERS = "order-close-reminder"
+REMINDER_BIZ_TYPE = "ORDER_CLOSE_REMINDER"
+
+
+@dataclass(frozen=True)
+class PaymentOrder:
+    order_id: int
+    user_id: int
+    amount: int
+    state: str
+    close_at: int
+    reminder_due_at: int | None = None
+
+
+class PaymentOrders:
+    def __init__(self, billing, delay_queue, inbox, ids, lock, reminder_before_close_s: int):
+        self.billing, self.queue, self.inbox, self.ids, self.lock = billing, delay_queue, inbox, ids, lock
+        self.reminder_before_close_ms = reminder_before_close_s * 1000
+
+    def create(self, user_id: int, amount: int, close_in_s: int) -> PaymentOrder:
+        if not self.billing.account_exists(user_id):
+            raise errors.AccountNotFound(f"account {user_id} does not exist")
+        order_id, now = self.ids.next_id(), int(time.time() * 1000)
+        close_at = now + close_in_s * 1000
+        db.execute("INSERT INTO t_payment_order (id, user_id, amount, state, close_at) VALUES (%s, %s, %s, 'OPEN', %s)",
+                   (order_id, user_id, amount, db.to_datetime(close_at)))
+        due = max(now, close_at - self.reminder_before_close_ms)
+        self.queue.offer(ORDER_REMINDERS, str(order_id), due_at_ms=due)
+        return PaymentOrder(order_id, user_id, amount, "OPEN", close_at, due)
+
+    def get(self, order_id: int) -> PaymentOrder:
+        rows = db.query("SELECT user_id, amount, state, close_at FROM t_payment_order WHERE id = %s", (order_id,))
+        if not rows:
+            raise errors.PaymentOrderNotFound(f"order {order_id} does not exist")
+        user_id, amount, state, close_at = rows[0]
+        return PaymentOrder(order_id, user_id, amount, state, db.to_ms(close_at), self.queue.due_at(ORDER_REMINDERS, str(order_id)))
+
+    def pay(self, order_id: int) -> PaymentOrder:
+        """Deduct the amount (idempotent by key) under the order's lock, so a concurrent close cannot slip in
+        between the payment and the state change (the deduct runs its own DB work, so no DB transaction is
+        held across it)."""
+        with self.lock.hold(f"payment-order-{order_id}"):
+            order = self.get(order_id)
+            if order.state == "CLOSED":
+                raise errors.OrderClosed(f"order {order_id} is closed")
+            if order.state == "OPEN":
+                if int(time.time() * 1000) >= order.close_at:
+                    raise errors.OrderClosed(f"order {order_id} passed its close time")
+                paid = self.billing.deduct(order.user_id, order.amount, f"payorder{order_id}")
+                db.execute("UPDATE t_payment_order SET state = 'PAID', deduct_order_id = %s WHERE id = %s AND state = 'OPEN'",
+                           (paid.entry_id, order_id))
+        self.queue.remove(ORDER_REMINDERS, str(order_id))
+        return PaymentOrder(order_id, order.user_id, order.amount, "PAID", order.close_at)
+
+    def close(self, order_id: int) -> PaymentOrder:
+        with self.lock.hold(f"payment-order-{order_id}"):
+            order = self.get(order_id)
+            if order.state == "PAID":
+                raise errors.OrderPaid(f"order {order_id} is paid")
+            db.execute("UPDATE t_payment_order SET state = 'CLOSED' WHERE id = %s AND state = 'OPEN'", (order_id,))
+        self.queue.remove(ORDER_REMINDERS, str(order_id))
+        return PaymentOrder(order_id, order.user_id, order.amount, "CLOSED", order.close_at)
+
+    def fire_reminders(self, order_ids: list[str]) -> None:
+        """Delay-queue handler: one inbox message per order still open (idempotent, so redelivery is harmless)."""
+        rows = db.query(f"SELECT id, user_id, close_at FROM t_payment_order WHERE state = 'OPEN' AND id IN"
+                        f" ({','.join(['%s'] * len(order_ids))})", [int(i) for i in order_ids])
+        now = int(time.time() * 1000)
+        for order_id, user_id, close_at in rows:
+            minutes = max(1, math.ceil((db.to_ms(close_at) - now) / 60_000))
+            self.inbox.post(user_id, REMINDER_BIZ_TYPE, str(order_id), "Payment reminder",
+                            f"Your order {order_id} closes in {minutes} minutes: pay now so it is not closed.")

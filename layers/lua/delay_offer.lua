@@ -1,0 +1,11 @@
+-- delay_offer: put an element into a delay queue, due at a time. The element itself is the zset member, so
+-- offering it again keeps one entry and moves its due time, and removing it is one ZREM (O(log n)): no
+-- side list to scan (Redisson's delayed queue kept one and removed in O(n)).
+-- KEYS[1] dq:due:{<queue>}       zset: element -> due (epoch ms)
+-- KEYS[2] dq:earliest:{<queue>}  pub/sub channel: the new earliest due, for pollers sleeping until then
+-- ARGV[1] element (canonical encoding)  ARGV[2] due (epoch ms)
+-- Returns {1 if new else 0 (due moved), earliest due in the queue}.
+local added = redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[1] == ARGV[1] then redis.call('PUBLISH', KEYS[2], ARGV[2]) end
+return {added, head[2]}
