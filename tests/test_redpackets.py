@@ -1,11 +1,14 @@
 """Red packets through the API handler, the writer (MSK events) and the reconciler (EventBridge events)."""
+import json
 import random
+import threading
 import time
 
 import pytest
 from conftest import invoke_writer
 
 from hotledger import keys
+from hotledger.dal.publisher import PublishFailed
 from hotledger.logic.redpackets import split
 from hotledger.money import format_minor
 from hotledger.runtime import reconciler, redpackets
@@ -126,8 +129,6 @@ def test_unknown_packet_unknown_grabber_empty_packet_and_malformed_json(api):
 
 
 def test_a_failed_publish_puts_the_packet_back(api, monkeypatch):
-    from hotledger.dal.publisher import PublishFailed
-
     sender, grabber = api.account(balance="10.00"), api.account()
     packet_id = send(api, sender, "1.00", 1)
 
@@ -141,6 +142,29 @@ def test_a_failed_publish_puts_the_packet_back(api, monkeypatch):
     assert api("GET", f"/accounts/{grabber}")[1]["balance"] == "0.00"
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
     assert status == 200 and body["amount"] == "1.00"
+
+
+def test_a_claim_rolled_back_but_delivered_late_does_not_cancel_the_next_grab_of_its_item(api, sql, monkeypatch):
+    """The broker took the first claim but its acknowledgement timed out: the grab was rolled back and the
+    item (the packet's only one) went to the same user's retry. When both events arrive, the late one is
+    skipped and the retry is persisted: the verdict belongs to the grab, not to the item."""
+    sender, grabber = api.account(balance="10.00"), api.account()
+    packet_id = send(api, sender, "1.00", 1)
+    delivered = []
+
+    def acknowledgement_lost(key, event):
+        delivered.append(json.dumps(event).encode())
+        raise PublishFailed("no acknowledgement in time")
+
+    monkeypatch.setattr(redpackets().durability, "publish", acknowledgement_lost)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})[1]["error"]["code"] == "PUBLISH_FAILED"
+    monkeypatch.setattr(redpackets().durability, "publish", lambda key, event: delivered.append(json.dumps(event).encode()))
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
+    assert status == 200 and body["amount"] == "1.00"
+    assert invoke_writer([(0, i, f"rp{packet_id}".encode(), value) for i, value in enumerate(delivered)])["batchItemFailures"] == []
+    assert sql("SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((grabber, 100),)
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((0,),)
+    assert redpackets().pending_claims(packet_id) == []
 
 
 def test_a_credit_that_failed_is_made_by_the_reconciler_once(api, sql, redis_client, monkeypatch):
@@ -187,6 +211,31 @@ def test_a_packet_redis_lost_is_rebuilt_and_late_claims_are_not_handed_out_again
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[0] == 200
     view = api("GET", f"/redpackets/{packet_id}")[1]
     assert (view["claimed"], view["remaining"]) == (2, 1)
+
+
+def test_a_claim_committed_while_a_rebuild_reads_the_db_is_not_handed_out_again(api, redis_client, monkeypatch):
+    """The rebuild read the DB before the claim's commit and writes Redis after it: the writer waits on the
+    packet row, so its settle finds the rebuilt list and takes the item out."""
+    sender, first, second = api.account(balance="10.00"), api.account(), api.account()
+    packet_id = send(api, sender, "2.00", 2)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
+    in_flight = claim_records(packet_id)
+    for key in (keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id),
+                keys.packet_pending(packet_id)):
+        redis_client.delete(key)
+    scripts = redpackets().scripts
+    load_into_redis, writer_done = scripts.redpacket_load, threading.Event()
+
+    def writer_commits_between_read_and_load(**kwargs):
+        threading.Thread(target=lambda: (invoke_writer(in_flight), writer_done.set())).start()
+        writer_done.wait(1.0)  # without the packet row lock the writer commits and settles in here
+        return load_into_redis(**kwargs)
+
+    monkeypatch.setattr(scripts, "redpacket_load", writer_commits_between_read_and_load)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[1]["error"]["code"] == "RECOVERING"
+    assert writer_done.wait(30)
+    assert redis_client.llen(keys.packet_unclaimed(packet_id)) == 1
+    assert redis_client.hexists(keys.packet_grabbers(packet_id), first)
 
 
 def test_claims_whose_event_was_lost_are_persisted_by_the_reconciler(api, sql, monkeypatch):

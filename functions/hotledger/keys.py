@@ -114,12 +114,14 @@ def packet_grabbers(packet_id: int) -> str:
 
 
 def packet_pending(packet_id: int) -> str:
-    """Hash: item id -> 'user;amount;ts' for grabs whose claim is not in the DB yet."""
+    """Hash: item id -> 'user;amount;ts;grab id' for grabs whose claim is not in the DB yet."""
     return f"rp:pending:{tag(f'rp{packet_id}')}"
 
 
-def packet_fate(packet_id: int, item_id: int) -> str:
-    return f"rp:fate:{tag(f'rp{packet_id}')}:{item_id}"
+def packet_fate(packet_id: int, grab_id: int) -> str:
+    """Per grab, not per item: a rolled-back item is handed out again, and its next grab must not inherit
+    the first one's 'rolledback' verdict."""
+    return f"rp:fate:{tag(f'rp{packet_id}')}:{grab_id}"
 
 
 def packet_stream(packet_id: int) -> str:

@@ -339,6 +339,7 @@ class RedPacketClaimEvent(BaseModel):
     user_id: Annotated[StrictInt, Field(gt=0)]
     amount: Annotated[StrictInt, Field(gt=0)]
     ts: StrictInt
+    grab_id: Annotated[StrictInt, Field(gt=0)]  # unique per grab: an item rolled back is grabbed again under a new id
 
 
 AnyEvent = Annotated[LedgerEvent | VoucherOrderEvent | RedPacketClaimEvent, Field(discriminator="type")]

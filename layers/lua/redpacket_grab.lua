@@ -3,10 +3,11 @@
 -- KEYS[1] rp:packet:{rp<id>}     hash: state, expires_at, hold_until
 -- KEYS[2] rp:unclaimed:{rp<id>}  list of 'item_id;amount'
 -- KEYS[3] rp:grabbers:{rp<id>}   hash: user id -> 'item_id;amount;ts;grab token'
--- KEYS[4] rp:pending:{rp<id>}    hash: item id -> 'user;amount;ts' until the writer persisted the claim
+-- KEYS[4] rp:pending:{rp<id>}    hash: item id -> 'user;amount;ts;grab token' until the writer persisted the claim
 -- KEYS[5] events:{s<n>}          event stream (written only when ARGV[5] is 'stream')
 -- ARGV[1] packet id  ARGV[2] user id  ARGV[3] now (epoch ms)
--- ARGV[4] grab token: unique per request, so a resent call is recognised as itself
+-- ARGV[4] grab token (an integer id): unique per request, so a resent call is recognised as itself; the
+--         claim event carries it as grab_id, which names the grab's fate key
 -- ARGV[5] 'stream' to XADD the claim event here (Redis Streams transport), '' for Kafka
 -- Returns one of:
 --   {'missing'}                      Redis does not hold the packet: load it from the DB, then retry
@@ -34,9 +35,9 @@ if not item then return {'empty'} end
 local sep = string.find(item, ';', 1, true)
 local item_id, amount = string.sub(item, 1, sep - 1), string.sub(item, sep + 1)
 redis.call('HSET', KEYS[3], ARGV[2], item .. ';' .. ARGV[3] .. ';' .. ARGV[4])
-redis.call('HSET', KEYS[4], item_id, ARGV[2] .. ';' .. amount .. ';' .. ARGV[3])
+redis.call('HSET', KEYS[4], item_id, ARGV[2] .. ';' .. amount .. ';' .. ARGV[3] .. ';' .. ARGV[4])
 if ARGV[5] == 'stream' then
   redis.call('XADD', KEYS[5], '*', 'e', '{"type":"redpacket_claim","packet_id":' .. ARGV[1] .. ',"item_id":' .. item_id
-    .. ',"user_id":' .. ARGV[2] .. ',"amount":' .. amount .. ',"ts":' .. ARGV[3] .. '}')
+    .. ',"user_id":' .. ARGV[2] .. ',"amount":' .. amount .. ',"ts":' .. ARGV[3] .. ',"grab_id":' .. ARGV[4] .. '}')
 end
 return {'ok', item_id, amount}

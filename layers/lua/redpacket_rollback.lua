@@ -1,7 +1,7 @@
 -- redpacket_rollback: put back a grab whose claim event the broker did not acknowledge, unless the
 -- writer claimed it already (then it was delivered and will be persisted).
 -- KEYS[1] rp:unclaimed:{rp<id>}  KEYS[2] rp:grabbers:{rp<id>}  KEYS[3] rp:pending:{rp<id>}
--- KEYS[4] rp:fate:{rp<id>}:<item id>   'claimed' (writer) | 'rolledback' (this script)
+-- KEYS[4] rp:fate:{rp<id>}:<grab id>   'claimed' (writer) | 'rolledback' (this script)
 -- ARGV[1] item id  ARGV[2] user id  ARGV[3] amount  ARGV[4] fate TTL in seconds
 -- Returns {'claimed'}, {'gone'} (nothing left to undo; tombstone set) or {'rolled_back'}.
 if redis.call('GET', KEYS[4]) == 'claimed' then return {'claimed'} end

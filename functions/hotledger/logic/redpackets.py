@@ -160,11 +160,11 @@ class RedPackets:
         if not self.billing.account_exists(user_id):
             raise errors.AccountNotFound(f"account {user_id} does not exist")
         for _ in range(3):
-            token, now = str(self.ids.next_id()), int(time.time() * 1000)
+            grab_id, now = self.ids.next_id(), int(time.time() * 1000)
             try:
                 reply = self.scripts.redpacket_grab(
                     keys=[*_packet_keys(packet_id), keys.packet_pending(packet_id), keys.packet_stream(packet_id)],
-                    args=[packet_id, user_id, now, token, stream_flag(self.cfg)])
+                    args=[packet_id, user_id, now, grab_id, stream_flag(self.cfg)])
             except redis.RedisError as exc:
                 if never_ran(exc):
                     raise
@@ -176,12 +176,12 @@ class RedPackets:
             if status == "ok":
                 item_id, amount = int(reply[1]), int(reply[2])
                 claim = RedPacketClaimEvent(type="redpacket_claim", packet_id=packet_id, item_id=item_id, user_id=user_id,
-                                            amount=amount, ts=now)
+                                            amount=amount, ts=now, grab_id=grab_id)
                 self.durability.publish_or_undo(
                     f"rp{packet_id}", claim.model_dump,
                     lambda: self.scripts.redpacket_rollback(
                         keys=[keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id), keys.packet_pending(packet_id),
-                              keys.packet_fate(packet_id, item_id)],
+                              keys.packet_fate(packet_id, grab_id)],
                         args=[item_id, user_id, amount, self.cfg.entry_ttl_s]),
                     lambda why: _grab_unknown(packet_id, why))
                 return Grab(packet_id, item_id, user_id, amount, self._credit(user_id, item_id, amount))
@@ -230,9 +230,9 @@ class RedPackets:
     def pending_claims(self, packet_id: int) -> list[RedPacketClaimEvent]:
         claims = []
         for item_id, value in self.redis.hgetall(keys.packet_pending(packet_id)).items():
-            user_id, amount, ts = text(value).split(";")
+            user_id, amount, ts, grab_id = text(value).split(";")
             claims.append(RedPacketClaimEvent(type="redpacket_claim", packet_id=packet_id, item_id=int(item_id),
-                                              user_id=int(user_id), amount=int(amount), ts=int(ts)))
+                                              user_id=int(user_id), amount=int(amount), ts=int(ts), grab_id=int(grab_id)))
         return claims
 
 
@@ -245,12 +245,18 @@ class RedPacketPersister:
     def persist(self, events: list[RedPacketClaimEvent]) -> PersistReport:
         report = PersistReport()
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
-            self.scripts, events, lambda e: e.item_id, lambda e: e.packet_id, lambda p, e: keys.packet_fate(p, e.item_id),
+            self.scripts, events, lambda e: e.grab_id, lambda e: e.packet_id, lambda p, e: keys.packet_fate(p, e.grab_id),
             self.fate_ttl_s)
         fresh, settled = [], []
         with db.transaction() as cur:
             rows = {}
             if claimed:
+                # a shared lock on the packets orders this commit against a rebuild (load() holds the row
+                # exclusively from its DB read until Redis holds the result): either the rebuild reads this
+                # claim, or redpacket_settle finds the rebuilt list and takes the item out of it
+                packet_ids = sorted({e.packet_id for e in claimed})
+                cur.execute(f"SELECT id FROM t_red_packet WHERE id IN ({','.join(['%s'] * len(packet_ids))})"
+                            " ORDER BY id LOCK IN SHARE MODE", packet_ids)
                 cur.execute(f"SELECT id, packet_id, user_id, amount, refunded FROM t_red_packet_item WHERE id IN"
                             f" ({','.join(['%s'] * len(claimed))}) ORDER BY id FOR UPDATE", [e.item_id for e in claimed])
                 rows = {row[0]: row[1:] for row in cur.fetchall()}
