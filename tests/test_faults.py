@@ -165,6 +165,36 @@ def test_redis_restarted_empty_is_restored_from_the_db(stack):
         api.stop()
 
 
+def test_order_reminders_survive_redis_restarted_empty(stack):
+    """Reminders due a few seconds after their orders are created; Redis is killed and restarted empty
+    before they are due. Every open order's reminder still reaches its owner's inbox exactly once (the
+    reconciler offers it again from the DB), and no paid order's does."""
+    svc = stack.service("reminders", REMINDER_BEFORE_CLOSE_S="60").start()
+    try:
+        orders = {}
+        for _ in range(12):
+            user_id = _account(svc, "5.00")
+            status, body = svc.request("POST", "/orders", {"user_id": user_id, "amount": "1.00", "close_in_s": 64})
+            assert status == 201, body
+            orders[body["order_id"]] = user_id
+        paid = list(orders)[:4]
+        for order_id in paid:
+            assert svc.request("POST", f"/orders/{order_id}/pay")[0] == 200
+        stack.redis.kill()
+        stack.redis.restart()
+
+        def reminders():
+            return {order_id: [m["outer_biz_id"] for m in svc.request("GET", f"/inbox/{user_id}/messages")[1]["messages"]]
+                    for order_id, user_id in orders.items()}
+
+        expected = {order_id: [] if order_id in paid else [order_id] for order_id in orders}
+        LocalService.wait_until(lambda: reminders() == expected, 60, "one reminder per open order", 0.5)
+        time.sleep(3)  # more drainer and reconciler runs change nothing
+        assert reminders() == expected
+    finally:
+        svc.stop()
+
+
 def test_db_down_for_a_while_then_the_writer_catches_up(stack):
     svc = stack.service("db-down").start()
     try:

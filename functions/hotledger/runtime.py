@@ -55,7 +55,8 @@ def writer() -> Writer:
 
 @functools.lru_cache(maxsize=1)
 def reconciler() -> Reconciler:
-    return Reconciler(scripts(), writer(), settings().reconcile_age_s, seckill(), redpackets(), journeys())
+    return Reconciler(scripts(), writer(), settings().reconcile_age_s, seckill(), redpackets(), journeys(),
+                      payment_orders())
 
 
 @functools.lru_cache(maxsize=1)

@@ -67,10 +67,16 @@ class DelayQueue:
         return self.scripts.delay_remove(keys=[due_key(queue), taken_key(queue)], args=[canonical(element)]) == 1
 
     def contains(self, queue: str, element) -> bool:
+        return not self.absent(queue, [element])
+
+    def absent(self, queue: str, elements: list) -> list:
+        """The elements neither waiting nor taken (one pipelined round trip)."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zscore(due_key(queue), canonical(element))
-        pipe.zscore(taken_key(queue), canonical(element))
-        return any(score is not None for score in pipe.execute())
+        for element in elements:
+            pipe.zscore(due_key(queue), canonical(element))
+            pipe.zscore(taken_key(queue), canonical(element))
+        scores = pipe.execute()
+        return [e for e, due, taken in zip(elements, scores[0::2], scores[1::2]) if due is None and taken is None]
 
     def due_at(self, queue: str, element) -> int | None:
         score = self.redis.zscore(due_key(queue), canonical(element))

@@ -4,7 +4,9 @@ Creating an order offers its id to the delay queue ORDER_REMINDERS, due REMINDER
 the close time; paying (a billing deduct, Idempotency-Key payorder<id>) or closing, each under the order's
 distributed lock, removes it. When it
 fires, the drainer hands the ids to fire_reminders, which writes one inbox message per order still open:
-the inbox's (biz_type, outer_biz_id) record makes a redelivered reminder write nothing twice.
+reminded_at in the DB (and the inbox's (biz_type, outer_biz_id) record) make a redelivered reminder write
+nothing twice. The queue lives in Redis: after a Redis loss the reconciler offers again the reminder of every
+open order not reminded yet (reoffer_lost_reminders).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from hotledger import errors
 from hotledger.dal import db
 
 ORDER_REMINDERS = "order-close-reminder"
+PAGE = 500
 REMINDER_BIZ_TYPE = "ORDER_CLOSE_REMINDER"
 
 
@@ -39,9 +42,10 @@ class PaymentOrders:
             raise errors.AccountNotFound(f"account {user_id} does not exist")
         order_id, now = self.ids.next_id(), int(time.time() * 1000)
         close_at = now + close_in_s * 1000
-        db.execute("INSERT INTO t_payment_order (id, user_id, amount, state, close_at) VALUES (%s, %s, %s, 'OPEN', %s)",
-                   (order_id, user_id, amount, db.to_datetime(close_at)))
         due = max(now, close_at - self.reminder_before_close_ms)
+        db.execute("INSERT INTO t_payment_order (id, user_id, amount, state, close_at, remind_at)"
+                   " VALUES (%s, %s, %s, 'OPEN', %s, %s)",
+                   (order_id, user_id, amount, db.to_datetime(close_at), db.to_datetime(due)))
         self.queue.offer(ORDER_REMINDERS, str(order_id), due_at_ms=due)
         return PaymentOrder(order_id, user_id, amount, "OPEN", close_at, due)
 
@@ -79,11 +83,32 @@ class PaymentOrders:
         return PaymentOrder(order_id, order.user_id, order.amount, "CLOSED", order.close_at)
 
     def fire_reminders(self, order_ids: list[str]) -> None:
-        """Delay-queue handler: one inbox message per order still open (idempotent, so redelivery is harmless)."""
-        rows = db.query(f"SELECT id, user_id, close_at FROM t_payment_order WHERE state = 'OPEN' AND id IN"
-                        f" ({','.join(['%s'] * len(order_ids))})", [int(i) for i in order_ids])
+        """Delay-queue handler: one inbox message per order still open, not reminded yet and not past its close
+        time, then reminded_at; a crash in between is redelivered and the inbox's idempotency holds."""
         now = int(time.time() * 1000)
+        rows = db.query(f"SELECT id, user_id, close_at FROM t_payment_order WHERE state = 'OPEN' AND reminded_at IS NULL"
+                        f" AND close_at > %s AND id IN ({','.join(['%s'] * len(order_ids))})",
+                        [db.to_datetime(now), *(int(i) for i in order_ids)])
         for order_id, user_id, close_at in rows:
             minutes = max(1, math.ceil((db.to_ms(close_at) - now) / 60_000))
             self.inbox.post(user_id, REMINDER_BIZ_TYPE, str(order_id), "Payment reminder",
                             f"Your order {order_id} closes in {minutes} minutes: pay now so it is not closed.")
+        if rows:
+            db.execute(f"UPDATE t_payment_order SET reminded_at = %s WHERE id IN ({','.join(['%s'] * len(rows))})",
+                       [db.to_datetime(now), *(row[0] for row in rows)])
+
+    def reoffer_lost_reminders(self, now_ms: int) -> int:
+        """Offer again, at their due time, the reminders of open orders that are neither reminded nor queued
+        (Redis lost them). An order paid or closed meanwhile gets a reminder that fires into nothing."""
+        offered, after = 0, 0
+        while True:
+            rows = db.query("SELECT id, COALESCE(remind_at, create_time) FROM t_payment_order WHERE state = 'OPEN'"
+                            " AND reminded_at IS NULL AND close_at > %s AND id > %s ORDER BY id LIMIT %s",
+                            (db.to_datetime(now_ms), after, PAGE))
+            if not rows:
+                return offered
+            due = {str(order_id): db.to_ms(remind_at) for order_id, remind_at in rows}
+            for order_id in self.queue.absent(ORDER_REMINDERS, list(due)):
+                self.queue.offer(ORDER_REMINDERS, order_id, due_at_ms=due[order_id])
+                offered += 1
+            after = rows[-1][0]

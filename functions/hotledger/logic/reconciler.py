@@ -8,7 +8,7 @@
 - A SYNC account whose cached version is older than the DB's is evicted.
 It reports the number of pending entries and the oldest pending age. Vouchers and red packets are
 reconciled by logic/seckill.py and logic/redpackets.py; unfinished journeys become inbox reminders
-(logic/journeys.py).
+(logic/journeys.py); order-close reminders Redis lost are offered again (logic/orders.py).
 """
 from __future__ import annotations
 
@@ -38,18 +38,20 @@ class ReconcileReport:
     vouchers: VoucherReconcileReport = field(default_factory=VoucherReconcileReport)
     packets: PacketReconcileReport = field(default_factory=PacketReconcileReport)
     journeys: JourneyScanReport = field(default_factory=JourneyScanReport)
+    reminders_reoffered: int = 0
 
 
 class Reconciler:
-    def __init__(self, scripts, writer: Writer, age_s: int, seckill, redpackets, journeys):
+    def __init__(self, scripts, writer: Writer, age_s: int, seckill, redpackets, journeys, payment_orders):
         self.scripts, self.redis, self.writer, self.age_s = scripts, scripts.client, writer, age_s
-        self.seckill, self.redpackets, self.journeys = seckill, redpackets, journeys
+        self.seckill, self.redpackets, self.journeys, self.payment_orders = seckill, redpackets, journeys, payment_orders
 
     def run(self, now_ms: int) -> ReconcileReport:
         report = self._accounts(now_ms)
         report.vouchers = reconcile_vouchers(self.seckill, self.writer.seckill, now_ms, self.age_s)
         report.packets = reconcile_packets(self.redpackets, self.writer.redpackets, now_ms, self.age_s)
         report.journeys = self.journeys.scan(now_ms)
+        report.reminders_reoffered = self.payment_orders.reoffer_lost_reminders(now_ms)
         return report
 
     def _accounts(self, now_ms: int) -> ReconcileReport:
