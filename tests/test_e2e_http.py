@@ -108,3 +108,10 @@ def test_api_key_is_required_when_configured(tmp_path):
         assert svc.request("GET", "/openapi.json", headers={"x-api-key": "k-123"})[0] == 200
     finally:
         svc.stop()
+
+
+def test_no_function_failed_while_serving(service):
+    """Last in this module: every invocation the runtime made for the tests above (API, MSK writer,
+    schedules) returned without an exception."""
+    log = service.log_text()
+    assert "Traceback" not in log, log[log.index("Traceback") - 300:log.index("Traceback") + 2000]

@@ -89,6 +89,12 @@ def test_send_grab_persist_and_refund_the_rest_exactly_once(api, sql, redis_clie
     invoke_writer(ledger_records(redis_client, [sender]))
     assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s AND idem_key = %s", (sender, f"rprefund{packet_id}")) == ((1,),)
     assert sql("SELECT SUM(credited) FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((3,),)
+    # a refunded packet leaves Redis after FINISHED_KEYS_TTL_S; a late grab reloads it, answers EXPIRED, retires it again
+    assert 0 < redis_client.ttl(keys.packet(packet_id)) <= 86_400 and 0 < redis_client.ttl(keys.packet_grabbers(packet_id))
+    redis_client.delete(keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id))
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": api.account()})
+    assert (status, body["error"]["code"]) == (409, "EXPIRED")
+    assert 0 < redis_client.ttl(keys.packet(packet_id)) <= 86_400
 
 
 def test_sender_short_of_money_gets_402_and_no_packet_opens(api, sql):

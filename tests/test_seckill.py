@@ -139,6 +139,25 @@ def test_reconciler_persists_lost_events_and_rebuilds_a_voucher_redis_lost(api, 
     assert (view["stock_left"], view["sold"], view["pending"]) == (6, 4, 0)
 
 
+def test_an_ended_sale_leaves_redis_once_nothing_is_pending(api, redis_client):
+    now = int(time.time() * 1000)
+    live, ended = voucher(api), voucher(api, begin_at=now - 60_000, end_at=now + 1500)
+    assert api("POST", f"/vouchers/{ended}/orders", {"user_id": 1})[0] == 200
+    in_flight = order_records(ended)
+    time.sleep(max(0.0, (now + 1600 - time.time() * 1000) / 1000))
+    reconcile()
+    assert redis_client.ttl(keys.voucher(ended)) == -1  # an order is still on its way to the DB
+    invoke_writer(in_flight)
+    reconcile()
+    reconcile()
+    assert 0 < redis_client.ttl(keys.voucher(ended)) <= 86_400 and 0 < redis_client.ttl(keys.voucher_buyers(ended))
+    assert redis_client.ttl(keys.voucher(live)) == -1
+    redis_client.delete(keys.voucher(ended), keys.voucher_buyers(ended))  # the TTL ran out
+    assert api("POST", f"/vouchers/{ended}/orders", {"user_id": 2})[1]["error"]["code"] == "SALE_ENDED"
+    assert 0 < redis_client.ttl(keys.voucher(ended)) <= 86_400  # reloaded for the late request, and retired again
+    assert api("GET", f"/vouchers/{ended}")[1]["sold"] == 1
+
+
 def test_reconciler_corrects_redis_stock_that_drifted(api, redis_client):
     voucher_id = voucher(api, stock=10)
     assert api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 1})[0] == 200

@@ -45,6 +45,8 @@ class Settings:
     # after Redis lost a voucher or red packet, sales on it wait this long after the rebuild from the DB so
     # events acknowledged before the loss reach the DB first (the writer lag bound is ~1 s)
     rebuild_hold_s: int = 10
+    # how long Redis keeps the keys of an ended sale or a refunded red packet (a later request rebuilds them)
+    finished_keys_ttl_s: int = 24 * 3600
     # delay queue, reminders, inbox
     delay_visibility_ms: int = 30_000
     reminder_before_close_s: int = 20 * 60
@@ -80,6 +82,7 @@ _ENV = {
     "stream_claim_idle_ms": "STREAM_CLAIM_IDLE_MS",
     "stream_max_deliveries": "STREAM_MAX_DELIVERIES",
     "rebuild_hold_s": "REBUILD_HOLD_S",
+    "finished_keys_ttl_s": "FINISHED_KEYS_TTL_S",
     "delay_visibility_ms": "DELAY_VISIBILITY_MS",
     "reminder_before_close_s": "REMINDER_BEFORE_CLOSE_S",
     "inbox_ttl_s": "INBOX_TTL_S",
@@ -128,7 +131,7 @@ def _from_ssm(env) -> dict:
     import boto3
 
     tunable = {"publish_timeout_s", "entry_ttl_s", "idempotency_ttl_s", "reconcile_age_s", "lock_ttl_ms", "lock_wait_ms",
-               "stream_batch", "stream_block_ms", "stream_claim_idle_ms", "stream_max_deliveries", "rebuild_hold_s",
+               "stream_batch", "stream_block_ms", "stream_claim_idle_ms", "stream_max_deliveries", "rebuild_hold_s", "finished_keys_ttl_s",
                "delay_visibility_ms", "reminder_before_close_s", "inbox_ttl_s", "inbox_max_messages", "journeys"}
     values = {}
     pages = boto3.client("ssm").get_paginator("get_parameters_by_path").paginate(Path=path, Recursive=False)

@@ -108,17 +108,17 @@ class MskPoller(threading.Thread):
     def __init__(self, fn: template.Function, bootstrap: str, stop: threading.Event):
         super().__init__(name=f"msk-{fn.name}", daemon=True)
         self.fn, self.bootstrap, self.stop_event = fn, bootstrap, stop
+        self.handler = _load_handler(fn)  # imported here, in the main thread: see Scheduler
         self.commit_delay_s = float(os.environ.get("HOTLEDGER_LOCAL_COMMIT_DELAY_S", "0"))
 
     def run(self):
-        handler = _load_handler(self.fn)
         backoff = 0.5
         while not self.stop_event.is_set():
             consumer = None
             try:
                 consumer = self._consumer()
                 while not self.stop_event.is_set():
-                    backoff = self._poll_once(consumer, handler, backoff)
+                    backoff = self._poll_once(consumer, self.handler, backoff)
             except Exception:  # broker gone or group lost: like the event source mapping, reconnect and go on
                 log.exception("consumer for %s failed; reconnecting", self.fn.name)
                 time.sleep(2)
@@ -198,12 +198,14 @@ class Scheduler(threading.Thread):
     def __init__(self, fn: template.Function, every_s: float, stop: threading.Event):
         super().__init__(name=f"schedule-{fn.name}", daemon=True)
         self.fn, self.every_s, self.stop_event = fn, every_s, stop
+        # handler modules are imported one after another in the main thread: Powertools Loggers of one
+        # service created by threads at once can leave the shared logger without a formatter for good
+        self.handler = _load_handler(fn)
 
     def run(self):
-        handler = _load_handler(self.fn)
         while not self.stop_event.wait(self.every_s):
             try:
-                handler(events.scheduled(), events.LambdaContext(self.fn.name, self.fn.timeout_s))
+                self.handler(events.scheduled(), events.LambdaContext(self.fn.name, self.fn.timeout_s))
             except Exception:
                 log.exception("scheduled function %s failed", self.fn.name)
 

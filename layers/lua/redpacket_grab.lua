@@ -11,9 +11,9 @@
 -- ARGV[5] 'stream' to XADD the claim event here (Redis Streams transport), '' for Kafka
 -- Returns one of:
 --   {'missing'}                      Redis does not hold the packet: load it from the DB, then retry
---   {'recovering', until}            rebuilt after Redis lost it: grabs wait until then
 --   {'not_open', state}              CREATING (the sender's debit is not settled) or FAILED
 --   {'expired'}                      past expires_at, or EXPIRED / REFUNDING / REFUNDED
+--   {'recovering', until}            rebuilt after Redis lost it: grabs wait until then
 --   {'already', item_id, amount}     this user grabbed from this packet before
 --   {'empty'}                        nothing left
 --   {'ok', item_id, amount}          grabbed (also the answer to a resent call of the same grab)
@@ -27,9 +27,9 @@ if seen then
   return {'already', f[1], f[2]}
 end
 local now = tonumber(ARGV[3])
-if now < tonumber(p[3]) then return {'recovering', p[3]} end
 if p[1] == 'CREATING' or p[1] == 'FAILED' then return {'not_open', p[1]} end
 if p[1] ~= 'OPEN' or now >= tonumber(p[2]) then return {'expired'} end
+if now < tonumber(p[3]) then return {'recovering', p[3]} end  -- only an open packet needs claims in flight to land
 local item = redis.call('LPOP', KEYS[2])
 if not item then return {'empty'} end
 local sep = string.find(item, ';', 1, true)

@@ -8,8 +8,8 @@
 -- ARGV[5] 'stream' to XADD the order event here (Redis Streams transport), '' for Kafka
 -- Returns one of:
 --   {'missing'}              Redis does not hold the voucher: load it from the DB, then retry
---   {'recovering', until}    rebuilt after Redis lost it: orders wait until then
 --   {'not_started', begin}   {'ended', end}
+--   {'recovering', until}    rebuilt after Redis lost it: orders wait until then
 --   {'sold_out'}             stock <= 0
 --   {'already', taken}       the buyer holds the per-user limit already
 --   {'ok', seq, epoch, stock_left}  taken: seq is the buyer's n-th order of this voucher. Also the
@@ -23,9 +23,9 @@ end
 local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'limit', 'epoch', 'hold_until')
 if not v[1] then return {'missing'} end
 local now = tonumber(ARGV[4])
-if now < tonumber(v[6]) then return {'recovering', v[6]} end
 if now < tonumber(v[2]) then return {'not_started', v[2]} end
 if now >= tonumber(v[3]) then return {'ended', v[3]} end
+if now < tonumber(v[6]) then return {'recovering', v[6]} end  -- only a sale still on needs orders in flight to land
 if tonumber(v[1]) <= 0 then return {'sold_out'} end
 local taken = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
 if taken >= tonumber(v[4]) then return {'already', taken} end

@@ -40,6 +40,14 @@ def scripts() -> Scripts:
     return Scripts(connect(cfg), cfg.lua_dir)
 
 
+def expire_once(client: redis.Redis, names: list[str], ttl_s: int) -> None:
+    """Give keys a TTL unless they have one (EXPIRE NX), so repeating this does not push it back."""
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.expire(name, ttl_s, nx=True)
+    pipe.execute()
+
+
 def text(value) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 

@@ -20,7 +20,7 @@ import redis
 from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
-from hotledger.dal.redis_store import never_ran, text
+from hotledger.dal.redis_store import expire_once, never_ran, text
 from hotledger.logic.durable import Durability, stream_flag
 from hotledger.logic.writer import PersistReport, dead_letter, dedupe_and_claim, rejected
 from hotledger.models import RedPacketClaimEvent
@@ -87,6 +87,9 @@ def _packet_keys(packet_id: int) -> list[str]:
     return [keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id)]
 
 
+FINISHED = ("REFUNDED", "FAILED")  # no grab and no claim can change these any more
+
+
 class RedPackets:
     def __init__(self, cfg: Settings, scripts, ids, publish, billing, delay_queue, rng: random.Random | None = None):
         self.cfg, self.scripts, self.redis, self.ids, self.billing = cfg, scripts, scripts.client, ids, billing
@@ -150,6 +153,12 @@ class RedPackets:
             grabbers = [x for i, a, user, at in items if user is not None for x in (user, f"{i};{a};{db.to_ms(at)};")]
             self.scripts.redpacket_load(keys=_packet_keys(packet_id),
                                         args=[state, db.to_ms(expires_at), hold_until, len(unclaimed), *unclaimed, *grabbers])
+        if state in FINISHED:
+            self.retire(packet_id)
+
+    def retire(self, packet_id: int) -> None:
+        """A finished packet's keys leave Redis after FINISHED_KEYS_TTL_S (a late grab reloads them, then EXPIRED)."""
+        expire_once(self.redis, [*_packet_keys(packet_id), keys.packet_pending(packet_id)], self.cfg.finished_keys_ttl_s)
 
     def rebuild(self, packet_id: int) -> None:
         """Redis lost the packet: grabs wait REBUILD_HOLD_S so claims acknowledged before the loss land first."""
@@ -365,6 +374,7 @@ def _finish_refund(packets: RedPackets, packet_id: int, report: PacketReconcileR
         except (errors.DomainError, redis.RedisError, db.DatabaseUnavailable):
             return False  # stays REFUNDING: retried with the same key
     db.execute("UPDATE t_red_packet SET state = 'REFUNDED' WHERE id = %s AND state = 'REFUNDING'", (packet_id,))
+    packets.retire(packet_id)
     report.refunded += 1
     return True
 

@@ -17,7 +17,7 @@ import redis
 from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
-from hotledger.dal.redis_store import never_ran, text
+from hotledger.dal.redis_store import expire_once, never_ran, text
 from hotledger.logic.durable import Durability, stream_flag
 from hotledger.logic.writer import PersistReport, dead_letter, dedupe_and_claim, rejected
 from hotledger.models import VoucherOrderEvent
@@ -81,6 +81,12 @@ class Seckill:
             buyers = [x for pair in cur.fetchall() for x in pair]
             self.scripts.voucher_load(keys=_voucher_keys(voucher_id)[:2], args=[
                 stock, db.to_ms(begin), db.to_ms(end), limit, str(self.ids.next_id()), hold_until, version, *buyers])
+        if db.to_ms(end) <= time.time() * 1000:
+            self.retire(voucher_id)
+
+    def retire(self, voucher_id: int) -> None:
+        """An ended sale's keys leave Redis after FINISHED_KEYS_TTL_S (a late request reloads them, then ENDED)."""
+        expire_once(self.redis, _voucher_keys(voucher_id), self.cfg.finished_keys_ttl_s)
 
     def rebuild(self, voucher_id: int) -> None:
         """Redis lost the voucher: orders acknowledged before the loss may still be on their way to the DB,
@@ -283,11 +289,13 @@ class VoucherReconcileReport:
 
 
 def reconcile_vouchers(seckill: Seckill, persister: SeckillPersister, now_ms: int, age_s: int) -> VoucherReconcileReport:
-    """For every voucher on sale or ended within the last day: persist orders pending longer than age_s (their
-    event was lost), then make Redis stock = DB stock - orders pending in Redis, rebuilding a voucher Redis lost."""
+    """For every voucher on sale or ended within FINISHED_KEYS_TTL_S: persist orders pending longer than age_s
+    (their event was lost), then make Redis stock = DB stock - orders pending in Redis, rebuilding a voucher
+    Redis lost; an ended one with nothing pending is retired."""
     report = VoucherReconcileReport()
-    rows = db.query("SELECT id FROM t_seckill_voucher WHERE end_time > %s ORDER BY id", (db.to_datetime(now_ms - 86_400_000),))
-    for (voucher_id,) in rows:
+    rows = db.query("SELECT id, end_time FROM t_seckill_voucher WHERE end_time > %s ORDER BY id",
+                    (db.to_datetime(now_ms - seckill.cfg.finished_keys_ttl_s * 1000),))
+    for voucher_id, end_time in rows:
         report.vouchers += 1
         pending = seckill.pending_orders(voucher_id)
         report.pending += len(pending)
@@ -310,4 +318,6 @@ def reconcile_vouchers(seckill: Seckill, persister: SeckillPersister, now_ms: in
             report.rebuilt += 1
         elif status == "corrected":
             report.corrected += 1
+        if db.to_ms(end_time) <= now_ms and not seckill.redis.exists(keys.voucher_pending(voucher_id)):
+            seckill.retire(voucher_id)
     return report
