@@ -47,6 +47,11 @@ def reconcile(monkeypatch, age_s):
     return handler(events.scheduled(), events.LambdaContext("ReconcilerFunction"))
 
 
+def lose_packet_in_redis(redis_client, packet_id):
+    redis_client.delete(keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id),
+                        keys.packet_pending(packet_id))
+
+
 def send(api, sender, total="10.00", count=5, expires_in_s=3600):
     status, body = api("POST", "/redpackets", {"sender_id": sender, "total": total, "count": count, "expires_in_s": expires_in_s})
     assert status == 201, body
@@ -91,7 +96,7 @@ def test_send_grab_persist_and_refund_the_rest_exactly_once(api, sql, redis_clie
     assert sql("SELECT SUM(credited) FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((3,),)
     # a refunded packet leaves Redis after FINISHED_KEYS_TTL_S; a late grab reloads it, answers EXPIRED, retires it again
     assert 0 < redis_client.ttl(keys.packet(packet_id)) <= 86_400 and 0 < redis_client.ttl(keys.packet_grabbers(packet_id))
-    redis_client.delete(keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id))
+    lose_packet_in_redis(redis_client, packet_id)
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": api.account()})
     assert (status, body["error"]["code"]) == (409, "EXPIRED")
     assert 0 < redis_client.ttl(keys.packet(packet_id)) <= 86_400
@@ -204,9 +209,7 @@ def test_a_packet_redis_lost_is_rebuilt_and_late_claims_are_not_handed_out_again
     packet_id = send(api, sender, "2.00", 3)
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
     in_flight = claim_records(packet_id)
-    for key in (keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id),
-                keys.packet_pending(packet_id)):
-        redis_client.delete(key)
+    lose_packet_in_redis(redis_client, packet_id)
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})
     assert (status, body["error"]["code"]) == (503, "RECOVERING")
     assert redis_client.llen(keys.packet_unclaimed(packet_id)) == 3  # the DB does not know the first grab yet
@@ -226,9 +229,7 @@ def test_a_claim_committed_while_a_rebuild_reads_the_db_is_not_handed_out_again(
     packet_id = send(api, sender, "2.00", 2)
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
     in_flight = claim_records(packet_id)
-    for key in (keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id),
-                keys.packet_pending(packet_id)):
-        redis_client.delete(key)
+    lose_packet_in_redis(redis_client, packet_id)
     scripts = redpackets().scripts
     load_into_redis, writer_done = scripts.redpacket_load, threading.Event()
 
