@@ -226,6 +226,26 @@ def test_reminders_redis_lost_are_offered_again_and_fire_once(api, redis_client,
     assert inbox().pull(reminded, None, 50) == [] and inbox().pull(later, None, 50) == []
 
 
+def test_orders_still_open_at_their_close_time_are_closed(api, redis_client):
+    from hotledger.dal.delay_queue import due_key
+    from reconciler.app import handler as reconcile
+
+    user = api.account(balance="10.00")
+    closing, paid, lost = (api("POST", "/orders", {"user_id": user, "amount": "1.00", "close_in_s": 1})[1] for _ in range(3))
+    assert api("POST", f"/orders/{paid['order_id']}/pay")[0] == 200
+    redis_client.zrem(due_key("order-close"), lost["order_id"])  # Redis lost this one's close
+    time.sleep(max(0.0, (max(o["close_at"] for o in (closing, paid, lost)) - now_ms()) / 1000) + 0.05)
+    drain_reminders()
+    assert api("GET", f"/orders/{closing['order_id']}")[1]["state"] == "CLOSED"
+    assert api("GET", f"/orders/{paid['order_id']}")[1]["state"] == "PAID"
+    assert api("GET", f"/orders/{lost['order_id']}")[1]["state"] == "OPEN"
+    assert reconcile(events.scheduled(), events.LambdaContext("ReconcilerFunction"))["orders_closed"] >= 1
+    assert api("GET", f"/orders/{lost['order_id']}")[1]["state"] == "CLOSED"
+    assert api("POST", f"/orders/{closing['order_id']}/pay")[1]["error"]["code"] == "ORDER_CLOSED"
+    assert api("GET", f"/accounts/{user}")[1]["balance"] == "9.00"
+    assert api("POST", "/delay-queues/order-close/items", {"element": "1", "delay_s": 1})[1]["error"]["code"] == "QUEUE_RESERVED"
+
+
 def test_bad_order_input(api):
     user = api.account()
     for body in ({"user_id": user, "amount": "1.001", "close_in_s": 60}, {"user_id": user, "amount": "1.00", "close_in_s": 0}):

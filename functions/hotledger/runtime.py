@@ -12,7 +12,7 @@ from hotledger.ids import IdGenerator
 from hotledger.logic.billing import Billing
 from hotledger.logic.inbox import Inbox
 from hotledger.logic.journeys import Journeys, parse_thresholds
-from hotledger.logic.orders import ORDER_REMINDERS, PaymentOrders
+from hotledger.logic.orders import ORDER_CLOSES, ORDER_REMINDERS, PaymentOrders
 from hotledger.logic.reconciler import Reconciler
 from hotledger.logic.redpackets import PACKET_EXPIRY, RedPacketPersister, RedPackets
 from hotledger.logic.seckill import Seckill, SeckillPersister
@@ -82,7 +82,8 @@ def journeys() -> Journeys:
 
 def delay_handlers() -> dict:
     """The queues the scheduled drainer serves, with their handlers; other queues are served over HTTP."""
-    return {ORDER_REMINDERS: payment_orders().fire_reminders, PACKET_EXPIRY: redpackets().expire_due}
+    return {ORDER_REMINDERS: payment_orders().fire_reminders, ORDER_CLOSES: payment_orders().close_due,
+            PACKET_EXPIRY: redpackets().expire_due}
 
 
 def delay_drainer() -> Drainer:

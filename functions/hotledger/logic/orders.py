@@ -7,6 +7,9 @@ fires, the drainer hands the ids to fire_reminders, which writes one inbox messa
 reminded_at in the DB (and the inbox's (biz_type, outer_biz_id) record) make a redelivered reminder write
 nothing twice. The queue lives in Redis: after a Redis loss the reconciler offers again the reminder of every
 open order not reminded yet (reoffer_lost_reminders).
+
+At its close time an order still open is closed: the queue ORDER_CLOSES fires close_due, and the reconciler
+closes any open order past its close time that the queue lost (close_overdue).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from hotledger import errors
 from hotledger.dal import db
 
 ORDER_REMINDERS = "order-close-reminder"
+ORDER_CLOSES = "order-close"
 PAGE = 500
 REMINDER_BIZ_TYPE = "ORDER_CLOSE_REMINDER"
 
@@ -47,6 +51,7 @@ class PaymentOrders:
                    " VALUES (%s, %s, %s, 'OPEN', %s, %s)",
                    (order_id, user_id, amount, db.to_datetime(close_at), db.to_datetime(due)))
         self.queue.offer(ORDER_REMINDERS, str(order_id), due_at_ms=due)
+        self.queue.offer(ORDER_CLOSES, str(order_id), due_at_ms=close_at)
         return PaymentOrder(order_id, user_id, amount, "OPEN", close_at, due)
 
     def get(self, order_id: int) -> PaymentOrder:
@@ -70,7 +75,7 @@ class PaymentOrders:
                 paid = self.billing.deduct(order.user_id, order.amount, f"payorder{order_id}")
                 db.execute("UPDATE t_payment_order SET state = 'PAID', deduct_order_id = %s WHERE id = %s AND state = 'OPEN'",
                            (paid.entry_id, order_id))
-        self.queue.remove(ORDER_REMINDERS, str(order_id))
+        self._unqueue(order_id)
         return PaymentOrder(order_id, order.user_id, order.amount, "PAID", order.close_at)
 
     def close(self, order_id: int) -> PaymentOrder:
@@ -79,8 +84,28 @@ class PaymentOrders:
             if order.state == "PAID":
                 raise errors.OrderPaid(f"order {order_id} is paid")
             db.execute("UPDATE t_payment_order SET state = 'CLOSED' WHERE id = %s AND state = 'OPEN'", (order_id,))
-        self.queue.remove(ORDER_REMINDERS, str(order_id))
+        self._unqueue(order_id)
         return PaymentOrder(order_id, order.user_id, order.amount, "CLOSED", order.close_at)
+
+    def _unqueue(self, order_id: int) -> None:
+        self.queue.remove(ORDER_REMINDERS, str(order_id))
+        self.queue.remove(ORDER_CLOSES, str(order_id))
+
+    def close_due(self, order_ids: list[str]) -> None:
+        """Delay-queue handler: close the orders still open at their close time (under the order's lock, like a
+        payment, so a payment that checked the time just before cannot be overtaken)."""
+        for order_id in order_ids:
+            try:
+                self.close(int(order_id))
+            except (errors.OrderPaid, errors.PaymentOrderNotFound):
+                pass  # paid meanwhile, or not ours: nothing to close
+
+    def close_overdue(self, now_ms: int) -> int:
+        """Close the open orders past their close time whose ORDER_CLOSES element Redis lost."""
+        overdue = db.query("SELECT id FROM t_payment_order WHERE state = 'OPEN' AND close_at <= %s ORDER BY close_at LIMIT %s",
+                           (db.to_datetime(now_ms), PAGE))
+        self.close_due([str(order_id) for (order_id,) in overdue])
+        return len(overdue)
 
     def fire_reminders(self, order_ids: list[str]) -> None:
         """Delay-queue handler: one inbox message per order still open, not reminded yet and not past its close

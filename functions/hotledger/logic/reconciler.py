@@ -8,7 +8,7 @@
 - A SYNC account whose cached version is older than the DB's is evicted.
 It reports the number of pending entries and the oldest pending age. Vouchers and red packets are
 reconciled by logic/seckill.py and logic/redpackets.py; unfinished journeys become inbox reminders
-(logic/journeys.py); order-close reminders Redis lost are offered again (logic/orders.py).
+(logic/journeys.py); order-close reminders Redis lost are offered again and orders past their close time closed (logic/orders.py).
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ class ReconcileReport:
     packets: PacketReconcileReport = field(default_factory=PacketReconcileReport)
     journeys: JourneyScanReport = field(default_factory=JourneyScanReport)
     reminders_reoffered: int = 0
+    orders_closed: int = 0
 
 
 class Reconciler:
@@ -52,6 +53,7 @@ class Reconciler:
         report.packets = reconcile_packets(self.redpackets, self.writer.redpackets, now_ms, self.age_s)
         report.journeys = self.journeys.scan(now_ms)
         report.reminders_reoffered = self.payment_orders.reoffer_lost_reminders(now_ms)
+        report.orders_closed = self.payment_orders.close_overdue(now_ms)
         return report
 
     def _accounts(self, now_ms: int) -> ReconcileReport:
