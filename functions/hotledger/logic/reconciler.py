@@ -8,7 +8,8 @@
 - A SYNC account whose cached version is older than the DB's is evicted.
 It reports the number of pending entries and the oldest pending age. Vouchers and red packets are
 reconciled by logic/seckill.py and logic/redpackets.py; unfinished journeys become inbox reminders
-(logic/journeys.py); order-close reminders Redis lost are offered again and orders past their close time closed (logic/orders.py).
+(logic/journeys.py); order-close reminders Redis lost are offered again and orders past their close time
+closed (logic/orders.py).
 """
 from __future__ import annotations
 
