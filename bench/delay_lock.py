@@ -146,7 +146,7 @@ def _lock_worker(kind: str, name: str, stop_at: float, hold_s: float, out) -> No
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
         time.sleep(hold_s)
-        scripts().lease(keys=[f"spin:{{{name}}}"], args=[token, "release", 0])
+        scripts().ids_lease(keys=[f"spin:{{{name}}}"], args=[token, "release", 0])
         acquired += 1
     out.put((acquired, commands))
 

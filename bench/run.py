@@ -106,7 +106,7 @@ def evalsha_redis_benchmark(redis_port: int, clients: int, requests: int) -> flo
     from hotledger.dal.redis_store import scripts
 
     lua = scripts()
-    lua.balance_load(keys=["user:balance:{777}"], args=[9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
+    lua.ledger_load(keys=["user:balance:{777}"], args=[9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
     sha = lua.ledger_apply.sha
     lua.client.script_load((REPO / "layers/lua/ledger_apply.lua").read_text())
     cmd = ["redis-benchmark", "-p", str(redis_port), "-c", str(clients), "-n", str(requests), "-r", "1000000000", "-q",
@@ -131,7 +131,7 @@ def redispy_worker(stop_at: float, out: mp.Queue) -> None:
 def evalsha_redispy(procs: int, seconds: float) -> float:
     from hotledger.dal.redis_store import scripts
 
-    scripts().balance_load(keys=["user:balance:{778}"], args=[9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
+    scripts().ledger_load(keys=["user:balance:{778}"], args=[9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     stop_at = time.monotonic() + seconds + 1.5
@@ -202,7 +202,7 @@ def template_batch_size() -> int:
 
 
 def writer_throughput(call, rows: int, single_rows: int, accounts: int) -> dict:
-    from hotledger.models import LedgerEvent
+    from hotledger.outbox.events import LedgerEvent
     from hotledger.runtime import id_generator, writer
 
     user_ids = [call("POST", "/accounts", {"user_name": f"w-{uuid.uuid4().hex[:10]}"})[1]["user_id"] for _ in range(accounts)]

@@ -180,7 +180,7 @@ def redpacket_script(redis_port: int, clients: int, requests: int) -> dict:
 
 
 def seckill_script(redis_port: int, clients: int, requests: int) -> float:
-    """seckill_order.lua alone (redis-benchmark): every call a new buyer, the stock large enough never to run out."""
+    """voucher_order.lua alone (redis-benchmark): every call a new buyer, the stock large enough never to run out."""
     import redis
 
     from hotledger import keys
@@ -192,7 +192,7 @@ def seckill_script(redis_port: int, clients: int, requests: int) -> float:
     client.delete(*names)
     client.hset(names[0], mapping={"stock": 10**12, "begin": 0, "end": 2**50, "limit": 1, "epoch": "bench", "hold_until": 0,
                                    "db_version": 0})
-    sha = client.script_load((REPO / "layers/lua/seckill_order.lua").read_text())
+    sha = client.script_load((REPO / "layers/lua/voucher_order.lua").read_text())
     per_s = _redis_benchmark(redis_port, clients, requests, "evalsha", sha, "4", *names, str(voucher_id), "__rand_int__",
                              "__rand_int__", "1700000000000", "")
     client.delete(*names)

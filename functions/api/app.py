@@ -1,4 +1,4 @@
-"""API Gateway (REST, proxy) handler: parse and validate, call hotledger.logic.billing, shape the answer."""
+"""API Gateway (REST, proxy) handler: parse and validate, call hotledger.ledger.service, shape the answer."""
 from __future__ import annotations
 
 import json
@@ -12,11 +12,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Pat
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from api import notifications, redpackets, responses, vouchers
+from api import notices, redpackets, responses, vouchers
 from hotledger import errors, observability
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.lock import LockUnavailable
-from hotledger.models import (
+from hotledger.dal.redis_store import RedisUnavailable
+from api.schemas import (
     AccountCreated, AccountView, AmountRequest, CreateAccountRequest, DeductResult, OrderView, PatchAccountRequest,
     RechargeResult,
 )
@@ -28,7 +29,7 @@ metrics = observability.metrics()
 app = APIGatewayRestResolver(enable_validation=True)
 app.include_router(vouchers.router)
 app.include_router(redpackets.router)
-app.include_router(notifications.router)
+app.include_router(notices.router)
 
 IdempotencyKey = Annotated[
     str | None,
@@ -189,7 +190,7 @@ def validation_error(exc: RequestValidationError) -> Response:
     return _error(status, code, message)
 
 
-@app.exception_handler([redis.RedisError, DatabaseUnavailable, LockUnavailable])
+@app.exception_handler([redis.RedisError, RedisUnavailable, DatabaseUnavailable, LockUnavailable])
 def dependency_down(exc: Exception) -> Response:
     logger.warning("dependency unavailable", exc_info=exc)
     _count_rejection("SERVICE_UNAVAILABLE")

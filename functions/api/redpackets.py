@@ -9,7 +9,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from api.responses import UNAVAILABLE, responses
 from hotledger import observability
-from hotledger.models import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
+from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
 from hotledger.money import format_minor, parse_minor
 from hotledger.runtime import redpackets
 

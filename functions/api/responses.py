@@ -5,7 +5,7 @@ import json
 
 from aws_lambda_powertools.event_handler import Response, content_types
 
-from hotledger.models import ErrorResponse
+from api.schemas import ErrorResponse
 
 
 def error(status: int, code: str, message: str, **details: str) -> Response:

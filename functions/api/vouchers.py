@@ -9,7 +9,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from api.responses import UNAVAILABLE, responses
 from hotledger import observability
-from hotledger.models import (
+from api.schemas import (
     CreateVoucherRequest, VoucherCreated, VoucherOrderRequest, VoucherOrderResult, VoucherOrderView, VoucherView,
 )
 from hotledger.runtime import seckill

@@ -9,20 +9,20 @@ from hotledger.dal.delay_queue import DelayQueue, Drainer
 from hotledger.dal.lock import DistributedLock
 from hotledger.dal.redis_store import scripts
 from hotledger.ids import IdGenerator
-from hotledger.logic.billing import Billing
-from hotledger.logic.inbox import Inbox
-from hotledger.logic.journeys import Journeys, parse_thresholds
-from hotledger.logic.orders import ORDER_CLOSES, ORDER_REMINDERS, PaymentOrders
-from hotledger.logic.reconciler import Reconciler
-from hotledger.logic.redpackets import PACKET_EXPIRY, RedPacketPersister, RedPackets
-from hotledger.logic.seckill import Seckill, SeckillPersister
-from hotledger.logic.stream_consumer import StreamConsumer
-from hotledger.logic.writer import Writer
+from hotledger.ledger.service import Billing
+from hotledger.notices.inbox import Inbox
+from hotledger.notices.journeys import Journeys, parse_thresholds
+from hotledger.notices.payment_orders import ORDER_CLOSES, ORDER_REMINDERS, PaymentOrders
+from hotledger.reconciler import Reconciler
+from hotledger.redpackets.service import PACKET_EXPIRY, RedPacketPersister, RedPackets
+from hotledger.vouchers.service import Seckill, SeckillPersister
+from hotledger.outbox.stream_consumer import StreamConsumer
+from hotledger.outbox.writer import Writer
 
 
 @functools.lru_cache(maxsize=1)
 def id_generator() -> IdGenerator:
-    return IdGenerator(scripts().client, scripts().lease)
+    return IdGenerator(scripts().client, scripts().ids_lease)
 
 
 @functools.lru_cache(maxsize=1)

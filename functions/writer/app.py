@@ -6,36 +6,27 @@ from __future__ import annotations
 import base64
 
 from aws_lambda_powertools.metrics import MetricUnit
-from pydantic import ValidationError
 
 from hotledger import observability
-from hotledger.logic.writer import PoisonRecord
-from hotledger.models import EVENT_ADAPTER
+from hotledger.outbox.events import RawRecord, decode
 from hotledger.runtime import writer
 
 logger = observability.logger()
 metrics = observability.metrics()
 
 
-def decode(event: dict) -> tuple[list, list[PoisonRecord]]:
-    """MSK event -> events (ledger, voucher order, red packet claim) in partition order, plus the records that
-    can never be applied."""
-    decoded, poison = [], []
-    for records in event.get("records", {}).values():
-        for record in records:
-            key = base64.b64decode(record["key"]) if record.get("key") else None
-            value = base64.b64decode(record["value"]) if record.get("value") else None
-            try:
-                decoded.append(EVENT_ADAPTER.validate_json(value or b""))
-            except (ValueError, ValidationError) as exc:
-                poison.append(PoisonRecord(record["topic"], record["partition"], record["offset"], key, value, str(exc)))
-    return decoded, poison
+def msk_records(event: dict) -> list[RawRecord]:
+    """The records of an MSK event in partition order, base64 decoded."""
+    return [RawRecord(record["topic"], record["partition"], record["offset"],
+                      base64.b64decode(record["key"]) if record.get("key") else None,
+                      base64.b64decode(record["value"]) if record.get("value") else None)
+            for records in event.get("records", {}).values() for record in records]
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict, context) -> dict:
-    events, poison = decode(event)
+    events, poison = decode(msk_records(event))
     report = writer().persist(events, poison)
     metrics.add_metric(name="WriterBatchSize", unit=MetricUnit.Count, value=len(events) + len(poison))
     metrics.add_metric(name="WriterApplied", unit=MetricUnit.Count, value=report.applied)

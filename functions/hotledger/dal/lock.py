@@ -1,8 +1,8 @@
 """A Redisson-grade distributed lock on Redis.
 
 - Reentrant: a hash lock:{name} maps the owner (process id + thread id) to its hold count, with a lease
-  (rlock_acquire.lua). Only the owner can release; the last release deletes the hash and publishes on
-  lock:released:{name} (rlock_release.lua).
+  (lock_acquire.lua). Only the owner can release; the last release deletes the hash and publishes on
+  lock:released:{name} (lock_release.lua).
 - Waiters do not spin: a waiter queues itself (lock:waiters:{name}, by give-up time), subscribes to the
   channel and sleeps until a release message names it or the holder's lease ends, then tries again, until
   its wait time is used up. A release wakes one waiter, not all of them.
@@ -159,7 +159,7 @@ class DistributedLock:
     def _try(self, name: str, owner: str, gives_up_at: int) -> int | None:
         """None when acquired (the holding is recorded), else the holder's remaining lease in ms."""
         self.commands += 1
-        reply = self.scripts.rlock_acquire(keys=[lock_key(name), fence_key(name), waiters_key(name)],
+        reply = self.scripts.lock_acquire(keys=[lock_key(name), fence_key(name), waiters_key(name)],
                                            args=[owner, self.lease_ms, gives_up_at])
         if text(reply[0]) == "acquired":
             key = (name, owner)
@@ -176,7 +176,7 @@ class DistributedLock:
     def release(self, name: str) -> None:
         owner = self.owner()
         try:
-            reply = self.scripts.rlock_release(keys=[lock_key(name), channel(name), waiters_key(name)],
+            reply = self.scripts.lock_release(keys=[lock_key(name), channel(name), waiters_key(name)],
                                                args=[owner, int(time.time() * 1000)])
         except redis.RedisError:
             # the lease runs out by itself; renewing it would keep a lock nobody releases (Redisson #7272)
@@ -194,7 +194,7 @@ class DistributedLock:
         self._holdings.pop((name, owner), None)
 
     def _renew(self, holding: Holding) -> int:
-        return self.scripts.rlock_renew(keys=[lock_key(holding.name)], args=[holding.owner, self.lease_ms])
+        return self.scripts.lock_renew(keys=[lock_key(holding.name)], args=[holding.owner, self.lease_ms])
 
     @contextlib.contextmanager
     def hold(self, name: str, wait_ms: int | None = None):

@@ -1,4 +1,8 @@
-"""Redis connection and the Lua scripts of layers/lua, one Script object per file."""
+"""Redis connection, the Lua scripts of layers/lua, and the translation of redis-py errors.
+
+Only dal/ and the features' store.py talk to redis-py. Above them a Redis failure is one of two things:
+RedisUnavailable (the command cannot have run: nothing changed) or RedisOutcomeUnknown (it was sent and its
+answer lost: it may have run). Each feature's store wraps its scripts in typed methods over Lua.run."""
 from __future__ import annotations
 
 import functools
@@ -12,13 +16,65 @@ from redis.retry import Retry
 from hotledger.config import Settings, settings
 
 
-class Scripts:
-    """Every layers/lua/<name>.lua as an attribute <name>; calls go out as EVALSHA (EVAL once on NOSCRIPT)."""
+class RedisUnavailable(Exception):
+    """Redis could not be reached: the command cannot have run, nothing changed."""
+
+
+class RedisOutcomeUnknown(RedisUnavailable):
+    """The command was sent and its answer lost (timeout, connection dropped mid-command): it may have run."""
+
+
+def translate(exc: redis.RedisError) -> RedisUnavailable:
+    kind = RedisUnavailable if never_ran(exc) else RedisOutcomeUnknown
+    return kind(f"{type(exc).__name__}: {exc}")
+
+
+def redis_errors_translated(cls):
+    """Class decorator for stores and dal classes: their public methods raise RedisUnavailable /
+    RedisOutcomeUnknown instead of redis-py's errors."""
+    for name, member in list(vars(cls).items()):
+        if callable(member) and not name.startswith("_"):
+            setattr(cls, name, _translating(member))
+    return cls
+
+
+def _translating(method):
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise translate(exc) from exc
+
+    return call
+
+
+class Lua:
+    """The scripts of layers/lua by file name; each call goes out as EVALSHA (EVAL once on NOSCRIPT).
+    Features call them through their store's typed wrappers, never by name."""
 
     def __init__(self, client: redis.Redis, lua_dir: str):
         self.client = client
-        for path in sorted(Path(lua_dir).glob("*.lua")):
-            setattr(self, path.stem, client.register_script(path.read_text()))
+        self._scripts = {path.stem: client.register_script(path.read_text()) for path in sorted(Path(lua_dir).glob("*.lua"))}
+
+    def run(self, name: str, keys: list[str], args: list, client=None):
+        """Run one script; with a pipeline as client it is queued there and its reply comes from execute()."""
+        try:
+            return self._scripts[name](keys=keys, args=args, client=client)
+        except redis.RedisError as exc:
+            raise translate(exc) from exc
+
+    def pipeline(self):
+        return self.client.pipeline(transaction=False)
+
+
+class Scripts(Lua):
+    """Transitional: every script also as an attribute <name> (callers move to typed store wrappers)."""
+
+    def __init__(self, client: redis.Redis, lua_dir: str):
+        super().__init__(client, lua_dir)
+        for name, script in self._scripts.items():
+            setattr(self, name, script)
 
 
 def connect(cfg: Settings) -> redis.Redis:
@@ -67,3 +123,8 @@ def wait_for_message(pubsub, timeout_s: float, addressed_to: str | None = None) 
         if message and message["type"] == "message" and addressed_to in (None, text(message["data"])):
             return True
     return False
+
+
+def reply_fields(raw) -> list[str]:
+    """A script's array reply as text: [status, field, ...] (integers as their decimal text)."""
+    return [str(x) if isinstance(x, int) else text(x) for x in raw]

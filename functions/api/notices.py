@@ -1,0 +1,123 @@
+"""Delay-queue, payment-order, inbox and journey routes."""
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+
+from api.responses import responses
+from hotledger import errors
+from api.schemas import (
+    CreatePaymentOrderRequest, DelayAckRequest, DelayOfferRequest, DelayOfferResult, DelayQueueView, DelayTakeRequest,
+    DelayTakeResult, JourneyView, MessagesView, PaymentOrderView, PostMessageRequest, PostMessageResult, QueueName,
+)
+from hotledger.money import format_minor, parse_minor
+from hotledger.runtime import delay_handlers, delay_queue, inbox, journeys, payment_orders
+
+router = Router()
+Queue = Annotated[QueueName, Path()]
+Account = Annotated[int, Path(gt=0, lt=2**31)]
+_RESERVED = (409, "QUEUE_RESERVED: the service's own queues are drained by the service")
+
+
+def _open_queue(queue: str) -> str:
+    if queue in delay_handlers():
+        raise errors.QueueReserved(f"queue {queue!r} is drained by the service itself")
+    return queue
+
+
+@router.post("/delay-queues/<queue>/items", responses=responses(200, DelayOfferResult, "queued (or its due time moved)",
+                                                                 _RESERVED))
+def offer(queue: Queue, request: Annotated[DelayOfferRequest, Body()]) -> dict:
+    due = request.due_at if request.due_at is not None else int(time.time() * 1000) + request.delay_s * 1000
+    new = delay_queue().offer(_open_queue(queue), request.element, due_at_ms=due)
+    return DelayOfferResult(queue=queue, element=request.element, due_at=due, new=new).model_dump()
+
+
+@router.delete("/delay-queues/<queue>/items/<element>", responses=responses(
+    200, DelayOfferResult, "removed", (404, "ELEMENT_NOT_FOUND"), _RESERVED))
+def remove(queue: Queue, element: Annotated[str, Path(min_length=1, max_length=512)]) -> dict:
+    due = delay_queue().due_at(_open_queue(queue), element)
+    if not delay_queue().remove(queue, element):
+        raise errors.ElementNotFound(f"{element!r} is not in queue {queue!r}")
+    return DelayOfferResult(queue=queue, element=element, due_at=due or 0, new=False).model_dump()
+
+
+@router.get("/delay-queues/<queue>", responses=responses(200, DelayQueueView, "size and earliest due time"))
+def queue_view(queue: Queue) -> dict:
+    waiting, taken = delay_queue().size(queue)
+    return DelayQueueView(queue=queue, size=waiting, taken=taken, earliest_due_at=delay_queue().earliest(queue)).model_dump()
+
+
+@router.post("/delay-queues/<queue>/take", responses=responses(200, DelayTakeResult, "due elements, now taken", _RESERVED))
+def take(queue: Queue, request: Annotated[DelayTakeRequest, Body()]) -> dict:
+    taken = delay_queue().drain(_open_queue(queue), int(time.time() * 1000), request.limit)
+    return {"elements": [{"element": e, "due_at": due} for e, due in taken.elements],
+            "visibility_timeout_ms": delay_queue().visibility_ms}
+
+
+@router.post("/delay-queues/<queue>/ack", responses=responses(200, DelayQueueView, "acknowledged: handled for good", _RESERVED))
+def ack(queue: Queue, request: Annotated[DelayAckRequest, Body()]) -> dict:
+    delay_queue().ack(_open_queue(queue), request.elements)
+    return queue_view(queue)
+
+
+def _order_body(order) -> dict:
+    return PaymentOrderView(order_id=str(order.order_id), user_id=order.user_id, amount=format_minor(order.amount),
+                            state=order.state, close_at=order.close_at, reminder_due_at=order.reminder_due_at).model_dump()
+
+
+_ORDER_NOT_FOUND = (404, "ORDER_NOT_FOUND")
+OrderId = Annotated[int, Path(gt=0, lt=2**63)]
+
+
+@router.post("/orders", status_code=201, responses=responses(201, PaymentOrderView, "order created, reminder queued",
+                                                               (404, "ACCOUNT_NOT_FOUND")))
+def create_order(request: Annotated[CreatePaymentOrderRequest, Body()]) -> dict:
+    return _order_body(payment_orders().create(request.user_id, parse_minor(request.amount), request.close_in_s))
+
+
+@router.get("/orders/<order_id>", responses=responses(200, PaymentOrderView, "the order", _ORDER_NOT_FOUND))
+def get_order(order_id: OrderId) -> dict:
+    return _order_body(payment_orders().get(order_id))
+
+
+@router.post("/orders/<order_id>/pay", responses=responses(
+    200, PaymentOrderView, "paid (a deduct from the user's account); the reminder is removed", _ORDER_NOT_FOUND,
+    (402, "INSUFFICIENT_BALANCE"), (409, "ORDER_CLOSED")))
+def pay_order(order_id: OrderId) -> dict:
+    return _order_body(payment_orders().pay(order_id))
+
+
+@router.post("/orders/<order_id>/close", responses=responses(200, PaymentOrderView, "closed; the reminder is removed",
+                                                             _ORDER_NOT_FOUND, (409, "ORDER_PAID")))
+def close_order(order_id: OrderId) -> dict:
+    return _order_body(payment_orders().close(order_id))
+
+
+@router.post("/inbox/<account>/messages", responses=responses(200, PostMessageResult, "written, or the first message's id",
+                                                              (404, "ACCOUNT_NOT_FOUND")))
+def post_message(account: Account, request: Annotated[PostMessageRequest, Body()]) -> dict:
+    message_id, new = inbox().post(account, request.biz_type, request.outer_biz_id, request.title, request.content, request.url)
+    return {"message_id": message_id, "duplicate": not new}
+
+
+@router.get("/inbox/<account>/messages", responses=responses(200, MessagesView, "messages after `after`, oldest first"))
+def pull_messages(account: Account, after: Annotated[str | None, Query(max_length=32)] = None,
+                  limit: Annotated[int, Query(gt=0, le=200)] = 50) -> dict:
+    return {"messages": [m.__dict__ for m in inbox().pull(account, after, limit)]}
+
+
+@router.post("/journeys/<biz>/<account>/start", responses=responses(200, JourneyView, "started (a repeat keeps the first start)",
+                                                                    (404, "JOURNEY_NOT_FOUND or ACCOUNT_NOT_FOUND")))
+def start_journey(biz: Annotated[str, Path(max_length=64)], account: Account) -> dict:
+    return {"biz": biz, "account": account, "started_at": journeys().start(biz, account, int(time.time() * 1000))}
+
+
+@router.post("/journeys/<biz>/<account>/finish", responses=responses(200, JourneyView, "finished: no reminder",
+                                                                     (404, "JOURNEY_NOT_FOUND")))
+def finish_journey(biz: Annotated[str, Path(max_length=64)], account: Account) -> dict:
+    journeys().finish(biz, account)
+    return {"biz": biz, "account": account, "started_at": None}

@@ -1,0 +1,295 @@
+"""HTTP request and response shapes (pydantic). Money is a decimal string at the edge; events live in hotledger.outbox.events."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+
+from hotledger.money import parse_minor
+
+MONEY_PATTERN = r"^(0|[1-9][0-9]{0,14})(\.[0-9]{1,2})?$"
+
+
+def _positive_amount(text: str) -> str:
+    parse_minor(text)
+    return text
+
+
+def _non_negative_amount(text: str) -> str:
+    parse_minor(text, allow_zero=True)
+    return text
+
+
+Amount = Annotated[StrictStr, AfterValidator(_positive_amount), Field(examples=["12.34"], pattern=MONEY_PATTERN)]
+Threshold = Annotated[StrictStr, AfterValidator(_non_negative_amount), Field(examples=["0.00"], pattern=MONEY_PATTERN)]
+DeductType = Literal["ASYNC", "SYNC"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateAccountRequest(_Strict):
+    user_name: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")]
+    deduct_type: DeductType = "ASYNC"
+    threshold: Threshold = "0.00"
+
+
+class PatchAccountRequest(_Strict):
+    deduct_type: DeductType | None = None
+    threshold: Threshold | None = None
+    api_open: StrictBool | None = None
+
+
+class AmountRequest(_Strict):
+    amount: Amount
+
+
+class AccountCreated(BaseModel):
+    user_id: int
+
+
+class AccountView(BaseModel):
+    user_id: int
+    user_name: str
+    balance: str
+    version: int
+    threshold: str
+    deduct_type: DeductType
+    api_open: bool
+    pending_orders: int = Field(description="charged in Redis, not yet in the DB")
+
+
+class DeductResult(BaseModel):
+    order_id: str = Field(description="63-bit id as a string (exact in JavaScript)")
+    user_id: int
+    amount: str
+    balance: str
+    version: int
+    mode: DeductType
+
+
+class RechargeResult(BaseModel):
+    pay_id: str
+    user_id: int
+    amount: str
+    balance: str
+    version: int
+    mode: DeductType
+
+
+class OrderView(BaseModel):
+    order_id: str
+    user_id: int
+    amount: str
+    balance_after: str
+    status: Literal["PENDING", "PERSISTED"]
+
+
+# flash sale -------------------------------------------------------------------------------------------
+UserRef = Annotated[StrictInt, Field(gt=0, lt=2**31)]
+
+
+class CreateVoucherRequest(_Strict):
+    title: Annotated[StrictStr, Field(min_length=1, max_length=128)]
+    stock: Annotated[StrictInt, Field(gt=0, le=10_000_000)]
+    begin_at: Annotated[StrictInt, Field(ge=0, description="sale opens, epoch milliseconds")]
+    end_at: Annotated[StrictInt, Field(gt=0, description="sale closes, epoch milliseconds (after begin_at)")]
+    per_user_limit: Annotated[StrictInt, Field(gt=0, le=1000)] = 1
+
+    @model_validator(mode="after")
+    def _ends_after_it_begins(self) -> CreateVoucherRequest:
+        if self.end_at <= self.begin_at:
+            raise ValueError("end_at must be after begin_at")
+        return self
+
+
+class VoucherCreated(BaseModel):
+    voucher_id: str
+
+
+class VoucherView(BaseModel):
+    voucher_id: str
+    title: str
+    initial_stock: int
+    stock_left: int = Field(description="in Redis: what can still be bought")
+    sold: int = Field(description="orders persisted in the DB")
+    pending: int = Field(description="orders taken in Redis, not yet in the DB")
+    per_user_limit: int
+    begin_at: int
+    end_at: int
+
+
+class VoucherOrderRequest(_Strict):
+    user_id: UserRef
+
+
+class VoucherOrderResult(BaseModel):
+    order_id: str
+    voucher_id: str
+    user_id: int
+    seq: int = Field(description="the buyer's n-th order of this voucher")
+
+
+class VoucherOrderView(BaseModel):
+    order_id: str
+    voucher_id: str
+    user_id: int
+    status: Literal["PENDING", "PERSISTED"]
+
+
+# red packets -------------------------------------------------------------------------------------------
+class CreateRedPacketRequest(_Strict):
+    sender_id: UserRef
+    total: Amount
+    count: Annotated[StrictInt, Field(gt=0, le=10_000)]
+    expires_in_s: Annotated[StrictInt, Field(gt=0, le=7 * 24 * 3600)] = 24 * 3600
+
+
+class RedPacketCreated(BaseModel):
+    packet_id: str
+    sender_id: int
+    total: str
+    count: int
+    expires_at: int
+
+
+class GrabRequest(_Strict):
+    user_id: UserRef
+
+
+class GrabResult(BaseModel):
+    packet_id: str
+    item_id: str
+    user_id: int
+    amount: str
+    credited: bool = Field(description="false: the claim is durable but the credit failed; the reconciler retries it")
+
+
+class RedPacketGrab(BaseModel):
+    user_id: int
+    amount: str
+
+
+class RedPacketView(BaseModel):
+    packet_id: str
+    sender_id: int
+    state: str
+    total: str
+    count: int
+    claimed: int
+    remaining: int
+    refund: str | None
+    expires_at: int
+    grabs: list[RedPacketGrab]
+
+
+# delay queues ----------------------------------------------------------------------------------------------
+QueueName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+Element = Annotated[StrictStr, Field(min_length=1, max_length=512)]
+
+
+class DelayOfferRequest(_Strict):
+    element: Element
+    delay_s: Annotated[StrictInt, Field(ge=0, le=365 * 86400)] | None = None
+    due_at: Annotated[StrictInt, Field(ge=0, description="epoch milliseconds")] | None = None
+
+    @model_validator(mode="after")
+    def _one_time(self) -> DelayOfferRequest:
+        if (self.delay_s is None) == (self.due_at is None):
+            raise ValueError("give exactly one of delay_s and due_at")
+        return self
+
+
+class DelayOfferResult(BaseModel):
+    queue: str
+    element: str
+    due_at: int
+    new: bool = Field(description="false: the element was queued already and its due time moved")
+
+
+class DelayQueueView(BaseModel):
+    queue: str
+    size: int = Field(description="waiting")
+    taken: int = Field(description="taken by a consumer, not acknowledged yet")
+    earliest_due_at: int | None
+
+
+class DelayTakeRequest(_Strict):
+    limit: Annotated[StrictInt, Field(gt=0, le=1000)] = 100
+
+
+class DelayTakenElement(BaseModel):
+    element: str
+    due_at: int
+
+
+class DelayTakeResult(BaseModel):
+    elements: list[DelayTakenElement]
+    visibility_timeout_ms: int = Field(description="acknowledge within this, or the elements are handed out again")
+
+
+class DelayAckRequest(_Strict):
+    elements: Annotated[list[Element], Field(min_length=1, max_length=1000)]
+
+
+# payment orders, inbox, journeys ---------------------------------------------------------------------------
+class CreatePaymentOrderRequest(_Strict):
+    user_id: UserRef
+    amount: Amount
+    close_in_s: Annotated[StrictInt, Field(gt=0, le=30 * 86400)]
+
+
+class PaymentOrderView(BaseModel):
+    order_id: str
+    user_id: int
+    amount: str
+    state: Literal["OPEN", "PAID", "CLOSED"]
+    close_at: int
+    reminder_due_at: int | None = Field(default=None, description="when the close reminder fires, while it is queued")
+
+
+BizText = Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class PostMessageRequest(_Strict):
+    biz_type: BizText
+    outer_biz_id: BizText
+    title: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+    content: Annotated[StrictStr, Field(min_length=1, max_length=4000)]
+    url: Annotated[StrictStr, Field(max_length=1000)] | None = None
+
+
+class PostMessageResult(BaseModel):
+    message_id: str
+    duplicate: bool = Field(description="true: this (biz_type, outer_biz_id) was posted before; nothing was written")
+
+
+class MessageView(BaseModel):
+    message_id: str
+    biz_type: str
+    outer_biz_id: str
+    title: str
+    content: str
+    url: str | None
+    created_at: int
+
+
+class MessagesView(BaseModel):
+    messages: list[MessageView]
+
+
+class JourneyView(BaseModel):
+    biz: str
+    account: int
+    started_at: int | None
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(examples=["INSUFFICIENT_BALANCE"])
+    message: str
+    entry_id: str | None = Field(default=None, description="OUTCOME_UNKNOWN only: the order or payment to look up")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody

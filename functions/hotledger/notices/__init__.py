@@ -1,0 +1,1 @@
+"""Payment orders with close reminders, the app inbox and unfinished-business journeys."""

@@ -1,0 +1,98 @@
+"""The one step every money- or stock-moving request takes: change Redis with one script, then make the
+change durable with the configured transport before answering.
+
+Kafka: the script changed Redis; the event is published and the answer waits for the broker's ack. If the
+publish fails, the change is undone in Redis unless the writer already claimed it (the event did arrive after
+all). Redis Streams: the script XADDed the event itself, atomically with the change: nothing is left to do.
+
+Invariants this step keeps for all three features (ledger, vouchers, red packets):
+- every attempt runs with fresh ids, so a resend of one attempt is recognised by the script, never a new change;
+- a script that may have run without answering is OUTCOME_UNKNOWN (never "nothing changed");
+- an entity Redis does not hold is loaded from the DB and the script tried again (at most LOAD_ATTEMPTS times);
+- a refusal changes nothing and is raised as its domain error;
+- a change is answered only once it is durable, or undone, or reported OUTCOME_UNKNOWN when even the undo
+  cannot reach Redis.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from hotledger import errors
+from hotledger.config import Settings
+from hotledger.dal.publisher import PublishFailed
+from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
+
+LOAD_ATTEMPTS = 3
+
+
+class ScriptReply(Protocol):
+    @property
+    def missing(self) -> bool:
+        """Redis does not hold the entity: load it from the DB and run the script again."""
+
+
+Reply = TypeVar("Reply", bound=ScriptReply)
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """A change a script made in Redis, to be made durable."""
+
+    key: str  # partition key: every event of one entity lands in one partition, in order
+    event: Callable[[], dict]
+    undo: Callable[[], bool]  # runs the feature's rollback script; True when the writer had claimed the change first
+
+
+def stream_flag(cfg: Settings) -> str:
+    """The scripts' ARGV switch: 'stream' makes them XADD their event."""
+    return "stream" if cfg.event_transport == "redis-stream" else ""
+
+
+class Durability:
+    def __init__(self, cfg: Settings, publish: Callable[[str, dict], None], next_id: Callable[[], int]):
+        self.streamed = cfg.event_transport == "redis-stream"
+        self.stream_flag = stream_flag(cfg)
+        self.publish = publish
+        self.next_id = next_id
+
+    def apply(self, attempt: Callable[[int], Reply], *, reload: Callable[[], None],
+              refusal: Callable[[Reply], errors.DomainError | None], outbound: Callable[[int, Reply], Outbound | None],
+              unknown: Callable[[int, str], errors.DomainError], what: str) -> tuple[int, Reply]:
+        """Run `attempt(change_id)` (one script call) until Redis holds the entity, raise its refusal, make its
+        change durable; returns (the change id of the attempt that answered, its reply).
+        `outbound(change_id, reply)` says what to publish (None: nothing new, e.g. a replayed answer);
+        `unknown(change_id, why)` builds the OUTCOME_UNKNOWN error naming the change to look up."""
+        for _ in range(LOAD_ATTEMPTS):
+            change_id = self.next_id()
+            try:
+                reply = attempt(change_id)
+            except RedisOutcomeUnknown as exc:
+                raise unknown(change_id, f"Redis did not answer the {what}") from exc
+            if reply.missing:
+                reload()
+                continue
+            error = refusal(reply)
+            if error is not None:
+                raise error
+            change = outbound(change_id, reply)
+            if change is not None:
+                self.publish_or_undo(change, lambda why, change_id=change_id: unknown(change_id, why))
+            return change_id, reply
+        raise errors.ServiceUnavailable(f"the {what} could not be loaded into Redis; retry")
+
+    def publish_or_undo(self, change: Outbound, unknown: Callable[[str], errors.DomainError]) -> None:
+        """Kafka only: publish, or undo the change."""
+        if self.streamed:
+            return
+        try:
+            self.publish(change.key, change.event())
+        except PublishFailed as exc:
+            try:
+                claimed = change.undo()
+            except RedisUnavailable as lost:
+                # the change stays pending: if Redis kept it, the reconciler persists it; if not, it never happened
+                raise unknown("the broker did not acknowledge it and Redis could not take it back") from lost
+            if not claimed:  # claimed: the event did arrive and will be persisted
+                raise errors.PublishFailed("the change could not be recorded durably and was not made; retry") from exc

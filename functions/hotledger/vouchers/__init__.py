@@ -1,0 +1,1 @@
+"""Flash sales: vouchers whose stock is sold by one Lua script and persisted through the outbox."""

@@ -1,0 +1,35 @@
+-- ledger_rollback: undo a ledger_apply whose event could not be published, unless the writer already has it.
+-- KEYS[1] user:balance:{uid}            hash
+-- KEYS[2] user:order:{uid}:<id>         entry string (amount;ts;balanceAfter;version;kind;epoch;open;idemKey)
+-- KEYS[3] user:order:consistency:{uid}  zset
+-- KEYS[4] user:order:fate:{uid}:<id>    'claimed' (writer) | 'rolledback' (this script)
+-- KEYS[5] user:idem:{uid}:<key>         idempotency record, deleted when it points at this entry
+-- ARGV[1] entry id  ARGV[2] fate TTL in seconds
+-- Returns:
+--   {'claimed'}               the writer claimed the entry: it was delivered and will be persisted
+--   {'gone'}                  nothing left to undo (already rolled back or persisted); tombstone set
+--   {'rolled_back', balance, v}  money given back; the tombstone stops the writer from persisting it
+--   {'rolled_back'}           entry removed but the account hash was lost; the DB never charged it
+if redis.call('GET', KEYS[4]) == 'claimed' then return {'claimed'} end
+redis.call('SET', KEYS[4], 'rolledback', 'EX', ARGV[2])
+local entry = redis.call('GET', KEYS[2])
+if (not entry) or (not redis.call('ZSCORE', KEYS[3], ARGV[1])) then return {'gone'} end
+local fields = {}
+for part in string.gmatch(entry, '[^;]+') do fields[#fields + 1] = part end
+local amount, kind = tonumber(fields[1]), fields[5]
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('HGET', KEYS[5], 'id') == ARGV[1] then redis.call('DEL', KEYS[5]) end
+local h = redis.call('HMGET', KEYS[1], 'balance', 'open')
+if not h[1] then return {'rolled_back'} end
+local open, balance = h[2]
+if kind == 'D' then
+  balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
+  if balance > 0 and open == 'BALANCE' then open = '1' end
+else
+  balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
+  if balance <= 0 and open == '1' then open = 'BALANCE' end
+end
+local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
+redis.call('HSET', KEYS[1], 'open', open)
+return {'rolled_back', string.format('%d', balance), string.format('%d', v)}

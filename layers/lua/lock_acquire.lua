@@ -1,0 +1,27 @@
+-- lock_acquire: take or re-enter a Redisson-style lock (hash: owner -> hold count) with a lease, and
+-- hand out a fencing token that rises with every new owner. A caller that will wait is queued, so a
+-- release wakes one waiter instead of all of them.
+-- KEYS[1] lock:{<name>}          hash: <owner> -> hold count, '#fence' -> this holder's token
+-- KEYS[2] lock:fence:{<name>}    counter of owners ever (never expires, so tokens only rise)
+-- KEYS[3] lock:waiters:{<name>}  zset: waiting owner -> when it gives up (epoch ms)
+-- ARGV[1] owner id (process and thread; never starts with '#')  ARGV[2] lease in ms
+-- ARGV[3] when the caller gives up waiting (epoch ms), 0 when it will not wait
+-- Returns {'acquired', fence token, hold count} (new owner or re-entry; the lease starts again), or
+-- {'held', pttl}: another owner holds it for pttl more ms.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local fence = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], ARGV[1], 1, '#fence', fence)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  return {'acquired', fence, 1}
+end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  local count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {'acquired', tonumber(redis.call('HGET', KEYS[1], '#fence')), count}
+end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], 3600000)  -- a forgotten queue goes; live entries are re-added on every try
+end
+return {'held', redis.call('PTTL', KEYS[1])}

@@ -1,0 +1,117 @@
+"""End to end over HTTP on the local runtime: API workers, the MSK consumer and the schedule, all as
+real processes against real Redis, MariaDB and the Kafka-protocol broker."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from helpers import LocalService
+
+from hotledger import keys
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    svc = LocalService(_free_port(), {"HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "2", "RECONCILE_AGE_S": "60",
+                                      "HOTLEDGER_API_WORKERS": "4", "REMINDER_BEFORE_CLOSE_S": "3"}, tmp_path_factory.mktemp("e2e") / "runtime.log")
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+def _persisted(service, user_id, order_id) -> bool:
+    return service.request("GET", f"/accounts/{user_id}/orders/{order_id}")[1]["status"] == "PERSISTED"
+
+
+def test_create_recharge_deduct_until_persisted(service, sql, redis_client):
+    status, body = service.request("POST", "/accounts", {"user_name": f"e2e-{os.getpid()}", "threshold": "0.00"})
+    assert status == 201
+    user_id = body["user_id"]
+    assert service.request("POST", f"/accounts/{user_id}/recharge", {"amount": "100.00"})[0] == 200
+    status, order = service.request("POST", f"/accounts/{user_id}/deduct", {"amount": "12.34"})
+    assert status == 200 and order["balance"] == "87.66"
+    service.wait_until(lambda: _persisted(service, user_id, order["order_id"]), 60, "the order to be persisted")
+    service.wait_until(lambda: service.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0, 30, "pending 0")
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((8766,),)
+    assert redis_client.hget(keys.balance(user_id), "balance") == b"8766"
+    assert sql("SELECT amount, balance, mode FROM t_order WHERE id = %s", (int(order["order_id"]),)) == ((1234, 8766, "ASYNC"),)
+
+
+def test_bad_input_over_http_changes_nothing(service):
+    status, body = service.request("POST", "/accounts", {"user_name": f"e2e-bad-{os.getpid()}"})
+    user_id = body["user_id"]
+    for amount in ("-1", "1.001", "1e2", "NaN"):
+        status, answer = service.request("POST", f"/accounts/{user_id}/recharge", {"amount": amount})
+        assert status == 422 and answer["error"]["code"] == "INVALID_AMOUNT"
+    assert service.request("GET", f"/accounts/{user_id}")[1]["balance"] == "0.00"
+
+
+def test_thousand_parallel_deducts_on_five_hundred(service, sql, redis_client):
+    status, body = service.request("POST", "/accounts", {"user_name": f"e2e-hot-{os.getpid()}"})
+    user_id = body["user_id"]
+    assert service.request("POST", f"/accounts/{user_id}/recharge", {"amount": "500.00"})[0] == 200
+
+    def deduct(_):
+        return service.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+
+    with ThreadPoolExecutor(64) as pool:
+        answers = list(pool.map(deduct, range(1000)))
+    statuses = [status for status, _ in answers]
+    assert statuses.count(200) == 500, {s: statuses.count(s) for s in set(statuses)}
+    assert set(statuses) <= {200, 402, 403}
+    assert len({body["order_id"] for status, body in answers if status == 200}) == 500
+    assert service.request("GET", f"/accounts/{user_id}")[1]["balance"] == "0.00"
+    service.wait_until(lambda: sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,))[0][0] == 500, 90,
+                       "500 orders in the DB")
+    service.wait_until(lambda: redis_client.zcard(keys.consistency(user_id)) == 0, 30, "nothing pending")
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((0,),)
+
+
+def test_order_close_reminder_reaches_the_inbox_once_and_on_time(service):
+    """The scheduled delay drainer fires the reminder 3 s (REMINDER_BEFORE_CLOSE_S) before the close time."""
+    status, body = service.request("POST", "/accounts", {"user_name": f"e2e-remind-{os.getpid()}"})
+    user_id = body["user_id"]
+    assert service.request("POST", f"/accounts/{user_id}/recharge", {"amount": "10.00"})[0] == 200
+    status, unpaid = service.request("POST", "/orders", {"user_id": user_id, "amount": "3.00", "close_in_s": 6})
+    assert status == 201 and unpaid["reminder_due_at"] == unpaid["close_at"] - 3000
+    paid = service.request("POST", "/orders", {"user_id": user_id, "amount": "4.00", "close_in_s": 6})[1]
+    assert service.request("POST", f"/orders/{paid['order_id']}/pay")[1]["state"] == "PAID"
+
+    def inbox():
+        return service.request("GET", f"/inbox/{user_id}/messages")[1]["messages"]
+
+    service.wait_until(lambda: inbox(), 30, "the reminder in the inbox")
+    time.sleep(2)
+    messages = inbox()
+    assert [(m["biz_type"], m["outer_biz_id"]) for m in messages] == [("ORDER_CLOSE_REMINDER", unpaid["order_id"])]
+    assert messages[0]["created_at"] >= unpaid["reminder_due_at"]  # never early
+    assert service.request("GET", f"/accounts/{user_id}")[1]["balance"] == "6.00"
+
+
+def test_api_key_is_required_when_configured(tmp_path):
+    """API Gateway's usage-plan check, as the local runtime applies it when HOTLEDGER_API_KEY is set."""
+    svc = LocalService(_free_port(), {"HOTLEDGER_API_KEY": "k-123", "HOTLEDGER_API_WORKERS": "1"}, tmp_path / "keyed.log",
+                       ("--no-msk", "--no-schedules"))
+    try:
+        svc.start(wait_http=False)
+        LocalService.wait_until(lambda: svc.request("GET", "/openapi.json")[0] == 403, 30, "the keyed API to answer")
+        assert svc.request("GET", "/openapi.json", headers={"x-api-key": "wrong"})[0] == 403
+        assert svc.request("GET", "/openapi.json", headers={"x-api-key": "k-123"})[0] == 200
+    finally:
+        svc.stop()
+
+
+def test_no_function_failed_while_serving(service):
+    """Last in this module: every invocation the runtime made for the tests above (API, MSK writer,
+    schedules) returned without an exception."""
+    log = service.log_text()
+    assert "Traceback" not in log, log[log.index("Traceback") - 300:log.index("Traceback") + 2000]

@@ -1,0 +1,218 @@
+"""The distributed lock (dal/lock.py): reentrancy, owner-only release, pub/sub waiting, the watchdog, fencing
+tokens checked by the SYNC deduct path, and a clear failure when Redis is unreachable. Real Redis and DB."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pymysql
+import pytest
+import redis
+
+from hotledger.dal.lock import DistributedLock, LockUnavailable, NotLockOwner, lock_key
+from hotledger.dal.redis_store import Scripts
+from hotledger.runtime import scripts
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def name():
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+def make_lock(lease_ms=5000, wait_ms=2000, **kw) -> DistributedLock:
+    return DistributedLock(scripts(), lease_ms, wait_ms, **kw)
+
+
+def in_thread(fn):
+    result = {}
+
+    def run():
+        try:
+            result["value"] = fn()
+        except Exception as exc:  # noqa: BLE001 - handed back to the test
+            result["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+def test_reentrant_with_one_token_and_released_by_the_last_unlock(name, redis_client):
+    lock = make_lock()
+    first, again = lock.acquire(name), lock.acquire(name)
+    assert first.fence == again.fence and redis_client.hget(lock_key(name), lock.owner()) == b"2"
+    lock.release(name)
+    with pytest.raises(LockUnavailable):
+        in_thread(lambda: lock.acquire(name, wait_ms=0))  # another owner: still held
+    lock.release(name)
+    assert not redis_client.exists(lock_key(name))
+    other = in_thread(lambda: (lock.acquire(name, wait_ms=0), lock.release(name))[0])
+    assert other.fence == first.fence + 1  # every new owner gets a larger token
+
+
+def test_unlock_by_a_non_owner_is_refused(name, redis_client):
+    lock = make_lock()
+    lock.acquire(name)
+    with pytest.raises(NotLockOwner):
+        in_thread(lambda: lock.release(name))
+    with pytest.raises(NotLockOwner):
+        make_lock().release(name)  # another process
+    assert redis_client.hget(lock_key(name), lock.owner()) == b"1"
+    lock.release(name)
+
+
+def test_twenty_workers_incrementing_a_db_counter_lose_no_update(name, settings, sql):
+    sql("CREATE TABLE IF NOT EXISTS t_lock_counter (name VARCHAR(64) PRIMARY KEY, value INT NOT NULL)")
+    sql("INSERT INTO t_lock_counter VALUES (%s, 0)", (name,))
+    lock = make_lock(wait_ms=30_000)
+
+    def worker():
+        conn = pymysql.connect(host=settings.db_host, port=settings.db_port, user=settings.db_user,
+                               password=settings.db_password, database=settings.db_name, autocommit=True)
+        with conn.cursor() as cur:
+            for _ in range(10):
+                with lock.hold(name):  # read, think, write: a lost update without the lock
+                    cur.execute("SELECT value FROM t_lock_counter WHERE name = %s", (name,))
+                    value = cur.fetchone()[0]
+                    time.sleep(0.001)
+                    cur.execute("UPDATE t_lock_counter SET value = %s WHERE name = %s", (value + 1, name))
+        conn.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sql("SELECT value FROM t_lock_counter WHERE name = %s", (name,)) == ((200,),)
+
+
+def test_a_waiter_sleeps_on_the_release_message_instead_of_spinning(name):
+    holder, waiter = make_lock(), make_lock(wait_ms=5000)  # two processes' worth of locks
+    holder.acquire(name)
+    started, waited = time.monotonic(), {}
+
+    def wait():
+        waited["holding"] = waiter.acquire(name)
+        waited["s"] = time.monotonic() - started
+        waiter.release(name)  # from the acquiring thread: the owner is the thread
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.4)
+    holder.release(name)
+    t.join()
+    assert waited["holding"] and 0.35 < waited["s"] < 2
+    assert waiter.commands <= 4  # try, subscribe, try, and one try after the release message: no polling
+
+
+def test_wait_timeout_gives_up(name):
+    holder, waiter = make_lock(), make_lock(wait_ms=300)
+    holder.acquire(name)
+    started = time.monotonic()
+    with pytest.raises(LockUnavailable):
+        waiter.acquire(name)
+    assert 0.25 < time.monotonic() - started < 2
+    holder.release(name)
+
+
+def test_watchdog_renews_while_held_and_stops_on_unlock(name, redis_client):
+    lock = make_lock(lease_ms=300)
+    lock.acquire(name)
+    time.sleep(1.0)  # three leases
+    assert redis_client.exists(lock_key(name)) and lock.watchdog.watching() == [name]
+    lock.release(name)
+    assert lock.watchdog.watching() == [] and not redis_client.exists(lock_key(name))
+
+
+def test_watchdog_forgets_a_lock_whose_release_could_not_reach_redis(name, redis_client, monkeypatch):
+    """Redisson #7272: the watchdog kept renewing after a failed unlock, so the lock never expired."""
+    lock = make_lock(lease_ms=300)
+    lock.acquire(name)
+
+    def redis_gone(**_):
+        raise redis.ConnectionError("gone")
+
+    monkeypatch.setattr(lock.scripts, "lock_release", redis_gone)
+    with pytest.raises(redis.ConnectionError):
+        lock.release(name)
+    assert lock.watchdog.watching() == []
+    time.sleep(0.6)
+    assert not redis_client.exists(lock_key(name))  # the lease ran out by itself
+
+
+def test_a_failed_renewal_is_reported_to_the_owner(name, redis_client):
+    """Redisson #4698: the owner learns that its lock is gone."""
+    reported = []
+    lock = make_lock(lease_ms=300, on_lost=reported.append)
+    holding = lock.acquire(name)
+    redis_client.delete(lock_key(name))  # e.g. a failover lost it
+    assert holding.lost.wait(2) and [h.name for h in reported] == [name]
+    with pytest.raises(Exception, match="ran out"):
+        holding.ensure_held()
+
+
+def test_redis_unreachable_is_a_clear_error_not_an_unlocked_run(name):
+    dead = redis.Redis(port=1, socket_connect_timeout=0.2)
+    lock = DistributedLock(Scripts(dead, str(REPO / "layers" / "lua")), 5000, 500)
+    with pytest.raises(LockUnavailable):
+        with lock.hold(name):
+            pytest.fail("ran without the lock")
+
+
+_PAUSED_OWNER = """
+import sys, time
+from pathlib import Path
+from hotledger import errors, keys
+from hotledger.dal import db
+from hotledger.runtime import billing, lock
+user_id, out = int(sys.argv[1]), Path(sys.argv[2])
+holding = lock().acquire(keys.account_lock(user_id))
+out.with_suffix(".held").write_text(str(holding.fence))
+while not out.with_suffix(".go").exists():
+    time.sleep(0.01)
+try:
+    with db.transaction() as cur:
+        billing()._locked_account(cur, user_id, holding.fence)
+        cur.execute("UPDATE t_account SET balance = 0 WHERE user_id = %s", (user_id,))
+    out.write_text("written")
+except errors.FencedOut:
+    out.write_text("refused lost=%s" % holding.lost.is_set())
+"""
+
+
+def test_an_owner_paused_past_its_lease_cannot_write_after_the_next_owner(api, sql, tmp_path):
+    """A real SIGSTOP pauses the lock owner (its watchdog too) past the lease; a SYNC deduct takes the lock
+    and writes; the old owner resumes and its fenced write is refused."""
+    user_id = api.account(deduct_type="SYNC", balance="10.00")
+    out = tmp_path / "owner"
+    child = subprocess.Popen([sys.executable, "-c", _PAUSED_OWNER, str(user_id), str(out)], cwd=REPO,
+                             env={**os.environ, "LOCK_TTL_MS": "500", "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"})
+    try:
+        deadline = time.monotonic() + 30
+        while not out.with_suffix(".held").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        old_fence = int(out.with_suffix(".held").read_text())
+        os.kill(child.pid, signal.SIGSTOP)
+        time.sleep(0.8)  # past the 500 ms lease: nobody renews it
+        status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+        assert status == 200 and body["balance"] == "9.00"
+        assert sql("SELECT fence FROM t_account WHERE user_id = %s", (user_id,))[0][0] > old_fence
+        os.kill(child.pid, signal.SIGCONT)
+        out.with_suffix(".go").write_text("")
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert out.read_text().startswith("refused")
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((900,),)

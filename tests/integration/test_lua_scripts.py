@@ -1,0 +1,229 @@
+"""Every Lua script, every branch, against a real Redis."""
+import itertools
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from hotledger import keys
+from hotledger.dal.redis_store import Scripts
+
+_ids = itertools.count(1)
+MAX_BALANCE = 9_000_000_000_000_000
+
+
+@pytest.fixture
+def lua(redis_client, settings) -> Scripts:
+    return Scripts(redis_client, settings.lua_dir)
+
+
+@pytest.fixture
+def uid():
+    return 10_000_000 + next(_ids)
+
+
+def _load(lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASYNC", epoch="e1"):
+    return lua.ledger_load(keys=[keys.balance(uid)], args=[balance, version, threshold, open_, mode, epoch])
+
+
+def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0):
+    reply = lua.ledger_apply(
+        keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid), keys.idempotency(uid, idem)],
+        args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE, stale_before],
+    )
+    return [x.decode() if isinstance(x, bytes) else x for x in reply]
+
+
+def test_all_keys_of_an_account_share_one_cluster_slot():
+    uid = 42
+    slots = {key_slot(k.encode()) for k in (keys.balance(uid), keys.entry(uid, 1), keys.consistency(uid),
+                                            keys.fate(uid, 1), keys.idempotency(uid, "x"))}
+    assert len(slots) == 1
+
+
+def test_missing_account_asks_for_a_load(lua, uid):
+    assert _apply(lua, uid, "D", 100, 1) == ["missing"]
+
+
+def test_load_creates_only_if_absent(lua, redis_client, uid):
+    assert _load(lua, uid, balance=500) == 1
+    assert _load(lua, uid, balance=999) == 0
+    assert redis_client.hget(keys.balance(uid), "balance") == b"500"
+
+
+def test_deduct_ok_writes_entry_zset_and_bumps_version(lua, redis_client, uid):
+    _load(lua, uid, balance=10_000, version=5, epoch="ep")
+    assert _apply(lua, uid, "D", 1234, 77) == ["ok", "77", "8766", "6", "ep", "1"]
+    assert redis_client.get(keys.entry(uid, 77)).decode().split(";")[0::2] == ["1234", "8766", "D", "1"]
+    assert redis_client.zscore(keys.consistency(uid), "77") is not None
+    assert 0 < redis_client.ttl(keys.entry(uid, 77)) <= 3600
+
+
+def test_deduct_below_threshold_is_refused_and_changes_nothing(lua, redis_client, uid):
+    _load(lua, uid, balance=1000, threshold=300)
+    assert _apply(lua, uid, "D", 701, 1) == ["insufficient", "1000", "5"]
+    assert _apply(lua, uid, "D", 700, 2)[0] == "ok"
+    assert redis_client.hget(keys.balance(uid), "balance") == b"300"
+    assert redis_client.zcard(keys.consistency(uid)) == 1
+
+
+def test_deduct_to_zero_closes_and_recharge_reopens(lua, redis_client, uid):
+    _load(lua, uid, balance=100)
+    assert _apply(lua, uid, "D", 100, 1)[5] == "BALANCE"
+    assert _apply(lua, uid, "D", 1, 2) == ["closed", "0", "6"]
+    assert _apply(lua, uid, "R", 50, 3)[5] == "1"
+    assert _apply(lua, uid, "D", 50, 4)[0] == "ok"
+
+
+def test_recharge_does_not_reopen_an_operator_close(lua, uid):
+    _load(lua, uid, balance=0, open_="ADMIN")
+    assert _apply(lua, uid, "R", 50, 1)[5] == "ADMIN"
+    assert _apply(lua, uid, "D", 1, 2)[0] == "closed"
+
+
+def test_recharge_past_the_largest_balance_is_refused(lua, uid):
+    _load(lua, uid, balance=MAX_BALANCE - 10)
+    assert _apply(lua, uid, "R", 11, 1)[0] == "limit"
+    assert _apply(lua, uid, "R", 10, 2)[0] == "ok"
+
+
+def test_sync_account_is_routed_to_the_db(lua, uid):
+    _load(lua, uid, mode="SYNC")
+    assert _apply(lua, uid, "D", 1, 1) == ["sync"]
+
+
+def test_idempotency_replay_conflict_and_in_progress(lua, redis_client, uid):
+    _load(lua, uid, balance=1000)
+    first = _apply(lua, uid, "D", 100, 1, fingerprint="fp-a")
+    assert first[0] == "ok"
+    assert _apply(lua, uid, "D", 100, 2, fingerprint="fp-a") == ["in_progress"]
+    redis_client.hset(keys.idempotency(uid, "k"), "state", "done")
+    assert _apply(lua, uid, "D", 100, 3, fingerprint="fp-a") == ["replay", "1", "900", "6", "done"]
+    assert _apply(lua, uid, "D", 200, 4, fingerprint="fp-b") == ["conflict"]
+    assert redis_client.hget(keys.balance(uid), "balance") == b"900"
+
+
+def test_a_resent_call_charges_once(lua, redis_client, uid):
+    """redis-py resends a script after a timeout: the same entry id answers as the first run did (so the
+    caller publishes it), with no second charge."""
+    _load(lua, uid, balance=1000)
+    first = _apply(lua, uid, "D", 100, 1)
+    assert first == ["ok", "1", "900", "6", "e1", "1"]
+    assert _apply(lua, uid, "D", 100, 1) == first
+    assert redis_client.hmget(keys.balance(uid), "balance", "v") == [b"900", b"6"]
+    assert redis_client.zcard(keys.consistency(uid)) == 1
+
+
+def test_a_stale_pending_idempotency_record_replays_the_charge(lua, redis_client, uid):
+    """The first request died between its charge and the broker's answer: the charge stands."""
+    _load(lua, uid, balance=1000)
+    assert _apply(lua, uid, "D", 100, 1, fingerprint="fp")[0] == "ok"
+    assert _apply(lua, uid, "D", 100, 2, fingerprint="fp", stale_before=1_700_000_000_001) == ["in_progress"]
+    assert _apply(lua, uid, "D", 100, 3, fingerprint="fp", stale_before=1_700_000_000_002) == ["replay", "1", "900", "6", "pending"]
+    assert redis_client.hget(keys.balance(uid), "balance") == b"900"
+
+
+def _rollback(lua, uid, entry_id, idem="k"):
+    reply = lua.ledger_rollback(keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid),
+                               keys.fate(uid, entry_id), keys.idempotency(uid, idem)], args=[entry_id, 3600])
+    return [x.decode() if isinstance(x, bytes) else x for x in reply]
+
+
+def test_rollback_refunds_tombstones_and_frees_the_idempotency_key(lua, redis_client, uid):
+    _load(lua, uid, balance=100)
+    _apply(lua, uid, "D", 100, 9, fingerprint="fp")
+    assert _rollback(lua, uid, 9) == ["rolled_back", "100", "7"]
+    assert redis_client.hget(keys.balance(uid), "open") == b"1"
+    assert redis_client.get(keys.fate(uid, 9)) == b"rolledback"
+    assert not redis_client.exists(keys.entry(uid, 9), keys.idempotency(uid, "k"))
+    assert redis_client.zcard(keys.consistency(uid)) == 0
+    assert _rollback(lua, uid, 9) == ["gone"]
+
+
+def test_rollback_of_a_recharge_takes_the_money_back(lua, redis_client, uid):
+    _load(lua, uid, balance=0, open_="BALANCE")
+    _apply(lua, uid, "R", 300, 1)
+    assert _rollback(lua, uid, 1) == ["rolled_back", "0", "7"]
+    assert redis_client.hget(keys.balance(uid), "open") == b"BALANCE"
+
+
+def test_rollback_after_the_writer_claimed_is_refused(lua, redis_client, uid):
+    _load(lua, uid, balance=100)
+    _apply(lua, uid, "D", 40, 5)
+    assert lua.outbox_claim(keys=[keys.fate(uid, 5)], args=[3600]) == [1]
+    assert _rollback(lua, uid, 5) == ["claimed"]
+    assert redis_client.hget(keys.balance(uid), "balance") == b"60"
+
+
+def test_claim_skips_rolled_back_entries(lua, uid):
+    _load(lua, uid, balance=100)
+    _apply(lua, uid, "D", 40, 5)
+    _rollback(lua, uid, 5)
+    assert lua.outbox_claim(keys=[keys.fate(uid, 5), keys.fate(uid, 6)], args=[3600]) == [0, 1]
+
+
+def test_rollback_when_the_hash_was_lost(lua, redis_client, uid):
+    _load(lua, uid, balance=100)
+    _apply(lua, uid, "D", 40, 5)
+    redis_client.delete(keys.balance(uid))
+    assert _rollback(lua, uid, 5) == ["rolled_back"]
+    assert not redis_client.exists(keys.balance(uid))
+
+
+def test_settle_removes_entries_and_flags_foreign_epochs(lua, redis_client, uid):
+    _load(lua, uid, balance=100, epoch="new")
+    _apply(lua, uid, "D", 10, 1)
+    _apply(lua, uid, "D", 10, 2)
+    assert lua.ledger_settle(keys=[keys.consistency(uid), keys.balance(uid), keys.entry(uid, 1)], args=["new", 1]) == [1, 0]
+    assert not redis_client.exists(keys.entry(uid, 1))
+    assert redis_client.hget(keys.balance(uid), "dirty") is None
+    assert lua.ledger_settle(keys=[keys.consistency(uid), keys.balance(uid), keys.entry(uid, 2)], args=["new,old", 2]) == [1, 1]
+    assert redis_client.hget(keys.balance(uid), "dirty") == b"1"
+
+
+def test_reconcile_set_is_a_compare_and_set(lua, redis_client, uid):
+    _load(lua, uid, balance=100, version=5)
+    redis_client.hset(keys.balance(uid), "dirty", "1")
+    assert lua.ledger_reconcile(keys=[keys.balance(uid)], args=["4", 70, 9]) == [b"changed"]
+    assert lua.ledger_reconcile(keys=[keys.balance(uid)], args=["5", 100, 5]) == [b"same"]
+    assert lua.ledger_reconcile(keys=[keys.balance(uid)], args=["5", 0, 9]) == [b"ok", b"10"]
+    assert redis_client.hmget(keys.balance(uid), "balance", "v", "open", "dirty") == [b"0", b"10", b"BALANCE", None]
+
+
+def test_hash_update_never_creates_and_respects_versions(lua, redis_client, uid):
+    assert lua.ledger_cache_update(keys=[keys.balance(uid)], args=["", "threshold", 5]) == 0
+    assert not redis_client.exists(keys.balance(uid))
+    _load(lua, uid, balance=100, version=5)
+    assert lua.ledger_cache_update(keys=[keys.balance(uid)], args=[5, "balance", 1]) == 0
+    assert lua.ledger_cache_update(keys=[keys.balance(uid)], args=[6, "balance", 1, "v", 6]) == 1
+    assert lua.ledger_cache_update(keys=[keys.balance(uid)], args=["", "threshold", 5]) == 1
+    assert redis_client.hmget(keys.balance(uid), "balance", "v", "threshold") == [b"1", b"6", b"5"]
+
+
+def test_mode_to_sync_waits_for_pending_entries(lua, redis_client, uid):
+    _load(lua, uid, balance=100)
+    _apply(lua, uid, "D", 10, 1)
+    assert lua.ledger_to_sync(keys=[keys.balance(uid), keys.consistency(uid)]) == [b"pending", 1]
+    redis_client.zrem(keys.consistency(uid), "1")
+    assert lua.ledger_to_sync(keys=[keys.balance(uid), keys.consistency(uid)]) == [b"ok"]
+    assert redis_client.hget(keys.balance(uid), "mode") == b"SYNC"
+
+
+def test_lease_release_and_renew_only_by_owner(lua, redis_client, uid):
+    key = f"{keys.IDGEN_WORKER_PREFIX}test-{uid}"
+    redis_client.set(key, "me", px=1000)
+    assert lua.ids_lease(keys=[key], args=["you", "release", 0]) == 0
+    assert lua.ids_lease(keys=[key], args=["me", "renew", 60000]) == 1
+    assert redis_client.pttl(key) > 1000
+    assert lua.ids_lease(keys=[key], args=["me", "release", 0]) == 1
+    assert not redis_client.exists(key)
+
+
+def test_script_reloads_after_script_flush(lua, redis_client, uid):
+    redis_client.script_flush()
+    assert _apply(lua, uid, "D", 1, 1) == ["missing"]
+
+
+def test_unknown_redis_error_is_not_swallowed(lua, uid):
+    with pytest.raises(redis.ResponseError):
+        lua.ledger_apply(keys=[keys.balance(uid)], args=["D"])

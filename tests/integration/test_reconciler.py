@@ -1,0 +1,83 @@
+"""The reconciler function driven with EventBridge scheduled events, against real Redis and DB."""
+import json
+
+import pytest
+from helpers import EVENTS, invoke_writer
+from helpers import reconcile as run_reconciler
+
+from hotledger import keys
+from hotledger.ledger.entry import pending_entries
+from infra.localrt import events
+
+
+
+@pytest.fixture
+def reconcile(monkeypatch):
+    return lambda age_s=0: run_reconciler(monkeypatch, age_s)
+
+
+def _db_balance(sql, user_id):
+    return sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,))[0][0]
+
+
+def test_stale_pending_entries_are_compensated_exactly_once(api, sql, redis_client, reconcile):
+    """The events never reached the writer (lost by the broker): the entries in Redis are persisted."""
+    user_id = api.account(balance="30.00")
+    ids = [api("POST", f"/accounts/{user_id}/deduct", {"amount": "5.00"})[1]["order_id"] for _ in range(2)]
+    report = reconcile(age_s=3600)
+    assert report["pending"] >= 3 and report["compensated"] == 0 and report["oldest_pending_age_s"] >= 0
+    report = reconcile(age_s=0)
+    assert report["compensated"] >= 3
+    assert _db_balance(sql, user_id) == 2000
+    assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((2,),)
+    assert redis_client.zcard(keys.consistency(user_id)) == 0
+    assert [api("GET", f"/accounts/{user_id}/orders/{i}")[1]["status"] for i in ids] == ["PERSISTED"] * 2
+    reconcile(age_s=0)
+    assert _db_balance(sql, user_id) == 2000
+
+
+def test_cache_that_lost_writes_is_restored_from_the_db(api, sql, redis_client, reconcile):
+    """Redis failed over and lost the account (and its pending entries) while their events were in flight."""
+    user_id = api.account(balance="50.00")
+    api("POST", f"/accounts/{user_id}/deduct", {"amount": "10.00"})
+    in_flight = [(0, i, b"k", e.to_event().model_dump_json().encode())
+                 for i, e in enumerate(sorted(pending_entries(redis_client, user_id), key=lambda e: e.version))]
+    redis_client.delete(keys.balance(user_id), keys.consistency(user_id))
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "0.00"  # reloaded from the DB: nothing persisted yet
+    assert api("POST", f"/accounts/{user_id}/recharge", {"amount": "5.00"})[0] == 200
+    invoke_writer(in_flight)  # the in-flight events arrive after the reload
+    assert redis_client.hget(keys.balance(user_id), "dirty") == b"1"
+    report = reconcile(age_s=3600)
+    assert report["corrected"] >= 1
+    account = api("GET", f"/accounts/{user_id}")[1]
+    assert account["balance"] == "45.00"  # 50 - 10 + 5: nothing acknowledged is lost
+    invoke_writer([(0, 9, b"k", e.to_event().model_dump_json().encode()) for e in pending_entries(redis_client, user_id)])
+    assert _db_balance(sql, user_id) == 4500
+    reconcile(age_s=3600)
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "45.00"
+
+
+def test_cache_behind_the_db_version_is_corrected(api, sql, redis_client, reconcile):
+    user_id = api.account(balance="20.00")
+    invoke_writer([(0, 0, b"k", e.to_event().model_dump_json().encode()) for e in pending_entries(redis_client, user_id)])
+    sql("UPDATE t_account SET version = version + 100, balance = balance + 700 WHERE user_id = %s", (user_id,))
+    reconcile(age_s=3600)
+    account = api("GET", f"/accounts/{user_id}")[1]
+    assert account["balance"] == "27.00" and account["version"] > 100
+
+
+def test_sync_cache_older_than_the_db_is_evicted(api, sql, redis_client, reconcile):
+    user_id = api.account(deduct_type="SYNC", balance="20.00")
+    api("GET", f"/accounts/{user_id}")
+    api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    redis_client.hset(keys.balance(user_id), "v", 0)
+    assert reconcile(age_s=3600)["evicted"] >= 1
+    assert not redis_client.exists(keys.balance(user_id))
+
+
+def test_sample_scheduled_event_file(reconcile):
+    from reconciler.app import handler
+
+    report = handler(json.loads((EVENTS / "reconciler_schedule.json").read_text()), events.LambdaContext("ReconcilerFunction"))
+    assert {"pending", "oldest_pending_age_s", "compensated", "corrected", "evicted"} <= set(report)
+    assert report["accounts"] >= 1

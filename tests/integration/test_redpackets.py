@@ -1,0 +1,259 @@
+"""Red packets through the API handler, the writer (MSK events) and the reconciler (EventBridge events)."""
+import json
+import random
+import threading
+import time
+
+import pytest
+from helpers import invoke_writer, ledger_records, reconcile, records
+
+from hotledger import keys
+from hotledger.dal.publisher import PublishFailed
+from hotledger.redpackets.service import split
+from hotledger.money import format_minor
+from hotledger.runtime import redpackets
+from infra.localrt import events
+
+
+@pytest.mark.parametrize("total, count", [(10000, 10), (100, 100), (101, 100), (1, 1), (999_999, 7), (5000, 1000)])
+def test_split_is_exact_and_never_below_a_cent(total, count):
+    items = split(total, count, random.Random(7))
+    assert len(items) == count and sum(items) == total and min(items) >= 1
+    assert items == split(total, count, random.Random(7))  # reproducible from the seed
+
+
+def test_split_draws_around_the_mean():
+    """Double mean: item k is uniform in [1, 2 x the mean left], so the first item averages the overall mean."""
+    firsts = [split(10000, 10, random.Random(seed))[0] for seed in range(2000)]
+    assert 900 < sum(firsts) / len(firsts) < 1100 and max(firsts) <= 2000
+
+
+def claim_records(packet_id):
+    claims = sorted(redpackets().pending_claims(packet_id), key=lambda c: c.item_id)
+    return records(claims, lambda c: f"rp{c.packet_id}", partition=1)
+
+
+
+def lose_packet_in_redis(redis_client, packet_id):
+    redis_client.delete(keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id),
+                        keys.packet_pending(packet_id))
+
+
+def send(api, sender, total="10.00", count=5, expires_in_s=3600):
+    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": total, "count": count, "expires_in_s": expires_in_s})
+    assert status == 201, body
+    return int(body["packet_id"])
+
+
+def test_send_grab_persist_and_refund_the_rest_exactly_once(api, sql, redis_client, monkeypatch):
+    sender = api.account(balance="100.00")
+    grabbers = [api.account() for _ in range(3)]
+    packet_id = send(api, sender, "10.00", 5)
+    assert api("GET", f"/accounts/{sender}")[1]["balance"] == "90.00"
+    amounts = {}
+    for user in grabbers:
+        status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": user})
+        assert status == 200 and body["credited"] is True, body
+        amounts[user] = body["amount"]
+        assert api("GET", f"/accounts/{user}")[1]["balance"] == body["amount"]
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabbers[0]})
+    assert (status, body["error"]["code"]) == (409, "ALREADY_GRABBED")
+    view = api("GET", f"/redpackets/{packet_id}")[1]
+    assert (view["claimed"], view["remaining"], view["state"]) == (3, 2, "OPEN")
+    assert {g["user_id"]: g["amount"] for g in view["grabs"]} == amounts
+
+    invoke_writer(claim_records(packet_id) * 2)  # delivered twice: persisted once
+    invoke_writer(ledger_records(redis_client, [sender, *grabbers]))
+    assert sql("SELECT COUNT(*) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == ((3,),)
+    assert redis_client.hlen(keys.packet_pending(packet_id)) == 0
+
+    # expiry: grabs refused, the rest refunded to the sender once, however often the reconciler runs
+    redis_client.hset(keys.packet(packet_id), "expires_at", 0)
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": api.account()})
+    assert (status, body["error"]["code"]) == (409, "EXPIRED")
+    for _ in range(3):
+        reconcile(monkeypatch, age_s=0)
+    grabbed = sum(int(a.replace(".", "")) for a in amounts.values())
+    view = api("GET", f"/redpackets/{packet_id}")[1]
+    assert view["state"] == "REFUNDED" and view["refund"] == format_minor(1000 - grabbed)
+    sender_balance = api("GET", f"/accounts/{sender}")[1]["balance"]
+    assert int(sender_balance.replace(".", "")) == 10000 - grabbed
+    invoke_writer(ledger_records(redis_client, [sender]))
+    assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s AND idem_key = %s", (sender, f"rprefund{packet_id}")) == ((1,),)
+    assert sql("SELECT SUM(credited) FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((3,),)
+    # a refunded packet leaves Redis after FINISHED_KEYS_TTL_S; a late grab reloads it, answers EXPIRED, retires it again
+    assert 0 < redis_client.ttl(keys.packet(packet_id)) <= 86_400 and 0 < redis_client.ttl(keys.packet_grabbers(packet_id))
+    lose_packet_in_redis(redis_client, packet_id)
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": api.account()})
+    assert (status, body["error"]["code"]) == (409, "EXPIRED")
+    assert 0 < redis_client.ttl(keys.packet(packet_id)) <= 86_400
+
+
+def test_sender_short_of_money_gets_402_and_no_packet_opens(api, sql):
+    sender = api.account(balance="1.00")
+    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": "5.00", "count": 2})
+    assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
+    assert sql("SELECT state FROM t_red_packet WHERE sender_id = %s", (sender,)) == (("FAILED",),)
+    assert api("GET", f"/accounts/{sender}")[1]["balance"] == "1.00"
+
+
+@pytest.mark.parametrize("body, status, code", [
+    ({"total": "5.00", "count": 0}, 422, "VALIDATION_ERROR"),
+    ({"total": "0.99", "count": 100}, 422, "TOTAL_TOO_SMALL"),
+    ({"total": "5.001", "count": 2}, 422, "INVALID_AMOUNT"),
+    ({"total": 5, "count": 2}, 422, "INVALID_AMOUNT"),
+    ({"count": 2}, 422, "MISSING_FIELD"),
+])
+def test_bad_packet_input_is_refused_and_debits_nothing(api, sql, body, status, code):
+    sender = api.account(balance="10.00")
+    answer = api("POST", "/redpackets", {"sender_id": sender, **body})
+    assert (answer[0], answer[1]["error"]["code"]) == (status, code)
+    assert api("GET", f"/accounts/{sender}")[1]["balance"] == "10.00"
+    assert sql("SELECT COUNT(*) FROM t_red_packet WHERE sender_id = %s", (sender,)) == ((0,),)
+
+
+def test_unknown_packet_unknown_grabber_empty_packet_and_malformed_json(api):
+    sender = api.account(balance="10.00")
+    packet_id = send(api, sender, "0.02", 2)
+    assert api("POST", "/redpackets/99999999/grab", {"user_id": sender})[1]["error"]["code"] == "PACKET_NOT_FOUND"
+    assert api("GET", "/redpackets/99999999")[0] == 404
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": 2**31 - 1})[1]["error"]["code"] == "ACCOUNT_NOT_FOUND"
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", raw="{")
+    assert (status, body["error"]["code"]) == (400, "MALFORMED_JSON")
+    for _ in range(2):
+        assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": api.account()})[1]["amount"] == "0.01"
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": api.account()})
+    assert (status, body["error"]["code"]) == (409, "EMPTY")
+
+
+def test_a_failed_publish_puts_the_packet_back(api, monkeypatch):
+    sender, grabber = api.account(balance="10.00"), api.account()
+    packet_id = send(api, sender, "1.00", 1)
+
+    def broker_down(key, event):
+        raise PublishFailed("no acknowledgement in time")
+
+    monkeypatch.setattr(redpackets().durability, "publish", broker_down)
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
+    assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED")
+    monkeypatch.undo()
+    assert api("GET", f"/accounts/{grabber}")[1]["balance"] == "0.00"
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
+    assert status == 200 and body["amount"] == "1.00"
+
+
+def test_a_claim_rolled_back_but_delivered_late_does_not_cancel_the_next_grab_of_its_item(api, sql, monkeypatch):
+    """The broker took the first claim but its acknowledgement timed out: the grab was rolled back and the
+    item (the packet's only one) went to the same user's retry. When both events arrive, the late one is
+    skipped and the retry is persisted: the verdict belongs to the grab, not to the item."""
+    sender, grabber = api.account(balance="10.00"), api.account()
+    packet_id = send(api, sender, "1.00", 1)
+    delivered = []
+
+    def acknowledgement_lost(key, event):
+        delivered.append(json.dumps(event).encode())
+        raise PublishFailed("no acknowledgement in time")
+
+    monkeypatch.setattr(redpackets().durability, "publish", acknowledgement_lost)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})[1]["error"]["code"] == "PUBLISH_FAILED"
+    monkeypatch.setattr(redpackets().durability, "publish", lambda key, event: delivered.append(json.dumps(event).encode()))
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
+    assert status == 200 and body["amount"] == "1.00"
+    assert invoke_writer([(0, i, f"rp{packet_id}".encode(), value) for i, value in enumerate(delivered)])["batchItemFailures"] == []
+    assert sql("SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((grabber, 100),)
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((0,),)
+    assert redpackets().pending_claims(packet_id) == []
+
+
+def test_a_credit_that_failed_is_made_by_the_reconciler_once(api, sql, redis_client, monkeypatch):
+    import redis as redis_lib
+
+    sender, grabber = api.account(balance="10.00"), api.account()
+    packet_id = send(api, sender, "3.00", 1)
+    billing = redpackets().billing
+    recharge = billing.recharge
+
+    def redis_gone_for_the_credit(*args):
+        raise redis_lib.ConnectionError("refused")
+
+    monkeypatch.setattr(billing, "recharge", redis_gone_for_the_credit)
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
+    assert status == 200 and body["credited"] is False
+    monkeypatch.setattr(billing, "recharge", recharge)
+    invoke_writer(claim_records(packet_id))
+    for _ in range(2):
+        reconcile(monkeypatch, age_s=0)
+        invoke_writer(ledger_records(redis_client, [grabber]))
+    assert api("GET", f"/accounts/{grabber}")[1]["balance"] == "3.00"
+    assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s", (grabber,)) == ((1,),)
+    reconcile(monkeypatch, age_s=0)
+    assert sql("SELECT credited FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((1,),)
+
+
+def test_a_packet_redis_lost_is_rebuilt_and_late_claims_are_not_handed_out_again(api, sql, redis_client, monkeypatch):
+    sender = api.account(balance="10.00")
+    first, second = api.account(), api.account()
+    packet_id = send(api, sender, "2.00", 3)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
+    in_flight = claim_records(packet_id)
+    lose_packet_in_redis(redis_client, packet_id)
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})
+    assert (status, body["error"]["code"]) == (503, "RECOVERING")
+    assert redis_client.llen(keys.packet_unclaimed(packet_id)) == 3  # the DB does not know the first grab yet
+    invoke_writer(in_flight)  # the claim lands during the hold and is taken out of the rebuilt list
+    assert redis_client.llen(keys.packet_unclaimed(packet_id)) == 2
+    redis_client.hset(keys.packet(packet_id), "hold_until", 0)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[1]["error"]["code"] == "ALREADY_GRABBED"
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[0] == 200
+    view = api("GET", f"/redpackets/{packet_id}")[1]
+    assert (view["claimed"], view["remaining"]) == (2, 1)
+
+
+def test_a_claim_committed_while_a_rebuild_reads_the_db_is_not_handed_out_again(api, redis_client, monkeypatch):
+    """The rebuild read the DB before the claim's commit and writes Redis after it: the writer waits on the
+    packet row, so its settle finds the rebuilt list and takes the item out."""
+    sender, first, second = api.account(balance="10.00"), api.account(), api.account()
+    packet_id = send(api, sender, "2.00", 2)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
+    in_flight = claim_records(packet_id)
+    lose_packet_in_redis(redis_client, packet_id)
+    scripts = redpackets().scripts
+    load_into_redis, writer_done = scripts.redpacket_load, threading.Event()
+
+    def writer_commits_between_read_and_load(**kwargs):
+        threading.Thread(target=lambda: (invoke_writer(in_flight), writer_done.set())).start()
+        writer_done.wait(1.0)  # without the packet row lock the writer commits and settles in here
+        return load_into_redis(**kwargs)
+
+    monkeypatch.setattr(scripts, "redpacket_load", writer_commits_between_read_and_load)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[1]["error"]["code"] == "RECOVERING"
+    assert writer_done.wait(30)
+    assert redis_client.llen(keys.packet_unclaimed(packet_id)) == 1
+    assert redis_client.hexists(keys.packet_grabbers(packet_id), first)
+
+
+def test_claims_whose_event_was_lost_are_persisted_by_the_reconciler(api, sql, monkeypatch):
+    sender, grabber = api.account(balance="10.00"), api.account()
+    packet_id = send(api, sender, "2.00", 2)
+    status, grab = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
+    assert status == 200
+    report = reconcile(monkeypatch, age_s=0)  # the broker lost the claim: nothing but Redis holds it
+    assert report["packets"]["compensated"] >= 1
+    assert sql("SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == (
+        (grabber, int(grab["amount"].replace(".", ""))),)
+
+
+def test_the_delay_queue_refunds_a_packet_at_its_expiry(api, sql, redis_client):
+    from delay_drainer.app import handler as drain
+
+    sender, grabber = api.account(balance="10.00"), api.account()
+    packet_id = send(api, sender, "3.00", 3, expires_in_s=1)
+    status, grab = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
+    assert status == 200
+    invoke_writer(claim_records(packet_id))  # the claim is in the DB: nothing in flight at expiry
+    time.sleep(1.1)
+    drain(events.scheduled(), events.LambdaContext("DelayDrainerFunction", timeout_s=4))
+    view = api("GET", f"/redpackets/{packet_id}")[1]
+    refund = 300 - int(grab["amount"].replace(".", ""))
+    assert view["state"] == "REFUNDED" and view["refund"] == format_minor(refund)
+    assert api("GET", f"/accounts/{sender}")[1]["balance"] == format_minor(700 + refund)

@@ -1,0 +1,111 @@
+"""The writer function driven with MSK events, against real Redis and DB."""
+import json
+from datetime import datetime, timedelta
+
+from helpers import EVENTS, invoke_writer, ledger_records
+
+from hotledger import keys
+from hotledger.runtime import billing
+
+
+
+def _pending_records(redis_client, user_id, first_offset=0):
+    """The events the API published for this account, rebuilt from Redis as the broker would hold them."""
+    return ledger_records(redis_client, [user_id], first_offset)
+
+
+def test_batch_is_persisted_once_and_replays_change_nothing(api, redis_client, sql):
+    user_id = api.account(balance="100.00")
+    for amount in ("1.00", "2.00", "3.00"):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
+    records = _pending_records(redis_client, user_id)
+    assert len(records) == 4  # one recharge, three deducts
+    invoke_writer(records)
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((9400,),)
+    assert sql("SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s", (user_id,)) == ((3, 600),)
+    assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s", (user_id,)) == ((1,),)
+    assert redis_client.zcard(keys.consistency(user_id)) == 0
+    stamps = {json.loads(value)["id"]: json.loads(value)["ts"] for *_, value in records}
+    for entry_id, created in sql("SELECT id, create_time FROM t_order WHERE user_id = %s", (user_id,)):
+        # the charge's time, in UTC, to the millisecond
+        assert created == datetime(1970, 1, 1) + timedelta(milliseconds=stamps[entry_id])
+    invoke_writer(records + records)  # re-delivery, twice over, in one batch
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((9400,),)
+    assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((3,),)
+
+
+def test_out_of_order_batches_never_move_the_balance_backwards(api, redis_client, sql):
+    user_id = api.account(balance="10.00")
+    for _ in range(4):
+        api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    records = _pending_records(redis_client, user_id)
+    newest_first = list(reversed(records))
+    invoke_writer(newest_first[:2])
+    version_after_newest = sql("SELECT version FROM t_account WHERE user_id = %s", (user_id,))[0][0]
+    invoke_writer(newest_first[2:])
+    balance, version = sql("SELECT balance, version FROM t_account WHERE user_id = %s", (user_id,))[0]
+    assert balance == 600 and version == version_after_newest
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "6.00"
+
+
+def test_poison_records_are_dead_lettered_not_retried(api, redis_client, sql, settings):
+    user_id = api.account(balance="10.00")
+    api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    good = _pending_records(redis_client, user_id, first_offset=100)
+    poison = [(1, 7, b"x", b"not json"), (1, 8, b"y", json.dumps({"type": "ledger", "id": "NaN"}).encode()),
+              (1, 9, None, None),
+              (1, 10, b"999999", json.dumps({"type": "ledger", "id": 5, "kind": "D", "user_id": 999999, "amount": 1,
+                                             "balance_after": 0, "version": 2, "epoch": "e", "ts": 1, "open": "1"}).encode())]
+    response = invoke_writer(poison + good)
+    assert response == {"batchItemFailures": []}
+    assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((1,),)
+    dead = sql("SELECT topic, partition_no, offset_no FROM t_dead_letter WHERE topic = %s OR offset_no = 5 ORDER BY offset_no",
+               (settings.kafka_topic,))
+    assert [row[2] for row in dead] == [5, 7, 8, 9]
+    invoke_writer(poison)  # the same poison again: still one dead letter each
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE topic = %s", (settings.kafka_topic,)) == ((3,),)
+
+
+def test_a_rolled_back_entry_is_never_persisted(api, redis_client, sql):
+    """The publish timed out but the event reached the broker: the API rolled back, the writer must skip it."""
+    user_id = api.account(balance="10.00")
+    api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    records = _pending_records(redis_client, user_id)
+    deduct_id = json.loads(records[-1][3])["id"]
+    scripts = billing().scripts
+    reply = scripts.ledger_rollback(keys=[keys.balance(user_id), keys.entry(user_id, deduct_id), keys.consistency(user_id),
+                                   keys.fate(user_id, deduct_id), keys.idempotency(user_id, "")], args=[deduct_id, 3600])
+    assert reply[0] == b"rolled_back"
+    invoke_writer(records)
+    assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((0,),)
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((1000,),)
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
+
+
+def test_sample_msk_event_file(api, sql):
+    event = json.loads((EVENTS / "writer_msk.json").read_text())
+    values = [json.loads(__import__("base64").b64decode(r["value"])) for rs in event["records"].values() for r in rs]
+    from writer.app import handler
+
+    from infra.localrt.events import LambdaContext
+
+    assert handler(event, LambdaContext("WriterFunction")) == {"batchItemFailures": []}
+    for value in values:  # user 1 may not exist in a fresh schema: then the record is dead-lettered, not lost
+        table = "t_order" if value["kind"] == "D" else "t_pay"
+        persisted = sql(f"SELECT COUNT(*) FROM {table} WHERE id = %s", (value["id"],))[0][0]
+        dead = sql("SELECT COUNT(*) FROM t_dead_letter WHERE offset_no = %s", (value["id"],))[0][0]
+        assert persisted + dead == 1
+
+
+def test_an_id_clash_is_dead_lettered_not_dropped(api, redis_client, sql):
+    user_id = api.account(balance="10.00")
+    api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    records = _pending_records(redis_client, user_id)
+    invoke_writer(records)
+    original = json.loads(records[-1][3])
+    clash = {**original, "amount": 999, "version": original["version"] + 50}
+    invoke_writer([(2, 1, b"k", json.dumps(clash).encode())])
+    assert sql("SELECT amount FROM t_order WHERE id = %s", (original["id"],)) == ((100,),)
+    assert sql("SELECT error FROM t_dead_letter WHERE offset_no = %s", (original["id"],)) == (
+        ("entry id already used by another entry",),)
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((900,),)
