@@ -9,15 +9,22 @@ from hotledger.dal.delay_queue import DelayQueue, Drainer
 from hotledger.dal.lock import DistributedLock
 from hotledger.dal.redis_store import scripts
 from hotledger.ids import IdGenerator
+from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.service import Billing
 from hotledger.notices.inbox import Inbox
 from hotledger.notices.journeys import Journeys, parse_thresholds
-from hotledger.notices.payment_orders import ORDER_CLOSES, ORDER_REMINDERS, PaymentOrders
+from hotledger.notices.payment_orders import (
+    ORDER_CLOSES,
+    ORDER_REMINDERS,
+    PaymentOrders,
+)
+from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
+from hotledger.outbox.store import OutboxStore
+from hotledger.outbox.stream_consumer import StreamConsumer
+from hotledger.outbox.writer import Writer
 from hotledger.reconciler import Reconciler
 from hotledger.redpackets.service import PACKET_EXPIRY, RedPacketPersister, RedPackets
 from hotledger.vouchers.service import Seckill, SeckillPersister
-from hotledger.outbox.stream_consumer import StreamConsumer
-from hotledger.outbox.writer import Writer
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,9 +55,14 @@ def redpackets() -> RedPackets:
 
 
 @functools.lru_cache(maxsize=1)
+def outbox() -> OutboxStore:
+    return OutboxStore(scripts(), settings().entry_ttl_s)
+
+
+@functools.lru_cache(maxsize=1)
 def writer() -> Writer:
-    ttl = settings().entry_ttl_s
-    return Writer(scripts(), ttl, SeckillPersister(scripts(), ttl), RedPacketPersister(scripts(), ttl))
+    return Writer({LedgerEvent: LedgerPersister(scripts(), outbox()), VoucherOrderEvent: SeckillPersister(scripts(), outbox()),
+                   RedPacketClaimEvent: RedPacketPersister(scripts(), outbox())}, outbox())
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,6 +110,6 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (id_generator, lock, billing, seckill, redpackets, writer, reconciler, delay_queue, inbox, payment_orders,
+    for cached in (outbox, id_generator, lock, billing, seckill, redpackets, writer, reconciler, delay_queue, inbox, payment_orders,
                    journeys, scripts, cached_settings):
         cached.cache_clear()

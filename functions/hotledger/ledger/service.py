@@ -23,10 +23,10 @@ from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.publisher import PublishFailed
 from hotledger.dal.redis_store import text
-from hotledger.ledger.store import ApplyReply, ApplyStatus, Charge, LedgerScripts
-from hotledger.outbox.durable import LOAD_ATTEMPTS, Durability, Outbound
 from hotledger.ledger.entry import Entry, expected_cache_balance
+from hotledger.ledger.store import ApplyReply, ApplyStatus, Charge, LedgerScripts
 from hotledger.money import MAX_MINOR, format_minor
+from hotledger.outbox.durable import LOAD_ATTEMPTS, Durability, Outbound
 
 MAX_BALANCE = 9_000_000_000_000_000  # below 2**53: exact in Redis Lua doubles
 KIND_DEDUCT, KIND_RECHARGE = "D", "R"

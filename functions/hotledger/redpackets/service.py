@@ -22,8 +22,9 @@ from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import RedisUnavailable, expire_once, text
 from hotledger.outbox.durable import Durability, Outbound
-from hotledger.outbox.writer import PersistReport, dead_letter, dedupe_and_claim, rejected
 from hotledger.outbox.events import RedPacketClaimEvent
+from hotledger.outbox.store import OutboxStore
+from hotledger.outbox.writer import PersistReport, dedupe_and_claim, rejected
 from hotledger.redpackets.store import GrabReply, GrabStatus, PacketScripts, packet_keys
 
 MIN_ITEM = 1  # one cent
@@ -232,14 +233,13 @@ class RedPackets:
 class RedPacketPersister:
     """Writer side: claims -> UPDATE t_red_packet_item SET user_id for many items at once, exactly once."""
 
-    def __init__(self, scripts, fate_ttl_s: int):
-        self.scripts, self.fate_ttl_s = scripts, fate_ttl_s
+    def __init__(self, scripts, outbox: OutboxStore):
+        self.scripts, self.outbox = scripts, outbox
 
     def persist(self, events: list[RedPacketClaimEvent]) -> PersistReport:
         report = PersistReport()
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
-            self.scripts, events, lambda e: e.grab_id, lambda e: e.packet_id, lambda p, e: keys.packet_fate(p, e.grab_id),
-            self.fate_ttl_s)
+            self.outbox, events, lambda e: e.grab_id, lambda e: e.packet_id, lambda p, e: keys.packet_fate(p, e.grab_id))
         fresh, settled = [], []
         with db.transaction() as cur:
             rows = {}
@@ -272,7 +272,7 @@ class RedPacketPersister:
                             + " END, claim_time = CASE id "
                             + " ".join("WHEN %d THEN FROM_UNIXTIME(%d/1000)" % (e.item_id, e.ts) for e in fresh)
                             + f" END WHERE id IN ({ids}) AND user_id IS NULL")
-            report.dead_lettered = dead_letter(cur, dead)
+            report.dead_lettered = self.outbox.dead_letter(cur, dead)
         report.applied = len(fresh)
         self._settle([*fresh, *settled])
         return report

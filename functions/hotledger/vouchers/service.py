@@ -12,15 +12,21 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-
 from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import expire_once, text
 from hotledger.outbox.durable import Durability, Outbound
-from hotledger.outbox.writer import PersistReport, dead_letter, dedupe_and_claim, rejected
 from hotledger.outbox.events import VoucherOrderEvent
-from hotledger.vouchers.store import OrderReply, OrderStatus, VoucherScripts, voucher_keys
+from hotledger.outbox.store import OutboxStore
+from hotledger.outbox.writer import PersistReport, dedupe_and_claim, rejected
+from hotledger.vouchers.store import (
+    OrderReply,
+    OrderStatus,
+    VoucherScripts,
+    voucher_keys,
+)
+
 
 @dataclass(frozen=True)
 class Voucher:
@@ -157,13 +163,13 @@ class Seckill:
 class SeckillPersister:
     """Writer side: voucher orders -> t_voucher_order, stock moved in the same transaction, exactly once."""
 
-    def __init__(self, scripts, fate_ttl_s: int):
-        self.scripts, self.fate_ttl_s = scripts, fate_ttl_s
+    def __init__(self, scripts, outbox: OutboxStore):
+        self.scripts, self.outbox = scripts, outbox
 
     def persist(self, events: list[VoucherOrderEvent]) -> PersistReport:
         report = PersistReport()
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
-            self.scripts, events, lambda e: e.id, lambda e: e.voucher_id, lambda v, e: keys.voucher_fate(v, e.id), self.fate_ttl_s)
+            self.outbox, events, lambda e: e.id, lambda e: e.voucher_id, lambda v, e: keys.voucher_fate(v, e.id))
         with db.transaction() as cur:
             vouchers = self._lock_vouchers(cur, {e.voucher_id for e in claimed})
             known = [e for e in claimed if e.voucher_id in vouchers]
@@ -174,7 +180,7 @@ class SeckillPersister:
             accepted, sold_out = self._within_stock(fresh, vouchers)
             dead += [rejected(f"v{e.voucher_id}", e.id, e, "sold out in the DB") for e in sold_out]
             versions = self._insert(cur, accepted, vouchers)
-            report.dead_lettered = dead_letter(cur, dead)
+            report.dead_lettered = self.outbox.dead_letter(cur, dead)
         report.applied = len(accepted)
         self._settle(accepted, versions)
         # a re-delivered order was counted by the settle of the commit that inserted it (or, if that settle was
