@@ -4,7 +4,7 @@ PY := .venv/bin/python
 export PYTHONPATH := functions:.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: up setup services migrate serve test lint bench down clean
+.PHONY: up setup services migrate serve test test-unit lint bench down clean
 
 ## set everything up and run the service: API on :3000, the MSK-triggered writer, the scheduled reconciler
 up: setup services migrate serve
@@ -26,6 +26,10 @@ serve:
 ## the whole suite: template lint + sam build, Lua, handlers, writer, reconciler, e2e over HTTP, faults
 test: setup services
 	$(PY) -m pytest
+
+## the unit tests alone (tests/unit): no Redis, DB or broker needed, well under a minute
+test-unit: setup
+	$(PY) -m pytest tests/unit
 
 lint:
 	.venv/bin/cfn-lint template.yaml

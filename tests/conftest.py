@@ -22,7 +22,17 @@ os.environ.setdefault("PUBLISH_TIMEOUT_S", "3")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "HotledgerTest")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
-UNIT = Path(__file__).resolve().parent / "unit"
+TESTS = Path(__file__).resolve().parent
+UNIT = TESTS / "unit"
+# what each folder needs: unit nothing, integration the servers, e2e and faults real processes for minutes
+FOLDER_MARKS = {"integration": ("integration",), "e2e": ("slow",), "faults": ("slow", "faults")}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        folder = Path(str(item.fspath)).relative_to(TESTS).parts[0]
+        for mark in FOLDER_MARKS.get(folder, ()):
+            item.add_marker(getattr(pytest.mark, mark))
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from hotledger.notices.payment_orders import (
     PaymentOrders,
 )
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
-from hotledger.outbox.store import OutboxStore
+from hotledger.outbox.store import EventStreams, OutboxStore
 from hotledger.outbox.stream_consumer import StreamConsumer
 from hotledger.outbox.writer import Writer
 from hotledger.reconciler import Reconciler
@@ -103,7 +103,7 @@ def delay_drainer() -> Drainer:
 
 
 def stream_consumer(name: str) -> StreamConsumer:
-    return StreamConsumer(scripts().client, writer(), settings(), name)
+    return StreamConsumer(EventStreams(scripts().client, settings().stream_group), writer(), settings(), name)
 
 
 def reset() -> None:

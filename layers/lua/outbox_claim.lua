@@ -1,6 +1,7 @@
--- outbox_claim: the writer takes entries of one account before committing them to the DB, so a late
--- ledger_rollback (publish timed out but the event did arrive) can no longer undo a persisted entry.
--- KEYS[1..n] user:order:fate:{uid}:<id>   one per entry, all of the same account
+-- outbox_claim: a persister takes the changes of one entity (account, voucher, red packet) before committing
+-- them to the DB, so a late rollback (publish timed out but the event did arrive) can no longer undo a
+-- persisted change, and a change already rolled back is never persisted.
+-- KEYS[1..n] fate keys of one slot, e.g. user:order:fate:{uid}:<id>, one per change
 -- ARGV[1] fate TTL in seconds
 -- Returns an array of n integers: 1 claimed (persist it), 0 rolled back (skip it).
 local out = {}

@@ -20,7 +20,6 @@ from helpers import LocalService
 from infra import services
 from infra.migrate import migrate
 
-pytestmark = pytest.mark.faults
 
 
 class Stack:

@@ -2,19 +2,18 @@
 import itertools
 
 import pytest
-import redis
 from redis.crc import key_slot
 
 from hotledger import keys
-from hotledger.dal.redis_store import Scripts
+from hotledger.dal.redis_store import Lua, RedisCommandError
 
 _ids = itertools.count(1)
 MAX_BALANCE = 9_000_000_000_000_000
 
 
 @pytest.fixture
-def lua(redis_client, settings) -> Scripts:
-    return Scripts(redis_client, settings.lua_dir)
+def lua(redis_client, settings) -> Lua:
+    return Lua(redis_client, settings.lua_dir)
 
 
 @pytest.fixture
@@ -23,11 +22,11 @@ def uid():
 
 
 def _load(lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASYNC", epoch="e1"):
-    return lua.ledger_load(keys=[keys.balance(uid)], args=[balance, version, threshold, open_, mode, epoch])
+    return lua.run("ledger_load", keys=[keys.balance(uid)], args=[balance, version, threshold, open_, mode, epoch])
 
 
 def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0):
-    reply = lua.ledger_apply(
+    reply = lua.run("ledger_apply",
         keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid), keys.idempotency(uid, idem)],
         args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE, stale_before],
     )
@@ -124,7 +123,7 @@ def test_a_stale_pending_idempotency_record_replays_the_charge(lua, redis_client
 
 
 def _rollback(lua, uid, entry_id, idem="k"):
-    reply = lua.ledger_rollback(keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid),
+    reply = lua.run("ledger_rollback", keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid),
                                keys.fate(uid, entry_id), keys.idempotency(uid, idem)], args=[entry_id, 3600])
     return [x.decode() if isinstance(x, bytes) else x for x in reply]
 
@@ -150,7 +149,7 @@ def test_rollback_of_a_recharge_takes_the_money_back(lua, redis_client, uid):
 def test_rollback_after_the_writer_claimed_is_refused(lua, redis_client, uid):
     _load(lua, uid, balance=100)
     _apply(lua, uid, "D", 40, 5)
-    assert lua.outbox_claim(keys=[keys.fate(uid, 5)], args=[3600]) == [1]
+    assert lua.run("outbox_claim", keys=[keys.fate(uid, 5)], args=[3600]) == [1]
     assert _rollback(lua, uid, 5) == ["claimed"]
     assert redis_client.hget(keys.balance(uid), "balance") == b"60"
 
@@ -159,7 +158,7 @@ def test_claim_skips_rolled_back_entries(lua, uid):
     _load(lua, uid, balance=100)
     _apply(lua, uid, "D", 40, 5)
     _rollback(lua, uid, 5)
-    assert lua.outbox_claim(keys=[keys.fate(uid, 5), keys.fate(uid, 6)], args=[3600]) == [0, 1]
+    assert lua.run("outbox_claim", keys=[keys.fate(uid, 5), keys.fate(uid, 6)], args=[3600]) == [0, 1]
 
 
 def test_rollback_when_the_hash_was_lost(lua, redis_client, uid):
@@ -174,48 +173,48 @@ def test_settle_removes_entries_and_flags_foreign_epochs(lua, redis_client, uid)
     _load(lua, uid, balance=100, epoch="new")
     _apply(lua, uid, "D", 10, 1)
     _apply(lua, uid, "D", 10, 2)
-    assert lua.ledger_settle(keys=[keys.consistency(uid), keys.balance(uid), keys.entry(uid, 1)], args=["new", 1]) == [1, 0]
+    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.entry(uid, 1)], args=["new", 1]) == [1, 0]
     assert not redis_client.exists(keys.entry(uid, 1))
     assert redis_client.hget(keys.balance(uid), "dirty") is None
-    assert lua.ledger_settle(keys=[keys.consistency(uid), keys.balance(uid), keys.entry(uid, 2)], args=["new,old", 2]) == [1, 1]
+    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.entry(uid, 2)], args=["new,old", 2]) == [1, 1]
     assert redis_client.hget(keys.balance(uid), "dirty") == b"1"
 
 
 def test_reconcile_set_is_a_compare_and_set(lua, redis_client, uid):
     _load(lua, uid, balance=100, version=5)
     redis_client.hset(keys.balance(uid), "dirty", "1")
-    assert lua.ledger_reconcile(keys=[keys.balance(uid)], args=["4", 70, 9]) == [b"changed"]
-    assert lua.ledger_reconcile(keys=[keys.balance(uid)], args=["5", 100, 5]) == [b"same"]
-    assert lua.ledger_reconcile(keys=[keys.balance(uid)], args=["5", 0, 9]) == [b"ok", b"10"]
+    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["4", 70, 9]) == [b"changed"]
+    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["5", 100, 5]) == [b"same"]
+    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["5", 0, 9]) == [b"ok", b"10"]
     assert redis_client.hmget(keys.balance(uid), "balance", "v", "open", "dirty") == [b"0", b"10", b"BALANCE", None]
 
 
 def test_hash_update_never_creates_and_respects_versions(lua, redis_client, uid):
-    assert lua.ledger_cache_update(keys=[keys.balance(uid)], args=["", "threshold", 5]) == 0
+    assert lua.run("ledger_cache_update", keys=[keys.balance(uid)], args=["", "threshold", 5]) == 0
     assert not redis_client.exists(keys.balance(uid))
     _load(lua, uid, balance=100, version=5)
-    assert lua.ledger_cache_update(keys=[keys.balance(uid)], args=[5, "balance", 1]) == 0
-    assert lua.ledger_cache_update(keys=[keys.balance(uid)], args=[6, "balance", 1, "v", 6]) == 1
-    assert lua.ledger_cache_update(keys=[keys.balance(uid)], args=["", "threshold", 5]) == 1
+    assert lua.run("ledger_cache_update", keys=[keys.balance(uid)], args=[5, "balance", 1]) == 0
+    assert lua.run("ledger_cache_update", keys=[keys.balance(uid)], args=[6, "balance", 1, "v", 6]) == 1
+    assert lua.run("ledger_cache_update", keys=[keys.balance(uid)], args=["", "threshold", 5]) == 1
     assert redis_client.hmget(keys.balance(uid), "balance", "v", "threshold") == [b"1", b"6", b"5"]
 
 
 def test_mode_to_sync_waits_for_pending_entries(lua, redis_client, uid):
     _load(lua, uid, balance=100)
     _apply(lua, uid, "D", 10, 1)
-    assert lua.ledger_to_sync(keys=[keys.balance(uid), keys.consistency(uid)]) == [b"pending", 1]
+    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.consistency(uid)], []) == [b"pending", 1]
     redis_client.zrem(keys.consistency(uid), "1")
-    assert lua.ledger_to_sync(keys=[keys.balance(uid), keys.consistency(uid)]) == [b"ok"]
+    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.consistency(uid)], []) == [b"ok"]
     assert redis_client.hget(keys.balance(uid), "mode") == b"SYNC"
 
 
 def test_lease_release_and_renew_only_by_owner(lua, redis_client, uid):
     key = f"{keys.IDGEN_WORKER_PREFIX}test-{uid}"
     redis_client.set(key, "me", px=1000)
-    assert lua.ids_lease(keys=[key], args=["you", "release", 0]) == 0
-    assert lua.ids_lease(keys=[key], args=["me", "renew", 60000]) == 1
+    assert lua.run("ids_lease", keys=[key], args=["you", "release", 0]) == 0
+    assert lua.run("ids_lease", keys=[key], args=["me", "renew", 60000]) == 1
     assert redis_client.pttl(key) > 1000
-    assert lua.ids_lease(keys=[key], args=["me", "release", 0]) == 1
+    assert lua.run("ids_lease", keys=[key], args=["me", "release", 0]) == 1
     assert not redis_client.exists(key)
 
 
@@ -225,5 +224,5 @@ def test_script_reloads_after_script_flush(lua, redis_client, uid):
 
 
 def test_unknown_redis_error_is_not_swallowed(lua, uid):
-    with pytest.raises(redis.ResponseError):
-        lua.ledger_apply(keys=[keys.balance(uid)], args=["D"])
+    with pytest.raises(RedisCommandError):
+        lua.run("ledger_apply", [keys.balance(uid)], ["D"])

@@ -24,8 +24,15 @@ class RedisOutcomeUnknown(RedisUnavailable):
     """The command was sent and its answer lost (timeout, connection dropped mid-command): it may have run."""
 
 
+class RedisCommandError(RedisOutcomeUnknown):
+    """Redis ran the command and refused it (a script error: writes made before the error stand)."""
+
+
 def translate(exc: redis.RedisError) -> RedisUnavailable:
-    kind = RedisUnavailable if never_ran(exc) else RedisOutcomeUnknown
+    if isinstance(exc, redis.ResponseError):
+        kind = RedisCommandError
+    else:
+        kind = RedisUnavailable if never_ran(exc) else RedisOutcomeUnknown
     return kind(f"{type(exc).__name__}: {exc}")
 
 

@@ -1,8 +1,12 @@
-"""The outbox's storage: the fate claim every persister takes before its commit (outbox_claim.lua) and the
-dead-letter table."""
+"""The outbox's storage: the fate claim every persister takes before its commit (outbox_claim.lua), the
+dead-letter table, and the Redis Streams transport's consumer-group calls."""
 from __future__ import annotations
 
-from hotledger.dal.redis_store import Lua
+from dataclasses import dataclass
+
+import redis
+
+from hotledger.dal.redis_store import Lua, redis_errors_translated, text
 from hotledger.outbox.events import PoisonRecord
 
 
@@ -29,3 +33,72 @@ class OutboxStore:
                     + ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(records)),
                     [v for r in records for v in (r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024])])
         return len(records)
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    """One event in a Redis Stream: its entry id ('ms-seq'), the event bytes, and how often it was delivered."""
+
+    entry_id: str
+    value: bytes
+    deliveries: int = 1
+
+    @property
+    def offset(self) -> int:
+        """The entry id as one number (ms * 1000 + seq), the dead letters' offset."""
+        millis, seq = self.entry_id.split("-")
+        return int(millis) * 1000 + int(seq)
+
+
+def _entries(raw) -> list[StreamEntry]:
+    # an entry deleted while pending comes back with no fields: nothing to retry
+    return [StreamEntry(text(entry_id), fields.get(b"e", b"")) for entry_id, fields in raw if fields is not None]
+
+
+@redis_errors_translated
+class EventStreams:
+    """The Redis Streams transport's consumer-group calls (EVENT_TRANSPORT=redis-stream)."""
+
+    def __init__(self, client: redis.Redis, group: str):
+        self.redis, self.group = client, group
+
+    def ensure_groups(self, streams: list[str]) -> None:
+        for stream in streams:
+            try:
+                self.redis.xgroup_create(stream, self.group, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    def read_new(self, consumer: str, streams: list[str], count: int, block_ms: int) -> list[tuple[str, list[StreamEntry]]]:
+        replies = self.redis.xreadgroup(self.group, consumer, {s: ">" for s in streams}, count=count, block=block_ms)
+        return [(text(stream), _entries(entries)) for stream, entries in replies or []]
+
+    def reclaim(self, stream: str, consumer: str, min_idle_ms: int, count: int) -> list[StreamEntry]:
+        """Entries other consumers left pending longer than min_idle_ms, now this consumer's, with their delivery counts."""
+        _, raw, _ = self.redis.xautoclaim(stream, self.group, consumer, min_idle_time=min_idle_ms, count=count)
+        entries = _entries(raw)
+        if not entries:
+            return []
+        counts = {text(p["message_id"]): p["times_delivered"] for p in self.redis.xpending_range(
+            stream, self.group, min=entries[0].entry_id, max=entries[-1].entry_id, count=len(entries), consumername=consumer)}
+        return [StreamEntry(e.entry_id, e.value, counts.get(e.entry_id, 0)) for e in entries]
+
+    def ack(self, stream: str, entry_ids: list[str]) -> None:
+        """Acknowledge and delete (the stream does not grow)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xack(stream, self.group, *entry_ids)
+        pipe.xdel(stream, *entry_ids)
+        pipe.execute()
+
+    def dead_letter(self, dead_stream: str, entry: StreamEntry, error: str) -> None:
+        self.redis.xadd(dead_stream, {"e": entry.value, "id": entry.entry_id, "error": error[:1024]})
+
+    def forget_idle_consumers(self, streams: list[str], keep: str, idle_ms: int) -> int:
+        """Drop the consumers idle longer than idle_ms with nothing pending (each drainer run is its own consumer)."""
+        removed = 0
+        for stream in streams:
+            for consumer in self.redis.xinfo_consumers(stream, self.group):
+                if consumer["pending"] == 0 and consumer["idle"] > idle_ms and text(consumer["name"]) != keep:
+                    removed += self.redis.xgroup_delconsumer(stream, self.group, consumer["name"])
+        return removed

@@ -14,16 +14,15 @@ import logging
 import time
 from dataclasses import dataclass
 
-import redis
-
 from hotledger import keys
 from hotledger.config import Settings
 from hotledger.dal.db import DatabaseUnavailable
-from hotledger.dal.redis_store import RedisUnavailable, text
+from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.outbox.events import RawRecord, decode
+from hotledger.outbox.store import EventStreams, StreamEntry
 from hotledger.outbox.writer import Writer
 
-TRANSIENT = (redis.RedisError, RedisUnavailable, DatabaseUnavailable)
+TRANSIENT = (RedisUnavailable, DatabaseUnavailable)
 log = logging.getLogger(__name__)
 
 
@@ -37,28 +36,14 @@ class DrainReport:
     batches: int = 0
 
 
-def stream_records(stream: str, shard: int, entries) -> list[RawRecord]:
-    """Stream entries as records: the entry id 'ms-seq' becomes the offset ms * 1000 + seq."""
-    records = []
-    for entry_id, fields in entries:
-        millis, seq = text(entry_id).split("-")
-        records.append(RawRecord(stream, shard, int(millis) * 1000 + int(seq), None, fields.get(b"e", b"")))
-    return records
-
-
 class StreamConsumer:
-    def __init__(self, client: redis.Redis, writer: Writer, cfg: Settings, name: str):
-        self.redis, self.writer, self.cfg, self.name = client, writer, cfg, name
+    def __init__(self, streams: EventStreams, writer: Writer, cfg: Settings, name: str):
+        self.events, self.writer, self.cfg, self.name = streams, writer, cfg, name
         self.streams = [keys.stream(shard) for shard in range(cfg.stream_shards)]
         self._groups_ready = False
 
     def ensure_groups(self) -> None:
-        for stream in self.streams:
-            try:
-                self.redis.xgroup_create(stream, self.cfg.stream_group, id="0", mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+        self.events.ensure_groups(self.streams)
         self._groups_ready = True
 
     def drain(self, keep_going) -> DrainReport:
@@ -79,62 +64,44 @@ class StreamConsumer:
         return report
 
     def _read_new(self, report: DrainReport) -> None:
-        replies = self.redis.xreadgroup(self.cfg.stream_group, self.name, {s: ">" for s in self.streams},
-                                        count=self.cfg.stream_batch, block=self.cfg.stream_block_ms)
-        for stream, entries in replies or []:
+        for stream, entries in self.events.read_new(self.name, self.streams, self.cfg.stream_batch, self.cfg.stream_block_ms):
             report.read += len(entries)
-            self._persist(text(stream), entries, report)
+            if entries:
+                self._persist(stream, entries, report)
 
     def _reclaim(self, report: DrainReport) -> None:
         for stream in self.streams:
-            _, entries, _ = self.redis.xautoclaim(stream, self.cfg.stream_group, self.name,
-                                                  min_idle_time=self.cfg.stream_claim_idle_ms, count=self.cfg.stream_batch)
-            entries = [e for e in entries if e[1] is not None]  # deleted while pending: nothing to retry
+            entries = self.events.reclaim(stream, self.name, self.cfg.stream_claim_idle_ms, self.cfg.stream_batch)
             if not entries:
                 continue
             report.reclaimed += len(entries)
-            counts = {text(p["message_id"]): p["times_delivered"] for p in self.redis.xpending_range(
-                stream, self.cfg.stream_group, min=text(entries[0][0]), max=text(entries[-1][0]), count=len(entries),
-                consumername=self.name)}
-            worn = [e for e in entries if counts.get(text(e[0]), 0) > self.cfg.stream_max_deliveries]
-            fresh = [e for e in entries if e not in worn]
+            worn = [e for e in entries if e.deliveries > self.cfg.stream_max_deliveries]
+            fresh = [e for e in entries if e.deliveries <= self.cfg.stream_max_deliveries]
             if fresh:
                 self._persist(stream, fresh, report)
             for entry in worn:
                 self._persist_alone(stream, entry, report)
 
-    def _persist(self, stream: str, entries, report: DrainReport) -> None:
+    def _persist(self, stream: str, entries: list[StreamEntry], report: DrainReport) -> None:
         shard = self.streams.index(stream)
-        events, poison = decode(stream_records(stream, shard, entries))
+        events, poison = decode(RawRecord(stream, shard, e.offset, None, e.value) for e in entries)
         result = self.writer.persist(events, poison)
-        self._ack(stream, [e[0] for e in entries])
+        self.events.ack(stream, [e.entry_id for e in entries])
         report.batches += 1
         report.applied += result.applied
         report.duplicates += result.duplicates
         report.dead_lettered += result.dead_lettered
 
-    def _persist_alone(self, stream: str, entry, report: DrainReport) -> None:
+    def _persist_alone(self, stream: str, entry: StreamEntry, report: DrainReport) -> None:
         try:
             self._persist(stream, [entry], report)
         except TRANSIENT:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever makes this one entry fail, it must not block the rest
-            shard = self.streams.index(stream)
-            self.redis.xadd(keys.dead_stream(shard), {"e": entry[1].get(b"e", b""), "id": entry[0], "error": str(exc)[:1024]})
-            self._ack(stream, [entry[0]])
+            self.events.dead_letter(keys.dead_stream(self.streams.index(stream)), entry, str(exc))
+            self.events.ack(stream, [entry.entry_id])
             report.dead_lettered += 1
-
-    def _ack(self, stream: str, ids) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xack(stream, self.cfg.stream_group, *ids)
-        pipe.xdel(stream, *ids)
-        pipe.execute()
 
     def forget_idle_consumers(self, idle_ms: int = 600_000) -> int:
         """Each drainer run is its own consumer: drop those long idle with nothing pending."""
-        removed = 0
-        for stream in self.streams:
-            for consumer in self.redis.xinfo_consumers(stream, self.cfg.stream_group):
-                if consumer["pending"] == 0 and consumer["idle"] > idle_ms and text(consumer["name"]) != self.name:
-                    removed += self.redis.xgroup_delconsumer(stream, self.cfg.stream_group, consumer["name"])
-        return removed
+        return self.events.forget_idle_consumers(self.streams, self.name, idle_ms)
