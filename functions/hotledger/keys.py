@@ -90,6 +90,7 @@ def voucher_pending(voucher_id: int) -> str:
 
 
 def voucher_fate(voucher_id: int, order_id: int) -> str:
+    """'claimed' by the writer or 'rolledback' by the API: whichever comes first wins."""
     return f"voucher:fate:{tag(f'v{voucher_id}')}:{order_id}"
 
 
