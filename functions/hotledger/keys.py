@@ -76,21 +76,22 @@ def account_stream(user_id: int) -> str:
 # vouchers (flash sale) ------------------------------------------------------------------------------------
 def voucher(voucher_id: int) -> str:
     """Hash: stock, begin, end, limit, epoch, hold_until, db_version."""
-    return f"seckill:voucher:{tag(f'v{voucher_id}')}"
+    return f"voucher:voucher:{tag(f'v{voucher_id}')}"
 
 
 def voucher_buyers(voucher_id: int) -> str:
     """Hash: user id -> orders taken."""
-    return f"seckill:buyers:{tag(f'v{voucher_id}')}"
+    return f"voucher:buyers:{tag(f'v{voucher_id}')}"
 
 
 def voucher_pending(voucher_id: int) -> str:
     """Hash: order id -> 'user;seq;ts;epoch' for orders not yet in the DB."""
-    return f"seckill:pending:{tag(f'v{voucher_id}')}"
+    return f"voucher:pending:{tag(f'v{voucher_id}')}"
 
 
 def voucher_fate(voucher_id: int, order_id: int) -> str:
-    return f"seckill:fate:{tag(f'v{voucher_id}')}:{order_id}"
+    """'claimed' by the writer or 'rolledback' by the API: whichever comes first wins."""
+    return f"voucher:fate:{tag(f'v{voucher_id}')}:{order_id}"
 
 
 def voucher_stream(voucher_id: int) -> str:

@@ -7,7 +7,7 @@
   compare-and-set on the cached version.
 - A SYNC account whose cached version is older than the DB's is evicted.
 It reports the number of pending entries and the oldest pending age. Vouchers and red packets are
-reconciled by logic/seckill.py and logic/redpackets.py; unfinished journeys become inbox reminders
+reconciled by vouchers/reconcile.py and logic/redpackets.py; unfinished journeys become inbox reminders
 (logic/journeys.py); order-close reminders Redis lost are offered again and orders past their close time
 closed (logic/orders.py).
 """
@@ -20,10 +20,10 @@ from hotledger.dal import db
 from hotledger.dal.redis_store import text
 from hotledger.ledger.entry import Entry, expected_cache_balance, pending_entries
 from hotledger.notices.journeys import JourneyScanReport
-from hotledger.outbox.events import RedPacketClaimEvent, VoucherOrderEvent
+from hotledger.outbox.events import RedPacketClaimEvent
 from hotledger.outbox.writer import Writer
 from hotledger.redpackets.service import PacketReconcileReport, reconcile_packets
-from hotledger.vouchers.service import VoucherReconcileReport, reconcile_vouchers
+from hotledger.vouchers.reconcile import VoucherReconciler, VoucherReconcileReport
 
 PAGE = 500
 
@@ -45,13 +45,13 @@ class ReconcileReport:
 
 
 class Reconciler:
-    def __init__(self, scripts, writer: Writer, age_s: int, seckill, redpackets, journeys, payment_orders):
+    def __init__(self, scripts, writer: Writer, age_s: int, vouchers: VoucherReconciler, redpackets, journeys, payment_orders):
         self.scripts, self.redis, self.writer, self.age_s = scripts, scripts.client, writer, age_s
-        self.seckill, self.redpackets, self.journeys, self.payment_orders = seckill, redpackets, journeys, payment_orders
+        self.vouchers, self.redpackets, self.journeys, self.payment_orders = vouchers, redpackets, journeys, payment_orders
 
     def run(self, now_ms: int) -> ReconcileReport:
         report = self._accounts(now_ms)
-        report.vouchers = reconcile_vouchers(self.seckill, self.writer.persisters[VoucherOrderEvent], now_ms, self.age_s)
+        report.vouchers = self.vouchers.run(now_ms, self.age_s)
         report.packets = reconcile_packets(self.redpackets, self.writer.persisters[RedPacketClaimEvent], now_ms, self.age_s)
         report.journeys = self.journeys.scan(now_ms)
         report.reminders_reoffered = self.payment_orders.reoffer_lost_reminders(now_ms)

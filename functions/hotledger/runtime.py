@@ -18,13 +18,17 @@ from hotledger.notices.payment_orders import (
     ORDER_REMINDERS,
     PaymentOrders,
 )
+from hotledger.outbox.durable import Durability, stream_flag
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
 from hotledger.outbox.store import EventStreams, OutboxStore
 from hotledger.outbox.stream_consumer import StreamConsumer
 from hotledger.outbox.writer import Writer
 from hotledger.reconciler import Reconciler
 from hotledger.redpackets.service import PACKET_EXPIRY, RedPacketPersister, RedPackets
-from hotledger.vouchers.service import Seckill, SeckillPersister
+from hotledger.vouchers.persist import VoucherPersister
+from hotledger.vouchers.reconcile import VoucherReconciler
+from hotledger.vouchers.service import Vouchers
+from hotledger.vouchers.store import VoucherDb, VoucherRedis
 
 
 @functools.lru_cache(maxsize=1)
@@ -45,8 +49,16 @@ def billing() -> Billing:
 
 
 @functools.lru_cache(maxsize=1)
-def seckill() -> Seckill:
-    return Seckill(settings(), scripts(), id_generator(), publisher.publish)
+def voucher_redis() -> VoucherRedis:
+    cfg = settings()
+    return VoucherRedis(scripts(), stream_flag(cfg), cfg.entry_ttl_s)
+
+
+@functools.lru_cache(maxsize=1)
+def vouchers() -> Vouchers:
+    cfg = settings()
+    return Vouchers(cfg, VoucherDb(), voucher_redis(), Durability(cfg, publisher.publish, id_generator().next_id),
+                    id_generator().next_id)
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,13 +73,15 @@ def outbox() -> OutboxStore:
 
 @functools.lru_cache(maxsize=1)
 def writer() -> Writer:
-    return Writer({LedgerEvent: LedgerPersister(scripts(), outbox()), VoucherOrderEvent: SeckillPersister(scripts(), outbox()),
+    return Writer({LedgerEvent: LedgerPersister(scripts(), outbox()),
+                   VoucherOrderEvent: VoucherPersister(VoucherDb(), voucher_redis(), outbox()),
                    RedPacketClaimEvent: RedPacketPersister(scripts(), outbox())}, outbox())
 
 
 @functools.lru_cache(maxsize=1)
 def reconciler() -> Reconciler:
-    return Reconciler(scripts(), writer(), settings().reconcile_age_s, seckill(), redpackets(), journeys(),
+    voucher_reconciler = VoucherReconciler(vouchers(), writer().persisters[VoucherOrderEvent], VoucherDb(), voucher_redis())
+    return Reconciler(scripts(), writer(), settings().reconcile_age_s, voucher_reconciler, redpackets(), journeys(),
                       payment_orders())
 
 
@@ -110,6 +124,6 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (outbox, id_generator, lock, billing, seckill, redpackets, writer, reconciler, delay_queue, inbox, payment_orders,
-                   journeys, scripts, cached_settings):
+    for cached in (outbox, id_generator, lock, billing, voucher_redis, vouchers, redpackets, writer, reconciler, delay_queue,
+                   inbox, payment_orders, journeys, scripts, cached_settings):
         cached.cache_clear()

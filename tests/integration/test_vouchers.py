@@ -6,7 +6,7 @@ import pytest
 from helpers import invoke_writer, reconcile, records
 
 from hotledger import keys
-from hotledger.runtime import seckill
+from hotledger.runtime import vouchers
 
 NOW_MS = int(time.time() * 1000)
 
@@ -20,7 +20,7 @@ def voucher(api, stock=5, begin_at=None, end_at=None, **fields) -> int:
 
 def order_records(voucher_id: int, first_offset: int = 0):
     """The order events as the broker holds them, rebuilt from Redis's pending orders."""
-    orders = sorted(seckill().pending_orders(voucher_id), key=lambda e: e.id)
+    orders = sorted(vouchers().pending_orders(voucher_id), key=lambda e: e.id)
     return records(orders, lambda e: f"v{e.voucher_id}", first_offset=first_offset)
 
 
@@ -95,7 +95,7 @@ def test_a_failed_publish_gives_the_unit_back(api, monkeypatch):
     def broker_down(key, event):
         raise PublishFailed("no acknowledgement in time")
 
-    monkeypatch.setattr(seckill().durability, "publish", broker_down)
+    monkeypatch.setattr(vouchers().durability, "publish", broker_down)
     status, body = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 5})
     assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED")
     monkeypatch.undo()

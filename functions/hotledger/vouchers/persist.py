@@ -1,0 +1,96 @@
+"""Voucher orders -> t_voucher_order, the voucher's DB stock moved in the same transaction, exactly once (the
+writer's voucher persister, outbox/writer.py's contract).
+
+One transaction per batch: the touched vouchers are locked in id order; an order the DB holds already is a
+duplicate (skipped); one whose id or buyer slot (voucher, user, seq) the DB gives to another order can never
+apply, nor can one of an unknown voucher, nor one beyond the DB stock (the DB never sells below zero: this
+happens only after Redis lost state and oversold): those are dead-lettered. After the commit the orders leave
+Redis's pending hash (voucher_settle), handed the DB version the commit produced so an order taken before a
+rebuild is counted into the rebuilt stock exactly once.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from hotledger import keys
+from hotledger.outbox.events import VoucherOrderEvent
+from hotledger.outbox.store import OutboxStore
+from hotledger.outbox.writer import PersistReport, dedupe_and_claim, rejected
+from hotledger.vouchers.store import OrderRow, Slot, StockRow, VoucherDb, VoucherRedis
+
+UNKNOWN_VOUCHER = "voucher does not exist"
+ID_CLASH = "order id already used by another order"
+SLOT_TAKEN = "the buyer's order slot is taken by another order"
+SOLD_OUT_IN_DB = "sold out in the DB"
+
+
+def _slot(e: VoucherOrderEvent) -> Slot:
+    return e.voucher_id, e.user_id, e.seq
+
+
+def _dead(e: VoucherOrderEvent, why: str):
+    return rejected(f"v{e.voucher_id}", e.id, e, why)
+
+
+class VoucherPersister:
+    def __init__(self, db: VoucherDb, redis: VoucherRedis, outbox: OutboxStore):
+        self.db, self.redis, self.outbox = db, redis, outbox
+
+    def persist(self, events: list[VoucherOrderEvent]) -> PersistReport:
+        report = PersistReport()
+        claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
+            self.outbox, events, lambda e: e.id, lambda e: e.voucher_id, lambda v, e: keys.voucher_fate(v, e.id))
+        with self.db.transaction() as cur:
+            stocks = self.db.lock_stocks(cur, {e.voucher_id for e in claimed})
+            dead = [_dead(e, UNKNOWN_VOUCHER) for e in claimed if e.voucher_id not in stocks]
+            known = [e for e in claimed if e.voucher_id in stocks]
+            duplicates, clashes, candidates = self._split_by_id(known, self.db.orders_by_id(cur, [e.id for e in known]))
+            fresh, taken = self._split_by_slot(candidates, self.db.slot_holders(cur, [_slot(e) for e in candidates]))
+            accepted, sold_out = self._within_stock(fresh, stocks)
+            sold = Counter(e.voucher_id for e in accepted)
+            self.db.insert_orders(cur, accepted)
+            self.db.take_stock(cur, sold)
+            dead += [_dead(e, ID_CLASH) for e in clashes] + [_dead(e, SLOT_TAKEN) for e in taken]
+            dead += [_dead(e, SOLD_OUT_IN_DB) for e in sold_out]
+            report.dead_lettered = self.outbox.dead_letter(cur, dead)
+        report.duplicates += len(duplicates)
+        report.applied = len(accepted)
+        self.redis.settle({v: stocks[v].version + 1 for v in sold}, accepted)
+        # a re-delivered order was counted by the settle of the commit that inserted it (or, if that settle was
+        # lost, by the reconciler): version 0 keeps it from being counted again
+        self.redis.settle({}, duplicates)
+        return report
+
+    @staticmethod
+    def _split_by_id(events: list[VoucherOrderEvent], stored: dict[int, OrderRow]):
+        """(orders the DB holds already, ids the DB gives to another order, ids not in the DB)."""
+        duplicates = [e for e in events if e.id in stored and stored[e.id].slot == _slot(e)]
+        clashes = [e for e in events if e.id in stored and stored[e.id].slot != _slot(e)]
+        return duplicates, clashes, [e for e in events if e.id not in stored]
+
+    @staticmethod
+    def _split_by_slot(events: list[VoucherOrderEvent], holders: dict[Slot, int]):
+        """(orders whose slot is free, orders whose slot the DB or an earlier order of the batch holds)."""
+        holders = dict(holders)
+        fresh, taken = [], []
+        for e in sorted(events, key=lambda e: (e.ts, e.id)):
+            if _slot(e) in holders:
+                taken.append(e)
+            else:
+                holders[_slot(e)] = e.id
+                fresh.append(e)
+        return fresh, taken
+
+    @staticmethod
+    def _within_stock(events: list[VoucherOrderEvent], stocks: dict[int, StockRow]):
+        """(orders within the DB stock, orders beyond it). Redis sells only what it holds, so an order is beyond
+        the DB stock only after Redis lost state and oversold."""
+        left = {voucher_id: row.stock for voucher_id, row in stocks.items()}
+        accepted, refused = [], []
+        for e in events:
+            if left[e.voucher_id] > 0:
+                left[e.voucher_id] -= 1
+                accepted.append(e)
+            else:
+                refused.append(e)
+        return accepted, refused
