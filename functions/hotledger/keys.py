@@ -76,7 +76,7 @@ def account_stream(user_id: int) -> str:
 # vouchers (flash sale) ------------------------------------------------------------------------------------
 def voucher(voucher_id: int) -> str:
     """Hash: stock, begin, end, limit, epoch, hold_until, db_version."""
-    return f"voucher:voucher:{tag(f'v{voucher_id}')}"
+    return f"voucher:{tag(f'v{voucher_id}')}"
 
 
 def voucher_buyers(voucher_id: int) -> str:

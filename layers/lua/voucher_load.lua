@@ -1,8 +1,8 @@
 -- voucher_load: put a flash-sale voucher into Redis from the DB, only if Redis does not hold it
 -- (a concurrent order on the live hash must never be overwritten by an older DB snapshot).
 -- All keys share the voucher's hash tag.
--- KEYS[1] seckill:voucher:{v<id>}  hash: stock, begin, end, limit, epoch, hold_until, db_version
--- KEYS[2] seckill:buyers:{v<id>}   hash: user id -> orders taken
+-- KEYS[1] voucher:{v<id>}          hash: stock, begin, end, limit, epoch, hold_until, db_version
+-- KEYS[2] voucher:buyers:{v<id>}   hash: user id -> orders taken
 -- ARGV[1] stock left in the DB  ARGV[2] begin (epoch ms)  ARGV[3] end (epoch ms)  ARGV[4] per-user limit
 -- ARGV[5] epoch: id of this load, stamped on every order taken from it
 -- ARGV[6] hold_until (epoch ms): orders answer 'recovering' until then (0 for a new voucher)

@@ -1,8 +1,8 @@
 -- voucher_order: take one unit of a flash-sale voucher for a buyer, atomically.
 -- All keys share the voucher's hash tag (the seed built keys inside Lua, which Redis Cluster forbids).
--- KEYS[1] seckill:voucher:{v<id>}  hash: stock, begin, end, limit, epoch, hold_until, db_version
--- KEYS[2] seckill:buyers:{v<id>}   hash: user id -> orders taken
--- KEYS[3] seckill:pending:{v<id>}  hash: order id -> 'user;seq;ts;epoch' until the writer persisted it
+-- KEYS[1] voucher:{v<id>}          hash: stock, begin, end, limit, epoch, hold_until, db_version
+-- KEYS[2] voucher:buyers:{v<id>}   hash: user id -> orders taken
+-- KEYS[3] voucher:pending:{v<id>}  hash: order id -> 'user;seq;ts;epoch' until the writer persisted it
 -- KEYS[4] events:{s<n>}            event stream (written only when ARGV[5] is 'stream')
 -- ARGV[1] voucher id  ARGV[2] user id  ARGV[3] order id (decimal string)  ARGV[4] now (epoch ms)
 -- ARGV[5] 'stream' to XADD the order event here (Redis Streams transport), '' for Kafka

@@ -1,7 +1,7 @@
 -- voucher_rollback: give back a voucher order whose event the broker did not acknowledge, unless the
 -- writer claimed it already (then it was delivered and will be persisted).
--- KEYS[1] seckill:voucher:{v<id>}  KEYS[2] seckill:buyers:{v<id>}  KEYS[3] seckill:pending:{v<id>}
--- KEYS[4] seckill:fate:{v<id>}:<order id>   'claimed' (writer) | 'rolledback' (this script)
+-- KEYS[1] voucher:{v<id>}  KEYS[2] voucher:buyers:{v<id>}  KEYS[3] voucher:pending:{v<id>}
+-- KEYS[4] voucher:fate:{v<id>}:<order id>   'claimed' (writer) | 'rolledback' (this script)
 -- ARGV[1] order id  ARGV[2] user id  ARGV[3] fate TTL in seconds
 -- Returns {'claimed'}, {'gone'} (nothing left to undo; tombstone set) or {'rolled_back'}.
 if redis.call('GET', KEYS[4]) == 'claimed' then return {'claimed'} end

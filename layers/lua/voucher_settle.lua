@@ -1,7 +1,7 @@
 -- voucher_settle: after the writer's DB commit, drop persisted orders from the pending hash. An order
 -- taken from an earlier load (Redis lost the voucher and rebuilt it from the DB before this order
 -- reached the DB) was not counted by the rebuilt stock: it is counted now, exactly once.
--- KEYS[1] seckill:voucher:{v<id>}  KEYS[2] seckill:buyers:{v<id>}  KEYS[3] seckill:pending:{v<id>}
+-- KEYS[1] voucher:{v<id>}  KEYS[2] voucher:buyers:{v<id>}  KEYS[3] voucher:pending:{v<id>}
 -- ARGV[1] the DB row version this commit produced
 -- ARGV[2..] order id, user id, epoch: triples of the orders just persisted
 -- Returns {removed from pending, counted late}.
