@@ -105,9 +105,9 @@ class FakePaymentOrderStore:
     def add(self, payment_order_id: int, state=OPEN, close_at=NOW + 60 * MINUTE, reminded=False, user_id=USER, amount=500):
         self.rows[payment_order_id] = PaymentOrder(payment_order_id, user_id, amount, state, close_at, reminded=reminded)
 
-    def insert(self, payment_order: PaymentOrder, remind_at: int) -> None:
+    def insert(self, payment_order: PaymentOrder) -> None:
         self.rows[payment_order.id] = dataclasses.replace(payment_order, reminder_due_at=None)
-        self.remind_at[payment_order.id] = remind_at
+        self.remind_at[payment_order.id] = payment_order.reminder_due_at
 
     def get(self, payment_order_id: int) -> PaymentOrder | None:
         return self.rows.get(payment_order_id)

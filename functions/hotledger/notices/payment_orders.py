@@ -18,6 +18,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from hotledger import errors
 from hotledger.notices.store import PaymentOrder, PaymentOrderState, PaymentOrderStore
@@ -30,12 +31,20 @@ PAGE = 500
 REMINDER_BIZ_TYPE = "ORDER_CLOSE_REMINDER"
 
 
+class Ledger(Protocol):
+    """What payment orders use of the ledger's service."""
+
+    def account_exists(self, user_id: int) -> bool: ...
+
+    def deduct(self, user_id: int, amount: int, idem_key: str | None = None): ...  # a result with its entry_id
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
 class PaymentOrders:
-    def __init__(self, store: PaymentOrderStore, ledger, delay_queue, inbox, ids, lock, reminder_before_close_s: int,
+    def __init__(self, store: PaymentOrderStore, ledger: Ledger, delay_queue, inbox, ids, lock, reminder_before_close_s: int,
                  now_ms: Callable[[], int] = _now_ms):
         self.store, self.ledger, self.queue, self.inbox, self.ids, self.lock = store, ledger, delay_queue, inbox, ids, lock
         self.reminder_before_close_ms = reminder_before_close_s * 1000
@@ -48,7 +57,7 @@ class PaymentOrders:
         close_at = now + close_in_s * 1000
         due = max(now, close_at - self.reminder_before_close_ms)
         payment_order = PaymentOrder(payment_order_id, user_id, amount, PaymentOrderState.OPEN, close_at, due)
-        self.store.insert(payment_order, remind_at=due)
+        self.store.insert(payment_order)
         self.queue.offer(REMINDER_QUEUE, str(payment_order_id), due_at_ms=due)
         self.queue.offer(CLOSE_QUEUE, str(payment_order_id), due_at_ms=close_at)
         return payment_order

@@ -32,11 +32,12 @@ class PaymentOrder:
 
 
 class PaymentOrderStore:
-    def insert(self, payment_order: PaymentOrder, remind_at: int) -> None:
+    def insert(self, payment_order: PaymentOrder) -> None:
+        """A new payment order, its reminder due at its reminder_due_at."""
         db.execute("INSERT INTO t_payment_order (id, user_id, amount, state, close_at, remind_at)"
                    " VALUES (%s, %s, %s, %s, %s, %s)",
                    (payment_order.id, payment_order.user_id, payment_order.amount, payment_order.state.value,
-                    db.to_datetime(payment_order.close_at), db.to_datetime(remind_at)))
+                    db.to_datetime(payment_order.close_at), db.to_datetime(payment_order.reminder_due_at)))
 
     def get(self, payment_order_id: int) -> PaymentOrder | None:
         found = self.get_many([payment_order_id])
