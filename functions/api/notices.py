@@ -14,6 +14,7 @@ from api.schemas import (
     DelayTakeResult, JourneyView, MessagesView, PaymentOrderView, PostMessageRequest, PostMessageResult, QueueName,
 )
 from hotledger.money import format_minor, parse_minor
+from hotledger.notices.payment_orders import PaymentOrder
 from hotledger.runtime import delay_handlers, delay_queue, inbox, journeys, payment_orders
 
 router = Router()
@@ -64,37 +65,38 @@ def ack(queue: Queue, request: Annotated[DelayAckRequest, Body()]) -> dict:
     return queue_view(queue)
 
 
-def _order_body(order) -> dict:
-    return PaymentOrderView(order_id=str(order.order_id), user_id=order.user_id, amount=format_minor(order.amount),
-                            state=order.state, close_at=order.close_at, reminder_due_at=order.reminder_due_at).model_dump()
+def _payment_order_body(payment_order: PaymentOrder) -> dict:
+    return PaymentOrderView(order_id=str(payment_order.id), user_id=payment_order.user_id,
+                            amount=format_minor(payment_order.amount), state=payment_order.state.value,
+                            close_at=payment_order.close_at, reminder_due_at=payment_order.reminder_due_at).model_dump()
 
 
-_ORDER_NOT_FOUND = (404, "ORDER_NOT_FOUND")
-OrderId = Annotated[int, Path(gt=0, lt=2**63)]
+_PAYMENT_ORDER_NOT_FOUND = (404, "ORDER_NOT_FOUND")
+PaymentOrderId = Annotated[int, Path(gt=0, lt=2**63)]
 
 
 @router.post("/orders", status_code=201, responses=responses(201, PaymentOrderView, "order created, reminder queued",
                                                                (404, "ACCOUNT_NOT_FOUND")))
 def create_order(request: Annotated[CreatePaymentOrderRequest, Body()]) -> dict:
-    return _order_body(payment_orders().create(request.user_id, parse_minor(request.amount), request.close_in_s))
+    return _payment_order_body(payment_orders().create(request.user_id, parse_minor(request.amount), request.close_in_s))
 
 
-@router.get("/orders/<order_id>", responses=responses(200, PaymentOrderView, "the order", _ORDER_NOT_FOUND))
-def get_order(order_id: OrderId) -> dict:
-    return _order_body(payment_orders().get(order_id))
+@router.get("/orders/<order_id>", responses=responses(200, PaymentOrderView, "the order", _PAYMENT_ORDER_NOT_FOUND))
+def get_order(order_id: PaymentOrderId) -> dict:
+    return _payment_order_body(payment_orders().get(order_id))
 
 
 @router.post("/orders/<order_id>/pay", responses=responses(
-    200, PaymentOrderView, "paid (a deduct from the user's account); the reminder is removed", _ORDER_NOT_FOUND,
+    200, PaymentOrderView, "paid (a deduct from the user's account); the reminder is removed", _PAYMENT_ORDER_NOT_FOUND,
     (402, "INSUFFICIENT_BALANCE"), (409, "ORDER_CLOSED")))
-def pay_order(order_id: OrderId) -> dict:
-    return _order_body(payment_orders().pay(order_id))
+def pay_order(order_id: PaymentOrderId) -> dict:
+    return _payment_order_body(payment_orders().pay(order_id))
 
 
 @router.post("/orders/<order_id>/close", responses=responses(200, PaymentOrderView, "closed; the reminder is removed",
-                                                             _ORDER_NOT_FOUND, (409, "ORDER_PAID")))
-def close_order(order_id: OrderId) -> dict:
-    return _order_body(payment_orders().close(order_id))
+                                                             _PAYMENT_ORDER_NOT_FOUND, (409, "ORDER_PAID")))
+def close_order(order_id: PaymentOrderId) -> dict:
+    return _payment_order_body(payment_orders().close(order_id))
 
 
 @router.post("/inbox/<account>/messages", responses=responses(200, PostMessageResult, "written, or the first message's id",

@@ -50,8 +50,8 @@ TotalTooSmall = _error("TotalTooSmall", 422, "TOTAL_TOO_SMALL")
 
 # payment orders, delay queues, journeys
 PaymentOrderNotFound = _error("PaymentOrderNotFound", 404, "ORDER_NOT_FOUND")
-OrderClosed = _error("OrderClosed", 409, "ORDER_CLOSED")
-OrderPaid = _error("OrderPaid", 409, "ORDER_PAID")
+PaymentOrderClosed = _error("PaymentOrderClosed", 409, "ORDER_CLOSED")
+PaymentOrderPaid = _error("PaymentOrderPaid", 409, "ORDER_PAID")
 ElementNotFound = _error("ElementNotFound", 404, "ELEMENT_NOT_FOUND")
 JourneyNotFound = _error("JourneyNotFound", 404, "JOURNEY_NOT_FOUND")
 QueueReserved = _error("QueueReserved", 409, "QUEUE_RESERVED")

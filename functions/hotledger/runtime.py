@@ -6,18 +6,15 @@ import functools
 from hotledger.config import settings
 from hotledger.dal import publisher
 from hotledger.dal.delay_queue import DelayQueue, Drainer
+from hotledger.dal.ids import IdGenerator
 from hotledger.dal.lock import DistributedLock
 from hotledger.dal.redis_store import scripts
-from hotledger.ids import IdGenerator
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.service import Billing
 from hotledger.notices.inbox import Inbox
 from hotledger.notices.journeys import Journeys, parse_thresholds
-from hotledger.notices.payment_orders import (
-    ORDER_CLOSES,
-    ORDER_REMINDERS,
-    PaymentOrders,
-)
+from hotledger.notices.payment_orders import CLOSE_QUEUE, REMINDER_QUEUE, PaymentOrders
+from hotledger.notices.store import InboxStore, JourneyStore, PaymentOrderStore
 from hotledger.outbox.durable import Durability, stream_flag
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
 from hotledger.outbox.store import EventStreams, OutboxStore
@@ -33,7 +30,7 @@ from hotledger.vouchers.store import VoucherDb, VoucherRedis
 
 @functools.lru_cache(maxsize=1)
 def id_generator() -> IdGenerator:
-    return IdGenerator(scripts().client, scripts().ids_lease)
+    return IdGenerator(scripts())
 
 
 @functools.lru_cache(maxsize=1)
@@ -93,22 +90,23 @@ def delay_queue() -> DelayQueue:
 @functools.lru_cache(maxsize=1)
 def inbox() -> Inbox:
     cfg = settings()
-    return Inbox(scripts(), id_generator(), cfg.inbox_ttl_s, cfg.inbox_max_messages, billing().account_exists)
+    return Inbox(InboxStore(scripts()), id_generator(), cfg.inbox_ttl_s, cfg.inbox_max_messages, billing().account_exists)
 
 
 @functools.lru_cache(maxsize=1)
 def payment_orders() -> PaymentOrders:
-    return PaymentOrders(billing(), delay_queue(), inbox(), id_generator(), lock(), settings().reminder_before_close_s)
+    return PaymentOrders(PaymentOrderStore(), billing(), delay_queue(), inbox(), id_generator(), lock(),
+                         settings().reminder_before_close_s)
 
 
 @functools.lru_cache(maxsize=1)
 def journeys() -> Journeys:
-    return Journeys(scripts(), inbox(), parse_thresholds(settings().journeys))
+    return Journeys(JourneyStore(scripts()), inbox(), parse_thresholds(settings().journeys))
 
 
 def delay_handlers() -> dict:
     """The queues the scheduled drainer serves, with their handlers; other queues are served over HTTP."""
-    return {ORDER_REMINDERS: payment_orders().fire_reminders, ORDER_CLOSES: payment_orders().close_due,
+    return {REMINDER_QUEUE: payment_orders().fire_reminders, CLOSE_QUEUE: payment_orders().close_due,
             PACKET_EXPIRY: redpackets().expire_due}
 
 

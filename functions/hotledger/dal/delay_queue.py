@@ -5,6 +5,8 @@ the zset member itself (canonical encoding), so a second offer moves its due tim
 Due elements move atomically to a taken set with a visibility deadline; ack removes them, and an element
 not acknowledged in time is taken again: at-least-once delivery, so handlers must be idempotent.
 The earliest due time is published on dq:earliest:{queue}; Drainer sleeps until it (or a new earlier one).
+delay_offer / delay_remove / delay_take are the typed wrappers of the scripts of the same names; DelayQueue's
+public methods raise RedisUnavailable / RedisOutcomeUnknown, never redis-py's errors.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 import redis
 
-from hotledger.dal.redis_store import text, wait_for_message
+from hotledger.dal.redis_store import Lua, RedisUnavailable, redis_errors_translated, text, wait_for_message
 
 log = logging.getLogger(__name__)
 NO_TIME = -1
@@ -51,20 +53,49 @@ class Taken:
         return min(times) if times else NO_TIME
 
 
+@dataclass(frozen=True)
+class Offered:
+    """delay_offer.lua's answer."""
+
+    new: bool  # False: the element was there and its due time moved
+    earliest_due: int
+
+
+def _ms(score) -> int:
+    """A zset score as the script returns it (text, maybe in exponent form) -> epoch ms."""
+    return int(float(score))
+
+
+def delay_offer(lua: Lua, queue: str, element: str, due_at_ms: int) -> Offered:
+    added, earliest = lua.run("delay_offer", [due_key(queue), channel(queue)], [element, due_at_ms])
+    return Offered(added == 1, _ms(earliest))
+
+
+def delay_remove(lua: Lua, queue: str, element: str) -> bool:
+    """True when the element was there (waiting or taken)."""
+    return lua.run("delay_remove", [due_key(queue), taken_key(queue)], [element]) == 1
+
+
+def delay_take(lua: Lua, queue: str, now_ms: int, limit: int, visibility_ms: int) -> Taken:
+    elements, earliest, deadline = lua.run("delay_take", [due_key(queue), taken_key(queue)], [now_ms, limit, visibility_ms])
+    pairs = [(text(elements[i]), _ms(elements[i + 1])) for i in range(0, len(elements), 2)]
+    return Taken(pairs, _ms(earliest), _ms(deadline))
+
+
+@redis_errors_translated
 class DelayQueue:
-    def __init__(self, scripts, visibility_ms: int = 30_000):
-        self.scripts, self.redis, self.visibility_ms = scripts, scripts.client, visibility_ms
+    def __init__(self, lua: Lua, visibility_ms: int = 30_000):
+        self.lua, self.redis, self.visibility_ms = lua, lua.client, visibility_ms
 
     def offer(self, queue: str, element, due_at_ms: int | None = None, delay_ms: int | None = None) -> bool:
         """True when new, False when it was there and its due time moved."""
         if (due_at_ms is None) == (delay_ms is None):
             raise ValueError("give exactly one of due_at_ms and delay_ms")
         due = due_at_ms if due_at_ms is not None else int(time.time() * 1000) + delay_ms
-        reply = self.scripts.delay_offer(keys=[due_key(queue), channel(queue)], args=[canonical(element), due])
-        return reply[0] == 1
+        return delay_offer(self.lua, queue, canonical(element), due).new
 
     def remove(self, queue: str, element) -> bool:
-        return self.scripts.delay_remove(keys=[due_key(queue), taken_key(queue)], args=[canonical(element)]) == 1
+        return delay_remove(self.lua, queue, canonical(element))
 
     def contains(self, queue: str, element) -> bool:
         return not self.absent(queue, [element])
@@ -95,14 +126,17 @@ class DelayQueue:
         return int(head[0][1]) if head else None
 
     def drain(self, queue: str, now_ms: int, limit: int) -> Taken:
-        elements, earliest, deadline = self.scripts.delay_take(keys=[due_key(queue), taken_key(queue)],
-                                                               args=[now_ms, limit, self.visibility_ms])
-        pairs = [(text(elements[i]), int(float(elements[i + 1]))) for i in range(0, len(elements), 2)]
-        return Taken(pairs, int(float(earliest)), int(float(deadline)))
+        return delay_take(self.lua, queue, now_ms, limit, self.visibility_ms)
 
     def ack(self, queue: str, elements: list[str]) -> None:
         if elements:
             self.redis.zrem(taken_key(queue), *elements)
+
+    def wake_signals(self, queues: list[str]):
+        """A pub/sub subscription to the queues' earliest-due channels (an offer publishes an earlier due time)."""
+        pubsub = self.redis.pubsub()
+        pubsub.subscribe(*(channel(name) for name in queues))
+        return pubsub
 
 
 Handler = Callable[[list[str]], None]
@@ -136,13 +170,12 @@ class Drainer:
         return wake
 
     def run(self, keep_going: Callable[[], bool]) -> int:
-        pubsub = self.queue.redis.pubsub()
-        pubsub.subscribe(*(channel(name) for name in self.handlers))
+        pubsub = self.queue.wake_signals(list(self.handlers))
         try:
             while keep_going():
                 try:
                     wake = self.drain_due()
-                except redis.RedisError:
+                except (RedisUnavailable, redis.RedisError):  # a handler's store may still raise redis-py's
                     log.exception("delay queue unreachable; retrying")
                     time.sleep(0.5)
                     continue

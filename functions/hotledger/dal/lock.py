@@ -12,7 +12,9 @@
 - Every new owner gets a fencing token, one more than the last (lock:fence:{name} never expires). Writers
   that store the token with the data refuse a smaller one, so an owner paused past its lease cannot
   overwrite what the next owner wrote.
-- Redis unreachable: LockUnavailable, never "proceed unlocked".
+- Redis unreachable: LockUnavailable, never "proceed unlocked" (a release that cannot reach Redis raises
+  RedisUnavailable; hold() lets the lease run out instead).
+lock_acquire / lock_release / lock_renew are the typed wrappers of the scripts of the same names.
 """
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 import redis
 
-from hotledger.dal.redis_store import text, wait_for_message
+from hotledger.dal.redis_store import Lua, RedisUnavailable, reply_fields, wait_for_message
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,51 @@ def channel(name: str) -> str:
 
 def waiters_key(name: str) -> str:
     return f"lock:waiters:{{{name}}}"
+
+
+class AcquireStatus(Enum):
+    ACQUIRED = "acquired"
+    HELD = "held"
+
+
+@dataclass(frozen=True)
+class AcquireReply:
+    """lock_acquire.lua's answer: ACQUIRED with the owner's fencing token and hold count (1: a new owner), or
+    HELD by another owner for `pttl` more ms."""
+
+    status: AcquireStatus
+    fence: int = 0
+    count: int = 0
+    pttl: int = 0
+
+    @classmethod
+    def parse(cls, raw) -> AcquireReply:
+        status, *rest = reply_fields(raw)
+        if AcquireStatus(status) is AcquireStatus.ACQUIRED:
+            return cls(AcquireStatus.ACQUIRED, fence=int(rest[0]), count=int(rest[1]))
+        return cls(AcquireStatus.HELD, pttl=int(rest[0]))
+
+
+class ReleaseStatus(Enum):
+    NOT_OWNER = "not_owner"
+    HELD = "held"  # released once, still held (re-entered)
+    RELEASED = "released"
+
+
+def lock_acquire(lua: Lua, name: str, owner: str, lease_ms: int, gives_up_at: int) -> AcquireReply:
+    """gives_up_at: when the caller stops waiting (epoch ms), 0 when it will not wait (it is not queued)."""
+    return AcquireReply.parse(lua.run("lock_acquire", [lock_key(name), fence_key(name), waiters_key(name)],
+                                      [owner, lease_ms, gives_up_at]))
+
+
+def lock_release(lua: Lua, name: str, owner: str, now_ms: int) -> ReleaseStatus:
+    return ReleaseStatus(reply_fields(lua.run("lock_release", [lock_key(name), channel(name), waiters_key(name)],
+                                              [owner, now_ms]))[0])
+
+
+def lock_renew(lua: Lua, name: str, owner: str, lease_ms: int) -> bool:
+    """False when the owner no longer holds the lock (lease expired, taken over)."""
+    return lua.run("lock_renew", [lock_key(name)], [owner, lease_ms]) == 1
 
 
 @dataclass
@@ -102,8 +150,8 @@ class Watchdog:
                 held = list(self._held.values())
             for holding in held:
                 try:
-                    renewed = self._renew(holding) == 1
-                except redis.RedisError:
+                    renewed = self._renew(holding)
+                except RedisUnavailable:
                     renewed = False
                 if not renewed:
                     self._lose(holding)
@@ -119,8 +167,8 @@ class Watchdog:
 
 
 class DistributedLock:
-    def __init__(self, scripts, lease_ms: int, wait_ms: int, on_lost: Callable[[Holding], None] | None = None):
-        self.scripts, self.redis = scripts, scripts.client
+    def __init__(self, lua: Lua, lease_ms: int, wait_ms: int, on_lost: Callable[[Holding], None] | None = None):
+        self.lua, self.redis = lua, lua.client
         self.lease_ms, self.wait_ms = lease_ms, wait_ms
         self._process = uuid.uuid4().hex[:12]
         self._holdings: dict[tuple[str, str], Holding] = {}
@@ -153,20 +201,19 @@ class DistributedLock:
                     wait_for_message(pubsub, min(remaining, pttl / 1000) if pttl > 0 else remaining, addressed_to=owner)
             finally:
                 pubsub.close()
-        except redis.RedisError as exc:
+        except (RedisUnavailable, redis.RedisError) as exc:  # the scripts' errors come translated, pub/sub's do not
             raise LockUnavailable(f"lock store unreachable: {exc}") from exc
 
     def _try(self, name: str, owner: str, gives_up_at: int) -> int | None:
         """None when acquired (the holding is recorded), else the holder's remaining lease in ms."""
         self.commands += 1
-        reply = self.scripts.lock_acquire(keys=[lock_key(name), fence_key(name), waiters_key(name)],
-                                           args=[owner, self.lease_ms, gives_up_at])
-        if text(reply[0]) == "acquired":
+        reply = lock_acquire(self.lua, name, owner, self.lease_ms, gives_up_at)
+        if reply.status is AcquireStatus.ACQUIRED:
             key = (name, owner)
-            if key not in self._holdings or int(reply[2]) == 1:
-                self._holdings[key] = Holding(name, owner, int(reply[1]))
+            if key not in self._holdings or reply.count == 1:
+                self._holdings[key] = Holding(name, owner, reply.fence)
             return None
-        return int(reply[1])
+        return reply.pttl
 
     def _hold(self, name: str, owner: str) -> Holding:
         holding = self._holdings[(name, owner)]
@@ -176,25 +223,23 @@ class DistributedLock:
     def release(self, name: str) -> None:
         owner = self.owner()
         try:
-            reply = self.scripts.lock_release(keys=[lock_key(name), channel(name), waiters_key(name)],
-                                               args=[owner, int(time.time() * 1000)])
-        except redis.RedisError:
+            status = lock_release(self.lua, name, owner, int(time.time() * 1000))
+        except RedisUnavailable:
             # the lease runs out by itself; renewing it would keep a lock nobody releases (Redisson #7272)
             self._drop(name, owner)
             raise
-        status = text(reply[0])
-        if status == "held":
+        if status is ReleaseStatus.HELD:
             return
         self._drop(name, owner)
-        if status == "not_owner":
+        if status is ReleaseStatus.NOT_OWNER:
             raise NotLockOwner(f"lock {name} is not held by {owner}")
 
     def _drop(self, name: str, owner: str) -> None:
         self.watchdog.forget(name, owner)
         self._holdings.pop((name, owner), None)
 
-    def _renew(self, holding: Holding) -> int:
-        return self.scripts.lock_renew(keys=[lock_key(holding.name)], args=[holding.owner, self.lease_ms])
+    def _renew(self, holding: Holding) -> bool:
+        return lock_renew(self.lua, holding.name, holding.owner, self.lease_ms)
 
     @contextlib.contextmanager
     def hold(self, name: str, wait_ms: int | None = None):
@@ -202,5 +247,5 @@ class DistributedLock:
         try:
             yield holding
         finally:
-            with contextlib.suppress(redis.RedisError, NotLockOwner):  # a lost lease shows as holding.lost / the fence
+            with contextlib.suppress(RedisUnavailable, NotLockOwner):  # a lost lease shows as holding.lost / the fence
                 self.release(name)

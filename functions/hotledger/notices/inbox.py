@@ -1,15 +1,18 @@
-"""App inbox (the seed's message center): per account, a zset index of message ids by creation time, one
-string per message (expiring with INBOX_TTL_S), and a (biz_type, outer_biz_id) record that makes posting
-idempotent. Reads pull what came after the client's last message id. Redis only, as in the seed: the
-inbox is a notification channel, not a ledger."""
+"""App inbox (the seed's message center): per account, messages indexed by creation time, each expiring with
+INBOX_TTL_S, and posting idempotent per (biz_type, outer_biz_id): a second post of one business event writes
+nothing and answers the first message's id. The index keeps at most INBOX_MAX_MESSAGES. Reads pull what came
+after the client's last message id. Redis only, as in the seed: the inbox is a notification channel, not a
+ledger."""
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
-from hotledger import errors, keys
-from hotledger.dal.redis_store import text
+from hotledger import errors
+from hotledger.notices.store import InboxStore, PostStatus
 
 
 @dataclass(frozen=True)
@@ -23,27 +26,29 @@ class Message:
     created_at: int
 
 
+class Posted(NamedTuple):
+    message_id: str  # the message written now, or the one written first for this business event
+    new: bool  # False: this business event was posted before
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class Inbox:
-    def __init__(self, scripts, ids, ttl_s: int, max_messages: int, account_exists):
-        self.scripts, self.redis, self.ids = scripts, scripts.client, ids
-        self.ttl_s, self.max_messages, self.account_exists = ttl_s, max_messages, account_exists
+    def __init__(self, store: InboxStore, ids, ttl_s: int, max_messages: int, account_exists: Callable[[int], bool],
+                 now_ms: Callable[[], int] = _now_ms):
+        self.store, self.ids = store, ids
+        self.ttl_s, self.max_messages, self.account_exists, self.now_ms = ttl_s, max_messages, account_exists, now_ms
 
     def post(self, account: int, biz_type: str, outer_biz_id: str, title: str, content: str,
-             url: str | None = None) -> tuple[str, bool]:
-        """(message id, True when written now / False when this business event was posted before)."""
+             url: str | None = None) -> Posted:
         if not self.account_exists(account):
             raise errors.AccountNotFound(f"account {account} does not exist")
-        message_id, created = str(self.ids.next_id()), int(time.time() * 1000)
-        body = json.dumps({"message_id": message_id, "biz_type": biz_type, "outer_biz_id": outer_biz_id, "title": title,
-                           "content": content, "url": url, "created_at": created}, separators=(",", ":"))
-        status, first = self.scripts.inbox_post(
-            keys=[keys.inbox_index(account), keys.inbox_message(account, message_id), keys.inbox_biz(account, biz_type, outer_biz_id)],
-            args=[message_id, created, body, self.ttl_s, self.max_messages])
-        return text(first), text(status) == "new"
+        message = Message(str(self.ids.next_id()), biz_type, outer_biz_id, title, content, url, self.now_ms())
+        reply = self.store.post(account, biz_type, outer_biz_id, message.message_id, message.created_at,
+                                json.dumps(asdict(message), separators=(",", ":")), self.ttl_s, self.max_messages)
+        return Posted(reply.message_id, reply.status is PostStatus.NEW)
 
     def pull(self, account: int, after: str | None, limit: int) -> list[Message]:
-        ids = [text(i) for i in self.scripts.inbox_pull(keys=[keys.inbox_index(account)], args=[after or "", limit])]
-        if not ids:
-            return []
-        bodies = self.redis.mget([keys.inbox_message(account, i) for i in ids])
-        return [Message(**json.loads(body)) for body in bodies if body is not None]
+        return [Message(**json.loads(body)) for body in self.store.pull(account, after, limit)]

@@ -1,14 +1,15 @@
 """Unfinished-business reminders (the seed's password-recovery case): a start is recorded once per
-(biz, account) in a zset scored by its start time, a finish removes it, and a scheduled scan turns starts
-older than the biz's threshold into one inbox message each (outer_biz_id = account:start, so a rescan or a
-crash between the message and the removal writes nothing twice)."""
+(biz, account) with its start time (a repeated start keeps the first), a finish removes it, and a scheduled
+scan turns starts older than the biz's threshold into one inbox message each (outer_biz_id = account:start, so
+a rescan or a crash between the message and the removal writes nothing twice; a journey started again
+meanwhile is kept for its own reminder)."""
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
 
-from hotledger import errors, keys
-from hotledger.dal.redis_store import text
+from hotledger import errors
+from hotledger.notices.store import JourneyStore
 
 TEXTS = {
     "password-recovery": ("Recover your password with your face",
@@ -29,37 +30,32 @@ class JourneyScanReport:
 
 
 class Journeys:
-    def __init__(self, scripts, inbox, thresholds: dict[str, int], page: int = 500):
-        self.scripts, self.redis, self.inbox, self.thresholds, self.page = scripts, scripts.client, inbox, thresholds, page
+    def __init__(self, store: JourneyStore, inbox, thresholds: dict[str, int], page: int = 500):
+        self.store, self.inbox, self.thresholds, self.page = store, inbox, thresholds, page
 
     def _known(self, biz: str) -> None:
         if biz not in self.thresholds:
             raise errors.JourneyNotFound(f"no journey {biz!r}; known: {', '.join(sorted(self.thresholds))}")
 
     def start(self, biz: str, account: int, now_ms: int) -> int:
-        """Returns the start time in force: a repeated start keeps the first one (NX)."""
+        """Returns the start time in force: a repeated start keeps the first one."""
         self._known(biz)
         if not self.inbox.account_exists(account):
             raise errors.AccountNotFound(f"account {account} does not exist")
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zadd(keys.journeys(biz), {str(account): now_ms}, nx=True)
-        pipe.zscore(keys.journeys(biz), str(account))
-        return int(pipe.execute()[1])
+        return self.store.start(biz, account, now_ms)
 
     def finish(self, biz: str, account: int) -> bool:
         self._known(biz)
-        return self.redis.zrem(keys.journeys(biz), str(account)) == 1
+        return self.store.finish(biz, account)
 
     def scan(self, now_ms: int) -> JourneyScanReport:
+        """One page per biz of the starts older than its threshold: one inbox message each, then dropped."""
         report = JourneyScanReport()
         for biz, after_s in self.thresholds.items():
             title, content, url = TEXTS.get(biz, DEFAULT_TEXT)
-            stale = self.redis.zrangebyscore(keys.journeys(biz), "-inf", now_ms - after_s * 1000, start=0, num=self.page,
-                                             withscores=True)
-            for account, started in stale:
-                account, started = int(text(account)), int(started)
+            for account, started in self.store.started_before(biz, now_ms - after_s * 1000, self.page):
                 with contextlib.suppress(errors.AccountNotFound):  # the account is gone: nobody to remind
                     self.inbox.post(account, f"JOURNEY_{biz}", f"{account}:{started}", title, content, url)
-                self.scripts.journey_done(keys=[keys.journeys(biz)], args=[account, started])
+                self.store.done(biz, account, started)
                 report.reminded += 1
         return report

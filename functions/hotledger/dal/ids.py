@@ -3,17 +3,19 @@
 two live processes or Lambda containers never share one. The lease is re-checked at most once a
 second, so a container frozen past its lease, or a Redis that lost the lease keys, makes the holder
 re-claim (or replace) its id before issuing more. The clock running backwards waits instead of
-reusing a tick. The writer still compares content on id clashes and dead-letters a clash."""
+reusing a tick. The writer still compares content on id clashes and dead-letters a clash.
+ids_lease is the typed wrapper of the script of the same name; next_id raises RedisUnavailable /
+RedisOutcomeUnknown, never redis-py's errors."""
 from __future__ import annotations
 
 import os
 import threading
 import time
 import uuid
-
-import redis
+from enum import Enum
 
 from hotledger import keys
+from hotledger.dal.redis_store import Lua, redis_errors_translated
 
 EPOCH_MS = 1_735_689_600_000
 WORKER_BITS, SEQUENCE_BITS = 10, 12
@@ -26,9 +28,21 @@ class NoWorkerId(Exception):
     """All worker ids are leased."""
 
 
+class LeaseAction(Enum):
+    RELEASE = "release"
+    RENEW = "renew"
+
+
+def ids_lease(lua: Lua, key: str, token: str, action: LeaseAction, lease_ms: int = 0) -> bool:
+    """Release or renew (for lease_ms) a lease key only while it holds our token; False when it is gone or
+    someone else's."""
+    return lua.run("ids_lease", [key], [token, action.value, lease_ms]) == 1
+
+
+@redis_errors_translated
 class IdGenerator:
-    def __init__(self, client: redis.Redis, lease_script, lease_ms: int = LEASE_MS):
-        self._client, self._lease_script, self._lease_ms = client, lease_script, lease_ms
+    def __init__(self, lua: Lua, lease_ms: int = LEASE_MS):
+        self._lua, self._client, self._lease_ms = lua, lua.client, lease_ms
         self._token = f"{os.getpid()}-{uuid.uuid4().hex}"
         self._mutex = threading.Lock()
         self._worker: int | None = None
@@ -40,7 +54,7 @@ class IdGenerator:
         if self._worker is not None and now < self._checked_until:
             return self._worker
         if self._worker is not None and (
-            self._lease_script(keys=[self._key(self._worker)], args=[self._token, "renew", self._lease_ms])
+            ids_lease(self._lua, self._key(self._worker), self._token, LeaseAction.RENEW, self._lease_ms)
             or self._client.set(self._key(self._worker), self._token, nx=True, px=self._lease_ms)
         ):
             self._checked_until = now + CHECK_EVERY_S

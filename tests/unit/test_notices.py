@@ -1,0 +1,472 @@
+"""Notices' decisions with in-memory fakes (no server): payment orders and their close reminders, the inbox's
+duplicate detection, journeys, and the delay queue's drainer, element encoding and script replies."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+
+import pytest
+
+from hotledger import errors
+from hotledger.dal import delay_queue as dq
+from hotledger.dal.delay_queue import NO_TIME, Drainer, Taken, canonical
+from hotledger.dal.lock import AcquireReply, AcquireStatus
+from hotledger.notices import payment_orders as po
+from hotledger.notices.inbox import Inbox
+from hotledger.notices.journeys import DEFAULT_TEXT, TEXTS, Journeys, parse_thresholds
+from hotledger.notices.payment_orders import CLOSE_QUEUE, REMINDER_QUEUE, PaymentOrders
+from hotledger.notices.store import PaymentOrder, PaymentOrderState, PostReply, PostStatus
+
+OPEN, PAID, CLOSED = PaymentOrderState.OPEN, PaymentOrderState.PAID, PaymentOrderState.CLOSED
+NOW = 1_800_000_000_000
+MINUTE = 60_000
+USER = 7
+
+
+# fakes -----------------------------------------------------------------------------------------------------
+class Clock:
+    def __init__(self, now: int = NOW):
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Ids:
+    def __init__(self, start: int = 1000):
+        self.last = start
+
+    def next_id(self) -> int:
+        self.last += 1
+        return self.last
+
+
+class FakeLock:
+    def __init__(self):
+        self.held: list[str] = []
+        self.holding: str | None = None
+
+    @contextlib.contextmanager
+    def hold(self, name: str):
+        self.held.append(name)
+        self.holding = name
+        try:
+            yield
+        finally:
+            self.holding = None
+
+
+@dataclasses.dataclass
+class Deducted:
+    entry_id: int
+
+
+class FakeLedger:
+    def __init__(self, lock: FakeLock, accounts=(USER,)):
+        self.lock, self.accounts, self.deducts = lock, set(accounts), []
+
+    def account_exists(self, user_id: int) -> bool:
+        return user_id in self.accounts
+
+    def deduct(self, user_id: int, amount: int, idem_key: str) -> Deducted:
+        self.deducts.append((user_id, amount, idem_key, self.lock.holding))
+        return Deducted(entry_id=500 + len(self.deducts))
+
+
+class FakeQueue:
+    def __init__(self):
+        self.queues: dict[str, dict[str, int]] = {}
+        self.taken: dict[str, set[str]] = {}
+
+    def offer(self, queue: str, element, due_at_ms: int) -> bool:
+        items = self.queues.setdefault(queue, {})
+        new = element not in items
+        items[element] = due_at_ms
+        return new
+
+    def remove(self, queue: str, element) -> bool:
+        return self.queues.get(queue, {}).pop(element, None) is not None
+
+    def due_at(self, queue: str, element) -> int | None:
+        return self.queues.get(queue, {}).get(element)
+
+    def absent(self, queue: str, elements: list) -> list:
+        return [e for e in elements if e not in self.queues.get(queue, {}) and e not in self.taken.get(queue, set())]
+
+
+class FakePaymentOrderStore:
+    def __init__(self):
+        self.rows: dict[int, PaymentOrder] = {}
+        self.remind_at: dict[int, int] = {}
+        self.paid_by: dict[int, int] = {}
+        self.reminded_at: dict[int, int] = {}
+
+    def add(self, payment_order_id: int, state=OPEN, close_at=NOW + 60 * MINUTE, reminded=False, user_id=USER, amount=500):
+        self.rows[payment_order_id] = PaymentOrder(payment_order_id, user_id, amount, state, close_at, reminded=reminded)
+
+    def insert(self, payment_order: PaymentOrder) -> None:
+        self.rows[payment_order.id] = dataclasses.replace(payment_order, reminder_due_at=None)
+        self.remind_at[payment_order.id] = payment_order.reminder_due_at
+
+    def get(self, payment_order_id: int) -> PaymentOrder | None:
+        return self.rows.get(payment_order_id)
+
+    def get_many(self, payment_order_ids: list[int]) -> list[PaymentOrder]:
+        return [self.rows[i] for i in payment_order_ids if i in self.rows]
+
+    def _move(self, payment_order_id: int, state: PaymentOrderState) -> None:
+        row = self.rows[payment_order_id]
+        if row.state is OPEN:
+            self.rows[payment_order_id] = dataclasses.replace(row, state=state)
+
+    def mark_paid(self, payment_order_id: int, deduct_entry_id: int) -> None:
+        self._move(payment_order_id, PAID)
+        self.paid_by[payment_order_id] = deduct_entry_id
+
+    def mark_closed(self, payment_order_id: int) -> None:
+        self._move(payment_order_id, CLOSED)
+
+    def open_past_close(self, now_ms: int, limit: int) -> list[int]:
+        return [r.id for r in self.rows.values() if r.state is OPEN and r.close_at <= now_ms][:limit]
+
+    def mark_reminded(self, payment_order_ids: list[int], now_ms: int) -> None:
+        for i in payment_order_ids:
+            self.rows[i] = dataclasses.replace(self.rows[i], reminded=True)
+            self.reminded_at[i] = now_ms
+
+    def unreminded(self, now_ms: int, after_id: int, limit: int) -> list[tuple[int, int]]:
+        return [(r.id, self.remind_at.get(r.id, 0)) for r in sorted(self.rows.values(), key=lambda r: r.id)
+                if r.id > after_id and r.awaits_reminder(now_ms)][:limit]
+
+
+class FakeInbox:
+    def __init__(self, accounts=(USER,)):
+        self.accounts, self.posts = set(accounts), []
+
+    def account_exists(self, account: int) -> bool:
+        return account in self.accounts
+
+    def post(self, account, biz_type, outer_biz_id, title, content, url=None):
+        if account not in self.accounts:
+            raise errors.AccountNotFound(f"account {account} does not exist")
+        self.posts.append((account, biz_type, outer_biz_id, title, content, url))
+
+
+@pytest.fixture
+def world():
+    lock = FakeLock()
+    clock, store, queue, inbox, ledger = Clock(), FakePaymentOrderStore(), FakeQueue(), FakeInbox(), FakeLedger(lock)
+    service = PaymentOrders(store, ledger, queue, inbox, Ids(), lock, reminder_before_close_s=15 * 60, now_ms=clock)
+    return dataclasses.make_dataclass("World", ["service", "store", "queue", "inbox", "ledger", "lock", "clock"])(
+        service, store, queue, inbox, ledger, lock, clock)
+
+
+# payment orders ------------------------------------------------------------------------------------------
+def test_create_queues_the_reminder_before_the_close_time_and_the_close_at_it(world):
+    created = world.service.create(USER, 1234, close_in_s=3600)
+    close_at = NOW + 3_600_000
+    assert (created.state, created.close_at, created.reminder_due_at) == (OPEN, close_at, close_at - 15 * MINUTE)
+    assert world.store.rows[created.id].amount == 1234 and world.store.remind_at[created.id] == close_at - 15 * MINUTE
+    assert world.queue.queues == {REMINDER_QUEUE: {str(created.id): close_at - 15 * MINUTE},
+                                  CLOSE_QUEUE: {str(created.id): close_at}}
+
+
+def test_a_reminder_is_never_due_before_now(world):
+    created = world.service.create(USER, 100, close_in_s=60)  # closes sooner than the reminder lead time
+    assert created.reminder_due_at == NOW == world.store.remind_at[created.id]
+    assert world.queue.due_at(REMINDER_QUEUE, str(created.id)) == NOW
+    assert world.queue.due_at(CLOSE_QUEUE, str(created.id)) == NOW + 60_000
+
+
+def test_create_for_an_unknown_account_stores_and_queues_nothing(world):
+    with pytest.raises(errors.AccountNotFound):
+        world.service.create(999, 100, close_in_s=60)
+    assert world.store.rows == {} and world.queue.queues == {}
+
+
+def test_pay_deducts_once_under_the_lock_and_unqueues(world):
+    created = world.service.create(USER, 700, close_in_s=3600)
+    paid = world.service.pay(created.id)
+    assert (paid.state, paid.reminder_due_at) == (PAID, None)
+    assert world.ledger.deducts == [(USER, 700, f"payorder{created.id}", f"payment-order-{created.id}")]
+    assert world.store.rows[created.id].state is PAID and world.store.paid_by[created.id] == 501
+    assert world.queue.due_at(REMINDER_QUEUE, str(created.id)) is None
+    assert world.queue.due_at(CLOSE_QUEUE, str(created.id)) is None
+    assert world.service.pay(created.id).state is PAID  # paying again answers PAID, charges nothing more
+    assert len(world.ledger.deducts) == 1
+
+
+def test_pay_refuses_a_closed_payment_order_and_one_past_its_close_time(world):
+    world.store.add(1, state=CLOSED)
+    world.store.add(2, close_at=NOW)  # its close time has come, the close not run yet
+    world.store.add(3, close_at=NOW + 1)
+    for payment_order_id in (1, 2):
+        with pytest.raises(errors.PaymentOrderClosed):
+            world.service.pay(payment_order_id)
+    assert world.ledger.deducts == [] and world.store.rows[2].state is OPEN
+    assert world.service.pay(3).state is PAID
+    with pytest.raises(errors.PaymentOrderNotFound):
+        world.service.pay(4)
+
+
+def test_close_refuses_a_paid_payment_order_and_closes_an_open_one(world):
+    world.store.add(1, state=PAID)
+    created = world.service.create(USER, 100, close_in_s=3600)
+    with pytest.raises(errors.PaymentOrderPaid):
+        world.service.close(1)
+    assert world.store.rows[1].state is PAID
+    closed = world.service.close(created.id)
+    assert closed.state is CLOSED and world.store.rows[created.id].state is CLOSED
+    assert world.lock.held[-1] == f"payment-order-{created.id}"
+    assert world.queue.absent(REMINDER_QUEUE, [str(created.id)]) == [str(created.id)]
+    assert world.queue.absent(CLOSE_QUEUE, [str(created.id)]) == [str(created.id)]
+    assert world.service.close(created.id).state is CLOSED  # again: same answer
+
+
+def test_get_reports_the_reminder_due_time_while_queued(world):
+    created = world.service.create(USER, 100, close_in_s=3600)
+    assert world.service.get(created.id).reminder_due_at == created.reminder_due_at
+    world.queue.remove(REMINDER_QUEUE, str(created.id))
+    assert world.service.get(created.id).reminder_due_at is None
+    with pytest.raises(errors.PaymentOrderNotFound):
+        world.service.get(created.id + 1)
+
+
+def test_close_due_skips_paid_and_unknown_payment_orders(world):
+    world.store.add(1)
+    world.store.add(2, state=PAID)
+    world.store.add(3, state=CLOSED)
+    world.service.close_due(["1", "2", "42", "3"])  # no error: the handler acknowledges the whole batch
+    assert [world.store.rows[i].state for i in (1, 2, 3)] == [CLOSED, PAID, CLOSED]
+
+
+def test_close_overdue_closes_the_open_payment_orders_past_their_close_time(world):
+    world.store.add(1, close_at=NOW - 1)
+    world.store.add(2, close_at=NOW + 1)
+    world.store.add(3, state=PAID, close_at=NOW - 1)
+    assert world.service.close_overdue(NOW) == 1
+    assert [world.store.rows[i].state for i in (1, 2, 3)] == [CLOSED, OPEN, PAID]
+
+
+def test_fire_reminders_writes_one_message_per_open_unreminded_payment_order(world):
+    world.store.add(1, close_at=NOW + 60 * MINUTE)
+    world.store.add(2, close_at=NOW + 90_001)  # 1.5 minutes and a bit: rounded up
+    world.store.add(3, close_at=NOW + 10)  # under a minute: "1 minutes", never 0
+    world.store.add(4, state=PAID)
+    world.store.add(5, state=CLOSED)
+    world.store.add(6, reminded=True)
+    world.store.add(7, close_at=NOW)  # past its close time
+    world.service.fire_reminders(["1", "2", "3", "4", "5", "6", "7", "8"])
+    assert [(p[0], p[1], p[2], p[3]) for p in world.inbox.posts] == [
+        (USER, "ORDER_CLOSE_REMINDER", str(i), "Payment reminder") for i in (1, 2, 3)]
+    assert [p[4] for p in world.inbox.posts] == [
+        f"Your order {i} closes in {m} minutes: pay now so it is not closed." for i, m in ((1, 60), (2, 2), (3, 1))]
+    assert world.store.reminded_at == {1: NOW, 2: NOW, 3: NOW}
+    world.service.fire_reminders(["1", "2"])  # redelivered: reminded_at holds
+    assert len(world.inbox.posts) == 3
+
+
+def test_reoffer_lost_reminders_offers_only_the_absent_ones_at_their_due_time(world, monkeypatch):
+    monkeypatch.setattr(po, "PAGE", 2)  # three pages
+    for i in range(1, 6):
+        world.store.add(i)
+        world.store.remind_at[i] = NOW + i * MINUTE
+    world.store.add(6, reminded=True)
+    world.store.add(7, state=PAID)
+    world.queue.offer(REMINDER_QUEUE, "2", due_at_ms=NOW + 2 * MINUTE)  # still waiting
+    world.queue.taken[REMINDER_QUEUE] = {"4"}  # taken, being handled
+    assert world.service.reoffer_lost_reminders(NOW) == 3
+    assert world.queue.queues[REMINDER_QUEUE] == {str(i): NOW + i * MINUTE for i in (1, 2, 3, 5)}
+    assert world.service.reoffer_lost_reminders(NOW) == 0
+
+
+# inbox --------------------------------------------------------------------------------------------------
+class FakeInboxStore:
+    def __init__(self):
+        self.first: dict[tuple[int, str, str], str] = {}
+        self.bodies: dict[int, list[str]] = {}
+        self.posted = []
+
+    def post(self, account, biz_type, outer_biz_id, message_id, created_ms, body, ttl_s, max_messages) -> PostReply:
+        self.posted.append((account, message_id, created_ms, ttl_s, max_messages))
+        first = self.first.setdefault((account, biz_type, outer_biz_id), message_id)
+        if first != message_id:
+            return PostReply(PostStatus.DUPLICATE, first)
+        self.bodies.setdefault(account, []).append(body)
+        return PostReply(PostStatus.NEW, message_id)
+
+    def pull(self, account, after, limit) -> list[str]:
+        return self.bodies.get(account, [])[:limit]
+
+
+def test_inbox_post_answers_the_first_message_id_for_a_duplicate():
+    store = FakeInboxStore()
+    inbox = Inbox(store, Ids(), ttl_s=3600, max_messages=100, account_exists=lambda a: a == USER, now_ms=Clock())
+    first = inbox.post(USER, "pay", "o-1", "Paid", "done", "app://x")
+    again = inbox.post(USER, "pay", "o-1", "Paid twice", "again")
+    other = inbox.post(USER, "pay", "o-2", "Paid", "done")
+    assert (first.message_id, first.new) == ("1001", True)
+    assert (again.message_id, again.new) == ("1001", False)  # the first message's id; nothing written
+    assert other == ("1003", True)
+    assert [m.content for m in inbox.pull(USER, None, 50)] == ["done", "done"]
+    message = inbox.pull(USER, None, 1)[0]
+    assert (message.message_id, message.biz_type, message.outer_biz_id, message.url, message.created_at) == (
+        "1001", "pay", "o-1", "app://x", NOW)
+    assert store.posted[0] == (USER, "1001", NOW, 3600, 100)
+    with pytest.raises(errors.AccountNotFound):
+        inbox.post(USER + 1, "pay", "o-3", "t", "c")
+    assert len(store.posted) == 3
+
+
+def test_inbox_message_body_is_compact_json_in_field_order():
+    store = FakeInboxStore()
+    Inbox(store, Ids(), 60, 10, lambda a: True, now_ms=Clock()).post(USER, "b", "o", "t", "c")
+    body = store.bodies[USER][0]
+    assert body == json.dumps({"message_id": "1001", "biz_type": "b", "outer_biz_id": "o", "title": "t", "content": "c",
+                               "url": None, "created_at": NOW}, separators=(",", ":"))
+
+
+# journeys -----------------------------------------------------------------------------------------------
+class FakeJourneyStore:
+    def __init__(self):
+        self.starts: dict[str, dict[int, int]] = {}
+        self.done_calls = []
+
+    def start(self, biz, account, now_ms) -> int:
+        return self.starts.setdefault(biz, {}).setdefault(account, now_ms)
+
+    def finish(self, biz, account) -> bool:
+        return self.starts.get(biz, {}).pop(account, None) is not None
+
+    def started_before(self, biz, before_ms, limit):
+        stale = sorted((started, account) for account, started in self.starts.get(biz, {}).items() if started <= before_ms)
+        return [(account, started) for started, account in stale][:limit]
+
+    def done(self, biz, account, started) -> bool:
+        self.done_calls.append((biz, account, started))
+        if self.starts.get(biz, {}).get(account) == started:
+            del self.starts[biz][account]
+            return True
+        return False
+
+
+def test_journey_thresholds_parse_from_the_setting():
+    assert parse_thresholds("password-recovery=1800, bind-card = 600,") == {"password-recovery": 1800, "bind-card": 600}
+    assert parse_thresholds("") == {}
+    with pytest.raises(ValueError):
+        parse_thresholds("password-recovery=soon")
+
+
+def test_journey_scan_posts_one_message_per_stale_start():
+    store, inbox = FakeJourneyStore(), FakeInbox(accounts=(1, 2, 3, 5))
+    journeys = Journeys(store, inbox, {"password-recovery": 1800, "bind-card": 600})
+    minute = 60_000
+    journeys.start("password-recovery", 1, NOW - 31 * minute)  # stale
+    journeys.start("password-recovery", 2, NOW - 29 * minute)  # not yet
+    journeys.start("password-recovery", 3, NOW - 30 * minute)  # exactly at the threshold: stale
+    journeys.start("bind-card", 5, NOW - 11 * minute)
+    store.starts["bind-card"][4] = NOW - 11 * minute  # account 4 was deleted since
+    assert journeys.start("password-recovery", 1, NOW) == NOW - 31 * minute  # a repeat keeps the first start
+    assert journeys.scan(NOW).reminded == 4
+    title, content, url = TEXTS["password-recovery"]
+    assert sorted(inbox.posts) == sorted([
+        (1, "JOURNEY_password-recovery", f"1:{NOW - 31 * minute}", title, content, url),
+        (3, "JOURNEY_password-recovery", f"3:{NOW - 30 * minute}", title, content, url),
+        (5, "JOURNEY_bind-card", f"5:{NOW - 11 * minute}", *DEFAULT_TEXT),
+    ])
+    assert store.starts == {"password-recovery": {2: NOW - 29 * minute}, "bind-card": {}}  # the gone account dropped too
+    assert journeys.scan(NOW).reminded == 0
+
+
+def test_journeys_refuse_unknown_biz_and_unknown_accounts():
+    store = FakeJourneyStore()
+    journeys = Journeys(store, FakeInbox(accounts=(1,)), {"password-recovery": 1800})
+    with pytest.raises(errors.JourneyNotFound):
+        journeys.start("bind-card", 1, NOW)
+    with pytest.raises(errors.JourneyNotFound):
+        journeys.finish("bind-card", 1)
+    with pytest.raises(errors.AccountNotFound):
+        journeys.start("password-recovery", 2, NOW)
+    assert store.starts == {}
+    journeys.start("password-recovery", 1, NOW)
+    assert journeys.finish("password-recovery", 1) is True and journeys.finish("password-recovery", 1) is False
+
+
+# delay queue ----------------------------------------------------------------------------------------------
+class FakeDelayQueue:
+    """Hands out what the test put in `due`, `batch`-limited, and records every call in order."""
+
+    def __init__(self, due: dict[str, list[str]], next_due: dict[str, int]):
+        self.due, self.next_due, self.calls = due, next_due, []
+
+    def drain(self, queue: str, now_ms: int, limit: int) -> Taken:
+        taken, self.due[queue] = self.due[queue][:limit], self.due[queue][limit:]
+        self.calls.append(("drain", queue, list(taken)))
+        return Taken([(e, now_ms) for e in taken], self.next_due.get(queue, NO_TIME), NO_TIME)
+
+    def ack(self, queue: str, elements: list[str]) -> None:
+        self.calls.append(("ack", queue, list(elements)))
+
+
+def test_drainer_hands_due_elements_to_their_handler_then_acknowledges_them():
+    queue = FakeDelayQueue({"a": ["a1", "a2", "a3"], "b": []}, {"a": NOW + 500, "b": NOW + 100})
+    handled = []
+    drainer = Drainer(queue, {"a": lambda es: handled.append(("a", es, list(queue.calls))), "b": handled.append}, batch=2)
+    assert drainer.drain_due(NOW) == NOW + 100  # the earliest next due time over every queue
+    assert [(q, es) for q, es, _ in handled] == [("a", ["a1", "a2"]), ("a", ["a3"])]
+    assert handled[0][2] == [("drain", "a", ["a1", "a2"])]  # handed over before its ack
+    assert queue.calls == [("drain", "a", ["a1", "a2"]), ("ack", "a", ["a1", "a2"]), ("drain", "a", ["a3"]),
+                           ("ack", "a", ["a3"]), ("drain", "b", [])]
+    assert drainer.handled == 3
+
+
+def test_drainer_does_not_acknowledge_what_a_failing_handler_was_given():
+    queue = FakeDelayQueue({"a": ["a1"]}, {})
+
+    def fail(elements):
+        raise RuntimeError("handler down")
+
+    with pytest.raises(RuntimeError):
+        Drainer(queue, {"a": fail}).drain_due(NOW)
+    assert queue.calls == [("drain", "a", ["a1"])] and Drainer(queue, {}).drain_due(NOW) == NO_TIME
+
+
+def test_canonical_encoding_makes_equal_elements_equal_members():
+    assert canonical("order-1") == "order-1" and canonical('{"b":1}') == '{"b":1}'  # strings as they are
+    assert canonical({"b": 1, "a": [1, {"d": 2, "c": None}]}) == '{"a":[1,{"c":null,"d":2}],"b":1}'
+    assert canonical({"b": 1, "a": 2}) == canonical({"a": 2, "b": 1})
+    assert canonical(42) == "42" and canonical([2, 1]) == "[2,1]"
+
+
+def test_taken_next_wake_is_the_earlier_of_due_and_deadline():
+    assert Taken([], NOW + 5, NOW + 3).next_wake() == NOW + 3
+    assert Taken([], NOW + 2, NOW + 3).next_wake() == NOW + 2
+    assert Taken([], NO_TIME, NOW + 3).next_wake() == NOW + 3
+    assert Taken([], NOW + 5, NO_TIME).next_wake() == NOW + 5
+    assert Taken([], NO_TIME, NO_TIME).next_wake() == NO_TIME
+
+
+class ScriptedLua:
+    """Answers Lua.run with a canned raw reply and records the call."""
+
+    def __init__(self, reply):
+        self.reply, self.calls = reply, []
+
+    def run(self, name, keys, args, client=None):
+        self.calls.append((name, keys, args))
+        return self.reply
+
+
+def test_delay_script_replies_are_parsed():
+    lua = ScriptedLua([[b"e1", b"1800000000000", b"e2", b"1.8e+12"], b"1800000000500", b"-1"])
+    taken = dq.delay_take(lua, "q", NOW, 10, 30_000)
+    assert taken == Taken([("e1", NOW), ("e2", NOW)], NOW + 500, NO_TIME)
+    assert lua.calls == [("delay_take", ["dq:due:{q}", "dq:taken:{q}"], [NOW, 10, 30_000])]
+    assert dq.delay_offer(ScriptedLua([0, b"1800000000000"]), "q", "e", NOW) == dq.Offered(False, NOW)
+    assert dq.delay_remove(ScriptedLua(1), "q", "e") is True and dq.delay_remove(ScriptedLua(0), "q", "e") is False
+
+
+def test_lock_acquire_reply_is_parsed():
+    assert AcquireReply.parse([b"acquired", 7, 1]) == AcquireReply(AcquireStatus.ACQUIRED, fence=7, count=1)
+    assert AcquireReply.parse([b"held", 1234]) == AcquireReply(AcquireStatus.HELD, pttl=1234)
