@@ -18,12 +18,16 @@ from hotledger.notices.payment_orders import (
     ORDER_REMINDERS,
     PaymentOrders,
 )
+from hotledger.outbox.durable import Durability, stream_flag
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
 from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.stream_consumer import StreamConsumer
 from hotledger.outbox.writer import Writer
 from hotledger.reconciler import Reconciler
-from hotledger.redpackets.service import PACKET_EXPIRY, RedPacketPersister, RedPackets
+from hotledger.redpackets.persist import RedPacketPersister
+from hotledger.redpackets.reconcile import PacketReconciler
+from hotledger.redpackets.service import PACKET_EXPIRY, RedPackets
+from hotledger.redpackets.store import PacketCache, PacketStore
 from hotledger.vouchers.service import Seckill, SeckillPersister
 
 
@@ -49,9 +53,17 @@ def seckill() -> Seckill:
     return Seckill(settings(), scripts(), id_generator(), publisher.publish)
 
 
+def packet_cache() -> PacketCache:
+    """Stateless: the service and the writer's persister each hold one."""
+    cfg = settings()
+    return PacketCache(scripts(), stream_flag(cfg), cfg.entry_ttl_s, cfg.finished_keys_ttl_s)
+
+
 @functools.lru_cache(maxsize=1)
 def redpackets() -> RedPackets:
-    return RedPackets(settings(), scripts(), id_generator(), publisher.publish, billing(), delay_queue())
+    cfg = settings()
+    return RedPackets(PacketStore(), packet_cache(), Durability(cfg, publisher.publish, id_generator().next_id),
+                      id_generator().next_id, billing(), delay_queue(), cfg.rebuild_hold_s)
 
 
 @functools.lru_cache(maxsize=1)
@@ -62,12 +74,13 @@ def outbox() -> OutboxStore:
 @functools.lru_cache(maxsize=1)
 def writer() -> Writer:
     return Writer({LedgerEvent: LedgerPersister(scripts(), outbox()), VoucherOrderEvent: SeckillPersister(scripts(), outbox()),
-                   RedPacketClaimEvent: RedPacketPersister(scripts(), outbox())}, outbox())
+                   RedPacketClaimEvent: RedPacketPersister(PacketStore(), packet_cache(), outbox())}, outbox())
 
 
 @functools.lru_cache(maxsize=1)
 def reconciler() -> Reconciler:
-    return Reconciler(scripts(), writer(), settings().reconcile_age_s, seckill(), redpackets(), journeys(),
+    packets = PacketReconciler(redpackets(), writer().persisters[RedPacketClaimEvent], PacketStore())
+    return Reconciler(scripts(), writer(), settings().reconcile_age_s, seckill(), packets, journeys(),
                       payment_orders())
 
 
