@@ -24,9 +24,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 from hotledger import errors
 from hotledger.dal.db import DatabaseUnavailable
+from hotledger.dal.delay_queue import DelayQueue
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.outbox.durable import Durability, Outbound
 from hotledger.outbox.events import RedPacketClaimEvent
@@ -85,6 +87,16 @@ class Expiry(Enum):
         return self in (Expiry.REFUNDED, Expiry.SETTLED_BEFORE)
 
 
+class Ledger(Protocol):
+    """What red packets use of the ledger's service. Each move carries an Idempotency-Key: repeated, it replays."""
+
+    def account_exists(self, user_id: int) -> bool: ...
+
+    def deduct(self, user_id: int, amount: int, idem_key: str | None = None): ...  # its result has the entry_id
+
+    def recharge(self, user_id: int, amount: int, idem_key: str | None = None): ...
+
+
 def _grab_unknown(packet_id: int, why: str) -> errors.DomainError:
     return errors.ChargeOutcomeUnknown(f"{why}: the grab may or may not be made. Check GET /redpackets/{packet_id} "
                                        "before trying again")
@@ -111,10 +123,9 @@ def _now_ms() -> int:
 
 
 class RedPackets:
-    """`ledger` is the ledger's service (deduct / recharge / account_exists); `queue` the delay queue (offer)."""
-
-    def __init__(self, store: PacketStore, cache: PacketCache, durability: Durability, next_id: Callable[[], int], ledger,
-                 queue, rebuild_hold_s: int, rng: random.Random | None = None, clock: Callable[[], int] = _now_ms):
+    def __init__(self, store: PacketStore, cache: PacketCache, durability: Durability, next_id: Callable[[], int],
+                 ledger: Ledger, queue: DelayQueue, rebuild_hold_s: int, rng: random.Random | None = None,
+                 clock: Callable[[], int] = _now_ms):
         self.store, self.cache, self.durability, self.next_id = store, cache, durability, next_id
         self.ledger, self.queue, self.rebuild_hold_s = ledger, queue, rebuild_hold_s
         self.rng = rng or random.SystemRandom()
