@@ -21,6 +21,7 @@ from hotledger.redpackets.reconcile import PacketReconciler
 from hotledger.redpackets.service import EXPIRY_RETRY_MS, PACKET_EXPIRY, Expiry, RedPackets
 from hotledger.redpackets.split import split
 from hotledger.redpackets.store import (
+    ClaimedItem,
     ExpireReply,
     ExpireStatus,
     GrabReply,
@@ -37,7 +38,7 @@ SENDER, ALICE, BOB = 1, 2, 3
 # fakes ---------------------------------------------------------------------------------------------------
 class FakeTx:
     def __init__(self, store: FakeStore):
-        self.store, self.cursor = store, None
+        self.store, self.cursor = store, None  # the fake outbox ignores the cursor of its dead letters
 
     def packet_for_update(self, packet_id):
         p = self.store.packets.get(packet_id)
@@ -121,8 +122,6 @@ class FakeStore:
         return (f"rprefund{packet_id}", sender_id) in self.pay
 
     def uncredited_claims(self, claimed_before, limit):
-        from hotledger.redpackets.store import ClaimedItem
-
         return [ClaimedItem(i.item_id, i.user_id, i.amount, (f"rp{i.item_id}", i.user_id) in self.pay)
                 for i in self.items.values() if i.user_id and i.item_id not in self.credited and i.claimed_at < claimed_before]
 
@@ -455,7 +454,6 @@ def expired(claims_pending=0, hold_until=0):
 def test_creating_packets_are_finished_by_the_reconciler(w):
     w.store.add(7, "CREATING", [100, 200])
     w.store.add(8, "CREATING", [300])
-    w.ledger.deduct_error = None
     original = w.ledger.deduct
 
     def refuse_packet_8(user_id, amount, idem_key):

@@ -103,10 +103,10 @@ class PacketTx:
         ordered = sorted(set(packet_ids))
         self.cursor.execute(f"SELECT id FROM t_red_packet WHERE id IN ({_marks(len(ordered))}) ORDER BY id LOCK IN SHARE MODE",
                             ordered)
-        self.cursor.execute(f"SELECT id, packet_id, user_id, amount, refunded FROM t_red_packet_item WHERE id IN"
+        self.cursor.execute(f"SELECT id, packet_id, amount, user_id, claim_time, refunded FROM t_red_packet_item WHERE id IN"
                             f" ({_marks(len(item_ids))}) ORDER BY id FOR UPDATE", item_ids)
-        return {i: ItemRow(i, packet_id, amount, user, None, bool(refunded))
-                for i, packet_id, user, amount, refunded in self.cursor.fetchall()}
+        return {i: ItemRow(i, packet_id, amount, user, None if at is None else db.to_ms(at), bool(refunded))
+                for i, packet_id, amount, user, at, refunded in self.cursor.fetchall()}
 
     def stamp_claims(self, claims: list[RedPacketClaimEvent]) -> None:
         """Give each item its grabber and claim time, in one statement (only items nobody holds)."""
