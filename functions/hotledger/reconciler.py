@@ -20,9 +20,8 @@ from hotledger.dal import db
 from hotledger.dal.redis_store import text
 from hotledger.ledger.entry import Entry, expected_cache_balance, pending_entries
 from hotledger.notices.journeys import JourneyScanReport
-from hotledger.outbox.events import RedPacketClaimEvent
 from hotledger.outbox.writer import Writer
-from hotledger.redpackets.service import PacketReconcileReport, reconcile_packets
+from hotledger.redpackets.reconcile import PacketReconcileReport
 from hotledger.vouchers.reconcile import VoucherReconciler, VoucherReconcileReport
 
 PAGE = 500
@@ -52,7 +51,7 @@ class Reconciler:
     def run(self, now_ms: int) -> ReconcileReport:
         report = self._accounts(now_ms)
         report.vouchers = self.vouchers.run(now_ms, self.age_s)
-        report.packets = reconcile_packets(self.redpackets, self.writer.persisters[RedPacketClaimEvent], now_ms, self.age_s)
+        report.packets = self.redpackets.run(now_ms, self.age_s)
         report.journeys = self.journeys.scan(now_ms)
         report.reminders_reoffered = self.payment_orders.reoffer_lost_reminders(now_ms)
         report.orders_closed = self.payment_orders.close_overdue(now_ms)

@@ -21,7 +21,10 @@ from hotledger.outbox.store import EventStreams, OutboxStore
 from hotledger.outbox.stream_consumer import StreamConsumer
 from hotledger.outbox.writer import Writer
 from hotledger.reconciler import Reconciler
-from hotledger.redpackets.service import PACKET_EXPIRY, RedPacketPersister, RedPackets
+from hotledger.redpackets.persist import RedPacketPersister
+from hotledger.redpackets.reconcile import PacketReconciler
+from hotledger.redpackets.service import PACKET_EXPIRY, RedPackets
+from hotledger.redpackets.store import PacketCache, PacketStore
 from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
 from hotledger.vouchers.service import Vouchers
@@ -58,9 +61,17 @@ def vouchers() -> Vouchers:
                     id_generator().next_id)
 
 
+def packet_cache() -> PacketCache:
+    """Stateless: the service and the writer's persister each hold one."""
+    cfg = settings()
+    return PacketCache(scripts(), stream_flag(cfg), cfg.entry_ttl_s, cfg.finished_keys_ttl_s)
+
+
 @functools.lru_cache(maxsize=1)
 def redpackets() -> RedPackets:
-    return RedPackets(settings(), scripts(), id_generator(), publisher.publish, billing(), delay_queue())
+    cfg = settings()
+    return RedPackets(PacketStore(), packet_cache(), Durability(cfg, publisher.publish, id_generator().next_id),
+                      id_generator().next_id, billing(), delay_queue(), cfg.rebuild_hold_s)
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,13 +83,14 @@ def outbox() -> OutboxStore:
 def writer() -> Writer:
     return Writer({LedgerEvent: LedgerPersister(scripts(), outbox()),
                    VoucherOrderEvent: VoucherPersister(VoucherDb(), voucher_redis(), outbox()),
-                   RedPacketClaimEvent: RedPacketPersister(scripts(), outbox())}, outbox())
+                   RedPacketClaimEvent: RedPacketPersister(PacketStore(), packet_cache(), outbox())}, outbox())
 
 
 @functools.lru_cache(maxsize=1)
 def reconciler() -> Reconciler:
     voucher_reconciler = VoucherReconciler(vouchers(), writer().persisters[VoucherOrderEvent], VoucherDb(), voucher_redis())
-    return Reconciler(scripts(), writer(), settings().reconcile_age_s, voucher_reconciler, redpackets(), journeys(),
+    packets = PacketReconciler(redpackets(), writer().persisters[RedPacketClaimEvent], PacketStore())
+    return Reconciler(scripts(), writer(), settings().reconcile_age_s, voucher_reconciler, packets, journeys(),
                       payment_orders())
 
 

@@ -9,7 +9,7 @@ from helpers import invoke_writer, ledger_records, reconcile, records
 
 from hotledger import keys
 from hotledger.dal.publisher import PublishFailed
-from hotledger.redpackets.service import split
+from hotledger.redpackets.split import split
 from hotledger.money import format_minor
 from hotledger.runtime import redpackets
 from infra.localrt import events
@@ -166,20 +166,20 @@ def test_a_claim_rolled_back_but_delivered_late_does_not_cancel_the_next_grab_of
 
 
 def test_a_credit_that_failed_is_made_by_the_reconciler_once(api, sql, redis_client, monkeypatch):
-    import redis as redis_lib
+    from hotledger.dal.redis_store import RedisUnavailable
 
     sender, grabber = api.account(balance="10.00"), api.account()
     packet_id = send(api, sender, "3.00", 1)
-    billing = redpackets().billing
-    recharge = billing.recharge
+    ledger = redpackets().ledger
+    recharge = ledger.recharge
 
     def redis_gone_for_the_credit(*args):
-        raise redis_lib.ConnectionError("refused")
+        raise RedisUnavailable("ConnectionError: refused")
 
-    monkeypatch.setattr(billing, "recharge", redis_gone_for_the_credit)
+    monkeypatch.setattr(ledger, "recharge", redis_gone_for_the_credit)
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
     assert status == 200 and body["credited"] is False
-    monkeypatch.setattr(billing, "recharge", recharge)
+    monkeypatch.setattr(ledger, "recharge", recharge)
     invoke_writer(claim_records(packet_id))
     for _ in range(2):
         reconcile(monkeypatch, age_s=0)
@@ -217,15 +217,15 @@ def test_a_claim_committed_while_a_rebuild_reads_the_db_is_not_handed_out_again(
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
     in_flight = claim_records(packet_id)
     lose_packet_in_redis(redis_client, packet_id)
-    scripts = redpackets().scripts
-    load_into_redis, writer_done = scripts.redpacket_load, threading.Event()
+    cache = redpackets().cache
+    load_into_redis, writer_done = cache.load, threading.Event()
 
-    def writer_commits_between_read_and_load(**kwargs):
+    def writer_commits_between_read_and_load(*args, **kwargs):
         threading.Thread(target=lambda: (invoke_writer(in_flight), writer_done.set())).start()
         writer_done.wait(1.0)  # without the packet row lock the writer commits and settles in here
-        return load_into_redis(**kwargs)
+        return load_into_redis(*args, **kwargs)
 
-    monkeypatch.setattr(scripts, "redpacket_load", writer_commits_between_read_and_load)
+    monkeypatch.setattr(cache, "load", writer_commits_between_read_and_load)
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[1]["error"]["code"] == "RECOVERING"
     assert writer_done.wait(30)
     assert redis_client.llen(keys.packet_unclaimed(packet_id)) == 1

@@ -1,14 +1,219 @@
-"""Red packets' storage: typed wrappers of the redpacket_*.lua scripts (keys tagged {rp<id>}: one slot per packet).
-SQL of t_red_packet / t_red_packet_item joins here as the feature moves in."""
+"""Red packets' storage. Nothing above this module writes SQL or speaks to redis-py for red packets.
+
+- PacketStore: the DB side, t_red_packet and t_red_packet_item (and one read of the ledger's t_pay). Its
+  methods are whole operations (each its own transaction), except where a caller must decide, or reach
+  Redis, while rows stay locked: those run inside `transaction()`, whose PacketTx has the statements.
+- PacketCache: the Redis side (keys tagged {rp<id>}: one slot per packet): one typed method per
+  redpacket_*.lua script, and the few raw reads and writes of the packet's keys.
+Failures surface as DatabaseUnavailable / RedisUnavailable (nothing ran) or their OutcomeUnknown subclasses.
+"""
 from __future__ import annotations
 
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
 from hotledger import keys
-from hotledger.dal.redis_store import Lua, reply_fields
+from hotledger.dal import db
+from hotledger.dal.redis_store import Lua, expire_once, redis_errors_translated, reply_fields, text
+from hotledger.outbox.events import RedPacketClaimEvent
+
+# The Idempotency-Keys of the packet's moves through the ledger. t_pay rows carry them, which is how the
+# reconciler tells a credit or a refund that was made from one that was not.
+CREDIT_KEY_PREFIX = "rp"
 
 
+def debit_key(packet_id: int) -> str:
+    return f"rp{packet_id}"
+
+
+def credit_key(item_id: int) -> str:
+    return f"{CREDIT_KEY_PREFIX}{item_id}"
+
+
+def refund_key(packet_id: int) -> str:
+    return f"rprefund{packet_id}"
+
+
+# DB ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PacketRow:
+    """One t_red_packet row (expires_at in epoch ms; refund is set once the refund began)."""
+
+    packet_id: int
+    sender_id: int
+    state: str  # CREATING | OPEN | FAILED | REFUNDING | REFUNDED
+    total: int
+    count: int
+    refund: int | None
+    expires_at: int
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    """One t_red_packet_item row; user_id and claimed_at (epoch ms) are set once its claim is persisted."""
+
+    item_id: int
+    packet_id: int
+    amount: int
+    user_id: int | None = None
+    claimed_at: int | None = None
+    refunded: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimedItem:
+    """A grab the DB holds whose credit is not marked yet; in_ledger: t_pay has the credit's row."""
+
+    item_id: int
+    user_id: int
+    amount: int
+    in_ledger: bool
+
+
+def _marks(n: int) -> str:
+    return ",".join(["%s"] * n)
+
+
+class PacketTx:
+    """The statements that run while rows stay locked, inside PacketStore.transaction()."""
+
+    def __init__(self, cur):
+        self.cursor = cur  # for the outbox's dead letters, written in the same transaction
+
+    def packet_for_update(self, packet_id: int) -> tuple[str, int] | None:
+        """Lock the packet row: (state, expires_at ms), None when there is no such packet."""
+        self.cursor.execute("SELECT state, expires_at FROM t_red_packet WHERE id = %s FOR UPDATE", (packet_id,))
+        row = self.cursor.fetchone()
+        return None if row is None else (row[0], db.to_ms(row[1]))
+
+    def items(self, packet_id: int) -> list[ItemRow]:
+        self.cursor.execute("SELECT id, amount, user_id, claim_time FROM t_red_packet_item WHERE packet_id = %s ORDER BY id",
+                            (packet_id,))
+        return [ItemRow(i, packet_id, a, user, None if at is None else db.to_ms(at)) for i, a, user, at in self.cursor.fetchall()]
+
+    def lock_for_claims(self, packet_ids: list[int], item_ids: list[int]) -> dict[int, ItemRow]:
+        """Share-lock the packets (in id order), then lock the items: item id -> row for those that exist."""
+        if not item_ids:
+            return {}
+        # a shared lock on the packets orders the claims' commit against a rebuild (which holds the row
+        # exclusively from its DB read until Redis holds the result)
+        ordered = sorted(set(packet_ids))
+        self.cursor.execute(f"SELECT id FROM t_red_packet WHERE id IN ({_marks(len(ordered))}) ORDER BY id LOCK IN SHARE MODE",
+                            ordered)
+        self.cursor.execute(f"SELECT id, packet_id, amount, user_id, claim_time, refunded FROM t_red_packet_item WHERE id IN"
+                            f" ({_marks(len(item_ids))}) ORDER BY id FOR UPDATE", item_ids)
+        return {i: ItemRow(i, packet_id, amount, user, None if at is None else db.to_ms(at), bool(refunded))
+                for i, packet_id, amount, user, at, refunded in self.cursor.fetchall()}
+
+    def stamp_claims(self, claims: list[RedPacketClaimEvent]) -> None:
+        """Give each item its grabber and claim time, in one statement (only items nobody holds)."""
+        if not claims:
+            return
+        # every value is a validated int: formatted directly (a batch may hold thousands of claims)
+        self.cursor.execute("UPDATE t_red_packet_item SET user_id = CASE id "
+                            + " ".join("WHEN %d THEN %d" % (c.item_id, c.user_id) for c in claims)
+                            + " END, claim_time = CASE id "
+                            + " ".join("WHEN %d THEN FROM_UNIXTIME(%d/1000)" % (c.item_id, c.ts) for c in claims)
+                            + " END WHERE id IN (%s) AND user_id IS NULL" % ",".join("%d" % c.item_id for c in claims))
+
+
+class PacketStore:
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[PacketTx]:
+        with db.transaction() as cur:
+            yield PacketTx(cur)
+
+    def insert(self, packet_id: int, sender_id: int, total: int, expires_at: int, items: list[tuple[int, int]]) -> None:
+        """The packet as CREATING with its pre-split items ((item id, amount)), together."""
+        with db.transaction() as cur:
+            cur.execute("INSERT INTO t_red_packet (id, sender_id, total, item_count, state, expires_at)"
+                        " VALUES (%s, %s, %s, %s, 'CREATING', %s)", (packet_id, sender_id, total, len(items), db.to_datetime(expires_at)))
+            cur.execute("INSERT INTO t_red_packet_item (id, packet_id, amount) VALUES "
+                        + ",".join("(%d,%d,%d)" % (item_id, packet_id, amount) for item_id, amount in items))
+
+    @staticmethod
+    def mark_failed(packet_id: int) -> None:
+        db.execute("UPDATE t_red_packet SET state = 'FAILED' WHERE id = %s AND state = 'CREATING'", (packet_id,))
+
+    @staticmethod
+    def mark_open(packet_id: int, debit_entry_id: int) -> None:
+        db.execute("UPDATE t_red_packet SET state = 'OPEN', debit_order_id = %s WHERE id = %s AND state = 'CREATING'",
+                   (debit_entry_id, packet_id))
+
+    @staticmethod
+    def begin_refund(packet_id: int) -> bool:
+        """OPEN -> REFUNDING: the unclaimed items are marked refunded and their sum becomes the refund, at once.
+        False when the packet is not OPEN (another run began or finished its refund)."""
+        with db.transaction() as cur:
+            cur.execute("SELECT state FROM t_red_packet WHERE id = %s FOR UPDATE", (packet_id,))
+            if cur.fetchone()[0] != "OPEN":
+                return False
+            cur.execute("SELECT COALESCE(SUM(amount), 0) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NULL",
+                        (packet_id,))
+            (refund,) = cur.fetchone()
+            cur.execute("UPDATE t_red_packet_item SET refunded = 1 WHERE packet_id = %s AND user_id IS NULL", (packet_id,))
+            cur.execute("UPDATE t_red_packet SET state = 'REFUNDING', refund = %s WHERE id = %s", (int(refund), packet_id))
+        return True
+
+    @staticmethod
+    def mark_refunded(packet_id: int) -> None:
+        db.execute("UPDATE t_red_packet SET state = 'REFUNDED' WHERE id = %s AND state = 'REFUNDING'", (packet_id,))
+
+    @staticmethod
+    def packet(packet_id: int) -> PacketRow | None:
+        rows = db.query("SELECT sender_id, state, total, item_count, refund, expires_at FROM t_red_packet WHERE id = %s",
+                        (packet_id,))
+        if not rows:
+            return None
+        sender_id, state, total, count, refund, expires_at = rows[0]
+        return PacketRow(packet_id, sender_id, state, total, count, refund, db.to_ms(expires_at))
+
+    @staticmethod
+    def persisted_grabs(packet_id: int) -> list[tuple[int, int]]:
+        """(user id, amount) of the claims the DB holds, by user id."""
+        return [tuple(r) for r in db.query("SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s"
+                                            " AND user_id IS NOT NULL ORDER BY user_id", (packet_id,))]
+
+    # the reconciler's reads ------------------------------------------------------------------------------
+    @staticmethod
+    def creating(created_before: int, limit: int) -> list[PacketRow]:
+        rows = db.query("SELECT id, sender_id, total, item_count, expires_at FROM t_red_packet WHERE state = 'CREATING'"
+                        " AND create_time < %s LIMIT %s", (db.to_datetime(created_before), limit))
+        return [PacketRow(i, sender, "CREATING", total, count, None, db.to_ms(at)) for i, sender, total, count, at in rows]
+
+    @staticmethod
+    def open_ids() -> list[int]:
+        return [packet_id for (packet_id,) in db.query("SELECT id FROM t_red_packet WHERE state = 'OPEN' ORDER BY id")]
+
+    @staticmethod
+    def refunding_ids(limit: int) -> list[int]:
+        return [packet_id for (packet_id,) in db.query("SELECT id FROM t_red_packet WHERE state = 'REFUNDING' LIMIT %s",
+                                                       (limit,))]
+
+    @staticmethod
+    def refund_paid(packet_id: int, sender_id: int) -> bool:
+        """Reads the ledger's table: is the refund's credit (its Idempotency-Key) in t_pay?"""
+        return bool(db.query("SELECT 1 FROM t_pay WHERE idem_key = %s AND user_id = %s", (refund_key(packet_id), sender_id)))
+
+    @staticmethod
+    def uncredited_claims(claimed_before: int, limit: int) -> list[ClaimedItem]:
+        """Claims the DB holds whose credit is not marked yet; the join reads the ledger's t_pay by credit_key()."""
+        rows = db.query("SELECT i.id, i.user_id, i.amount, p.id IS NOT NULL FROM t_red_packet_item i"
+                        " LEFT JOIN t_pay p ON p.idem_key = CONCAT(%s, i.id) AND p.user_id = i.user_id"
+                        " WHERE i.credited = 0 AND i.user_id IS NOT NULL AND i.claim_time < %s LIMIT %s",
+                        (CREDIT_KEY_PREFIX, db.to_datetime(claimed_before), limit))
+        return [ClaimedItem(item_id, user_id, amount, bool(in_pay)) for item_id, user_id, amount, in_pay in rows]
+
+    @staticmethod
+    def mark_credited(item_ids: list[int]) -> None:
+        if item_ids:
+            db.execute(f"UPDATE t_red_packet_item SET credited = 1 WHERE id IN ({_marks(len(item_ids))})", item_ids)
+
+
+# Redis ---------------------------------------------------------------------------------------------------
 def packet_keys(packet_id: int) -> list[str]:
     return [keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id)]
 
@@ -45,10 +250,43 @@ class GrabReply:
         return cls(status, detail=rest[0] if rest else "")
 
 
-class PacketScripts:
-    def __init__(self, lua: Lua, stream_flag: str, fate_ttl_s: int):
-        self.lua, self.stream_flag, self.fate_ttl_s = lua, stream_flag, fate_ttl_s
+class ExpireStatus(Enum):
+    MISSING = "missing"
+    OPEN = "open"  # not expired yet
+    NOT_OPEN = "not_open"  # CREATING or FAILED
+    EXPIRED = "expired"  # closed to grabs now or before
 
+
+@dataclass(frozen=True)
+class ExpireReply:
+    """redpacket_expire.lua's answer; when EXPIRED, how many claims are still on their way to the DB and the
+    end of the hold after a rebuild (epoch ms)."""
+
+    status: ExpireStatus
+    state: str = ""
+    claims_pending: int = 0
+    hold_until: int = 0
+
+    @property
+    def missing(self) -> bool:
+        return self.status is ExpireStatus.MISSING
+
+    @classmethod
+    def parse(cls, raw) -> ExpireReply:
+        status, *rest = reply_fields(raw)
+        status = ExpireStatus(status)
+        if status is ExpireStatus.EXPIRED:
+            return cls(status, claims_pending=int(rest[0]), hold_until=int(rest[1]))
+        return cls(status, state=rest[0] if rest else "")
+
+
+@redis_errors_translated
+class PacketCache:
+    def __init__(self, lua: Lua, stream_flag: str, fate_ttl_s: int, finished_keys_ttl_s: int):
+        self.lua, self.stream_flag = lua, stream_flag
+        self.fate_ttl_s, self.finished_keys_ttl_s = fate_ttl_s, finished_keys_ttl_s
+
+    # one method per script ----------------------------------------------------------------------------
     def grab(self, packet_id: int, user_id: int, grab_id: int, now_ms: int) -> GrabReply:
         return GrabReply.parse(self.lua.run(
             "redpacket_grab", [*packet_keys(packet_id), keys.packet_pending(packet_id), keys.packet_stream(packet_id)],
@@ -61,3 +299,53 @@ class PacketScripts:
                                    keys.packet_pending(packet_id), keys.packet_fate(packet_id, grab_id)],
             [item_id, user_id, amount, self.fate_ttl_s]))
         return reply[0] == "claimed"
+
+    def load(self, packet_id: int, state: str, expires_at: int, hold_until: int, items: list[ItemRow]) -> bool:
+        """Put the packet and its items (unclaimed ones to hand out, claimed ones as grabs) into Redis, unless
+        Redis holds it; True when loaded. Grabs answer RECOVERING until hold_until (epoch ms, 0: no hold)."""
+        unclaimed = [f"{i.item_id};{i.amount}" for i in items if i.user_id is None]
+        grabbers = [x for i in items if i.user_id is not None for x in (i.user_id, f"{i.item_id};{i.amount};{i.claimed_at};")]
+        return self.lua.run("redpacket_load", packet_keys(packet_id),
+                            [state, expires_at, hold_until, len(unclaimed), *unclaimed, *grabbers]) == 1
+
+    def settle(self, claims: list[RedPacketClaimEvent]) -> None:
+        """After the claims' DB commit: drop them from the pending hashes (one script per packet, pipelined);
+        a claim a rebuild put back into the unclaimed list is taken out of it."""
+        by_packet = defaultdict(list)
+        for c in claims:
+            by_packet[c.packet_id].append(c)
+        if not by_packet:
+            return
+        pipe = self.lua.pipeline()
+        for packet_id, group in by_packet.items():
+            self.lua.run("redpacket_settle", [keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id),
+                                              keys.packet_pending(packet_id)],
+                         [x for c in group for x in (c.item_id, c.user_id, c.amount, c.ts)], client=pipe)
+        pipe.execute()
+
+    def expire(self, packet_id: int, now_ms: int) -> ExpireReply:
+        """Close the packet to grabs if it expired by now_ms."""
+        return ExpireReply.parse(self.lua.run("redpacket_expire", [keys.packet(packet_id), keys.packet_pending(packet_id)],
+                                              [now_ms]))
+
+    # raw reads and writes -----------------------------------------------------------------------------
+    def mark_open(self, packet_id: int) -> None:
+        self.lua.client.hset(keys.packet(packet_id), "state", "OPEN")
+
+    def retire(self, packet_id: int) -> None:
+        """The packet's keys leave Redis after FINISHED_KEYS_TTL_S (set once: repeating this does not push it back)."""
+        expire_once(self.lua.client, [*packet_keys(packet_id), keys.packet_pending(packet_id)], self.finished_keys_ttl_s)
+
+    def grabs(self, packet_id: int) -> list[tuple[int, int]]:
+        """(user id, amount) of every grab Redis knows, persisted or not, by user id."""
+        return sorted((int(user), int(text(value).split(";")[1]))
+                      for user, value in self.lua.client.hgetall(keys.packet_grabbers(packet_id)).items())
+
+    def pending_claims(self, packet_id: int) -> list[RedPacketClaimEvent]:
+        """The grabs whose claim the writer has not persisted yet, as their claim events."""
+        claims = []
+        for item_id, value in self.lua.client.hgetall(keys.packet_pending(packet_id)).items():
+            user_id, amount, ts, grab_id = text(value).split(";")
+            claims.append(RedPacketClaimEvent(type="redpacket_claim", packet_id=packet_id, item_id=int(item_id),
+                                              user_id=int(user_id), amount=int(amount), ts=int(ts), grab_id=int(grab_id)))
+        return claims

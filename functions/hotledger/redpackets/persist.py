@@ -1,0 +1,65 @@
+"""Red packet claims -> t_red_packet_item (the writer's red packet persister), exactly once.
+
+One transaction per batch: each claim's fate is claimed first (a grab the API rolled back is skipped), the
+packets are share-locked (ordering the commit against a rebuild, see PacketTx.lock_for_claims) and the
+claimed items locked; then each claim is judged against its item's row:
+- the item already holds this user: a replay, nothing to write (but its Redis side is settled again);
+- no such item, or one of another packet or amount: dead-lettered, it can never apply;
+- the item holds another user, or was refunded: dead-lettered (the item went elsewhere first);
+- otherwise the item is stamped with its grabber, all fresh items in one statement.
+After the commit the persisted claims leave the packets' pending hashes in Redis.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+from hotledger import keys
+from hotledger.outbox.events import RedPacketClaimEvent
+from hotledger.outbox.store import OutboxStore
+from hotledger.outbox.writer import PersistReport, dedupe_and_claim, rejected
+from hotledger.redpackets.store import ItemRow, PacketCache, PacketStore
+
+
+class Verdict(Enum):
+    FRESH = "fresh"
+    DUPLICATE = "duplicate"
+    UNKNOWN_ITEM = "no such red packet item"
+    TAKEN = "item already grabbed by another user or refunded"
+
+
+def verdict(claim: RedPacketClaimEvent, item: ItemRow | None) -> Verdict:
+    """What a claim is, against its item's locked row (None: the DB has no such item)."""
+    if item is None or item.packet_id != claim.packet_id or item.amount != claim.amount:
+        return Verdict.UNKNOWN_ITEM
+    if item.user_id == claim.user_id:
+        return Verdict.DUPLICATE
+    if item.user_id is not None or item.refunded:
+        return Verdict.TAKEN
+    return Verdict.FRESH
+
+
+class RedPacketPersister:
+    def __init__(self, store: PacketStore, cache: PacketCache, outbox: OutboxStore):
+        self.store, self.cache, self.outbox = store, cache, outbox
+
+    def persist(self, events: list[RedPacketClaimEvent]) -> PersistReport:
+        report = PersistReport()
+        claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
+            self.outbox, events, lambda e: e.grab_id, lambda e: e.packet_id, lambda p, e: keys.packet_fate(p, e.grab_id))
+        fresh, replayed, dead = [], [], []
+        with self.store.transaction() as tx:
+            items = tx.lock_for_claims([e.packet_id for e in claimed], [e.item_id for e in claimed])
+            for e in claimed:
+                judged = verdict(e, items.get(e.item_id))
+                if judged is Verdict.FRESH:
+                    fresh.append(e)
+                elif judged is Verdict.DUPLICATE:
+                    replayed.append(e)
+                else:
+                    dead.append(rejected(f"rp{e.packet_id}", e.item_id, e, judged.value))
+            tx.stamp_claims(fresh)
+            report.dead_lettered = self.outbox.dead_letter(tx.cursor, dead)
+        report.applied = len(fresh)
+        report.duplicates += len(replayed)
+        self.cache.settle([*fresh, *replayed])
+        return report
