@@ -10,7 +10,9 @@ from hotledger.dal.lock import DistributedLock
 from hotledger.dal.redis_store import scripts
 from hotledger.ids import IdGenerator
 from hotledger.ledger.persist import LedgerPersister
-from hotledger.ledger.service import Billing
+from hotledger.ledger.reconcile import LedgerReconcile
+from hotledger.ledger.service import Ledger
+from hotledger.ledger.store import LedgerStore
 from hotledger.notices.inbox import Inbox
 from hotledger.notices.journeys import Journeys, parse_thresholds
 from hotledger.notices.payment_orders import (
@@ -18,6 +20,7 @@ from hotledger.notices.payment_orders import (
     ORDER_REMINDERS,
     PaymentOrders,
 )
+from hotledger.outbox.durable import Durability
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
 from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.stream_consumer import StreamConsumer
@@ -39,9 +42,14 @@ def lock() -> DistributedLock:
 
 
 @functools.lru_cache(maxsize=1)
-def billing() -> Billing:
-    cfg = settings()
-    return Billing(cfg, scripts(), lock(), id_generator(), publisher.publish)
+def ledger_store() -> LedgerStore:
+    return LedgerStore(scripts(), settings())
+
+
+@functools.lru_cache(maxsize=1)
+def ledger() -> Ledger:
+    next_id = id_generator().next_id
+    return Ledger(ledger_store(), Durability(settings(), publisher.publish, next_id), lock(), next_id)
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,7 +59,7 @@ def seckill() -> Seckill:
 
 @functools.lru_cache(maxsize=1)
 def redpackets() -> RedPackets:
-    return RedPackets(settings(), scripts(), id_generator(), publisher.publish, billing(), delay_queue())
+    return RedPackets(settings(), scripts(), id_generator(), publisher.publish, ledger(), delay_queue())
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,13 +69,15 @@ def outbox() -> OutboxStore:
 
 @functools.lru_cache(maxsize=1)
 def writer() -> Writer:
-    return Writer({LedgerEvent: LedgerPersister(scripts(), outbox()), VoucherOrderEvent: SeckillPersister(scripts(), outbox()),
+    return Writer({LedgerEvent: LedgerPersister(ledger_store(), outbox()),
+                   VoucherOrderEvent: SeckillPersister(scripts(), outbox()),
                    RedPacketClaimEvent: RedPacketPersister(scripts(), outbox())}, outbox())
 
 
 @functools.lru_cache(maxsize=1)
 def reconciler() -> Reconciler:
-    return Reconciler(scripts(), writer(), settings().reconcile_age_s, seckill(), redpackets(), journeys(),
+    accounts = LedgerReconcile(ledger_store(), writer().persisters[LedgerEvent])
+    return Reconciler(accounts, writer(), settings().reconcile_age_s, seckill(), redpackets(), journeys(),
                       payment_orders())
 
 
@@ -79,12 +89,12 @@ def delay_queue() -> DelayQueue:
 @functools.lru_cache(maxsize=1)
 def inbox() -> Inbox:
     cfg = settings()
-    return Inbox(scripts(), id_generator(), cfg.inbox_ttl_s, cfg.inbox_max_messages, billing().account_exists)
+    return Inbox(scripts(), id_generator(), cfg.inbox_ttl_s, cfg.inbox_max_messages, ledger().account_exists)
 
 
 @functools.lru_cache(maxsize=1)
 def payment_orders() -> PaymentOrders:
-    return PaymentOrders(billing(), delay_queue(), inbox(), id_generator(), lock(), settings().reminder_before_close_s)
+    return PaymentOrders(ledger(), delay_queue(), inbox(), id_generator(), lock(), settings().reminder_before_close_s)
 
 
 @functools.lru_cache(maxsize=1)
@@ -110,6 +120,6 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (outbox, id_generator, lock, billing, seckill, redpackets, writer, reconciler, delay_queue, inbox, payment_orders,
-                   journeys, scripts, cached_settings):
+    for cached in (outbox, id_generator, lock, ledger_store, ledger, seckill, redpackets, writer, reconciler, delay_queue, inbox,
+                   payment_orders, journeys, scripts, cached_settings):
         cached.cache_clear()
