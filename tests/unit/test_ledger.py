@@ -98,9 +98,6 @@ class FakeLedgerStore:
         if self.commit_error:
             raise self.commit_error
 
-    def create_account(self, user_name, deduct_type, threshold):
-        raise NotImplementedError
-
     def account(self, user_id):
         return self.accounts.get(user_id)
 

@@ -149,6 +149,10 @@ def _commit_outcome_of(kind: str, user_id: int, entry_id: int):
 
 
 class Ledger:
+    """`lock`: the per-account distributed lock (hold(name) yields a hold with a fencing token), taken around every
+    DB write of an account; `next_id`: ids of SYNC entries and of cache loads (ASYNC entries take theirs from
+    `durability`)."""
+
     def __init__(self, store: LedgerStore, durability: Durability, lock, next_id: Callable[[], int]):
         self.store, self.durability, self.lock, self.next_id = store, durability, lock, next_id
 
