@@ -59,7 +59,7 @@ def records(events_, key_of, partition: int = 0, first_offset: int = 0) -> list[
 
 def ledger_records(redis_client, user_ids, first_offset: int = 0):
     """The ledger events the API published for these accounts, rebuilt from Redis (per account in version order)."""
-    from hotledger.ledger.entry import pending_entries
+    from hotledger.ledger.store import pending_entries
 
     entries = sorted((e for u in user_ids for e in pending_entries(redis_client, u)), key=lambda e: (e.user_id, e.version))
     return records([e.to_event() for e in entries], lambda e: str(e.user_id), first_offset=first_offset)

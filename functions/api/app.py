@@ -22,7 +22,7 @@ from api.schemas import (
     RechargeResult,
 )
 from hotledger.money import format_minor, parse_minor
-from hotledger.runtime import billing
+from hotledger.runtime import ledger
 
 logger = observability.logger()
 metrics = observability.metrics()
@@ -61,28 +61,28 @@ def _account_body(account) -> dict:
 @app.post("/accounts", status_code=201, responses=_responses(201, AccountCreated, "account created",
                                                                (409, "DUPLICATE_USER_NAME")))
 def create_account(request: Annotated[CreateAccountRequest, Body()]) -> dict:
-    user_id = billing().create_account(request.user_name, request.deduct_type, parse_minor(request.threshold, allow_zero=True))
+    user_id = ledger().create_account(request.user_name, request.deduct_type, parse_minor(request.threshold, allow_zero=True))
     metrics.add_metric(name="AccountsCreated", unit=MetricUnit.Count, value=1)
     return {"user_id": user_id}
 
 
 @app.get("/accounts/<user_id>", responses=_responses(200, AccountView, "the account", _NOT_FOUND))
 def get_account(user_id: UserId) -> dict:
-    return _account_body(billing().get_account(user_id))
+    return _account_body(ledger().get_account(user_id))
 
 
 @app.patch("/accounts/<user_id>", responses=_responses(200, AccountView, "the account after the change", _NOT_FOUND,
                                                        (409, "PENDING_ORDERS: switch to SYNC once nothing is pending")))
 def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body()]) -> dict:
     threshold = None if request.threshold is None else parse_minor(request.threshold, allow_zero=True)
-    return _account_body(billing().patch_account(user_id, request.deduct_type, threshold, request.api_open))
+    return _account_body(ledger().patch_account(user_id, request.deduct_type, threshold, request.api_open))
 
 
 @app.post("/accounts/<user_id>/recharge", responses=_responses(200, RechargeResult, "recharged", _NOT_FOUND, _CHARGE_CONFLICT,
                                                                _CHARGE_UNAVAILABLE,
                                                                (422, "BALANCE_LIMIT or invalid input")))
 def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None) -> dict:
-    result = billing().recharge(user_id, parse_minor(request.amount), idempotency_key)
+    result = ledger().recharge(user_id, parse_minor(request.amount), idempotency_key)
     metrics.add_metric(name="Recharges", unit=MetricUnit.Count, value=1)
     _log_charge("recharged", result)
     return {"pay_id": str(result.entry_id), **_ledger_body(result)}
@@ -93,7 +93,7 @@ def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempot
     _CHARGE_UNAVAILABLE,
     (402, "INSUFFICIENT_BALANCE: balance - amount would fall below the threshold"), (403, "API_CLOSED")))
 def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None) -> dict:
-    result = billing().deduct(user_id, parse_minor(request.amount), idempotency_key)
+    result = ledger().deduct(user_id, parse_minor(request.amount), idempotency_key)
     metrics.add_metric(name="Deducts", unit=MetricUnit.Count, value=1)
     _log_charge("deducted", result)
     return {"order_id": str(result.entry_id), **_ledger_body(result)}
@@ -102,8 +102,8 @@ def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempoten
 @app.get("/accounts/<user_id>/orders/<order_id>", responses=_responses(200, OrderView, "the order",
                                                                        (404, "ACCOUNT_NOT_FOUND or ORDER_NOT_FOUND")))
 def get_order(user_id: UserId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -> dict:
-    order = billing().get_order(user_id, order_id)
-    return OrderView(order_id=str(order.order_id), user_id=order.user_id, amount=format_minor(order.amount),
+    order = ledger().get_deduct(user_id, order_id)
+    return OrderView(order_id=str(order.entry_id), user_id=order.user_id, amount=format_minor(order.amount),
                      balance_after=format_minor(order.balance_after), status=order.status).model_dump()
 
 

@@ -10,7 +10,9 @@ from hotledger.dal.ids import IdGenerator
 from hotledger.dal.lock import DistributedLock
 from hotledger.dal.redis_store import scripts
 from hotledger.ledger.persist import LedgerPersister
-from hotledger.ledger.service import Billing
+from hotledger.ledger.reconcile import LedgerReconcile
+from hotledger.ledger.service import Ledger
+from hotledger.ledger.store import LedgerStore
 from hotledger.notices.inbox import Inbox
 from hotledger.notices.journeys import Journeys, parse_thresholds
 from hotledger.notices.payment_orders import CLOSE_QUEUE, REMINDER_QUEUE, PaymentOrders
@@ -43,9 +45,14 @@ def lock() -> DistributedLock:
 
 
 @functools.lru_cache(maxsize=1)
-def billing() -> Billing:
-    cfg = settings()
-    return Billing(cfg, scripts(), lock(), id_generator(), publisher.publish)
+def ledger_store() -> LedgerStore:
+    return LedgerStore(scripts(), settings())
+
+
+@functools.lru_cache(maxsize=1)
+def ledger() -> Ledger:
+    next_id = id_generator().next_id
+    return Ledger(ledger_store(), Durability(settings(), publisher.publish, next_id), lock(), next_id)
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,7 +78,7 @@ def packet_cache() -> PacketCache:
 def redpackets() -> RedPackets:
     cfg = settings()
     return RedPackets(PacketStore(), packet_cache(), Durability(cfg, publisher.publish, id_generator().next_id),
-                      id_generator().next_id, billing(), delay_queue(), cfg.rebuild_hold_s)
+                      id_generator().next_id, ledger(), delay_queue(), cfg.rebuild_hold_s)
 
 
 @functools.lru_cache(maxsize=1)
@@ -81,16 +88,17 @@ def outbox() -> OutboxStore:
 
 @functools.lru_cache(maxsize=1)
 def writer() -> Writer:
-    return Writer({LedgerEvent: LedgerPersister(scripts(), outbox()),
+    return Writer({LedgerEvent: LedgerPersister(ledger_store(), outbox()),
                    VoucherOrderEvent: VoucherPersister(VoucherDb(), voucher_redis(), outbox()),
                    RedPacketClaimEvent: RedPacketPersister(PacketStore(), packet_cache(), outbox())}, outbox())
 
 
 @functools.lru_cache(maxsize=1)
 def reconciler() -> Reconciler:
+    accounts = LedgerReconcile(ledger_store(), writer().persisters[LedgerEvent])
     voucher_reconciler = VoucherReconciler(vouchers(), writer().persisters[VoucherOrderEvent], VoucherDb(), voucher_redis())
     packets = PacketReconciler(redpackets(), writer().persisters[RedPacketClaimEvent], PacketStore())
-    return Reconciler(scripts(), writer(), settings().reconcile_age_s, voucher_reconciler, packets, journeys(),
+    return Reconciler(accounts, writer(), settings().reconcile_age_s, voucher_reconciler, packets, journeys(),
                       payment_orders())
 
 
@@ -102,12 +110,12 @@ def delay_queue() -> DelayQueue:
 @functools.lru_cache(maxsize=1)
 def inbox() -> Inbox:
     cfg = settings()
-    return Inbox(InboxStore(scripts()), id_generator(), cfg.inbox_ttl_s, cfg.inbox_max_messages, billing().account_exists)
+    return Inbox(InboxStore(scripts()), id_generator(), cfg.inbox_ttl_s, cfg.inbox_max_messages, ledger().account_exists)
 
 
 @functools.lru_cache(maxsize=1)
 def payment_orders() -> PaymentOrders:
-    return PaymentOrders(PaymentOrderStore(), billing(), delay_queue(), inbox(), id_generator(), lock(),
+    return PaymentOrders(PaymentOrderStore(), ledger(), delay_queue(), inbox(), id_generator(), lock(),
                          settings().reminder_before_close_s)
 
 
@@ -134,6 +142,6 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (outbox, id_generator, lock, billing, voucher_redis, vouchers, redpackets, writer, reconciler, delay_queue,
-                   inbox, payment_orders, journeys, scripts, cached_settings):
+    for cached in (outbox, id_generator, lock, ledger_store, ledger, voucher_redis, vouchers, redpackets, writer, reconciler,
+                   delay_queue, inbox, payment_orders, journeys, scripts, cached_settings):
         cached.cache_clear()

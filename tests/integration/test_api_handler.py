@@ -201,28 +201,28 @@ def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, 
     from reconciler.app import handler as reconcile
 
     from hotledger.dal.publisher import PublishFailed
-    from hotledger.runtime import billing, reconciler
+    from hotledger.runtime import ledger, reconciler
 
     user_id = api.account(balance="10.00")
-    ledger = billing()
+    store = ledger().store
 
     def redis_stalls() -> None:
         os.kill(redis_server.proc.pid, signal.SIGSTOP)
 
     if stall == "charge":
-        charge = ledger.lua.apply
+        charge = store.apply
 
         def redis_stalls_then_charge(request):
             redis_stalls()
             return charge(request)
 
-        monkeypatch.setattr(ledger.lua, "apply", redis_stalls_then_charge)
+        monkeypatch.setattr(store, "apply", redis_stalls_then_charge)
     else:
         def ack_times_out_and_redis_stalls(key: str, event: dict) -> None:
             redis_stalls()
             raise PublishFailed("no acknowledgement in time")
 
-        monkeypatch.setattr(ledger.durability, "publish", ack_times_out_and_redis_stalls)
+        monkeypatch.setattr(ledger().durability, "publish", ack_times_out_and_redis_stalls)
     try:
         status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
     finally:
@@ -249,22 +249,22 @@ def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, 
 def test_a_retry_after_the_first_request_died_republishes_its_charge(api, monkeypatch):
     """The first request charged, then its process died before the broker answered. A retry with the same
     Idempotency-Key, once the record is stale, answers the first outcome and publishes the entry again."""
-    from hotledger.runtime import billing
+    from hotledger.runtime import ledger
 
-    ledger = billing()
+    durability, store = ledger().durability, ledger().store
     user_id = api.account(balance="10.00")
     headers = {"Idempotency-Key": "died-mid-publish"}
 
     def process_dies(key: str, event: dict) -> None:
         raise RuntimeError("the process died here")
 
-    monkeypatch.setattr(ledger.durability, "publish", process_dies)
+    monkeypatch.setattr(durability, "publish", process_dies)
     with pytest.raises(RuntimeError):
         api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)
     published = []
-    monkeypatch.setattr(ledger.durability, "publish", lambda key, event: published.append(event))
+    monkeypatch.setattr(durability, "publish", lambda key, event: published.append(event))
     assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)[1]["error"]["code"] == "IDEMPOTENCY_IN_PROGRESS"
-    monkeypatch.setattr(ledger.lua, "idempotency_stale_ms", 0)
+    monkeypatch.setattr(store, "idempotency_stale_ms", 0)
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)
     assert status == 200 and body["balance"] == "7.00"
     assert [str(event["id"]) for event in published] == [body["order_id"]]

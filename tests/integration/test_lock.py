@@ -174,17 +174,16 @@ _PAUSED_OWNER = """
 import sys, time
 from pathlib import Path
 from hotledger import errors, keys
-from hotledger.dal import db
-from hotledger.runtime import billing, lock
+from hotledger.runtime import ledger, lock
 user_id, out = int(sys.argv[1]), Path(sys.argv[2])
 holding = lock().acquire(keys.account_lock(user_id))
 out.with_suffix(".held").write_text(str(holding.fence))
 while not out.with_suffix(".go").exists():
     time.sleep(0.01)
 try:
-    with db.transaction() as cur:
-        billing()._locked_account(cur, user_id, holding.fence)
-        cur.execute("UPDATE t_account SET balance = 0 WHERE user_id = %s", (user_id,))
+    with ledger().store.transaction() as tx:
+        tx.lock_account(user_id, holding.fence)
+        tx.cursor.execute("UPDATE t_account SET balance = 0 WHERE user_id = %s", (user_id,))
     out.write_text("written")
 except errors.FencedOut:
     out.write_text("refused lost=%s" % holding.lost.is_set())

@@ -93,13 +93,13 @@ def test_a_rejection_is_counted_by_its_code(api, output):
 
 def test_a_publish_failure_is_counted(api, output, monkeypatch):
     from hotledger.dal.publisher import PublishFailed
-    from hotledger.runtime import billing
+    from hotledger.runtime import ledger
 
     def broker_down(key: str, event: dict) -> None:
         raise PublishFailed("no acknowledgement in time")
 
     user_id = api.account(balance="1.00")
-    monkeypatch.setattr(billing().durability, "publish", broker_down)
+    monkeypatch.setattr(ledger().durability, "publish", broker_down)
     output.clear()
     _, response = _invoke_api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.40"})
     assert response["statusCode"] == 503

@@ -6,7 +6,7 @@ from helpers import EVENTS, invoke_writer
 from helpers import reconcile as run_reconciler
 
 from hotledger import keys
-from hotledger.ledger.entry import pending_entries
+from hotledger.ledger.store import pending_entries
 from infra.localrt import events
 
 

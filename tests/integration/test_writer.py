@@ -5,7 +5,8 @@ from datetime import datetime, timedelta
 from helpers import EVENTS, invoke_writer, ledger_records
 
 from hotledger import keys
-from hotledger.runtime import billing
+from hotledger.ledger.store import RollbackStatus
+from hotledger.runtime import ledger
 
 
 
@@ -72,10 +73,7 @@ def test_a_rolled_back_entry_is_never_persisted(api, redis_client, sql):
     api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
     records = _pending_records(redis_client, user_id)
     deduct_id = json.loads(records[-1][3])["id"]
-    scripts = billing().scripts
-    reply = scripts.ledger_rollback(keys=[keys.balance(user_id), keys.entry(user_id, deduct_id), keys.consistency(user_id),
-                                   keys.fate(user_id, deduct_id), keys.idempotency(user_id, "")], args=[deduct_id, 3600])
-    assert reply[0] == b"rolled_back"
+    assert ledger().store.rollback(user_id, deduct_id, None).status is RollbackStatus.ROLLED_BACK
     invoke_writer(records)
     assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((0,),)
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((1000,),)

@@ -1,14 +1,124 @@
-"""The ledger's storage: typed wrappers of the ledger_*.lua scripts (keys tagged {uid}: one slot per account).
-SQL of t_user / t_account / t_order / t_pay / t_idempotency joins here as the feature moves in."""
+"""The ledger's storage: the SQL of t_user / t_account / t_order / t_pay / t_idempotency, the account keys in
+Redis (tagged {uid}: one slot per account) and one typed wrapper per ledger_*.lua script.
+
+- The DB keeps an account's open flag in two columns (api_open, close_reason); Redis, the scripts and the events
+  keep it as one flag: '1' (open), 'BALANCE' (closed by a balance <= 0) or 'ADMIN' (closed by an operator).
+  open_flag / open_columns translate, nothing else reads the columns.
+- Every transaction that writes an account locks its t_account row first (the writer too), so they serialize
+  per account and never deadlock; LedgerTx.lock_account also checks the distributed lock's fencing token.
+- Redis failures leave here as RedisUnavailable / RedisOutcomeUnknown (dal.redis_store), a duplicate user name
+  as errors.DuplicateUserName.
+"""
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from enum import Enum
 
-from hotledger import keys
-from hotledger.dal.redis_store import Lua, reply_fields
+import pymysql
+
+from hotledger import errors, keys
+from hotledger.config import Settings
+from hotledger.dal import db
+from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, text
+from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry
+from hotledger.outbox.durable import stream_flag
+from hotledger.outbox.events import LedgerEvent
+
+MAX_BALANCE = 9_000_000_000_000_000  # below 2**53: exact in Redis Lua doubles
+ENTRY_TABLES = {KIND_DEDUCT: ("t_order", "amount"), KIND_RECHARGE: ("t_pay", "pay")}  # kind -> (table, amount column)
+_ACCOUNT = ("SELECT u.id, u.user_name, u.deduct_type, a.balance, a.version, a.threshold, u.api_open, u.close_reason"
+            " FROM t_user u JOIN t_account a ON a.user_id = u.id WHERE u.id = %s")
 
 
+def open_flag(api_open: int, close_reason: str | None) -> str:
+    """The DB columns as the flag; closed without a reason counts as an operator's close."""
+    return "1" if api_open else (close_reason or "ADMIN")
+
+
+def open_columns(flag: str) -> tuple[int, str | None]:
+    """The flag as the DB columns (api_open, close_reason)."""
+    return (1, None) if flag == "1" else (0, flag)
+
+
+@dataclass(frozen=True)
+class AccountRow:
+    """An account as the DB holds it (t_user joined with t_account)."""
+
+    user_id: int
+    user_name: str
+    deduct_type: str  # 'ASYNC' | 'SYNC'
+    balance: int
+    version: int
+    threshold: int
+    open_flag: str
+
+    @classmethod
+    def of(cls, row) -> AccountRow:
+        *fields, api_open, close_reason = row
+        return cls(*fields, open_flag(api_open, close_reason))
+
+
+@dataclass(frozen=True)
+class AccountBalance:
+    """An account's DB balance and version, as the reconciler pages through them."""
+
+    user_id: int
+    deduct_type: str
+    balance: int
+    version: int
+
+
+@dataclass(frozen=True)
+class CachedAccount:
+    """The account hash in Redis."""
+
+    balance: int
+    version: int
+    threshold: int
+    open_flag: str
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """What the reconciler checks of an account in Redis: the cached balance and version (None when not cached),
+    the writer's 'dirty' flag, and the pending entry ids with their charge time (ms)."""
+
+    balance: int | None
+    version: int | None
+    dirty: bool
+    pending: list[tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class StoredDeduct:
+    amount: int
+    balance_after: int
+
+
+@dataclass(frozen=True)
+class IdempotentAnswer:
+    """A SYNC charge's first answer for an Idempotency-Key, with the fingerprint of its request."""
+
+    fingerprint: str
+    answer: dict
+
+
+@dataclass(frozen=True)
+class AccountMove:
+    """How a batch of persisted entries moves one account: the sum of their deltas, their highest version, and
+    the open flag to write (None: the DB has seen a newer change already, the flag stays)."""
+
+    user_id: int
+    delta: int
+    version: int
+    open_flag: str | None
+
+
+# script replies --------------------------------------------------------------------------------------------
 class ApplyStatus(Enum):
     OK = "ok"
     REPLAY = "replay"
@@ -56,7 +166,7 @@ class ApplyReply:
 class Charge:
     """One ASYNC charge as ledger_apply.lua takes it."""
 
-    kind: str  # 'D' deduct | 'R' recharge
+    kind: str  # KIND_DEDUCT | KIND_RECHARGE
     user_id: int
     amount: int
     entry_id: int
@@ -65,25 +175,334 @@ class Charge:
     fingerprint: str  # '' without an Idempotency-Key
 
 
-class LedgerScripts:
-    def __init__(self, lua: Lua, stream_flag: str, entry_ttl_s: int, idempotency_ttl_s: int, max_balance: int,
-                 idempotency_stale_ms: int):
-        self.lua, self.stream_flag = lua, stream_flag
-        self.entry_ttl_s, self.idempotency_ttl_s = entry_ttl_s, idempotency_ttl_s
-        self.max_balance, self.idempotency_stale_ms = max_balance, idempotency_stale_ms
+class RollbackStatus(Enum):
+    CLAIMED = "claimed"  # the writer claimed the entry first: it stands and will be persisted
+    GONE = "gone"  # nothing left to undo (rolled back or persisted already)
+    ROLLED_BACK = "rolled_back"
 
+
+@dataclass(frozen=True)
+class RollbackReply:
+    """ledger_rollback.lua's answer; balance/version after the money went back (None when the hash was lost)."""
+
+    status: RollbackStatus
+    balance: int | None = None
+    version: int | None = None
+
+    @classmethod
+    def parse(cls, raw) -> RollbackReply:
+        status, *rest = reply_fields(raw)
+        return cls(RollbackStatus(status), *(int(x) for x in rest))
+
+
+class ToSyncStatus(Enum):
+    OK = "ok"
+    PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class ToSyncReply:
+    """ledger_to_sync.lua's answer: PENDING with how many entries still wait for the DB."""
+
+    status: ToSyncStatus
+    pending: int = 0
+
+    @classmethod
+    def parse(cls, raw) -> ToSyncReply:
+        status, *rest = reply_fields(raw)
+        return cls(ToSyncStatus(status), *(int(x) for x in rest))
+
+
+class ReconcileStatus(Enum):
+    OK = "ok"  # corrected
+    SAME = "same"  # already right
+    CHANGED = "changed"  # the hash moved (or vanished) since the version was read: next run
+
+
+@dataclass(frozen=True)
+class ReconcileReply:
+    status: ReconcileStatus
+    version: int | None = None  # the new cached version when OK
+
+    @classmethod
+    def parse(cls, raw) -> ReconcileReply:
+        status, *rest = reply_fields(raw)
+        return cls(ReconcileStatus(status), *(int(x) for x in rest))
+
+
+@dataclass(frozen=True)
+class SettleReply:
+    removed: int  # entry ids dropped from the consistency set
+    flagged: bool  # an entry was charged from an earlier cache load: the reconciler corrects the account
+
+
+def pending_entries(client, user_id: int) -> list[Entry]:
+    """Entries in the consistency set whose entry string still exists."""
+    ids = [int(text(m)) for m in client.zrange(keys.consistency(user_id), 0, -1)]
+    if not ids:
+        return []
+    raws = client.mget([keys.entry(user_id, i) for i in ids])
+    return [Entry.parse(user_id, i, text(raw)) for i, raw in zip(ids, raws) if raw is not None]
+
+
+@redis_errors_translated
+class LedgerStore:
+    def __init__(self, lua: Lua, cfg: Settings):
+        self.lua, self.redis, self.stream_flag = lua, lua.client, stream_flag(cfg)
+        self.entry_ttl_s, self.idempotency_ttl_s = cfg.entry_ttl_s, cfg.idempotency_ttl_s
+        # longer than any live request spends between its charge and the broker's answer or its rollback
+        self.idempotency_stale_ms = int(cfg.publish_timeout_s * 2000) + 5000
+
+    # DB ------------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[LedgerTx]:
+        with db.transaction() as cur:
+            yield LedgerTx(cur)
+
+    def create_account(self, user_name: str, deduct_type: str, threshold: int) -> int:
+        """A new account holds 0, so its API starts closed for balance; a recharge opens it."""
+        try:
+            with db.transaction() as cur:
+                cur.execute("INSERT INTO t_user (user_name, api_open, close_reason, deduct_type) VALUES (%s, %s, %s, %s)",
+                            (user_name, *open_columns("BALANCE"), deduct_type))
+                user_id = cur.lastrowid
+                cur.execute("INSERT INTO t_account (user_id, balance, version, threshold) VALUES (%s, 0, 1, %s)",
+                            (user_id, threshold))
+        except pymysql.err.IntegrityError as exc:
+            raise errors.DuplicateUserName(f"user_name {user_name!r} is taken") from exc
+        return user_id
+
+    def account(self, user_id: int) -> AccountRow | None:
+        rows = db.query(_ACCOUNT, (user_id,))
+        return AccountRow.of(rows[0]) if rows else None
+
+    def user_exists(self, user_id: int) -> bool:
+        return bool(db.query("SELECT 1 FROM t_user WHERE id = %s", (user_id,)))
+
+    def stored_deduct(self, user_id: int, entry_id: int) -> StoredDeduct | None:
+        rows = db.query("SELECT amount, balance FROM t_order WHERE id = %s AND user_id = %s", (entry_id, user_id))
+        return StoredDeduct(*rows[0]) if rows else None
+
+    def accounts_after(self, user_id: int, limit: int) -> list[AccountBalance]:
+        """The next page of accounts in id order."""
+        rows = db.query("SELECT u.id, u.deduct_type, a.balance, a.version FROM t_user u JOIN t_account a ON a.user_id = u.id"
+                        " WHERE u.id > %s ORDER BY u.id LIMIT %s", (user_id, limit))
+        return [AccountBalance(*row) for row in rows]
+
+    # Redis -------------------------------------------------------------------------------------------
+    def cached(self, user_id: int) -> CachedAccount | None:
+        balance, version, threshold, flag = self.redis.hmget(keys.balance(user_id), "balance", "v", "threshold", "open")
+        if balance is None:
+            return None
+        return CachedAccount(int(balance), int(version), int(threshold), text(flag))
+
+    def is_cached(self, user_id: int) -> bool:
+        return bool(self.redis.exists(keys.balance(user_id)))
+
+    def cached_version(self, user_id: int) -> int | None:
+        version = self.redis.hget(keys.balance(user_id), "v")
+        return None if version is None else int(version)
+
+    def drop_cache(self, user_id: int) -> None:
+        self.redis.delete(keys.balance(user_id))
+
+    def pending_count(self, user_id: int) -> int:
+        return self.redis.zcard(keys.consistency(user_id))
+
+    def pending_entries(self, user_id: int) -> list[Entry]:
+        return pending_entries(self.redis, user_id)
+
+    def entry(self, user_id: int, entry_id: int) -> Entry | None:
+        raw = self.redis.get(keys.entry(user_id, entry_id))
+        return None if raw is None else Entry.parse(user_id, entry_id, text(raw))
+
+    def entries(self, user_id: int, entry_ids: list[int]) -> tuple[list[Entry], list[int]]:
+        """(the entries whose string exists, the ids whose string expired)."""
+        raws = self.redis.mget([keys.entry(user_id, i) for i in entry_ids])
+        found = [Entry.parse(user_id, i, text(raw)) for i, raw in zip(entry_ids, raws) if raw is not None]
+        return found, [i for i, raw in zip(entry_ids, raws) if raw is None]
+
+    def forget_pending(self, user_id: int, entry_ids: list[int]) -> None:
+        self.redis.zrem(keys.consistency(user_id), *entry_ids)
+
+    def mark_answer_done(self, user_id: int, idem_key: str) -> None:
+        """The charge answered for this Idempotency-Key is durable: a retry replays it without publishing again."""
+        self.redis.hset(keys.idempotency(user_id, idem_key), "state", "done")
+
+    def cache_states(self, user_ids: list[int]) -> list[CacheState]:
+        pipe = self.lua.pipeline()
+        for user_id in user_ids:
+            pipe.hmget(keys.balance(user_id), "balance", "v", "dirty")
+            pipe.zrange(keys.consistency(user_id), 0, -1, withscores=True)
+        replies = pipe.execute()
+        return [CacheState(None if balance is None else int(balance), None if version is None else int(version),
+                           dirty is not None, [(int(text(m)), score) for m, score in pending])
+                for (balance, version, dirty), pending in zip(replies[0::2], replies[1::2])]
+
+    # scripts -----------------------------------------------------------------------------------------
     def apply(self, c: Charge) -> ApplyReply:
+        """ledger_apply.lua: charge an ASYNC account in Redis."""
         return ApplyReply.parse(self.lua.run(
             "ledger_apply",
             [keys.balance(c.user_id), keys.entry(c.user_id, c.entry_id), keys.consistency(c.user_id),
              keys.idempotency(c.user_id, c.idem_key or ""), keys.account_stream(c.user_id)],
-            [c.kind, c.amount, c.ts, c.entry_id, self.entry_ttl_s, c.fingerprint, self.idempotency_ttl_s, self.max_balance,
+            [c.kind, c.amount, c.ts, c.entry_id, self.entry_ttl_s, c.fingerprint, self.idempotency_ttl_s, MAX_BALANCE,
              c.ts - self.idempotency_stale_ms, c.idem_key or "", self.stream_flag, c.user_id]))
 
-    def rollback(self, user_id: int, entry_id: int, idem_key: str | None) -> bool:
-        """Undo a charge whose event was not acknowledged; True when the writer claimed it first (it stands)."""
-        reply = reply_fields(self.lua.run(
+    def rollback(self, user_id: int, entry_id: int, idem_key: str | None) -> RollbackReply:
+        """ledger_rollback.lua: undo a charge whose event was not acknowledged, unless the writer claimed it first."""
+        return RollbackReply.parse(self.lua.run(
             "ledger_rollback", [keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id),
                                 keys.fate(user_id, entry_id), keys.idempotency(user_id, idem_key or "")],
             [entry_id, self.entry_ttl_s]))
-        return reply[0] == "claimed"
+
+    def cache_account(self, account: AccountRow, balance: int, epoch: str) -> bool:
+        """ledger_load.lua: cache the account with this balance unless it is cached already; False when it was.
+        `epoch` names this load: every entry charged from it carries it."""
+        return self.lua.run("ledger_load", [keys.balance(account.user_id)],
+                            [balance, account.version, account.threshold, account.open_flag, account.deduct_type, epoch]) == 1
+
+    def update_cache(self, user_id: int, fields: dict[str, int | str], *, if_older_than: int | None = None) -> bool:
+        """ledger_cache_update.lua: set fields of the cached account if it is cached (and, with if_older_than,
+        only if its version is older than that); False when nothing was set."""
+        args = ["" if if_older_than is None else if_older_than, *(x for item in fields.items() for x in item)]
+        return self.lua.run("ledger_cache_update", [keys.balance(user_id)], args) == 1
+
+    def switch_to_sync(self, user_id: int) -> ToSyncReply:
+        """ledger_to_sync.lua: mark the cached account SYNC unless entries still wait for the DB."""
+        return ToSyncReply.parse(self.lua.run("ledger_to_sync", [keys.balance(user_id), keys.consistency(user_id)], []))
+
+    def reconcile_cache(self, user_id: int, *, seen_version: int, balance: int, db_version: int) -> ReconcileReply:
+        """ledger_reconcile.lua: set the cached balance if the cached version is still `seen_version`."""
+        return ReconcileReply.parse(self.lua.run("ledger_reconcile", [keys.balance(user_id)],
+                                                 [seen_version, balance, db_version]))
+
+    def settle(self, persisted: dict[int, list[LedgerEvent]]) -> dict[int, SettleReply]:
+        """ledger_settle.lua per account, pipelined: drop the persisted entries from Redis, flag accounts whose
+        entries were charged from an earlier cache load."""
+        if not persisted:
+            return {}
+        pipe = self.lua.pipeline()
+        for user_id, events in persisted.items():
+            self.lua.run("ledger_settle",
+                         [keys.consistency(user_id), keys.balance(user_id), *(keys.entry(user_id, e.id) for e in events)],
+                         [",".join(sorted({e.epoch for e in events})), *(e.id for e in events)], client=pipe)
+        return {user_id: SettleReply(removed, flagged == 1) for user_id, (removed, flagged) in zip(persisted, pipe.execute())}
+
+
+class LedgerTx:
+    """One DB transaction of the ledger (LedgerStore.transaction())."""
+
+    def __init__(self, cursor):
+        self.cursor = cursor  # for the outbox's dead letters, written in the same transaction
+
+    def lock_account(self, user_id: int, fence: int) -> AccountRow | None:
+        """Lock the account row, then read it. `fence` is the distributed lock's token: a smaller one than the
+        row has seen means this caller's lease ran out and a newer owner wrote since, so it must not write."""
+        cur = self.cursor
+        cur.execute("SELECT fence FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
+        seen = cur.fetchone()
+        if seen is not None and seen[0] > fence:
+            raise errors.FencedOut("this request's hold on the account lock ran out and a newer one wrote first; "
+                                   "nothing was changed, retry")
+        if seen is not None and seen[0] < fence:
+            cur.execute("UPDATE t_account SET fence = %s WHERE user_id = %s", (fence, user_id))
+        cur.execute(_ACCOUNT, (user_id,))
+        row = cur.fetchone()
+        return None if row is None else AccountRow.of(row)
+
+    def lock_balance(self, user_id: int) -> tuple[int, int]:
+        """Lock the account row; (balance, version)."""
+        self.cursor.execute("SELECT balance, version FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
+        return self.cursor.fetchone()
+
+    def lock_accounts(self, user_ids: set[int]) -> dict[int, int]:
+        """Lock the accounts in id order (no deadlock between writers); user_id -> version of those that exist."""
+        if not user_ids:
+            return {}
+        ordered = sorted(user_ids)
+        self.cursor.execute(f"SELECT user_id, version FROM t_account WHERE user_id IN ({_marks(ordered)})"
+                            " ORDER BY user_id FOR UPDATE", ordered)
+        return dict(self.cursor.fetchall())
+
+    def stored_entries(self, ids_and_kinds: list[tuple[int, str]]) -> dict[int, tuple[int, int, int]]:
+        """Entry id -> (user_id, amount, version) for those of the (id, kind) pairs the DB holds
+        (t_order for deducts, t_pay for recharges)."""
+        found: dict[int, tuple[int, int, int]] = {}
+        for kind, (table, amount_col) in ENTRY_TABLES.items():
+            ids = [entry_id for entry_id, entry_kind in ids_and_kinds if entry_kind == kind]
+            if ids:
+                self.cursor.execute(f"SELECT id, user_id, {amount_col}, version FROM {table} WHERE id IN ({_marks(ids)})", ids)
+                found.update((row[0], tuple(row[1:])) for row in self.cursor.fetchall())
+        return found
+
+    def idempotent_answer(self, user_id: int, idem_key: str) -> IdempotentAnswer | None:
+        """The first answer given for this key, locked until the transaction ends."""
+        self.cursor.execute("SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s FOR UPDATE",
+                            (user_id, idem_key))
+        seen = self.cursor.fetchone()
+        return None if seen is None else IdempotentAnswer(seen[0], json.loads(seen[1]))
+
+    def remember_answer(self, user_id: int, idem_key: str, fingerprint: str, answer: dict) -> None:
+        self.cursor.execute("INSERT INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES (%s, %s, %s, %s)",
+                            (user_id, idem_key, fingerprint, json.dumps(answer)))
+
+    def set_balance(self, user_id: int, balance: int, version: int) -> None:
+        self.cursor.execute("UPDATE t_account SET balance = %s, version = %s WHERE user_id = %s", (balance, version, user_id))
+
+    def set_threshold(self, user_id: int, threshold: int) -> None:
+        self.cursor.execute("UPDATE t_account SET threshold = %s WHERE user_id = %s", (threshold, user_id))
+
+    def set_deduct_type(self, user_id: int, deduct_type: str) -> None:
+        self.cursor.execute("UPDATE t_user SET deduct_type = %s WHERE id = %s", (deduct_type, user_id))
+
+    def set_open(self, user_id: int, flag: str) -> None:
+        self.cursor.execute("UPDATE t_user SET api_open = %s, close_reason = %s WHERE id = %s", (*open_columns(flag), user_id))
+
+    def insert_sync_entry(self, kind: str, entry_id: int, user_id: int, amount: int, balance: int, version: int,
+                          idem_key: str | None) -> None:
+        self.cursor.execute(
+            _insert_entries(kind) + "(%s, %s, %s, %s, %s, 'SYNC', %s, %s)",
+            (entry_id, user_id, amount, balance, version, idem_key, datetime.now(timezone.utc).replace(tzinfo=None)))
+
+    def insert_events(self, events: list[LedgerEvent]) -> None:
+        """ASYNC entries, one multi-row INSERT per table."""
+        for kind in ENTRY_TABLES:
+            values = [self._entry_values(e) for e in events if e.kind == kind]
+            if values:
+                self.cursor.execute(_insert_entries(kind) + ",".join(values))
+
+    def _entry_values(self, e: LedgerEvent) -> str:
+        # every value but the key is a validated int: formatting them directly is ~15x cheaper than the driver's
+        # escaping, which matters at tens of thousands of rows per second; the key is escaped by the driver
+        idem_key = "NULL" if e.idem_key is None else self.cursor.connection.escape(e.idem_key)
+        return "(%d,%d,%d,%d,%d,'ASYNC',%s,FROM_UNIXTIME(%d/1000))" % (
+            e.id, e.user_id, e.amount, e.balance_after, e.version, idem_key, e.ts)
+
+    def move_accounts(self, moves: list[AccountMove]) -> None:
+        """Add each move's delta to its balance and raise its version (never lower it), in one statement; then
+        the open flags, one statement for all accounts (CASE on the id)."""
+        if not moves:
+            return
+        self.cursor.execute(
+            "INSERT INTO t_account (user_id, balance, version) VALUES "
+            + ",".join("(%d,%d,%d)" % (m.user_id, m.delta, m.version) for m in moves)
+            + " ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance), version = GREATEST(version, VALUES(version))")
+        flags = [(m.user_id, open_columns(m.open_flag)) for m in moves if m.open_flag is not None]
+        if flags:
+            cases = " ".join(["WHEN %s THEN %s"] * len(flags))
+            self.cursor.execute(
+                f"UPDATE t_user SET api_open = CASE id {cases} END, close_reason = CASE id {cases} END"
+                f" WHERE id IN ({_marks(flags)})",
+                [x for user_id, (api_open, _) in flags for x in (user_id, api_open)]
+                + [x for user_id, (_, reason) in flags for x in (user_id, reason)]
+                + [user_id for user_id, _ in flags])
+
+
+def _insert_entries(kind: str) -> str:
+    table, amount_col = ENTRY_TABLES[kind]
+    return f"INSERT INTO {table} (id, user_id, {amount_col}, balance, version, mode, idem_key, create_time) VALUES "
+
+
+def _marks(values: list) -> str:
+    return ",".join(["%s"] * len(values))

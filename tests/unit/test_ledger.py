@@ -1,0 +1,659 @@
+"""The ledger's decisions (charges, SYNC path, accounts, writer-side persister, reconcile), driven with an in-memory
+store that only keeps what it is told: the rules under test live in hotledger.ledger, never in the fakes."""
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from hotledger import errors, keys
+from hotledger.config import Settings
+from hotledger.dal.db import CommitOutcomeUnknown
+from hotledger.dal.publisher import PublishFailed
+from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
+from hotledger.ledger.entry import Entry
+from hotledger.ledger.persist import LedgerPersister
+from hotledger.ledger.reconcile import LedgerReconcile
+from hotledger.ledger.service import Ledger, after_change, fingerprint, refusal
+from hotledger.ledger.store import (
+    MAX_BALANCE,
+    AccountBalance,
+    AccountRow,
+    ApplyReply,
+    ApplyStatus,
+    CachedAccount,
+    CacheState,
+    IdempotentAnswer,
+    ReconcileReply,
+    ReconcileStatus,
+    RollbackReply,
+    RollbackStatus,
+    SettleReply,
+    StoredDeduct,
+    ToSyncReply,
+    ToSyncStatus,
+)
+from hotledger.outbox.durable import Durability
+from hotledger.outbox.writer import PersistReport
+
+USER = 7
+
+
+# fakes ---------------------------------------------------------------------------------------------------
+class FakeLock:
+    def __init__(self):
+        self.fence, self.held = 0, []
+
+    @contextlib.contextmanager
+    def hold(self, name: str):
+        self.fence += 1
+        self.held.append(name)
+        yield SimpleNamespace(fence=self.fence)
+
+
+class FakeLedgerStore:
+    """LedgerStore and its LedgerTx in one: DB rows in dicts (rolled back when the transaction body raises),
+    Redis as dicts, each script answering what the test queued."""
+
+    def __init__(self):
+        self.accounts: dict[int, AccountRow] = {}
+        self.rows: dict[int, tuple] = {}  # entry id -> (kind, user_id, amount, version, balance after, mode, idem_key)
+        self.answers: dict[tuple[int, str], IdempotentAnswer] = {}
+        self.cache: dict[int, CachedAccount] = {}
+        self.dirty: set[int] = set()
+        self.redis_entries: dict[tuple[int, int], Entry] = {}
+        self.pending: dict[int, dict[int, float]] = {}
+        self.replies: list = []  # what ledger_apply answers, call by call (an exception is raised)
+        self.charges, self.rollbacks, self.loads, self.updates, self.dropped, self.done = [], [], [], [], [], []
+        self.rollback_reply: RollbackReply | Exception = RollbackReply(RollbackStatus.ROLLED_BACK)
+        self.to_sync_reply = ToSyncReply(ToSyncStatus.OK)
+        self.reconciled, self.settled, self.forgotten = [], [], []
+        self.commit_error: Exception | None = None
+        self.cache_error: Exception | None = None
+        self.cursor = object()
+
+    def account_row(self, user_id=USER, **fields) -> AccountRow:
+        row = AccountRow(user_id, f"u{user_id}", fields.pop("deduct_type", "ASYNC"), fields.pop("balance", 1000),
+                         fields.pop("version", 1), fields.pop("threshold", 0), fields.pop("open_flag", "1"))
+        self.accounts[user_id] = row
+        return row
+
+    def charge_in_redis(self, entry: Entry, ts: float = 0.0) -> None:
+        self.redis_entries[(entry.user_id, entry.entry_id)] = entry
+        self.pending.setdefault(entry.user_id, {})[entry.entry_id] = ts
+
+    # LedgerStore: DB
+    @contextlib.contextmanager
+    def transaction(self):
+        saved = copy.deepcopy((self.accounts, self.rows, self.answers))
+        try:
+            yield self
+        except BaseException:
+            self.accounts, self.rows, self.answers = saved
+            raise
+        if self.commit_error:
+            raise self.commit_error
+
+    def account(self, user_id):
+        return self.accounts.get(user_id)
+
+    def user_exists(self, user_id):
+        return user_id in self.accounts
+
+    def stored_deduct(self, user_id, entry_id):
+        row = self.rows.get(entry_id)
+        return StoredDeduct(row[2], row[4]) if row and row[0] == "D" and row[1] == user_id else None
+
+    def accounts_after(self, user_id, limit):
+        ids = sorted(i for i in self.accounts if i > user_id)[:limit]
+        return [AccountBalance(i, self.accounts[i].deduct_type, self.accounts[i].balance, self.accounts[i].version) for i in ids]
+
+    # LedgerStore: Redis
+    def cached(self, user_id):
+        return self.cache.get(user_id)
+
+    def is_cached(self, user_id):
+        return user_id in self.cache
+
+    def cached_version(self, user_id):
+        return self.cache[user_id].version if user_id in self.cache else None
+
+    def drop_cache(self, user_id):
+        self.dropped.append(user_id)
+        self.cache.pop(user_id, None)
+
+    def pending_count(self, user_id):
+        return len(self.pending.get(user_id, {}))
+
+    def pending_entries(self, user_id):
+        return [self.redis_entries[(user_id, i)] for i in self.pending.get(user_id, {}) if (user_id, i) in self.redis_entries]
+
+    def entry(self, user_id, entry_id):
+        return self.redis_entries.get((user_id, entry_id))
+
+    def entries(self, user_id, entry_ids):
+        return ([self.redis_entries[(user_id, i)] for i in entry_ids if (user_id, i) in self.redis_entries],
+                [i for i in entry_ids if (user_id, i) not in self.redis_entries])
+
+    def forget_pending(self, user_id, entry_ids):
+        self.forgotten += entry_ids
+        for i in entry_ids:
+            self.pending[user_id].pop(i)
+
+    def mark_answer_done(self, user_id, idem_key):
+        self.done.append((user_id, idem_key))
+
+    def cache_states(self, user_ids):
+        return [CacheState(c.balance if c else None, c.version if c else None, u in self.dirty,
+                           list(self.pending.get(u, {}).items())) for u in user_ids for c in [self.cache.get(u)]]
+
+    # LedgerStore: scripts
+    def apply(self, charge):
+        self.charges.append(charge)
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def rollback(self, user_id, entry_id, idem_key):
+        self.rollbacks.append(entry_id)
+        if isinstance(self.rollback_reply, Exception):
+            raise self.rollback_reply
+        return self.rollback_reply
+
+    def cache_account(self, account, balance, epoch):
+        self.loads.append((account.user_id, balance, epoch))
+        self.cache[account.user_id] = CachedAccount(balance, account.version, account.threshold, account.open_flag)
+        return True
+
+    def update_cache(self, user_id, fields, *, if_older_than=None):
+        if self.cache_error:
+            raise self.cache_error
+        self.updates.append((user_id, dict(fields), if_older_than))
+        return True
+
+    def switch_to_sync(self, user_id):
+        return self.to_sync_reply
+
+    def reconcile_cache(self, user_id, *, seen_version, balance, db_version):
+        self.reconciled.append((user_id, seen_version, balance, db_version))
+        return ReconcileReply(ReconcileStatus.OK, seen_version + 1)
+
+    def settle(self, persisted):
+        self.settled.append({u: sorted(e.id for e in events) for u, events in persisted.items()})
+        return {u: SettleReply(len(events), any(e.epoch == "old" for e in events)) for u, events in persisted.items()}
+
+    # LedgerTx
+    def lock_account(self, user_id, fence):
+        return self.accounts.get(user_id)
+
+    def lock_balance(self, user_id):
+        return self.accounts[user_id].balance, self.accounts[user_id].version
+
+    def lock_accounts(self, user_ids):
+        return {u: self.accounts[u].version for u in user_ids if u in self.accounts}
+
+    def stored_entries(self, ids_and_kinds):
+        return {i: self.rows[i][1:4] for i, kind in ids_and_kinds if i in self.rows and self.rows[i][0] == kind}
+
+    def idempotent_answer(self, user_id, idem_key):
+        return self.answers.get((user_id, idem_key))
+
+    def remember_answer(self, user_id, idem_key, fingerprint_, answer):
+        self.answers[(user_id, idem_key)] = IdempotentAnswer(fingerprint_, answer)
+
+    def set_balance(self, user_id, balance, version):
+        self.accounts[user_id] = replace(self.accounts[user_id], balance=balance, version=version)
+
+    def set_threshold(self, user_id, threshold):
+        self.accounts[user_id] = replace(self.accounts[user_id], threshold=threshold)
+
+    def set_deduct_type(self, user_id, deduct_type):
+        self.accounts[user_id] = replace(self.accounts[user_id], deduct_type=deduct_type)
+
+    def set_open(self, user_id, flag):
+        self.accounts[user_id] = replace(self.accounts[user_id], open_flag=flag)
+
+    def insert_sync_entry(self, kind, entry_id, user_id, amount, balance, version, idem_key):
+        self.rows[entry_id] = (kind, user_id, amount, version, balance, "SYNC", idem_key)
+
+    def insert_events(self, events):
+        for e in events:
+            self.rows[e.id] = (e.kind, e.user_id, e.amount, e.version, e.balance_after, "ASYNC", e.idem_key)
+
+    def move_accounts(self, moves):
+        for m in moves:
+            row = self.accounts[m.user_id]
+            self.accounts[m.user_id] = replace(row, balance=row.balance + m.delta, version=max(row.version, m.version),
+                                               open_flag=row.open_flag if m.open_flag is None else m.open_flag)
+
+
+class FakeOutbox:
+    def __init__(self, rolled_back: set[str] = frozenset()):
+        self.rolled_back, self.dead = rolled_back, []
+
+    def claim(self, groups):
+        return [[key not in self.rolled_back for key in group] for group in groups]
+
+    def dead_letter(self, cur, records):
+        self.dead += records
+        return len(records)
+
+
+class Ids:
+    def __init__(self, start=100):
+        self.last = start
+
+    def __call__(self) -> int:
+        self.last += 1
+        return self.last
+
+
+@pytest.fixture
+def store():
+    return FakeLedgerStore()
+
+
+@pytest.fixture
+def published():
+    return []
+
+
+def make_ledger(store, published, transport="kafka", publish=None):
+    ids = Ids()
+    durability = Durability(Settings(event_transport=transport), publish or (lambda key, event: published.append(event)), ids)
+    return Ledger(store, durability, FakeLock(), ids)
+
+
+@pytest.fixture
+def ledger(store, published):
+    return make_ledger(store, published)
+
+
+def ok(balance, version=2, epoch="e1", open_flag="1"):
+    return ApplyReply(ApplyStatus.OK, 0, balance, version, epoch, open_flag)
+
+
+def entry(entry_id, amount=100, kind="D", version=2, user_id=USER, epoch="e1", open_flag="1", balance_after=900):
+    return Entry(entry_id, user_id, amount, 1_000, balance_after, version, kind, epoch, open_flag)
+
+
+def event(entry_id, amount=100, kind="D", version=2, user_id=USER, epoch="e1", open_flag="1"):
+    return entry(entry_id, amount, kind, version, user_id, epoch, open_flag).to_event()
+
+
+# rules ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind,balance,before,after", [
+    ("D", 0, "1", "BALANCE"), ("D", -5, "1", "BALANCE"), ("D", 1, "1", "1"),
+    ("R", 1, "BALANCE", "1"), ("R", 0, "BALANCE", "BALANCE"), ("R", 500, "ADMIN", "ADMIN"), ("D", 0, "ADMIN", "ADMIN"),
+])
+def test_the_api_closes_at_zero_or_below_and_a_recharge_reopens_only_a_balance_close(kind, balance, before, after):
+    assert after_change(kind, balance, before) == after
+
+
+def test_the_fingerprint_binds_kind_account_and_amount():
+    base = fingerprint("D", USER, 100)
+    assert base == fingerprint("D", USER, 100)
+    assert len({base, fingerprint("R", USER, 100), fingerprint("D", USER + 1, 100), fingerprint("D", USER, 101)}) == 4
+
+
+REFUSALS = [(ApplyStatus.CLOSED, errors.ApiClosed), (ApplyStatus.INSUFFICIENT, errors.InsufficientBalance),
+            (ApplyStatus.LIMIT, errors.BalanceLimit), (ApplyStatus.CONFLICT, errors.IdempotencyKeyReused),
+            (ApplyStatus.IN_PROGRESS, errors.IdempotencyInProgress)]
+
+
+def test_only_refusals_map_to_errors():
+    assert {status: type(refusal(ApplyReply(status))) for status, _ in REFUSALS} == dict(REFUSALS)
+    assert "12.34" in refusal(ApplyReply(ApplyStatus.INSUFFICIENT, balance=1234)).message
+    for status in (ApplyStatus.OK, ApplyStatus.REPLAY, ApplyStatus.SYNC, ApplyStatus.MISSING):
+        assert refusal(ApplyReply(status)) is None
+
+
+# ASYNC charges ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("status,error", REFUSALS)
+def test_a_refused_charge_raises_its_error_and_publishes_nothing(ledger, store, published, status, error):
+    store.replies = [ApplyReply(status, balance=50, version=3)]
+    with pytest.raises(error):
+        ledger.deduct(USER, 100, "key-1")
+    assert published == [] and store.rollbacks == [] and store.done == []
+
+
+def test_a_deduct_is_answered_after_its_event_is_published(ledger, store, published):
+    store.replies = [ok(900, version=4, epoch="e9")]
+    result = ledger.deduct(USER, 100, "key-1")
+    charge = store.charges[0]
+    assert (charge.kind, charge.amount, charge.idem_key, charge.fingerprint) == ("D", 100, "key-1", fingerprint("D", USER, 100))
+    assert (result.entry_id, result.balance, result.version, result.mode) == (charge.entry_id, 900, 4, "ASYNC")
+    assert published == [{"type": "ledger", "id": charge.entry_id, "kind": "D", "user_id": USER, "amount": 100,
+                          "balance_after": 900, "version": 4, "epoch": "e9", "ts": charge.ts, "open": "1", "idem_key": "key-1"}]
+    assert store.done == [(USER, "key-1")]  # a retry now replays without publishing again
+
+
+def test_without_a_key_there_is_no_fingerprint_and_no_record_to_mark(ledger, store, published):
+    store.replies = [ok(1100)]
+    ledger.recharge(USER, 100)
+    assert store.charges[0].fingerprint == "" and store.charges[0].kind == "R"
+    assert len(published) == 1 and store.done == []
+
+
+def test_with_redis_streams_the_script_made_it_durable_nothing_to_publish(store, published):
+    ledger = make_ledger(store, published, transport="redis-stream")
+    store.replies = [ok(900)]
+    assert ledger.deduct(USER, 100, "key-1").balance == 900
+    assert published == [] and store.done == []
+
+
+def test_a_replay_of_a_durable_charge_answers_the_first_outcome(ledger, store, published):
+    store.replies = [ApplyReply(ApplyStatus.REPLAY, entry_id=55, balance=700, version=3, done=True)]
+    result = ledger.deduct(USER, 100, "key-1")
+    assert (result.entry_id, result.balance, result.version) == (55, 700, 3)
+    assert published == [] and store.done == []
+
+
+def test_a_replay_of_a_request_that_died_publishes_its_entry_again(ledger, store, published):
+    store.charge_in_redis(entry(55))
+    store.replies = [ApplyReply(ApplyStatus.REPLAY, entry_id=55, balance=900, version=2, done=False)]
+    assert ledger.deduct(USER, 100, "key-1").entry_id == 55
+    assert [e["id"] for e in published] == [55] and store.done == [(USER, "key-1")]
+
+
+def test_a_replay_whose_entry_is_persisted_already_publishes_nothing(ledger, store, published):
+    store.replies = [ApplyReply(ApplyStatus.REPLAY, entry_id=55, balance=900, version=2, done=False)]
+    assert ledger.deduct(USER, 100, "key-1").entry_id == 55
+    assert published == [] and store.done == []
+
+
+def test_a_replay_whose_republish_fails_leaves_the_entry_to_the_reconciler(store, published):
+    def broker_down(key, event):
+        raise PublishFailed("no ack")
+
+    ledger = make_ledger(store, published, publish=broker_down)
+    store.charge_in_redis(entry(55))
+    store.replies = [ApplyReply(ApplyStatus.REPLAY, entry_id=55, balance=900, version=2, done=False)]
+    assert ledger.deduct(USER, 100, "key-1").entry_id == 55
+    assert store.done == [] and store.rollbacks == []
+
+
+def test_a_missing_cache_is_loaded_with_what_the_db_lacks_then_charged(ledger, store, published):
+    store.account_row(balance=1000, version=5)
+    store.charge_in_redis(entry(40, amount=300))  # charged in Redis, not in the DB: counts
+    store.charge_in_redis(entry(41, amount=50, kind="R"))
+    store.charge_in_redis(entry(42, amount=200))  # in the DB already, not settled yet: counted in its balance
+    store.rows[42] = ("D", USER, 200, 2, 800, "ASYNC", None)
+    store.replies = [ApplyReply(ApplyStatus.MISSING), ok(650)]
+    assert ledger.deduct(USER, 100).balance == 650
+    assert [(u, balance) for u, balance, _ in store.loads] == [(USER, 1000 - 300 + 50)]
+    assert len(store.charges) == 2 and store.charges[0].entry_id != store.charges[1].entry_id  # fresh id per attempt
+    assert len(published) == 1
+
+
+def test_an_account_the_db_does_not_hold_is_not_found(ledger, store):
+    store.replies = [ApplyReply(ApplyStatus.MISSING)]
+    with pytest.raises(errors.AccountNotFound):
+        ledger.deduct(USER, 100)
+
+
+def test_a_lost_script_answer_is_outcome_unknown_naming_the_entry(ledger, store, published):
+    store.replies = [RedisOutcomeUnknown("timeout")]
+    with pytest.raises(errors.ChargeOutcomeUnknown) as raised:
+        ledger.deduct(USER, 100)
+    entry_id = str(store.charges[0].entry_id)
+    assert raised.value.details == {"entry_id": entry_id} and f"/accounts/{USER}/orders/{entry_id}" in raised.value.message
+    assert published == []
+
+
+def test_an_unreachable_redis_means_nothing_was_charged(ledger, store):
+    store.replies = [RedisUnavailable("connection refused")]
+    with pytest.raises(RedisUnavailable) as raised:
+        ledger.deduct(USER, 100)
+    assert not isinstance(raised.value, (RedisOutcomeUnknown, errors.DomainError))  # the API answers 503, not OUTCOME_UNKNOWN
+
+
+def broker_down(key, event):
+    raise PublishFailed("no acknowledgement in time")
+
+
+def test_a_publish_failure_is_undone_and_answered_publish_failed(store, published):
+    ledger = make_ledger(store, published, publish=broker_down)
+    store.replies = [ok(900)]
+    with pytest.raises(errors.PublishFailed):
+        ledger.deduct(USER, 100, "key-1")
+    assert store.rollbacks == [store.charges[0].entry_id] and store.done == []
+
+
+def test_a_publish_failure_whose_undo_finds_the_writer_claimed_it_stands(store, published):
+    ledger = make_ledger(store, published, publish=broker_down)
+    store.replies, store.rollback_reply = [ok(900)], RollbackReply(RollbackStatus.CLAIMED)
+    result = ledger.deduct(USER, 100)
+    assert (result.entry_id, result.balance) == (store.charges[0].entry_id, 900)
+
+
+def test_a_publish_failure_whose_undo_cannot_reach_redis_is_outcome_unknown(store, published):
+    ledger = make_ledger(store, published, publish=broker_down)
+    store.replies, store.rollback_reply = [ok(900)], RedisUnavailable("gone")
+    with pytest.raises(errors.ChargeOutcomeUnknown) as raised:
+        ledger.recharge(USER, 100)
+    assert raised.value.details["entry_id"] == str(store.charges[0].entry_id)
+
+
+@pytest.mark.parametrize("amount", [0, -1, 10**17])
+def test_an_amount_out_of_range_never_reaches_redis(ledger, store, amount):
+    with pytest.raises(errors.DomainError):
+        ledger.deduct(USER, amount)
+    assert store.charges == []
+
+
+# SYNC charges ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def sync(store):
+    store.account_row(deduct_type="SYNC", balance=1000, version=3, threshold=100)
+    store.replies = [ApplyReply(ApplyStatus.SYNC)] * 3
+    return store
+
+
+def test_a_sync_deduct_moves_the_db_then_the_cache_if_older(ledger, sync):
+    result = ledger.deduct(USER, 400, "key-1")
+    assert (result.balance, result.version, result.mode) == (600, 4, "SYNC")
+    assert (sync.accounts[USER].balance, sync.accounts[USER].version) == (600, 4)
+    assert sync.rows[result.entry_id] == ("D", USER, 400, 4, 600, "SYNC", "key-1")
+    assert sync.updates == [(USER, {"balance": 600, "v": 4, "open": "1"}, 4)]
+
+
+def test_a_sync_deduct_to_zero_closes_the_api_and_a_recharge_reopens_it(ledger, store):
+    store.account_row(deduct_type="SYNC", balance=300, threshold=-1000)
+    store.replies = [ApplyReply(ApplyStatus.SYNC)] * 3
+    ledger.deduct(USER, 300)
+    assert (store.accounts[USER].balance, store.accounts[USER].open_flag) == (0, "BALANCE")
+    with pytest.raises(errors.ApiClosed):
+        ledger.deduct(USER, 1)
+    ledger.recharge(USER, 1)
+    assert (store.accounts[USER].balance, store.accounts[USER].open_flag) == (1, "1")
+
+
+def test_a_sync_recharge_does_not_reopen_an_operators_close(ledger, sync):
+    sync.set_open(USER, "ADMIN")
+    assert ledger.recharge(USER, 500).balance == 1500
+    assert sync.accounts[USER].open_flag == "ADMIN"
+    with pytest.raises(errors.ApiClosed):
+        ledger.deduct(USER, 1)
+
+
+@pytest.mark.parametrize("kind,balance,amount,error", [("deduct", 1000, 901, errors.InsufficientBalance),
+                                                       ("recharge", MAX_BALANCE - 50, 51, errors.BalanceLimit)])
+def test_a_refused_sync_charge_changes_nothing(ledger, sync, kind, balance, amount, error):
+    sync.set_balance(USER, balance, 3)
+    before = dict(sync.accounts)
+    with pytest.raises(error):
+        getattr(ledger, kind)(USER, amount, "key-1")
+    assert sync.accounts == before and sync.rows == {} and sync.answers == {} and sync.updates == []
+
+
+def test_a_sync_deduct_down_to_the_threshold_is_allowed(ledger, sync):
+    assert ledger.deduct(USER, 900).balance == 100
+
+
+def test_a_sync_retry_answers_the_first_outcome_and_another_body_is_a_conflict(ledger, sync):
+    first = ledger.deduct(USER, 400, "key-1")
+    assert ledger.deduct(USER, 400, "key-1") == first
+    assert sync.accounts[USER].balance == 600 and len(sync.rows) == 1
+    with pytest.raises(errors.IdempotencyKeyReused):
+        ledger.deduct(USER, 401, "key-1")
+
+
+def test_a_sync_cache_of_an_async_account_is_dropped_and_the_charge_made_in_redis(ledger, store, published):
+    store.account_row(deduct_type="ASYNC")
+    store.cache[USER] = CachedAccount(1000, 1, 0, "1")
+    store.replies = [ApplyReply(ApplyStatus.SYNC), ok(900)]
+    result = ledger.deduct(USER, 100)
+    assert result.mode == "ASYNC" and store.dropped == [USER] and store.rows == {} and len(published) == 1
+
+
+def test_a_sync_commit_whose_answer_is_lost_is_outcome_unknown(ledger, sync):
+    sync.commit_error = CommitOutcomeUnknown("lost connection")
+    with pytest.raises(errors.ChargeOutcomeUnknown) as raised:
+        ledger.deduct(USER, 400)
+    assert int(raised.value.details["entry_id"]) in sync.rows  # the lookup finds it
+
+
+def test_a_sync_charge_stands_when_the_cache_update_after_the_commit_fails(ledger, sync):
+    sync.cache_error = RedisUnavailable("gone")  # the reconciler evicts the older cache
+    assert ledger.deduct(USER, 400).balance == 600
+
+
+# accounts and the order lookup ------------------------------------------------------------------------------
+def test_an_order_is_pending_in_redis_then_persisted_and_a_recharge_is_no_order(ledger, store):
+    store.charge_in_redis(entry(60, amount=250, balance_after=750))
+    assert (ledger.get_deduct(USER, 60).status, ledger.get_deduct(USER, 60).balance_after) == ("PENDING", 750)
+    store.redis_entries.clear()
+    store.rows[60] = ("D", USER, 250, 2, 750, "ASYNC", None)
+    assert (ledger.get_deduct(USER, 60).status, ledger.get_deduct(USER, 60).amount) == ("PERSISTED", 250)
+    store.charge_in_redis(entry(61, kind="R"))
+    with pytest.raises(errors.OrderNotFound):
+        ledger.get_deduct(USER, 61)
+
+
+def test_an_async_account_reads_its_cache_loading_it_when_missing(ledger, store):
+    store.account_row(balance=1000, version=2)
+    store.charge_in_redis(entry(40, amount=300))
+    account = ledger.get_account(USER)
+    assert (account.balance, account.pending_orders, account.api_open) == (700, 1, True)
+    store.cache[USER] = CachedAccount(650, 3, 0, "BALANCE")
+    account = ledger.get_account(USER)
+    assert (account.balance, account.version, account.api_open) == (650, 3, False) and len(store.loads) == 1
+
+
+def test_a_switch_to_sync_waits_for_pending_entries(ledger, store):
+    store.account_row()
+    store.to_sync_reply = ToSyncReply(ToSyncStatus.PENDING, 2)
+    with pytest.raises(errors.PendingOrders, match="2 orders"):
+        ledger.patch_account(USER, "SYNC", 500, None)
+    assert (store.accounts[USER].deduct_type, store.accounts[USER].threshold) == ("ASYNC", 0)
+
+
+def test_an_operators_close_goes_to_the_db_and_the_cache(ledger, store):
+    store.account_row(deduct_type="SYNC")
+    ledger.patch_account(USER, None, 300, False)
+    assert (store.accounts[USER].open_flag, store.accounts[USER].threshold) == ("ADMIN", 300)
+    assert store.updates == [(USER, {"threshold": 300, "open": "ADMIN"}, None)]
+    ledger.patch_account(USER, "ASYNC", None, None)  # the DB is authoritative now: the cache is reloaded from it
+    assert store.dropped == [USER]
+
+
+# the writer's ledger persister --------------------------------------------------------------------------------
+def test_the_persister_sums_deltas_per_account_and_keeps_the_highest_version(store):
+    store.account_row(USER, balance=1000, version=1)
+    store.account_row(8, balance=0, version=1, open_flag="BALANCE")
+    batch = [event(3, 100, version=4, open_flag="1"), event(1, 200, version=2), event(2, 50, kind="R", version=3),
+             event(9, 70, kind="R", user_id=8, version=2)]
+    report = LedgerPersister(store, FakeOutbox()).persist(batch)
+    assert (report.applied, report.duplicates, report.dead_lettered) == (4, 0, 0)
+    assert (store.accounts[USER].balance, store.accounts[USER].version) == (750, 4)
+    assert (store.accounts[8].balance, store.accounts[8].version, store.accounts[8].open_flag) == (70, 2, "1")
+    assert store.settled == [{USER: [1, 2, 3], 8: [9]}]
+
+
+def test_the_persister_takes_the_open_flag_only_from_a_change_newer_than_the_db(store):
+    store.account_row(balance=1000, version=5, open_flag="ADMIN")
+    LedgerPersister(store, FakeOutbox()).persist([event(1, 100, version=4, open_flag="1")])
+    assert (store.accounts[USER].balance, store.accounts[USER].version, store.accounts[USER].open_flag) == (900, 5, "ADMIN")
+
+
+def test_the_persister_skips_repeats_and_rolled_back_entries_and_dead_letters_orphans_and_clashes(store):
+    store.account_row(balance=1000, version=1)
+    store.rows[1] = ("D", USER, 100, 2, 900, "ASYNC", None)  # persisted by an earlier batch
+    store.rows[2] = ("D", USER, 999, 2, 1, "ASYNC", None)  # the same id with other content
+    outbox = FakeOutbox(rolled_back={keys.fate(USER, 4)})
+    batch = [event(1), event(1), event(2), event(3, version=3), event(4, version=4), event(5, user_id=404)]
+    report = LedgerPersister(store, outbox).persist(batch)
+    assert (report.applied, report.duplicates, report.rolled_back, report.dead_lettered) == (1, 2, 1, 2)
+    assert store.accounts[USER].balance == 900 and 4 not in store.rows and store.rows[2][2] == 999
+    assert sorted((r.offset, r.error) for r in outbox.dead) == [
+        (2, "entry id already used by another entry"), (5, "account does not exist")]
+    assert store.settled == [{USER: [1, 2, 3]}]  # the orphan has no account to settle
+
+
+def test_the_persister_reports_accounts_charged_from_an_earlier_cache_load(store):
+    store.account_row(USER)
+    store.account_row(8)
+    report = LedgerPersister(store, FakeOutbox()).persist([event(1, epoch="old"), event(2, user_id=8)])
+    assert report.flagged_accounts == [USER]
+
+
+# the accounts part of the reconciler --------------------------------------------------------------------------
+class FakePersister:
+    def __init__(self):
+        self.events = []
+
+    def persist(self, events):
+        self.events += events
+        return PersistReport(applied=len(events))
+
+
+NOW = 1_000_000
+
+
+def test_stale_pending_entries_are_persisted_and_expired_ids_forgotten(store):
+    store.account_row(balance=1000)
+    store.charge_in_redis(entry(1), ts=NOW - 400_000)  # stale
+    store.charge_in_redis(entry(2), ts=NOW - 1_000)  # young: the writer still has time
+    store.pending[USER][3] = NOW - 500_000  # its entry string expired
+    persister = FakePersister()
+    report = LedgerReconcile(store, persister).run(NOW, age_s=300)
+    assert [e.id for e in persister.events] == [1] and store.forgotten == [3]
+    assert (report.pending, report.compensated, report.lost_entries, report.oldest_pending_age_s) == (3, 1, 1, 500.0)
+
+
+def test_an_async_cache_behind_the_db_is_corrected_to_db_plus_what_the_db_lacks(store):
+    store.account_row(balance=1000, version=9)
+    store.cache[USER] = CachedAccount(1000, 5, 0, "1")  # version behind the DB's
+    store.charge_in_redis(entry(1, amount=200), ts=NOW)
+    report = LedgerReconcile(store, FakePersister()).run(NOW, age_s=300)
+    assert report.corrected == 1 and store.reconciled == [(USER, 5, 800, 9)]
+
+
+def test_an_async_cache_that_agrees_with_the_db_is_left_alone_unless_flagged(store):
+    store.account_row(balance=1000, version=2)
+    store.cache[USER] = CachedAccount(800, 3, 0, "1")
+    store.charge_in_redis(entry(1, amount=200), ts=NOW)
+    reconcile = LedgerReconcile(store, FakePersister())
+    assert reconcile.run(NOW, age_s=300).corrected == 0 and store.reconciled == []
+    store.dirty.add(USER)  # the writer saw entries charged from an earlier load
+    assert reconcile.run(NOW, age_s=300).corrected == 1
+
+
+def test_a_sync_cache_older_than_the_db_is_evicted_and_a_current_one_kept(store):
+    store.account_row(USER, deduct_type="SYNC", version=4)
+    store.account_row(8, deduct_type="SYNC", version=4)
+    store.cache[USER] = CachedAccount(1000, 3, 0, "1")
+    store.cache[8] = CachedAccount(1, 4, 0, "1")
+    report = LedgerReconcile(store, FakePersister()).run(NOW, age_s=300)
+    assert (report.evicted, report.corrected, store.dropped, report.accounts) == (1, 0, [USER], 2)
+
+
+def test_the_reconciler_pages_through_every_account(store):
+    for user_id in range(1, 8):
+        store.account_row(user_id)
+    assert LedgerReconcile(store, FakePersister(), page=3).run(NOW, age_s=300).accounts == 7
