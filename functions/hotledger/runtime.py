@@ -8,7 +8,7 @@ from hotledger.dal import publisher
 from hotledger.dal.delay_queue import DelayQueue, Drainer
 from hotledger.dal.ids import IdGenerator
 from hotledger.dal.lock import DistributedLock
-from hotledger.dal.redis_store import scripts
+from hotledger.dal.redis_store import lua, stream_flag
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.service import Ledger
@@ -17,7 +17,7 @@ from hotledger.notices.inbox import Inbox
 from hotledger.notices.journeys import Journeys, parse_thresholds
 from hotledger.notices.payment_orders import CLOSE_QUEUE, REMINDER_QUEUE, PaymentOrders
 from hotledger.notices.store import InboxStore, JourneyStore, PaymentOrderStore
-from hotledger.outbox.durable import Durability, stream_flag
+from hotledger.outbox.durable import Durability
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
 from hotledger.outbox.store import EventStreams, OutboxStore
 from hotledger.outbox.stream_consumer import StreamConsumer
@@ -35,18 +35,18 @@ from hotledger.vouchers.store import VoucherDb, VoucherRedis
 
 @functools.lru_cache(maxsize=1)
 def id_generator() -> IdGenerator:
-    return IdGenerator(scripts())
+    return IdGenerator(lua())
 
 
 @functools.lru_cache(maxsize=1)
 def lock() -> DistributedLock:
     cfg = settings()
-    return DistributedLock(scripts(), cfg.lock_ttl_ms, cfg.lock_wait_ms)
+    return DistributedLock(lua(), cfg.lock_ttl_ms, cfg.lock_wait_ms)
 
 
 @functools.lru_cache(maxsize=1)
 def ledger_store() -> LedgerStore:
-    return LedgerStore(scripts(), settings())
+    return LedgerStore(lua(), settings())
 
 
 @functools.lru_cache(maxsize=1)
@@ -58,7 +58,7 @@ def ledger() -> Ledger:
 @functools.lru_cache(maxsize=1)
 def voucher_redis() -> VoucherRedis:
     cfg = settings()
-    return VoucherRedis(scripts(), stream_flag(cfg), cfg.entry_ttl_s)
+    return VoucherRedis(lua(), stream_flag(cfg), cfg.entry_ttl_s)
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,7 +71,7 @@ def vouchers() -> Vouchers:
 def packet_cache() -> PacketCache:
     """Stateless: the service and the writer's persister each hold one."""
     cfg = settings()
-    return PacketCache(scripts(), stream_flag(cfg), cfg.entry_ttl_s, cfg.finished_keys_ttl_s)
+    return PacketCache(lua(), stream_flag(cfg), cfg.entry_ttl_s, cfg.finished_keys_ttl_s)
 
 
 @functools.lru_cache(maxsize=1)
@@ -83,7 +83,7 @@ def redpackets() -> RedPackets:
 
 @functools.lru_cache(maxsize=1)
 def outbox() -> OutboxStore:
-    return OutboxStore(scripts(), settings().entry_ttl_s)
+    return OutboxStore(lua(), settings().entry_ttl_s)
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,13 +104,13 @@ def reconciler() -> Reconciler:
 
 @functools.lru_cache(maxsize=1)
 def delay_queue() -> DelayQueue:
-    return DelayQueue(scripts(), settings().delay_visibility_ms)
+    return DelayQueue(lua(), settings().delay_visibility_ms)
 
 
 @functools.lru_cache(maxsize=1)
 def inbox() -> Inbox:
     cfg = settings()
-    return Inbox(InboxStore(scripts()), id_generator(), cfg.inbox_ttl_s, cfg.inbox_max_messages, ledger().account_exists)
+    return Inbox(InboxStore(lua()), id_generator(), cfg.inbox_ttl_s, cfg.inbox_max_messages, ledger().account_exists)
 
 
 @functools.lru_cache(maxsize=1)
@@ -121,7 +121,7 @@ def payment_orders() -> PaymentOrders:
 
 @functools.lru_cache(maxsize=1)
 def journeys() -> Journeys:
-    return Journeys(JourneyStore(scripts()), inbox(), parse_thresholds(settings().journeys))
+    return Journeys(JourneyStore(lua()), inbox(), parse_thresholds(settings().journeys))
 
 
 def delay_handlers() -> dict:
@@ -135,7 +135,7 @@ def delay_drainer() -> Drainer:
 
 
 def stream_consumer(name: str) -> StreamConsumer:
-    return StreamConsumer(EventStreams(scripts().client, settings().stream_group), writer(), settings(), name)
+    return StreamConsumer(EventStreams(lua().client, settings().stream_group), writer(), settings(), name)
 
 
 def reset() -> None:
@@ -143,5 +143,5 @@ def reset() -> None:
     from hotledger.config import settings as cached_settings
 
     for cached in (outbox, id_generator, lock, ledger_store, ledger, voucher_redis, vouchers, redpackets, writer, reconciler,
-                   delay_queue, inbox, payment_orders, journeys, scripts, cached_settings):
+                   delay_queue, inbox, payment_orders, journeys, lua, cached_settings):
         cached.cache_clear()

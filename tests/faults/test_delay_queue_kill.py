@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 from hotledger.dal.delay_queue import due_key
-from hotledger.runtime import delay_queue, scripts
+from hotledger.runtime import delay_queue, lua
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,7 @@ _DRAINER = """
 import os, sys, time
 import pymysql
 from hotledger.dal.delay_queue import DelayQueue, Drainer
-from hotledger.runtime import scripts
+from hotledger.runtime import lua
 queue, table = sys.argv[1], sys.argv[2]
 conn = pymysql.connect(host=os.environ["DB_HOST"], port=int(os.environ["DB_PORT"]), user=os.environ["DB_USER"],
                        password=os.environ["DB_PASSWORD"], database=os.environ["DB_NAME"], autocommit=True)
@@ -32,7 +32,7 @@ def handle(elements):
         cur.execute(f"INSERT INTO {table} (element, handled_at) VALUES " + ",".join(["(%s,%s)"] * len(elements))
                     + " ON DUPLICATE KEY UPDATE deliveries = deliveries + 1", [x for e in elements for x in (e, now)])
 
-Drainer(DelayQueue(scripts(), visibility_ms=1500), {queue: handle}, batch=500).run(lambda: True)
+Drainer(DelayQueue(lua(), visibility_ms=1500), {queue: handle}, batch=500).run(lambda: True)
 """
 
 
@@ -47,18 +47,18 @@ def test_hundred_thousand_elements_drainer_killed_mid_drain(sql, redis_client):
     rng = random.Random(42)
     base = int(time.time() * 1000) + 8000  # room for the setup below
     due = {f"e{i}": base + i * 6000 // 100_000 for i in range(100_000)}  # due over 6 s
-    lua = scripts()
+    runner = lua()
     pipe = redis_client.pipeline(transaction=False)
     for element, at in due.items():
-        lua.delay_offer(keys=[due_key(queue), f"dq:earliest:{{{queue}}}"], args=[element, at], client=pipe)
+        runner.run("delay_offer", [due_key(queue), f"dq:earliest:{{{queue}}}"], [element, at], client=pipe)
     pipe.execute()
     removed = set(rng.sample(sorted(due), 10_000))
     for element in removed:
-        lua.delay_remove(keys=[due_key(queue), f"dq:taken:{{{queue}}}"], args=[element], client=pipe)
+        runner.run("delay_remove", [due_key(queue), f"dq:taken:{{{queue}}}"], [element], client=pipe)
     assert pipe.execute() == [1] * 10_000
     for element in rng.sample(sorted(set(due) - removed), 10_000):  # re-offered: one entry, due time moved
         due[element] = base + rng.randrange(0, 8000)
-        lua.delay_offer(keys=[due_key(queue), f"dq:earliest:{{{queue}}}"], args=[element, due[element]], client=pipe)
+        runner.run("delay_offer", [due_key(queue), f"dq:earliest:{{{queue}}}"], [element, due[element]], client=pipe)
     assert [added for added, _ in pipe.execute()] == [0] * 10_000
     expected = {e: at for e, at in due.items() if e not in removed}
     assert delay_queue().size(queue) == (90_000, 0)

@@ -200,7 +200,7 @@ def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, 
     resumes, the order lookup, Redis and the DB agree after the reconciler, whichever way it went."""
     from reconciler.app import handler as reconcile
 
-    from hotledger.dal.publisher import PublishFailed
+    from hotledger.dal.publisher import NotAcknowledged
     from hotledger.runtime import ledger, reconciler
 
     user_id = api.account(balance="10.00")
@@ -220,7 +220,7 @@ def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, 
     else:
         def ack_times_out_and_redis_stalls(key: str, event: dict) -> None:
             redis_stalls()
-            raise PublishFailed("no acknowledgement in time")
+            raise NotAcknowledged("no acknowledgement in time")
 
         monkeypatch.setattr(ledger().durability, "publish", ack_times_out_and_redis_stalls)
     try:

@@ -17,7 +17,7 @@ import redis
 
 from hotledger.dal.lock import DistributedLock, LockUnavailable, NotLockOwner, lock_key
 from hotledger.dal.redis_store import Lua, RedisOutcomeUnknown, RedisUnavailable
-from hotledger.runtime import scripts
+from hotledger.runtime import lua
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ def name():
 
 
 def make_lock(lease_ms=5000, wait_ms=2000, **kw) -> DistributedLock:
-    return DistributedLock(scripts(), lease_ms, wait_ms, **kw)
+    return DistributedLock(lua(), lease_ms, wait_ms, **kw)
 
 
 def in_thread(fn):

@@ -92,11 +92,11 @@ def test_a_rejection_is_counted_by_its_code(api, output):
 
 
 def test_a_publish_failure_is_counted(api, output, monkeypatch):
-    from hotledger.dal.publisher import PublishFailed
+    from hotledger.dal.publisher import NotAcknowledged
     from hotledger.runtime import ledger
 
     def broker_down(key: str, event: dict) -> None:
-        raise PublishFailed("no acknowledgement in time")
+        raise NotAcknowledged("no acknowledgement in time")
 
     user_id = api.account(balance="1.00")
     monkeypatch.setattr(ledger().durability, "publish", broker_down)

@@ -8,7 +8,7 @@ import pytest
 from helpers import invoke_writer, ledger_records, reconcile, records
 
 from hotledger import keys
-from hotledger.dal.publisher import PublishFailed
+from hotledger.dal.publisher import NotAcknowledged
 from hotledger.redpackets.split import split
 from hotledger.money import format_minor
 from hotledger.runtime import redpackets
@@ -131,7 +131,7 @@ def test_a_failed_publish_puts_the_packet_back(api, monkeypatch):
     packet_id = send(api, sender, "1.00", 1)
 
     def broker_down(key, event):
-        raise PublishFailed("no acknowledgement in time")
+        raise NotAcknowledged("no acknowledgement in time")
 
     monkeypatch.setattr(redpackets().durability, "publish", broker_down)
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
@@ -152,7 +152,7 @@ def test_a_claim_rolled_back_but_delivered_late_does_not_cancel_the_next_grab_of
 
     def acknowledgement_lost(key, event):
         delivered.append(json.dumps(event).encode())
-        raise PublishFailed("no acknowledgement in time")
+        raise NotAcknowledged("no acknowledgement in time")
 
     monkeypatch.setattr(redpackets().durability, "publish", acknowledgement_lost)
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})[1]["error"]["code"] == "PUBLISH_FAILED"

@@ -88,12 +88,12 @@ def test_unknown_voucher_order_and_malformed_json(api):
 
 
 def test_a_failed_publish_gives_the_unit_back(api, monkeypatch):
-    from hotledger.dal.publisher import PublishFailed
+    from hotledger.dal.publisher import NotAcknowledged
 
     voucher_id = voucher(api, stock=1)
 
     def broker_down(key, event):
-        raise PublishFailed("no acknowledgement in time")
+        raise NotAcknowledged("no acknowledgement in time")
 
     monkeypatch.setattr(vouchers().durability, "publish", broker_down)
     status, body = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 5})

@@ -12,7 +12,7 @@ import pytest
 from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal.db import CommitOutcomeUnknown
-from hotledger.dal.publisher import PublishFailed
+from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.ledger.entry import Entry
 from hotledger.ledger.persist import LedgerPersister
@@ -368,7 +368,7 @@ def test_a_replay_whose_entry_is_persisted_already_publishes_nothing(ledger, sto
 
 def test_a_replay_whose_republish_fails_leaves_the_entry_to_the_reconciler(store, published):
     def broker_down(key, event):
-        raise PublishFailed("no ack")
+        raise NotAcknowledged("no ack")
 
     ledger = make_ledger(store, published, publish=broker_down)
     store.charge_in_redis(entry(55))
@@ -413,7 +413,7 @@ def test_an_unreachable_redis_means_nothing_was_charged(ledger, store):
 
 
 def broker_down(key, event):
-    raise PublishFailed("no acknowledgement in time")
+    raise NotAcknowledged("no acknowledgement in time")
 
 
 def test_a_publish_failure_is_undone_and_answered_publish_failed(store, published):

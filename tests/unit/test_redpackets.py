@@ -11,7 +11,7 @@ import pytest
 
 from hotledger import errors
 from hotledger.config import Settings
-from hotledger.dal.publisher import PublishFailed
+from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.outbox.durable import Durability
 from hotledger.outbox.events import RedPacketClaimEvent
@@ -384,7 +384,7 @@ def test_a_grab_whose_script_answer_was_lost_is_outcome_unknown_and_credits_noth
 
 def test_a_claim_the_broker_did_not_acknowledge_is_rolled_back_and_answered_publish_failed(w):
     w.cache.grab_replies = [GrabReply(GrabStatus.OK, item_id=701, amount=100)]
-    w.publish_error = PublishFailed("no ack")
+    w.publish_error = NotAcknowledged("no ack")
     with pytest.raises(errors.PublishFailed):
         w.packets.grab(7, ALICE)
     assert w.cache.rolled_back == [(7, w.cache.grab_ids[0], 701, ALICE, 100)]
@@ -393,7 +393,7 @@ def test_a_claim_the_broker_did_not_acknowledge_is_rolled_back_and_answered_publ
 
 def test_a_claim_the_writer_took_before_the_rollback_stands_and_is_credited(w):
     w.cache.grab_replies = [GrabReply(GrabStatus.OK, item_id=701, amount=100)]
-    w.publish_error, w.cache.claimed_first = PublishFailed("no ack"), True
+    w.publish_error, w.cache.claimed_first = NotAcknowledged("no ack"), True
     assert w.packets.grab(7, ALICE).credited is True
     assert w.ledger.recharges == [(ALICE, 100, "rp701")]
 

@@ -10,7 +10,7 @@ import pytest
 
 from hotledger import errors, keys
 from hotledger.config import Settings
-from hotledger.dal.publisher import PublishFailed
+from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.outbox.durable import Durability
 from hotledger.outbox.events import VoucherOrderEvent
@@ -177,7 +177,7 @@ class Broker:
 
     def __call__(self, key, event):
         if self.fails:
-            raise PublishFailed("no acknowledgement in time")
+            raise NotAcknowledged("no acknowledgement in time")
         self.sent.append((key, event))
 
 

@@ -21,7 +21,7 @@ _lock = threading.Lock()
 _current = None
 
 
-class PublishFailed(Exception):
+class NotAcknowledged(Exception):
     """The broker did not acknowledge the event in time; it may or may not have arrived."""
 
 
@@ -55,12 +55,12 @@ class _Confluent:
         try:
             self.producer.produce(topic, key=key, value=value, on_delivery=lambda err, _msg: outcome.setdefault("err", err))
         except Exception as exc:  # BufferError when the queue is full, KafkaException for bad config
-            raise PublishFailed(repr(exc)) from exc
+            raise NotAcknowledged(repr(exc)) from exc
         deadline = time.monotonic() + self.timeout_s
         while "err" not in outcome and time.monotonic() < deadline:
             self.producer.poll(min(0.05, max(deadline - time.monotonic(), 0)))
         if outcome.get("err", "timeout") is not None:
-            raise PublishFailed(str(outcome.get("err", "no acknowledgement in time")))
+            raise NotAcknowledged(str(outcome.get("err", "no acknowledgement in time")))
 
     def close(self) -> None:
         self.producer.purge()
@@ -93,7 +93,7 @@ class _KafkaPython:
         try:
             self.producer.send(topic, key=key, value=value).get(timeout=self.timeout_s)
         except KafkaError as exc:
-            raise PublishFailed(repr(exc)) from exc
+            raise NotAcknowledged(repr(exc)) from exc
 
     def close(self) -> None:
         self.producer.close(timeout=0)
@@ -107,7 +107,7 @@ def _producer():
             try:
                 _current = (_Confluent if client_name() == "confluent" else _KafkaPython)(cfg)
             except Exception as exc:  # the client could not even bootstrap
-                raise PublishFailed(repr(exc)) from exc
+                raise NotAcknowledged(repr(exc)) from exc
         return _current
 
 
@@ -127,6 +127,6 @@ def publish(key: str, event: dict) -> None:
     """Send and wait for the broker's acknowledgement."""
     try:
         _producer().send(settings().kafka_topic, key.encode(), json.dumps(event, separators=(",", ":")).encode())
-    except PublishFailed:
+    except NotAcknowledged:
         _discard_producer()
         raise

@@ -75,14 +75,6 @@ class Lua:
         return self.client.pipeline(transaction=False)
 
 
-class Scripts(Lua):
-    """Transitional: every script also as an attribute <name> (callers move to typed store wrappers)."""
-
-    def __init__(self, client: redis.Redis, lua_dir: str):
-        super().__init__(client, lua_dir)
-        for name, script in self._scripts.items():
-            setattr(self, name, script)
-
 
 def connect(cfg: Settings) -> redis.Redis:
     return redis.Redis.from_url(
@@ -98,9 +90,15 @@ def connect(cfg: Settings) -> redis.Redis:
 
 
 @functools.lru_cache(maxsize=1)
-def scripts() -> Scripts:
+def lua() -> Lua:
+    """The process's Redis connection with the scripts of LUA_DIR."""
     cfg = settings()
-    return Scripts(connect(cfg), cfg.lua_dir)
+    return Lua(connect(cfg), cfg.lua_dir)
+
+
+def stream_flag(cfg: Settings) -> str:
+    """The scripts' ARGV switch: 'stream' makes them XADD their event to the Redis Stream (EVENT_TRANSPORT=redis-stream)."""
+    return "stream" if cfg.event_transport == "redis-stream" else ""
 
 
 def expire_once(client: redis.Redis, names: list[str], ttl_s: int) -> None:

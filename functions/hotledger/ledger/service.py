@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 from hotledger import errors, keys
 from hotledger.dal.db import CommitOutcomeUnknown
-from hotledger.dal.publisher import PublishFailed
+from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry
 from hotledger.ledger.store import (
@@ -269,7 +269,7 @@ class Ledger:
         entry = self.store.entry(user_id, entry_id)
         if entry is None:  # persisted already
             return
-        with contextlib.suppress(PublishFailed):
+        with contextlib.suppress(NotAcknowledged):
             self.durability.publish(str(user_id), entry.to_event().model_dump())
             self.store.mark_answer_done(user_id, idem_key)
 

@@ -23,9 +23,8 @@ import pymysql
 from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
-from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, text
+from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, stream_flag, text
 from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry
-from hotledger.outbox.durable import stream_flag
 from hotledger.outbox.events import LedgerEvent
 
 MAX_BALANCE = 9_000_000_000_000_000  # below 2**53: exact in Redis Lua doubles

@@ -21,8 +21,8 @@ from typing import Protocol, TypeVar
 
 from hotledger import errors
 from hotledger.config import Settings
-from hotledger.dal.publisher import PublishFailed
-from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
+from hotledger.dal.publisher import NotAcknowledged
+from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable, stream_flag
 
 LOAD_ATTEMPTS = 3
 
@@ -43,11 +43,6 @@ class Outbound:
     key: str  # partition key: every event of one entity lands in one partition, in order
     event: Callable[[], dict]
     undo: Callable[[], bool]  # runs the feature's rollback script; True when the writer had claimed the change first
-
-
-def stream_flag(cfg: Settings) -> str:
-    """The scripts' ARGV switch: 'stream' makes them XADD their event."""
-    return "stream" if cfg.event_transport == "redis-stream" else ""
 
 
 class Durability:
@@ -88,7 +83,7 @@ class Durability:
             return
         try:
             self.publish(change.key, change.event())
-        except PublishFailed as exc:
+        except NotAcknowledged as exc:
             try:
                 claimed = change.undo()
             except RedisUnavailable as lost:
