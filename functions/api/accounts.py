@@ -9,7 +9,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
-from api.responses import UNAVAILABLE, responses
+from api.responses import UNAVAILABLE, json_answer, responses
 from api.schemas import (
     AccountCreated, AccountView, AmountRequest, CreateAccountRequest, DeductResult, OrderView, PatchAccountRequest,
     RechargeResult,
@@ -32,9 +32,13 @@ _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND")
 _CHARGE_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another body; IDEMPOTENCY_IN_PROGRESS")
 
 
-def _ledger_body(result) -> dict:
-    return {"user_id": result.user_id, "amount": format_minor(result.amount), "balance": format_minor(result.balance),
-            "version": result.version, "mode": result.mode}
+def _charged(id_field: str, result):
+    """A charge's answer (DeductResult / RechargeResult), serialized once, here. The hot routes return this Response
+    and carry no return annotation: a dict would be validated against the annotation, dumped by pydantic and then
+    serialized again by the resolver, on every deduct."""
+    return json_answer({id_field: str(result.entry_id), "user_id": result.user_id,
+                        "amount": format_minor(result.amount), "balance": format_minor(result.balance),
+                        "version": result.version, "mode": result.mode})
 
 
 def _account_body(account) -> dict:
@@ -66,21 +70,21 @@ def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body(
 
 @router.post("/accounts/<user_id>/recharge", responses=responses(200, RechargeResult, "recharged", _NOT_FOUND, _CHARGE_CONFLICT,
                                                                  UNAVAILABLE, (422, "BALANCE_LIMIT or invalid input")))
-def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None) -> dict:
+def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None):
     result = billing().recharge(user_id, request.amount, idempotency_key)
     metrics.add_metric(name="Recharges", unit=MetricUnit.Count, value=1)
     _log_charge("recharged", result)
-    return {"pay_id": str(result.entry_id), **_ledger_body(result)}
+    return _charged("pay_id", result)
 
 
 @router.post("/accounts/<user_id>/deduct", responses=responses(
     200, DeductResult, "charged; the order is durable in the broker (ASYNC) or the DB (SYNC)", _NOT_FOUND, _CHARGE_CONFLICT,
     UNAVAILABLE, (402, "INSUFFICIENT_BALANCE: balance - amount would fall below the threshold"), (403, "API_CLOSED")))
-def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None) -> dict:
+def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None):
     result = billing().deduct(user_id, request.amount, idempotency_key)
     metrics.add_metric(name="Deducts", unit=MetricUnit.Count, value=1)
     _log_charge("deducted", result)
-    return {"order_id": str(result.entry_id), **_ledger_body(result)}
+    return _charged("order_id", result)
 
 
 @router.get("/accounts/<user_id>/orders/<order_id>", responses=responses(200, OrderView, "the order",

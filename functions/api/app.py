@@ -10,7 +10,6 @@ import redis
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from api import accounts, notices, redpackets, responses, vouchers
@@ -119,8 +118,10 @@ def route_not_found(exc: NotFoundError) -> Response:
     return _error(404, "ROUTE_NOT_FOUND", "no such route")
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict, context) -> dict:
+    # the REST API's request id is the correlation id: read directly, not through a JMESPath query per request
+    logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))
     metrics.add_metric(name="ApiRequests", unit=MetricUnit.Count, value=1)
     return app.resolve(event, context)
