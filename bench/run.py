@@ -371,6 +371,14 @@ BOUND_BY = {
     "async_deduct_per_s": "CPU: about 1.1 ms of CPU per deduct on 2 cores: the handler process 0.75-0.8 ms (Powertools "
                           "resolve, validation, logging and metrics ~0.5 ms, redis-py EVALSHA ~0.13 ms, confluent-kafka "
                           "send+ack ~0.12 ms), the broker ~0.23 ms, Redis ~0.1 ms; one request in flight per process, as in Lambda",
+    "handler_cpu_us_per_deduct": "one warm in-process ASYNC deduct through api.app.handler: the floor's work plus the "
+                                 "ledger service's own code and Powertools (resolve and its OpenAPI validation middleware, "
+                                 "Logger context, Metrics and the EMF line); bench/hotpath.py --profile N shows where",
+    "floor_cpu_us_per_deduct": "json.loads of the event, one EVALSHA via redis-py, produce + wait for the ack, json.dumps "
+                               "of the answer: what no handler can skip; both figures count librdkafka's threads too",
+    "handler_vs_floor_cpu_ratio": "Powertools' per-request cost dominates the rest: its validation middleware alone "
+                                  "(path, query, header and cookie passes, body model, response) is about as much as "
+                                  "the resolver, Logger and Metrics together; medians of alternating 100-deduct chunks",
     "sync_deduct_per_s": "the hot row: lock + transaction + commit (fsync) serialize every deduct of one account",
     "evalsha_per_s": "Redis single thread running the script; the physical ceiling",
     "http_deduct_per_s": "the same CPU as in-process plus HTTP parsing and a TCP connection per request",
