@@ -52,7 +52,7 @@ def delay_remove(client, lua, elements: int, ours_removes: int, redisson_removes
     base = int(time.time() * 1000) + 86_400_000
     pipe = client.pipeline(transaction=False)
     for i, name in enumerate(names):
-        lua.delay_offer(keys=[due_key(queue), f"dq:earliest:{{{queue}}}"], args=[name, base + i], client=pipe)
+        lua.run("delay_offer", [due_key(queue), f"dq:earliest:{{{queue}}}"], [name, base + i], client=pipe)
         if i % 10_000 == 9_999:
             pipe.execute()
     pipe.execute()
@@ -90,7 +90,7 @@ def delay_drain(client, lua, elements: int) -> dict:
     now = int(time.time() * 1000)
     pipe = client.pipeline(transaction=False)
     for i in range(elements):
-        lua.delay_offer(keys=[due_key(queue), f"dq:earliest:{{{queue}}}"], args=[f"e{i}", now - 1], client=pipe)
+        lua.run("delay_offer", [due_key(queue), f"dq:earliest:{{{queue}}}"], [f"e{i}", now - 1], client=pipe)
     pipe.execute()
     drainer = Drainer(DelayQueue(lua), {queue: lambda batch: None}, batch=500)
     started = time.perf_counter()
@@ -125,18 +125,18 @@ def delay_drain(client, lua, elements: int) -> dict:
 def _lock_worker(kind: str, name: str, stop_at: float, hold_s: float, out) -> None:
     sys.stdout = open(os.devnull, "w")
     from hotledger.dal.lock import DistributedLock
-    from hotledger.runtime import scripts
+    from hotledger.runtime import lua
 
     acquired = 0
     if kind == "pubsub":
-        lock = DistributedLock(scripts(), 5000, 30_000)
+        lock = DistributedLock(lua(), 5000, 30_000)
         while time.monotonic() < stop_at:
             with lock.hold(name):
                 time.sleep(hold_s)
             acquired += 1
         out.put((acquired, lock.commands))
         return
-    client, commands = scripts().client, 0  # the spin lock the billing path used before: SET NX PX, polled
+    client, commands = lua().client, 0  # the spin lock the billing path used before: SET NX PX, polled
     while time.monotonic() < stop_at:
         token, delay = uuid.uuid4().hex, 0.002
         while True:
@@ -146,7 +146,7 @@ def _lock_worker(kind: str, name: str, stop_at: float, hold_s: float, out) -> No
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
         time.sleep(hold_s)
-        scripts().ids_lease(keys=[f"spin:{{{name}}}"], args=[token, "release", 0])
+        lua().run("ids_lease", [f"spin:{{{name}}}"], [token, "release", 0])
         acquired += 1
     out.put((acquired, commands))
 

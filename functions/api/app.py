@@ -1,110 +1,31 @@
-"""API Gateway (REST, proxy) handler: parse and validate, call hotledger.ledger.service, shape the answer."""
+"""The API function: API Gateway (REST, proxy) events resolved by one Powertools resolver over the feature routers
+(api.accounts, api.vouchers, api.redpackets, api.notices). Here: the routers' order, the error handlers that turn
+domain, validation and dependency failures into the ErrorResponse body, the OpenAPI document and Swagger UI, and
+the Lambda handler with its request-scoped logging and metrics."""
 from __future__ import annotations
 
 import json
-from typing import Annotated
 
-import redis
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
-from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from api import notices, redpackets, responses, vouchers
+from api import accounts, notices, redpackets, responses, vouchers
 from hotledger import errors, observability
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.lock import LockUnavailable
 from hotledger.dal.redis_store import RedisUnavailable
-from api.schemas import (
-    AccountCreated, AccountView, AmountRequest, CreateAccountRequest, DeductResult, OrderView, PatchAccountRequest,
-    RechargeResult,
-)
-from hotledger.money import format_minor, parse_minor
-from hotledger.runtime import ledger
 
 logger = observability.logger()
 metrics = observability.metrics()
 app = APIGatewayRestResolver(enable_validation=True)
+app.include_router(accounts.router)  # first: the hot routes (deduct, recharge) are matched before the others
 app.include_router(vouchers.router)
 app.include_router(redpackets.router)
 app.include_router(notices.router)
 
-IdempotencyKey = Annotated[
-    str | None,
-    Header(alias="Idempotency-Key", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$",
-           description="Retry-safe key: same key and body returns the first answer; another body gets 409"),
-]
-UserId = Annotated[int, Path(gt=0, lt=2**31)]
-
-
-_error, _responses = responses.error, responses.responses
-_NOT_FOUND = (404, "ACCOUNT_NOT_FOUND")
-_CHARGE_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another body; IDEMPOTENCY_IN_PROGRESS")
-_CHARGE_UNAVAILABLE = responses.UNAVAILABLE
-
-
-def _ledger_body(result) -> dict:
-    return {"user_id": result.user_id, "amount": format_minor(result.amount), "balance": format_minor(result.balance),
-            "version": result.version, "mode": result.mode}
-
-
-def _account_body(account) -> dict:
-    return AccountView(
-        user_id=account.user_id, user_name=account.user_name, balance=format_minor(account.balance),
-        version=account.version, threshold=format_minor(account.threshold), deduct_type=account.deduct_type,
-        api_open=account.api_open, pending_orders=account.pending_orders,
-    ).model_dump()
-
-
-@app.post("/accounts", status_code=201, responses=_responses(201, AccountCreated, "account created",
-                                                               (409, "DUPLICATE_USER_NAME")))
-def create_account(request: Annotated[CreateAccountRequest, Body()]) -> dict:
-    user_id = ledger().create_account(request.user_name, request.deduct_type, parse_minor(request.threshold, allow_zero=True))
-    metrics.add_metric(name="AccountsCreated", unit=MetricUnit.Count, value=1)
-    return {"user_id": user_id}
-
-
-@app.get("/accounts/<user_id>", responses=_responses(200, AccountView, "the account", _NOT_FOUND))
-def get_account(user_id: UserId) -> dict:
-    return _account_body(ledger().get_account(user_id))
-
-
-@app.patch("/accounts/<user_id>", responses=_responses(200, AccountView, "the account after the change", _NOT_FOUND,
-                                                       (409, "PENDING_ORDERS: switch to SYNC once nothing is pending")))
-def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body()]) -> dict:
-    threshold = None if request.threshold is None else parse_minor(request.threshold, allow_zero=True)
-    return _account_body(ledger().patch_account(user_id, request.deduct_type, threshold, request.api_open))
-
-
-@app.post("/accounts/<user_id>/recharge", responses=_responses(200, RechargeResult, "recharged", _NOT_FOUND, _CHARGE_CONFLICT,
-                                                               _CHARGE_UNAVAILABLE,
-                                                               (422, "BALANCE_LIMIT or invalid input")))
-def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None) -> dict:
-    result = ledger().recharge(user_id, parse_minor(request.amount), idempotency_key)
-    metrics.add_metric(name="Recharges", unit=MetricUnit.Count, value=1)
-    _log_charge("recharged", result)
-    return {"pay_id": str(result.entry_id), **_ledger_body(result)}
-
-
-@app.post("/accounts/<user_id>/deduct", responses=_responses(
-    200, DeductResult, "charged; the order is durable in the broker (ASYNC) or the DB (SYNC)", _NOT_FOUND, _CHARGE_CONFLICT,
-    _CHARGE_UNAVAILABLE,
-    (402, "INSUFFICIENT_BALANCE: balance - amount would fall below the threshold"), (403, "API_CLOSED")))
-def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None) -> dict:
-    result = ledger().deduct(user_id, parse_minor(request.amount), idempotency_key)
-    metrics.add_metric(name="Deducts", unit=MetricUnit.Count, value=1)
-    _log_charge("deducted", result)
-    return {"order_id": str(result.entry_id), **_ledger_body(result)}
-
-
-@app.get("/accounts/<user_id>/orders/<order_id>", responses=_responses(200, OrderView, "the order",
-                                                                       (404, "ACCOUNT_NOT_FOUND or ORDER_NOT_FOUND")))
-def get_order(user_id: UserId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -> dict:
-    order = ledger().get_deduct(user_id, order_id)
-    return OrderView(order_id=str(order.entry_id), user_id=order.user_id, amount=format_minor(order.amount),
-                     balance_after=format_minor(order.balance_after), status=order.status).model_dump()
+_error = responses.error
 
 
 @app.get("/openapi.json", include_in_schema=False)
@@ -143,12 +64,6 @@ def openapi_json() -> str:
     return json.dumps(doc)
 
 
-def _log_charge(what: str, result) -> None:
-    # one line per money movement: with the correlation id it ties a request to its entry id
-    logger.info(what, extra={"user_id": result.user_id, "entry_id": str(result.entry_id), "amount_minor": result.amount,
-                             "balance_minor": result.balance, "version": result.version, "mode": result.mode})
-
-
 # errors -------------------------------------------------------------------------------------------
 def _count_rejection(code: str) -> None:
     logger.info("rejected", extra={"code": code})
@@ -165,6 +80,12 @@ def domain_error(exc: errors.DomainError) -> Response:
 
 
 _AMOUNT_FIELDS = {"amount", "threshold", "total"}
+
+
+@app.exception_handler(RequestUnsupportedContentType)
+def unsupported_content_type(exc: RequestUnsupportedContentType) -> Response:
+    _count_rejection("UNSUPPORTED_MEDIA_TYPE")
+    return _error(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with Content-Type: application/json")
 
 
 @app.exception_handler(RequestValidationError)
@@ -190,7 +111,7 @@ def validation_error(exc: RequestValidationError) -> Response:
     return _error(status, code, message)
 
 
-@app.exception_handler([redis.RedisError, RedisUnavailable, DatabaseUnavailable, LockUnavailable])
+@app.exception_handler([RedisUnavailable, DatabaseUnavailable, LockUnavailable])
 def dependency_down(exc: Exception) -> Response:
     logger.warning("dependency unavailable", exc_info=exc)
     _count_rejection("SERVICE_UNAVAILABLE")
@@ -202,8 +123,10 @@ def route_not_found(exc: NotFoundError) -> Response:
     return _error(404, "ROUTE_NOT_FOUND", "no such route")
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict, context) -> dict:
+    # the REST API's request id is the correlation id: read directly, not through a JMESPath query per request
+    logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))
     metrics.add_metric(name="ApiRequests", unit=MetricUnit.Count, value=1)
     return app.resolve(event, context)

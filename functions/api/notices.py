@@ -13,7 +13,7 @@ from api.schemas import (
     CreatePaymentOrderRequest, DelayAckRequest, DelayOfferRequest, DelayOfferResult, DelayQueueView, DelayTakeRequest,
     DelayTakeResult, JourneyView, MessagesView, PaymentOrderView, PostMessageRequest, PostMessageResult, QueueName,
 )
-from hotledger.money import format_minor, parse_minor
+from hotledger.money import format_minor
 from hotledger.notices.payment_orders import PaymentOrder
 from hotledger.runtime import delay_handlers, delay_queue, inbox, journeys, payment_orders
 
@@ -78,7 +78,7 @@ PaymentOrderId = Annotated[int, Path(gt=0, lt=2**63)]
 @router.post("/orders", status_code=201, responses=responses(201, PaymentOrderView, "order created, reminder queued",
                                                                (404, "ACCOUNT_NOT_FOUND")))
 def create_order(request: Annotated[CreatePaymentOrderRequest, Body()]) -> dict:
-    return _payment_order_body(payment_orders().create(request.user_id, parse_minor(request.amount), request.close_in_s))
+    return _payment_order_body(payment_orders().create(request.user_id, request.amount, request.close_in_s))
 
 
 @router.get("/orders/<order_id>", responses=responses(200, PaymentOrderView, "the order", _PAYMENT_ORDER_NOT_FOUND))

@@ -10,7 +10,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from api.responses import UNAVAILABLE, responses
 from hotledger import observability
 from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
-from hotledger.money import format_minor, parse_minor
+from hotledger.money import format_minor
 from hotledger.runtime import redpackets
 
 router = Router()
@@ -25,7 +25,7 @@ _NOT_FOUND = (404, "PACKET_NOT_FOUND or ACCOUNT_NOT_FOUND")
     (402, "INSUFFICIENT_BALANCE"), (403, "API_CLOSED"), (404, "ACCOUNT_NOT_FOUND"),
     (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input")))
 def create_packet(request: Annotated[CreateRedPacketRequest, Body()]) -> dict:
-    packet = redpackets().create(request.sender_id, parse_minor(request.total), request.count, request.expires_in_s)
+    packet = redpackets().create(request.sender_id, request.total, request.count, request.expires_in_s)
     metrics.add_metric(name="RedPacketsSent", unit=MetricUnit.Count, value=1)
     logger.info("red packet sent", extra={"packet_id": str(packet.packet_id), "sender_id": packet.sender_id,
                                           "total_minor": packet.total, "count": packet.count})

@@ -1,27 +1,26 @@
-"""HTTP request and response shapes (pydantic). Money is a decimal string at the edge; events live in hotledger.outbox.events."""
+"""HTTP request and response shapes (pydantic). Money is a decimal string at the edge and integer minor units
+once validated: an Amount or Threshold field parses its text once (hotledger.money.parse_minor) and holds the
+int, so routes never parse again. Events live in hotledger.outbox.events."""
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, StrictStr, WithJsonSchema, model_validator,
+)
 
 from hotledger.money import parse_minor
 
-MONEY_PATTERN = r"^(0|[1-9][0-9]{0,14})(\.[0-9]{1,2})?$"
+
+def _minor_units(example: str, *, allow_zero: bool):
+    """A decimal string on the wire ("12.34"), integer minor units (1234) once validated."""
+    return Annotated[int, PlainValidator(functools.partial(parse_minor, allow_zero=allow_zero)),
+                     WithJsonSchema({"type": "string", "examples": [example]})]
 
 
-def _positive_amount(text: str) -> str:
-    parse_minor(text)
-    return text
-
-
-def _non_negative_amount(text: str) -> str:
-    parse_minor(text, allow_zero=True)
-    return text
-
-
-Amount = Annotated[StrictStr, AfterValidator(_positive_amount), Field(examples=["12.34"], pattern=MONEY_PATTERN)]
-Threshold = Annotated[StrictStr, AfterValidator(_non_negative_amount), Field(examples=["0.00"], pattern=MONEY_PATTERN)]
+Amount = _minor_units("12.34", allow_zero=False)
+Threshold = _minor_units("0.00", allow_zero=True)
 DeductType = Literal["ASYNC", "SYNC"]
 
 
@@ -32,7 +31,7 @@ class _Strict(BaseModel):
 class CreateAccountRequest(_Strict):
     user_name: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")]
     deduct_type: DeductType = "ASYNC"
-    threshold: Threshold = "0.00"
+    threshold: Annotated[Threshold, Field(validate_default=True)] = "0.00"
 
 
 class PatchAccountRequest(_Strict):

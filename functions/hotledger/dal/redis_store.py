@@ -40,7 +40,11 @@ def redis_errors_translated(cls):
     """Class decorator for stores and dal classes: their public methods raise RedisUnavailable /
     RedisOutcomeUnknown instead of redis-py's errors."""
     for name, member in list(vars(cls).items()):
-        if callable(member) and not name.startswith("_"):
+        if name.startswith("_"):
+            continue
+        if isinstance(member, (staticmethod, classmethod)):
+            setattr(cls, name, type(member)(_translating(member.__func__)))
+        elif callable(member):
             setattr(cls, name, _translating(member))
     return cls
 
@@ -73,6 +77,10 @@ class Lua:
 
     def pipeline(self):
         return self.client.pipeline(transaction=False)
+
+    def sha(self, name: str) -> str:
+        """The script's SHA1 (EVALSHA), for benchmarks that call it without redis-py."""
+        return self._scripts[name].sha
 
 
 

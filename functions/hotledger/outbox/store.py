@@ -10,6 +10,7 @@ from hotledger.dal.redis_store import Lua, redis_errors_translated, text
 from hotledger.outbox.events import PoisonRecord
 
 
+@redis_errors_translated
 class OutboxStore:
     def __init__(self, lua: Lua, fate_ttl_s: int):
         self.lua, self.fate_ttl_s = lua, fate_ttl_s

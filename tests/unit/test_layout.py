@@ -1,0 +1,81 @@
+"""The rules that keep the house readable, checked on the code itself: handler -> service -> store / outbox /
+dal, never back; SQL and redis-py / PyMySQL only in dal/ and a feature's store.py; one Lua file per script,
+prefixed by its feature, with a header, wrapped by exactly one typed store method."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FUNCTIONS = REPO / "functions"
+HOTLEDGER = FUNCTIONS / "hotledger"
+LUA = REPO / "layers" / "lua"
+FEATURES = ("ledger", "vouchers", "redpackets", "notices", "outbox")
+LUA_PREFIXES = ("ledger_", "voucher_", "redpacket_", "delay_", "inbox_", "journey_", "lock_", "outbox_", "ids_")
+SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE)\b.*\b(FROM|INTO|SET|VALUES)\b", re.I | re.S)
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in FUNCTIONS.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _may_touch_storage(path: Path) -> bool:
+    rel = path.relative_to(HOTLEDGER) if HOTLEDGER in path.parents else None
+    return rel is not None and (rel.parts[0] == "dal" or path.name == "store.py")
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def _strings(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+@pytest.mark.parametrize("path", [p for p in _modules() if not _may_touch_storage(p)], ids=lambda p: str(p.relative_to(REPO)))
+def test_no_sql_and_no_storage_driver_outside_dal_and_stores(path):
+    drivers = {name for name in _imports(path) if name.split(".")[0] in ("redis", "pymysql")}
+    assert not drivers, f"{path.name} imports {drivers}: only dal/ and store.py talk to Redis and MySQL"
+    sql = [s for s in _strings(path) if SQL.match(s)]
+    assert not sql, f"{path.name} holds SQL: {sql[:2]}"
+
+
+@pytest.mark.parametrize("path", [p for p in _modules() if _may_touch_storage(p)], ids=lambda p: str(p.relative_to(REPO)))
+def test_stores_and_dal_never_import_upwards(path):
+    """A store knows its tables and scripts, never its service; dal knows no feature."""
+    upward = {name for name in _imports(path) if name.startswith(("api", "hotledger.runtime"))
+              or (name.startswith("hotledger.") and name.split(".")[1] in FEATURES
+                  and not name.endswith((".store", ".events", ".entry")))}
+    assert not upward, f"{path.relative_to(REPO)} imports {upward}"
+
+
+def test_handlers_never_reach_a_store():
+    """Handlers (functions/<fn>/app.py, functions/api) never reach a store: they ask the services hotledger.runtime builds."""
+    for path in _modules():
+        if HOTLEDGER in path.parents:
+            continue
+        stores = {n for n in _imports(path) if n.endswith(".store")}
+        assert not stores, f"{path.relative_to(REPO)} reaches into {stores}"
+
+
+@pytest.mark.parametrize("script", sorted(LUA.glob("*.lua")), ids=lambda p: p.name)
+def test_each_lua_script_is_prefixed_has_a_header_and_one_typed_wrapper(script):
+    assert script.stem.startswith(LUA_PREFIXES), f"{script.name}: prefix it with its feature"
+    header = script.read_text().split("\n")[:40]
+    assert header[0].startswith(f"-- {script.stem}"), f"{script.name}: the header names the script first"
+    text = "\n".join(header)
+    assert "KEYS[" in text and "Returns" in text.replace("returns", "Returns"), f"{script.name}: header states KEYS and replies"
+    run = re.compile(r'\.run\(\s*"' + script.stem + '"')
+    callers = [p for p in _modules() if run.search(p.read_text())]
+    assert len(callers) == 1 and _may_touch_storage(callers[0]), (
+        f"{script.name} is run from {[str(p.relative_to(REPO)) for p in callers]}: one typed wrapper in a store or dal")
