@@ -470,3 +470,11 @@ def test_delay_script_replies_are_parsed():
 def test_lock_acquire_reply_is_parsed():
     assert AcquireReply.parse([b"acquired", 7, 1]) == AcquireReply(AcquireStatus.ACQUIRED, fence=7, count=1)
     assert AcquireReply.parse([b"held", 1234]) == AcquireReply(AcquireStatus.HELD, pttl=1234)
+
+
+def test_inbox_business_keys_are_unambiguous():
+    from hotledger import keys
+
+    assert keys.inbox_biz(7, "a:b", "c") != keys.inbox_biz(7, "a", "b:c")
+    assert keys.inbox_biz(7, "a", "b") == keys.inbox_biz(7, "a", "b")
+    assert keys.inbox_biz(7, "ab", "") != keys.inbox_biz(7, "a", "b") != keys.inbox_biz(7, "", "ab")
