@@ -140,8 +140,10 @@ def inbox_message(account: int, message_id: str) -> str:
 
 
 def inbox_biz(account: int, biz_type: str, outer_biz_id: str) -> str:
-    """The message id written for one business event: makes posting idempotent."""
-    return f"inbox:biz:{tag(f'inbox{account}')}:{biz_type}:{outer_biz_id}"
+    """The message id written for one business event: makes posting idempotent. biz_type is length-prefixed, so
+    the key names one (biz_type, outer_biz_id) pair: ("a:b", "c") and ("a", "b:c") are two keys (3:a:b:c, 1:a:b:c),
+    where joining with ':' alone made them one."""
+    return f"inbox:biz:{tag(f'inbox{account}')}:{len(biz_type)}:{biz_type}:{outer_biz_id}"
 
 
 # unfinished-business journeys -----------------------------------------------------------------------------

@@ -116,7 +116,7 @@ def inbox() -> Inbox:
 @functools.lru_cache(maxsize=1)
 def payment_orders() -> PaymentOrders:
     return PaymentOrders(PaymentOrderStore(), ledger(), delay_queue(), inbox(), id_generator(), lock(),
-                         settings().reminder_before_close_s)
+                         settings().reminder_before_close_s, pay_horizon_ms=ledger_store().idempotency_stale_ms)
 
 
 @functools.lru_cache(maxsize=1)

@@ -2,7 +2,8 @@
 -- account's index bounded (messages older than the TTL and all but the newest max_len leave it).
 -- KEYS[1] inbox:index:{<account>}                   zset: message id -> created (epoch ms)
 -- KEYS[2] inbox:msg:{<account>}:<message id>         string: the message JSON, expires with the TTL
--- KEYS[3] inbox:biz:{<account>}:<biz_type>:<outer>   string: the message id written for this business event
+-- KEYS[3] inbox:biz:{<account>}:<len(biz_type)>:<biz_type>:<outer>   string: the message id written for this
+--         business event (biz_type length-prefixed: one key per (biz_type, outer_biz_id) pair)
 -- ARGV[1] message id  ARGV[2] created (epoch ms)  ARGV[3] message JSON  ARGV[4] TTL in seconds
 -- ARGV[5] most messages kept in the index
 -- Returns {'new', message id} or {'duplicate', the first message id} (nothing written).

@@ -272,3 +272,15 @@ def test_unfinished_journey_becomes_one_inbox_message(api, monkeypatch):
     assert len(messages) == 1 and messages[0].biz_type == "JOURNEY_password-recovery" and "Face recognition" in messages[0].content
     assert api("POST", "/journeys/no-such-biz/1/start")[1]["error"]["code"] == "JOURNEY_NOT_FOUND"
     assert api("POST", "/journeys/password-recovery/2147483000/start")[1]["error"]["code"] == "ACCOUNT_NOT_FOUND"
+
+
+def test_inbox_keys_are_unambiguous(api):
+    """(biz_type, outer_biz_id) = ("a:b", "c") and ("a", "b:c") are two business events, not one."""
+    user = api.account()
+    first = api("POST", f"/inbox/{user}/messages", {"biz_type": "a:b", "outer_biz_id": "c", "title": "t", "content": "1"})
+    second = api("POST", f"/inbox/{user}/messages", {"biz_type": "a", "outer_biz_id": "b:c", "title": "t", "content": "2"})
+    assert first[0] == second[0] == 200, (first, second)
+    assert second[1]["duplicate"] is False and second[1]["message_id"] != first[1]["message_id"]
+    assert [m["content"] for m in api("GET", f"/inbox/{user}/messages")[1]["messages"]] == ["1", "2"]
+    again = api("POST", f"/inbox/{user}/messages", {"biz_type": "a", "outer_biz_id": "b:c", "title": "t", "content": "2"})
+    assert again[1] == {"message_id": second[1]["message_id"], "duplicate": True}

@@ -11,7 +11,8 @@ import pytest
 from hotledger import errors
 from hotledger.dal import delay_queue as dq
 from hotledger.dal.delay_queue import NO_TIME, Drainer, Taken, canonical
-from hotledger.dal.lock import AcquireReply, AcquireStatus
+from hotledger.dal.lock import AcquireReply, AcquireStatus, Holding
+from hotledger.ledger.service import KeyedCharge
 from hotledger.notices import payment_orders as po
 from hotledger.notices.inbox import Inbox
 from hotledger.notices.journeys import DEFAULT_TEXT, TEXTS, Journeys, parse_thresholds
@@ -22,6 +23,7 @@ OPEN, PAID, CLOSED = PaymentOrderState.OPEN, PaymentOrderState.PAID, PaymentOrde
 NOW = 1_800_000_000_000
 MINUTE = 60_000
 USER = 7
+HORIZON = 20_000
 
 
 # fakes -----------------------------------------------------------------------------------------------------
@@ -43,16 +45,20 @@ class Ids:
 
 
 class FakeLock:
+    """Each hold is a new owner with the next fencing token."""
+
     def __init__(self):
         self.held: list[str] = []
         self.holding: str | None = None
+        self.fence = 0
 
     @contextlib.contextmanager
     def hold(self, name: str):
         self.held.append(name)
         self.holding = name
+        self.fence += 1
         try:
-            yield
+            yield Holding(name, "owner", self.fence)
         finally:
             self.holding = None
 
@@ -64,7 +70,8 @@ class Deducted:
 
 class FakeLedger:
     def __init__(self, lock: FakeLock, accounts=(USER,)):
-        self.lock, self.accounts, self.deducts = lock, set(accounts), []
+        self.lock, self.accounts, self.deducts, self.recharges = lock, set(accounts), [], []
+        self.pending: dict[str, tuple[int, int]] = {}
 
     def account_exists(self, user_id: int) -> bool:
         return user_id in self.accounts
@@ -72,6 +79,18 @@ class FakeLedger:
     def deduct(self, user_id: int, amount: int, idem_key: str) -> Deducted:
         self.deducts.append((user_id, amount, idem_key, self.lock.holding))
         return Deducted(entry_id=500 + len(self.deducts))
+
+    def recharge(self, user_id: int, amount: int, idem_key: str) -> Deducted:
+        self.recharges.append((user_id, amount, idem_key))
+        return Deducted(entry_id=900 + len(self.recharges))
+
+    def charged_with(self, kind: str, user_id: int, idem_key: str) -> KeyedCharge | None:
+        """The charges the fake made, persisted; `pending` holds those still in Redis: key -> (entry id, ts)."""
+        if idem_key in self.pending:
+            entry_id, ts = self.pending[idem_key]
+            return KeyedCharge(entry_id, persisted=False, ts=ts)
+        made = [n for n, d in enumerate(self.deducts, 1) if (d[0], d[2]) == (user_id, idem_key)]
+        return KeyedCharge(500 + made[0], persisted=True) if kind == "D" and made else None
 
 
 class FakeQueue:
@@ -101,6 +120,8 @@ class FakePaymentOrderStore:
         self.remind_at: dict[int, int] = {}
         self.paid_by: dict[int, int] = {}
         self.reminded_at: dict[int, int] = {}
+        self.fences: dict[int, int] = {}
+        self.refunded_by: dict[int, int] = {}
 
     def add(self, payment_order_id: int, state=OPEN, close_at=NOW + 60 * MINUTE, reminded=False, user_id=USER, amount=500):
         self.rows[payment_order_id] = PaymentOrder(payment_order_id, user_id, amount, state, close_at, reminded=reminded)
@@ -120,12 +141,35 @@ class FakePaymentOrderStore:
         if row.state is OPEN:
             self.rows[payment_order_id] = dataclasses.replace(row, state=state)
 
-    def mark_paid(self, payment_order_id: int, deduct_entry_id: int) -> None:
-        self._move(payment_order_id, PAID)
-        self.paid_by[payment_order_id] = deduct_entry_id
+    def claim(self, payment_order_id: int, fence: int, paying_at: int | None = None) -> None:
+        if self.fences.get(payment_order_id, 0) > fence:
+            raise errors.FencedOut("newer owner")
+        self.fences[payment_order_id] = fence
+        if paying_at is not None:
+            self.rows[payment_order_id] = dataclasses.replace(self.rows[payment_order_id], pay_started_at=paying_at)
 
-    def mark_closed(self, payment_order_id: int) -> None:
-        self._move(payment_order_id, CLOSED)
+    def pay_refused(self, payment_order_id: int, fence: int) -> None:
+        if self.fences.get(payment_order_id) == fence:
+            self.rows[payment_order_id] = dataclasses.replace(self.rows[payment_order_id], pay_started_at=None)
+
+    def _move(self, payment_order_id: int, state: PaymentOrderState) -> bool:
+        row = self.rows[payment_order_id]
+        if row.state is OPEN:
+            self.rows[payment_order_id] = dataclasses.replace(row, state=state)
+            return True
+        return False
+
+    def mark_paid(self, payment_order_id: int, deduct_entry_id: int) -> bool:
+        if self._move(payment_order_id, PAID):
+            self.paid_by[payment_order_id] = deduct_entry_id
+            return True
+        return False
+
+    def mark_closed(self, payment_order_id: int, fence: int) -> bool:
+        return self.fences.get(payment_order_id) == fence and self._move(payment_order_id, CLOSED)
+
+    def mark_refunded(self, payment_order_id: int, refund_entry_id: int) -> None:
+        self.refunded_by[payment_order_id] = refund_entry_id
 
     def open_past_close(self, now_ms: int, limit: int) -> list[int]:
         return [r.id for r in self.rows.values() if r.state is OPEN and r.close_at <= now_ms][:limit]
@@ -142,7 +186,7 @@ class FakePaymentOrderStore:
 
 class FakeInbox:
     def __init__(self, accounts=(USER,)):
-        self.accounts, self.posts = set(accounts), []
+        self.accounts, self.posts, self.failing = set(accounts), [], set()
 
     def account_exists(self, account: int) -> bool:
         return account in self.accounts
@@ -150,6 +194,8 @@ class FakeInbox:
     def post(self, account, biz_type, outer_biz_id, title, content, url=None):
         if account not in self.accounts:
             raise errors.AccountNotFound(f"account {account} does not exist")
+        if outer_biz_id in self.failing:
+            raise errors.ServiceUnavailable("Redis is unreachable")
         self.posts.append((account, biz_type, outer_biz_id, title, content, url))
 
 
@@ -157,7 +203,8 @@ class FakeInbox:
 def world():
     lock = FakeLock()
     clock, store, queue, inbox, ledger = Clock(), FakePaymentOrderStore(), FakeQueue(), FakeInbox(), FakeLedger(lock)
-    service = PaymentOrders(store, ledger, queue, inbox, Ids(), lock, reminder_before_close_s=15 * 60, now_ms=clock)
+    service = PaymentOrders(store, ledger, queue, inbox, Ids(), lock, reminder_before_close_s=15 * 60, now_ms=clock,
+                            pay_horizon_ms=HORIZON)
     return dataclasses.make_dataclass("World", ["service", "store", "queue", "inbox", "ledger", "lock", "clock"])(
         service, store, queue, inbox, ledger, lock, clock)
 
@@ -279,6 +326,129 @@ def test_reoffer_lost_reminders_offers_only_the_absent_ones_at_their_due_time(wo
     assert world.service.reoffer_lost_reminders(NOW) == 3
     assert world.queue.queues[REMINDER_QUEUE] == {str(i): NOW + i * MINUTE for i in (1, 2, 3, 5)}
     assert world.service.reoffer_lost_reminders(NOW) == 0
+
+
+# payment orders: exactly once through crashes, unknown outcomes and lost leases ---------------------------
+def test_close_settles_a_persisted_charge_as_paid(world):
+    created = world.service.create(USER, 700, close_in_s=3600)
+    world.ledger.deduct(USER, 700, f"payorder{created.id}")  # charged, then the pay died before PAID
+    with pytest.raises(errors.PaymentOrderPaid):
+        world.service.close(created.id)
+    assert world.store.rows[created.id].state is PAID and world.store.paid_by[created.id] == 501
+    assert world.queue.due_at(CLOSE_QUEUE, str(created.id)) is None
+    assert world.ledger.recharges == []
+
+
+def test_close_waits_for_a_young_pending_charge_then_settles_it(world):
+    world.store.add(1)
+    world.ledger.pending["payorder1"] = (77, NOW - HORIZON + 1)  # a live pay could still roll it back
+    with pytest.raises(errors.ServiceUnavailable):
+        world.service.close(1)
+    assert world.store.rows[1].state is OPEN
+    world.clock.now += 1
+    with pytest.raises(errors.PaymentOrderPaid):
+        world.service.close(1)
+    assert world.store.paid_by[1] == 77
+
+
+def test_close_waits_out_the_horizon_of_a_pay_that_began(world):
+    world.store.add(1)
+    world.store.rows[1] = dataclasses.replace(world.store.rows[1], pay_started_at=NOW - HORIZON + 1)
+    with pytest.raises(errors.ServiceUnavailable):
+        world.service.close(1)
+    world.clock.now += 1  # no charge came: nothing can come any more
+    assert world.service.close(1).state is CLOSED
+
+
+def test_pay_settles_a_charge_made_before_and_never_charges_twice(world):
+    world.store.add(1)
+    world.ledger.deduct(USER, 500, "payorder1")  # the first pay's charge; its idempotency record is gone
+    assert world.service.pay(1).state is PAID
+    assert len(world.ledger.deducts) == 1 and world.store.paid_by[1] == 501
+
+
+def test_pay_settles_a_charge_found_even_past_the_close_time(world):
+    world.store.add(1, close_at=NOW - 1)
+    world.ledger.deduct(USER, 500, "payorder1")
+    assert world.service.pay(1).state is PAID
+
+
+def test_a_refused_pay_does_not_hold_up_the_close(world, monkeypatch):
+    world.store.add(1)
+
+    def refused(*args):
+        raise errors.InsufficientBalance("no money")
+
+    monkeypatch.setattr(world.ledger, "deduct", refused)
+    with pytest.raises(errors.InsufficientBalance):
+        world.service.pay(1)
+    assert world.service.close(1).state is CLOSED
+
+
+def test_an_unknown_pay_outcome_holds_up_the_close_for_the_horizon(world, monkeypatch):
+    world.store.add(1)
+
+    def unknown(*args):
+        raise errors.ChargeOutcomeUnknown("no answer", entry_id="5")
+
+    monkeypatch.setattr(world.ledger, "deduct", unknown)
+    with pytest.raises(errors.ChargeOutcomeUnknown):
+        world.service.pay(1)
+    with pytest.raises(errors.ServiceUnavailable):
+        world.service.close(1)
+
+
+def test_a_charge_landing_after_a_newer_owner_closed_is_refunded_once(world, monkeypatch):
+    world.store.add(1, amount=500)
+    real = world.ledger.deduct
+
+    def closed_meanwhile(user_id, amount, idem_key):
+        world.store.rows[1] = dataclasses.replace(world.store.rows[1], state=CLOSED)
+        return real(user_id, amount, idem_key)
+
+    monkeypatch.setattr(world.ledger, "deduct", closed_meanwhile)
+    with pytest.raises(errors.PaymentOrderClosed):
+        world.service.pay(1)
+    assert world.ledger.recharges == [(USER, 500, "payorderrefund1")] and world.store.refunded_by[1] == 901
+    assert world.store.rows[1].state is CLOSED
+
+
+def test_a_stale_owner_is_fenced_off(world):
+    world.store.add(1)
+    world.store.fences[1] = 99  # a newer owner took the row
+    with pytest.raises(errors.FencedOut):
+        world.service.close(1)
+    with pytest.raises(errors.FencedOut):
+        world.service.pay(1)
+    assert world.store.rows[1].state is OPEN and world.ledger.deducts == []
+
+
+def test_close_due_retries_a_failing_element_alone(world, monkeypatch):
+    for i in (1, 2, 3):
+        world.store.add(i)
+    real = world.service.close
+
+    def close(payment_order_id):
+        if payment_order_id == 2:
+            raise errors.ServiceUnavailable("lock store unreachable")
+        return real(payment_order_id)
+
+    monkeypatch.setattr(world.service, "close", close)
+    world.service.close_due(["1", "2", "3"])
+    assert [world.store.rows[i].state for i in (1, 2, 3)] == [CLOSED, OPEN, CLOSED]
+    assert world.queue.due_at(CLOSE_QUEUE, "2") == NOW + po.RETRY_MS
+
+
+def test_fire_reminders_handles_each_payment_order_alone(world):
+    world.store.add(1)
+    world.store.add(2, user_id=8)  # an account that no longer exists: nobody to remind
+    world.store.add(3)
+    world.store.add(4)
+    world.inbox.failing = {"3"}
+    world.service.fire_reminders(["1", "2", "3", "4"])
+    assert [p[2] for p in world.inbox.posts] == ["1", "4"]
+    assert world.store.reminded_at == {1: NOW, 2: NOW, 4: NOW}
+    assert world.queue.due_at(REMINDER_QUEUE, "3") == NOW + po.RETRY_MS
 
 
 # inbox --------------------------------------------------------------------------------------------------
@@ -470,3 +640,11 @@ def test_delay_script_replies_are_parsed():
 def test_lock_acquire_reply_is_parsed():
     assert AcquireReply.parse([b"acquired", 7, 1]) == AcquireReply(AcquireStatus.ACQUIRED, fence=7, count=1)
     assert AcquireReply.parse([b"held", 1234]) == AcquireReply(AcquireStatus.HELD, pttl=1234)
+
+
+def test_inbox_business_keys_are_unambiguous():
+    from hotledger import keys
+
+    assert keys.inbox_biz(7, "a:b", "c") != keys.inbox_biz(7, "a", "b:c")
+    assert keys.inbox_biz(7, "a", "b") == keys.inbox_biz(7, "a", "b")
+    assert keys.inbox_biz(7, "ab", "") != keys.inbox_biz(7, "a", "b") != keys.inbox_biz(7, "", "ab")

@@ -75,6 +75,15 @@ class DeductEntry:
     status: str
 
 
+@dataclass(frozen=True)
+class KeyedCharge:
+    """The entry charged with an Idempotency-Key: PENDING in Redis (charged at `ts`, epoch ms) or PERSISTED."""
+
+    entry_id: int
+    persisted: bool
+    ts: int | None = None
+
+
 # rules -------------------------------------------------------------------------------------------------
 def after_change(kind: str, balance: int, open_flag: str) -> str:
     """The open flag after a change left `balance`: <= 0 closes the API; a recharge making it positive reopens
@@ -303,6 +312,16 @@ class Ledger:
             return result
 
     # reads ----------------------------------------------------------------------------------------
+    def charged_with(self, kind: str, user_id: int, idem_key: str) -> KeyedCharge | None:
+        """The entry of this kind charged on this account with this Idempotency-Key, if any, whatever the age of
+        the key's idempotency record. Redis first: the writer deletes the entry string only after its DB commit,
+        so an entry gone from Redis between the two reads is found in the DB."""
+        for entry in self.store.pending_entries(user_id):
+            if entry.kind == kind and entry.idem_key == idem_key:
+                return KeyedCharge(entry.entry_id, persisted=False, ts=entry.ts)
+        entry_id = self.store.stored_by_key(kind, user_id, idem_key)
+        return None if entry_id is None else KeyedCharge(entry_id, persisted=True)
+
     def get_deduct(self, user_id: int, entry_id: int) -> DeductEntry:
         # Redis first: the writer deletes the entry string only after its DB commit, so an entry
         # missing here is either in the DB already or never existed.

@@ -282,6 +282,12 @@ class LedgerStore:
         rows = db.query("SELECT amount, balance FROM t_order WHERE id = %s AND user_id = %s", (entry_id, user_id))
         return StoredDeduct(*rows[0]) if rows else None
 
+    def stored_by_key(self, kind: str, user_id: int, idem_key: str) -> int | None:
+        """The id of the persisted entry of this kind charged with this Idempotency-Key, if any."""
+        table, _ = ENTRY_TABLES[kind]
+        rows = db.query(f"SELECT id FROM {table} WHERE user_id = %s AND idem_key = %s LIMIT 1", (user_id, idem_key))
+        return rows[0][0] if rows else None
+
     def accounts_after(self, user_id: int, limit: int) -> list[AccountBalance]:
         """The next page of accounts in id order."""
         rows = db.query("SELECT u.id, u.deduct_type, a.balance, a.version FROM t_user u JOIN t_account a ON a.user_id = u.id"

@@ -11,16 +11,30 @@ yet (reoffer_lost_reminders).
 At its close time a payment order still open is closed: the queue CLOSE_QUEUE fires close_due, and the
 reconciler closes any open payment order past its close time that the queue lost (close_overdue).
 A paid payment order is never closed and a closed one never paid.
+
+Exactly once, through every window between the charge and the state change (a crash, an OUTCOME_UNKNOWN, a lost
+lease). The charge is the truth, as in Stripe, where a PaymentIntent whose charge succeeded is succeeded and a
+cancel of it is refused: pay and close both look for the ledger entry charged with the key payorder<id> (in
+Redis while pending, in the DB once persisted: never only the key's 24 h idempotency record, while a payment
+order lives up to 30 days), and a charge found settles the order PAID (close answers ORDER_PAID). The order's
+lock is fenced like the account lock: every owner takes the row with its fencing token first (a smaller token is
+refused), and only the owner whose token the row holds may close it. A pay marks pay_started_at before it
+charges; a close finds no charge, yet a pay began within the payment horizon (the ledger's own bound on a live
+request), waits (retryable 503), since that pay may still charge. A pay whose lease ran out and whose charge
+landed after a newer owner closed the order all the same refunds it (ledger recharge, key payorderrefund<id>) and
+answers ORDER_CLOSED.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 from hotledger import errors
+from hotledger.ledger.entry import KIND_DEDUCT
 from hotledger.notices.store import PaymentOrder, PaymentOrderState, PaymentOrderStore
 
 # the queue names are stored in Redis and reserved in the HTTP API: they keep their seed names
@@ -29,6 +43,18 @@ CLOSE_QUEUE = "order-close"
 PAGE = 500
 # user-facing texts (error messages, the reminder) keep the seed's word "order"
 REMINDER_BIZ_TYPE = "ORDER_CLOSE_REMINDER"
+RETRY_MS = 10_000  # a queue element that failed is offered again this much later, the others of its batch go on
+PAY_HORIZON_MS = 20_000  # default of the payment horizon (runtime passes the ledger's)
+
+log = logging.getLogger(__name__)
+
+
+def pay_key(payment_order_id: int) -> str:
+    return f"payorder{payment_order_id}"
+
+
+def refund_key(payment_order_id: int) -> str:
+    return f"payorderrefund{payment_order_id}"
 
 
 class Ledger(Protocol):
@@ -38,6 +64,10 @@ class Ledger(Protocol):
 
     def deduct(self, user_id: int, amount: int, idem_key: str | None = None): ...  # a result with its entry_id
 
+    def recharge(self, user_id: int, amount: int, idem_key: str | None = None): ...  # a result with its entry_id
+
+    def charged_with(self, kind: str, user_id: int, idem_key: str): ...  # KeyedCharge | None
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
@@ -45,10 +75,12 @@ def _now_ms() -> int:
 
 class PaymentOrders:
     def __init__(self, store: PaymentOrderStore, ledger: Ledger, delay_queue, inbox, ids, lock, reminder_before_close_s: int,
-                 now_ms: Callable[[], int] = _now_ms):
+                 now_ms: Callable[[], int] = _now_ms, pay_horizon_ms: int = PAY_HORIZON_MS):
+        """pay_horizon_ms: longer than a live pay spends between pay_started_at and its charge's final fate (the
+        ledger's bound on a live request between its charge and the broker's answer or its rollback)."""
         self.store, self.ledger, self.queue, self.inbox, self.ids, self.lock = store, ledger, delay_queue, inbox, ids, lock
         self.reminder_before_close_ms = reminder_before_close_s * 1000
-        self.now_ms = now_ms
+        self.now_ms, self.pay_horizon_ms = now_ms, pay_horizon_ms
 
     def create(self, user_id: int, amount: int, close_in_s: int) -> PaymentOrder:
         if not self.ledger.account_exists(user_id):
@@ -74,28 +106,85 @@ class PaymentOrders:
         return payment_order
 
     def pay(self, payment_order_id: int) -> PaymentOrder:
-        """Deduct the amount (idempotent by key) under the payment order's lock, so a concurrent close cannot slip
+        """Deduct the amount (key payorder<id>) under the payment order's lock, so a concurrent close cannot slip
         in between the payment and the state change (the deduct runs its own DB work, so no DB transaction is
-        held across it). Paying a paid payment order answers PAID again."""
-        with self.lock.hold(f"payment-order-{payment_order_id}"):
+        held across it). A charge made before (a crash or OUTCOME_UNKNOWN after it) is found and settled, never
+        charged again. Paying a paid payment order answers PAID again."""
+        with self.lock.hold(f"payment-order-{payment_order_id}") as held:
             payment_order = self._load(payment_order_id)
             if payment_order.state is PaymentOrderState.CLOSED:
                 raise errors.PaymentOrderClosed(f"order {payment_order_id} is closed")
             if payment_order.state is PaymentOrderState.OPEN:
-                if self.now_ms() >= payment_order.close_at:
-                    raise errors.PaymentOrderClosed(f"order {payment_order_id} passed its close time")
-                paid = self.ledger.deduct(payment_order.user_id, payment_order.amount, f"payorder{payment_order_id}")
-                self.store.mark_paid(payment_order_id, paid.entry_id)
+                self.store.claim(payment_order_id, held.fence, paying_at=self.now_ms())
+                charge = self._charge_of(payment_order)
+                if charge is not None and self._stands(charge):
+                    entry_id = charge.entry_id
+                else:  # none, or pending and young: the deduct replays it by its key
+                    entry_id = self._deduct(payment_order, held, past_close=charge is None)
+                self._settle_paid(payment_order, entry_id)
         self._unqueue(payment_order_id)
         return dataclasses.replace(payment_order, state=PaymentOrderState.PAID)
 
+    def _deduct(self, payment_order: PaymentOrder, held, past_close: bool) -> int:
+        if past_close and self.now_ms() >= payment_order.close_at:
+            self.store.pay_refused(payment_order.id, held.fence)
+            raise errors.PaymentOrderClosed(f"order {payment_order.id} passed its close time")
+        if held.lost.is_set():
+            raise errors.FencedOut("this request's hold on the order lock ran out; nothing was charged, retry")
+        try:
+            return self.ledger.deduct(payment_order.user_id, payment_order.amount, pay_key(payment_order.id)).entry_id
+        except errors.DomainError as exc:
+            if exc.status < 500:  # refused (402, 403, 409 ...): nothing charged, a close need not wait for it
+                self.store.pay_refused(payment_order.id, held.fence)
+            raise  # OUTCOME_UNKNOWN and the like: the close waits the horizon out, then finds the charge or none
+
+    def _settle_paid(self, payment_order: PaymentOrder, entry_id: int) -> None:
+        """OPEN -> PAID by this charge. Found CLOSED: a newer owner closed it before the charge landed (this
+        owner's lease ran out): the charge is given back, idempotently, and the answer is ORDER_CLOSED."""
+        if self.store.mark_paid(payment_order.id, entry_id):
+            return
+        if self._load(payment_order.id).state is PaymentOrderState.PAID:
+            return
+        refund = self.ledger.recharge(payment_order.user_id, payment_order.amount, refund_key(payment_order.id))
+        self.store.mark_refunded(payment_order.id, refund.entry_id)
+        log.warning("payment order charged after its close: refunded",
+                    extra={"order": payment_order.id, "charge": entry_id, "refund": refund.entry_id})
+        raise errors.PaymentOrderClosed(f"order {payment_order.id} was closed before its payment landed; "
+                                        "the payment was refunded")
+
+    def _charge_of(self, payment_order: PaymentOrder):
+        return self.ledger.charged_with(KIND_DEDUCT, payment_order.user_id, pay_key(payment_order.id))
+
+    def _stands(self, charge) -> bool:
+        """Persisted, or pending longer than any live request could still roll it back."""
+        return charge.persisted or self.now_ms() - charge.ts >= self.pay_horizon_ms
+
     def close(self, payment_order_id: int) -> PaymentOrder:
-        """Closing a closed payment order answers CLOSED again."""
-        with self.lock.hold(f"payment-order-{payment_order_id}"):
+        """Closing a closed payment order answers CLOSED again; one with a charge is settled PAID and answers
+        ORDER_PAID (Stripe refuses to cancel a succeeded PaymentIntent); while a pay may still be charging,
+        a retryable 503."""
+        with self.lock.hold(f"payment-order-{payment_order_id}") as held:
             payment_order = self._load(payment_order_id)
             if payment_order.state is PaymentOrderState.PAID:
                 raise errors.PaymentOrderPaid(f"order {payment_order_id} is paid")
-            self.store.mark_closed(payment_order_id)
+            if payment_order.state is PaymentOrderState.OPEN:
+                self.store.claim(payment_order_id, held.fence)
+                charge = self._charge_of(payment_order)
+                in_flight = (charge is not None and not self._stands(charge)) or (
+                    charge is None and payment_order.pay_started_at is not None
+                    and self.now_ms() - payment_order.pay_started_at < self.pay_horizon_ms)
+                if in_flight:
+                    raise errors.ServiceUnavailable(f"a payment of order {payment_order_id} may still be in progress; "
+                                                    "nothing was changed, retry in a few seconds")
+                if charge is not None:
+                    self._settle_paid(payment_order, charge.entry_id)
+                    self._unqueue(payment_order_id)
+                    raise errors.PaymentOrderPaid(f"order {payment_order_id} is paid (its payment was found)")
+                if not self.store.mark_closed(payment_order_id, held.fence):
+                    if self._load(payment_order_id).state is PaymentOrderState.PAID:
+                        raise errors.PaymentOrderPaid(f"order {payment_order_id} is paid")
+                    raise errors.FencedOut("this request's hold on the order lock ran out and a newer one took the "
+                                           "order; nothing was changed, retry")
         self._unqueue(payment_order_id)
         return dataclasses.replace(payment_order, state=PaymentOrderState.CLOSED)
 
@@ -111,6 +200,9 @@ class PaymentOrders:
                 self.close(int(payment_order_id))
             except (errors.PaymentOrderPaid, errors.PaymentOrderNotFound):
                 pass  # paid meanwhile, or not ours: nothing to close
+            except Exception:  # this one alone is tried again later; the rest of the batch goes on
+                log.exception("payment order close failed; offered again", extra={"order": payment_order_id})
+                self.queue.offer(CLOSE_QUEUE, str(payment_order_id), due_at_ms=self.now_ms() + RETRY_MS)
 
     def close_overdue(self, now_ms: int) -> int:
         """Close the open payment orders past their close time whose CLOSE_QUEUE element Redis lost."""
@@ -123,12 +215,21 @@ class PaymentOrders:
         close time, then reminded_at; a crash in between is redelivered and the inbox's idempotency holds."""
         now = self.now_ms()
         due = [p for p in self.store.get_many([int(i) for i in payment_order_ids]) if p.awaits_reminder(now)]
+        reminded = []
         for payment_order in due:
             minutes = max(1, math.ceil((payment_order.close_at - now) / 60_000))
-            self.inbox.post(payment_order.user_id, REMINDER_BIZ_TYPE, str(payment_order.id), "Payment reminder",
-                            f"Your order {payment_order.id} closes in {minutes} minutes: pay now so it is not closed.")
-        if due:
-            self.store.mark_reminded([payment_order.id for payment_order in due], now)
+            try:
+                self.inbox.post(payment_order.user_id, REMINDER_BIZ_TYPE, str(payment_order.id), "Payment reminder",
+                                f"Your order {payment_order.id} closes in {minutes} minutes: pay now so it is not closed.")
+            except errors.AccountNotFound:
+                log.warning("payment order reminder for a missing account dropped", extra={"order": payment_order.id})
+            except Exception:  # this one alone is tried again later; the rest of the batch goes on
+                log.exception("payment order reminder failed; offered again", extra={"order": payment_order.id})
+                self.queue.offer(REMINDER_QUEUE, str(payment_order.id), due_at_ms=now + RETRY_MS)
+                continue
+            reminded.append(payment_order.id)
+        if reminded:
+            self.store.mark_reminded(reminded, now)
 
     def reoffer_lost_reminders(self, now_ms: int) -> int:
         """Offer again, at their due time, the reminders of open payment orders that are neither reminded nor

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from hotledger import keys
+from hotledger import errors, keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, text
 
@@ -26,6 +26,7 @@ class PaymentOrder:
     close_at: int  # epoch ms
     reminder_due_at: int | None = None  # while the close reminder is queued
     reminded: bool = False  # its close reminder was written to the inbox
+    pay_started_at: int | None = None  # epoch ms: a pay began its charge (cleared when the charge was refused)
 
     def awaits_reminder(self, now_ms: int) -> bool:
         return self.state is PaymentOrderState.OPEN and not self.reminded and now_ms < self.close_at
@@ -47,20 +48,49 @@ class PaymentOrderStore:
         """Those of these payment orders that exist (reminder_due_at is the delay queue's: not set here)."""
         if not payment_order_ids:
             return []
-        rows = db.query("SELECT id, user_id, amount, state, close_at, reminded_at IS NOT NULL FROM t_payment_order"
-                        f" WHERE id IN ({','.join(['%s'] * len(payment_order_ids))})", payment_order_ids)
+        rows = db.query("SELECT id, user_id, amount, state, close_at, reminded_at IS NOT NULL, pay_started_at"
+                        f" FROM t_payment_order WHERE id IN ({','.join(['%s'] * len(payment_order_ids))})",
+                        payment_order_ids)
         return [PaymentOrder(payment_order_id, user_id, amount, PaymentOrderState(state), db.to_ms(close_at),
-                             reminded=bool(reminded))
-                for payment_order_id, user_id, amount, state, close_at, reminded in rows]
+                             reminded=bool(reminded), pay_started_at=None if started is None else db.to_ms(started))
+                for payment_order_id, user_id, amount, state, close_at, reminded, started in rows]
 
-    def mark_paid(self, payment_order_id: int, deduct_entry_id: int) -> None:
-        """OPEN -> PAID by the ledger deduct entry that paid it (no change unless OPEN)."""
-        db.execute("UPDATE t_payment_order SET state = 'PAID', deduct_order_id = %s WHERE id = %s AND state = 'OPEN'",
-                   (deduct_entry_id, payment_order_id))
+    def claim(self, payment_order_id: int, fence: int, paying_at: int | None = None) -> None:
+        """Take the row for the owner of the payment order's lock with this fencing token (refused with FencedOut
+        when a newer owner took it: this owner's lease ran out), as t_account.fence does for accounts.
+        paying_at: a pay is about to charge (pay_started_at)."""
+        with db.transaction() as cur:
+            cur.execute("SELECT fence FROM t_payment_order WHERE id = %s FOR UPDATE", (payment_order_id,))
+            seen = cur.fetchone()
+            if seen is not None and seen[0] > fence:
+                raise errors.FencedOut("this request's hold on the order lock ran out and a newer one took the order; "
+                                       "nothing was changed, retry")
+            if paying_at is None:
+                cur.execute("UPDATE t_payment_order SET fence = %s WHERE id = %s", (fence, payment_order_id))
+            else:
+                cur.execute("UPDATE t_payment_order SET fence = %s, pay_started_at = %s WHERE id = %s",
+                            (fence, db.to_datetime(paying_at), payment_order_id))
 
-    def mark_closed(self, payment_order_id: int) -> None:
-        """OPEN -> CLOSED (no change unless OPEN)."""
-        db.execute("UPDATE t_payment_order SET state = 'CLOSED' WHERE id = %s AND state = 'OPEN'", (payment_order_id,))
+    def pay_refused(self, payment_order_id: int, fence: int) -> None:
+        """The pay's charge was refused (nothing charged): a close need not wait for it."""
+        db.execute("UPDATE t_payment_order SET pay_started_at = NULL WHERE id = %s AND fence = %s",
+                   (payment_order_id, fence))
+
+    def mark_paid(self, payment_order_id: int, deduct_entry_id: int) -> bool:
+        """OPEN -> PAID by the ledger deduct entry that paid it; False when it was not OPEN. Not fenced: a charge
+        made for the payment order makes it PAID whoever settles it."""
+        return db.execute("UPDATE t_payment_order SET state = 'PAID', deduct_order_id = %s WHERE id = %s AND state = 'OPEN'",
+                          (deduct_entry_id, payment_order_id)) == 1
+
+    def mark_closed(self, payment_order_id: int, fence: int) -> bool:
+        """OPEN -> CLOSED by the lock owner that took the row with this fencing token; False when it was not OPEN
+        or a newer owner took it."""
+        return db.execute("UPDATE t_payment_order SET state = 'CLOSED' WHERE id = %s AND state = 'OPEN' AND fence = %s",
+                          (payment_order_id, fence)) == 1
+
+    def mark_refunded(self, payment_order_id: int, refund_entry_id: int) -> None:
+        """The charge made after the close was given back by this ledger recharge."""
+        db.execute("UPDATE t_payment_order SET refund_order_id = %s WHERE id = %s", (refund_entry_id, payment_order_id))
 
     def open_past_close(self, now_ms: int, limit: int) -> list[int]:
         """Open payment orders whose close time has come, earliest first."""
