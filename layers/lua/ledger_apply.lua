@@ -4,7 +4,8 @@
 -- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts
 -- KEYS[2] user:order:{uid}:<id>        string set here: amount;ts;balanceAfter;version;kind;epoch;open;idemKey
 -- KEYS[3] user:order:consistency:{uid} zset: entry ids not yet in the DB, scored by ts
--- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state, ts (touched only when ARGV[6] ~= '')
+-- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state ('pending' | 'done' | 'refused'), refused
+--                                      (the refusal's reply status), ts (touched only when ARGV[6] ~= '')
 -- KEYS[5] events:{s<n>}                the event stream (written only when ARGV[11] is 'stream')
 -- ARGV[1] kind 'D' | 'R'
 -- ARGV[2] amount in minor units (integer > 0)
@@ -21,13 +22,22 @@
 -- ARGV[11] 'stream': XADD the ledger event to KEYS[5] here, atomically with the charge (Redis Streams
 --          transport: nothing to publish or roll back afterwards); '' with the Kafka transport
 -- ARGV[12] the user id (for the streamed event)
+-- ARGV[13] 'checked' when the caller found no answer for the key in the DB (t_idempotency) either; '' to be told
+--          {'unknown_key'} when Redis has no record (Redis keeps records for ARGV[7] seconds and may lose them:
+--          the DB keeps every answer for good, so a key Redis does not know is looked up there before charging)
+-- ARGV[14] '1': a business refusal (closed, insufficient, limit) is the key's answer and recorded in KEYS[4];
+--          '': it is not (the service's own keys, whose callers charge again under the key once the cause is gone)
 -- open is '1' (open), 'BALANCE' (closed because balance <= 0) or 'ADMIN' (closed by an operator).
 -- Returns one of:
 --   {'missing'}                        no cached account: load it from the DB, then retry
 --   {'sync'}                           the account is SYNC: charge in the DB instead
+--   {'unknown_key'}                    ARGV[13] is not 'checked' and Redis has no record of the Idempotency-Key:
+--                                      look the key up in the DB, then call again with ARGV[13] 'checked'
 --   {'closed', balance, v}             kind D on a closed API
 --   {'insufficient', balance, v}       kind D with balance - amount < threshold
 --   {'limit', balance, v}              kind R would pass ARGV[8]
+--                                      (a refusal is the key's answer: recorded like a charge, and replayed with
+--                                      the balance and v it was refused at; TigerBeetle's id_already_failed)
 --   {'conflict'}                       Idempotency-Key already used with another body
 --   {'in_progress'}                    Idempotency-Key's first request is still publishing (not stale)
 --   {'replay', id, balance, v, state}  Idempotency-Key seen with this body: the first answer; state 'done'
@@ -49,6 +59,7 @@ if fingerprint ~= '' then
   local seen = redis.call('HMGET', KEYS[4], 'fp', 'id', 'balance', 'v', 'state', 'ts')
   if seen[1] then
     if seen[1] ~= fingerprint then return {'conflict'} end
+    if seen[5] == 'refused' then return {redis.call('HGET', KEYS[4], 'refused'), seen[3], seen[4]} end
     if seen[5] ~= 'done' and tonumber(seen[6]) >= tonumber(ARGV[9]) then return {'in_progress'} end
     return {'replay', seen[2], seen[3], seen[4], seen[5]}
   end
@@ -57,15 +68,26 @@ end
 local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch')
 if not h[1] then return {'missing'} end
 if h[5] == 'SYNC' then return {'sync'} end
+if fingerprint ~= '' and ARGV[13] ~= 'checked' then return {'unknown_key'} end
+
+-- a refusal changes nothing but the key's record: its answer for as long as the record lives
+local function refuse(status)
+  if fingerprint ~= '' and ARGV[14] == '1' then
+    redis.call('HSET', KEYS[4], 'fp', fingerprint, 'balance', h[1], 'v', h[2], 'state', 'refused', 'refused', status,
+      'ts', ts)
+    redis.call('EXPIRE', KEYS[4], ARGV[7])
+  end
+  return {status, h[1], h[2]}
+end
 
 local balance, open = tonumber(h[1]), h[4]
 if kind == 'D' then
-  if open ~= '1' then return {'closed', h[1], h[2]} end
-  if balance - amount < tonumber(h[3]) then return {'insufficient', h[1], h[2]} end
+  if open ~= '1' then return refuse('closed') end
+  if balance - amount < tonumber(h[3]) then return refuse('insufficient') end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 then open = 'BALANCE' end
 else
-  if balance + amount > tonumber(ARGV[8]) then return {'limit', h[1], h[2]} end
+  if balance + amount > tonumber(ARGV[8]) then return refuse('limit') end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
 end

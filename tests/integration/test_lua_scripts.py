@@ -25,10 +25,11 @@ def _load(lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASY
     return lua.run("ledger_load", keys=[keys.balance(uid)], args=[balance, version, threshold, open_, mode, epoch])
 
 
-def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0):
+def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0, key_checked=True, refusal_final=True):
     reply = lua.run("ledger_apply",
         keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid), keys.idempotency(uid, idem)],
-        args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE, stale_before],
+        args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE, stale_before,
+              "", "", uid, "checked" if key_checked else "", "1" if refusal_final else ""],
     )
     return [x.decode() if isinstance(x, bytes) else x for x in reply]
 
@@ -100,6 +101,47 @@ def test_idempotency_replay_conflict_and_in_progress(lua, redis_client, uid):
     assert _apply(lua, uid, "D", 100, 3, fingerprint="fp-a") == ["replay", "1", "900", "6", "done"]
     assert _apply(lua, uid, "D", 200, 4, fingerprint="fp-b") == ["conflict"]
     assert redis_client.hget(keys.balance(uid), "balance") == b"900"
+
+
+def test_a_key_redis_has_no_record_of_is_looked_up_in_the_db_before_charging(lua, redis_client, uid):
+    _load(lua, uid, balance=1000)
+    assert _apply(lua, uid, "D", 100, 1, fingerprint="fp", key_checked=False) == ["unknown_key"]
+    assert redis_client.hget(keys.balance(uid), "balance") == b"1000" and not redis_client.exists(keys.idempotency(uid, "k"))
+    assert _apply(lua, uid, "D", 100, 1, fingerprint="fp")[0] == "ok"  # the DB had no answer: charge
+    redis_client.hset(keys.idempotency(uid, "k"), "state", "done")
+    assert _apply(lua, uid, "D", 100, 2, fingerprint="fp", key_checked=False)[0] == "replay"  # Redis knows it: no DB read
+    assert _apply(lua, uid, "D", 100, 3, key_checked=False)[0] == "ok"  # no key, nothing to look up
+
+
+@pytest.mark.parametrize("load,kind,amount,refused,then", [
+    ({"balance": 1000, "threshold": 300}, "D", 701, ["insufficient", "1000", "5"], {"balance": "5000"}),
+    ({"balance": 1000, "open_": "ADMIN"}, "D", 1, ["closed", "1000", "5"], {"open": "1"}),
+    ({"balance": MAX_BALANCE - 10}, "R", 11, ["limit", str(MAX_BALANCE - 10), "5"], {"balance": "0"}),
+])
+def test_a_refusal_is_the_keys_answer_and_replayed_as_first_given(lua, redis_client, uid, load, kind, amount, refused, then):
+    _load(lua, uid, **load)
+    assert _apply(lua, uid, kind, amount, 1, fingerprint="fp") == refused
+    redis_client.hset(keys.balance(uid), mapping=then)  # the charge would pass now
+    assert _apply(lua, uid, kind, amount, 2, fingerprint="fp", key_checked=False) == refused
+    assert _apply(lua, uid, kind, amount + 1, 3, fingerprint="fp-other") == ["conflict"]
+    assert redis_client.zcard(keys.consistency(uid)) == 0 and redis_client.ttl(keys.idempotency(uid, "k")) > 0
+    assert _apply(lua, uid, kind, amount, 4, idem="other")[0] == "ok"  # without a key: decided afresh
+
+
+def test_without_a_key_or_for_a_service_key_a_refusal_records_nothing(lua, redis_client, uid):
+    _load(lua, uid, balance=10)
+    assert _apply(lua, uid, "D", 11, 1)[0] == "insufficient"
+    assert _apply(lua, uid, "D", 11, 2, fingerprint="fp", refusal_final=False)[0] == "insufficient"
+    assert not redis_client.exists(keys.idempotency(uid, "k"))
+
+
+def test_an_operators_open_flag_takes_a_version_above_the_cache_and_the_db(lua, redis_client, uid):
+    assert lua.run("ledger_set_open", [keys.balance(uid)], ["ADMIN", 3]) == 0  # not cached: nothing created
+    assert not redis_client.exists(keys.balance(uid))
+    _load(lua, uid, version=5)
+    assert lua.run("ledger_set_open", [keys.balance(uid)], ["ADMIN", 3]) == 6
+    assert lua.run("ledger_set_open", [keys.balance(uid)], ["1", 9]) == 10
+    assert redis_client.hmget(keys.balance(uid), "v", "open") == [b"10", b"1"]
 
 
 def test_a_resent_call_charges_once(lua, redis_client, uid):

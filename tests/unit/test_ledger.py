@@ -74,6 +74,7 @@ class FakeLedgerStore:
         self.commit_error: Exception | None = None
         self.cache_error: Exception | None = None
         self.cursor = object()
+        self.answer_reads, self.open_sets = [], []
 
     def account_row(self, user_id=USER, **fields) -> AccountRow:
         row = AccountRow(user_id, f"u{user_id}", fields.pop("deduct_type", "ASYNC"), fields.pop("balance", 1000),
@@ -146,6 +147,13 @@ class FakeLedgerStore:
     def mark_answer_done(self, user_id, idem_key):
         self.done.append((user_id, idem_key))
 
+    def stored_answer(self, user_id, idem_key):
+        self.answer_reads.append((user_id, idem_key))
+        return self.answers.get((user_id, idem_key))
+
+    def remember_refusal(self, user_id, idem_key, fingerprint_, answer):
+        self.answers.setdefault((user_id, idem_key), IdempotentAnswer(fingerprint_, answer))
+
     def cache_states(self, user_ids):
         return [CacheState(c.balance if c else None, c.version if c else None, u in self.dirty,
                            list(self.pending.get(u, {}).items())) for u in user_ids for c in [self.cache.get(u)]]
@@ -174,6 +182,14 @@ class FakeLedgerStore:
             raise self.cache_error
         self.updates.append((user_id, dict(fields), if_older_than))
         return True
+
+    def set_cached_open(self, user_id, flag, db_version):
+        self.open_sets.append((user_id, flag, db_version))
+        if user_id not in self.cache:
+            return None
+        version = max(self.cache[user_id].version, db_version) + 1
+        self.cache[user_id] = replace(self.cache[user_id], version=version, open_flag=flag)
+        return version
 
     def switch_to_sync(self, user_id):
         return self.to_sync_reply
@@ -204,6 +220,16 @@ class FakeLedgerStore:
 
     def remember_answer(self, user_id, idem_key, fingerprint_, answer):
         self.answers[(user_id, idem_key)] = IdempotentAnswer(fingerprint_, answer)
+
+    def idempotent_answers(self, pairs):
+        return {p: self.answers[p] for p in pairs if p in self.answers}
+
+    def remember_answers(self, answers):
+        for user_id, key, fingerprint_, answer in answers:
+            self.answers[(user_id, key)] = IdempotentAnswer(fingerprint_, answer)
+
+    def raise_version(self, user_id, version):
+        self.accounts[user_id] = replace(self.accounts[user_id], version=max(self.accounts[user_id].version, version))
 
     def set_balance(self, user_id, balance, version):
         self.accounts[user_id] = replace(self.accounts[user_id], balance=balance, version=version)
@@ -483,12 +509,22 @@ def test_a_sync_recharge_does_not_reopen_an_operators_close(ledger, sync):
 
 @pytest.mark.parametrize("kind,balance,amount,error", [("deduct", 1000, 901, errors.InsufficientBalance),
                                                        ("recharge", MAX_BALANCE - 50, 51, errors.BalanceLimit)])
-def test_a_refused_sync_charge_changes_nothing(ledger, sync, kind, balance, amount, error):
+def test_a_refused_sync_charge_changes_nothing_but_is_the_keys_answer(ledger, sync, kind, balance, amount, error):
     sync.set_balance(USER, balance, 3)
+    sync.replies = [ApplyReply(ApplyStatus.SYNC)] * 4
     before = dict(sync.accounts)
-    with pytest.raises(error):
+    with pytest.raises(error) as first:
         getattr(ledger, kind)(USER, amount, "key-1")
-    assert sync.accounts == before and sync.rows == {} and sync.answers == {} and sync.updates == []
+    assert sync.accounts == before and sync.rows == {} and sync.updates == []
+    assert sync.answers[(USER, "key-1")].answer["balance"] == balance
+    sync.set_balance(USER, balance - 1000 if kind == "recharge" else balance + 1000, 4)  # it would pass now
+    with pytest.raises(error) as again:
+        getattr(ledger, kind)(USER, amount, "key-1")
+    assert again.value.message == first.value.message and sync.rows == {}
+    with pytest.raises(errors.IdempotencyKeyReused):  # another request with the key is still a conflict
+        getattr(ledger, kind)(USER, amount + 1, "key-1")
+    getattr(ledger, kind)(USER, amount)  # without a key nothing is remembered
+    assert len(sync.answers) == 1
 
 
 def test_a_sync_deduct_down_to_the_threshold_is_allowed(ledger, sync):
@@ -557,9 +593,36 @@ def test_an_operators_close_goes_to_the_db_and_the_cache(ledger, store):
     store.account_row(deduct_type="SYNC")
     ledger.patch_account(USER, None, 300, False)
     assert (store.accounts[USER].open_flag, store.accounts[USER].threshold) == ("ADMIN", 300)
-    assert store.updates == [(USER, {"threshold": 300, "open": "ADMIN"}, None)]
+    assert store.updates == [(USER, {"threshold": 300}, None)] and store.open_sets == [(USER, "ADMIN", 1)]
     ledger.patch_account(USER, "ASYNC", None, None)  # the DB is authoritative now: the cache is reloaded from it
     assert store.dropped == [USER]
+
+
+@pytest.mark.parametrize("api_open,flag", [(False, "ADMIN"), (True, "1")])
+def test_an_operators_close_or_reopen_takes_a_version_above_every_entry_charged_before_it(ledger, store, api_open, flag):
+    """So the writer, which takes an entry's open flag only when it is newer than the DB, never undoes it."""
+    store.account_row(version=3, open_flag="1" if not api_open else "ADMIN")
+    store.cache[USER] = CachedAccount(1000, 9, 0, store.accounts[USER].open_flag)  # entries up to v9 are in flight
+    ledger.patch_account(USER, None, None, api_open)
+    assert (store.cache[USER].version, store.cache[USER].open_flag) == (10, flag)
+    assert (store.accounts[USER].version, store.accounts[USER].open_flag) == (10, flag)
+    LedgerPersister(store, FakeOutbox()).persist([event(1, version=9, open_flag="ADMIN" if api_open else "1")])
+    assert store.accounts[USER].open_flag == flag
+
+
+def test_an_operators_close_of_an_uncached_account_raises_the_db_version(ledger, store):
+    store.account_row(version=3)
+    ledger.patch_account(USER, None, None, False)
+    assert store.open_sets == [(USER, "ADMIN", 3)] and store.accounts[USER].version == 4
+
+
+def test_an_operators_close_the_db_did_not_commit_drops_the_cache_it_went_ahead_in(ledger, store):
+    store.account_row(version=3)
+    store.cache[USER] = CachedAccount(1000, 5, 0, "1")
+    store.commit_error = RuntimeError("the DB went away")
+    with pytest.raises(RuntimeError):
+        ledger.patch_account(USER, None, None, False)
+    assert USER not in store.cache  # the next read reloads it from the DB
 
 
 # the writer's ledger persister --------------------------------------------------------------------------------
@@ -657,3 +720,97 @@ def test_the_reconciler_pages_through_every_account(store):
     for user_id in range(1, 8):
         store.account_row(user_id)
     assert LedgerReconcile(store, FakePersister(), page=3).run(NOW, age_s=300).accounts == 7
+
+
+# Idempotency-Keys: a refusal is an answer, keys outlive Redis ---------------------------------------------------
+@pytest.mark.parametrize("status,error", REFUSALS[:3])
+def test_an_async_business_refusal_with_a_key_is_kept_in_the_db_before_it_is_answered(ledger, store, status, error):
+    store.replies = [ApplyReply(status, balance=50, version=3)]
+    with pytest.raises(error):
+        ledger.deduct(USER, 100, "key-1")
+    assert store.answers == {(USER, "key-1"): IdempotentAnswer(
+        fingerprint("D", USER, 100), {"refused": status.value, "balance": 50, "version": 3})}
+    store.replies = [ApplyReply(status, balance=50, version=3)]
+    with pytest.raises(error):
+        ledger.deduct(USER, 100)  # no key: nothing to remember
+    assert len(store.answers) == 1
+
+
+def test_a_conflict_or_a_transient_failure_is_not_the_keys_answer(store, published):
+    store.replies = [ApplyReply(ApplyStatus.CONFLICT), ApplyReply(ApplyStatus.IN_PROGRESS), ok(900)]
+    for error in (errors.IdempotencyKeyReused, errors.IdempotencyInProgress):
+        with pytest.raises(error):
+            make_ledger(store, published).deduct(USER, 100, "key-1")
+    with pytest.raises(errors.PublishFailed):
+        make_ledger(store, published, publish=broker_down).deduct(USER, 100, "key-1")
+    assert store.answers == {}
+
+
+def test_a_key_redis_does_not_know_is_looked_up_in_the_db_once_then_charged(ledger, store, published):
+    store.replies = [ApplyReply(ApplyStatus.UNKNOWN_KEY), ok(900)]
+    result = ledger.deduct(USER, 100, "key-1")
+    assert store.answer_reads == [(USER, "key-1")]
+    assert [c.key_checked for c in store.charges] == [False, True]
+    assert store.charges[0].entry_id == store.charges[1].entry_id == result.entry_id and len(published) == 1
+
+
+def test_a_key_the_db_answered_is_replayed_without_charging(ledger, store, published):
+    store.answers[(USER, "key-1")] = IdempotentAnswer(fingerprint("D", USER, 100), {
+        "entry_id": 55, "user_id": USER, "amount": 100, "balance": 700, "version": 6, "mode": "SYNC"})
+    store.replies = [ApplyReply(ApplyStatus.UNKNOWN_KEY)]
+    result = ledger.deduct(USER, 100, "key-1")
+    assert (result.entry_id, result.balance, result.version, result.mode) == (55, 700, 6, "SYNC")
+    assert len(store.charges) == 1 and published == []
+    store.replies = [ApplyReply(ApplyStatus.UNKNOWN_KEY)]
+    with pytest.raises(errors.IdempotencyKeyReused):  # the fingerprint binds the kind: a recharge may not take it
+        ledger.recharge(USER, 100, "key-1")
+
+
+def test_a_refusal_the_db_holds_is_answered_again_with_its_message(ledger, store, published):
+    store.answers[(USER, "key-1")] = IdempotentAnswer(fingerprint("D", USER, 100),
+                                                      {"refused": "insufficient", "balance": 1234, "version": 6})
+    store.replies = [ApplyReply(ApplyStatus.UNKNOWN_KEY)]
+    with pytest.raises(errors.InsufficientBalance, match="12.34"):
+        ledger.deduct(USER, 100, "key-1")
+    assert len(store.charges) == 1 and published == []
+
+
+def test_a_sync_charge_answers_a_key_an_async_charge_took(ledger, sync):
+    sync.answers[(USER, "key-1")] = IdempotentAnswer(fingerprint("D", USER, 100), {
+        "entry_id": 55, "user_id": USER, "amount": 100, "balance": 700, "version": 6, "mode": "ASYNC"})
+    result = ledger.deduct(USER, 100, "key-1")
+    assert (result.entry_id, result.mode) == (55, "ASYNC") and sync.rows == {}
+
+
+def test_the_persister_keeps_each_entrys_key_answer_and_never_a_second_entry_for_a_key(store):
+    store.account_row(balance=1000, version=1)
+    store.answers[(USER, "old")] = IdempotentAnswer("fp", {"entry_id": 1, "user_id": USER, "amount": 100,
+                                                           "balance": 900, "version": 2, "mode": "ASYNC"})
+    store.answers[(USER, "refused")] = IdempotentAnswer("fp", {"refused": "insufficient", "balance": 0, "version": 1})
+    keyed = [replace(entry(entry_id, version=entry_id), idem_key=key).to_event()
+             for entry_id, key in ((2, "new"), (3, "new"), (4, "old"), (5, "refused"), (6, None))]
+    outbox = FakeOutbox()
+    report = LedgerPersister(store, outbox).persist(keyed)
+    assert (report.applied, report.dead_lettered) == (3, 2) and sorted(store.rows) == [2, 5, 6]
+    assert store.accounts[USER].balance == 700
+    assert sorted((r.offset, r.error) for r in outbox.dead) == [
+        (3, "Idempotency-Key already answered by another entry"), (4, "Idempotency-Key already answered by another entry")]
+    assert store.answers[(USER, "new")] == IdempotentAnswer(fingerprint("D", USER, 100), {
+        "entry_id": 2, "user_id": USER, "amount": 100, "balance": 900, "version": 2, "mode": "ASYNC"})
+    assert store.answers[(USER, "refused")].answer["entry_id"] == 5  # charged before the refusal: the entry wins
+    assert store.settled == [{USER: [2, 3, 4, 5, 6]}]
+
+
+@pytest.mark.parametrize("key,final", [("client-1", True), ("rp12", False), ("rprefund12", False),
+                                       ("payorder12", False), ("payorder-12", True), ("rp12x", True), (None, False)])
+def test_a_refusal_is_the_answer_of_every_client_key_not_of_the_services_own(key, final):
+    from hotledger.ledger.service import refusal_is_answer
+
+    assert refusal_is_answer(key) is final
+
+
+def test_a_refusal_of_a_service_key_is_not_remembered(store, published):
+    store.replies = [ApplyReply(ApplyStatus.INSUFFICIENT, balance=50, version=3)]
+    with pytest.raises(errors.InsufficientBalance):
+        make_ledger(store, published).deduct(USER, 100, "payorder12")
+    assert store.answers == {} and store.charges[0].refusal_final is False

@@ -6,13 +6,21 @@ entries' deltas (order-independent, so an out-of-order batch cannot move a balan
 version only ever rises. Before the commit every entry is claimed in Redis, so an entry the API rolled back
 (publish timed out) is skipped and a late rollback cannot undo a persisted one. After the commit the entries
 leave the consistency set.
+
+An entry with an Idempotency-Key writes the key's answer (t_idempotency) in the same transaction, so the key is
+answered from the DB once Redis forgot it (expired after a day, lost, or the account went SYNC). A key holds one
+entry for good: an entry whose key already answers another entry (charged in a window where Redis had forgotten
+the first) is dead-lettered, never persisted as a second charge. A key whose answer is a refusal takes the entry:
+such an entry was charged, and acknowledged, before that refusal (Redis records either atomically and the API
+asks the DB when Redis has no record, so the refusal came from a Redis that had lost the charge).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
 from hotledger import keys
-from hotledger.ledger.store import AccountMove, LedgerStore
+from hotledger.ledger.service import fingerprint
+from hotledger.ledger.store import AccountMove, IdempotentAnswer, LedgerStore
 from hotledger.outbox.events import LedgerEvent
 from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.writer import PersistReport, dedupe_and_claim, rejected
@@ -41,6 +49,32 @@ def account_moves(events: list[LedgerEvent], db_versions: dict[int, int]) -> lis
             for user_id, d in delta.items()]
 
 
+KEY_TAKEN = "Idempotency-Key already answered by another entry"
+
+
+def answer_of(e: LedgerEvent) -> dict:
+    """The answer an ASYNC charge gave, as t_idempotency keeps it (the fields of LedgerResult)."""
+    return {"entry_id": e.id, "user_id": e.user_id, "amount": e.amount, "balance": e.balance_after,
+            "version": e.version, "mode": "ASYNC"}
+
+
+def split_by_key(events: list[LedgerEvent], answers: dict[tuple[int, str], IdempotentAnswer]
+                 ) -> tuple[list[LedgerEvent], list[LedgerEvent]]:
+    """(the entries to persist, the entries whose Idempotency-Key already answers another entry), in batch order:
+    the first entry of a key wins in a batch; a key whose stored answer is a refusal is taken by the entry."""
+    kept, taken, seen = [], [], set()
+    for e in events:
+        key = (e.user_id, e.idem_key)
+        stored = answers.get(key)
+        if e.idem_key is not None and (key in seen or (stored is not None and "refused" not in stored.answer)):
+            taken.append(e)
+            continue
+        if e.idem_key is not None:
+            seen.add(key)
+        kept.append(e)
+    return kept, taken
+
+
 class LedgerPersister:
     def __init__(self, store: LedgerStore, outbox: OutboxStore):
         self.store, self.outbox = store, outbox
@@ -55,11 +89,16 @@ class LedgerPersister:
             known = [e for e in claimed if e.user_id in versions]
             fresh, clashes = split_by_db(known, tx.stored_entries([(e.id, e.kind) for e in known]))
             report.duplicates += len(known) - len(fresh) - len(clashes)
+            keyed = sorted({(e.user_id, e.idem_key) for e in fresh if e.idem_key is not None})
+            fresh, taken = split_by_key(fresh, tx.idempotent_answers(keyed))
             tx.insert_events(fresh)
+            tx.remember_answers([(e.user_id, e.idem_key, fingerprint(e.kind, e.user_id, e.amount), answer_of(e))
+                                 for e in fresh if e.idem_key is not None])
             tx.move_accounts(account_moves(fresh, versions))
             dead = [
                 rejected(str(e.user_id), e.id, e, why)
-                for group, why in ((orphans, "account does not exist"), (clashes, "entry id already used by another entry"))
+                for group, why in ((orphans, "account does not exist"), (clashes, "entry id already used by another entry"),
+                                   (taken, KEY_TAKEN))
                 for e in group
             ]
             report.dead_lettered = self.outbox.dead_letter(tx.cursor, dead)

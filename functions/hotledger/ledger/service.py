@@ -8,19 +8,24 @@ transaction under the account lock, then the cached hash is brought up to date.
 
 Invariants:
 - a charge is answered only once it is durable, undone, or reported OUTCOME_UNKNOWN with its entry id;
-- the same Idempotency-Key with the same request answers the first outcome, with another request 409;
+- the same Idempotency-Key with the same request answers the first definitive outcome, a charge or a business
+  refusal (402, 403, 422), for good; with another request (another kind, account or amount) 409. Transient
+  failures (503) are no answer: the key may try again. Redis keeps an ASYNC key's record for a day; the DB
+  (t_idempotency) keeps every answer for good and is asked when Redis has no record of a key;
 - a deduct never takes the balance below the threshold, a recharge never above MAX_BALANCE;
 - the API closes ('BALANCE') when a deduct leaves the balance <= 0 and a recharge that makes it positive
-  reopens it; an operator's close ('ADMIN') only an operator reopens;
+  reopens it; an operator's close ('ADMIN') only an operator reopens; an operator's close or reopen takes a
+  version of its own, so no entry charged before it can undo it;
 - the cached balance of an ASYNC account is the DB balance plus every entry charged in Redis and not in the DB.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from hotledger import errors, keys
 from hotledger.dal.db import CommitOutcomeUnknown
@@ -33,6 +38,7 @@ from hotledger.ledger.store import (
     ApplyReply,
     ApplyStatus,
     Charge,
+    IdempotentAnswer,
     LedgerStore,
     LedgerTx,
     RollbackStatus,
@@ -111,24 +117,59 @@ _REFUSALS = {
 }
 
 
+# the business refusals: each is the definitive answer for its Idempotency-Key (TigerBeetle: id_already_failed;
+# Stripe replays the stored error), unlike a transient failure (503), which changed nothing and may be retried
+BUSINESS_REFUSALS = frozenset({ApplyStatus.CLOSED, ApplyStatus.INSUFFICIENT, ApplyStatus.LIMIT})
+# ...except for the service's own keys (red packet debits rp<id>, credits rp<item id>, refunds rprefund<id>, payment
+# orders payorder<id>): their callers keep the outcome in their own state (a FAILED packet, an OPEN payment order,
+# a credit to retry) and charge again under the same key once the cause is gone (a pay after a top-up), so a
+# refusal is not their answer. Issue 10 item 3 separates the client's key namespace from these.
+_SERVICE_KEY = re.compile(r"(rp|rprefund|payorder)[0-9]+")
+
+
+def refusal_is_answer(idem_key: str | None) -> bool:
+    """Whether a business refusal is this key's answer for good (every client key)."""
+    return bool(idem_key) and not _SERVICE_KEY.fullmatch(idem_key)
+
+
 def refusal(reply: ApplyReply) -> errors.DomainError | None:
     """The domain error of a charge the script refused; None when it was not refused."""
     refuse = _REFUSALS.get(reply.status)
     return refuse(reply) if refuse else None
 
 
-def charged_in_db(kind: str, amount: int, account: AccountRow) -> tuple[int, str]:
-    """ledger_apply.lua's rules for a SYNC account: (the balance after, the open flag after), or the refusal raised."""
+def refusal_answer(reply: ApplyReply) -> dict:
+    """A business refusal as t_idempotency keeps it (enough to answer it again with the same message)."""
+    return {"refused": reply.status.value, "balance": reply.balance, "version": reply.version}
+
+
+def stored_reply(seen: IdempotentAnswer, request: str) -> ApplyReply:
+    """The answer the DB holds for a key, as ledger_apply.lua would answer it: CONFLICT for another request, the
+    refusal, or REPLAY of the charge (durable: it is in the DB or its event was acknowledged)."""
+    if seen.fingerprint != request:
+        return ApplyReply(ApplyStatus.CONFLICT)
+    answer = seen.answer
+    if "refused" in answer:
+        return ApplyReply(ApplyStatus(answer["refused"]), balance=answer["balance"], version=answer["version"])
+    return ApplyReply(ApplyStatus.REPLAY, answer["entry_id"], answer["balance"], answer["version"], done=True,
+                      mode=answer["mode"])
+
+
+def refused_in_db(kind: str, amount: int, account: AccountRow) -> ApplyReply | None:
+    """ledger_apply.lua's refusals for a SYNC account (with the balance and version refused at); None: allowed."""
     if kind == KIND_DEDUCT:
         if account.open_flag != "1":
-            raise refusal(ApplyReply(ApplyStatus.CLOSED))
+            return ApplyReply(ApplyStatus.CLOSED, balance=account.balance, version=account.version)
         if account.balance - amount < account.threshold:
-            raise refusal(ApplyReply(ApplyStatus.INSUFFICIENT, balance=account.balance))
-        balance = account.balance - amount
-    else:
-        if account.balance + amount > MAX_BALANCE:
-            raise refusal(ApplyReply(ApplyStatus.LIMIT))
-        balance = account.balance + amount
+            return ApplyReply(ApplyStatus.INSUFFICIENT, balance=account.balance, version=account.version)
+    elif account.balance + amount > MAX_BALANCE:
+        return ApplyReply(ApplyStatus.LIMIT, balance=account.balance, version=account.version)
+    return None
+
+
+def charged_in_db(kind: str, amount: int, account: AccountRow) -> tuple[int, str]:
+    """ledger_apply.lua's rules for a SYNC account that allowed the charge: (the balance after, the open flag after)."""
+    balance = account.balance - amount if kind == KIND_DEDUCT else account.balance + amount
     return balance, after_change(kind, balance, account.open_flag)
 
 
@@ -189,23 +230,37 @@ class Ledger:
 
     def patch_account(self, user_id: int, deduct_type: str | None, threshold: int | None, api_open: bool | None) -> Account:
         with self.lock.hold(keys.account_lock(user_id)) as held:
-            with self.store.transaction() as tx:
-                current_type = self._locked_account(tx, user_id, held.fence).deduct_type
-                cached_fields: dict[str, int | str] = {}
-                if deduct_type == "SYNC" and current_type == "ASYNC":
-                    switch = self.store.switch_to_sync(user_id)
-                    if switch.status is ToSyncStatus.PENDING:
-                        raise errors.PendingOrders(
-                            f"{switch.pending} orders are not in the DB yet; switch to SYNC once pending_orders is 0")
-                if deduct_type is not None:
-                    tx.set_deduct_type(user_id, deduct_type)
-                if threshold is not None:
-                    tx.set_threshold(user_id, threshold)
-                    cached_fields["threshold"] = threshold
-                if api_open is not None:
-                    flag = "1" if api_open else "ADMIN"
-                    tx.set_open(user_id, flag)
-                    cached_fields["open"] = flag
+            cache_ahead = False  # the cache holds the operator's flag before the DB committed it
+            try:
+                with self.store.transaction() as tx:
+                    locked = self._locked_account(tx, user_id, held.fence)
+                    current_type = locked.deduct_type
+                    cached_fields: dict[str, int | str] = {}
+                    if deduct_type == "SYNC" and current_type == "ASYNC":
+                        switch = self.store.switch_to_sync(user_id)
+                        if switch.status is ToSyncStatus.PENDING:
+                            raise errors.PendingOrders(
+                                f"{switch.pending} orders are not in the DB yet; switch to SYNC once pending_orders is 0")
+                    if deduct_type is not None:
+                        tx.set_deduct_type(user_id, deduct_type)
+                    if threshold is not None:
+                        tx.set_threshold(user_id, threshold)
+                        cached_fields["threshold"] = threshold
+                    if api_open is not None:
+                        # The operator's change takes a version above every entry charged before it (in Redis and in
+                        # the DB), so the writer never takes such an entry's open flag over it (it takes a flag only
+                        # from an entry newer than the DB's version). Set in Redis first, inside this transaction:
+                        # an entry charged after it carries the new flag.
+                        flag = "1" if api_open else "ADMIN"
+                        tx.set_open(user_id, flag)
+                        cache_ahead = True
+                        version = self.store.set_cached_open(user_id, flag, locked.version)
+                        tx.raise_version(user_id, version or locked.version + 1)
+            except Exception:
+                if cache_ahead:  # the DB did not take it: drop the cache, the next read reloads it from the DB
+                    with contextlib.suppress(RedisUnavailable):
+                        self.store.drop_cache(user_id)
+                raise
             if deduct_type == "ASYNC" and current_type == "SYNC":
                 self.store.drop_cache(user_id)  # reloaded from the DB, now authoritative there
             elif cached_fields:
@@ -239,10 +294,30 @@ class Ledger:
             raise errors.DomainError("amount out of range")
         request = fingerprint(kind, user_id, amount) if idem_key else ""
         charges: dict[int, Charge] = {}
+        key_checked, refusal_final = False, refusal_is_answer(idem_key)
 
         def attempt(entry_id: int) -> ApplyReply:
-            charges[entry_id] = Charge(kind, user_id, amount, entry_id, int(time.time() * 1000), idem_key, request)
-            return self.store.apply(charges[entry_id])
+            nonlocal key_checked
+            charges[entry_id] = Charge(kind, user_id, amount, entry_id, int(time.time() * 1000), idem_key, request,
+                                       key_checked, refusal_final)
+            reply = self.store.apply(charges[entry_id])
+            if reply.status is ApplyStatus.UNKNOWN_KEY:
+                # Redis has no record of this key (a new key, or one Redis forgot: expired, lost, or answered on
+                # SYNC): the DB keeps every answer; one read, only for keys Redis does not know
+                seen = self.store.stored_answer(user_id, idem_key)
+                if seen is not None:
+                    return stored_reply(seen, request)
+                key_checked = True
+                charges[entry_id] = replace(charges[entry_id], key_checked=True)
+                reply = self.store.apply(charges[entry_id])
+            return reply
+
+        def refused(reply: ApplyReply) -> errors.DomainError | None:
+            error = refusal(reply)
+            if error is not None and refusal_final and reply.status in BUSINESS_REFUSALS:
+                # the refusal is the key's answer for good: kept in the DB (Redis recorded it too) before it is given
+                self.store.remember_refusal(user_id, idem_key, request, refusal_answer(reply))
+            return error
 
         def outbound(entry_id: int, reply: ApplyReply) -> Outbound | None:
             if reply.status is not ApplyStatus.OK:
@@ -254,7 +329,7 @@ class Ledger:
 
         for _ in range(LOAD_ATTEMPTS):
             entry_id, reply = self.durability.apply(
-                attempt, reload=lambda: self.load_cache(user_id), refusal=refusal, outbound=outbound,
+                attempt, reload=lambda: self.load_cache(user_id), refusal=refused, outbound=outbound,
                 unknown=lambda entry_id, why: _outcome_unknown(kind, user_id, entry_id, why), what="charge")
             if reply.status is ApplyStatus.SYNC:
                 result = self._charge_in_db(kind, user_id, amount, idem_key, request)
@@ -264,7 +339,7 @@ class Ledger:
             if reply.status is ApplyStatus.REPLAY:
                 if not reply.done:
                     self._publish_stale(user_id, reply.entry_id, idem_key)
-                return LedgerResult(reply.entry_id, user_id, amount, reply.balance, reply.version, "ASYNC")
+                return LedgerResult(reply.entry_id, user_id, amount, reply.balance, reply.version, reply.mode)
             if idem_key and not self.durability.streamed:
                 with contextlib.suppress(RedisUnavailable):  # the charge is durable: a retry replays it once the record is stale
                     self.store.mark_answer_done(user_id, idem_key)
@@ -290,22 +365,32 @@ class Ledger:
                 if idem_key:
                     seen = tx.idempotent_answer(user_id, idem_key)
                     if seen is not None:
-                        if seen.fingerprint != request:
-                            raise errors.IdempotencyKeyReused("this Idempotency-Key was used with a different request")
-                        return LedgerResult(**seen.answer)
+                        replayed = stored_reply(seen, request)
+                        error = refusal(replayed)
+                        if error is not None:
+                            raise error
+                        return LedgerResult(replayed.entry_id, user_id, amount, replayed.balance, replayed.version,
+                                            replayed.mode)
                 account = self._locked_account(tx, user_id, held.fence)
                 if account.deduct_type != "SYNC":
                     self.store.drop_cache(user_id)
                     return None
-                balance, flag = charged_in_db(kind, amount, account)
-                version = account.version + 1
-                tx.set_balance(user_id, balance, version)
-                if flag != account.open_flag:
-                    tx.set_open(user_id, flag)
-                tx.insert_sync_entry(kind, entry_id, user_id, amount, balance, version, idem_key)
-                result = LedgerResult(entry_id, user_id, amount, balance, version, "SYNC")
-                if idem_key:
-                    tx.remember_answer(user_id, idem_key, request, asdict(result))
+                refused = refused_in_db(kind, amount, account)
+                if refused is not None:  # changes nothing but the key's record: its answer for good
+                    if refusal_is_answer(idem_key):
+                        tx.remember_answer(user_id, idem_key, request, refusal_answer(refused))
+                else:
+                    balance, flag = charged_in_db(kind, amount, account)
+                    version = account.version + 1
+                    tx.set_balance(user_id, balance, version)
+                    if flag != account.open_flag:
+                        tx.set_open(user_id, flag)
+                    tx.insert_sync_entry(kind, entry_id, user_id, amount, balance, version, idem_key)
+                    result = LedgerResult(entry_id, user_id, amount, balance, version, "SYNC")
+                    if idem_key:
+                        tx.remember_answer(user_id, idem_key, request, asdict(result))
+            if refused is not None:
+                raise refusal(refused)
             # committed: a cache left behind here is corrected by the reconciler (its version is older than the DB's)
             with contextlib.suppress(RedisUnavailable):
                 self.store.update_cache(user_id, {"balance": balance, "v": version, "open": flag}, if_older_than=version)

@@ -100,7 +100,10 @@ class StoredDeduct:
 
 @dataclass(frozen=True)
 class IdempotentAnswer:
-    """A SYNC charge's first answer for an Idempotency-Key, with the fingerprint of its request."""
+    """The first answer for an Idempotency-Key, with the fingerprint of its request: a charge (the LedgerResult
+    fields: entry_id, user_id, amount, balance, version, mode), or a refusal ({'refused': the ApplyStatus value,
+    'balance', 'version'}). Written with a SYNC charge or refusal, with an ASYNC refusal, and by the writer with the
+    ASYNC entry it persists; never deleted (a key is answered the same for good)."""
 
     fingerprint: str
     answer: dict
@@ -123,6 +126,7 @@ class ApplyStatus(Enum):
     REPLAY = "replay"
     MISSING = "missing"
     SYNC = "sync"
+    UNKNOWN_KEY = "unknown_key"  # Redis has no record of the Idempotency-Key: look it up in the DB first
     CLOSED = "closed"
     INSUFFICIENT = "insufficient"
     LIMIT = "limit"
@@ -133,8 +137,9 @@ class ApplyStatus(Enum):
 @dataclass(frozen=True)
 class ApplyReply:
     """ledger_apply.lua's answer. OK: the new entry's balance after, version, cache epoch and open flag.
-    REPLAY: the first answer for the Idempotency-Key (entry_id, balance, version) and whether its event is
-    known durable (`done`). CLOSED / INSUFFICIENT / LIMIT carry the cached balance and version."""
+    REPLAY: the first answer for the Idempotency-Key (entry_id, balance, version, the mode that charged it) and
+    whether its event is known durable (`done`). CLOSED / INSUFFICIENT / LIMIT carry the balance and version the
+    charge was refused at (the refusal may be the replayed first answer for its key)."""
 
     status: ApplyStatus
     entry_id: int = 0
@@ -143,6 +148,7 @@ class ApplyReply:
     epoch: str = ""
     open_flag: str = ""
     done: bool = False
+    mode: str = "ASYNC"
 
     @property
     def missing(self) -> bool:
@@ -172,6 +178,8 @@ class Charge:
     ts: int
     idem_key: str | None
     fingerprint: str  # '' without an Idempotency-Key
+    key_checked: bool = False  # the DB holds no answer for the key: charge even if Redis has no record of it
+    refusal_final: bool = False  # a business refusal is the key's answer (recorded with the key)
 
 
 class RollbackStatus(Enum):
@@ -288,6 +296,18 @@ class LedgerStore:
         rows = db.query(f"SELECT id FROM {table} WHERE user_id = %s AND idem_key = %s LIMIT 1", (user_id, idem_key))
         return rows[0][0] if rows else None
 
+    def stored_answer(self, user_id: int, idem_key: str) -> IdempotentAnswer | None:
+        """The first answer the DB holds for this key (no lock: asked only when Redis has no record)."""
+        rows = db.query("SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s",
+                        (user_id, idem_key))
+        return IdempotentAnswer(rows[0][0], json.loads(rows[0][1])) if rows else None
+
+    def remember_refusal(self, user_id: int, idem_key: str, fingerprint: str, answer: dict) -> None:
+        """Keep an ASYNC refusal as the key's answer; a key that has an answer already keeps it."""
+        with db.transaction() as cur:
+            cur.execute("INSERT IGNORE INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES (%s, %s, %s, %s)",
+                        (user_id, idem_key, fingerprint, json.dumps(answer)))
+
     def accounts_after(self, user_id: int, limit: int) -> list[AccountBalance]:
         """The next page of accounts in id order."""
         rows = db.query("SELECT u.id, u.deduct_type, a.balance, a.version FROM t_user u JOIN t_account a ON a.user_id = u.id"
@@ -352,7 +372,8 @@ class LedgerStore:
             [keys.balance(c.user_id), keys.entry(c.user_id, c.entry_id), keys.consistency(c.user_id),
              keys.idempotency(c.user_id, c.idem_key or ""), keys.account_stream(c.user_id)],
             [c.kind, c.amount, c.ts, c.entry_id, self.entry_ttl_s, c.fingerprint, self.idempotency_ttl_s, MAX_BALANCE,
-             c.ts - self.idempotency_stale_ms, c.idem_key or "", self.stream_flag, c.user_id]))
+             c.ts - self.idempotency_stale_ms, c.idem_key or "", self.stream_flag, c.user_id,
+             "checked" if c.key_checked else "", "1" if c.refusal_final else ""]))
 
     def rollback(self, user_id: int, entry_id: int, idem_key: str | None) -> RollbackReply:
         """ledger_rollback.lua: undo a charge whose event was not acknowledged, unless the writer claimed it first."""
@@ -372,6 +393,12 @@ class LedgerStore:
         only if its version is older than that); False when nothing was set."""
         args = ["" if if_older_than is None else if_older_than, *(x for item in fields.items() for x in item)]
         return self.lua.run("ledger_cache_update", [keys.balance(user_id)], args) == 1
+
+    def set_cached_open(self, user_id: int, flag: str, db_version: int) -> int | None:
+        """ledger_set_open.lua: an operator's open flag on the cached account, with a version of its own (above the
+        cached and the DB version); None when the account is not cached."""
+        version = self.lua.run("ledger_set_open", [keys.balance(user_id)], [flag, db_version])
+        return int(version) or None
 
     def switch_to_sync(self, user_id: int) -> ToSyncReply:
         """ledger_to_sync.lua: mark the cached account SYNC unless entries still wait for the DB."""
@@ -451,6 +478,28 @@ class LedgerTx:
     def remember_answer(self, user_id: int, idem_key: str, fingerprint: str, answer: dict) -> None:
         self.cursor.execute("INSERT INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES (%s, %s, %s, %s)",
                             (user_id, idem_key, fingerprint, json.dumps(answer)))
+
+    def idempotent_answers(self, pairs: list[tuple[int, str]]) -> dict[tuple[int, str], IdempotentAnswer]:
+        """(user_id, idem_key) -> the answer the DB holds, for those of the pairs it holds (locked: the writer
+        decides under the lock whether an entry may take its key)."""
+        if not pairs:
+            return {}
+        self.cursor.execute("SELECT user_id, idem_key, fingerprint, response FROM t_idempotency WHERE (user_id, idem_key)"
+                            f" IN ({','.join(['(%s, %s)'] * len(pairs))}) FOR UPDATE", [x for pair in pairs for x in pair])
+        return {(row[0], row[1]): IdempotentAnswer(row[2], json.loads(row[3])) for row in self.cursor.fetchall()}
+
+    def remember_answers(self, answers: list[tuple[int, str, str, dict]]) -> None:
+        """(user_id, idem_key, fingerprint, answer) each, in one statement; an answer already held is replaced
+        (the writer replaces only a refusal, by the charge that was made before it)."""
+        if answers:
+            self.cursor.execute(
+                "INSERT INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES "
+                + ",".join(["(%s, %s, %s, %s)"] * len(answers))
+                + " ON DUPLICATE KEY UPDATE fingerprint = VALUES(fingerprint), response = VALUES(response)",
+                [x for user_id, key, fp, answer in answers for x in (user_id, key, fp, json.dumps(answer))])
+
+    def raise_version(self, user_id: int, version: int) -> None:
+        self.cursor.execute("UPDATE t_account SET version = GREATEST(version, %s) WHERE user_id = %s", (version, user_id))
 
     def set_balance(self, user_id: int, balance: int, version: int) -> None:
         self.cursor.execute("UPDATE t_account SET balance = %s, version = %s WHERE user_id = %s", (balance, version, user_id))
