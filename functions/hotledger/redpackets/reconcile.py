@@ -19,6 +19,7 @@ class PacketReconcileReport:
     opened: int = 0  # CREATING packets whose debit went through now (or had before the crash)
     failed: int = 0  # CREATING packets whose debit was refused (now FAILED) or is still unknown
     compensated: int = 0  # claims whose event was lost, persisted from Redis
+    dead_lettered: int = 0  # of those, claims the DB refused (set aside with the reason; they stay pending in Redis)
     credited: int = 0  # grabs whose credit was missing, credited now
     refunded: int = 0  # refunds finished
     rebuilt: int = 0  # expired packets Redis had lost, rebuilt
@@ -48,8 +49,10 @@ class PacketReconciler:
                 report.failed += 1
         for packet_id in self.store.open_ids():
             stale = [c for c in self.packets.pending_claims(packet_id) if c.ts < cutoff]
-            if stale:
-                report.compensated += self.persister.persist(stale).applied
+            if stale:  # a claim the DB refuses is dead-lettered by the persister, never fails the run
+                persisted = self.persister.persist(stale)
+                report.compensated += persisted.applied
+                report.dead_lettered += persisted.dead_lettered
             expiry = self.packets.expire(packet_id, now_ms)
             report.rebuilt += expiry is Expiry.REBUILT
             report.refunded += expiry is Expiry.REFUNDED
