@@ -7,8 +7,10 @@ import time
 import pytest
 from helpers import invoke_writer, ledger_records, reconcile, records
 
-from hotledger import keys
+from hotledger import errors, keys
+from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.publisher import NotAcknowledged
+from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.redpackets.split import split
 from hotledger.money import format_minor
 from hotledger.runtime import redpackets
@@ -257,3 +259,71 @@ def test_the_delay_queue_refunds_a_packet_at_its_expiry(api, sql, redis_client):
     refund = 300 - int(grab["amount"].replace(".", ""))
     assert view["state"] == "REFUNDED" and view["refund"] == format_minor(refund)
     assert api("GET", f"/accounts/{sender}")[1]["balance"] == format_minor(700 + refund)
+
+
+def _charge_then(failure, monkeypatch):
+    """The ledger charges the packet's debit, then raises: a failure after the debit stood."""
+    ledger = redpackets().ledger
+    charge = ledger.deduct
+
+    def debit_then_fail(user_id, amount, idem_key=None):
+        charge(user_id, amount, idem_key)
+        raise failure
+
+    monkeypatch.setattr(ledger, "deduct", debit_then_fail)
+    return lambda: monkeypatch.setattr(ledger, "deduct", charge)
+
+
+def _sender_balance(api, sender):
+    return api("GET", f"/accounts/{sender}")[1]["balance"]
+
+
+@pytest.mark.parametrize("failure", [RedisOutcomeUnknown("the read timed out after Redis ran the script"),
+                                     RedisUnavailable("connection refused on the republish"),
+                                     DatabaseUnavailable("server has gone away")])
+def test_a_packet_whose_debit_stood_before_the_ledger_raised_is_never_failed_and_the_reconciler_opens_it(
+        api, sql, monkeypatch, failure):
+    """Before: the ledger's exception was taken for 'nothing happened': 503 SERVICE_UNAVAILABLE, the packet FAILED,
+    the sender's 10.00 gone for good (no reconciler step looked at it)."""
+    sender, grabber = api.account(balance="100.00"), api.account()
+    restore = _charge_then(failure, monkeypatch)
+    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": "10.00", "count": 2, "expires_in_s": 3600})
+    assert (status, body["error"]["code"]) == (503, "OUTCOME_UNKNOWN"), body
+    packet_id = int(body["error"]["packet_id"])
+    assert api("GET", f"/redpackets/{packet_id}")[1]["state"] == "CREATING"
+    restore()
+    for _ in range(2):  # the debit again under its key: replayed, not charged twice; the packet opened once
+        reconcile(monkeypatch, age_s=0)
+        assert api("GET", f"/redpackets/{packet_id}")[1]["state"] == "OPEN"
+        assert _sender_balance(api, sender) == "90.00"
+        assert sql("SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s AND idem_key = %s",
+                   (sender, f"rp{packet_id}")) == ((1, 1000),)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})[0] == 200
+
+
+def test_a_packet_left_failed_with_its_sender_debited_is_refunded_in_full_exactly_once(api, sql, monkeypatch):
+    """A FAILED packet whose debit stood after all (the ledger answered a refusal after charging; or an earlier
+    release marked it FAILED on an exception). Before: nothing ever looked at FAILED packets: the 10.00 stayed gone."""
+    sender = api.account(balance="100.00")
+    restore = _charge_then(errors.ApiClosed("refused after the charge"), monkeypatch)
+    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": "10.00", "count": 3, "expires_in_s": 3600})
+    assert (status, body["error"]["code"]) == (403, "API_CLOSED")
+    restore()
+    ((packet_id, state),) = sql("SELECT id, state FROM t_red_packet WHERE sender_id = %s", (sender,))
+    assert state == "FAILED" and _sender_balance(api, sender) == "90.00"
+    for _ in range(3):
+        reconcile(monkeypatch, age_s=0)
+        view = api("GET", f"/redpackets/{packet_id}")[1]
+        assert (view["state"], view["refund"]) == ("REFUNDED", "10.00")
+        assert _sender_balance(api, sender) == "100.00"
+    assert sql("SELECT COUNT(*), SUM(pay) FROM t_pay WHERE user_id = %s AND idem_key = %s",
+               (sender, f"rprefund{packet_id}")) == ((1, 1000),)
+
+
+def test_a_packet_failed_by_a_refusal_is_never_refunded(api, sql, monkeypatch):
+    sender = api.account(balance="5.00")
+    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": "10.00", "count": 3, "expires_in_s": 3600})
+    assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
+    reconcile(monkeypatch, age_s=0)
+    assert sql("SELECT state, refund FROM t_red_packet WHERE sender_id = %s", (sender,)) == (("FAILED", None),)
+    assert _sender_balance(api, sender) == "5.00"

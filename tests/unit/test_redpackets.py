@@ -11,6 +11,7 @@ import pytest
 
 from hotledger import errors
 from hotledger.config import Settings
+from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.outbox.durable import Durability
@@ -57,13 +58,15 @@ class FakeTx:
 
 
 class FakeStore:
-    """t_red_packet, t_red_packet_item, and the ledger's t_pay as a set of (idem key, user)."""
+    """t_red_packet, t_red_packet_item, and the ledger's t_pay and t_order as sets of (idem key, user)."""
 
     def __init__(self):
         self.packets: dict[int, PacketRow] = {}
         self.items: dict[int, ItemRow] = {}
         self.credited: set[int] = set()
         self.pay: set[tuple[str, int]] = set()
+        self.orders: set[tuple[str, int]] = set()
+        self.fail_mark_open: Exception | None = None
 
     def add(self, packet_id, state, amounts, sender=SENDER, expires_at=NOW + 60_000, refund=None):
         self.packets[packet_id] = PacketRow(packet_id, sender, state, sum(amounts), len(amounts), refund, expires_at)
@@ -89,7 +92,23 @@ class FakeStore:
         self._move(packet_id, "CREATING", "FAILED")
 
     def mark_open(self, packet_id, debit_entry_id):
+        if self.fail_mark_open:
+            raise self.fail_mark_open
         self._move(packet_id, "CREATING", "OPEN")
+
+    def failed_with_debit(self, limit):
+        return sorted(p.packet_id for p in self.packets.values()
+                      if p.state == "FAILED" and (f"rp{p.packet_id}", p.sender_id) in self.orders)
+
+    def begin_failed_refund(self, packet_id):
+        p = self.packets[packet_id]
+        if p.state != "FAILED" or (f"rp{packet_id}", p.sender_id) not in self.orders:
+            return False
+        rest = [i for i in self.items.values() if i.packet_id == packet_id and i.user_id is None]
+        for i in rest:
+            self.items[i.item_id] = replace(i, refunded=True)
+        self._move(packet_id, "FAILED", "REFUNDING", refund=sum(i.amount for i in rest))
+        return True
 
     def begin_refund(self, packet_id):
         if self.packets[packet_id].state != "OPEN":
@@ -192,6 +211,7 @@ class FakeLedger:
         self.deducts: list[tuple] = []
         self.recharges: list[tuple] = []
         self.deduct_error: Exception | None = None
+        self.charge_before_error = False  # the error comes after the debit stood
         self.recharge_error: Exception | None = None
         self.accounts = {SENDER, ALICE, BOB}
 
@@ -200,6 +220,9 @@ class FakeLedger:
 
     def deduct(self, user_id, amount, idem_key):
         self.deducts.append((user_id, amount, idem_key))
+        if self.deduct_error and not self.charge_before_error:
+            raise self.deduct_error
+        self.store.orders.add((idem_key, user_id))  # charged (a repeat of the key replays it)
         if self.deduct_error:
             raise self.deduct_error
         return Debit(9000 + len(self.deducts))
@@ -303,8 +326,10 @@ def test_send_from_an_unknown_account_stores_nothing(w):
 
 
 @pytest.mark.parametrize("refusal", [errors.InsufficientBalance("short"), errors.ApiClosed("closed"),
-                                     RedisUnavailable("refused")])
-def test_a_debit_refused_or_that_never_ran_marks_the_packet_failed_and_opens_nothing(w, refusal):
+                                     errors.AccountNotFound("gone"), errors.IdempotencyKeyReused("other request"),
+                                     errors.PublishFailed("undone"), errors.ServiceUnavailable("not loaded"),
+                                     errors.FencedOut("fenced")])
+def test_a_debit_the_ledger_refused_or_undid_marks_the_packet_failed_and_opens_nothing(w, refusal):
     w.ledger.deduct_error = refusal
     with pytest.raises(type(refusal)):
         w.packets.create(SENDER, 1000, 4, expires_in_s=60)
@@ -313,12 +338,34 @@ def test_a_debit_refused_or_that_never_ran_marks_the_packet_failed_and_opens_not
     assert w.cache.loaded == [] and w.queue.offers == []
 
 
-def test_a_debit_whose_outcome_is_unknown_leaves_the_packet_creating_for_the_reconciler(w):
-    w.ledger.deduct_error = errors.ChargeOutcomeUnknown("no answer")
+@pytest.mark.parametrize("failure", [errors.ChargeOutcomeUnknown("no answer", entry_id="77"),
+                                     errors.IdempotencyInProgress("first attempt running"),
+                                     RedisOutcomeUnknown("timed out"), RedisUnavailable("refused"),
+                                     DatabaseUnavailable("gone"), ValueError("a bug")])
+@pytest.mark.parametrize("charged", [False, True])
+def test_a_debit_without_a_definitive_answer_leaves_the_packet_creating_and_the_reconciler_opens_it_once(w, failure, charged):
+    w.ledger.deduct_error, w.ledger.charge_before_error = failure, charged
+    with pytest.raises(errors.ChargeOutcomeUnknown) as unknown:
+        w.packets.create(SENDER, 1000, 4, expires_in_s=60)
+    (packet,) = w.store.packets.values()
+    assert packet.state == "CREATING" and unknown.value.details["packet_id"] == str(packet.packet_id)
+    assert w.queue.offers == [] and w.cache.loaded == []
+    w.ledger.deduct_error = None
+    report = w.reconciler.run(NOW + 61_000, age_s=60)
+    assert (report.opened, report.failed, w.store.state(packet.packet_id)) == (1, 0, "OPEN")
+    assert w.ledger.deducts == [(SENDER, 1000, f"rp{packet.packet_id}")] * 2  # the same key: replayed when it stood
+    assert w.ledger.recharges == []
+
+
+def test_a_failure_after_the_debit_is_outcome_unknown_and_the_reconciler_opens_the_packet(w):
+    w.store.fail_mark_open = DatabaseUnavailable("gone")
     with pytest.raises(errors.ChargeOutcomeUnknown):
         w.packets.create(SENDER, 1000, 4, expires_in_s=60)
     (packet,) = w.store.packets.values()
-    assert packet.state == "CREATING" and w.queue.offers == []
+    assert packet.state == "CREATING"
+    assert w.reconciler.run(NOW, age_s=60).failed == 1  # still failing: counted, the run goes on
+    w.store.fail_mark_open = None
+    assert w.reconciler.run(NOW, age_s=60).opened == 1 and w.store.state(packet.packet_id) == "OPEN"
 
 
 # grab ----------------------------------------------------------------------------------------------------
@@ -468,6 +515,32 @@ def test_creating_packets_are_finished_by_the_reconciler(w):
     assert (w.store.state(7), w.store.state(8)) == ("OPEN", "FAILED")
     assert sorted(w.ledger.deducts) == [(SENDER, 300, "rp7"), (SENDER, 300, "rp8")]
     assert w.queue.offers == [(PACKET_EXPIRY, "7", NOW + 60_000, None)]
+
+
+def test_a_failed_packet_whose_sender_was_debited_is_refunded_in_full_once_and_one_never_debited_is_left(w):
+    w.store.add(7, "FAILED", [100, 200])
+    w.store.add(8, "FAILED", [300])
+    w.store.orders.add(("rp7", SENDER))  # the debit stood after all
+    w.ledger.recharge_error = RedisUnavailable("refused")
+    report = w.reconciler.run(NOW, age_s=60)
+    assert report.failed_refunded == 0 and w.store.state(7) == "REFUNDING"  # the credit failed: paid by a later run
+    w.ledger.recharge_error = None
+    w.reconciler.run(NOW, age_s=60)
+    calls = len(w.ledger.recharges)
+    w.reconciler.run(NOW, age_s=60)
+    assert len(w.ledger.recharges) == calls  # refunded: never again
+    assert set(w.ledger.recharges) == {(SENDER, 300, "rprefund7")}  # every attempt under the same key: credited once
+    assert (w.store.state(7), w.store.packets[7].refund) == ("REFUNDED", 300)
+    assert all(w.store.items[i].refunded for i in (701, 702))
+    assert w.store.state(8) == "FAILED" and w.store.packets[8].refund is None
+
+
+def test_a_failed_packet_refunded_by_a_run_counts_once(w):
+    w.store.add(7, "FAILED", [100, 200])
+    w.store.orders.add(("rp7", SENDER))
+    assert w.reconciler.run(NOW, age_s=60).failed_refunded == 1
+    assert w.reconciler.run(NOW, age_s=60).failed_refunded == 0
+    assert w.ledger.recharges == [(SENDER, 300, "rprefund7")] and w.store.state(7) == "REFUNDED"
 
 
 def test_only_stale_pending_claims_are_compensated_through_the_persister(w):

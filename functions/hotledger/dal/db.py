@@ -21,6 +21,25 @@ class CommitOutcomeUnknown(DatabaseUnavailable):
     """COMMIT was sent and its answer lost: the transaction may or may not have committed."""
 
 
+# Server errors PyMySQL raises as OperationalError that are refusals of the data, not failures of the server:
+# a value out of range in an expression (1690), a wrong value (1292), a CHECK constraint (MariaDB 4025, MySQL 3819).
+_REFUSALS_OF_DATA = frozenset({1292, 1690, 3819, 4025})
+
+
+def refused(exc: BaseException) -> str | None:
+    """The DB's reason when it refused a statement for the values it carries: a unique key (uk_packet_user), a
+    NOT NULL, a CHECK, a value out of a column's or an expression's range. The same statement fails the same way
+    on every retry, so the record that carries it must be set aside (dead-lettered), not retried.
+
+    None for everything else, which retrying can mend: a transient failure (DatabaseUnavailable: connection lost,
+    lock wait timeout 1205, deadlock 1213, server gone) or a fault in the code (ProgrammingError, ...), which a
+    deploy fixes; neither may set a record aside."""
+    if isinstance(exc, (pymysql.err.IntegrityError, pymysql.err.DataError)) or (
+            isinstance(exc, pymysql.err.OperationalError) and exc.args and exc.args[0] in _REFUSALS_OF_DATA):
+        return f"the DB refused the record: ({exc.args[0]}) {exc.args[1] if len(exc.args) > 1 else ''}".strip()
+    return None
+
+
 def connect(cfg: Settings) -> pymysql.connections.Connection:
     return pymysql.connect(
         host=cfg.db_host,
@@ -64,8 +83,9 @@ def _drop_connection() -> None:
 
 @contextlib.contextmanager
 def transaction():
-    """Yield a cursor inside BEGIN ... COMMIT; roll back on any error. Connection-level failures
-    surface as DatabaseUnavailable so callers can retry or fail the batch."""
+    """Yield a cursor inside BEGIN ... COMMIT; roll back on any error. Connection-level (transient) failures
+    surface as DatabaseUnavailable so callers can retry or fail the batch; a refusal of the data (see refused())
+    is raised as PyMySQL raised it, after the rollback."""
     try:
         conn = connection()
         conn.begin()
@@ -76,8 +96,12 @@ def transaction():
         with conn.cursor() as cur:
             yield cur
     except pymysql.err.OperationalError as exc:
-        _drop_connection()
-        raise DatabaseUnavailable(str(exc)) from exc
+        if refused(exc) is None:
+            _drop_connection()
+            raise DatabaseUnavailable(str(exc)) from exc
+        with contextlib.suppress(pymysql.err.Error):
+            conn.rollback()
+        raise
     except BaseException:
         with contextlib.suppress(pymysql.err.Error):
             conn.rollback()

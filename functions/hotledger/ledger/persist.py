@@ -23,7 +23,7 @@ from hotledger.ledger.service import fingerprint
 from hotledger.ledger.store import AccountMove, IdempotentAnswer, LedgerStore
 from hotledger.outbox.events import LedgerEvent
 from hotledger.outbox.store import OutboxStore
-from hotledger.outbox.writer import PersistReport, dedupe_and_claim, rejected
+from hotledger.outbox.writer import PersistReport, dedupe_and_claim, isolating_refusals, rejected
 
 
 def split_by_db(events: list[LedgerEvent],
@@ -79,6 +79,7 @@ class LedgerPersister:
     def __init__(self, store: LedgerStore, outbox: OutboxStore):
         self.store, self.outbox = store, outbox
 
+    @isolating_refusals(lambda e: (str(e.user_id), e.id))
     def persist(self, events: list[LedgerEvent]) -> PersistReport:
         report = PersistReport()
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(

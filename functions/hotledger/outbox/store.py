@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import redis
 
+from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, redis_errors_translated, text
 from hotledger.outbox.events import PoisonRecord
 
@@ -34,6 +35,11 @@ class OutboxStore:
                     + ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(records)),
                     [v for r in records for v in (r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024])])
         return len(records)
+
+    def dead_letter_alone(self, records: list[PoisonRecord]) -> int:
+        """dead_letter in a transaction of its own."""
+        with db.transaction() as cur:
+            return self.dead_letter(cur, records)
 
 
 @dataclass(frozen=True)

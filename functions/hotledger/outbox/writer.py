@@ -4,12 +4,17 @@ can never apply. Every persister keeps the same contract:
 - it claims each event's fate key in Redis before its commit (dedupe_and_claim), so a change the API rolled
   back is skipped and a late rollback cannot undo a persisted one;
 - what the DB holds already is skipped: a replay or a re-delivery changes nothing;
-- what can never apply is dead-lettered with the reason, not retried;
-- a transient failure (DB or Redis unavailable) raises, and the whole batch is retried.
+- what can never apply is dead-lettered with the reason, not retried: what the persister judges itself (an id
+  clash, an unknown account), and what the DB refuses for one record's data (a unique key such as
+  uk_packet_user, a value out of range: see isolating_refusals), so one bad record never stalls a partition;
+- a transient failure (DB or Redis unavailable, lock wait, deadlock) raises, and the whole batch is retried.
 """
 from __future__ import annotations
 
+import functools
+import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,6 +23,7 @@ from hotledger.outbox.events import PoisonRecord
 from hotledger.outbox.store import OutboxStore
 
 REJECTED_TOPIC = "rejected-entries"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -58,6 +64,44 @@ def dedupe_and_claim(outbox: OutboxStore, events: list, event_id, slot_of, fate_
     return claimed, len(events) - len(unique), len(unique) - len(claimed)
 
 
+def isolating_refusals(dead_letter_id: Callable[[object], tuple[str, int]]):
+    """Decorates a persister's `persist(events)` (the persister has `outbox`) so that one record the DB refuses
+    for its data (db.refused: a unique key, a NOT NULL, a CHECK, a value out of range) cannot fail its batch
+    forever: the failed batch is split in halves and each half persisted on its own, down to the records the DB
+    refuses alone; each of those is dead-lettered once with the DB's reason (keyed by dead_letter_id(event): the
+    (key, id) of the persister's own dead letters). The rest is applied exactly once: every half is its own
+    transaction and persisting is idempotent, so a re-delivery of the batch changes nothing.
+    Any other failure raises and the whole batch is retried: a transient one (DB or Redis unavailable, lock wait,
+    deadlock) or a fault in the code, which must not set good records aside.
+    Precedents: AWS Lambda's BisectBatchOnFunctionError for Kafka/Kinesis sources (split the failing batch,
+    isolate the record), Kafka Connect's errors.tolerance with a dead letter queue (per-record, with the reason
+    in the headers); unlike Lambda's, only a refusal of the data bisects."""
+    def decorate(persist):
+        @functools.wraps(persist)
+        def persist_isolating(self, events: list) -> PersistReport:
+            return _persist_isolating(lambda batch: persist(self, batch), events,
+                                      lambda event, why: rejected(*dead_letter_id(event), event, why), self.outbox)
+        return persist_isolating
+    return decorate
+
+
+def _persist_isolating(persist: Callable[[list], PersistReport], events: list,
+                       reject: Callable[[object, str], PoisonRecord], outbox: OutboxStore) -> PersistReport:
+    try:
+        return persist(events)
+    except Exception as exc:  # noqa: BLE001 - only a refusal of the data is kept from raising
+        why = db.refused(exc)
+        if why is None:
+            raise
+    if len(events) == 1:
+        log.error("record refused by the DB, dead-lettered: %s", why)
+        return PersistReport(dead_lettered=outbox.dead_letter_alone([reject(events[0], why)]))
+    half = len(events) // 2
+    report = _persist_isolating(persist, events[:half], reject, outbox)
+    report.add(_persist_isolating(persist, events[half:], reject, outbox))
+    return report
+
+
 class Writer:
     def __init__(self, persisters: dict[type, Persister], outbox: OutboxStore):
         self.persisters, self.outbox = persisters, outbox
@@ -65,8 +109,7 @@ class Writer:
     def persist(self, events: list, poison: list[PoisonRecord] = ()) -> PersistReport:
         report = PersistReport()
         if poison:
-            with db.transaction() as cur:
-                report.dead_lettered += self.outbox.dead_letter(cur, list(poison))
+            report.dead_lettered += self.outbox.dead_letter_alone(list(poison))
         for event_type, persister in self.persisters.items():
             batch = [e for e in events if isinstance(e, event_type)]
             if batch:

@@ -16,7 +16,7 @@ from enum import Enum
 from hotledger import keys
 from hotledger.outbox.events import RedPacketClaimEvent
 from hotledger.outbox.store import OutboxStore
-from hotledger.outbox.writer import PersistReport, dedupe_and_claim, rejected
+from hotledger.outbox.writer import PersistReport, dedupe_and_claim, isolating_refusals, rejected
 from hotledger.redpackets.store import ItemRow, PacketCache, PacketStore
 
 
@@ -42,6 +42,7 @@ class RedPacketPersister:
     def __init__(self, store: PacketStore, cache: PacketCache, outbox: OutboxStore):
         self.store, self.cache, self.outbox = store, cache, outbox
 
+    @isolating_refusals(lambda e: (f"rp{e.packet_id}", e.item_id))
     def persist(self, events: list[RedPacketClaimEvent]) -> PersistReport:
         report = PersistReport()
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(

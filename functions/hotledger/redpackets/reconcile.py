@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hotledger import errors
+from hotledger.dal.db import DatabaseUnavailable
+from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.redpackets.persist import RedPacketPersister
 from hotledger.redpackets.service import Expiry, RedPackets
 from hotledger.redpackets.store import PacketStore
@@ -18,7 +20,9 @@ PAGE = 500
 class PacketReconcileReport:
     opened: int = 0  # CREATING packets whose debit went through now (or had before the crash)
     failed: int = 0  # CREATING packets whose debit was refused (now FAILED) or is still unknown
+    failed_refunded: int = 0  # FAILED packets whose sender was debited after all, refunded in full now
     compensated: int = 0  # claims whose event was lost, persisted from Redis
+    dead_lettered: int = 0  # of those, claims the DB refused (set aside with the reason; they stay pending in Redis)
     credited: int = 0  # grabs whose credit was missing, credited now
     refunded: int = 0  # refunds finished
     rebuilt: int = 0  # expired packets Redis had lost, rebuilt
@@ -31,7 +35,10 @@ class PacketReconciler:
     def run(self, now_ms: int, age_s: int) -> PacketReconcileReport:
         """One pass; what is younger than age_s may still be finished by its own request or event, so it is
         left alone. Per pass:
-        - a packet CREATING for longer: its debit is run again (same key), opening it or marking it FAILED;
+        - a packet CREATING for longer: its debit is run again (same key), opening it or marking it FAILED (only
+          on a definitive refusal; an unknown outcome leaves it CREATING for the next pass);
+        - a FAILED packet whose debit the ledger holds after all: refunded in full (REFUNDING, then the refund
+          credit under rprefund<id>, once);
         - an OPEN packet's claims pending for longer: persisted from Redis (their event was lost); then the
           packet is expired and refunded if due (Expiry: only once no claim is in flight);
         - a REFUNDING packet: its refund credit is made (once: t_pay is checked for the key first);
@@ -44,12 +51,16 @@ class PacketReconciler:
             try:
                 self.packets.debit_and_open(packet)
                 report.opened += 1
-            except errors.DomainError:
+            except (errors.DomainError, RedisUnavailable, DatabaseUnavailable):
                 report.failed += 1
+        for packet_id in self.store.failed_with_debit(PAGE):
+            report.failed_refunded += self.packets.refund_failed_debit(packet_id)
         for packet_id in self.store.open_ids():
             stale = [c for c in self.packets.pending_claims(packet_id) if c.ts < cutoff]
-            if stale:
-                report.compensated += self.persister.persist(stale).applied
+            if stale:  # a claim the DB refuses is dead-lettered by the persister, never fails the run
+                persisted = self.persister.persist(stale)
+                report.compensated += persisted.applied
+                report.dead_lettered += persisted.dead_lettered
             expiry = self.packets.expire(packet_id, now_ms)
             report.rebuilt += expiry is Expiry.REBUILT
             report.refunded += expiry is Expiry.REFUNDED

@@ -97,6 +97,23 @@ class Ledger(Protocol):
     def recharge(self, user_id: int, amount: int, idem_key: str | None = None): ...
 
 
+def _debit_not_made(exc: errors.DomainError) -> bool:
+    """Is the ledger's answer a definitive 'the debit was not made'? Its refusals (4xx: 402, 403, 404, 409 key
+    reused, 422) and the 503s whose contract is 'nothing changed' (PUBLISH_FAILED: undone; SERVICE_UNAVAILABLE:
+    the account could not be loaded; LOCK_LOST: fenced before writing). Not OUTCOME_UNKNOWN, and not
+    IDEMPOTENCY_IN_PROGRESS: the first attempt under the key may still charge."""
+    if isinstance(exc, (errors.ChargeOutcomeUnknown, errors.IdempotencyInProgress)):
+        return False
+    return exc.status < 500 or isinstance(exc, (errors.PublishFailed, errors.ServiceUnavailable, errors.FencedOut))
+
+
+def _creation_unknown(packet_id: int, why: str, **details: str) -> errors.DomainError:
+    return errors.ChargeOutcomeUnknown(
+        f"{why}: red packet {packet_id} may or may not be created (its sender may or may not be debited). Check GET "
+        f"/redpackets/{packet_id}: the reconciler opens it, or marks it FAILED if the debit was not made",
+        **details, packet_id=str(packet_id))
+
+
 def _grab_unknown(packet_id: int, why: str) -> errors.DomainError:
     return errors.ChargeOutcomeUnknown(f"{why}: the grab may or may not be made. Check GET /redpackets/{packet_id} "
                                        "before trying again")
@@ -143,21 +160,36 @@ class RedPackets:
 
     def debit_and_open(self, packet: PacketRow) -> None:
         """Debit the sender (idempotent by key: the reconciler may run this again), then open the packet.
-        A refusal (402, 403, ...) or a failure that changed nothing marks the packet FAILED; an unknown outcome
-        leaves it CREATING for the reconciler to finish."""
+        Only a definitive answer that the debit was not made (_debit_not_made) marks the packet FAILED. Anything
+        else - OUTCOME_UNKNOWN, a debit in progress, or any exception the ledger raised, which may come after the
+        debit stood (a republish, an answer record, a lost reply) - leaves it CREATING and is answered
+        OUTCOME_UNKNOWN naming the packet: the reconciler runs this again under the same key until the ledger
+        answers (TigerBeetle's rule: a client without a definitive reply retries the same transfer id, which
+        either exists already or is created once; it never assumes 'nothing happened'). So is a failure after
+        the debit: the packet is finished by the reconciler, not failed."""
         try:
             debit = self.ledger.deduct(packet.sender_id, packet.total, debit_key(packet.packet_id))
         except errors.DomainError as exc:
-            if exc.code != "OUTCOME_UNKNOWN":
-                self.store.mark_failed(packet.packet_id)
-            raise
-        except (RedisUnavailable, DatabaseUnavailable):  # refused before the charge: it never ran
+            if not _debit_not_made(exc):
+                raise _creation_unknown(packet.packet_id, exc.message, **exc.details) from exc
             self.store.mark_failed(packet.packet_id)
             raise
-        self.store.mark_open(packet.packet_id, debit.entry_id)
-        self.load(packet.packet_id, hold_until=0)
-        self.cache.mark_open(packet.packet_id)  # a concurrent grab may have loaded it while CREATING
-        self.queue.offer(PACKET_EXPIRY, str(packet.packet_id), due_at_ms=packet.expires_at)
+        except Exception as exc:  # noqa: BLE001 - not an answer of the ledger: the debit may have been made
+            raise _creation_unknown(packet.packet_id, f"the ledger failed ({type(exc).__name__}: {exc})") from exc
+        try:
+            self.store.mark_open(packet.packet_id, debit.entry_id)
+            self.load(packet.packet_id, hold_until=0)
+            self.cache.mark_open(packet.packet_id)  # a concurrent grab may have loaded it while CREATING
+            self.queue.offer(PACKET_EXPIRY, str(packet.packet_id), due_at_ms=packet.expires_at)
+        except Exception as exc:  # noqa: BLE001 - the sender is debited: never "nothing changed"
+            raise _creation_unknown(packet.packet_id, f"the sender was debited but opening the packet failed"
+                                                      f" ({type(exc).__name__}: {exc})") from exc
+
+    def refund_failed_debit(self, packet_id: int) -> bool:
+        """A FAILED packet whose sender was debited after all gives the whole total back: REFUNDING (once, under
+        the row lock), then the refund credit under rprefund<id> (finish_refund: once). False when there was
+        nothing to begin, or the credit failed (it stays REFUNDING and is paid by a later run)."""
+        return self.store.begin_failed_refund(packet_id) and self.finish_refund(packet_id)
 
     # Redis holds what grabs need --------------------------------------------------------------------------
     def load(self, packet_id: int, hold_until: int) -> None:

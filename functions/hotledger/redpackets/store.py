@@ -23,10 +23,11 @@ from hotledger.outbox.events import RedPacketClaimEvent
 # The Idempotency-Keys of the packet's moves through the ledger. t_pay rows carry them, which is how the
 # reconciler tells a credit or a refund that was made from one that was not.
 CREDIT_KEY_PREFIX = "rp"
+DEBIT_KEY_PREFIX = "rp"  # the debit is in t_order, the credits in t_pay: one prefix, two tables
 
 
 def debit_key(packet_id: int) -> str:
-    return f"rp{packet_id}"
+    return f"{DEBIT_KEY_PREFIX}{packet_id}"
 
 
 def credit_key(item_id: int) -> str:
@@ -159,6 +160,28 @@ class PacketStore:
         return True
 
     @staticmethod
+    def begin_failed_refund(packet_id: int) -> bool:
+        """FAILED -> REFUNDING for a packet whose sender was debited after all (t_order holds the debit under its
+        key): every item is marked refunded and their sum (the total: a FAILED packet never opened) becomes the
+        refund, at once. False when the packet is not FAILED (another run began the refund) or holds no debit."""
+        with db.transaction() as cur:
+            cur.execute("SELECT state, sender_id FROM t_red_packet WHERE id = %s FOR UPDATE", (packet_id,))
+            row = cur.fetchone()
+            if row is None or row[0] != "FAILED":
+                return False
+            cur.execute("SELECT id FROM t_order WHERE idem_key = %s AND user_id = %s", (debit_key(packet_id), row[1]))
+            debit = cur.fetchone()
+            if debit is None:
+                return False
+            cur.execute("SELECT COALESCE(SUM(amount), 0) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NULL",
+                        (packet_id,))
+            (refund,) = cur.fetchone()
+            cur.execute("UPDATE t_red_packet_item SET refunded = 1 WHERE packet_id = %s AND user_id IS NULL", (packet_id,))
+            cur.execute("UPDATE t_red_packet SET state = 'REFUNDING', refund = %s, debit_order_id = %s WHERE id = %s",
+                        (int(refund), debit[0], packet_id))
+        return True
+
+    @staticmethod
     def mark_refunded(packet_id: int) -> None:
         db.execute("UPDATE t_red_packet SET state = 'REFUNDED' WHERE id = %s AND state = 'REFUNDING'", (packet_id,))
 
@@ -187,6 +210,14 @@ class PacketStore:
     @staticmethod
     def open_ids() -> list[int]:
         return [packet_id for (packet_id,) in db.query("SELECT id FROM t_red_packet WHERE state = 'OPEN' ORDER BY id")]
+
+    @staticmethod
+    def failed_with_debit(limit: int) -> list[int]:
+        """FAILED packets whose sender's debit the ledger holds after all; the join reads the ledger's t_order by
+        debit_key() (idx_order_idem). A debit still pending in Redis shows up once the writer persisted it."""
+        return [packet_id for (packet_id,) in db.query(
+            "SELECT p.id FROM t_red_packet p JOIN t_order o ON o.idem_key = CONCAT(%s, p.id) AND o.user_id = p.sender_id"
+            " WHERE p.state = 'FAILED' ORDER BY p.id LIMIT %s", (DEBIT_KEY_PREFIX, limit))]
 
     @staticmethod
     def refunding_ids(limit: int) -> list[int]:

@@ -15,7 +15,7 @@ from collections import Counter
 from hotledger import keys
 from hotledger.outbox.events import VoucherOrderEvent
 from hotledger.outbox.store import OutboxStore
-from hotledger.outbox.writer import PersistReport, dedupe_and_claim, rejected
+from hotledger.outbox.writer import PersistReport, dedupe_and_claim, isolating_refusals, rejected
 from hotledger.vouchers.store import OrderRow, Slot, StockRow, VoucherDb, VoucherRedis
 
 UNKNOWN_VOUCHER = "voucher does not exist"
@@ -36,6 +36,7 @@ class VoucherPersister:
     def __init__(self, db: VoucherDb, redis: VoucherRedis, outbox: OutboxStore):
         self.db, self.redis, self.outbox = db, redis, outbox
 
+    @isolating_refusals(lambda e: (f"v{e.voucher_id}", e.id))
     def persist(self, events: list[VoucherOrderEvent]) -> PersistReport:
         report = PersistReport()
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(

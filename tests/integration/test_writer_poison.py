@@ -1,0 +1,106 @@
+"""One record the DB refuses never stalls a partition: the writer (MSK events) and the reconciler dead-letter it with
+the DB's reason and apply the rest exactly once. Real Redis, MariaDB and broker."""
+import json
+
+from helpers import invoke_writer, ledger_records, reconcile, records
+
+from hotledger import keys
+from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent
+from hotledger.outbox.writer import REJECTED_TOPIC
+from hotledger.runtime import id_generator, redpackets
+
+
+def send(api, sender, total="10.00", count=5):
+    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": total, "count": count, "expires_in_s": 3600})
+    assert status == 201, body
+    return int(body["packet_id"])
+
+
+def grab(api, packet_id, user_id):
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": user_id})
+    assert status == 200, body
+    return int(body["item_id"])
+
+
+def claim_records(packet_id, first_offset=0):
+    claims = sorted(redpackets().pending_claims(packet_id), key=lambda c: c.item_id)
+    return records(claims, lambda c: f"rp{c.packet_id}", partition=1, first_offset=first_offset)
+
+
+def dead_letters(sql, offset):
+    return sql("SELECT topic, record_key, error FROM t_dead_letter WHERE offset_no = %s", (offset,))
+
+
+def test_a_claim_the_db_refuses_for_uk_packet_user_is_dead_lettered_and_the_rest_of_the_batch_persisted_once(
+        api, sql, redis_client):
+    """Before: the red packet batch's one UPDATE hit uk_packet_user and the handler raised on every delivery (the
+    trigger retries the batch forever: the partition stalls)."""
+    sender, alice, bob = api.account(balance="100.00"), api.account(), api.account()
+    packet_id = send(api, sender)
+    alice_item = grab(api, packet_id, alice)
+    invoke_writer(claim_records(packet_id))
+    bob_item = grab(api, packet_id, bob)
+    (other_item, amount), *_ = sql("SELECT id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NULL"
+                                   " AND id <> %s ORDER BY id", (packet_id, bob_item))
+    # decodes fine and names a free item of the packet, but alice holds another item of it already
+    refused = RedPacketClaimEvent(type="redpacket_claim", packet_id=packet_id, item_id=other_item, user_id=alice,
+                                  amount=amount, ts=1_700_000_000_000, grab_id=id_generator().next_id())
+    batch = (records([refused], lambda c: f"rp{c.packet_id}", partition=1, first_offset=900) + claim_records(packet_id)
+             + ledger_records(redis_client, [sender, alice, bob], first_offset=100))
+
+    for _ in range(2):  # the first delivery, then a re-delivery: it changes nothing
+        assert invoke_writer(batch) == {"batchItemFailures": []}
+        assert sql("SELECT id, user_id FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL ORDER BY id",
+                   (packet_id,)) == tuple(sorted(((alice_item, alice), (bob_item, bob))))
+        ((topic, key, error),) = dead_letters(sql, other_item)
+        assert (topic, key) == (REJECTED_TOPIC, f"rp{packet_id}".encode()) and "uk_packet_user" in error
+        # the good records of the same batch: bob's claim left Redis's pending hash, every charge is in the DB
+        assert redis_client.hlen(keys.packet_pending(packet_id)) == 0
+        assert sql("SELECT balance FROM t_account WHERE user_id = %s", (sender,)) == ((9000,),)
+        assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id IN (%s, %s)", (alice, bob)) == ((2,),)
+
+
+def test_an_entry_whose_amount_the_db_cannot_hold_is_dead_lettered_and_the_rest_persisted_once(api, sql, redis_client):
+    """Before: the out-of-range value failed the ledger batch's INSERT and the handler raised on every delivery."""
+    user_id = api.account(balance="10.00")
+    for amount in ("1.00", "2.00"):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
+    good = ledger_records(redis_client, [user_id])
+    newest = json.loads(good[-1][3])
+    too_big = LedgerEvent(**{**newest, "id": id_generator().next_id(), "amount": 2**63, "version": newest["version"] + 1})
+    batch = good[:2] + records([too_big], lambda e: str(e.user_id), first_offset=50) + good[2:]
+
+    for _ in range(2):
+        assert invoke_writer(batch) == {"batchItemFailures": []}
+        assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((700,),)
+        assert sql("SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s", (user_id,)) == ((2, 300),)
+        ((topic, key, error),) = dead_letters(sql, too_big.id)
+        assert (topic, key) == (REJECTED_TOPIC, str(user_id).encode()) and "Out of range" in error
+    assert api("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0
+
+
+def test_two_copies_of_a_new_entry_in_one_batch_are_one_entry_and_no_dead_letter(api, sql, redis_client):
+    user_id = api.account(balance="10.00")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})[0] == 200
+    batch = ledger_records(redis_client, [user_id])
+    invoke_writer(batch + batch)
+    assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((1,),)
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((600,),)
+    ids = [json.loads(value)["id"] for *_, value in batch]
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE offset_no IN %s", (ids,)) == ((0,),)
+
+
+def test_the_reconciler_sets_a_refused_claim_aside_instead_of_failing_every_run(api, sql, redis_client, monkeypatch):
+    """Before: the reconciler persisted the stale claim, the DB refused it (uk_packet_user) and every run raised
+    there, so nothing after it (other packets, refunds, credits) was ever done."""
+    sender, alice = api.account(balance="100.00"), api.account()
+    packet_id = send(api, sender)
+    first = grab(api, packet_id, alice)
+    invoke_writer(claim_records(packet_id))
+    redis_client.hdel(keys.packet_grabbers(packet_id), alice)  # a partial loss in Redis: alice may grab again
+    second = grab(api, packet_id, alice)
+    for _ in range(2):
+        report = reconcile(monkeypatch, age_s=0)
+        assert report["packets"]["dead_lettered"] == 1
+        assert "uk_packet_user" in dead_letters(sql, second)[0][2] and len(dead_letters(sql, second)) == 1
+        assert sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s AND user_id = %s", (packet_id, alice)) == ((first,),)
