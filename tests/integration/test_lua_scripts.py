@@ -222,13 +222,19 @@ def test_settle_removes_entries_and_flags_foreign_epochs(lua, redis_client, uid)
     assert redis_client.hget(keys.balance(uid), "dirty") == b"1"
 
 
-def test_reconcile_set_is_a_compare_and_set(lua, redis_client, uid):
-    _load(lua, uid, balance=100, version=5)
+def test_reconcile_adds_the_drift_unless_the_cache_was_reloaded(lua, redis_client, uid):
+    _load(lua, uid, balance=100, version=5, epoch="e1")
     redis_client.hset(keys.balance(uid), "dirty", "1")
-    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["4", 70, 9]) == [b"changed"]
-    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["5", 100, 5]) == [b"same"]
-    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["5", 0, 9]) == [b"ok", b"10"]
-    assert redis_client.hmget(keys.balance(uid), "balance", "v", "open", "dirty") == [b"0", b"10", b"BALANCE", None]
+    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["e0", -70, 9]) == [b"changed"]  # another load
+    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["e1", 0, 5]) == [b"same"]
+    assert redis_client.hget(keys.balance(uid), "dirty") is None
+    _apply(lua, uid, "R", 30, 1)  # a charge after the snapshot the drift was computed from keeps counting
+    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["e1", -100, 9]) == [b"ok", b"10"]
+    assert redis_client.hmget(keys.balance(uid), "balance", "v", "open", "dirty") == [b"30", b"10", b"1", None]
+    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["e1", -30, 9]) == [b"ok", b"11"]
+    assert redis_client.hmget(keys.balance(uid), "balance", "open") == [b"0", b"BALANCE"]
+    redis_client.hset(keys.balance(uid), "mode", "SYNC")
+    assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["e1", 5, 9]) == [b"changed"]
 
 
 def test_hash_update_never_creates_and_respects_versions(lua, redis_client, uid):

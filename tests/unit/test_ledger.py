@@ -25,6 +25,7 @@ from hotledger.ledger.store import (
     ApplyReply,
     ApplyStatus,
     CachedAccount,
+    CacheSnapshot,
     CacheState,
     IdempotentAnswer,
     ReconcileReply,
@@ -154,9 +155,20 @@ class FakeLedgerStore:
     def remember_refusal(self, user_id, idem_key, fingerprint_, answer):
         self.answers.setdefault((user_id, idem_key), IdempotentAnswer(fingerprint_, answer))
 
-    def cache_states(self, user_ids):
-        return [CacheState(c.balance if c else None, c.version if c else None, u in self.dirty,
-                           list(self.pending.get(u, {}).items())) for u in user_ids for c in [self.cache.get(u)]]
+    def cache_states(self, user_ids, stale_before_ms, limit):
+        return [CacheState(c.balance if c else None, c.version if c else None, u in self.dirty, len(pending),
+                           min(pending.values(), default=None),
+                           sorted((i for i, ts in pending.items() if ts < stale_before_ms), key=pending.get)[:limit])
+                for u in user_ids for c, pending in [(self.cache.get(u), self.pending.get(u, {}))]]
+
+    def snapshot(self, user_id, limit):
+        if user_id not in self.cache:
+            return None
+        ids = sorted(self.pending.get(user_id, {}), key=self.pending[user_id].get) if user_id in self.pending else []
+        return CacheSnapshot(self.cache[user_id].balance, "e1", "ASYNC", ids[:limit], len(ids))
+
+    def still_pending(self, user_id, entry_ids):
+        return set(entry_ids) & set(self.pending.get(user_id, {}))
 
     # LedgerStore: scripts
     def apply(self, charge):
@@ -194,9 +206,13 @@ class FakeLedgerStore:
     def switch_to_sync(self, user_id):
         return self.to_sync_reply
 
-    def reconcile_cache(self, user_id, *, seen_version, balance, db_version):
-        self.reconciled.append((user_id, seen_version, balance, db_version))
-        return ReconcileReply(ReconcileStatus.OK, seen_version + 1)
+    def reconcile_cache(self, user_id, *, epoch, drift, db_version):
+        self.reconciled.append((user_id, drift, db_version))
+        cached = self.cache[user_id]
+        version = max(cached.version, db_version) + 1
+        self.cache[user_id] = replace(cached, balance=cached.balance + drift, version=version)
+        self.dirty.discard(user_id)
+        return ReconcileReply(ReconcileStatus.OK, version)
 
     def settle(self, persisted):
         self.settled.append({u: sorted(e.id for e in events) for u, events in persisted.items()})
@@ -694,7 +710,7 @@ def test_an_async_cache_behind_the_db_is_corrected_to_db_plus_what_the_db_lacks(
     store.cache[USER] = CachedAccount(1000, 5, 0, "1")  # version behind the DB's
     store.charge_in_redis(entry(1, amount=200), ts=NOW)
     report = LedgerReconcile(store, FakePersister()).run(NOW, age_s=300)
-    assert report.corrected == 1 and store.reconciled == [(USER, 5, 800, 9)]
+    assert report.corrected == 1 and store.reconciled == [(USER, -200, 9)] and store.cache[USER].balance == 800
 
 
 def test_an_async_cache_that_agrees_with_the_db_is_left_alone_unless_flagged(store):
@@ -705,6 +721,38 @@ def test_an_async_cache_that_agrees_with_the_db_is_left_alone_unless_flagged(sto
     assert reconcile.run(NOW, age_s=300).corrected == 0 and store.reconciled == []
     store.dirty.add(USER)  # the writer saw entries charged from an earlier load
     assert reconcile.run(NOW, age_s=300).corrected == 1
+
+
+def test_a_correction_takes_its_snapshot_again_when_an_entry_it_saw_is_rolled_back_meanwhile(store):
+    store.account_row(balance=1000, version=9)
+    store.cache[USER] = CachedAccount(1500, 5, 0, "1")  # 300 too much, beside entry 1's 200
+    store.charge_in_redis(entry(1, amount=200, kind="R"), ts=NOW)
+    store.dirty.add(USER)
+    snapshot, calls = store.snapshot, []
+
+    def snapshot_then_rollback(user_id, limit):
+        seen = snapshot(user_id, limit)
+        calls.append(seen)
+        if len(calls) == 2:  # inside the correction: entry 1 is rolled back before its string is read
+            del store.redis_entries[(USER, 1)]
+            del store.pending[USER][1]
+            store.cache[USER] = replace(store.cache[USER], balance=store.cache[USER].balance - 200)
+        return seen
+
+    store.snapshot = snapshot_then_rollback
+    assert LedgerReconcile(store, FakePersister()).run(NOW, age_s=300).corrected == 1
+    assert len(calls) == 3 and store.cache[USER].balance == 1000
+
+
+def test_an_account_with_more_pending_entries_than_the_limit_is_deferred_and_its_oldest_persisted(store):
+    store.account_row(balance=1000, version=9)
+    store.cache[USER] = CachedAccount(1500, 5, 0, "1")
+    for i in range(1, 6):
+        store.charge_in_redis(entry(i), ts=NOW - 400_000 - i)
+    persister = FakePersister()
+    report = LedgerReconcile(store, persister, pending_limit=2).run(NOW, age_s=300)
+    assert [e.id for e in persister.events] == [5, 4]  # the oldest two of five stale: bounded per run
+    assert (report.pending, report.deferred, report.corrected, store.reconciled) == (5, 1, 0, [])
 
 
 def test_a_sync_cache_older_than_the_db_is_evicted_and_a_current_one_kept(store):

@@ -84,12 +84,27 @@ class CachedAccount:
 @dataclass(frozen=True)
 class CacheState:
     """What the reconciler checks of an account in Redis: the cached balance and version (None when not cached),
-    the writer's 'dirty' flag, and the pending entry ids with their charge time (ms)."""
+    the writer's 'dirty' flag, how many entry ids are pending, the charge time (ms) of the oldest (None when none)
+    and the ids charged before the stale moment, oldest first (at most the reconciler's per-account limit)."""
 
     balance: int | None
     version: int | None
     dirty: bool
-    pending: list[tuple[int, float]]
+    pending_count: int
+    oldest_ms: float | None
+    stale: list[int]
+
+
+@dataclass(frozen=True)
+class CacheSnapshot:
+    """The cached balance and the pending entry ids at one instant (one MULTI): the base of a correction. `epoch`
+    names the cache load, `total` counts the pending ids (`ids` holds at most the limit asked for)."""
+
+    balance: int
+    epoch: str
+    mode: str
+    ids: list[int]
+    total: int
 
 
 @dataclass(frozen=True)
@@ -223,7 +238,7 @@ class ToSyncReply:
 class ReconcileStatus(Enum):
     OK = "ok"  # corrected
     SAME = "same"  # already right
-    CHANGED = "changed"  # the hash moved (or vanished) since the version was read: next run
+    CHANGED = "changed"  # the cache was reloaded (or vanished, or turned SYNC) since the snapshot: next run
 
 
 @dataclass(frozen=True)
@@ -337,6 +352,24 @@ class LedgerStore:
     def pending_entries(self, user_id: int) -> list[Entry]:
         return pending_entries(self.redis, user_id)
 
+    def snapshot(self, user_id: int, limit: int) -> CacheSnapshot | None:
+        """The cached balance and up to `limit` pending ids, read atomically (MULTI); None when not cached."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hmget(keys.balance(user_id), "balance", "epoch", "mode")
+        pipe.zrange(keys.consistency(user_id), 0, limit - 1)
+        pipe.zcard(keys.consistency(user_id))
+        (balance, epoch, mode), ids, total = pipe.execute()
+        if balance is None:
+            return None
+        return CacheSnapshot(int(balance), text(epoch) or "", text(mode) or "", [int(text(m)) for m in ids], total)
+
+    def still_pending(self, user_id: int, entry_ids: list[int]) -> set[int]:
+        """Those of the ids that are in the account's consistency set now."""
+        pipe = self.redis.pipeline(transaction=False)
+        for entry_id in entry_ids:
+            pipe.zscore(keys.consistency(user_id), entry_id)
+        return {i for i, score in zip(entry_ids, pipe.execute()) if score is not None}
+
     def entry(self, user_id: int, entry_id: int) -> Entry | None:
         raw = self.redis.get(keys.entry(user_id, entry_id))
         return None if raw is None else Entry.parse(user_id, entry_id, text(raw))
@@ -354,15 +387,19 @@ class LedgerStore:
         """The charge answered for this Idempotency-Key is durable: a retry replays it without publishing again."""
         self.redis.hset(keys.idempotency(user_id, idem_key), "state", "done")
 
-    def cache_states(self, user_ids: list[int]) -> list[CacheState]:
+    def cache_states(self, user_ids: list[int], stale_before_ms: int, limit: int) -> list[CacheState]:
+        """Per account, bounded: the cached fields, the pending count, the oldest pending charge time and at most
+        `limit` ids charged before `stale_before_ms` (oldest first)."""
         pipe = self.lua.pipeline()
         for user_id in user_ids:
             pipe.hmget(keys.balance(user_id), "balance", "v", "dirty")
-            pipe.zrange(keys.consistency(user_id), 0, -1, withscores=True)
+            pipe.zcard(keys.consistency(user_id))
+            pipe.zrange(keys.consistency(user_id), 0, 0, withscores=True)
+            pipe.zrangebyscore(keys.consistency(user_id), "-inf", f"({stale_before_ms}", start=0, num=limit)
         replies = pipe.execute()
         return [CacheState(None if balance is None else int(balance), None if version is None else int(version),
-                           dirty is not None, [(int(text(m)), score) for m, score in pending])
-                for (balance, version, dirty), pending in zip(replies[0::2], replies[1::2])]
+                           dirty is not None, count, oldest[0][1] if oldest else None, [int(text(m)) for m in stale])
+                for (balance, version, dirty), count, oldest, stale in zip(*[iter(replies)] * 4)]
 
     # scripts -----------------------------------------------------------------------------------------
     def apply(self, c: Charge) -> ApplyReply:
@@ -404,10 +441,10 @@ class LedgerStore:
         """ledger_to_sync.lua: mark the cached account SYNC unless entries still wait for the DB."""
         return ToSyncReply.parse(self.lua.run("ledger_to_sync", [keys.balance(user_id), keys.consistency(user_id)], []))
 
-    def reconcile_cache(self, user_id: int, *, seen_version: int, balance: int, db_version: int) -> ReconcileReply:
-        """ledger_reconcile.lua: set the cached balance if the cached version is still `seen_version`."""
-        return ReconcileReply.parse(self.lua.run("ledger_reconcile", [keys.balance(user_id)],
-                                                 [seen_version, balance, db_version]))
+    def reconcile_cache(self, user_id: int, *, epoch: str, drift: int, db_version: int) -> ReconcileReply:
+        """ledger_reconcile.lua: add `drift` to the cached balance (an adjusting entry: charges made since the
+        snapshot it was computed from stay counted) unless the cache was reloaded since (another epoch)."""
+        return ReconcileReply.parse(self.lua.run("ledger_reconcile", [keys.balance(user_id)], [epoch, drift, db_version]))
 
     def settle(self, persisted: dict[int, list[LedgerEvent]]) -> dict[int, SettleReply]:
         """ledger_settle.lua per account, pipelined: drop the persisted entries from Redis, flag accounts whose
