@@ -31,6 +31,13 @@ class Settings:
     entry_ttl_s: int = 7 * 24 * 3600
     idempotency_ttl_s: int = 24 * 3600
     reconcile_age_s: int = 300
+    # each part of a reconciler run (accounts, vouchers, packets, journeys, reminders, orders) stops after this many
+    # items or seconds, whichever comes first, and the next run continues where it stopped (6 x 8 s < the 60 s timeout)
+    reconcile_part_items: int = 1_000_000
+    reconcile_part_s: float = 8.0
+    reconcile_page: int = 500
+    # per account, at most this many pending entries are read in one run (more: persisted oldest first, not corrected)
+    reconcile_pending_limit: int = 10_000
     lock_ttl_ms: int = 5000
     lock_wait_ms: int = 3000
     lua_dir: str = str(_REPO_LUA_DIR)
@@ -71,6 +78,10 @@ _ENV = {
     "entry_ttl_s": "ENTRY_TTL_S",
     "idempotency_ttl_s": "IDEMPOTENCY_TTL_S",
     "reconcile_age_s": "RECONCILE_AGE_S",
+    "reconcile_part_items": "RECONCILE_PART_ITEMS",
+    "reconcile_part_s": "RECONCILE_PART_S",
+    "reconcile_page": "RECONCILE_PAGE",
+    "reconcile_pending_limit": "RECONCILE_PENDING_LIMIT",
     "lock_ttl_ms": "LOCK_TTL_MS",
     "lock_wait_ms": "LOCK_WAIT_MS",
     "lua_dir": "LUA_DIR",
@@ -130,7 +141,8 @@ def _from_ssm(env) -> dict:
         return {}
     import boto3
 
-    tunable = {"publish_timeout_s", "entry_ttl_s", "idempotency_ttl_s", "reconcile_age_s", "lock_ttl_ms", "lock_wait_ms",
+    tunable = {"publish_timeout_s", "entry_ttl_s", "idempotency_ttl_s", "reconcile_age_s", "reconcile_part_items",
+               "reconcile_part_s", "reconcile_page", "reconcile_pending_limit", "lock_ttl_ms", "lock_wait_ms",
                "stream_batch", "stream_block_ms", "stream_claim_idle_ms", "stream_max_deliveries", "rebuild_hold_s",
                "finished_keys_ttl_s", "delay_visibility_ms", "reminder_before_close_s", "inbox_ttl_s", "inbox_max_messages", "journeys"}
     values = {}

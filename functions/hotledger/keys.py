@@ -152,4 +152,10 @@ def journeys(biz: str) -> str:
     return f"journey:{tag(f'journey-{biz}')}"
 
 
+# the scheduled reconciler -------------------------------------------------------------------------------------
+def reconcile_cursor(part: str) -> str:
+    """String: the id a reconciler part stopped at; its next run continues after it."""
+    return f"reconcile:cursor:{tag(f'reconcile-{part}')}"
+
+
 IDGEN_WORKER_PREFIX = "idgen:worker:"

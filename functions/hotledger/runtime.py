@@ -5,6 +5,7 @@ import functools
 
 from hotledger.config import settings
 from hotledger.dal import publisher
+from hotledger.dal.cursor import Cursors
 from hotledger.dal.delay_queue import DelayQueue, Drainer
 from hotledger.dal.ids import IdGenerator
 from hotledger.dal.lock import DistributedLock
@@ -95,11 +96,12 @@ def writer() -> Writer:
 
 @functools.lru_cache(maxsize=1)
 def reconciler() -> Reconciler:
-    accounts = LedgerReconcile(ledger_store(), writer().persisters[LedgerEvent])
+    cfg = settings()
+    accounts = LedgerReconcile(ledger_store(), writer().persisters[LedgerEvent], cfg.reconcile_page, cfg.reconcile_pending_limit)
     voucher_reconciler = VoucherReconciler(vouchers(), writer().persisters[VoucherOrderEvent], VoucherDb(), voucher_redis())
     packets = PacketReconciler(redpackets(), writer().persisters[RedPacketClaimEvent], PacketStore())
-    return Reconciler(accounts, writer(), settings().reconcile_age_s, voucher_reconciler, packets, journeys(),
-                      payment_orders())
+    return Reconciler(accounts, writer(), cfg.reconcile_age_s, voucher_reconciler, packets, journeys(),
+                      payment_orders(), Cursors(lua().client), cfg.reconcile_part_items, cfg.reconcile_part_s)
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,5 +1,6 @@
 """EventBridge-scheduled reconciler: compensate stale pending entries, correct or evict stale caches,
-and publish the pending gauge."""
+and publish the pending gauge. Each part works within its own budget and continues next run where it stopped;
+a part that failed is logged and counted (ReconcilerFailedParts) while the others run."""
 from __future__ import annotations
 
 import time
@@ -23,5 +24,9 @@ def handler(event: dict, context) -> dict:
     metrics.add_metric(name="Compensated", unit=MetricUnit.Count, value=report.compensated)
     metrics.add_metric(name="CacheCorrected", unit=MetricUnit.Count, value=report.corrected)
     metrics.add_metric(name="CacheEvicted", unit=MetricUnit.Count, value=report.evicted)
+    metrics.add_metric(name="CacheCorrectionDeferred", unit=MetricUnit.Count, value=report.deferred)
+    metrics.add_metric(name="ReconcilerFailedParts", unit=MetricUnit.Count, value=len(report.failed_parts))
+    # 1 while a pass over the accounts is unfinished (its budget ran out): alarm when it stays 1 for long
+    metrics.add_metric(name="ReconcilerAccountsBehind", unit=MetricUnit.Count, value=int(report.next_after != 0))
     logger.info("reconciled", extra=asdict(report))
     return asdict(report)

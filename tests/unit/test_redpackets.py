@@ -131,8 +131,8 @@ class FakeStore:
     def creating(self, created_before, limit):
         return [p for p in self.packets.values() if p.state == "CREATING"]
 
-    def open_ids(self):
-        return sorted(p.packet_id for p in self.packets.values() if p.state == "OPEN")
+    def open_ids(self, after_id=0, limit=2**62):
+        return sorted(p.packet_id for p in self.packets.values() if p.state == "OPEN" and p.packet_id > after_id)[:limit]
 
     def refunding_ids(self, limit):
         return [p.packet_id for p in self.packets.values() if p.state == "REFUNDING"]

@@ -63,8 +63,9 @@ class FakeDb:
         row = self.orders.get(order_id)
         return row if row is not None and row.voucher_id == voucher_id else None
 
-    def ending_after(self, moment_ms):
-        return [(voucher_id, v["end"]) for voucher_id, v in sorted(self.vouchers.items()) if v["end"] > moment_ms]
+    def ending_after(self, moment_ms, after_id=0, limit=2**62):
+        return [(voucher_id, v["end"]) for voucher_id, v in sorted(self.vouchers.items())
+                if v["end"] > moment_ms and voucher_id > after_id][:limit]
 
     def lock_snapshot(self, cur, voucher_id):
         v = self.vouchers.get(voucher_id)

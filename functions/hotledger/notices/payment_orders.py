@@ -234,13 +234,21 @@ class PaymentOrders:
     def reoffer_lost_reminders(self, now_ms: int) -> int:
         """Offer again, at their due time, the reminders of open payment orders that are neither reminded nor
         queued (Redis lost them). One paid or closed meanwhile gets a reminder that fires into nothing."""
-        offered, after = 0, 0
-        while True:
-            page = self.store.unreminded(now_ms, after, PAGE)
+        return self.reoffer_lost_reminders_within(now_ms, None, 0)[0]
+
+    def reoffer_lost_reminders_within(self, now_ms: int, budget, after: int) -> tuple[int, int]:
+        """reoffer_lost_reminders for the orders after id `after`, page by page while `budget` (dal.budget.Budget,
+        None: no limit) lasts; (reminders offered, the id the next run continues after, 0 when the last was reached)."""
+        offered = 0
+        while budget is None or not budget.exhausted:
+            page = self.store.unreminded(now_ms, after, PAGE if budget is None else budget.page(PAGE))
             if not page:
-                return offered
+                return offered, 0
             due = {str(payment_order_id): remind_at for payment_order_id, remind_at in page}
             for payment_order_id in self.queue.absent(REMINDER_QUEUE, list(due)):
                 self.queue.offer(REMINDER_QUEUE, payment_order_id, due_at_ms=due[payment_order_id])
                 offered += 1
             after = page[-1][0]
+            if budget is not None:
+                budget.spend(len(page))
+        return offered, after

@@ -208,8 +208,10 @@ class PacketStore:
         return [PacketRow(i, sender, "CREATING", total, count, None, db.to_ms(at)) for i, sender, total, count, at in rows]
 
     @staticmethod
-    def open_ids() -> list[int]:
-        return [packet_id for (packet_id,) in db.query("SELECT id FROM t_red_packet WHERE state = 'OPEN' ORDER BY id")]
+    def open_ids(after_id: int = 0, limit: int = 2**62) -> list[int]:
+        """The next page of OPEN packets after `after_id`, by id."""
+        return [packet_id for (packet_id,) in db.query(
+            "SELECT id FROM t_red_packet WHERE state = 'OPEN' AND id > %s ORDER BY id LIMIT %s", (after_id, limit))]
 
     @staticmethod
     def failed_with_debit(limit: int) -> list[int]:

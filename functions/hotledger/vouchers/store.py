@@ -101,9 +101,11 @@ class VoucherDb:
         return OrderRow(order_id, voucher_id, rows[0][0], rows[0][1]) if rows else None
 
     @staticmethod
-    def ending_after(moment_ms: int) -> list[tuple[int, int]]:
-        """(voucher id, end in epoch ms) of the vouchers whose sale ends after this moment, by id."""
-        rows = db.query("SELECT id, end_time FROM t_seckill_voucher WHERE end_time > %s ORDER BY id", (db.to_datetime(moment_ms),))
+    def ending_after(moment_ms: int, after_id: int = 0, limit: int = 2**62) -> list[tuple[int, int]]:
+        """(voucher id, end in epoch ms) of the vouchers whose sale ends after this moment, by id: the next page
+        after `after_id`."""
+        rows = db.query("SELECT id, end_time FROM t_seckill_voucher WHERE end_time > %s AND id > %s ORDER BY id LIMIT %s",
+                        (db.to_datetime(moment_ms), after_id, limit))
         return [(voucher_id, db.to_ms(end)) for voucher_id, end in rows]
 
     @staticmethod
