@@ -78,7 +78,22 @@ def openapi_json() -> str:
                     operation["responses"]["415"] = not_json
     for unused in ("HTTPValidationError", "ValidationError"):
         doc["components"]["schemas"].pop(unused, None)
-    return json.dumps(doc)
+    return json.dumps(_exact_bounds(doc))
+
+
+_BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+
+
+def _exact_bounds(node):
+    """The generator writes integer bounds as floats (9.223372036854776e+18 for 2**63): a client comparing against
+    the float takes 9223372036854775998 for valid. Every bound here is an integer (2**63 and 2**31 are exact
+    doubles), so it is written as one."""
+    if isinstance(node, dict):
+        return {k: int(v) if k in _BOUNDS and isinstance(v, float) and v.is_integer() else _exact_bounds(v)
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [_exact_bounds(v) for v in node]
+    return node
 
 
 # errors -------------------------------------------------------------------------------------------

@@ -41,11 +41,14 @@ def _integral(value: object) -> object:
     return value
 
 
-# Every integer field (counts, limits, ids, times; never money): a JSON integer, 3.0 included; not a bool or a string
-JsonInt = Annotated[StrictInt, BeforeValidator(_integral)]
+def _int(**field):
+    """An integer field (counts, limits, ids, times; never money): a JSON integer, 3.0 included; not a bool or a
+    string. The conversion wraps the constraints (last in Annotated), so the document keeps minimum/maximum."""
+    return Annotated[StrictInt, Field(**field), BeforeValidator(_integral)]
+
+
 # Epoch milliseconds up to 9999-12-31T23:59:59.999Z: the DB keeps times as DATETIME(3)
 MAX_EPOCH_MS = 253_402_300_799_999
-EpochMs = Annotated[JsonInt, Field(ge=0, le=MAX_EPOCH_MS)]
 DeductType = Literal["ASYNC", "SYNC"]
 
 
@@ -111,15 +114,17 @@ class OrderView(BaseModel):
 
 
 # flash sale -------------------------------------------------------------------------------------------
-UserRef = Annotated[JsonInt, Field(gt=0, lt=2**31)]
+UserRef = _int(gt=0, lt=2**31)
 
 
 class CreateVoucherRequest(_Strict):
+    """end_at must be after begin_at (422 VALIDATION_ERROR otherwise)."""
+
     title: Annotated[StrictStr, Field(min_length=1, max_length=128)]
-    stock: Annotated[JsonInt, Field(gt=0, le=10_000_000)]
-    begin_at: Annotated[EpochMs, Field(description="sale opens, epoch milliseconds")]
-    end_at: Annotated[EpochMs, Field(gt=0, description="sale closes, epoch milliseconds (after begin_at)")]
-    per_user_limit: Annotated[JsonInt, Field(gt=0, le=1000)] = 1
+    stock: _int(gt=0, le=10_000_000)
+    begin_at: _int(ge=0, le=MAX_EPOCH_MS, description="sale opens, epoch milliseconds")
+    end_at: _int(gt=0, le=MAX_EPOCH_MS, description="sale closes, epoch milliseconds (after begin_at)")
+    per_user_limit: _int(gt=0, le=1000) = 1
 
     @model_validator(mode="after")
     def _ends_after_it_begins(self) -> CreateVoucherRequest:
@@ -164,10 +169,12 @@ class VoucherOrderView(BaseModel):
 
 # red packets -------------------------------------------------------------------------------------------
 class CreateRedPacketRequest(_Strict):
+    """total must be at least count x 0.01 (422 TOTAL_TOO_SMALL otherwise)."""
+
     sender_id: UserRef
     total: Amount
-    count: Annotated[JsonInt, Field(gt=0, le=10_000)]
-    expires_in_s: Annotated[JsonInt, Field(gt=0, le=7 * 24 * 3600)] = 24 * 3600
+    count: _int(gt=0, le=10_000)
+    expires_in_s: _int(gt=0, le=7 * 24 * 3600) = 24 * 3600
 
 
 class RedPacketCreated(BaseModel):
@@ -214,9 +221,11 @@ Element = Annotated[StrictStr, Field(min_length=1, max_length=512)]
 
 
 class DelayOfferRequest(_Strict):
+    """Give exactly one of delay_s and due_at (422 VALIDATION_ERROR otherwise)."""
+
     element: Element
-    delay_s: Annotated[JsonInt, Field(ge=0, le=365 * 86400)] | None = None
-    due_at: Annotated[EpochMs, Field(description="epoch milliseconds")] | None = None
+    delay_s: _int(ge=0, le=365 * 86400) | None = None
+    due_at: _int(ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds") | None = None
 
     @model_validator(mode="after")
     def _one_time(self) -> DelayOfferRequest:
@@ -240,7 +249,7 @@ class DelayQueueView(BaseModel):
 
 
 class DelayTakeRequest(_Strict):
-    limit: Annotated[JsonInt, Field(gt=0, le=1000)] = 100
+    limit: _int(gt=0, le=1000) = 100
 
 
 class DelayTakenElement(BaseModel):
@@ -261,7 +270,7 @@ class DelayAckRequest(_Strict):
 class CreatePaymentOrderRequest(_Strict):
     user_id: UserRef
     amount: Amount
-    close_in_s: Annotated[JsonInt, Field(gt=0, le=30 * 86400)]
+    close_in_s: _int(gt=0, le=30 * 86400)
 
 
 class PaymentOrderView(BaseModel):

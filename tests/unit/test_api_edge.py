@@ -244,3 +244,17 @@ def test_the_document_states_exactly_which_amounts_the_validator_accepts(text):
         except InvalidAmount:
             accepted = False
         assert bool(re.search(schema["pattern"], text)) == accepted, (name, text, schema["pattern"])
+
+
+def test_the_document_states_integer_bounds_exactly():
+    """Bounds survive the 3.0-is-an-integer conversion and are written as integers: 2**63 as a float made
+    9223372036854775998 look like a valid voucher id."""
+    from api.app import openapi_json
+
+    doc = json.loads(openapi_json())
+    limit = doc["components"]["schemas"]["DelayTakeRequest"]["properties"]["limit"]
+    assert (limit["type"], limit["exclusiveMinimum"], limit["maximum"]) == ("integer", 0, 1000)
+    end_at = doc["components"]["schemas"]["CreateVoucherRequest"]["properties"]["end_at"]
+    assert end_at["maximum"] == 253402300799999 and "le" not in end_at
+    voucher_id = doc["paths"]["/vouchers/{voucher_id}/orders"]["post"]["parameters"][0]["schema"]
+    assert voucher_id["exclusiveMaximum"] == 2**63 and type(voucher_id["exclusiveMaximum"]) is int
