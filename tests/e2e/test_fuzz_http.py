@@ -41,7 +41,8 @@ def test_no_request_gets_a_server_error(fuzz_service, tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "schemathesis.cli", "run", f"{fuzz_service.base}/openapi.json",
          "--checks", "not_a_server_error,response_schema_conformance", "--max-examples", str(MAX_EXAMPLES),
-         "--seed", "10", "--generation-database", "none", "--workers", "2", "--request-timeout", "30",
+         # one worker: with two, hypothesis describing filters in threads hit CPython 3.11 ast.parse SystemError
+         "--seed", "10", "--generation-database", "none", "--workers", "1", "--request-timeout", "30",
          "--no-color", "--report", "junit", "--report-junit-path", str(report)],
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]
