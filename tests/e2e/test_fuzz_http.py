@@ -37,7 +37,7 @@ def fuzz_service(tmp_path_factory):
 def test_no_request_gets_a_server_error(fuzz_service, tmp_path):
     """schemathesis (a dev dependency: requirements-dev.txt, installed by `make setup`) through its CLI, which is its
     stable interface: every operation, document-valid and invalid data, a fixed seed."""
-    report = tmp_path / "report.json"
+    report = tmp_path / "junit.xml"  # kept with the test's tmp_path for a failure's details
     run = subprocess.run(
         [sys.executable, "-m", "schemathesis.cli", "run", f"{fuzz_service.base}/openapi.json",
          "--checks", "not_a_server_error,response_schema_conformance", "--max-examples", str(MAX_EXAMPLES),
