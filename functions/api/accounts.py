@@ -52,6 +52,9 @@ def _account_body(account) -> dict:
     ).model_dump()
 
 
+_BACKLOG = (429, "TOO_MANY_PENDING: the account's charges are not reaching the DB; nothing was changed, retry later")
+
+
 @router.post("/accounts", status_code=201, responses=responses(201, AccountCreated, "account created",
                                                                  (409, "DUPLICATE_USER_NAME")))
 def create_account(request: Annotated[CreateAccountRequest, Body()]) -> dict:
@@ -72,7 +75,7 @@ def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body(
 
 
 @router.post("/accounts/<user_id>/recharge", responses=responses(200, RechargeResult, "recharged", _NOT_FOUND, _CHARGE_CONFLICT,
-                                                                 UNAVAILABLE, (422, "BALANCE_LIMIT or invalid input")))
+                                                                 UNAVAILABLE, (422, "BALANCE_LIMIT or invalid input"), _BACKLOG))
 def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None):
     result = ledger().recharge(user_id, request.amount, idempotency_key)
     metrics.add_metric(name="Recharges", unit=MetricUnit.Count, value=1)
@@ -82,7 +85,8 @@ def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempot
 
 @router.post("/accounts/<user_id>/deduct", responses=responses(
     200, DeductResult, "charged; the order is durable in the broker (ASYNC) or the DB (SYNC)", _NOT_FOUND, _CHARGE_CONFLICT,
-    UNAVAILABLE, (402, "INSUFFICIENT_BALANCE: balance - amount would fall below the threshold"), (403, "API_CLOSED")))
+    UNAVAILABLE, (402, "INSUFFICIENT_BALANCE: balance - amount would fall below the threshold"), (403, "API_CLOSED"),
+    _BACKLOG))
 def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None):
     result = ledger().deduct(user_id, request.amount, idempotency_key)
     metrics.add_metric(name="Deducts", unit=MetricUnit.Count, value=1)

@@ -8,6 +8,7 @@ import json
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.middlewares.openapi_validation import OpenAPIRequestValidationMiddleware
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
@@ -19,7 +20,23 @@ from hotledger.dal.redis_store import RedisUnavailable
 
 logger = observability.logger()
 metrics = observability.metrics()
+
+
+class _JsonBodiesOnly(OpenAPIRequestValidationMiddleware):
+    """Bodies are JSON (absent Content-Type: JSON, as before). Powertools also parses forms and multipart: a multipart
+    body without a boundary raised ValueError (a 502), and a parsed form reached the route. Anything else is refused
+    with RequestUnsupportedContentType (our 415) before it is parsed."""
+
+    def _get_body(self, app):
+        content_type = (app.current_event.headers.get("content-type") or "").strip()
+        if content_type and not content_type.lower().startswith("application/json"):
+            raise RequestUnsupportedContentType("Unsupported content type", errors=[
+                {"type": "unsupported_content_type", "loc": ("body",), "msg": "send JSON", "input": {}, "ctx": {}}])
+        return super()._get_body(app)
+
+
 app = APIGatewayRestResolver(enable_validation=True)
+app._request_validation_middleware = _JsonBodiesOnly()  # Powertools keeps the request validator here (3.x)
 app.include_router(accounts.router)  # first: the hot routes (deduct, recharge) are matched before the others
 app.include_router(vouchers.router)
 app.include_router(redpackets.router)
@@ -61,7 +78,22 @@ def openapi_json() -> str:
                     operation["responses"]["415"] = not_json
     for unused in ("HTTPValidationError", "ValidationError"):
         doc["components"]["schemas"].pop(unused, None)
-    return json.dumps(doc)
+    return json.dumps(_exact_bounds(doc))
+
+
+_BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+
+
+def _exact_bounds(node):
+    """The generator writes integer bounds as floats (9.223372036854776e+18 for 2**63): a client comparing against
+    the float takes 9223372036854775998 for valid. Every bound here is an integer (2**63 and 2**31 are exact
+    doubles), so it is written as one."""
+    if isinstance(node, dict):
+        return {k: int(v) if k in _BOUNDS and isinstance(v, float) and v.is_integer() else _exact_bounds(v)
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [_exact_bounds(v) for v in node]
+    return node
 
 
 # errors -------------------------------------------------------------------------------------------

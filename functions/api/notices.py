@@ -13,6 +13,7 @@ from api.schemas import (
     CreatePaymentOrderRequest, DelayAckRequest, DelayOfferRequest, DelayOfferResult, DelayQueueView, DelayTakeRequest,
     DelayTakeResult, JourneyView, MessagesView, PaymentOrderView, PostMessageRequest, PostMessageResult, QueueName,
 )
+from hotledger.dal.delay_queue import QueueFull
 from hotledger.money import format_minor
 from hotledger.notices.payment_orders import PaymentOrder
 from hotledger.runtime import delay_handlers, delay_queue, inbox, journeys, payment_orders
@@ -21,6 +22,7 @@ router = Router()
 Queue = Annotated[QueueName, Path()]
 Account = Annotated[int, Path(gt=0, lt=2**31)]
 _RESERVED = (409, "QUEUE_RESERVED: the service's own queues are drained by the service")
+_FULL = (429, "QUEUE_FULL: the queue holds its most elements (waiting + taken); nothing was changed")
 
 
 def _open_queue(queue: str) -> str:
@@ -30,10 +32,13 @@ def _open_queue(queue: str) -> str:
 
 
 @router.post("/delay-queues/<queue>/items", responses=responses(200, DelayOfferResult, "queued (or its due time moved)",
-                                                                 _RESERVED))
+                                                                 _RESERVED, _FULL))
 def offer(queue: Queue, request: Annotated[DelayOfferRequest, Body()]) -> dict:
     due = request.due_at if request.due_at is not None else int(time.time() * 1000) + request.delay_s * 1000
-    new = delay_queue().offer(_open_queue(queue), request.element, due_at_ms=due)
+    try:
+        new = delay_queue().offer(_open_queue(queue), request.element, due_at_ms=due, bounded=True)
+    except QueueFull as exc:
+        raise errors.QueueFull(f"{exc}: take and acknowledge or remove elements first") from exc
     return DelayOfferResult(queue=queue, element=request.element, due_at=due, new=new).model_dump()
 
 

@@ -7,20 +7,48 @@ import functools
 from typing import Annotated, Literal
 
 from pydantic import (
-    BaseModel, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, StrictStr, WithJsonSchema, model_validator,
+    BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, StrictStr, WithJsonSchema,
+    model_validator,
 )
 
 from hotledger.money import parse_minor
 
 
+# What parse_minor accepts, stated in the document (a test checks they agree): at most 12 whole digits (MAX_MINOR is
+# 999999999999.99), no leading zero, at most 2 fractional digits; an Amount is also not zero. ASCII digits only.
+_DECIMAL = r"(0|[1-9][0-9]{0,11})(\.[0-9]{1,2})?"
+_POSITIVE = r"([1-9][0-9]{0,11}(\.[0-9]{1,2})?|0\.([1-9][0-9]?|0[1-9]))"
+
+
 def _minor_units(example: str, *, allow_zero: bool):
     """A decimal string on the wire ("12.34"), integer minor units (1234) once validated."""
+    pattern = f"^{_DECIMAL if allow_zero else _POSITIVE}$"
+    description = ("a decimal string with at most 2 fractional digits, " + ("0.00" if allow_zero else "0.01")
+                   + " to 999999999999.99; never a JSON number")
     return Annotated[int, PlainValidator(functools.partial(parse_minor, allow_zero=allow_zero)),
-                     WithJsonSchema({"type": "string", "examples": [example]})]
+                     WithJsonSchema({"type": "string", "pattern": pattern, "maxLength": 15, "description": description,
+                                     "examples": [example]})]
 
 
 Amount = _minor_units("12.34", allow_zero=False)
 Threshold = _minor_units("0.00", allow_zero=True)
+
+
+def _integral(value: object) -> object:
+    """JSON Schema's "integer" includes 3.0: an integral float becomes the int it names (3.5, inf and NaN do not)."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def _int(**field):
+    """An integer field (counts, limits, ids, times; never money): a JSON integer, 3.0 included; not a bool or a
+    string. The conversion wraps the constraints (last in Annotated), so the document keeps minimum/maximum."""
+    return Annotated[StrictInt, Field(**field), BeforeValidator(_integral)]
+
+
+# Epoch milliseconds up to 9999-12-31T23:59:59.999Z: the DB keeps times as DATETIME(3)
+MAX_EPOCH_MS = 253_402_300_799_999
 DeductType = Literal["ASYNC", "SYNC"]
 
 
@@ -86,15 +114,17 @@ class OrderView(BaseModel):
 
 
 # flash sale -------------------------------------------------------------------------------------------
-UserRef = Annotated[StrictInt, Field(gt=0, lt=2**31)]
+UserRef = _int(gt=0, lt=2**31)
 
 
 class CreateVoucherRequest(_Strict):
+    """end_at must be after begin_at (422 VALIDATION_ERROR otherwise)."""
+
     title: Annotated[StrictStr, Field(min_length=1, max_length=128)]
-    stock: Annotated[StrictInt, Field(gt=0, le=10_000_000)]
-    begin_at: Annotated[StrictInt, Field(ge=0, description="sale opens, epoch milliseconds")]
-    end_at: Annotated[StrictInt, Field(gt=0, description="sale closes, epoch milliseconds (after begin_at)")]
-    per_user_limit: Annotated[StrictInt, Field(gt=0, le=1000)] = 1
+    stock: _int(gt=0, le=10_000_000)
+    begin_at: _int(ge=0, le=MAX_EPOCH_MS, description="sale opens, epoch milliseconds")
+    end_at: _int(gt=0, le=MAX_EPOCH_MS, description="sale closes, epoch milliseconds (after begin_at)")
+    per_user_limit: _int(gt=0, le=1000) = 1
 
     @model_validator(mode="after")
     def _ends_after_it_begins(self) -> CreateVoucherRequest:
@@ -139,10 +169,12 @@ class VoucherOrderView(BaseModel):
 
 # red packets -------------------------------------------------------------------------------------------
 class CreateRedPacketRequest(_Strict):
+    """total must be at least count x 0.01 (422 TOTAL_TOO_SMALL otherwise)."""
+
     sender_id: UserRef
     total: Amount
-    count: Annotated[StrictInt, Field(gt=0, le=10_000)]
-    expires_in_s: Annotated[StrictInt, Field(gt=0, le=7 * 24 * 3600)] = 24 * 3600
+    count: _int(gt=0, le=10_000)
+    expires_in_s: _int(gt=0, le=7 * 24 * 3600) = 24 * 3600
 
 
 class RedPacketCreated(BaseModel):
@@ -189,9 +221,11 @@ Element = Annotated[StrictStr, Field(min_length=1, max_length=512)]
 
 
 class DelayOfferRequest(_Strict):
+    """Give exactly one of delay_s and due_at (422 VALIDATION_ERROR otherwise)."""
+
     element: Element
-    delay_s: Annotated[StrictInt, Field(ge=0, le=365 * 86400)] | None = None
-    due_at: Annotated[StrictInt, Field(ge=0, description="epoch milliseconds")] | None = None
+    delay_s: _int(ge=0, le=365 * 86400) | None = None
+    due_at: _int(ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds") | None = None
 
     @model_validator(mode="after")
     def _one_time(self) -> DelayOfferRequest:
@@ -215,7 +249,7 @@ class DelayQueueView(BaseModel):
 
 
 class DelayTakeRequest(_Strict):
-    limit: Annotated[StrictInt, Field(gt=0, le=1000)] = 100
+    limit: _int(gt=0, le=1000) = 100
 
 
 class DelayTakenElement(BaseModel):
@@ -236,7 +270,7 @@ class DelayAckRequest(_Strict):
 class CreatePaymentOrderRequest(_Strict):
     user_id: UserRef
     amount: Amount
-    close_in_s: Annotated[StrictInt, Field(gt=0, le=30 * 86400)]
+    close_in_s: _int(gt=0, le=30 * 86400)
 
 
 class PaymentOrderView(BaseModel):

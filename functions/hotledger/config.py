@@ -59,6 +59,9 @@ class Settings:
     reminder_before_close_s: int = 20 * 60
     inbox_ttl_s: int = 30 * 24 * 3600
     inbox_max_messages: int = 500
+    # memory is finite (Redis noeviction): past these a request is refused with 429 and nothing changes
+    delay_max_queue_size: int = 100_000  # elements per client delay queue, waiting + taken (QUEUE_FULL)
+    max_pending_entries: int = 10_000  # an account's charges in Redis not yet in the DB (TOO_MANY_PENDING)
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message
     journeys: str = "password-recovery=1800"
 
@@ -98,6 +101,8 @@ _ENV = {
     "reminder_before_close_s": "REMINDER_BEFORE_CLOSE_S",
     "inbox_ttl_s": "INBOX_TTL_S",
     "inbox_max_messages": "INBOX_MAX_MESSAGES",
+    "delay_max_queue_size": "DELAY_MAX_QUEUE_SIZE",
+    "max_pending_entries": "MAX_PENDING_ENTRIES",
     "journeys": "JOURNEYS",
 }
 
@@ -144,7 +149,8 @@ def _from_ssm(env) -> dict:
     tunable = {"publish_timeout_s", "entry_ttl_s", "idempotency_ttl_s", "reconcile_age_s", "reconcile_part_items",
                "reconcile_part_s", "reconcile_page", "reconcile_pending_limit", "lock_ttl_ms", "lock_wait_ms",
                "stream_batch", "stream_block_ms", "stream_claim_idle_ms", "stream_max_deliveries", "rebuild_hold_s",
-               "finished_keys_ttl_s", "delay_visibility_ms", "reminder_before_close_s", "inbox_ttl_s", "inbox_max_messages", "journeys"}
+               "finished_keys_ttl_s", "delay_visibility_ms", "reminder_before_close_s", "inbox_ttl_s", "inbox_max_messages", "journeys",
+               "delay_max_queue_size", "max_pending_entries"}
     values = {}
     pages = boto3.client("ssm").get_paginator("get_parameters_by_path").paginate(Path=path, Recursive=False)
     for page in pages:

@@ -55,3 +55,8 @@ PaymentOrderPaid = _error("PaymentOrderPaid", 409, "ORDER_PAID")
 ElementNotFound = _error("ElementNotFound", 404, "ELEMENT_NOT_FOUND")
 JourneyNotFound = _error("JourneyNotFound", 404, "JOURNEY_NOT_FOUND")
 QueueReserved = _error("QueueReserved", 409, "QUEUE_RESERVED")
+
+# resource limits (Redis runs with noeviction): refused, nothing changed, retry once the backlog shrank
+# (SQS refuses past its in-flight limit with OverLimit; Stripe answers 429 for what may succeed later)
+QueueFull = _error("QueueFull", 429, "QUEUE_FULL")
+TooManyPending = _error("TooManyPending", 429, "TOO_MANY_PENDING")

@@ -106,7 +106,7 @@ def reconciler() -> Reconciler:
 
 @functools.lru_cache(maxsize=1)
 def delay_queue() -> DelayQueue:
-    return DelayQueue(lua(), settings().delay_visibility_ms)
+    return DelayQueue(lua(), settings().delay_visibility_ms, settings().delay_max_queue_size)
 
 
 @functools.lru_cache(maxsize=1)

@@ -78,6 +78,20 @@ def _api_request_handler(fn: template.Function, handler):
 
         do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = do_OPTIONS = do_HEAD = _invoke
 
+        def _no_such_method(self):
+            # Method ANY covers the seven above; API Gateway answers any other (TRACE, CONNECT, PROPFIND...) like an
+            # unknown resource: 403 {"message": "Missing Authentication Token"}, the function is not invoked
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            self._send(403, {"Content-Type": "application/json", "x-amzn-ErrorType": "MissingAuthenticationTokenException"},
+                       json.dumps({"message": "Missing Authentication Token"}))
+
+        def __getattr__(self, name: str):
+            if name.startswith("do_"):  # http.server would answer 501 for a method without a do_ handler
+                return self._no_such_method
+            raise AttributeError(name)
+
         def log_message(self, fmt, *args):  # handlers log structured JSON themselves
             pass
 

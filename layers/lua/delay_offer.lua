@@ -3,8 +3,15 @@
 -- side list to scan (Redisson's delayed queue kept one and removed in O(n)).
 -- KEYS[1] dq:due:{<queue>}       zset: element -> due (epoch ms)
 -- KEYS[2] dq:earliest:{<queue>}  pub/sub channel: the new earliest due, for pollers sleeping until then
+-- KEYS[3] dq:taken:{<queue>}     zset: taken, not acknowledged elements (counted against ARGV[3])
 -- ARGV[1] element (canonical encoding)  ARGV[2] due (epoch ms)
--- Returns {1 if new else 0 (due moved), earliest due in the queue}.
+-- ARGV[3] most elements the queue may hold, waiting + taken ('0': no bound); a new element past it is refused
+-- Returns {1 if new else 0 (due moved), earliest due in the queue}, or {'full', elements held} (nothing changed).
+local bound = tonumber(ARGV[3] or '0') or 0
+if bound > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  local held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3])
+  if held >= bound then return {'full', held} end
+end
 local added = redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[1] == ARGV[1] then redis.call('PUBLISH', KEYS[2], ARGV[2]) end

@@ -27,6 +27,7 @@
 --          the DB keeps every answer for good, so a key Redis does not know is looked up there before charging)
 -- ARGV[14] '1': a business refusal (closed, insufficient, limit) is the key's answer and recorded in KEYS[4];
 --          '': it is not (the service's own keys, whose callers charge again under the key once the cause is gone)
+-- ARGV[15] most entries the account may hold in KEYS[3] (charged, not yet in the DB); '' or '0': no bound
 -- open is '1' (open), 'BALANCE' (closed because balance <= 0) or 'ADMIN' (closed by an operator).
 -- Returns one of:
 --   {'missing'}                        no cached account: load it from the DB, then retry
@@ -38,6 +39,7 @@
 --   {'limit', balance, v}              kind R would pass ARGV[8]
 --                                      (a refusal is the key's answer: recorded like a charge, and replayed with
 --                                      the balance and v it was refused at; TigerBeetle's id_already_failed)
+--   {'too_many_pending'}               KEYS[3] holds ARGV[15] entries: nothing changed, not the key's answer
 --   {'conflict'}                       Idempotency-Key already used with another body
 --   {'in_progress'}                    Idempotency-Key's first request is still publishing (not stale)
 --   {'replay', id, balance, v, state}  Idempotency-Key seen with this body: the first answer; state 'done'
@@ -79,6 +81,11 @@ local function refuse(status)
   end
   return {status, h[1], h[2]}
 end
+
+-- memory is finite (noeviction): an account whose entries do not reach the DB takes no more until the writer
+-- caught up (retryable: not recorded for the key)
+local max_pending = tonumber(ARGV[15] or '') or 0
+if max_pending > 0 and redis.call('ZCARD', KEYS[3]) >= max_pending then return {'too_many_pending'} end
 
 local balance, open = tonumber(h[1]), h[4]
 if kind == 'D' then

@@ -169,3 +169,92 @@ def test_amounts_reach_the_route_as_minor_units():
     assert CreateAccountRequest.model_validate({"user_name": "a", "threshold": "0.5"}).threshold == 50
     assert PatchAccountRequest.model_validate({}).threshold is None
 
+
+
+# issue 10 item 19: what a schema-driven fuzzer found -----------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:Received multipart/form-data without base64 encoding")
+@pytest.mark.parametrize("method,path,content_type,raw", [
+    ("PATCH", "/accounts/7", "multipart/form-data", "--x--\r\n"),  # no boundary: the parser raised (502)
+    ("POST", "/inbox/7/messages", "multipart/form-data", ""),
+    ("PATCH", "/accounts/7", "multipart/form-data; boundary=x", "--x--\r\n"),  # parsed as {}: an empty PATCH went through
+    ("PATCH", "/accounts/7", "application/x-www-form-urlencoded", ""),
+    ("POST", "/inbox/7/messages", "multipart/form-data; boundary=x",
+     '--x\r\nContent-Disposition: form-data; name="biz_type"\r\n\r\npay\r\n--x--\r\n'),
+])
+def test_a_form_body_is_415_whatever_its_parts(method, path, content_type, raw):
+    answer = call(method, path, raw=raw, headers={"Content-Type": content_type})
+    assert_refused(answer, 415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with Content-Type: application/json")
+
+
+@pytest.mark.parametrize("field,value", [("end_at", 2305843009213693951), ("end_at", 253402300800000),
+                                         ("begin_at", 2**63), ("end_at", 10**400)])
+def test_a_sale_time_beyond_year_9999_is_refused(field, value):
+    """The DB keeps DATETIME(3) (up to 9999-12-31): a larger epoch raised OverflowError in the store (502)."""
+    body = {"title": "t", "stock": 1, "begin_at": 0, "end_at": 4102444800000, field: value}
+    status, answer, _ = call("POST", "/vouchers", body)
+    assert (status, answer["error"]["code"]) == (422, "VALIDATION_ERROR"), answer
+    assert answer["error"]["message"].startswith(f"{field}: ")
+
+
+def test_a_delay_due_time_beyond_year_9999_is_refused():
+    status, answer, _ = call("POST", "/delay-queues/q1/items", {"element": "e", "due_at": 2**63})
+    assert (status, answer["error"]["code"]) == (422, "VALIDATION_ERROR"), answer
+
+
+def test_integers_are_json_schema_integers():
+    """The document says "integer"; in JSON Schema 3.0 is an integer, so it is accepted as 3. A fraction, a bool or
+    a string is not. Money never takes this path: amounts are decimal strings."""
+    from api.schemas import CreateRedPacketRequest, DelayTakeRequest, VoucherOrderRequest
+
+    packet = CreateRedPacketRequest.model_validate({"sender_id": 7.0, "total": "1.00", "count": 625.0})
+    assert (packet.count, packet.sender_id) == (625, 7) and type(packet.count) is int and type(packet.sender_id) is int
+    assert DelayTakeRequest.model_validate({"limit": 10.0}).limit == 10
+    for bad in (3.5, True, "3", float("inf"), float("nan"), 1e300):
+        with pytest.raises(ValueError):
+            VoucherOrderRequest.model_validate({"user_id": bad})
+
+
+def _amount_schemas() -> dict:
+    from api.app import openapi_json
+
+    schemas = json.loads(openapi_json())["components"]["schemas"]
+    return {"amount": schemas["AmountRequest"]["properties"]["amount"],
+            "threshold": schemas["CreateAccountRequest"]["properties"]["threshold"]}
+
+
+AMOUNT_TEXTS = ["12.34", "0.01", "0.1", "0.10", "7", "999999999999.99", "1000000000000", "999999999999.999", "0", "0.0",
+                "0.00", "00.01", "1.", ".5", "1e3", "-1.00", "+1.00", " 1.00", "1.00 ", "1,00", "", "NaN", "1.234",
+                "100000000000000.00", "0.05", "10.5", "١٢"]
+
+
+@pytest.mark.parametrize("text", AMOUNT_TEXTS, ids=repr)
+def test_the_document_states_exactly_which_amounts_the_validator_accepts(text):
+    """The amount and threshold schemas carry the pattern the parser enforces: a text matches the pattern exactly when
+    it is accepted (no schema-valid amount is refused, no refused one is schema-valid)."""
+    import re
+
+    from hotledger.money import InvalidAmount, parse_minor
+
+    for name, allow_zero in (("amount", False), ("threshold", True)):
+        schema = _amount_schemas()[name]
+        assert schema["type"] == "string" and "pattern" in schema, schema
+        try:
+            parse_minor(text, allow_zero=allow_zero)
+            accepted = True
+        except InvalidAmount:
+            accepted = False
+        assert bool(re.search(schema["pattern"], text)) == accepted, (name, text, schema["pattern"])
+
+
+def test_the_document_states_integer_bounds_exactly():
+    """Bounds survive the 3.0-is-an-integer conversion and are written as integers: 2**63 as a float made
+    9223372036854775998 look like a valid voucher id."""
+    from api.app import openapi_json
+
+    doc = json.loads(openapi_json())
+    limit = doc["components"]["schemas"]["DelayTakeRequest"]["properties"]["limit"]
+    assert (limit["type"], limit["exclusiveMinimum"], limit["maximum"]) == ("integer", 0, 1000)
+    end_at = doc["components"]["schemas"]["CreateVoucherRequest"]["properties"]["end_at"]
+    assert end_at["maximum"] == 253402300799999 and "le" not in end_at
+    voucher_id = doc["paths"]["/vouchers/{voucher_id}/orders"]["post"]["parameters"][0]["schema"]
+    assert voucher_id["exclusiveMaximum"] == 2**63 and type(voucher_id["exclusiveMaximum"]) is int

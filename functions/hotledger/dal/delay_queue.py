@@ -59,6 +59,11 @@ class Offered:
 
     new: bool  # False: the element was there and its due time moved
     earliest_due: int
+    full: bool = False  # refused: the queue holds its bound (nothing changed)
+
+
+class QueueFull(Exception):
+    """A new element for a queue holding its bound (waiting + taken); nothing was changed."""
 
 
 def _ms(score) -> int:
@@ -66,8 +71,10 @@ def _ms(score) -> int:
     return int(float(score))
 
 
-def delay_offer(lua: Lua, queue: str, element: str, due_at_ms: int) -> Offered:
-    added, earliest = lua.run("delay_offer", [due_key(queue), channel(queue)], [element, due_at_ms])
+def delay_offer(lua: Lua, queue: str, element: str, due_at_ms: int, bound: int = 0) -> Offered:
+    added, earliest = lua.run("delay_offer", [due_key(queue), channel(queue), taken_key(queue)], [element, due_at_ms, bound])
+    if text(added) == "full":
+        return Offered(False, NO_TIME, full=True)
     return Offered(added == 1, _ms(earliest))
 
 
@@ -84,15 +91,21 @@ def delay_take(lua: Lua, queue: str, now_ms: int, limit: int, visibility_ms: int
 
 @redis_errors_translated
 class DelayQueue:
-    def __init__(self, lua: Lua, visibility_ms: int = 30_000):
+    def __init__(self, lua: Lua, visibility_ms: int = 30_000, max_size: int = 0):
         self.lua, self.redis, self.visibility_ms = lua, lua.client, visibility_ms
+        self.max_size = max_size  # bounds offers made with bounded=True (clients'); 0: none
 
-    def offer(self, queue: str, element, due_at_ms: int | None = None, delay_ms: int | None = None) -> bool:
-        """True when new, False when it was there and its due time moved."""
+    def offer(self, queue: str, element, due_at_ms: int | None = None, delay_ms: int | None = None,
+              bounded: bool = False) -> bool:
+        """True when new, False when it was there and its due time moved. bounded: a new element for a queue
+        holding max_size elements (waiting + taken) raises QueueFull."""
         if (due_at_ms is None) == (delay_ms is None):
             raise ValueError("give exactly one of due_at_ms and delay_ms")
         due = due_at_ms if due_at_ms is not None else int(time.time() * 1000) + delay_ms
-        return delay_offer(self.lua, queue, canonical(element), due).new
+        offered = delay_offer(self.lua, queue, canonical(element), due, self.max_size if bounded else 0)
+        if offered.full:
+            raise QueueFull(f"queue {queue!r} holds {self.max_size} elements")
+        return offered.new
 
     def remove(self, queue: str, element) -> bool:
         return delay_remove(self.lua, queue, canonical(element))

@@ -114,6 +114,8 @@ _REFUSALS = {
     ApplyStatus.CONFLICT: lambda r: errors.IdempotencyKeyReused("this Idempotency-Key was used with a different request"),
     ApplyStatus.IN_PROGRESS: lambda r: errors.IdempotencyInProgress(
         "the first request with this Idempotency-Key is still in progress"),
+    ApplyStatus.TOO_MANY_PENDING: lambda r: errors.TooManyPending(
+        "the account holds its most charges not yet in the DB; retry when they are persisted"),
 }
 
 

@@ -147,6 +147,7 @@ class ApplyStatus(Enum):
     LIMIT = "limit"
     CONFLICT = "conflict"
     IN_PROGRESS = "in_progress"
+    TOO_MANY_PENDING = "too_many_pending"  # the account holds its most entries not yet in the DB: retry later
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,7 @@ class LedgerStore:
     def __init__(self, lua: Lua, cfg: Settings):
         self.lua, self.redis, self.stream_flag = lua, lua.client, stream_flag(cfg)
         self.entry_ttl_s, self.idempotency_ttl_s = cfg.entry_ttl_s, cfg.idempotency_ttl_s
+        self.max_pending = cfg.max_pending_entries
         # longer than any live request spends between its charge and the broker's answer or its rollback
         self.idempotency_stale_ms = int(cfg.publish_timeout_s * 2000) + 5000
 
@@ -410,7 +412,7 @@ class LedgerStore:
              keys.idempotency(c.user_id, c.idem_key or ""), keys.account_stream(c.user_id)],
             [c.kind, c.amount, c.ts, c.entry_id, self.entry_ttl_s, c.fingerprint, self.idempotency_ttl_s, MAX_BALANCE,
              c.ts - self.idempotency_stale_ms, c.idem_key or "", self.stream_flag, c.user_id,
-             "checked" if c.key_checked else "", "1" if c.refusal_final else ""]))
+             "checked" if c.key_checked else "", "1" if c.refusal_final else "", self.max_pending]))
 
     def rollback(self, user_id: int, entry_id: int, idem_key: str | None) -> RollbackReply:
         """ledger_rollback.lua: undo a charge whose event was not acknowledged, unless the writer claimed it first."""

@@ -1,0 +1,58 @@
+"""Memory is finite (Redis runs with noeviction): one caller cannot fill it. A delay queue and an account's pending
+entries are bounded; past the bound a request is refused with a 429 and a code, changes nothing, and may be retried
+once the queue drained or the writer caught up. Through the API handler (API Gateway events) on a real Redis."""
+from __future__ import annotations
+
+import uuid
+
+from helpers import invoke_writer, ledger_records
+
+from hotledger import keys
+from hotledger.runtime import delay_queue, ledger_store
+
+
+def test_a_full_delay_queue_refuses_new_elements_and_still_moves_queued_ones(api, monkeypatch):
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr(delay_queue(), "max_size", 3, raising=False)
+    for n in range(3):
+        assert api("POST", f"/delay-queues/{queue}/items", {"element": f"e{n}", "delay_s": 0})[0] == 200
+    status, body = api("POST", f"/delay-queues/{queue}/items", {"element": "e3", "delay_s": 0})
+    assert (status, body["error"]["code"]) == (429, "QUEUE_FULL"), body
+    status, body = api("POST", f"/delay-queues/{queue}/items", {"element": "e0", "delay_s": 60})
+    assert status == 200 and body["new"] is False  # moving a queued element's due time takes no room
+    # taken and not acknowledged still holds memory: it counts
+    assert len(api("POST", f"/delay-queues/{queue}/take", {"limit": 2})[1]["elements"]) == 2
+    assert api("GET", f"/delay-queues/{queue}")[1] | {"earliest_due_at": 0} == {
+        "queue": queue, "size": 1, "taken": 2, "earliest_due_at": 0}
+    assert api("POST", f"/delay-queues/{queue}/items", {"element": "e3", "delay_s": 0})[0] == 429
+    api("POST", f"/delay-queues/{queue}/ack", {"elements": ["e1"]})
+    status, body = api("POST", f"/delay-queues/{queue}/items", {"element": "e3", "delay_s": 0})
+    assert status == 200 and body["new"] is True
+    assert api("GET", f"/delay-queues/{queue}")[1]["size"] + api("GET", f"/delay-queues/{queue}")[1]["taken"] == 3
+
+
+def test_the_service_queues_are_not_bounded_by_the_client_limit(monkeypatch):
+    """A payment order's close reminder is offered by the service itself: a client limit must not refuse it."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr(delay_queue(), "max_size", 1, raising=False)
+    assert delay_queue().offer(queue, "a", delay_ms=0) and delay_queue().offer(queue, "b", delay_ms=0)
+    assert delay_queue().size(queue) == (2, 0)
+
+
+def test_an_account_with_too_many_pending_entries_refuses_charges_until_the_writer_caught_up(api, redis_client, monkeypatch):
+    user = api.account(balance="100.00")  # one pending entry: the recharge (no writer runs here)
+    monkeypatch.setattr(ledger_store(), "max_pending", 3, raising=False)
+    for n in range(2):
+        assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"})[0] == 200
+    assert redis_client.zcard(keys.consistency(user)) == 3
+    key = {"Idempotency-Key": f"k-{uuid.uuid4().hex[:8]}"}
+    for route, headers in (("deduct", key), ("deduct", None), ("recharge", None)):
+        status, body = api("POST", f"/accounts/{user}/{route}", {"amount": "1.00"}, headers)
+        assert (status, body["error"]["code"]) == (429, "TOO_MANY_PENDING"), body
+    account = api("GET", f"/accounts/{user}")[1]
+    assert (account["balance"], account["version"], account["pending_orders"]) == ("98.00", 4, 3)  # nothing changed
+    assert invoke_writer(ledger_records(redis_client, [user]))["batchItemFailures"] == []
+    assert redis_client.zcard(keys.consistency(user)) == 0
+    # not the key's answer: the same request with the same key charges once the writer caught up
+    status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, key)
+    assert status == 200 and body["balance"] == "97.00", body
