@@ -1,0 +1,106 @@
+"""A charge answered PUBLISH_FAILED ("nothing was changed") is never persisted, whatever Redis loses and however
+late or old its event is (issue 10, items 7 and 9), through the API handler, the writer handler and real
+Redis, DB and broker. The publish is made to time out after the broker really took the event ("timed out but
+arrived"), the case where the event reaches the writer after the API rolled the charge back.
+"""
+import pytest
+from helpers import invoke_writer, ledger_records, records
+from hotledger import keys
+from hotledger.dal.publisher import NotAcknowledged
+from hotledger.outbox.events import LedgerEvent
+
+
+@pytest.fixture
+def arrived_unacknowledged(monkeypatch):
+    """Once called: the broker takes every ledger event but its acknowledgement is lost; returns (the fake
+    publish, the events the broker took). With `publish.then(event)`, something happens after the broker took
+    the event and before the API learns of the failure."""
+    from hotledger.runtime import ledger
+
+    def start():
+        durability = ledger().durability
+        real, taken = durability.publish, []
+
+        def publish(key, event):
+            real(key, event)
+            taken.append(event)
+            publish.then(event)
+            raise NotAcknowledged("no acknowledgement in time")
+
+        publish.then = lambda event: None
+        monkeypatch.setattr(durability, "publish", publish)
+        return publish, taken
+
+    return start
+
+
+def forget_account(redis_client, user_id: int) -> None:
+    """Redis loses everything it held of this account (cache, entries, fate keys), as after a restart empty or a
+    failover to a replica that had not received them."""
+    lost = list(redis_client.scan_iter(match=f"user:*{keys.tag(str(user_id))}*", count=1000))
+    assert lost
+    redis_client.delete(*lost)
+
+
+def deliver(events: list[dict]) -> None:
+    """The writer gets these events from the broker (late, or replayed)."""
+    parsed = [LedgerEvent.model_validate(e) for e in events]
+    assert invoke_writer(records(parsed, lambda e: str(e.user_id), first_offset=700)) == {"batchItemFailures": []}
+
+
+def persisted(sql, user_id: int) -> tuple:
+    return sql("SELECT (SELECT COUNT(*) FROM t_order WHERE user_id = %s), (SELECT balance FROM t_account WHERE user_id = %s)",
+               (user_id, user_id))[0]
+
+
+def funded(api, redis_client) -> int:
+    """An account holding 10.00, in Redis and in the DB (its recharge persisted)."""
+    user_id = api.account(balance="10.00")
+    assert invoke_writer(ledger_records(redis_client, [user_id])) == {"batchItemFailures": []}
+    return user_id
+
+
+def publish_failed(api, user_id: int, amount: str = "4.00") -> None:
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})
+    assert status == 503 and body["error"]["code"] == "PUBLISH_FAILED", body
+
+
+def test_a_late_event_after_redis_lost_everything_is_not_persisted(api, redis_client, sql, arrived_unacknowledged):
+    user_id = funded(api, redis_client)
+    _, taken = arrived_unacknowledged()
+    publish_failed(api, user_id)
+    forget_account(redis_client, user_id)
+    deliver(taken)
+    assert persisted(sql, user_id) == (0, 1000)  # before: (1, 600), a charge the client was told failed
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
+
+
+def test_a_replay_after_the_tombstone_expired_is_not_persisted(api, redis_client, sql, arrived_unacknowledged):
+    user_id = funded(api, redis_client)
+    _, taken = arrived_unacknowledged()
+    publish_failed(api, user_id)
+    fate = keys.fate(user_id, taken[0]["id"])
+    assert redis_client.get(fate) == b"rolledback"
+    redis_client.delete(fate)  # entry_ttl_s (7 days) passed; the trigger replays the topic from TRIM_HORIZON
+    deliver(taken)
+    deliver(taken)
+    assert persisted(sql, user_id) == (0, 1000)  # before: (1, 600)
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
+
+
+def test_a_charge_the_writer_persisted_first_stands_though_redis_lost_its_claim(api, redis_client, sql,
+                                                                               arrived_unacknowledged):
+    """The writer won the race (persisted before the API's rollback), then Redis lost the fate key it claimed:
+    the DB still knows the winner, so the API answers the charge, not PUBLISH_FAILED."""
+    user_id = funded(api, redis_client)
+    publish, taken = arrived_unacknowledged()
+
+    def persisted_then_redis_lost_the_claim(event):
+        deliver([event])
+        redis_client.delete(keys.fate(user_id, event["id"]))
+
+    publish.then = persisted_then_redis_lost_the_claim
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    assert status == 200 and body["balance"] == "6.00", body  # before: 503 PUBLISH_FAILED with the charge in the DB
+    assert persisted(sql, user_id) == (1, 600)
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "6.00"
