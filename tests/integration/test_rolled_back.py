@@ -104,3 +104,60 @@ def test_a_charge_the_writer_persisted_first_stands_though_redis_lost_its_claim(
     assert status == 200 and body["balance"] == "6.00", body  # before: 503 PUBLISH_FAILED with the charge in the DB
     assert persisted(sql, user_id) == (1, 600)
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "6.00"
+
+
+@pytest.fixture
+def redis_cannot_give_back(monkeypatch):
+    """The broker is down and, once the DB recorded the rollback, Redis cannot run the give-back: the API
+    answers OUTCOME_UNKNOWN with the charge still pending in Redis."""
+    from hotledger.dal.redis_store import RedisUnavailable
+    from hotledger.runtime import ledger
+
+    def broker_down(key, event):
+        raise NotAcknowledged("no acknowledgement in time")
+
+    def unreachable(*args):
+        raise RedisUnavailable("connection refused")
+
+    def start():
+        monkeypatch.setattr(ledger().durability, "publish", broker_down)
+        monkeypatch.setattr(ledger().store, "rollback", unreachable)
+
+    return start
+
+
+def test_a_charge_the_db_rolled_back_that_redis_kept_is_given_back_by_the_reconciler(api, redis_client, sql, monkeypatch,
+                                                                                    redis_cannot_give_back):
+    from helpers import reconcile
+
+    user_id = funded(api, redis_client)
+    redis_cannot_give_back()
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    assert status == 503 and body["error"]["code"] == "OUTCOME_UNKNOWN", body
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "6.00"  # still pending in Redis
+    monkeypatch.undo()
+    reconcile(monkeypatch, age_s=0)  # the stale pending entry goes through the persister: the DB says rolled back
+    assert persisted(sql, user_id) == (0, 1000)
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
+    assert redis_client.zcard(keys.consistency(user_id)) == 0
+
+
+def test_a_key_retry_after_the_db_rolled_back_its_charge_charges_once(api, redis_client, sql, monkeypatch,
+                                                                     redis_cannot_give_back):
+    """The retry of an OUTCOME_UNKNOWN whose charge the DB rolled back must not replay it as a success (it will
+    never be persisted): it is given back, and the retry charges afresh, once."""
+    from hotledger.runtime import ledger_store
+
+    user_id = funded(api, redis_client)
+    headers = {"Idempotency-Key": "unknown-then-retry"}
+    redis_cannot_give_back()
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"}, headers)
+    assert status == 503 and body["error"]["code"] == "OUTCOME_UNKNOWN", body
+    monkeypatch.undo()
+    monkeypatch.setattr(ledger_store(), "idempotency_stale_ms", 0)  # the first request is known dead
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"}, headers)
+    assert status == 200 and body["balance"] == "6.00", body
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"}, headers) == (200, body)
+    assert invoke_writer(ledger_records(redis_client, [user_id], first_offset=800)) == {"batchItemFailures": []}
+    assert persisted(sql, user_id) == (1, 600)
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "6.00"
