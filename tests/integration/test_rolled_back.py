@@ -161,3 +161,94 @@ def test_a_key_retry_after_the_db_rolled_back_its_charge_charges_once(api, redis
     assert invoke_writer(ledger_records(redis_client, [user_id], first_offset=800)) == {"batchItemFailures": []}
     assert persisted(sql, user_id) == (1, 600)
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "6.00"
+
+
+# vouchers: the same rule, the voucher row the lock -------------------------------------------------------------
+@pytest.fixture
+def order_arrived_unacknowledged(monkeypatch):
+    """As arrived_unacknowledged, for voucher orders."""
+    from hotledger.runtime import vouchers
+
+    def start():
+        durability = vouchers().durability
+        real, taken = durability.publish, []
+
+        def publish(key, event):
+            real(key, event)
+            taken.append(event)
+            publish.then(event)
+            raise NotAcknowledged("no acknowledgement in time")
+
+        publish.then = lambda event: None
+        monkeypatch.setattr(durability, "publish", publish)
+        return publish, taken
+
+    return start
+
+
+def new_voucher(api, stock: int = 5) -> int:
+    import time
+
+    now = int(time.time() * 1000)
+    status, body = api("POST", "/vouchers", {"title": "10 off", "stock": stock, "begin_at": now - 1000,
+                                             "end_at": now + 3_600_000})
+    assert status == 201, body
+    return int(body["voucher_id"])
+
+
+def deliver_orders(events: list[dict]) -> None:
+    from hotledger.outbox.events import VoucherOrderEvent
+
+    parsed = [VoucherOrderEvent.model_validate(e) for e in events]
+    assert invoke_writer(records(parsed, lambda e: f"v{e.voucher_id}", first_offset=900)) == {"batchItemFailures": []}
+
+
+def sold(sql, voucher_id: int) -> tuple:
+    return sql("SELECT (SELECT COUNT(*) FROM t_voucher_order WHERE voucher_id = %s),"
+               " (SELECT stock FROM t_seckill_voucher WHERE id = %s)", (voucher_id, voucher_id))[0]
+
+
+def order_publish_failed(api, voucher_id: int, user_id: int = 42) -> None:
+    status, body = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": user_id})
+    assert status == 503 and body["error"]["code"] == "PUBLISH_FAILED", body
+
+
+def test_a_late_voucher_order_after_redis_lost_the_voucher_is_not_persisted(api, redis_client, sql,
+                                                                           order_arrived_unacknowledged):
+    voucher_id = new_voucher(api)
+    _, taken = order_arrived_unacknowledged()
+    order_publish_failed(api, voucher_id)
+    lost = list(redis_client.scan_iter(match=f"voucher:*{keys.tag(f'v{voucher_id}')}*", count=1000))
+    assert keys.voucher_fate(voucher_id, taken[0]["id"]).encode() in lost
+    redis_client.delete(*lost)
+    deliver_orders(taken)
+    assert sold(sql, voucher_id) == (0, 5)  # before: (1, 4), a unit sold to a buyer told it failed
+
+
+def test_a_voucher_order_replayed_after_its_tombstone_expired_is_not_persisted(api, redis_client, sql,
+                                                                              order_arrived_unacknowledged):
+    voucher_id = new_voucher(api)
+    _, taken = order_arrived_unacknowledged()
+    order_publish_failed(api, voucher_id)
+    fate = keys.voucher_fate(voucher_id, taken[0]["id"])
+    assert redis_client.get(fate) == b"rolledback"
+    redis_client.delete(fate)
+    deliver_orders(taken)
+    assert sold(sql, voucher_id) == (0, 5)  # before: (1, 4)
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["stock_left"] == 5
+
+
+def test_a_voucher_order_the_writer_persisted_first_stands_though_redis_lost_its_claim(api, redis_client, sql,
+                                                                                      order_arrived_unacknowledged):
+    voucher_id = new_voucher(api)
+    publish, _ = order_arrived_unacknowledged()
+
+    def persisted_then_redis_lost_the_claim(event):
+        deliver_orders([event])
+        redis_client.delete(keys.voucher_fate(voucher_id, event["id"]))
+
+    publish.then = persisted_then_redis_lost_the_claim
+    status, body = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 42})
+    assert status == 200, body  # before: 503 PUBLISH_FAILED with the order in the DB
+    assert sold(sql, voucher_id) == (1, 4)
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["stock_left"] == 4
