@@ -252,3 +252,89 @@ def test_a_voucher_order_the_writer_persisted_first_stands_though_redis_lost_its
     assert status == 200, body  # before: 503 PUBLISH_FAILED with the order in the DB
     assert sold(sql, voucher_id) == (1, 4)
     assert api("GET", f"/vouchers/{voucher_id}")[1]["stock_left"] == 4
+
+
+# red packet grabs: the same rule, the item row the lock ---------------------------------------------------------
+@pytest.fixture
+def grab_arrived_unacknowledged(monkeypatch):
+    """As arrived_unacknowledged, for red packet claims."""
+    from hotledger.runtime import redpackets
+
+    def start():
+        durability = redpackets().durability
+        real, taken = durability.publish, []
+
+        def publish(key, event):
+            real(key, event)
+            taken.append(event)
+            publish.then(event)
+            raise NotAcknowledged("no acknowledgement in time")
+
+        publish.then = lambda event: None
+        monkeypatch.setattr(durability, "publish", publish)
+        return publish, taken
+
+    return start
+
+
+def new_packet(api) -> tuple[int, int]:
+    """(a red packet of 1.00 in one item, a grabber)."""
+    sender, grabber = api.account(balance="10.00"), api.account()
+    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": "1.00", "count": 1, "expires_in_s": 3600})
+    assert status == 201, body
+    return int(body["packet_id"]), grabber
+
+
+def deliver_claims(events: list[dict]) -> None:
+    from hotledger.outbox.events import RedPacketClaimEvent
+
+    parsed = [RedPacketClaimEvent.model_validate(e) for e in events]
+    assert invoke_writer(records(parsed, lambda e: f"rp{e.packet_id}", partition=1, first_offset=900)) == {
+        "batchItemFailures": []}
+
+
+def stamped(sql, packet_id: int) -> list:
+    return [row[0] for row in sql("SELECT user_id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,))]
+
+
+def grab_publish_failed(api, packet_id: int, grabber: int) -> None:
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
+    assert status == 503 and body["error"]["code"] == "PUBLISH_FAILED", body
+
+
+def test_a_late_claim_after_redis_lost_the_packet_is_not_stamped(api, redis_client, sql, grab_arrived_unacknowledged):
+    packet_id, grabber = new_packet(api)
+    _, taken = grab_arrived_unacknowledged()
+    grab_publish_failed(api, packet_id, grabber)
+    lost = list(redis_client.scan_iter(match=f"rp:*{keys.tag(f'rp{packet_id}')}*", count=1000))
+    assert keys.packet_fate(packet_id, taken[0]["grab_id"]).encode() in lost
+    redis_client.delete(*lost)
+    deliver_claims(taken)
+    assert stamped(sql, packet_id) == [None]  # before: [grabber], an item paid to a grabber told it failed
+
+
+def test_a_claim_replayed_after_its_tombstone_expired_is_not_stamped(api, redis_client, sql, grab_arrived_unacknowledged):
+    packet_id, grabber = new_packet(api)
+    _, taken = grab_arrived_unacknowledged()
+    grab_publish_failed(api, packet_id, grabber)
+    fate = keys.packet_fate(packet_id, taken[0]["grab_id"])
+    assert redis_client.get(fate) == b"rolledback"
+    redis_client.delete(fate)
+    deliver_claims(taken)
+    assert stamped(sql, packet_id) == [None]  # before: [grabber]
+
+
+def test_a_claim_the_writer_stamped_first_stands_though_redis_lost_its_claim(api, redis_client, sql,
+                                                                            grab_arrived_unacknowledged):
+    packet_id, grabber = new_packet(api)
+    publish, _ = grab_arrived_unacknowledged()
+
+    def stamped_then_redis_lost_the_claim(event):
+        deliver_claims([event])
+        redis_client.delete(keys.packet_fate(packet_id, event["grab_id"]))
+
+    publish.then = stamped_then_redis_lost_the_claim
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
+    assert status == 200 and body["amount"] == "1.00", body  # before: 503 PUBLISH_FAILED with the item stamped
+    assert stamped(sql, packet_id) == [grabber]
+    assert api("GET", f"/accounts/{grabber}")[1]["balance"] == "1.00"
