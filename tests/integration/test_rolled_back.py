@@ -75,6 +75,21 @@ def test_a_late_event_after_redis_lost_everything_is_not_persisted(api, redis_cl
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
 
 
+def test_a_late_event_after_a_real_redis_kill_and_empty_restart_is_not_persisted(api, redis_client, redis_server, sql,
+                                                                                 arrived_unacknowledged):
+    """The same with the run's private Redis SIGKILLed and restarted empty (no persistence: a failover that lost
+    every write), the writer's claim then meeting a Redis that never heard of the entry."""
+    user_id = funded(api, redis_client)
+    _, taken = arrived_unacknowledged()
+    publish_failed(api, user_id)
+    redis_server.kill()
+    redis_server.start()
+    assert redis_client.dbsize() == 0
+    deliver(taken)
+    assert persisted(sql, user_id) == (0, 1000)  # before: (1, 600)
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
+
+
 def test_a_replay_after_the_tombstone_expired_is_not_persisted(api, redis_client, sql, arrived_unacknowledged):
     user_id = funded(api, redis_client)
     _, taken = arrived_unacknowledged()
