@@ -108,7 +108,7 @@ def test_a_charge_the_writer_persisted_first_stands_though_redis_lost_its_claim(
     """The writer won the race (persisted before the API's rollback), then Redis lost the fate key it claimed:
     the DB still knows the winner, so the API answers the charge, not PUBLISH_FAILED."""
     user_id = funded(api, redis_client)
-    publish, taken = arrived_unacknowledged()
+    publish, _ = arrived_unacknowledged()
 
     def persisted_then_redis_lost_the_claim(event):
         deliver([event])
