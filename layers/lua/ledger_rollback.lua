@@ -1,4 +1,7 @@
--- ledger_rollback: undo a ledger_apply whose event could not be published, unless the writer already has it.
+-- ledger_rollback: give back in Redis a ledger_apply whose event could not be published. Run only once the DB
+-- recorded the entry as rolled back (t_rolled_back, under the account row lock: LedgerStore.record_rollback), by
+-- the API before it answers PUBLISH_FAILED, or by the writer/reconciler that meets such an entry still pending.
+-- The DB is the arbiter, so a 'claimed' fate does not stop it (that writer will skip the entry).
 -- KEYS[1] user:balance:{uid}            hash
 -- KEYS[2] user:order:{uid}:<id>         entry string (amount;ts;balanceAfter;version;kind;epoch;open;idemKey)
 -- KEYS[3] user:order:consistency:{uid}  zset
@@ -6,11 +9,9 @@
 -- KEYS[5] user:idem:{uid}:<key>         idempotency record, deleted when it points at this entry
 -- ARGV[1] entry id  ARGV[2] fate TTL in seconds
 -- Returns:
---   {'claimed'}               the writer claimed the entry: it was delivered and will be persisted
---   {'gone'}                  nothing left to undo (already rolled back or persisted); tombstone set
---   {'rolled_back', balance, v}  money given back; the tombstone stops the writer from persisting it
+--   {'gone'}                  nothing left to undo (already given back, or Redis lost it); tombstone set
+--   {'rolled_back', balance, v}  money given back; the tombstone lets the writer skip it without asking the DB
 --   {'rolled_back'}           entry removed but the account hash was lost; the DB never charged it
-if redis.call('GET', KEYS[4]) == 'claimed' then return {'claimed'} end
 redis.call('SET', KEYS[4], 'rolledback', 'EX', ARGV[2])
 local entry = redis.call('GET', KEYS[2])
 if (not entry) or (not redis.call('ZSCORE', KEYS[3], ARGV[1])) then return {'gone'} end

@@ -188,12 +188,14 @@ def test_rollback_of_a_recharge_takes_the_money_back(lua, redis_client, uid):
     assert redis_client.hget(keys.balance(uid), "open") == b"BALANCE"
 
 
-def test_rollback_after_the_writer_claimed_is_refused(lua, redis_client, uid):
+def test_rollback_after_the_writer_claimed_still_gives_the_money_back(lua, redis_client, uid):
+    """The DB decided (t_rolled_back, under the account row lock) before the script runs: a writer that claimed
+    the entry in Redis finds the DB record and skips it, so the money must come back in Redis."""
     _load(lua, uid, balance=100)
     _apply(lua, uid, "D", 40, 5)
     assert lua.run("outbox_claim", keys=[keys.fate(uid, 5)], args=[3600]) == [1]
-    assert _rollback(lua, uid, 5) == ["claimed"]
-    assert redis_client.hget(keys.balance(uid), "balance") == b"60"
+    assert _rollback(lua, uid, 5) == ["rolled_back", "100", "7"]
+    assert redis_client.get(keys.fate(uid, 5)) == b"rolledback"
 
 
 def test_claim_skips_rolled_back_entries(lua, uid):

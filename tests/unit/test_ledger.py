@@ -11,7 +11,7 @@ import pytest
 
 from hotledger import errors, keys
 from hotledger.config import Settings
-from hotledger.dal.db import CommitOutcomeUnknown
+from hotledger.dal.db import CommitOutcomeUnknown, DatabaseUnavailable
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.ledger.entry import Entry
@@ -76,6 +76,9 @@ class FakeLedgerStore:
         self.cache_error: Exception | None = None
         self.cursor = object()
         self.answer_reads, self.open_sets = [], []
+        self.rolled: set[int] = set()  # t_rolled_back
+        self.record_error: Exception | None = None
+        self.undo_steps: list[tuple[str, int]] = []
 
     def account_row(self, user_id=USER, **fields) -> AccountRow:
         row = AccountRow(user_id, f"u{user_id}", fields.pop("deduct_type", "ASYNC"), fields.pop("balance", 1000),
@@ -108,6 +111,18 @@ class FakeLedgerStore:
     def stored_deduct(self, user_id, entry_id):
         row = self.rows.get(entry_id)
         return StoredDeduct(row[2], row[4]) if row and row[0] == "D" and row[1] == user_id else None
+
+    def record_rollback(self, user_id, entry_id, kind):
+        if self.record_error:
+            raise self.record_error
+        if entry_id in self.rows:
+            return True
+        self.rolled.add(entry_id)
+        self.undo_steps.append(("record", entry_id))
+        return False
+
+    def is_rolled_back(self, entry_id):
+        return entry_id in self.rolled
 
     def accounts_after(self, user_id, limit):
         ids = sorted(i for i in self.accounts if i > user_id)[:limit]
@@ -180,6 +195,7 @@ class FakeLedgerStore:
 
     def rollback(self, user_id, entry_id, idem_key):
         self.rollbacks.append(entry_id)
+        self.undo_steps.append(("give back", entry_id))
         if isinstance(self.rollback_reply, Exception):
             raise self.rollback_reply
         return self.rollback_reply
@@ -230,6 +246,9 @@ class FakeLedgerStore:
 
     def stored_entries(self, ids_and_kinds):
         return {i: self.rows[i][1:4] for i, kind in ids_and_kinds if i in self.rows and self.rows[i][0] == kind}
+
+    def rolled_back(self, entry_ids):
+        return {i for i in entry_ids if i in self.rolled}
 
     def idempotent_answer(self, user_id, idem_key):
         return self.answers.get((user_id, idem_key))
@@ -463,14 +482,41 @@ def test_a_publish_failure_is_undone_and_answered_publish_failed(store, publishe
     store.replies = [ok(900)]
     with pytest.raises(errors.PublishFailed):
         ledger.deduct(USER, 100, "key-1")
-    assert store.rollbacks == [store.charges[0].entry_id] and store.done == []
+    entry_id = store.charges[0].entry_id
+    assert store.undo_steps == [("record", entry_id), ("give back", entry_id)]  # the DB's verdict first
+    assert store.rolled == {entry_id} and store.done == []
 
 
-def test_a_publish_failure_whose_undo_finds_the_writer_claimed_it_stands(store, published):
-    ledger = make_ledger(store, published, publish=broker_down)
-    store.replies, store.rollback_reply = [ok(900)], RollbackReply(RollbackStatus.CLAIMED)
+def test_a_publish_failure_whose_entry_the_writer_persisted_first_stands(store, published):
+    """The DB decides (under the account row lock): persisted first, the charge stands whatever Redis says."""
+    def arrived_and_persisted(key, event):
+        store.rows[event["id"]] = ("D", USER, 100, 2, 900, "ASYNC", None)
+        raise NotAcknowledged("no acknowledgement in time")
+
+    ledger = make_ledger(store, published, publish=arrived_and_persisted)
+    store.replies = [ok(900)]
     result = ledger.deduct(USER, 100)
     assert (result.entry_id, result.balance) == (store.charges[0].entry_id, 900)
+    assert store.rollbacks == [] and store.rolled == set()
+
+
+def test_a_publish_failure_whose_rollback_the_db_cannot_record_is_outcome_unknown(store, published):
+    """No verdict: the charge is left pending in Redis (not given back), the DB decides later."""
+    ledger = make_ledger(store, published, publish=broker_down)
+    store.replies, store.record_error = [ok(900)], DatabaseUnavailable("gone")
+    with pytest.raises(errors.ChargeOutcomeUnknown):
+        ledger.deduct(USER, 100)
+    assert store.rollbacks == [] and store.rolled == set()
+
+
+def test_a_replay_of_a_key_whose_charge_the_db_rolled_back_gives_it_back_and_charges_afresh(ledger, store, published):
+    """The first request answered OUTCOME_UNKNOWN after the DB's verdict (Redis could not give it back)."""
+    store.charge_in_redis(entry(55))
+    store.rolled.add(55)
+    store.replies = [ApplyReply(ApplyStatus.REPLAY, entry_id=55, balance=900, version=2, done=False), ok(900)]
+    result = ledger.deduct(USER, 100, "key-1")
+    assert result.entry_id != 55 and store.rollbacks == [55]
+    assert [e["id"] for e in published] == [result.entry_id]
 
 
 def test_a_publish_failure_whose_undo_cannot_reach_redis_is_outcome_unknown(store, published):
@@ -672,6 +718,16 @@ def test_the_persister_skips_repeats_and_rolled_back_entries_and_dead_letters_or
     assert sorted((r.offset, r.error) for r in outbox.dead) == [
         (2, "entry id already used by another entry"), (5, "account does not exist")]
     assert store.settled == [{USER: [1, 2, 3]}]  # the orphan has no account to settle
+
+
+def test_the_persister_skips_an_entry_the_db_rolled_back_whatever_redis_says_and_gives_it_back(store):
+    """Redis lost the tombstone (or it expired before a replay): the claim succeeds, the DB's record decides."""
+    store.account_row(balance=1000, version=1)
+    store.rolled.add(4)
+    report = LedgerPersister(store, FakeOutbox()).persist([event(3, version=3), event(4, version=4)])
+    assert (report.applied, report.rolled_back) == (1, 1)
+    assert 4 not in store.rows and store.accounts[USER].balance == 900
+    assert store.settled == [{USER: [3]}] and store.rollbacks == [4]
 
 
 def test_the_persister_reports_accounts_charged_from_an_earlier_cache_load(store):

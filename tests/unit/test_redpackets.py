@@ -51,6 +51,16 @@ class FakeTx:
     def lock_for_claims(self, packet_ids, item_ids):
         return {i: self.store.items[i] for i in item_ids if i in self.store.items}
 
+    def record_rollback(self, packet_id, item_id, grab_id, user_id):
+        item = self.store.items.get(item_id)
+        if item is not None and item.user_id == user_id:
+            return True
+        self.store.rolled.add(grab_id)
+        return False
+
+    def rolled_back(self, grab_ids):
+        return {g for g in grab_ids if g in self.store.rolled}
+
     def stamp_claims(self, claims):
         for c in claims:
             if self.store.items[c.item_id].user_id is None:
@@ -67,6 +77,7 @@ class FakeStore:
         self.pay: set[tuple[str, int]] = set()
         self.orders: set[tuple[str, int]] = set()
         self.fail_mark_open: Exception | None = None
+        self.rolled: set[int] = set()  # t_rolled_back: grab ids
 
     def add(self, packet_id, state, amounts, sender=SENDER, expires_at=NOW + 60_000, refund=None):
         self.packets[packet_id] = PacketRow(packet_id, sender, state, sum(amounts), len(amounts), refund, expires_at)
@@ -153,7 +164,6 @@ class FakeCache:
         self.grab_replies: list = []  # GrabReply or an exception to raise, in order
         self.grab_ids: list[int] = []
         self.rolled_back: list[tuple] = []
-        self.claimed_first = False  # rollback's answer: the writer claimed the grab before the undo
         self.loaded: list[tuple] = []
         self.expire_replies: dict[int, ExpireReply] = {}
         self.expire_calls: list[int] = []
@@ -172,7 +182,6 @@ class FakeCache:
 
     def rollback(self, packet_id, grab_id, item_id, user_id, amount):
         self.rolled_back.append((packet_id, grab_id, item_id, user_id, amount))
-        return self.claimed_first
 
     def load(self, packet_id, state, expires_at, hold_until, items):
         self.loaded.append((packet_id, state, hold_until, sorted(i.item_id for i in items if i.user_id is None)))
@@ -434,15 +443,19 @@ def test_a_claim_the_broker_did_not_acknowledge_is_rolled_back_and_answered_publ
     w.publish_error = NotAcknowledged("no ack")
     with pytest.raises(errors.PublishFailed):
         w.packets.grab(7, ALICE)
+    assert w.store.rolled == {w.cache.grab_ids[0]}  # recorded in the DB, then put back in Redis
     assert w.cache.rolled_back == [(7, w.cache.grab_ids[0], 701, ALICE, 100)]
     assert w.ledger.recharges == []
 
 
-def test_a_claim_the_writer_took_before_the_rollback_stands_and_is_credited(w):
+def test_a_claim_the_writer_stamped_before_the_rollback_stands_and_is_credited(w):
+    """The DB decides under the writer's locks: stamped first, the grab stands whatever Redis says."""
+    w.store.add(7, "OPEN", [100])
+    w.store.items[701] = replace(w.store.items[701], user_id=ALICE, claimed_at=NOW)
     w.cache.grab_replies = [GrabReply(GrabStatus.OK, item_id=701, amount=100)]
-    w.publish_error, w.cache.claimed_first = NotAcknowledged("no ack"), True
+    w.publish_error = NotAcknowledged("no ack")
     assert w.packets.grab(7, ALICE).credited is True
-    assert w.ledger.recharges == [(ALICE, 100, "rp701")]
+    assert w.ledger.recharges == [(ALICE, 100, "rp701")] and w.cache.rolled_back == [] and w.store.rolled == set()
 
 
 @pytest.mark.parametrize("failure", [RedisUnavailable("refused"), errors.ServiceUnavailable("cache"),
@@ -491,6 +504,16 @@ def test_the_persister_skips_a_grab_the_api_rolled_back_first(w):
     w.outbox.rolled_back_first = {1}
     report = w.persister.persist([claim(7, 701, ALICE, 100, grab_id=1)])
     assert (report.applied, report.rolled_back) == (0, 1) and w.store.items[701].user_id is None
+
+
+def test_the_persister_skips_a_grab_the_db_rolled_back_whatever_redis_says_and_puts_it_back(w):
+    """Redis lost the tombstone (or it expired before a replay): the claim succeeds, the DB's record decides."""
+    w.store.add(7, "OPEN", [100, 200])
+    w.store.rolled.add(1)
+    report = w.persister.persist([claim(7, 701, ALICE, 100, grab_id=1), claim(7, 702, BOB, 200, grab_id=2)])
+    assert (report.applied, report.rolled_back) == (1, 1)
+    assert w.store.items[701].user_id is None and w.store.items[702].user_id == BOB
+    assert w.cache.rolled_back == [(7, 1, 701, ALICE, 100)]
 
 
 # expiry and the reconciler -------------------------------------------------------------------------------

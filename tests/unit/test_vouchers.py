@@ -10,6 +10,7 @@ import pytest
 
 from hotledger import errors, keys
 from hotledger.config import Settings
+from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.outbox.durable import Durability
@@ -41,6 +42,8 @@ class FakeDb:
         self.vouchers: dict[int, dict] = {}
         self.orders: dict[int, OrderRow] = {}
         self.ids = itertools.count(1)
+        self.rolled: set[int] = set()  # t_rolled_back
+        self.record_error: Exception | None = None
 
     def add(self, stock=10, initial=None, begin_at=NOW - HOUR, end_at=NOW + HOUR, limit=1, version=0) -> int:
         voucher_id = next(self.ids)
@@ -83,6 +86,17 @@ class FakeDb:
     def orders_by_id(self, cur, order_ids):
         return {i: self.orders[i] for i in order_ids if i in self.orders}
 
+    def record_rollback(self, voucher_id, order_id):
+        if self.record_error:
+            raise self.record_error
+        if order_id in self.orders:
+            return True
+        self.rolled.add(order_id)
+        return False
+
+    def rolled_back(self, cur, order_ids):
+        return {i for i in order_ids if i in self.rolled}
+
     def slot_holders(self, cur, slots):
         return {row.slot: row.order_id for row in self.orders.values() if row.slot in slots}
 
@@ -103,7 +117,7 @@ class FakeRedis:
     def __init__(self, *order_replies):
         self.order_replies = list(order_replies)
         self.orders, self.rollbacks, self.loads, self.settles, self.reconciles, self.expired = [], [], [], [], [], []
-        self.rollback_answer: bool | Exception = False
+        self.rollback_answer: Exception | None = None
         self.held: dict[int, int] = {}
         self.pending: dict[int, dict[int, VoucherOrderEvent]] = {}
 
@@ -116,9 +130,8 @@ class FakeRedis:
 
     def rollback(self, voucher_id, order_id, user_id):
         self.rollbacks.append((voucher_id, order_id, user_id))
-        if isinstance(self.rollback_answer, Exception):
+        if self.rollback_answer is not None:
             raise self.rollback_answer
-        return self.rollback_answer
 
     def load(self, voucher_id, snapshot, epoch, hold_until):
         self.loads.append((voucher_id, snapshot, epoch, hold_until))
@@ -256,19 +269,29 @@ def test_a_lost_script_answer_is_outcome_unknown_naming_the_order():
 
 
 def test_a_failed_publish_is_rolled_back_and_answered_publish_failed():
-    vouchers, _, redis, _ = service(redis=FakeRedis(ok()), broker=Broker(fails=True))
+    vouchers, db, redis, _ = service(redis=FakeRedis(ok()), broker=Broker(fails=True))
     with pytest.raises(errors.PublishFailed) as failed:
         vouchers.order(5, 42)
     assert failed.value.code == "PUBLISH_FAILED"
-    assert redis.rollbacks == [(5, 1000, 42)]
+    assert db.rolled == {1000} and redis.rollbacks == [(5, 1000, 42)]  # recorded in the DB, then given back
 
 
-def test_a_failed_publish_the_writer_claimed_first_stands():
-    redis = FakeRedis(ok(seq=1))
-    redis.rollback_answer = True
-    vouchers, *_ = service(redis=redis, broker=Broker(fails=True))
+def test_a_failed_publish_the_writer_persisted_first_stands():
+    """The DB decides under the voucher row lock: persisted first, the order stands whatever Redis says."""
+    db = FakeDb()
+    db.orders[1000] = OrderRow(1000, 5, 42, 1)
+    vouchers, _, redis, _ = service(db, FakeRedis(ok(seq=1)), Broker(fails=True))
     assert vouchers.order(5, 42).order_id == 1000
-    assert redis.rollbacks == [(5, 1000, 42)]
+    assert redis.rollbacks == [] and db.rolled == set()
+
+
+def test_a_failed_publish_whose_rollback_the_db_cannot_record_is_outcome_unknown():
+    db = FakeDb()
+    db.record_error = DatabaseUnavailable("gone")
+    vouchers, _, redis, _ = service(db, FakeRedis(ok()), Broker(fails=True))
+    with pytest.raises(errors.ChargeOutcomeUnknown):
+        vouchers.order(5, 42)
+    assert redis.rollbacks == []
 
 
 def test_a_failed_publish_whose_rollback_cannot_reach_redis_is_outcome_unknown():
@@ -400,6 +423,18 @@ def test_an_order_the_api_rolled_back_first_is_never_persisted():
     report = writer.persist([event(1, voucher_id, 10), event(2, voucher_id, 11)])
     assert (report.applied, report.rolled_back) == (1, 1)
     assert list(db.orders) == [2] and db.vouchers[voucher_id]["stock"] == 4
+
+
+def test_an_order_the_db_rolled_back_is_never_persisted_whatever_redis_says_and_is_given_back():
+    """Redis lost the tombstone (or it expired before a replay): the claim succeeds, the DB's record decides."""
+    db = FakeDb()
+    voucher_id = db.add(stock=5)
+    db.rolled.add(1)
+    writer, redis = persister(db, FakeOutbox())
+    report = writer.persist([event(1, voucher_id, 10), event(2, voucher_id, 11)])
+    assert (report.applied, report.rolled_back) == (1, 1)
+    assert list(db.orders) == [2] and db.vouchers[voucher_id]["stock"] == 4
+    assert redis.rollbacks == [(voucher_id, 1, 10)]
 
 
 # --------------------------------------------------------------------------------------------------- reconciler

@@ -41,7 +41,6 @@ from hotledger.ledger.store import (
     IdempotentAnswer,
     LedgerStore,
     LedgerTx,
-    RollbackStatus,
     ToSyncStatus,
 )
 from hotledger.money import MAX_MINOR, format_minor
@@ -327,7 +326,7 @@ class Ledger:
             entry = Entry(entry_id, user_id, amount, charges[entry_id].ts, reply.balance, reply.version, kind, reply.epoch,
                           reply.open_flag, idem_key)
             return Outbound(str(user_id), lambda: entry.to_event().model_dump(),
-                            lambda: self.store.rollback(user_id, entry_id, idem_key).status is RollbackStatus.CLAIMED)
+                            lambda: self._undo(user_id, entry_id, kind, idem_key))
 
         for _ in range(LOAD_ATTEMPTS):
             entry_id, reply = self.durability.apply(
@@ -339,8 +338,8 @@ class Ledger:
                     return result
                 continue  # the DB says ASYNC after all: the stale cache was dropped, charge in Redis
             if reply.status is ApplyStatus.REPLAY:
-                if not reply.done:
-                    self._publish_stale(user_id, reply.entry_id, idem_key)
+                if not reply.done and not self._publish_stale(user_id, reply.entry_id, idem_key):
+                    continue  # the key's charge was rolled back for good (and is now given back): charge afresh
                 return LedgerResult(reply.entry_id, user_id, amount, reply.balance, reply.version, reply.mode)
             if idem_key and not self.durability.streamed:
                 with contextlib.suppress(RedisUnavailable):  # the charge is durable: a retry replays it once the record is stale
@@ -348,16 +347,35 @@ class Ledger:
             return LedgerResult(entry_id, user_id, amount, reply.balance, reply.version, "ASYNC")
         raise errors.ServiceUnavailable(f"account {user_id} could not be loaded into the cache; retry")
 
-    def _publish_stale(self, user_id: int, entry_id: int, idem_key: str) -> None:
+    def _undo(self, user_id: int, entry_id: int, kind: str, idem_key: str | None) -> bool:
+        """Take back a charge whose event the broker did not acknowledge; True when it stands instead.
+        The DB decides first, under the account row lock the writer persists under (record_rollback): persisted
+        already, the charge stands; otherwise it is recorded rolled back for good, and only then given back in
+        Redis. So exactly one of the API's rollback and the writer's commit wins whatever Redis lost (its fate
+        keys, or all of it), and a rolled-back charge is never persisted, however late or old its event is.
+        Precedent: TigerBeetle's two-phase transfers, where voiding a pending transfer and posting it are decided
+        by the ledger itself, once (a post after a void fails with pending_transfer_already_voided, for good)."""
+        if self.store.record_rollback(user_id, entry_id, kind):
+            return True
+        self.store.rollback(user_id, entry_id, idem_key)
+        return False
+
+    def _publish_stale(self, user_id: int, entry_id: int, idem_key: str) -> bool:
         """The first request with this key died before the broker acknowledged its charge: publish the
         entry again if it is still pending (a duplicate is harmless). If that fails too, the reconciler
-        persists the entry once it is older than RECONCILE_AGE_S."""
+        persists the entry once it is older than RECONCILE_AGE_S. False when the DB holds the charge as rolled
+        back (its request answered OUTCOME_UNKNOWN after the DB's verdict): it is given back in Redis, and the
+        key is free again."""
         entry = self.store.entry(user_id, entry_id)
         if entry is None:  # persisted already
-            return
+            return True
+        if self.store.is_rolled_back(entry_id):
+            self.store.rollback(user_id, entry_id, idem_key)
+            return False
         with contextlib.suppress(NotAcknowledged):
             self.durability.publish(str(user_id), entry.to_event().model_dump())
             self.store.mark_answer_done(user_id, idem_key)
+        return True
 
     def _charge_in_db(self, kind: str, user_id: int, amount: int, idem_key: str | None, request: str) -> LedgerResult | None:
         """SYNC path. Returns None when the DB says the account is ASYNC after all (cache was stale)."""

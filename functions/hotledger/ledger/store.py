@@ -199,7 +199,6 @@ class Charge:
 
 
 class RollbackStatus(Enum):
-    CLAIMED = "claimed"  # the writer claimed the entry first: it stands and will be persisted
     GONE = "gone"  # nothing left to undo (rolled back or persisted already)
     ROLLED_BACK = "rolled_back"
 
@@ -325,6 +324,26 @@ class LedgerStore:
             cur.execute("INSERT IGNORE INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES (%s, %s, %s, %s)",
                         (user_id, idem_key, fingerprint, json.dumps(answer)))
 
+    def record_rollback(self, user_id: int, entry_id: int, kind: str) -> bool:
+        """The DB's verdict on an entry whose event the broker did not acknowledge, taken under the account's row
+        lock, the lock the writer persists it under: False when the entry is now rolled back for good (recorded in
+        t_rolled_back, which every persister consults, so it is never persisted, whatever Redis kept and however
+        late its event arrives); True when the writer persisted it first (the event did arrive: the charge stands).
+        Raises db.DatabaseUnavailable (CommitOutcomeUnknown included) when no verdict is known."""
+        table, _ = ENTRY_TABLES[kind]
+        with db.transaction() as cur:
+            cur.execute("SELECT 1 FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
+            cur.execute(f"SELECT 1 FROM {table} WHERE id = %s", (entry_id,))
+            if cur.fetchone() is not None:
+                return True
+            cur.execute("INSERT IGNORE INTO t_rolled_back (change_id, feature, owner_id) VALUES (%s, 'ledger', %s)",
+                        (entry_id, user_id))
+        return False
+
+    def is_rolled_back(self, entry_id: int) -> bool:
+        """Whether the entry was rolled back for good (t_rolled_back; no lock: a verdict there never changes)."""
+        return bool(db.query("SELECT 1 FROM t_rolled_back WHERE change_id = %s", (entry_id,)))
+
     def accounts_after(self, user_id: int, limit: int) -> list[AccountBalance]:
         """The next page of accounts in id order."""
         rows = db.query("SELECT u.id, u.deduct_type, a.balance, a.version FROM t_user u JOIN t_account a ON a.user_id = u.id"
@@ -415,7 +434,7 @@ class LedgerStore:
              "checked" if c.key_checked else "", "1" if c.refusal_final else "", self.max_pending]))
 
     def rollback(self, user_id: int, entry_id: int, idem_key: str | None) -> RollbackReply:
-        """ledger_rollback.lua: undo a charge whose event was not acknowledged, unless the writer claimed it first."""
+        """ledger_rollback.lua: give back in Redis a charge the DB recorded as rolled back (record_rollback)."""
         return RollbackReply.parse(self.lua.run(
             "ledger_rollback", [keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id),
                                 keys.fate(user_id, entry_id), keys.idempotency(user_id, idem_key or "")],
@@ -506,6 +525,14 @@ class LedgerTx:
                 self.cursor.execute(f"SELECT id, user_id, {amount_col}, version FROM {table} WHERE id IN ({_marks(ids)})", ids)
                 found.update((row[0], tuple(row[1:])) for row in self.cursor.fetchall())
         return found
+
+    def rolled_back(self, entry_ids: list[int]) -> set[int]:
+        """Those of the ids the API rolled back for good (t_rolled_back), read under the account row locks the
+        caller holds: the API records a rollback under the same lock, so the two cannot both win."""
+        if not entry_ids:
+            return set()
+        self.cursor.execute(f"SELECT change_id FROM t_rolled_back WHERE change_id IN ({_marks(entry_ids)})", entry_ids)
+        return {row[0] for row in self.cursor.fetchall()}
 
     def idempotent_answer(self, user_id: int, idem_key: str) -> IdempotentAnswer | None:
         """The first answer given for this key, locked until the transaction ends."""

@@ -21,6 +21,7 @@ from typing import Protocol, TypeVar
 
 from hotledger import errors
 from hotledger.config import Settings
+from hotledger.dal import db
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable, stream_flag
 
@@ -42,7 +43,9 @@ class Outbound:
 
     key: str  # partition key: every event of one entity lands in one partition, in order
     event: Callable[[], dict]
-    undo: Callable[[], bool]  # runs the feature's rollback script; True when the writer had claimed the change first
+    # takes the change back; True when it stands instead: the writer had it first (ledger: persisted, as the DB
+    # decides under the account row lock; vouchers, red packets: claimed in Redis)
+    undo: Callable[[], bool]
 
 
 class Durability:
@@ -86,8 +89,9 @@ class Durability:
         except NotAcknowledged as exc:
             try:
                 claimed = change.undo()
-            except RedisUnavailable as lost:
-                # the change stays pending: if Redis kept it, the reconciler persists it; if not, it never happened
-                raise unknown("the broker did not acknowledge it and Redis could not take it back") from lost
+            except (RedisUnavailable, db.DatabaseUnavailable) as lost:
+                # no verdict, or Redis could not give it back: the change stays pending and the DB's record decides
+                # (rolled back: the writer or the reconciler gives it back in Redis; not: the reconciler persists it)
+                raise unknown("the broker did not acknowledge it and it could not be taken back") from lost
             if not claimed:  # claimed: the event did arrive and will be persisted
                 raise errors.PublishFailed("the change could not be recorded durably and was not made; retry") from exc

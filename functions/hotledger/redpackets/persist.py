@@ -2,7 +2,8 @@
 
 One transaction per batch: each claim's fate is claimed first (a grab the API rolled back is skipped), the
 packets are share-locked (ordering the commit against a rebuild, see PacketTx.lock_for_claims) and the
-claimed items locked; then each claim is judged against its item's row:
+claimed items locked; a grab the DB recorded as rolled back (t_rolled_back, by the API under the same locks) is
+skipped and put back in Redis; then each claim is judged against its item's row:
 - the item already holds this user: a replay, nothing to write (but its Redis side is settled again);
 - no such item, or one of another packet or amount: dead-lettered, it can never apply;
 - the item holds another user, or was refunded: dead-lettered (the item went elsewhere first);
@@ -50,6 +51,12 @@ class RedPacketPersister:
         fresh, replayed, dead = [], [], []
         with self.store.transaction() as tx:
             items = tx.lock_for_claims([e.packet_id for e in claimed], [e.item_id for e in claimed])
+            # rolled back for good in the DB (under the item locks the API records it under): skipped whatever
+            # Redis says (its tombstone lost, or expired before a replay)
+            undone = tx.rolled_back([e.grab_id for e in claimed])
+            given_back = [e for e in claimed if e.grab_id in undone]
+            claimed = [e for e in claimed if e.grab_id not in undone]
+            report.rolled_back += len(given_back)
             for e in claimed:
                 judged = verdict(e, items.get(e.item_id))
                 if judged is Verdict.FRESH:
@@ -63,4 +70,6 @@ class RedPacketPersister:
         report.applied = len(fresh)
         report.duplicates += len(replayed)
         self.cache.settle([*fresh, *replayed])
+        for e in given_back:  # rare: the API's own put-back did not run (or has not yet); it is idempotent
+            self.cache.rollback(e.packet_id, e.grab_id, e.item_id, e.user_id, e.amount)
         return report

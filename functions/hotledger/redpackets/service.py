@@ -219,13 +219,24 @@ class RedPackets:
             claim = RedPacketClaimEvent(type="redpacket_claim", packet_id=packet_id, item_id=reply.item_id, user_id=user_id,
                                         amount=reply.amount, ts=now, grab_id=grab_id)
             return Outbound(f"rp{packet_id}", claim.model_dump,
-                            lambda: self.cache.rollback(packet_id, grab_id, reply.item_id, user_id, reply.amount))
+                            lambda: self._undo_grab(packet_id, grab_id, reply.item_id, user_id, reply.amount))
 
         _, reply = self.durability.apply(
             lambda grab_id: self.cache.grab(packet_id, user_id, grab_id, now), reload=lambda: self.rebuild(packet_id),
             refusal=_refusal, outbound=outbound, unknown=lambda _grab_id, why: _grab_unknown(packet_id, why),
             what=f"grab of red packet {packet_id}")
         return Grab(packet_id, reply.item_id, user_id, reply.amount, self.credit_grab(user_id, reply.item_id, reply.amount))
+
+    def _undo_grab(self, packet_id: int, grab_id: int, item_id: int, user_id: int, amount: int) -> bool:
+        """Take back a grab whose claim the broker did not acknowledge; True when it stands instead. The DB
+        decides first, under the locks the writer stamps claims under (stamped already: it stands; otherwise
+        rolled back for good), and only then is the item put back in Redis: one winner whatever Redis lost (the
+        ledger's rule, ledger/service.py _undo; TigerBeetle's void vs post)."""
+        with self.store.transaction() as tx:
+            if tx.record_rollback(packet_id, item_id, grab_id, user_id):
+                return True
+        self.cache.rollback(packet_id, grab_id, item_id, user_id, amount)
+        return False
 
     def credit_grab(self, user_id: int, item_id: int, amount: int) -> bool:
         """The claim is durable: credit the grabber. False when that failed: the reconciler credits later

@@ -109,6 +109,25 @@ class PacketTx:
         return {i: ItemRow(i, packet_id, amount, user, None if at is None else db.to_ms(at), bool(refunded))
                 for i, packet_id, amount, user, at, refunded in self.cursor.fetchall()}
 
+    def record_rollback(self, packet_id: int, item_id: int, grab_id: int, user_id: int) -> bool:
+        """The DB's verdict on a grab whose claim the broker did not acknowledge, under the locks the writer
+        stamps claims under (lock_for_claims: the packet shared, then the item): False when it is now rolled back
+        for good (t_rolled_back: never stamped, whatever Redis kept and however late its event); True when the
+        writer stamped the item with this grabber first (the grab stands)."""
+        item = self.lock_for_claims([packet_id], [item_id]).get(item_id)
+        if item is not None and item.user_id == user_id:
+            return True
+        self.cursor.execute("INSERT IGNORE INTO t_rolled_back (change_id, feature, owner_id) VALUES (%s, 'redpacket', %s)",
+                            (grab_id, packet_id))
+        return False
+
+    def rolled_back(self, grab_ids: list[int]) -> set[int]:
+        """Those of the grabs rolled back for good, read under the item locks the caller holds."""
+        if not grab_ids:
+            return set()
+        self.cursor.execute(f"SELECT change_id FROM t_rolled_back WHERE change_id IN ({_marks(len(grab_ids))})", grab_ids)
+        return {row[0] for row in self.cursor.fetchall()}
+
     def stamp_claims(self, claims: list[RedPacketClaimEvent]) -> None:
         """Give each item its grabber and claim time, in one statement (only items nobody holds)."""
         if not claims:
@@ -325,13 +344,11 @@ class PacketCache:
             "redpacket_grab", [*packet_keys(packet_id), keys.packet_pending(packet_id), keys.packet_stream(packet_id)],
             [packet_id, user_id, now_ms, grab_id, self.stream_flag]))
 
-    def rollback(self, packet_id: int, grab_id: int, item_id: int, user_id: int, amount: int) -> bool:
-        """Undo a grab whose claim was not acknowledged; True when the writer claimed it first (it stands)."""
-        reply = reply_fields(self.lua.run(
-            "redpacket_rollback", [keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id),
-                                   keys.packet_pending(packet_id), keys.packet_fate(packet_id, grab_id)],
-            [item_id, user_id, amount, self.fate_ttl_s]))
-        return reply[0] == "claimed"
+    def rollback(self, packet_id: int, grab_id: int, item_id: int, user_id: int, amount: int) -> None:
+        """Put back in Redis a grab the DB recorded as rolled back (PacketTx.record_rollback)."""
+        self.lua.run("redpacket_rollback", [keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id),
+                                            keys.packet_pending(packet_id), keys.packet_fate(packet_id, grab_id)],
+                     [item_id, user_id, amount, self.fate_ttl_s])
 
     def load(self, packet_id: int, state: str, expires_at: int, hold_until: int, items: list[ItemRow]) -> bool:
         """Put the packet and its items (unclaimed ones to hand out, claimed ones as grabs) into Redis, unless

@@ -1,7 +1,8 @@
 """Voucher orders -> t_voucher_order, the voucher's DB stock moved in the same transaction, exactly once (the
 writer's voucher persister, outbox/writer.py's contract).
 
-One transaction per batch: the touched vouchers are locked in id order; an order the DB holds already is a
+One transaction per batch: the touched vouchers are locked in id order; an order the DB recorded as rolled back
+(t_rolled_back, by the API under the same lock) is skipped and given back in Redis; an order the DB holds already is a
 duplicate (skipped); one whose id or buyer slot (voucher, user, seq) the DB gives to another order can never
 apply, nor can one of an unknown voucher, nor one beyond the DB stock (the DB never sells below zero: this
 happens only after Redis lost state and oversold): those are dead-lettered. After the commit the orders leave
@@ -45,6 +46,12 @@ class VoucherPersister:
             stocks = self.db.lock_stocks(cur, {e.voucher_id for e in claimed})
             dead = [_dead(e, UNKNOWN_VOUCHER) for e in claimed if e.voucher_id not in stocks]
             known = [e for e in claimed if e.voucher_id in stocks]
+            # rolled back for good in the DB (under the row locks the API records it under): skipped whatever
+            # Redis says (its tombstone lost, or expired before a replay)
+            undone = self.db.rolled_back(cur, [e.id for e in known])
+            given_back = [e for e in known if e.id in undone]
+            known = [e for e in known if e.id not in undone]
+            report.rolled_back += len(given_back)
             duplicates, clashes, candidates = self._split_by_id(known, self.db.orders_by_id(cur, [e.id for e in known]))
             fresh, taken = self._split_by_slot(candidates, self.db.slot_holders(cur, [_slot(e) for e in candidates]))
             accepted, sold_out = self._within_stock(fresh, stocks)
@@ -60,6 +67,8 @@ class VoucherPersister:
         # a re-delivered order was counted by the settle of the commit that inserted it (or, if that settle was
         # lost, by the reconciler): version 0 keeps it from being counted again
         self.redis.settle({}, duplicates)
+        for e in given_back:  # rare: the API's own give-back did not run (or has not yet); it is idempotent
+            self.redis.rollback(e.voucher_id, e.id, e.user_id)
         return report
 
     @staticmethod

@@ -129,13 +129,23 @@ class Vouchers:
         def outbound(order_id: int, reply: OrderReply) -> Outbound:
             event = VoucherOrderEvent(type="voucher_order", id=order_id, voucher_id=voucher_id, user_id=user_id,
                                       seq=reply.seq, ts=now, epoch=reply.epoch)
-            return Outbound(f"v{voucher_id}", event.model_dump, lambda: self.redis.rollback(voucher_id, order_id, user_id))
+            return Outbound(f"v{voucher_id}", event.model_dump, lambda: self._undo(voucher_id, order_id, user_id))
 
         order_id, reply = self.durability.apply(
             lambda order_id: self.redis.order(voucher_id, user_id, order_id, now), reload=lambda: self.rebuild(voucher_id),
             refusal=_refusal, outbound=outbound, unknown=lambda order_id, why: _order_unknown(voucher_id, order_id, why),
             what=f"order of voucher {voucher_id}")
         return VoucherOrder(order_id, voucher_id, user_id, reply.seq)
+
+    def _undo(self, voucher_id: int, order_id: int, user_id: int) -> bool:
+        """Take back an order whose event the broker did not acknowledge; True when it stands instead. The DB
+        decides first, under the voucher row lock the writer persists under (persisted already: it stands;
+        otherwise rolled back for good), and only then is the unit given back in Redis: one winner whatever
+        Redis lost (the ledger's rule, ledger/service.py _undo; TigerBeetle's void vs post)."""
+        if self.db.record_rollback(voucher_id, order_id):
+            return True
+        self.redis.rollback(voucher_id, order_id, user_id)
+        return False
 
     def get_order(self, voucher_id: int, order_id: int) -> VoucherOrder:
         # the writer drops the pending record only after its DB commit: missing here means in the DB or never taken

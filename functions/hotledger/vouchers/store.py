@@ -138,6 +138,29 @@ class VoucherDb:
         return {row[0]: OrderRow(*row) for row in cur.fetchall()}
 
     @staticmethod
+    def record_rollback(voucher_id: int, order_id: int) -> bool:
+        """The DB's verdict on an order whose event the broker did not acknowledge, under the voucher's row lock
+        (the lock the writer persists under): False when it is now rolled back for good (t_rolled_back: never
+        persisted, whatever Redis kept and however late its event); True when the writer persisted it first.
+        Raises db.DatabaseUnavailable when no verdict is known."""
+        with db.transaction() as cur:
+            cur.execute("SELECT 1 FROM t_seckill_voucher WHERE id = %s FOR UPDATE", (voucher_id,))
+            cur.execute("SELECT 1 FROM t_voucher_order WHERE id = %s", (order_id,))
+            if cur.fetchone() is not None:
+                return True
+            cur.execute("INSERT IGNORE INTO t_rolled_back (change_id, feature, owner_id) VALUES (%s, 'voucher', %s)",
+                        (order_id, voucher_id))
+        return False
+
+    @staticmethod
+    def rolled_back(cur, order_ids: list[int]) -> set[int]:
+        """Those of the orders rolled back for good, read under the voucher row locks the caller holds."""
+        if not order_ids:
+            return set()
+        cur.execute(f"SELECT change_id FROM t_rolled_back WHERE change_id IN ({_in(order_ids)})", order_ids)
+        return {row[0] for row in cur.fetchall()}
+
+    @staticmethod
     def slot_holders(cur, slots: list[Slot]) -> dict[Slot, int]:
         """slot -> id of the order the DB holds in it, for the slots taken among these."""
         if not slots:
@@ -243,11 +266,10 @@ class VoucherRedis:
         return OrderReply.parse(self.lua.run("voucher_order", [*voucher_keys(voucher_id), keys.voucher_stream(voucher_id)],
                                              [voucher_id, user_id, order_id, now_ms, self.stream_flag]))
 
-    def rollback(self, voucher_id: int, order_id: int, user_id: int) -> bool:
-        """Undo an order whose event was not acknowledged; True when the writer claimed it first (it stands)."""
-        reply = reply_fields(self.lua.run("voucher_rollback", [*voucher_keys(voucher_id), keys.voucher_fate(voucher_id, order_id)],
-                                          [order_id, user_id, self.fate_ttl_s]))
-        return reply[0] == "claimed"
+    def rollback(self, voucher_id: int, order_id: int, user_id: int) -> None:
+        """Give back in Redis an order the DB recorded as rolled back (VoucherDb.record_rollback)."""
+        self.lua.run("voucher_rollback", [*voucher_keys(voucher_id), keys.voucher_fate(voucher_id, order_id)],
+                     [order_id, user_id, self.fate_ttl_s])
 
     def load(self, voucher_id: int, snapshot: VoucherSnapshot, epoch: str, hold_until: int) -> bool:
         """Put the voucher into Redis unless Redis holds it (True when loaded). Orders taken from this load carry
