@@ -9,7 +9,6 @@ import time
 import uuid
 
 import pytest
-
 from hotledger.runtime import delay_queue
 
 
@@ -75,6 +74,7 @@ def test_bad_acks_are_refused_and_change_nothing(api, queue, body):
 # item 17: failures do not stop the drainer ------------------------------------------------------------------
 def drain(timeout_s: int = 4) -> dict:
     from delay_drainer.app import handler
+
     from infra.localrt import events
 
     return handler(events.scheduled(), events.LambdaContext("DelayDrainerFunction", timeout_s=timeout_s))

@@ -65,6 +65,11 @@ def dead_key(queue: str) -> str:
     return f"dq:dead:{{{queue}}}"
 
 
+def offer_keys(queue: str) -> list[str]:
+    """delay_offer.lua's KEYS (for callers that pipeline the script themselves)."""
+    return [due_key(queue), channel(queue), taken_key(queue), deliveries_key(queue), dead_key(queue)]
+
+
 def receipt(sequence: int, element: str) -> str:
     return f"{sequence}:{element}"
 
@@ -115,8 +120,7 @@ def _ms(score) -> int:
 
 
 def delay_offer(lua: Lua, queue: str, element: str, due_at_ms: int) -> Offered:
-    added, earliest = lua.run("delay_offer", [due_key(queue), channel(queue), taken_key(queue), deliveries_key(queue),
-                                              dead_key(queue)], [element, due_at_ms])
+    added, earliest = lua.run("delay_offer", offer_keys(queue), [element, due_at_ms])
     return Offered(added == 1, _ms(earliest))
 
 
@@ -350,7 +354,7 @@ class Drainer:
     def _hand_over(self, name: str, handler: Handler, deliveries: list[Delivery], seen: QueueRun) -> None:
         try:
             handler([d.element for d in deliveries])
-        except Exception:  # noqa: BLE001 - any failure of a handler is this delivery's failure, never the run's
+        except Exception:  # any failure of a handler is this delivery's failure, never the run's
             if len(deliveries) == 1:
                 self._failed(name, deliveries, seen)
                 return
@@ -369,7 +373,7 @@ class Drainer:
 
     def _failed(self, name: str, deliveries: list[Delivery], seen: QueueRun) -> None:
         log.warning("delay handler failed", extra={"queue": name, "element": deliveries[0].element,
-                                                   "deliveries": deliveries[0].deliveries}, exc_info=True)
+                                                   "deliveries": deliveries[0].deliveries}, exc_info=True)  # noqa: LOG014 - called from the except block
         outcomes = self.queue.retry(name, [d.receipt for d in deliveries])
         seen.failures += len(deliveries)
         for delivery, outcome in zip(deliveries, outcomes):
