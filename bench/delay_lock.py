@@ -45,14 +45,14 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def delay_remove(client, lua, elements: int, ours_removes: int, redisson_removes: int) -> dict:
-    from hotledger.dal.delay_queue import DelayQueue, due_key
+    from hotledger.dal.delay_queue import DelayQueue, due_key, offer_keys
 
     queue, rng = f"bench-{uuid.uuid4().hex[:6]}", random.Random(1)
     names = [f"order-{i:08d}" for i in range(elements)]
     base = int(time.time() * 1000) + 86_400_000
     pipe = client.pipeline(transaction=False)
     for i, name in enumerate(names):
-        lua.run("delay_offer", [due_key(queue), f"dq:earliest:{{{queue}}}"], [name, base + i], client=pipe)
+        lua.run("delay_offer", offer_keys(queue), [name, base + i], client=pipe)
         if i % 10_000 == 9_999:
             pipe.execute()
     pipe.execute()
@@ -84,13 +84,13 @@ def delay_remove(client, lua, elements: int, ours_removes: int, redisson_removes
 
 
 def delay_drain(client, lua, elements: int) -> dict:
-    from hotledger.dal.delay_queue import DelayQueue, Drainer, due_key
+    from hotledger.dal.delay_queue import DelayQueue, Drainer, offer_keys
 
     queue = f"bench-drain-{uuid.uuid4().hex[:6]}"
     now = int(time.time() * 1000)
     pipe = client.pipeline(transaction=False)
     for i in range(elements):
-        lua.run("delay_offer", [due_key(queue), f"dq:earliest:{{{queue}}}"], [f"e{i}", now - 1], client=pipe)
+        lua.run("delay_offer", offer_keys(queue), [f"e{i}", now - 1], client=pipe)
     pipe.execute()
     drainer = Drainer(DelayQueue(lua), {queue: lambda batch: None}, batch=500)
     started = time.perf_counter()

@@ -10,8 +10,9 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from api.responses import responses
 from hotledger import errors
 from api.schemas import (
-    CreatePaymentOrderRequest, DelayAckRequest, DelayOfferRequest, DelayOfferResult, DelayQueueView, DelayTakeRequest,
-    DelayTakeResult, JourneyView, MessagesView, PaymentOrderView, PostMessageRequest, PostMessageResult, QueueName,
+    CreatePaymentOrderRequest, DeadLetterReplayRequest, DeadLetterReplayResult, DeadLettersView, DelayAckRequest,
+    DelayAckResult, DelayExtendRequest, DelayExtendResult, DelayOfferRequest, DelayOfferResult, DelayQueueView,
+    DelayTakeRequest, DelayTakeResult, JourneyView, MessagesView, PaymentOrderView, PostMessageRequest, PostMessageResult, QueueName,
 )
 from hotledger.dal.delay_queue import QueueFull
 from hotledger.money import format_minor
@@ -53,21 +54,66 @@ def remove(queue: Queue, element: Annotated[str, Path(min_length=1, max_length=5
 
 @router.get("/delay-queues/<queue>", responses=responses(200, DelayQueueView, "size and earliest due time"))
 def queue_view(queue: Queue) -> dict:
-    waiting, taken = delay_queue().size(queue)
-    return DelayQueueView(queue=queue, size=waiting, taken=taken, earliest_due_at=delay_queue().earliest(queue)).model_dump()
+    return _view(queue).model_dump()
+
+
+def _view(queue: str) -> DelayQueueView:
+    stats = delay_queue().stats(queue)
+    return DelayQueueView(queue=queue, size=stats.waiting, taken=stats.taken, earliest_due_at=delay_queue().earliest(queue),
+                          dead_letters=stats.dead)
 
 
 @router.post("/delay-queues/<queue>/take", responses=responses(200, DelayTakeResult, "due elements, now taken", _RESERVED))
 def take(queue: Queue, request: Annotated[DelayTakeRequest, Body()]) -> dict:
     taken = delay_queue().drain(_open_queue(queue), int(time.time() * 1000), request.limit)
-    return {"elements": [{"element": e, "due_at": due} for e, due in taken.elements],
+    return {"elements": [{"element": d.element, "due_at": d.due, "receipt": d.receipt, "deliveries": d.deliveries}
+                         for d in taken.deliveries],
             "visibility_timeout_ms": delay_queue().visibility_ms}
 
 
-@router.post("/delay-queues/<queue>/ack", responses=responses(200, DelayQueueView, "acknowledged: handled for good", _RESERVED))
+@router.post("/delay-queues/<queue>/ack", responses=responses(
+    200, DelayAckResult, "acknowledged by receipt (handled for good); stale receipts change nothing", _RESERVED))
 def ack(queue: Queue, request: Annotated[DelayAckRequest, Body()]) -> dict:
-    delay_queue().ack(_open_queue(queue), request.elements)
-    return queue_view(queue)
+    if request.receipts is not None:
+        given = request.receipts
+        done = delay_queue().ack(_open_queue(queue), given)
+    else:  # deprecated by-element form, accepted for one more release
+        given = request.elements or []
+        done = delay_queue().ack_elements(_open_queue(queue), given)
+    stale = [value for value, ok in zip(given, done) if not ok] if request.receipts is not None else []
+    return DelayAckResult(**_view(queue).model_dump(), acknowledged=sum(done), stale_receipts=stale).model_dump()
+
+
+@router.post("/delay-queues/<queue>/extend", responses=responses(
+    200, DelayExtendResult, "visibility deadlines moved, by receipt", _RESERVED))
+def extend(queue: Queue, request: Annotated[DelayExtendRequest, Body()]) -> dict:
+    done = delay_queue().extend(_open_queue(queue), request.receipts, request.visibility_ms)
+    return DelayExtendResult(extended=sum(done),
+                             stale_receipts=[r for r, ok in zip(request.receipts, done) if not ok]).model_dump()
+
+
+# dead letters: allowed on the service's own queues too (an operator replays a reminder the service gave up on)
+@router.get("/delay-queues/<queue>/dead-letters", responses=responses(200, DeadLettersView, "the oldest first"))
+def dead_letters(queue: Queue, limit: Annotated[int, Query(gt=0, le=1000)] = 100) -> dict:
+    dead = delay_queue().dead_letters(queue, limit)
+    return DeadLettersView(queue=queue, dead_letters=[
+        {"element": d.element, "dead_at": d.dead_at, "deliveries": d.deliveries} for d in dead]).model_dump()
+
+
+@router.post("/delay-queues/<queue>/dead-letters/replay", responses=responses(
+    200, DeadLetterReplayResult, "queued again, due now"))
+def replay_dead_letters(queue: Queue, request: Annotated[DeadLetterReplayRequest, Body()]) -> dict:
+    done = delay_queue().replay_dead(queue, request.elements)
+    return DeadLetterReplayResult(replayed=[e for e, ok in zip(request.elements, done) if ok],
+                                  not_found=[e for e, ok in zip(request.elements, done) if not ok]).model_dump()
+
+
+@router.delete("/delay-queues/<queue>/dead-letters/<element>", responses=responses(
+    200, DeadLettersView, "dropped; the dead letters left (the oldest first)", (404, "ELEMENT_NOT_FOUND")))
+def drop_dead_letter(queue: Queue, element: Annotated[str, Path(min_length=1, max_length=512)]) -> dict:
+    if not delay_queue().drop_dead(queue, [element])[0]:
+        raise errors.ElementNotFound(f"{element!r} is not a dead letter of queue {queue!r}")
+    return dead_letters(queue)
 
 
 def _payment_order_body(payment_order: PaymentOrder) -> dict:

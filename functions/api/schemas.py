@@ -246,6 +246,7 @@ class DelayQueueView(BaseModel):
     size: int = Field(description="waiting")
     taken: int = Field(description="taken by a consumer, not acknowledged yet")
     earliest_due_at: int | None
+    dead_letters: int = Field(0, description="elements moved to the dead letters after max_deliveries deliveries")
 
 
 class DelayTakeRequest(_Strict):
@@ -255,6 +256,9 @@ class DelayTakeRequest(_Strict):
 class DelayTakenElement(BaseModel):
     element: str
     due_at: int
+    receipt: str = Field(description="this delivery's receipt: acknowledge or extend by it (a later delivery of the "
+                                     "same element has another one, and this one no longer counts)")
+    deliveries: int = Field(description="how many times the element was handed out, this time included")
 
 
 class DelayTakeResult(BaseModel):
@@ -262,8 +266,57 @@ class DelayTakeResult(BaseModel):
     visibility_timeout_ms: int = Field(description="acknowledge within this, or the elements are handed out again")
 
 
+Receipt = Annotated[StrictStr, Field(min_length=3, max_length=560, pattern=r"^[0-9]{1,20}:.+$",
+                                     description="a receipt from POST /delay-queues/{queue}/take")]
+
+
 class DelayAckRequest(_Strict):
+    receipts: Annotated[list[Receipt], Field(min_length=1, max_length=1000)] | None = None
+    elements: Annotated[list[Element], Field(min_length=1, max_length=1000)] | None = Field(None, json_schema_extra={"deprecated": True}, description=(
+        "deprecated, accepted for one more release: acknowledges whatever delivery of the element is current, "
+        "so a late ack can remove a newer consumer's lease; send receipts"))
+
+    @model_validator(mode="after")
+    def _one_form(self) -> DelayAckRequest:
+        if (self.receipts is None) == (self.elements is None):
+            raise ValueError("give exactly one of receipts and elements (deprecated)")
+        return self
+
+
+class DelayAckResult(DelayQueueView):
+    acknowledged: int = Field(description="deliveries acknowledged by this request")
+    stale_receipts: list[str] = Field(description="receipts that acknowledged nothing: a later delivery of the "
+                                                  "element holds it now, or it is no longer taken")
+
+
+class DelayExtendRequest(_Strict):
+    receipts: Annotated[list[Receipt], Field(min_length=1, max_length=1000)]
+    visibility_ms: Annotated[StrictInt, Field(gt=0, le=12 * 3600 * 1000, description="the new deadline is now + this")]
+
+
+class DelayExtendResult(BaseModel):
+    extended: int
+    stale_receipts: list[str]
+
+
+class DeadLetterView(BaseModel):
+    element: str
+    dead_at: int = Field(description="epoch ms")
+    deliveries: int
+
+
+class DeadLettersView(BaseModel):
+    queue: str
+    dead_letters: list[DeadLetterView]
+
+
+class DeadLetterReplayRequest(_Strict):
     elements: Annotated[list[Element], Field(min_length=1, max_length=1000)]
+
+
+class DeadLetterReplayResult(BaseModel):
+    replayed: list[str] = Field(description="queued again, due now, delivery count reset")
+    not_found: list[str]
 
 
 # payment orders, inbox, journeys ---------------------------------------------------------------------------

@@ -56,6 +56,11 @@ class Settings:
     finished_keys_ttl_s: int = 24 * 3600
     # delay queue, reminders, inbox
     delay_visibility_ms: int = 30_000
+    # a delivery whose handler failed comes back after retry_base * 2^(deliveries-1) ms (capped); after
+    # max_deliveries deliveries the element moves to the queue's dead letters (0: never)
+    delay_max_deliveries: int = 8
+    delay_retry_base_ms: int = 2000
+    delay_retry_cap_ms: int = 600_000
     reminder_before_close_s: int = 20 * 60
     inbox_ttl_s: int = 30 * 24 * 3600
     inbox_max_messages: int = 500
@@ -98,6 +103,9 @@ _ENV = {
     "rebuild_hold_s": "REBUILD_HOLD_S",
     "finished_keys_ttl_s": "FINISHED_KEYS_TTL_S",
     "delay_visibility_ms": "DELAY_VISIBILITY_MS",
+    "delay_max_deliveries": "DELAY_MAX_DELIVERIES",
+    "delay_retry_base_ms": "DELAY_RETRY_BASE_MS",
+    "delay_retry_cap_ms": "DELAY_RETRY_CAP_MS",
     "reminder_before_close_s": "REMINDER_BEFORE_CLOSE_S",
     "inbox_ttl_s": "INBOX_TTL_S",
     "inbox_max_messages": "INBOX_MAX_MESSAGES",
@@ -149,7 +157,8 @@ def _from_ssm(env) -> dict:
     tunable = {"publish_timeout_s", "entry_ttl_s", "idempotency_ttl_s", "reconcile_age_s", "reconcile_part_items",
                "reconcile_part_s", "reconcile_page", "reconcile_pending_limit", "lock_ttl_ms", "lock_wait_ms",
                "stream_batch", "stream_block_ms", "stream_claim_idle_ms", "stream_max_deliveries", "rebuild_hold_s",
-               "finished_keys_ttl_s", "delay_visibility_ms", "reminder_before_close_s", "inbox_ttl_s", "inbox_max_messages", "journeys",
+               "finished_keys_ttl_s", "delay_visibility_ms", "delay_max_deliveries", "delay_retry_base_ms",
+               "delay_retry_cap_ms", "reminder_before_close_s", "inbox_ttl_s", "inbox_max_messages", "journeys",
                "delay_max_queue_size", "max_pending_entries"}
     values = {}
     pages = boto3.client("ssm").get_paginator("get_parameters_by_path").paginate(Path=path, Recursive=False)

@@ -106,7 +106,9 @@ def reconciler() -> Reconciler:
 
 @functools.lru_cache(maxsize=1)
 def delay_queue() -> DelayQueue:
-    return DelayQueue(lua(), settings().delay_visibility_ms, settings().delay_max_queue_size)
+    cfg = settings()
+    return DelayQueue(lua(), cfg.delay_visibility_ms, cfg.delay_max_deliveries, cfg.delay_retry_base_ms,
+                      cfg.delay_retry_cap_ms, cfg.delay_max_queue_size)
 
 
 @functools.lru_cache(maxsize=1)

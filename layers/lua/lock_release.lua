@@ -1,8 +1,9 @@
 -- lock_release: leave a Redisson-style lock once; the last release deletes it and wakes the first waiter
--- still waiting (one message naming it; the others keep sleeping: no herd of retries).
+-- still alive (one message naming it; the others keep sleeping: no herd of retries). Waiters whose place in line
+-- lapsed (dead, or gave up) are dropped first, so the message never goes to a dead waiter.
 -- KEYS[1] lock:{<name>}           hash: <owner> -> hold count, '#fence'
 -- KEYS[2] lock:released:{<name>}  pub/sub channel the waiters listen on
--- KEYS[3] lock:waiters:{<name>}   zset: waiting owner -> when it gives up (epoch ms)
+-- KEYS[3] lock:waiters:{<name>}   zset: waiting owner -> until when it counts as waiting (epoch ms)
 -- ARGV[1] owner id  ARGV[2] now (epoch ms)
 -- Returns {'not_owner'} (refused: the caller does not hold it, or its lease ran out), {'held', count left}
 -- or {'released'}.

@@ -215,3 +215,64 @@ def test_an_owner_paused_past_its_lease_cannot_write_after_the_next_owner(api, s
             child.kill()
     assert out.read_text().startswith("refused")
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((900,),)
+
+
+def test_fencing_tokens_only_grow_across_a_redis_flushall_on_the_sync_charge_path(api, sql, redis_client):
+    """Issue 10 item 15: the fence counter lived only in Redis; after a loss it restarted at 1 and every SYNC write
+    on an account whose stored fence was higher was refused LOCK_LOST (seen: tokens 1, 2, 3, FLUSHALL, 1)."""
+    user_id = api.account(deduct_type="SYNC", balance="10.00")
+    for _ in range(3):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+    before = sql("SELECT fence FROM t_account WHERE user_id = %s", (user_id,))[0][0]
+    assert before > 0
+    redis_client.flushall()  # a real loss of every key, the fence counter included
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert (status, body.get("balance")) == (200, "6.00"), body
+    after = sql("SELECT fence FROM t_account WHERE user_id = %s", (user_id,))[0][0]
+    assert after > before
+    for _ in range(2):  # and the tokens keep rising after the reseed: +1 per new owner
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+    assert sql("SELECT fence, balance FROM t_account WHERE user_id = %s", (user_id,))[0] == (after + 2, 400)
+
+
+_DEAD_WAITER = """
+import sys
+from hotledger.runtime import lock
+print("waiting", flush=True)
+lock().acquire(sys.argv[1], wait_ms=20_000)  # gives up before the live waiter below: first in line
+"""
+
+
+def test_a_release_wakes_the_next_live_waiter_not_a_dead_first_one(name, redis_client):
+    """Issue 10 item 15: a waiter killed while queued stayed first in line until its give-up time; a release woke
+    only it, and the live waiters slept on until the holder's lease would have ended."""
+    from hotledger.dal.lock import waiters_key
+
+    holder = make_lock(lease_ms=20_000)
+    holder.acquire(name)
+    child = subprocess.Popen([sys.executable, "-c", _DEAD_WAITER, name], cwd=REPO, stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"})
+    try:
+        deadline = time.monotonic() + 30
+        while redis_client.zcard(waiters_key(name)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert redis_client.zcard(waiters_key(name)) == 1
+    finally:
+        child.kill()  # SIGKILL: it dies queued, first in line
+        child.wait(10)
+    died = time.monotonic()
+    waiter, got = make_lock(wait_ms=30_000, waiter_liveness_ms=600), {}
+
+    def wait():
+        got["holding"] = waiter.acquire(name)
+        got["at"] = time.monotonic()
+        waiter.release(name)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    # the dead waiter's place in line lapses (default 3 s window, no refresh); the live one keeps refreshing its own
+    time.sleep(max(0.0, died + 3.3 - time.monotonic()))
+    released = time.monotonic()
+    holder.release(name)
+    t.join(30)
+    assert got["holding"] and got["at"] - released < 0.25  # woken by the release, not by its own refresh

@@ -41,7 +41,7 @@ def test_drain_takes_only_what_is_due_and_redelivers_what_was_not_acknowledged(q
     taken = dq.drain(queue, t, 10)
     assert [e for e, _ in taken.elements] == ["e0", "e1"] and taken.earliest_due == t + 60_000
     assert dq.size(queue) == (1, 2)
-    dq.ack(queue, ["e0"])
+    assert dq.ack(queue, [taken.deliveries[0].receipt]) == [True]
     assert dq.drain(queue, t, 10).elements == []  # e1 is taken, its visibility deadline not reached
     again = dq.drain(queue, t + dq.visibility_ms + 1, 10)
     assert [e for e, _ in again.elements] == ["e1"]  # not acknowledged in time: handed out again

@@ -567,16 +567,28 @@ def test_journeys_refuse_unknown_biz_and_unknown_accounts():
 class FakeDelayQueue:
     """Hands out what the test put in `due`, `batch`-limited, and records every call in order."""
 
-    def __init__(self, due: dict[str, list[str]], next_due: dict[str, int]):
-        self.due, self.next_due, self.calls = due, next_due, []
+    def __init__(self, due: dict[str, list[str]], next_due: dict[str, int], max_deliveries: int = 3):
+        self.due, self.next_due, self.calls, self.max_deliveries = due, next_due, [], max_deliveries
+        self.counts: dict[str, int] = {}
+        self.retry_base_ms = 1000
 
     def drain(self, queue: str, now_ms: int, limit: int) -> Taken:
         taken, self.due[queue] = self.due[queue][:limit], self.due[queue][limit:]
         self.calls.append(("drain", queue, list(taken)))
-        return Taken([(e, now_ms) for e in taken], self.next_due.get(queue, NO_TIME), NO_TIME)
+        out = []
+        for e in taken:
+            self.counts[e] = self.counts.get(e, 0) + 1
+            out.append(dq.Delivery(e, now_ms, dq.receipt(self.counts[e], e), self.counts[e]))
+        return Taken(out, self.next_due.get(queue, NO_TIME), NO_TIME)
 
-    def ack(self, queue: str, elements: list[str]) -> None:
-        self.calls.append(("ack", queue, list(elements)))
+    def ack(self, queue: str, receipts: list[str]) -> list[bool]:
+        self.calls.append(("ack", queue, [dq.parse_receipt(r)[1] for r in receipts]))
+        return [True] * len(receipts)
+
+    def retry(self, queue: str, receipts: list[str]) -> list[dq.RetryOutcome]:
+        elements = [dq.parse_receipt(r)[1] for r in receipts]
+        self.calls.append(("retry", queue, elements))
+        return [dq.RetryOutcome.DEAD if self.counts[e] >= self.max_deliveries else dq.RetryOutcome.RETRY for e in elements]
 
 
 def test_drainer_hands_due_elements_to_their_handler_then_acknowledges_them():
@@ -591,15 +603,44 @@ def test_drainer_hands_due_elements_to_their_handler_then_acknowledges_them():
     assert drainer.handled == 3
 
 
-def test_drainer_does_not_acknowledge_what_a_failing_handler_was_given():
-    queue = FakeDelayQueue({"a": ["a1"]}, {})
+def test_a_failing_handler_does_not_stop_the_drainer_and_only_the_failing_element_is_retried():
+    """Issue 10 item 17: a handler exception ended the run (later queues starved)."""
+    queue = FakeDelayQueue({"a": ["a1", "bad", "a3"], "b": ["b1"]}, {})
+    got = []
+
+    def handler(elements):
+        if "bad" in elements:
+            raise RuntimeError("handler down")
+        got.extend(elements)
+
+    drainer = Drainer(queue, {"a": handler, "b": got.extend})
+    drainer.drain_due(NOW)
+    assert queue.calls == [("drain", "a", ["a1", "bad", "a3"]), ("ack", "a", ["a1"]), ("retry", "a", ["bad"]),
+                           ("ack", "a", ["a3"]), ("drain", "b", ["b1"]), ("ack", "b", ["b1"])]
+    assert got == ["a1", "a3", "b1"] and drainer.handled == 3  # one at a time after the batch failed
+    assert (drainer.runs["a"].failures, drainer.runs["a"].dead_lettered) == (1, 0)
+
+
+def test_a_delivery_that_failed_max_deliveries_times_is_dead_lettered_and_counted():
+    queue = FakeDelayQueue({"a": ["bad"]}, {}, max_deliveries=2)
+    queue.counts["bad"] = 1  # delivered once before
 
     def fail(elements):
-        raise RuntimeError("handler down")
+        raise RuntimeError("poison")
 
-    with pytest.raises(RuntimeError):
-        Drainer(queue, {"a": fail}).drain_due(NOW)
-    assert queue.calls == [("drain", "a", ["a1"])] and Drainer(queue, {}).drain_due(NOW) == NO_TIME
+    drainer = Drainer(queue, {"a": fail})
+    assert drainer.drain_due(NOW) == NOW + 1000  # wakes for the retry (here: nothing else is due)
+    run = drainer.runs["a"]
+    assert (run.redeliveries, run.failures, run.dead_lettered, run.handled) == (1, 1, 1, 0)
+    assert queue.calls == [("drain", "a", ["bad"]), ("retry", "a", ["bad"])]
+
+
+def test_receipts_are_sequence_and_element_and_anything_else_is_refused():
+    assert dq.receipt(1795467897855001, "a:b") == "1795467897855001:a:b"
+    assert dq.parse_receipt("1795467897855001:a:b") == ("1795467897855001", "a:b")
+    for bad in ("", "x:a", "12", "12:", ":a", "١٢:a"):
+        with pytest.raises(ValueError):
+            dq.parse_receipt(bad)
 
 
 def test_canonical_encoding_makes_equal_elements_equal_members():
@@ -629,10 +670,15 @@ class ScriptedLua:
 
 
 def test_delay_script_replies_are_parsed():
-    lua = ScriptedLua([[b"e1", b"1800000000000", b"e2", b"1.8e+12"], b"1800000000500", b"-1"])
-    taken = dq.delay_take(lua, "q", NOW, 10, 30_000)
-    assert taken == Taken([("e1", NOW), ("e2", NOW)], NOW + 500, NO_TIME)
-    assert lua.calls == [("delay_take", ["dq:due:{q}", "dq:taken:{q}"], [NOW, 10, 30_000])]
+    lua = ScriptedLua([[b"e1", b"1800000000000", 7, 1, b"e2", b"1.8e+12", 8, 3], b"1800000000500", b"-1", 2])
+    taken = dq.delay_take(lua, "q", NOW, 10, 30_000, 5)
+    assert taken == Taken([dq.Delivery("e1", NOW, "7:e1", 1), dq.Delivery("e2", NOW, "8:e2", 3)], NOW + 500, NO_TIME, 2)
+    assert taken.elements == [("e1", NOW), ("e2", NOW)]
+    assert lua.calls == [("delay_take", ["dq:due:{q}", "dq:taken:{q}", "dq:receipt:{q}", "dq:deliveries:{q}",
+                                         "dq:seq:{q}", "dq:dead:{q}"], [NOW, 10, 30_000, 5])]
+    assert dq.delay_ack(ScriptedLua([1, 0]), "q", ["7:e1", "6:e2"]) == [True, False]
+    assert dq.delay_retry(ScriptedLua([0, 1, 2]), "q", ["1:a", "2:b", "3:c"], NOW, 1000, 60_000, 5) == [
+        dq.RetryOutcome.STALE, dq.RetryOutcome.RETRY, dq.RetryOutcome.DEAD]
     assert dq.delay_offer(ScriptedLua([0, b"1800000000000"]), "q", "e", NOW) == dq.Offered(False, NOW)
     assert dq.delay_remove(ScriptedLua(1), "q", "e") is True and dq.delay_remove(ScriptedLua(0), "q", "e") is False
 

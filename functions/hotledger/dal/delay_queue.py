@@ -4,9 +4,15 @@ offer(queue, element, due_at | delay) / remove / contains / size / drain (take w
 the zset member itself (canonical encoding), so a second offer moves its due time and remove is O(log n).
 Due elements move atomically to a taken set with a visibility deadline; ack removes them, and an element
 not acknowledged in time is taken again: at-least-once delivery, so handlers must be idempotent.
+Every delivery has its own receipt (as SQS receipt handles): "<sequence>:<element>". Ack, extend and retry go by
+receipt, so the late ack of an earlier delivery (whose lease ran out and went to another consumer) changes nothing.
+Deliveries are counted; a failed delivery comes back after an exponential backoff and, once delivered
+max_deliveries times, the element moves to the queue's dead letters (SQS's redrive policy), to be listed, replayed
+or dropped.
 The earliest due time is published on dq:earliest:{queue}; Drainer sleeps until it (or a new earlier one).
-delay_offer / delay_remove / delay_take are the typed wrappers of the scripts of the same names; DelayQueue's
-public methods raise RedisUnavailable / RedisOutcomeUnknown, never redis-py's errors.
+delay_offer / delay_remove / delay_take / delay_ack / delay_extend / delay_retry / delay_dead are the typed wrappers
+of the scripts of the same names; DelayQueue's public methods raise RedisUnavailable / RedisOutcomeUnknown, never
+redis-py's errors.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 import redis
 
@@ -42,11 +49,57 @@ def channel(queue: str) -> str:
     return f"dq:earliest:{{{queue}}}"
 
 
+def receipt_key(queue: str) -> str:
+    return f"dq:receipt:{{{queue}}}"
+
+
+def deliveries_key(queue: str) -> str:
+    return f"dq:deliveries:{{{queue}}}"
+
+
+def seq_key(queue: str) -> str:
+    return f"dq:seq:{{{queue}}}"
+
+
+def dead_key(queue: str) -> str:
+    return f"dq:dead:{{{queue}}}"
+
+
+def offer_keys(queue: str) -> list[str]:
+    """delay_offer.lua's KEYS (for callers that pipeline the script themselves)."""
+    return [due_key(queue), channel(queue), taken_key(queue), deliveries_key(queue), dead_key(queue)]
+
+
+def receipt(sequence: int, element: str) -> str:
+    return f"{sequence}:{element}"
+
+
+def parse_receipt(value: str) -> tuple[str, str]:
+    """(sequence, element); ValueError when it is not a receipt."""
+    sequence, sep, element = value.partition(":")
+    if not sep or not element or not sequence.isdigit() or not sequence.isascii():
+        raise ValueError(f"not a delivery receipt: {value!r}")
+    return sequence, element
+
+
+@dataclass(frozen=True)
+class Delivery:
+    element: str
+    due: int  # its due time or, when redelivered, its old visibility deadline
+    receipt: str  # acknowledges, extends or retries this delivery only
+    deliveries: int  # 1 on the first delivery
+
+
 @dataclass(frozen=True)
 class Taken:
-    elements: list[tuple[str, int]]  # (element, due or, when redelivered, its old visibility deadline)
+    deliveries: list[Delivery]
     earliest_due: int  # NO_TIME when nothing waits
     earliest_deadline: int  # NO_TIME when nothing is taken
+    dead_lettered: int = 0  # elements whose lease ran out after max_deliveries: moved to the dead letters now
+
+    @property
+    def elements(self) -> list[tuple[str, int]]:
+        return [(d.element, d.due) for d in self.deliveries]
 
     def next_wake(self) -> int:
         times = [t for t in (self.earliest_due, self.earliest_deadline) if t != NO_TIME]
@@ -72,7 +125,7 @@ def _ms(score) -> int:
 
 
 def delay_offer(lua: Lua, queue: str, element: str, due_at_ms: int, bound: int = 0) -> Offered:
-    added, earliest = lua.run("delay_offer", [due_key(queue), channel(queue), taken_key(queue)], [element, due_at_ms, bound])
+    added, earliest = lua.run("delay_offer", offer_keys(queue), [element, due_at_ms, bound])
     if text(added) == "full":
         return Offered(False, NO_TIME, full=True)
     return Offered(added == 1, _ms(earliest))
@@ -80,19 +133,89 @@ def delay_offer(lua: Lua, queue: str, element: str, due_at_ms: int, bound: int =
 
 def delay_remove(lua: Lua, queue: str, element: str) -> bool:
     """True when the element was there (waiting or taken)."""
-    return lua.run("delay_remove", [due_key(queue), taken_key(queue)], [element]) == 1
+    return lua.run("delay_remove", [due_key(queue), taken_key(queue), receipt_key(queue), deliveries_key(queue),
+                                    dead_key(queue)], [element]) == 1
 
 
-def delay_take(lua: Lua, queue: str, now_ms: int, limit: int, visibility_ms: int) -> Taken:
-    elements, earliest, deadline = lua.run("delay_take", [due_key(queue), taken_key(queue)], [now_ms, limit, visibility_ms])
-    pairs = [(text(elements[i]), _ms(elements[i + 1])) for i in range(0, len(elements), 2)]
-    return Taken(pairs, _ms(earliest), _ms(deadline))
+def delay_take(lua: Lua, queue: str, now_ms: int, limit: int, visibility_ms: int, max_deliveries: int = 0) -> Taken:
+    elements, earliest, deadline, dead = lua.run(
+        "delay_take", [due_key(queue), taken_key(queue), receipt_key(queue), deliveries_key(queue), seq_key(queue),
+                       dead_key(queue)], [now_ms, limit, visibility_ms, max_deliveries])
+    taken = []
+    for i in range(0, len(elements), 4):
+        element = text(elements[i])
+        taken.append(Delivery(element, _ms(elements[i + 1]), receipt(int(elements[i + 2]), element), int(elements[i + 3])))
+    return Taken(taken, _ms(earliest), _ms(deadline), int(dead))
+
+
+def _pairs(receipts: list[str]) -> list[str]:
+    args: list[str] = []
+    for value in receipts:
+        args.extend(parse_receipt(value))
+    return args
+
+
+def delay_ack(lua: Lua, queue: str, receipts: list[str]) -> list[bool]:
+    """Per receipt: True when acknowledged, False when stale (a later delivery holds it, or it is not taken)."""
+    replies = lua.run("delay_ack", [taken_key(queue), receipt_key(queue), deliveries_key(queue)], _pairs(receipts))
+    return [r == 1 for r in replies]
+
+
+def delay_ack_elements(lua: Lua, queue: str, elements: list[str]) -> list[bool]:
+    """The deprecated by-element ack (whatever the delivery); kept for one release."""
+    args: list[str] = []
+    for element in elements:
+        args.extend(["", element])
+    replies = lua.run("delay_ack", [taken_key(queue), receipt_key(queue), deliveries_key(queue)], args)
+    return [r == 1 for r in replies]
+
+
+def delay_extend(lua: Lua, queue: str, receipts: list[str], deadline_ms: int) -> list[bool]:
+    replies = lua.run("delay_extend", [taken_key(queue), receipt_key(queue)], [deadline_ms, *_pairs(receipts)])
+    return [r == 1 for r in replies]
+
+
+class RetryOutcome(Enum):
+    STALE = 0
+    RETRY = 1
+    DEAD = 2
+
+
+def delay_retry(lua: Lua, queue: str, receipts: list[str], now_ms: int, base_ms: int, cap_ms: int,
+                max_deliveries: int) -> list[RetryOutcome]:
+    replies = lua.run("delay_retry", [taken_key(queue), receipt_key(queue), deliveries_key(queue), dead_key(queue)],
+                      [now_ms, base_ms, cap_ms, max_deliveries, *_pairs(receipts)])
+    return [RetryOutcome(int(r)) for r in replies]
+
+
+def delay_dead(lua: Lua, queue: str, action: str, elements: list[str], now_ms: int) -> list[bool]:
+    """action 'replay' (queued again, due now, count reset) or 'drop'; per element: True when it was a dead letter."""
+    replies = lua.run("delay_dead", [dead_key(queue), deliveries_key(queue), due_key(queue), channel(queue)],
+                      [action, now_ms, *elements])
+    return [r == 1 for r in replies]
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    element: str
+    dead_at: int
+    deliveries: int
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    waiting: int
+    taken: int
+    dead: int
+    oldest_due_lag_ms: int  # how long the earliest waiting element is overdue (0: none overdue)
 
 
 @redis_errors_translated
 class DelayQueue:
-    def __init__(self, lua: Lua, visibility_ms: int = 30_000, max_size: int = 0):
+    def __init__(self, lua: Lua, visibility_ms: int = 30_000, max_deliveries: int = 0, retry_base_ms: int = 1000,
+                 retry_cap_ms: int = 300_000, max_size: int = 0):
         self.lua, self.redis, self.visibility_ms = lua, lua.client, visibility_ms
+        self.max_deliveries, self.retry_base_ms, self.retry_cap_ms = max_deliveries, retry_base_ms, retry_cap_ms
         self.max_size = max_size  # bounds offers made with bounded=True (clients'); 0: none
 
     def offer(self, queue: str, element, due_at_ms: int | None = None, delay_ms: int | None = None,
@@ -139,11 +262,52 @@ class DelayQueue:
         return int(head[0][1]) if head else None
 
     def drain(self, queue: str, now_ms: int, limit: int) -> Taken:
-        return delay_take(self.lua, queue, now_ms, limit, self.visibility_ms)
+        return delay_take(self.lua, queue, now_ms, limit, self.visibility_ms, self.max_deliveries)
 
-    def ack(self, queue: str, elements: list[str]) -> None:
-        if elements:
-            self.redis.zrem(taken_key(queue), *elements)
+    def ack(self, queue: str, receipts: list[str]) -> list[bool]:
+        """By receipt; per receipt True when acknowledged, False when stale (nothing changed)."""
+        return delay_ack(self.lua, queue, receipts) if receipts else []
+
+    def ack_elements(self, queue: str, elements: list[str]) -> list[bool]:
+        """Deprecated (one release): acknowledges whatever delivery of the elements is current."""
+        return delay_ack_elements(self.lua, queue, elements) if elements else []
+
+    def extend(self, queue: str, receipts: list[str], visibility_ms: int, now_ms: int | None = None) -> list[bool]:
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        return delay_extend(self.lua, queue, receipts, now + visibility_ms) if receipts else []
+
+    def retry(self, queue: str, receipts: list[str], now_ms: int | None = None) -> list[RetryOutcome]:
+        """The deliveries failed: back after an exponential backoff, or dead letters after max_deliveries."""
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        if not receipts:
+            return []
+        return delay_retry(self.lua, queue, receipts, now, self.retry_base_ms, self.retry_cap_ms, self.max_deliveries)
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadLetter]:
+        """The oldest first."""
+        dead = self.redis.zrange(dead_key(queue), 0, limit - 1, withscores=True)
+        if not dead:
+            return []
+        counts = self.redis.hmget(deliveries_key(queue), [member for member, _ in dead])
+        return [DeadLetter(text(member), int(score), int(count or 0)) for (member, score), count in zip(dead, counts)]
+
+    def replay_dead(self, queue: str, elements: list[str], now_ms: int | None = None) -> list[bool]:
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        return delay_dead(self.lua, queue, "replay", elements, now)
+
+    def drop_dead(self, queue: str, elements: list[str]) -> list[bool]:
+        return delay_dead(self.lua, queue, "drop", elements, int(time.time() * 1000))
+
+    def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(due_key(queue))
+        pipe.zcard(taken_key(queue))
+        pipe.zcard(dead_key(queue))
+        pipe.zrange(due_key(queue), 0, 0, withscores=True)
+        waiting, taken, dead, head = pipe.execute()
+        lag = max(0, now - int(head[0][1])) if head else 0
+        return QueueStats(waiting, taken, dead, lag)
 
     def wake_signals(self, queues: list[str]):
         """A pub/sub subscription to the queues' earliest-due channels (an offer publishes an earlier due time)."""
@@ -155,32 +319,81 @@ class DelayQueue:
 Handler = Callable[[list[str]], None]
 
 
+@dataclass
+class QueueRun:
+    """What one drainer saw of one queue (the delay drainer reports it as metrics per queue)."""
+
+    handled: int = 0
+    redeliveries: int = 0  # deliveries after the first (a lease ran out, or a handler failed)
+    failures: int = 0  # deliveries whose handler raised (they come back after a backoff)
+    dead_lettered: int = 0
+
+
 class Drainer:
-    """Hands due elements to their queue's handler (a batch at a time), acknowledging after it returned.
+    """Hands due elements to their queue's handler (a batch at a time), acknowledging by receipt after it returned.
     Starts with whatever is overdue (crash recovery), then sleeps until the earliest due time, woken early
-    when an offer publishes an earlier one."""
+    when an offer publishes an earlier one.
+    A handler that raises does not stop the run: the batch is handed over again one element at a time, so only the
+    failing elements fail; those come back after an exponential backoff, and after max_deliveries they move to the
+    dead letters. Then the drainer goes on to the other queues (one bad element cannot starve them)."""
 
     def __init__(self, queue: DelayQueue, handlers: dict[str, Handler], batch: int = 500, idle_wait_ms: int = 1000):
         self.queue, self.handlers, self.batch, self.idle_wait_ms = queue, handlers, batch, idle_wait_ms
         self.handled = 0
+        self.runs: dict[str, QueueRun] = {name: QueueRun() for name in handlers}
 
     def drain_due(self, now_ms: int | None = None) -> int:
         """Everything due now, every queue; returns the next time something is due (NO_TIME: nothing)."""
         wake = NO_TIME
         for name, handler in self.handlers.items():
+            seen = self.runs.setdefault(name, QueueRun())
+            failed_before = seen.failures
             while True:
                 taken = self.queue.drain(name, now_ms or int(time.time() * 1000), self.batch)
-                if taken.elements:
-                    elements = [element for element, _ in taken.elements]
-                    handler(elements)
-                    self.queue.ack(name, elements)
-                    self.handled += len(elements)
-                if len(taken.elements) < self.batch:
+                seen.dead_lettered += taken.dead_lettered
+                if taken.deliveries:
+                    seen.redeliveries += sum(1 for d in taken.deliveries if d.deliveries > 1)
+                    self._hand_over(name, handler, taken.deliveries, seen)
+                if len(taken.deliveries) + taken.dead_lettered < self.batch:
                     break
             nxt = taken.next_wake()
+            if seen.failures > failed_before:  # a failed delivery comes back after its backoff: wake for it
+                retry_at = (now_ms or int(time.time() * 1000)) + self.queue.retry_base_ms
+                nxt = retry_at if nxt == NO_TIME else min(nxt, retry_at)
             if nxt != NO_TIME and (wake == NO_TIME or nxt < wake):
                 wake = nxt
         return wake
+
+    def _hand_over(self, name: str, handler: Handler, deliveries: list[Delivery], seen: QueueRun) -> None:
+        try:
+            handler([d.element for d in deliveries])
+        except Exception:  # any failure of a handler is this delivery's failure, never the run's
+            if len(deliveries) == 1:
+                self._failed(name, deliveries, seen)
+                return
+            log.warning("delay handler failed on a batch; handing it over one element at a time",
+                        extra={"queue": name, "elements": len(deliveries)}, exc_info=True)
+        else:
+            self._acknowledged(name, deliveries, seen)
+            return
+        for delivery in deliveries:  # handlers are idempotent (at-least-once): the batch's handled ones again
+            self._hand_over(name, handler, [delivery], seen)
+
+    def _acknowledged(self, name: str, deliveries: list[Delivery], seen: QueueRun) -> None:
+        self.queue.ack(name, [d.receipt for d in deliveries])
+        seen.handled += len(deliveries)
+        self.handled += len(deliveries)
+
+    def _failed(self, name: str, deliveries: list[Delivery], seen: QueueRun) -> None:
+        log.warning("delay handler failed", extra={"queue": name, "element": deliveries[0].element,
+                                                   "deliveries": deliveries[0].deliveries}, exc_info=True)  # noqa: LOG014 - called from the except block
+        outcomes = self.queue.retry(name, [d.receipt for d in deliveries])
+        seen.failures += len(deliveries)
+        for delivery, outcome in zip(deliveries, outcomes):
+            if outcome is RetryOutcome.DEAD:
+                seen.dead_lettered += 1
+                log.error("delay element dead-lettered", extra={"queue": name, "element": delivery.element,
+                                                                "deliveries": delivery.deliveries})
 
     def run(self, keep_going: Callable[[], bool]) -> int:
         pubsub = self.queue.wake_signals(list(self.handlers))

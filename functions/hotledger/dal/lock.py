@@ -5,13 +5,17 @@
   lock:released:{name} (lock_release.lua).
 - Waiters do not spin: a waiter queues itself (lock:waiters:{name}, by give-up time), subscribes to the
   channel and sleeps until a release message names it or the holder's lease ends, then tries again, until
-  its wait time is used up. A release wakes one waiter, not all of them.
+  its wait time is used up. A release wakes one waiter, not all of them: the first live one. A waiter stays in
+  line only for a liveness window (`waiter_liveness_ms`) and re-queues itself by trying again at least every
+  half window, so a waiter that died (SIGKILL, a frozen Lambda) drops out within the window and a release
+  never spends its one wake-up message on it (the live ones would sleep on until the holder's lease ended).
 - A watchdog thread renews the lease (every third of it) while the owner holds the lock and forgets the lock
   the moment it is released, even if the release could not reach Redis (Redisson #7272 kept renewing).
   A failed renewal is reported to the owner: Holding.lost is set and on_lost is called (Redisson #4698).
 - Every new owner gets a fencing token, one more than the last (lock:fence:{name} never expires). Writers
   that store the token with the data refuse a smaller one, so an owner paused past its lease cannot
-  overwrite what the next owner wrote.
+  overwrite what the next owner wrote. Tokens only grow, even across a Redis loss: a missing counter is seeded
+  from Redis' clock (1000 per ms, a hybrid logical clock), above every token handed out before the loss.
 - Redis unreachable: LockUnavailable, never "proceed unlocked" (a release that cannot reach Redis raises
   RedisUnavailable; hold() lets the lease run out instead).
 lock_acquire / lock_release / lock_renew are the typed wrappers of the scripts of the same names.
@@ -91,10 +95,10 @@ class ReleaseStatus(Enum):
     RELEASED = "released"
 
 
-def lock_acquire(lua: Lua, name: str, owner: str, lease_ms: int, gives_up_at: int) -> AcquireReply:
-    """gives_up_at: when the caller stops waiting (epoch ms), 0 when it will not wait (it is not queued)."""
+def lock_acquire(lua: Lua, name: str, owner: str, lease_ms: int, queued_until: int) -> AcquireReply:
+    """queued_until: until when the caller counts as waiting (epoch ms), 0 when it will not wait (not queued)."""
     return AcquireReply.parse(lua.run("lock_acquire", [lock_key(name), fence_key(name), waiters_key(name)],
-                                      [owner, lease_ms, gives_up_at]))
+                                      [owner, lease_ms, queued_until]))
 
 
 def lock_release(lua: Lua, name: str, owner: str, now_ms: int) -> ReleaseStatus:
@@ -167,9 +171,10 @@ class Watchdog:
 
 
 class DistributedLock:
-    def __init__(self, lua: Lua, lease_ms: int, wait_ms: int, on_lost: Callable[[Holding], None] | None = None):
+    def __init__(self, lua: Lua, lease_ms: int, wait_ms: int, on_lost: Callable[[Holding], None] | None = None,
+                 waiter_liveness_ms: int = 3000):
         self.lua, self.redis = lua, lua.client
-        self.lease_ms, self.wait_ms = lease_ms, wait_ms
+        self.lease_ms, self.wait_ms, self.waiter_liveness_ms = lease_ms, wait_ms, waiter_liveness_ms
         self._process = uuid.uuid4().hex[:12]
         self._holdings: dict[tuple[str, str], Holding] = {}
         self.watchdog = Watchdog(self._renew, lease_ms, on_lost)
@@ -198,7 +203,9 @@ class DistributedLock:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise LockUnavailable(f"lock {name} is held by another owner")
-                    wait_for_message(pubsub, min(remaining, pttl / 1000) if pttl > 0 else remaining, addressed_to=owner)
+                    # back within half the liveness window at the latest: the next try keeps this waiter in line
+                    sleep_s = min(remaining, self.waiter_liveness_ms / 2000)
+                    wait_for_message(pubsub, min(sleep_s, pttl / 1000) if pttl > 0 else sleep_s, addressed_to=owner)
             finally:
                 pubsub.close()
         except (RedisUnavailable, redis.RedisError) as exc:  # the scripts' errors come translated, pub/sub's do not
@@ -207,7 +214,8 @@ class DistributedLock:
     def _try(self, name: str, owner: str, gives_up_at: int) -> int | None:
         """None when acquired (the holding is recorded), else the holder's remaining lease in ms."""
         self.commands += 1
-        reply = lock_acquire(self.lua, name, owner, self.lease_ms, gives_up_at)
+        queued_until = min(gives_up_at, int(time.time() * 1000) + self.waiter_liveness_ms) if gives_up_at else 0
+        reply = lock_acquire(self.lua, name, owner, self.lease_ms, queued_until)
         if reply.status is AcquireStatus.ACQUIRED:
             key = (name, owner)
             if key not in self._holdings or reply.count == 1:
