@@ -7,6 +7,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
+from api.idempotency import KEY_CONFLICT, RouteKey, once
 from api.responses import UNAVAILABLE, responses
 from hotledger import observability
 from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
@@ -23,8 +24,13 @@ _NOT_FOUND = (404, "PACKET_NOT_FOUND or ACCOUNT_NOT_FOUND")
 @router.post("/redpackets", status_code=201, responses=responses(
     201, RedPacketCreated, "the sender was debited the total; the packet is open", UNAVAILABLE,
     (402, "INSUFFICIENT_BALANCE"), (403, "API_CLOSED"), (404, "ACCOUNT_NOT_FOUND"),
-    (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input")))
-def create_packet(request: Annotated[CreateRedPacketRequest, Body()]) -> dict:
+    (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input"), KEY_CONFLICT))
+def create_packet(request: Annotated[CreateRedPacketRequest, Body()], idempotency_key: RouteKey = None):
+    return once(f"account:{request.sender_id}", idempotency_key, "POST /redpackets", request.model_dump(),
+                lambda: _create_packet(request), status=201)
+
+
+def _create_packet(request: CreateRedPacketRequest) -> dict:
     packet = redpackets().create(request.sender_id, request.total, request.count, request.expires_in_s)
     metrics.add_metric(name="RedPacketsSent", unit=MetricUnit.Count, value=1)
     logger.info("red packet sent", extra={"packet_id": str(packet.packet_id), "sender_id": packet.sender_id,
@@ -35,8 +41,13 @@ def create_packet(request: Annotated[CreateRedPacketRequest, Body()]) -> dict:
 
 @router.post("/redpackets/<packet_id>/grab", responses=responses(
     200, GrabResult, "grabbed; credited is false when the credit is left to the reconciler", _NOT_FOUND, UNAVAILABLE,
-    (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN")))
-def grab_packet(packet_id: PacketId, request: Annotated[GrabRequest, Body()]) -> dict:
+    (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN; " + KEY_CONFLICT[1])))
+def grab_packet(packet_id: PacketId, request: Annotated[GrabRequest, Body()], idempotency_key: RouteKey = None):
+    return once(f"account:{request.user_id}", idempotency_key, f"POST /redpackets/{packet_id}/grab", request.model_dump(),
+                lambda: _grab_packet(packet_id, request))
+
+
+def _grab_packet(packet_id: int, request: GrabRequest) -> dict:
     grab = redpackets().grab(packet_id, request.user_id)
     metrics.add_metric(name="RedPacketGrabs", unit=MetricUnit.Count, value=1)
     logger.info("red packet grabbed", extra={"packet_id": str(packet_id), "item_id": str(grab.item_id),

@@ -1,0 +1,93 @@
+"""The Idempotency-Key header and its answer replay for the routes that move money or stock.
+
+Deducts and recharges pass the key to the ledger, which keeps its answers in Redis and the DB for good. The other
+money- or stock-moving POSTs (red packets, grabs, voucher orders, payment orders, pay, close) run through `once`,
+Stripe's model over hotledger.dal.idempotency: keys are scoped per account (per payment order for pay and close),
+bound to the route and the validated body, and their first answer (status and body, a business refusal included) is
+replayed for 24 h; the effect underneath happens once. A 503 is no answer: the key may try again."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Header
+
+from api.responses import error, json_answer
+from hotledger import errors, observability
+from hotledger.dal.idempotency import BeginStatus
+from hotledger.dal.redis_store import RedisUnavailable
+from hotledger.runtime import idempotency
+
+logger = observability.logger()
+
+_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", min_length=1, max_length=100, pattern=_PATTERN,
+           description="Retry-safe key. The first definitive answer, a charge or a refusal (402 INSUFFICIENT_BALANCE, "
+                       "403 API_CLOSED, 422 BALANCE_LIMIT), is replayed for the same key and body for the key's whole "
+                       "life; another body or kind gets 409 IDEMPOTENCY_KEY_REUSED; 503 answers are not recorded: retry "
+                       "with the same key. Keys are kept in Redis for 24 h and in the DB without expiry."),
+]
+RouteKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", min_length=1, max_length=100, pattern=_PATTERN,
+           description="Retry-safe key, scoped to the acting account (to the payment order for pay and close). The "
+                       "first answer, success or refusal, is replayed for the same key, route and body for 24 h and the "
+                       "money or stock moves once; another route or body gets 409 IDEMPOTENCY_KEY_REUSED, a retry while "
+                       "the first request is in flight 409 IDEMPOTENCY_IN_PROGRESS; 503 answers are not recorded: retry "
+                       "with the same key."),
+]
+KEY_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another route or body; IDEMPOTENCY_IN_PROGRESS")
+
+
+def fingerprint(route: str, body: dict | None) -> str:
+    return hashlib.sha256(json.dumps([route, body], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: Callable[[], dict],
+         status: int = 200) -> Response:
+    """Answer `run()` (its dict as JSON with `status`), once per (scope, key): a retry replays the first answer."""
+    if idem_key is None:
+        return json_answer(run(), status)
+    store = idempotency()
+    begun = store.begin(scope, idem_key, fingerprint(route, body))
+    if begun.status is BeginStatus.REPLAY:
+        return Response(status_code=begun.answer_status, content_type="application/json", body=begun.body,
+                        headers={"Idempotent-Replayed": "true"})
+    if begun.status is BeginStatus.CONFLICT:
+        raise errors.IdempotencyKeyReused("this Idempotency-Key was used with another route or body")
+    if begun.status is BeginStatus.RUNNING:
+        raise errors.IdempotencyInProgress("the first request with this Idempotency-Key is still in progress")
+    try:
+        answer = json_answer(run(), status)
+    except errors.DomainError as exc:
+        if exc.status >= 500:  # nothing changed (or the outcome is reported unknown): not the key's answer
+            _abandon(scope, idem_key, begun.token)
+            raise
+        refused = error(exc.status, exc.code, exc.message, **exc.details)
+        _finish(scope, idem_key, begun.token, refused)
+        raise  # answered by the app's handler, with the same body
+    except BaseException:
+        _abandon(scope, idem_key, begun.token)
+        raise
+    _finish(scope, idem_key, begun.token, answer)
+    return answer
+
+
+def _finish(scope: str, idem_key: str, token: str, answer: Response) -> None:
+    try:
+        if not idempotency().finish(scope, idem_key, token, answer.status_code, answer.body):
+            logger.warning("idempotency record taken over before the answer", extra={"scope": scope})
+    except RedisUnavailable:
+        # the request's effect stands: the record stays in flight until its lease ends, then a retry runs again
+        logger.warning("idempotency answer not recorded", extra={"scope": scope}, exc_info=True)
+
+
+def _abandon(scope: str, idem_key: str, token: str) -> None:
+    with contextlib.suppress(RedisUnavailable):
+        idempotency().abandon(scope, idem_key, token)
