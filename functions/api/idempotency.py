@@ -3,8 +3,11 @@
 Deducts and recharges pass the key to the ledger, which keeps its answers in Redis and the DB for good. The other
 money- or stock-moving POSTs (red packets, grabs, voucher orders, payment orders, pay, close) run through `once`,
 Stripe's model over hotledger.dal.idempotency: keys are scoped per account (per payment order for pay and close),
-bound to the route and the validated body, and their first answer (status and body, a business refusal included) is
-replayed for 24 h; the effect underneath happens once. A 503 is no answer: the key may try again."""
+bound to the route and the validated body, and their first answer (status and body, a business refusal or OUTCOME_UNKNOWN included) is
+replayed for 24 h; the effect underneath happens once. A 503 that changed nothing (SERVICE_UNAVAILABLE,
+PUBLISH_FAILED, RECOVERING, LOCK_LOST) is no answer: the key may try again. OUTCOME_UNKNOWN is the key's answer (Stripe
+replays its 500s): it names what to look up (the packet, the entry), and running the request again under the key
+could move money or stock a second time (a second packet and debit, a second unit of a voucher)."""
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +42,8 @@ RouteKey = Annotated[
            description="Retry-safe key, scoped to the acting account (to the payment order for pay and close). The "
                        "first answer, success or refusal, is replayed for the same key, route and body for 24 h and the "
                        "money or stock moves once; another route or body gets 409 IDEMPOTENCY_KEY_REUSED, a retry while "
-                       "the first request is in flight 409 IDEMPOTENCY_IN_PROGRESS; 503 answers are not recorded: retry "
-                       "with the same key."),
+                       "the first request is in flight 409 IDEMPOTENCY_IN_PROGRESS; 503 answers are not recorded "
+                       "(retry with the same key) except OUTCOME_UNKNOWN, which is replayed: look up what it names."),
 ]
 KEY_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another route or body; IDEMPOTENCY_IN_PROGRESS")
 
@@ -66,8 +69,8 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
     try:
         answer = json_answer(run(), status)
     except errors.DomainError as exc:
-        if exc.status >= 500:  # nothing changed (or the outcome is reported unknown): not the key's answer
-            _abandon(scope, idem_key, begun.token)
+        if exc.status >= 500 and not isinstance(exc, errors.ChargeOutcomeUnknown):
+            _abandon(scope, idem_key, begun.token)  # nothing changed: not the key's answer, a retry runs again
             raise
         refused = error(exc.status, exc.code, exc.message, **exc.details)
         _finish(scope, idem_key, begun.token, refused)

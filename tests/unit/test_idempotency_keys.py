@@ -121,3 +121,12 @@ def test_another_body_is_a_conflict_and_a_request_in_flight_is_refused(world):
 def test_without_a_key_nothing_is_recorded(world):
     store, packets = world
     assert grab(key=None)[0] == 200 and store.records == {}
+
+
+def test_an_outcome_unknown_is_the_keys_answer_so_a_retry_cannot_move_money_twice(world):
+    store, packets = world
+    packets.fail_with = errors.ChargeOutcomeUnknown("the broker did not answer", entry_id="12")
+    first = grab()
+    assert first[0] == 503 and first[1]["error"]["code"] == "OUTCOME_UNKNOWN"
+    packets.fail_with = None
+    assert grab() == first and packets.grabs == [5]
