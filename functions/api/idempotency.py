@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler import Response
@@ -22,7 +23,9 @@ from aws_lambda_powertools.event_handler.openapi.params import Header
 from api.responses import error, json_answer
 from hotledger import errors, observability
 from hotledger.dal.idempotency import BeginStatus
-from hotledger.dal.redis_store import RedisUnavailable
+from hotledger.dal.db import DatabaseUnavailable
+from hotledger.dal.lock import LockUnavailable
+from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.runtime import idempotency
 
 logger = observability.logger()
@@ -52,11 +55,21 @@ def fingerprint(route: str, body: dict | None) -> str:
     return hashlib.sha256(json.dumps([route, body], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: Callable[[], dict],
-         status: int = 200) -> Response:
-    """Answer `run()` (its dict as JSON with `status`), once per (scope, key): a retry replays the first answer."""
+@dataclass(frozen=True)
+class Attempt:
+    """What a resumable request sees (once(..., resumable=True)): the recovery point an attempt that died under the
+    same key left (`resumed_from`, None when there was none), and `remember` to leave its own before any effect."""
+
+    resumed_from: str | None
+    remember: Callable[[str], object]
+
+
+def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: Callable[..., dict],
+         status: int = 200, resumable: bool = False) -> Response:
+    """Answer `run()` (its dict as JSON with `status`), once per (scope, key): a retry replays the first answer.
+    With `resumable`, run(attempt) is given an Attempt (Stripe's recovery points)."""
     if idem_key is None:
-        return json_answer(run(), status)
+        return json_answer(run(Attempt(None, lambda note: None)) if resumable else run(), status)
     store = idempotency()
     begun = store.begin(scope, idem_key, fingerprint(route, body))
     if begun.status is BeginStatus.REPLAY:
@@ -66,8 +79,13 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
         raise errors.IdempotencyKeyReused("this Idempotency-Key was used with another route or body")
     if begun.status is BeginStatus.RUNNING:
         raise errors.IdempotencyInProgress("the first request with this Idempotency-Key is still in progress")
+    if resumable:
+        attempt = Attempt(begun.note, lambda note: store.note(scope, idem_key, begun.token, note))
+        call = lambda: run(attempt)  # noqa: E731
+    else:
+        call = run
     try:
-        answer = json_answer(run(), status)
+        answer = json_answer(call(), status)
     except errors.DomainError as exc:
         if exc.status >= 500 and not isinstance(exc, errors.ChargeOutcomeUnknown):
             _abandon(scope, idem_key, begun.token)  # nothing changed: not the key's answer, a retry runs again
@@ -75,9 +93,12 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
         refused = error(exc.status, exc.code, exc.message, **exc.details)
         _finish(scope, idem_key, begun.token, refused)
         raise  # answered by the app's handler, with the same body
-    except BaseException:
-        _abandon(scope, idem_key, begun.token)
+    except (DatabaseUnavailable, LockUnavailable, RedisUnavailable) as exc:
+        if not isinstance(exc, RedisOutcomeUnknown):  # answered 503 SERVICE_UNAVAILABLE: nothing was changed
+            _abandon(scope, idem_key, begun.token)
         raise
+    # anything else (a bug, a kill) may come after an effect: the record stays in flight until its lease ends, then a
+    # retry takes it over (and a resumable request resumes from the recovery point it left)
     _finish(scope, idem_key, begun.token, answer)
     return answer
 

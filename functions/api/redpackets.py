@@ -7,7 +7,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
-from api.idempotency import KEY_CONFLICT, RouteKey, once
+from api.idempotency import KEY_CONFLICT, Attempt, RouteKey, once
 from api.responses import UNAVAILABLE, responses
 from hotledger import observability
 from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
@@ -27,11 +27,17 @@ _NOT_FOUND = (404, "PACKET_NOT_FOUND or ACCOUNT_NOT_FOUND")
     (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input"), KEY_CONFLICT))
 def create_packet(request: Annotated[CreateRedPacketRequest, Body()], idempotency_key: RouteKey = None):
     return once(f"account:{request.sender_id}", idempotency_key, "POST /redpackets", request.model_dump(),
-                lambda: _create_packet(request), status=201)
+                lambda attempt: _create_packet(request, attempt), status=201, resumable=True)
 
 
-def _create_packet(request: CreateRedPacketRequest) -> dict:
-    packet = redpackets().create(request.sender_id, request.total, request.count, request.expires_in_s)
+def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict:
+    """The packet's id is the key's recovery point, kept before the sender is debited: an attempt resuming a dead
+    one finishes that packet (debited at most once under rp<id>) instead of sending a second."""
+    args = (request.sender_id, request.total, request.count, request.expires_in_s)
+    if attempt.resumed_from is not None:
+        packet = redpackets().resume(int(attempt.resumed_from), *args)
+    else:
+        packet = redpackets().create(*args, reserve=lambda packet_id: attempt.remember(str(packet_id)))
     metrics.add_metric(name="RedPacketsSent", unit=MetricUnit.Count, value=1)
     logger.info("red packet sent", extra={"packet_id": str(packet.packet_id), "sender_id": packet.sender_id,
                                           "total_minor": packet.total, "count": packet.count})

@@ -142,3 +142,37 @@ def test_the_record_holds_a_key_in_flight_until_its_lease_ends_and_only_its_hold
     third = record.begin(scope, f"{k}-b", "fp1")
     record.abandon(scope, f"{k}-b", third.token)  # a 503: the key is given back
     assert record.begin(scope, f"{k}-b", "fp2").status is BeginStatus.NEW
+
+
+class Killed(BaseException):
+    """The process dies here: nothing after it runs (not even an except Exception)."""
+
+
+@pytest.mark.parametrize("dies_in", ["finish", "deduct"])
+def test_a_red_packet_whose_first_attempt_died_before_its_answer_is_resumed_not_sent_twice(api, monkeypatch, dies_in):
+    """Killed after the debit (before the answer was recorded), or after the packet row and before the debit."""
+    from hotledger import runtime
+    from hotledger.dal.idempotency import Idempotency
+    from hotledger.ledger.service import Ledger
+
+    sender = api.account(balance="10.00")
+    headers = key()
+    request = {"sender_id": sender, "total": "4.00", "count": 2}
+    monkeypatch.setattr(runtime.idempotency(), "lease_ms", 300)
+
+    def die(*args, **kwargs):
+        raise Killed()
+
+    with monkeypatch.context() as dying:
+        dying.setattr(Idempotency if dies_in == "finish" else Ledger, dies_in, die)
+        with pytest.raises(Killed):
+            api("POST", "/redpackets", request, headers)
+    assert balance(api, sender) == ("6.00" if dies_in == "finish" else "10.00")
+    status, body = api("POST", "/redpackets", request, headers)
+    assert status == 409 and body["error"]["code"] == "IDEMPOTENCY_IN_PROGRESS"
+    time.sleep(0.35)  # the dead attempt's lease ran out: the retry takes the key over and resumes its packet
+    status, body = api("POST", "/redpackets", request, headers)
+    assert status == 201, body
+    assert balance(api, sender) == "6.00"  # one debit, one packet
+    assert api("GET", f"/redpackets/{body['packet_id']}")[1]["state"] == "OPEN"
+    assert api("POST", "/redpackets", request, headers) == (status, body)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import pytest
 
 from hotledger import errors
+from hotledger.dal.db import DatabaseUnavailable
+from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.dal.idempotency import BeginStatus, Begun
 from infra.localrt import events
 
@@ -91,18 +93,29 @@ def test_a_business_refusal_is_the_keys_answer(world):
     assert grab() == first and packets.grabs == [5]
 
 
-@pytest.mark.parametrize("failure", [errors.ServiceUnavailable("down"), errors.Recovering("loading"), RuntimeError("bug")])
-def test_a_503_or_a_crash_gives_the_key_back(world, failure):
+@pytest.mark.parametrize("failure", [errors.ServiceUnavailable("down"), errors.Recovering("loading"),
+                                     RedisUnavailable("refused"), DatabaseUnavailable("down")])
+def test_a_503_that_changed_nothing_gives_the_key_back(world, failure):
     store, packets = world
     packets.fail_with = failure
-    if isinstance(failure, errors.DomainError):
+    assert grab()[0] == 503 and store.records == {}
+    packets.fail_with = None
+    assert grab()[0] == 200 and packets.grabs == [5, 5]
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("bug"), RedisOutcomeUnknown("timeout")])
+def test_a_failure_that_may_come_after_an_effect_keeps_the_key_in_flight(world, failure):
+    """Until its lease ends (then a retry takes it over: tests/integration/test_idempotency_keys.py)."""
+    store, packets = world
+    packets.fail_with = failure
+    if isinstance(failure, RedisOutcomeUnknown):
         assert grab()[0] == 503
     else:
         with pytest.raises(RuntimeError):  # the Lambda invocation fails
             grab()
-    assert store.records == {}
     packets.fail_with = None
-    assert grab()[0] == 200 and packets.grabs == [5, 5]
+    status, body = grab()
+    assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_IN_PROGRESS") and packets.grabs == [5]
 
 
 def test_another_body_is_a_conflict_and_a_request_in_flight_is_refused(world):
