@@ -19,14 +19,14 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Header
-
-from api.responses import error, json_answer
 from hotledger import errors, observability
-from hotledger.dal.idempotency import BeginStatus
 from hotledger.dal.db import DatabaseUnavailable
+from hotledger.dal.idempotency import BeginStatus
 from hotledger.dal.lock import LockUnavailable
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.runtime import idempotency
+
+from api.responses import error, json_answer
 
 logger = observability.logger()
 
@@ -57,11 +57,13 @@ def fingerprint(route: str, body: dict | None) -> str:
 
 @dataclass(frozen=True)
 class Attempt:
-    """What a resumable request sees (once(..., resumable=True)): the recovery point an attempt that died under the
-    same key left (`resumed_from`, None when there was none), and `remember` to leave its own before any effect."""
+    """What a resumable request sees (once(..., resumable=True)): whether it took the key over from an attempt that
+    died under it (`retaken`), the recovery point that attempt left (`resumed_from`, None when there was none), and
+    `remember` to leave its own before any effect."""
 
     resumed_from: str | None
     remember: Callable[[str], object]
+    retaken: bool = False
 
 
 def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: Callable[..., dict],
@@ -80,8 +82,8 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
     if begun.status is BeginStatus.RUNNING:
         raise errors.IdempotencyInProgress("the first request with this Idempotency-Key is still in progress")
     if resumable:
-        attempt = Attempt(begun.note, lambda note: store.note(scope, idem_key, begun.token, note))
-        call = lambda: run(attempt)  # noqa: E731
+        attempt = Attempt(begun.note, lambda note: store.note(scope, idem_key, begun.token, note), begun.retaken)
+        call = lambda: run(attempt)
     else:
         call = run
     try:

@@ -9,7 +9,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from api.idempotency import KEY_CONFLICT, Attempt, RouteKey, once
 from api.responses import UNAVAILABLE, responses
-from hotledger import observability
+from hotledger import errors, observability
 from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
 from hotledger.money import format_minor
 from hotledger.runtime import redpackets
@@ -50,11 +50,22 @@ def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict:
     (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN; " + KEY_CONFLICT[1])))
 def grab_packet(packet_id: PacketId, request: Annotated[GrabRequest, Body()], idempotency_key: RouteKey = None):
     return once(f"account:{request.user_id}", idempotency_key, f"POST /redpackets/{packet_id}/grab", request.model_dump(),
-                lambda: _grab_packet(packet_id, request))
+                lambda attempt: _grab_packet(packet_id, request, attempt), resumable=True)
 
 
-def _grab_packet(packet_id: int, request: GrabRequest) -> dict:
-    grab = redpackets().grab(packet_id, request.user_id)
+def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict:
+    try:
+        grab = redpackets().grab(packet_id, request.user_id)
+    except errors.AlreadyGrabbed as exc:
+        if not attempt.retaken:
+            raise
+        # the attempt that died under this key took the item: it is this key's answer (its credit, once under
+        # rp<item id>, was made or is left to the reconciler)
+        amount = dict(redpackets().get(packet_id).grabs).get(request.user_id)
+        if amount is None:
+            raise
+        return GrabResult(packet_id=str(packet_id), item_id=exc.details["item_id"], user_id=request.user_id,
+                          amount=format_minor(amount), credited=False).model_dump()
     metrics.add_metric(name="RedPacketGrabs", unit=MetricUnit.Count, value=1)
     logger.info("red packet grabbed", extra={"packet_id": str(packet_id), "item_id": str(grab.item_id),
                                              "user_id": grab.user_id, "amount_minor": grab.amount, "credited": grab.credited})

@@ -176,3 +176,27 @@ def test_a_red_packet_whose_first_attempt_died_before_its_answer_is_resumed_not_
     assert balance(api, sender) == "6.00"  # one debit, one packet
     assert api("GET", f"/redpackets/{body['packet_id']}")[1]["state"] == "OPEN"
     assert api("POST", "/redpackets", request, headers) == (status, body)
+
+
+def test_a_grab_whose_first_attempt_died_before_its_answer_answers_the_item_it_took(api, monkeypatch):
+    from hotledger import runtime
+    from hotledger.dal.idempotency import Idempotency
+
+    sender, grabber = api.account(balance="10.00"), api.account()
+    packet_id = api("POST", "/redpackets", {"sender_id": sender, "total": "4.00", "count": 2})[1]["packet_id"]
+    headers = key()
+    monkeypatch.setattr(runtime.idempotency(), "lease_ms", 300)
+
+    def die(*args, **kwargs):
+        raise Killed()
+
+    with monkeypatch.context() as dying:  # grabbed, then killed before the answer was recorded
+        dying.setattr(Idempotency, "finish", die)
+        with pytest.raises(Killed):
+            api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber}, headers)
+    time.sleep(0.35)
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber}, headers)
+    assert status == 200, body
+    grabs = api("GET", f"/redpackets/{packet_id}")[1]["grabs"]
+    assert grabs == [{"user_id": grabber, "amount": body["amount"]}]
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber}, headers) == (status, body)

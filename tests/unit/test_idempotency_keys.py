@@ -7,11 +7,11 @@ from contextlib import redirect_stdout
 from dataclasses import dataclass
 
 import pytest
-
 from hotledger import errors
 from hotledger.dal.db import DatabaseUnavailable
-from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.dal.idempotency import BeginStatus, Begun
+from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
+
 from infra.localrt import events
 
 
@@ -85,7 +85,7 @@ def test_a_success_is_the_keys_answer_and_a_retry_never_reaches_the_service(worl
 
 
 def test_a_business_refusal_is_the_keys_answer(world):
-    store, packets = world
+    _store, packets = world
     packets.fail_with = errors.PacketEmpty("no item left")
     first = grab()
     assert first == (409, {"error": {"code": "EMPTY", "message": "no item left"}})
@@ -106,7 +106,7 @@ def test_a_503_that_changed_nothing_gives_the_key_back(world, failure):
 @pytest.mark.parametrize("failure", [RuntimeError("bug"), RedisOutcomeUnknown("timeout")])
 def test_a_failure_that_may_come_after_an_effect_keeps_the_key_in_flight(world, failure):
     """Until its lease ends (then a retry takes it over: tests/integration/test_idempotency_keys.py)."""
-    store, packets = world
+    _store, packets = world
     packets.fail_with = failure
     if isinstance(failure, RedisOutcomeUnknown):
         assert grab()[0] == 503
@@ -132,12 +132,12 @@ def test_another_body_is_a_conflict_and_a_request_in_flight_is_refused(world):
 
 
 def test_without_a_key_nothing_is_recorded(world):
-    store, packets = world
+    store, _packets = world
     assert grab(key=None)[0] == 200 and store.records == {}
 
 
 def test_an_outcome_unknown_is_the_keys_answer_so_a_retry_cannot_move_money_twice(world):
-    store, packets = world
+    _store, packets = world
     packets.fail_with = errors.ChargeOutcomeUnknown("the broker did not answer", entry_id="12")
     first = grab()
     assert first[0] == 503 and first[1]["error"]["code"] == "OUTCOME_UNKNOWN"
