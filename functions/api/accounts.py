@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
+from api.idempotency import IdempotencyKey
 from api.responses import UNAVAILABLE, json_answer, responses
 from api.schemas import (
     AccountCreated, AccountView, AmountRequest, CreateAccountRequest, DeductResult, OrderView, PatchAccountRequest,
@@ -22,14 +23,6 @@ router = Router()
 logger = observability.logger()
 metrics = observability.metrics()
 
-IdempotencyKey = Annotated[
-    str | None,
-    Header(alias="Idempotency-Key", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$",
-           description="Retry-safe key. The first definitive answer, a charge or a refusal (402 INSUFFICIENT_BALANCE, "
-                       "403 API_CLOSED, 422 BALANCE_LIMIT), is replayed for the same key and body for the key's whole "
-                       "life; another body or kind gets 409 IDEMPOTENCY_KEY_REUSED; 503 answers are not recorded: retry "
-                       "with the same key. Keys are kept in Redis for 24 h and in the DB without expiry."),
-]
 UserId = Annotated[int, Path(gt=0, lt=2**31)]
 _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND")
 _CHARGE_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another body; IDEMPOTENCY_IN_PROGRESS")

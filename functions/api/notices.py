@@ -7,6 +7,7 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
+from api.idempotency import KEY_CONFLICT, RouteKey, once
 from api.responses import responses
 from hotledger import errors
 from api.schemas import (
@@ -127,9 +128,11 @@ PaymentOrderId = Annotated[int, Path(gt=0, lt=2**63)]
 
 
 @router.post("/orders", status_code=201, responses=responses(201, PaymentOrderView, "order created, reminder queued",
-                                                               (404, "ACCOUNT_NOT_FOUND")))
-def create_order(request: Annotated[CreatePaymentOrderRequest, Body()]) -> dict:
-    return _payment_order_body(payment_orders().create(request.user_id, request.amount, request.close_in_s))
+                                                               (404, "ACCOUNT_NOT_FOUND"), KEY_CONFLICT))
+def create_order(request: Annotated[CreatePaymentOrderRequest, Body()], idempotency_key: RouteKey = None):
+    return once(f"account:{request.user_id}", idempotency_key, "POST /orders", request.model_dump(),
+                lambda: _payment_order_body(payment_orders().create(request.user_id, request.amount, request.close_in_s)),
+                status=201)
 
 
 @router.get("/orders/<order_id>", responses=responses(200, PaymentOrderView, "the order", _PAYMENT_ORDER_NOT_FOUND))
@@ -139,15 +142,17 @@ def get_order(order_id: PaymentOrderId) -> dict:
 
 @router.post("/orders/<order_id>/pay", responses=responses(
     200, PaymentOrderView, "paid (a deduct from the user's account); the reminder is removed", _PAYMENT_ORDER_NOT_FOUND,
-    (402, "INSUFFICIENT_BALANCE"), (409, "ORDER_CLOSED")))
-def pay_order(order_id: PaymentOrderId) -> dict:
-    return _payment_order_body(payment_orders().pay(order_id))
+    (402, "INSUFFICIENT_BALANCE"), (409, "ORDER_CLOSED; " + KEY_CONFLICT[1])))
+def pay_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None):
+    return once(f"order:{order_id}", idempotency_key, f"POST /orders/{order_id}/pay", None,
+                lambda: _payment_order_body(payment_orders().pay(order_id)))
 
 
 @router.post("/orders/<order_id>/close", responses=responses(200, PaymentOrderView, "closed; the reminder is removed",
-                                                             _PAYMENT_ORDER_NOT_FOUND, (409, "ORDER_PAID")))
-def close_order(order_id: PaymentOrderId) -> dict:
-    return _payment_order_body(payment_orders().close(order_id))
+                                                             _PAYMENT_ORDER_NOT_FOUND, (409, "ORDER_PAID; " + KEY_CONFLICT[1])))
+def close_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None):
+    return once(f"order:{order_id}", idempotency_key, f"POST /orders/{order_id}/close", None,
+                lambda: _payment_order_body(payment_orders().close(order_id)))
 
 
 @router.post("/inbox/<account>/messages", responses=responses(200, PostMessageResult, "written, or the first message's id",

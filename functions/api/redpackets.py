@@ -7,8 +7,9 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
+from api.idempotency import KEY_CONFLICT, Attempt, RouteKey, once
 from api.responses import UNAVAILABLE, responses
-from hotledger import observability
+from hotledger import errors, observability
 from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
 from hotledger.money import format_minor
 from hotledger.runtime import redpackets
@@ -23,9 +24,20 @@ _NOT_FOUND = (404, "PACKET_NOT_FOUND or ACCOUNT_NOT_FOUND")
 @router.post("/redpackets", status_code=201, responses=responses(
     201, RedPacketCreated, "the sender was debited the total; the packet is open", UNAVAILABLE,
     (402, "INSUFFICIENT_BALANCE"), (403, "API_CLOSED"), (404, "ACCOUNT_NOT_FOUND"),
-    (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input")))
-def create_packet(request: Annotated[CreateRedPacketRequest, Body()]) -> dict:
-    packet = redpackets().create(request.sender_id, request.total, request.count, request.expires_in_s)
+    (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input"), KEY_CONFLICT))
+def create_packet(request: Annotated[CreateRedPacketRequest, Body()], idempotency_key: RouteKey = None):
+    return once(f"account:{request.sender_id}", idempotency_key, "POST /redpackets", request.model_dump(),
+                lambda attempt: _create_packet(request, attempt), status=201, resumable=True)
+
+
+def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict:
+    """The packet's id is the key's recovery point, kept before the sender is debited: an attempt resuming a dead
+    one finishes that packet (debited at most once under rp<id>) instead of sending a second."""
+    args = (request.sender_id, request.total, request.count, request.expires_in_s)
+    if attempt.resumed_from is not None:
+        packet = redpackets().resume(int(attempt.resumed_from), *args)
+    else:
+        packet = redpackets().create(*args, reserve=lambda packet_id: attempt.remember(str(packet_id)))
     metrics.add_metric(name="RedPacketsSent", unit=MetricUnit.Count, value=1)
     logger.info("red packet sent", extra={"packet_id": str(packet.packet_id), "sender_id": packet.sender_id,
                                           "total_minor": packet.total, "count": packet.count})
@@ -35,9 +47,25 @@ def create_packet(request: Annotated[CreateRedPacketRequest, Body()]) -> dict:
 
 @router.post("/redpackets/<packet_id>/grab", responses=responses(
     200, GrabResult, "grabbed; credited is false when the credit is left to the reconciler", _NOT_FOUND, UNAVAILABLE,
-    (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN")))
-def grab_packet(packet_id: PacketId, request: Annotated[GrabRequest, Body()]) -> dict:
-    grab = redpackets().grab(packet_id, request.user_id)
+    (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN; " + KEY_CONFLICT[1])))
+def grab_packet(packet_id: PacketId, request: Annotated[GrabRequest, Body()], idempotency_key: RouteKey = None):
+    return once(f"account:{request.user_id}", idempotency_key, f"POST /redpackets/{packet_id}/grab", request.model_dump(),
+                lambda attempt: _grab_packet(packet_id, request, attempt), resumable=True)
+
+
+def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict:
+    try:
+        grab = redpackets().grab(packet_id, request.user_id)
+    except errors.AlreadyGrabbed as exc:
+        if not attempt.retaken:
+            raise
+        # the attempt that died under this key took the item: it is this key's answer (its credit, once under
+        # rp<item id>, was made or is left to the reconciler)
+        amount = dict(redpackets().get(packet_id).grabs).get(request.user_id)
+        if amount is None:
+            raise
+        return GrabResult(packet_id=str(packet_id), item_id=exc.details["item_id"], user_id=request.user_id,
+                          amount=format_minor(amount), credited=False).model_dump()
     metrics.add_metric(name="RedPacketGrabs", unit=MetricUnit.Count, value=1)
     logger.info("red packet grabbed", extra={"packet_id": str(packet_id), "item_id": str(grab.item_id),
                                              "user_id": grab.user_id, "amount_minor": grab.amount, "credited": grab.credited})

@@ -7,6 +7,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
+from api.idempotency import KEY_CONFLICT, RouteKey, once
 from api.responses import UNAVAILABLE, responses
 from hotledger import observability
 from api.schemas import (
@@ -38,8 +39,14 @@ def get_voucher(voucher_id: VoucherId) -> dict:
 
 @router.post("/vouchers/<voucher_id>/orders", responses=responses(
     200, VoucherOrderResult, "order taken; durable in the broker or the Redis Stream", _NOT_FOUND, UNAVAILABLE,
-    (409, "SALE_NOT_STARTED, SALE_ENDED, SOLD_OUT or ALREADY_ORDERED"), (404, "VOUCHER_NOT_FOUND or ACCOUNT_NOT_FOUND")))
-def order_voucher(voucher_id: VoucherId, request: Annotated[VoucherOrderRequest, Body()]) -> dict:
+    (409, "SALE_NOT_STARTED, SALE_ENDED, SOLD_OUT or ALREADY_ORDERED; " + KEY_CONFLICT[1]),
+    (404, "VOUCHER_NOT_FOUND or ACCOUNT_NOT_FOUND")))
+def order_voucher(voucher_id: VoucherId, request: Annotated[VoucherOrderRequest, Body()], idempotency_key: RouteKey = None):
+    return once(f"account:{request.user_id}", idempotency_key, f"POST /vouchers/{voucher_id}/orders", request.model_dump(),
+                lambda: _order_voucher(voucher_id, request))
+
+
+def _order_voucher(voucher_id: int, request: VoucherOrderRequest) -> dict:
     order = vouchers().order(voucher_id, request.user_id)
     metrics.add_metric(name="VoucherOrders", unit=MetricUnit.Count, value=1)
     logger.info("voucher ordered", extra={"voucher_id": voucher_id, "order_id": str(order.order_id), "user_id": order.user_id})

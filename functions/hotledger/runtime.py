@@ -7,6 +7,7 @@ from hotledger.config import settings
 from hotledger.dal import publisher
 from hotledger.dal.cursor import Cursors
 from hotledger.dal.delay_queue import DelayQueue, Drainer
+from hotledger.dal.idempotency import Idempotency
 from hotledger.dal.ids import IdGenerator
 from hotledger.dal.lock import DistributedLock
 from hotledger.dal.redis_store import lua, stream_flag
@@ -37,6 +38,11 @@ from hotledger.vouchers.store import VoucherDb, VoucherRedis
 @functools.lru_cache(maxsize=1)
 def id_generator() -> IdGenerator:
     return IdGenerator(lua())
+
+
+@functools.lru_cache(maxsize=1)
+def idempotency() -> Idempotency:
+    return Idempotency(lua())
 
 
 @functools.lru_cache(maxsize=1)
@@ -146,6 +152,6 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (outbox, id_generator, lock, ledger_store, ledger, voucher_redis, vouchers, redpackets, writer, reconciler,
+    for cached in (outbox, id_generator, idempotency, lock, ledger_store, ledger, voucher_redis, vouchers, redpackets, writer, reconciler,
                    delay_queue, inbox, payment_orders, journeys, lua, cached_settings):
         cached.cache_clear()

@@ -14,7 +14,7 @@ FUNCTIONS = REPO / "functions"
 HOTLEDGER = FUNCTIONS / "hotledger"
 LUA = REPO / "layers" / "lua"
 FEATURES = ("ledger", "vouchers", "redpackets", "notices", "outbox")
-LUA_PREFIXES = ("ledger_", "voucher_", "redpacket_", "delay_", "inbox_", "journey_", "lock_", "outbox_", "ids_")
+LUA_PREFIXES = ("ledger_", "voucher_", "redpacket_", "delay_", "inbox_", "journey_", "lock_", "outbox_", "ids_", "idem_")
 SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE)\b.*\b(FROM|INTO|SET|VALUES)\b", re.I | re.S)
 
 

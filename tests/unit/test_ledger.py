@@ -14,7 +14,7 @@ from hotledger.config import Settings
 from hotledger.dal.db import CommitOutcomeUnknown, DatabaseUnavailable
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
-from hotledger.ledger.entry import Entry
+from hotledger.ledger.entry import Entry, ServiceKey, stored_key
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.service import Ledger, after_change, fingerprint, refusal
@@ -386,11 +386,11 @@ def test_a_deduct_is_answered_after_its_event_is_published(ledger, store, publis
     store.replies = [ok(900, version=4, epoch="e9")]
     result = ledger.deduct(USER, 100, "key-1")
     charge = store.charges[0]
-    assert (charge.kind, charge.amount, charge.idem_key, charge.fingerprint) == ("D", 100, "key-1", fingerprint("D", USER, 100))
+    assert (charge.kind, charge.amount, charge.idem_key, charge.fingerprint) == ("D", 100, "c:key-1", fingerprint("D", USER, 100))
     assert (result.entry_id, result.balance, result.version, result.mode) == (charge.entry_id, 900, 4, "ASYNC")
     assert published == [{"type": "ledger", "id": charge.entry_id, "kind": "D", "user_id": USER, "amount": 100,
-                          "balance_after": 900, "version": 4, "epoch": "e9", "ts": charge.ts, "open": "1", "idem_key": "key-1"}]
-    assert store.done == [(USER, "key-1")]  # a retry now replays without publishing again
+                          "balance_after": 900, "version": 4, "epoch": "e9", "ts": charge.ts, "open": "1", "idem_key": "c:key-1"}]
+    assert store.done == [(USER, "c:key-1")]  # a retry now replays without publishing again
 
 
 def test_without_a_key_there_is_no_fingerprint_and_no_record_to_mark(ledger, store, published):
@@ -418,7 +418,7 @@ def test_a_replay_of_a_request_that_died_publishes_its_entry_again(ledger, store
     store.charge_in_redis(entry(55))
     store.replies = [ApplyReply(ApplyStatus.REPLAY, entry_id=55, balance=900, version=2, done=False)]
     assert ledger.deduct(USER, 100, "key-1").entry_id == 55
-    assert [e["id"] for e in published] == [55] and store.done == [(USER, "key-1")]
+    assert [e["id"] for e in published] == [55] and store.done == [(USER, "c:key-1")]
 
 
 def test_a_replay_whose_entry_is_persisted_already_publishes_nothing(ledger, store, published):
@@ -546,7 +546,7 @@ def test_a_sync_deduct_moves_the_db_then_the_cache_if_older(ledger, sync):
     result = ledger.deduct(USER, 400, "key-1")
     assert (result.balance, result.version, result.mode) == (600, 4, "SYNC")
     assert (sync.accounts[USER].balance, sync.accounts[USER].version) == (600, 4)
-    assert sync.rows[result.entry_id] == ("D", USER, 400, 4, 600, "SYNC", "key-1")
+    assert sync.rows[result.entry_id] == ("D", USER, 400, 4, 600, "SYNC", "c:key-1")
     assert sync.updates == [(USER, {"balance": 600, "v": 4, "open": "1"}, 4)]
 
 
@@ -578,7 +578,7 @@ def test_a_refused_sync_charge_changes_nothing_but_is_the_keys_answer(ledger, sy
     with pytest.raises(error) as first:
         getattr(ledger, kind)(USER, amount, "key-1")
     assert sync.accounts == before and sync.rows == {} and sync.updates == []
-    assert sync.answers[(USER, "key-1")].answer["balance"] == balance
+    assert sync.answers[(USER, "c:key-1")].answer["balance"] == balance
     sync.set_balance(USER, balance - 1000 if kind == "recharge" else balance + 1000, 4)  # it would pass now
     with pytest.raises(error) as again:
         getattr(ledger, kind)(USER, amount, "key-1")
@@ -832,7 +832,7 @@ def test_an_async_business_refusal_with_a_key_is_kept_in_the_db_before_it_is_ans
     store.replies = [ApplyReply(status, balance=50, version=3)]
     with pytest.raises(error):
         ledger.deduct(USER, 100, "key-1")
-    assert store.answers == {(USER, "key-1"): IdempotentAnswer(
+    assert store.answers == {(USER, "c:key-1"): IdempotentAnswer(
         fingerprint("D", USER, 100), {"refused": status.value, "balance": 50, "version": 3})}
     store.replies = [ApplyReply(status, balance=50, version=3)]
     with pytest.raises(error):
@@ -853,13 +853,13 @@ def test_a_conflict_or_a_transient_failure_is_not_the_keys_answer(store, publish
 def test_a_key_redis_does_not_know_is_looked_up_in_the_db_once_then_charged(ledger, store, published):
     store.replies = [ApplyReply(ApplyStatus.UNKNOWN_KEY), ok(900)]
     result = ledger.deduct(USER, 100, "key-1")
-    assert store.answer_reads == [(USER, "key-1")]
+    assert store.answer_reads == [(USER, "c:key-1")]
     assert [c.key_checked for c in store.charges] == [False, True]
     assert store.charges[0].entry_id == store.charges[1].entry_id == result.entry_id and len(published) == 1
 
 
 def test_a_key_the_db_answered_is_replayed_without_charging(ledger, store, published):
-    store.answers[(USER, "key-1")] = IdempotentAnswer(fingerprint("D", USER, 100), {
+    store.answers[(USER, "c:key-1")] = IdempotentAnswer(fingerprint("D", USER, 100), {
         "entry_id": 55, "user_id": USER, "amount": 100, "balance": 700, "version": 6, "mode": "SYNC"})
     store.replies = [ApplyReply(ApplyStatus.UNKNOWN_KEY)]
     result = ledger.deduct(USER, 100, "key-1")
@@ -871,7 +871,7 @@ def test_a_key_the_db_answered_is_replayed_without_charging(ledger, store, publi
 
 
 def test_a_refusal_the_db_holds_is_answered_again_with_its_message(ledger, store, published):
-    store.answers[(USER, "key-1")] = IdempotentAnswer(fingerprint("D", USER, 100),
+    store.answers[(USER, "c:key-1")] = IdempotentAnswer(fingerprint("D", USER, 100),
                                                       {"refused": "insufficient", "balance": 1234, "version": 6})
     store.replies = [ApplyReply(ApplyStatus.UNKNOWN_KEY)]
     with pytest.raises(errors.InsufficientBalance, match="12.34"):
@@ -880,7 +880,7 @@ def test_a_refusal_the_db_holds_is_answered_again_with_its_message(ledger, store
 
 
 def test_a_sync_charge_answers_a_key_an_async_charge_took(ledger, sync):
-    sync.answers[(USER, "key-1")] = IdempotentAnswer(fingerprint("D", USER, 100), {
+    sync.answers[(USER, "c:key-1")] = IdempotentAnswer(fingerprint("D", USER, 100), {
         "entry_id": 55, "user_id": USER, "amount": 100, "balance": 700, "version": 6, "mode": "ASYNC"})
     result = ledger.deduct(USER, 100, "key-1")
     assert (result.entry_id, result.mode) == (55, "ASYNC") and sync.rows == {}
@@ -905,16 +905,30 @@ def test_the_persister_keeps_each_entrys_key_answer_and_never_a_second_entry_for
     assert store.settled == [{USER: [2, 3, 4, 5, 6]}]
 
 
-@pytest.mark.parametrize("key,final", [("client-1", True), ("rp12", False), ("rprefund12", False),
-                                       ("payorder12", False), ("payorder-12", True), ("rp12x", True), (None, False)])
+@pytest.mark.parametrize("key,final", [("client-1", True), (ServiceKey("rp12"), False), (ServiceKey("rprefund12"), False),
+                                       (ServiceKey("payorder12"), False), ("payorder12", True), ("rp12", True),
+                                       (None, False)])
 def test_a_refusal_is_the_answer_of_every_client_key_not_of_the_services_own(key, final):
     from hotledger.ledger.service import refusal_is_answer
 
-    assert refusal_is_answer(key) is final
+    assert refusal_is_answer(stored_key(key)) is final
+
+
+@pytest.mark.parametrize("key,stored", [("client-1", "c:client-1"), ("payorder12", "c:payorder12"), ("c:rp1", "c:c:rp1"),
+                                        (ServiceKey("payorder12"), "payorder12"), (None, None), ("", None)])
+def test_client_keys_live_in_a_namespace_no_service_key_can_take(key, stored):
+    assert stored_key(key) == stored
+
+
+def test_a_client_key_spelled_like_a_service_key_is_charged_under_its_own_namespace(store, published):
+    store.replies = [ApplyReply(ApplyStatus.INSUFFICIENT, balance=50, version=3)]
+    with pytest.raises(errors.InsufficientBalance):
+        make_ledger(store, published).deduct(USER, 100, "payorder12")
+    assert store.charges[0].idem_key == "c:payorder12" and list(store.answers) == [(USER, "c:payorder12")]
 
 
 def test_a_refusal_of_a_service_key_is_not_remembered(store, published):
     store.replies = [ApplyReply(ApplyStatus.INSUFFICIENT, balance=50, version=3)]
     with pytest.raises(errors.InsufficientBalance):
-        make_ledger(store, published).deduct(USER, 100, "payorder12")
+        make_ledger(store, published).deduct(USER, 100, ServiceKey("payorder12"))
     assert store.answers == {} and store.charges[0].refusal_final is False

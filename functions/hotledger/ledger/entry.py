@@ -12,6 +12,23 @@ from hotledger.outbox.events import LedgerEvent
 KIND_DEDUCT, KIND_RECHARGE = "D", "R"
 
 
+class ServiceKey(str):
+    """An Idempotency-Key of the service's own charges (red packets rp<id> / rprefund<id>, payment orders
+    payorder<id> / payorderrefund<id>). The ledger keeps these as they are and every client key under CLIENT_PREFIX,
+    so a client key spelled like a service key never meets it (issue 10 item 3; Stripe scopes keys per caller)."""
+
+
+CLIENT_PREFIX = "c:"
+
+
+def stored_key(idem_key: str | None) -> str | None:
+    """The key as the ledger stores it (Redis record, entry, t_idempotency, t_order/t_pay idem_key): a ServiceKey as
+    it is, a client's key under 'c:' (the API's keys hold at most 100 characters: 102 fit the 128 of the columns)."""
+    if not idem_key or isinstance(idem_key, ServiceKey):
+        return idem_key or None
+    return CLIENT_PREFIX + idem_key
+
+
 @dataclass(frozen=True)
 class Entry:
     entry_id: int

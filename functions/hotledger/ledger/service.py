@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -31,7 +30,7 @@ from hotledger import errors, keys
 from hotledger.dal.db import CommitOutcomeUnknown
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
-from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry
+from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry, ServiceKey, stored_key
 from hotledger.ledger.store import (
     MAX_BALANCE,
     AccountRow,
@@ -121,16 +120,13 @@ _REFUSALS = {
 # the business refusals: each is the definitive answer for its Idempotency-Key (TigerBeetle: id_already_failed;
 # Stripe replays the stored error), unlike a transient failure (503), which changed nothing and may be retried
 BUSINESS_REFUSALS = frozenset({ApplyStatus.CLOSED, ApplyStatus.INSUFFICIENT, ApplyStatus.LIMIT})
-# ...except for the service's own keys (red packet debits rp<id>, credits rp<item id>, refunds rprefund<id>, payment
-# orders payorder<id>): their callers keep the outcome in their own state (a FAILED packet, an OPEN payment order,
-# a credit to retry) and charge again under the same key once the cause is gone (a pay after a top-up), so a
-# refusal is not their answer. Issue 10 item 3 separates the client's key namespace from these.
-_SERVICE_KEY = re.compile(r"(rp|rprefund|payorder)[0-9]+")
-
-
+# ...except for the service's own keys (ServiceKey: red packet debits rp<id>, credits rp<item id>, refunds rprefund<id>,
+# payment orders payorder<id>): their callers keep the outcome in their own state (a FAILED packet, an OPEN payment
+# order, a credit to retry) and charge again under the same key once the cause is gone (a pay after a top-up), so a
+# refusal is not their answer. Client keys are stored under their own prefix (entry.stored_key): the two never meet.
 def refusal_is_answer(idem_key: str | None) -> bool:
-    """Whether a business refusal is this key's answer for good (every client key)."""
-    return bool(idem_key) and not _SERVICE_KEY.fullmatch(idem_key)
+    """Whether a business refusal is this key's answer for good (every client key, never a ServiceKey)."""
+    return bool(idem_key) and not isinstance(idem_key, ServiceKey)
 
 
 def refusal(reply: ApplyReply) -> errors.DomainError | None:
@@ -293,6 +289,7 @@ class Ledger:
     def _charge(self, kind: str, user_id: int, amount: int, idem_key: str | None) -> LedgerResult:
         if not 0 < amount <= MAX_MINOR:
             raise errors.DomainError("amount out of range")
+        idem_key = stored_key(idem_key)  # a client's key in its own namespace; a ServiceKey as it is
         request = fingerprint(kind, user_id, amount) if idem_key else ""
         charges: dict[int, Charge] = {}
         key_checked, refusal_final = False, refusal_is_answer(idem_key)
@@ -421,6 +418,7 @@ class Ledger:
         """The entry of this kind charged on this account with this Idempotency-Key, if any, whatever the age of
         the key's idempotency record. Redis first: the writer deletes the entry string only after its DB commit,
         so an entry gone from Redis between the two reads is found in the DB."""
+        idem_key = stored_key(idem_key)
         for entry in self.store.pending_entries(user_id):
             if entry.kind == kind and entry.idem_key == idem_key:
                 return KeyedCharge(entry.entry_id, persisted=False, ts=entry.ts)

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from hotledger import errors
-from hotledger.ledger.entry import KIND_DEDUCT
+from hotledger.ledger.entry import KIND_DEDUCT, ServiceKey
 from hotledger.notices.store import PaymentOrder, PaymentOrderState, PaymentOrderStore
 
 # the queue names are stored in Redis and reserved in the HTTP API: they keep their seed names
@@ -49,12 +49,12 @@ PAY_HORIZON_MS = 20_000  # default of the payment horizon (runtime passes the le
 log = logging.getLogger(__name__)
 
 
-def pay_key(payment_order_id: int) -> str:
-    return f"payorder{payment_order_id}"
+def pay_key(payment_order_id: int) -> ServiceKey:
+    return ServiceKey(f"payorder{payment_order_id}")
 
 
-def refund_key(payment_order_id: int) -> str:
-    return f"payorderrefund{payment_order_id}"
+def refund_key(payment_order_id: int) -> ServiceKey:
+    return ServiceKey(f"payorderrefund{payment_order_id}")
 
 
 class Ledger(Protocol):

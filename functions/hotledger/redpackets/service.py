@@ -149,14 +149,34 @@ class RedPackets:
         self.clock = clock
 
     # send -----------------------------------------------------------------------------------------------
-    def create(self, sender_id: int, total: int, count: int, expires_in_s: int) -> PacketView:
+    def create(self, sender_id: int, total: int, count: int, expires_in_s: int,
+               reserve: Callable[[int], object] | None = None, packet_id: int | None = None) -> PacketView:
+        """Send a packet. `reserve(packet_id)` runs before any effect (an Idempotency-Key's recovery point: an attempt
+        that takes the key over after this one died resumes this packet, see resume); `packet_id`: the id an earlier
+        attempt reserved and never inserted."""
         amounts = split(total, count, self.rng)
         if not self.ledger.account_exists(sender_id):
             raise errors.AccountNotFound(f"account {sender_id} does not exist")
-        packet = PacketRow(self.next_id(), sender_id, "CREATING", total, count, None, self.clock() + expires_in_s * 1000)
+        packet_id = packet_id or self.next_id()
+        if reserve is not None:
+            reserve(packet_id)
+        packet = PacketRow(packet_id, sender_id, "CREATING", total, count, None, self.clock() + expires_in_s * 1000)
         self.store.insert(packet.packet_id, sender_id, total, packet.expires_at, [(self.next_id(), a) for a in amounts])
         self.debit_and_open(packet)
         return PacketView(packet.packet_id, sender_id, "OPEN", total, count, None, packet.expires_at)
+
+    def resume(self, packet_id: int, sender_id: int, total: int, count: int, expires_in_s: int) -> PacketView:
+        """Finish the send an attempt that died began under the same Idempotency-Key with this packet id: create it if
+        it never was inserted, debit (under the packet's own key rp<id>: at most once) and open it if it is CREATING,
+        answer it if it is open or past. A FAILED packet was refused its debit: not sent."""
+        row = self.store.packet(packet_id)
+        if row is None:
+            return self.create(sender_id, total, count, expires_in_s, packet_id=packet_id)
+        if row.state == "FAILED":
+            raise errors.PacketNotOpen(f"red packet {packet_id} failed: its sender's debit was refused")
+        if row.state == "CREATING":
+            self.debit_and_open(row)
+        return PacketView(row.packet_id, row.sender_id, "OPEN", row.total, row.count, None, row.expires_at)
 
     def debit_and_open(self, packet: PacketRow) -> None:
         """Debit the sender (idempotent by key: the reconciler may run this again), then open the packet.

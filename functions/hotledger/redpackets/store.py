@@ -18,6 +18,7 @@ from enum import Enum
 from hotledger import keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, expire_once, redis_errors_translated, reply_fields, text
+from hotledger.ledger.entry import ServiceKey
 from hotledger.outbox.events import RedPacketClaimEvent
 
 # The Idempotency-Keys of the packet's moves through the ledger. t_pay rows carry them, which is how the
@@ -26,16 +27,16 @@ CREDIT_KEY_PREFIX = "rp"
 DEBIT_KEY_PREFIX = "rp"  # the debit is in t_order, the credits in t_pay: one prefix, two tables
 
 
-def debit_key(packet_id: int) -> str:
-    return f"{DEBIT_KEY_PREFIX}{packet_id}"
+def debit_key(packet_id: int) -> ServiceKey:
+    return ServiceKey(f"{DEBIT_KEY_PREFIX}{packet_id}")
 
 
-def credit_key(item_id: int) -> str:
-    return f"{CREDIT_KEY_PREFIX}{item_id}"
+def credit_key(item_id: int) -> ServiceKey:
+    return ServiceKey(f"{CREDIT_KEY_PREFIX}{item_id}")
 
 
-def refund_key(packet_id: int) -> str:
-    return f"rprefund{packet_id}"
+def refund_key(packet_id: int) -> ServiceKey:
+    return ServiceKey(f"rprefund{packet_id}")
 
 
 # DB ------------------------------------------------------------------------------------------------------

@@ -1,0 +1,119 @@
+"""The Idempotency-Key header and its answer replay for the routes that move money or stock.
+
+Deducts and recharges pass the key to the ledger, which keeps its answers in Redis and the DB for good. The other
+money- or stock-moving POSTs (red packets, grabs, voucher orders, payment orders, pay, close) run through `once`,
+Stripe's model over hotledger.dal.idempotency: keys are scoped per account (per payment order for pay and close),
+bound to the route and the validated body, and their first answer (status and body, a business refusal or OUTCOME_UNKNOWN included) is
+replayed for 24 h; the effect underneath happens once. A 503 that changed nothing (SERVICE_UNAVAILABLE,
+PUBLISH_FAILED, RECOVERING, LOCK_LOST) is no answer: the key may try again. OUTCOME_UNKNOWN is the key's answer (Stripe
+replays its 500s): it names what to look up (the packet, the entry), and running the request again under the key
+could move money or stock a second time (a second packet and debit, a second unit of a voucher)."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Header
+from hotledger import errors, observability
+from hotledger.dal.db import DatabaseUnavailable
+from hotledger.dal.idempotency import BeginStatus
+from hotledger.dal.lock import LockUnavailable
+from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
+from hotledger.runtime import idempotency
+
+from api.responses import error, json_answer
+
+logger = observability.logger()
+
+_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", min_length=1, max_length=100, pattern=_PATTERN,
+           description="Retry-safe key. The first definitive answer, a charge or a refusal (402 INSUFFICIENT_BALANCE, "
+                       "403 API_CLOSED, 422 BALANCE_LIMIT), is replayed for the same key and body for the key's whole "
+                       "life; another body or kind gets 409 IDEMPOTENCY_KEY_REUSED; 503 answers are not recorded: retry "
+                       "with the same key. Keys are kept in Redis for 24 h and in the DB without expiry."),
+]
+RouteKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", min_length=1, max_length=100, pattern=_PATTERN,
+           description="Retry-safe key, scoped to the acting account (to the payment order for pay and close). The "
+                       "first answer, success or refusal, is replayed for the same key, route and body for 24 h and the "
+                       "money or stock moves once; another route or body gets 409 IDEMPOTENCY_KEY_REUSED, a retry while "
+                       "the first request is in flight 409 IDEMPOTENCY_IN_PROGRESS; 503 answers are not recorded "
+                       "(retry with the same key) except OUTCOME_UNKNOWN, which is replayed: look up what it names."),
+]
+KEY_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another route or body; IDEMPOTENCY_IN_PROGRESS")
+
+
+def fingerprint(route: str, body: dict | None) -> str:
+    return hashlib.sha256(json.dumps([route, body], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What a resumable request sees (once(..., resumable=True)): whether it took the key over from an attempt that
+    died under it (`retaken`), the recovery point that attempt left (`resumed_from`, None when there was none), and
+    `remember` to leave its own before any effect."""
+
+    resumed_from: str | None
+    remember: Callable[[str], object]
+    retaken: bool = False
+
+
+def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: Callable[..., dict],
+         status: int = 200, resumable: bool = False) -> Response:
+    """Answer `run()` (its dict as JSON with `status`), once per (scope, key): a retry replays the first answer.
+    With `resumable`, run(attempt) is given an Attempt (Stripe's recovery points)."""
+    if idem_key is None:
+        return json_answer(run(Attempt(None, lambda note: None)) if resumable else run(), status)
+    store = idempotency()
+    begun = store.begin(scope, idem_key, fingerprint(route, body))
+    if begun.status is BeginStatus.REPLAY:
+        return Response(status_code=begun.answer_status, content_type="application/json", body=begun.body,
+                        headers={"Idempotent-Replayed": "true"})
+    if begun.status is BeginStatus.CONFLICT:
+        raise errors.IdempotencyKeyReused("this Idempotency-Key was used with another route or body")
+    if begun.status is BeginStatus.RUNNING:
+        raise errors.IdempotencyInProgress("the first request with this Idempotency-Key is still in progress")
+    if resumable:
+        attempt = Attempt(begun.note, lambda note: store.note(scope, idem_key, begun.token, note), begun.retaken)
+        call = lambda: run(attempt)
+    else:
+        call = run
+    try:
+        answer = json_answer(call(), status)
+    except errors.DomainError as exc:
+        if exc.status >= 500 and not isinstance(exc, errors.ChargeOutcomeUnknown):
+            _abandon(scope, idem_key, begun.token)  # nothing changed: not the key's answer, a retry runs again
+            raise
+        refused = error(exc.status, exc.code, exc.message, **exc.details)
+        _finish(scope, idem_key, begun.token, refused)
+        raise  # answered by the app's handler, with the same body
+    except (DatabaseUnavailable, LockUnavailable, RedisUnavailable) as exc:
+        if not isinstance(exc, RedisOutcomeUnknown):  # answered 503 SERVICE_UNAVAILABLE: nothing was changed
+            _abandon(scope, idem_key, begun.token)
+        raise
+    # anything else (a bug, a kill) may come after an effect: the record stays in flight until its lease ends, then a
+    # retry takes it over (and a resumable request resumes from the recovery point it left)
+    _finish(scope, idem_key, begun.token, answer)
+    return answer
+
+
+def _finish(scope: str, idem_key: str, token: str, answer: Response) -> None:
+    try:
+        if not idempotency().finish(scope, idem_key, token, answer.status_code, answer.body):
+            logger.warning("idempotency record taken over before the answer", extra={"scope": scope})
+    except RedisUnavailable:
+        # the request's effect stands: the record stays in flight until its lease ends, then a retry runs again
+        logger.warning("idempotency answer not recorded", extra={"scope": scope}, exc_info=True)
+
+
+def _abandon(scope: str, idem_key: str, token: str) -> None:
+    with contextlib.suppress(RedisUnavailable):
+        idempotency().abandon(scope, idem_key, token)
