@@ -22,10 +22,11 @@ NOW_MS = int(time.time() * 1000)
 
 class DropAfterScript:
     """Forwards to Redis until a command carrying `marker` (a script's sha) passes; then swallows Redis's reply,
-    drops the client and closes the listening port (every reconnect is refused)."""
+    runs `between` (if given), drops the client and, with `refuse`, closes the listening port (every reconnect
+    is refused); without it, the resends go through."""
 
-    def __init__(self, upstream: tuple[str, int]):
-        self.upstream = upstream
+    def __init__(self, upstream: tuple[str, int], refuse: bool = True, between=None):
+        self.upstream, self.refuse, self.between = upstream, refuse, between
         self.marker: bytes | None = None
         self.fired = threading.Event()
         self.closed = threading.Event()
@@ -61,7 +62,10 @@ class DropAfterScript:
                         if self.marker and self.marker in data and not self.fired.is_set():
                             upstream.recv(65536)  # Redis ran the script and answered: the answer is lost
                             self.fired.set()
-                            self.close()
+                            if self.between:
+                                self.between()
+                            if self.refuse:
+                                self.close()
                             return
                     else:
                         client.sendall(data)
