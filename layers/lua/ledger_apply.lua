@@ -49,11 +49,13 @@
 local kind, amount, ts, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local fingerprint = ARGV[6]
 
--- a client resending this call after its reply was lost must not charge twice: the entry answers
+-- a client resending this call after its reply was lost must not charge twice: the entry answers, also once
+-- the writer persisted it (ledger_settle keeps it as 'settled;<entry string>' past any resend)
 local applied = redis.call('GET', KEYS[2])
 if applied then
   local f = {}
   for part in string.gmatch(applied, '[^;]+') do f[#f + 1] = part end
+  if f[1] == 'settled' then table.remove(f, 1) end
   return {'ok', id, f[3], f[4], f[6], f[7]}
 end
 

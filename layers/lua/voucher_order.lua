@@ -1,7 +1,8 @@
 -- voucher_order: take one unit of a flash-sale voucher for a buyer, atomically.
 -- All keys share the voucher's hash tag (the seed built keys inside Lua, which Redis Cluster forbids).
 -- KEYS[1] voucher:{v<id>}          hash: stock, begin, end, limit, epoch, hold_until, db_version
--- KEYS[2] voucher:buyers:{v<id>}   hash: user id -> orders taken
+-- KEYS[2] voucher:buyers:{v<id>}   hash: user id -> orders taken; '<user id>:settled' -> ',order;seq;epoch...' of the
+--                                  buyer's persisted orders (voucher_settle: resend evidence)
 -- KEYS[3] voucher:pending:{v<id>}  hash: order id -> 'user;seq;ts;epoch' until the writer persisted it
 -- KEYS[4] events:{s<n>}            event stream (written only when ARGV[5] is 'stream')
 -- ARGV[1] voucher id  ARGV[2] user id  ARGV[3] order id (decimal string)  ARGV[4] now (epoch ms)
@@ -13,12 +14,19 @@
 --   {'sold_out'}             stock <= 0
 --   {'already', taken}       the buyer holds the per-user limit already
 --   {'ok', seq, epoch, stock_left}  taken: seq is the buyer's n-th order of this voucher. Also the
---                            answer to a resent call whose order id is pending already (nothing taken twice)
+--                            answer to a resent call whose order id is pending already, or persisted (nothing
+--                            taken twice)
 local pending = redis.call('HGET', KEYS[3], ARGV[3])
 if pending then
   local f = {}
   for part in string.gmatch(pending, '[^;]+') do f[#f + 1] = part end
   return {'ok', f[2], f[4], redis.call('HGET', KEYS[1], 'stock')}
+end
+-- a resend arriving after the writer persisted and settled the order: voucher_settle left it with the buyer
+local settled = redis.call('HGET', KEYS[2], ARGV[2] .. ':settled')
+if settled then
+  local seq, epoch = string.match(settled, ',' .. ARGV[3] .. ';(%d+);([^,]*)')
+  if seq then return {'ok', seq, epoch, redis.call('HGET', KEYS[1], 'stock')} end
 end
 local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'limit', 'epoch', 'hold_until')
 if not v[1] then return {'missing'} end

@@ -218,7 +218,7 @@ def test_settle_removes_entries_and_flags_foreign_epochs(lua, redis_client, uid)
     _apply(lua, uid, "D", 10, 1)
     _apply(lua, uid, "D", 10, 2)
     assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.entry(uid, 1)], args=["new", 1]) == [1, 0]
-    assert not redis_client.exists(keys.entry(uid, 1))
+    assert redis_client.get(keys.entry(uid, 1)).startswith(b"settled;")  # resend evidence only, not pending
     assert redis_client.hget(keys.balance(uid), "dirty") is None
     assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.entry(uid, 2)], args=["new,old", 2]) == [1, 1]
     assert redis_client.hget(keys.balance(uid), "dirty") == b"1"
@@ -276,3 +276,83 @@ def test_script_reloads_after_script_flush(lua, redis_client, uid):
 def test_unknown_redis_error_is_not_swallowed(lua, uid):
     with pytest.raises(RedisCommandError):
         lua.run("ledger_apply", [keys.balance(uid)], ["D"])
+
+
+# resend after settle (issue 10, item 5) ---------------------------------------------------------------------------
+def _settle(lua, uid, *entry_ids, epoch="e1"):
+    return lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), *(keys.entry(uid, i) for i in entry_ids)],
+                   args=[epoch, *entry_ids])
+
+
+def test_a_call_resent_after_the_writer_settled_it_charges_once(lua, redis_client, uid):
+    """The first call ran and its reply was lost; the writer persisted and settled the entry within
+    milliseconds; redis-py's resend arrives after that. Before the fix: the settle had deleted the entry
+    string, so the resend charged again (balance 9000 -> 8000) under the same id."""
+    from hotledger.dal.redis_store import RETRY_HORIZON_S
+
+    _load(lua, uid, balance=10_000)
+    first = _apply(lua, uid, "D", 1000, 1)
+    assert first == ["ok", "1", "9000", "6", "e1", "1"]
+    assert _settle(lua, uid, 1) == [1, 0]
+    assert _apply(lua, uid, "D", 1000, 1) == first
+    assert redis_client.hmget(keys.balance(uid), "balance", "v") == [b"9000", b"6"]
+    assert redis_client.zcard(keys.consistency(uid)) == 0  # nothing pending: the settled entry is not counted again
+    # the evidence outlives the client's longest resend many times over, then leaves
+    assert RETRY_HORIZON_S * 5 < redis_client.ttl(keys.entry(uid, 1)) <= 3600
+    assert _settle(lua, uid, 1) == [0, 0]  # a second settle (re-delivery) keeps the evidence as it is
+    assert _apply(lua, uid, "D", 1000, 1) == first
+
+
+def test_a_settled_entry_is_not_pending_for_the_readers(lua, redis_client, uid):
+    """The evidence ledger_settle leaves is no pending entry: the order lookup, the pending list and the
+    reconciler's reads see it as gone from Redis (in the DB)."""
+    from hotledger.config import settings
+    from hotledger.ledger.store import LedgerStore, pending_entries
+
+    _load(lua, uid, balance=10_000)
+    _apply(lua, uid, "D", 1000, 1)
+    _apply(lua, uid, "D", 1000, 2)
+    _settle(lua, uid, 1)
+    store = LedgerStore(lua, settings())
+    assert store.entry(uid, 1) is None and store.entry(uid, 2).amount == 1000
+    assert [e.entry_id for e in pending_entries(redis_client, uid)] == [2]
+    found, lost = store.entries(uid, [1, 2])
+    assert [e.entry_id for e in found] == [2] and lost == []
+
+
+def _voucher(lua, vid, stock=5, limit=2, epoch="ve1"):
+    assert lua.run("voucher_load", [keys.voucher(vid), keys.voucher_buyers(vid)],
+                   [stock, 0, 2**41, limit, epoch, 0, 1]) == 1
+
+
+def _order(lua, vid, user, order_id):
+    reply = lua.run("voucher_order", [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_pending(vid),
+                                      keys.voucher_stream(vid)], [vid, user, order_id, 1_700_000_000_000, ""])
+    return [x.decode() if isinstance(x, bytes) else str(x) for x in reply]
+
+
+def _voucher_settle(lua, vid, *triples, version=2):
+    return lua.run("voucher_settle", [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_pending(vid)],
+                   [version, *(x for t in triples for x in t)])
+
+
+def test_a_voucher_order_resent_after_the_writer_settled_it_takes_one_unit(lua, redis_client, uid):
+    """Before the fix: voucher_settle had dropped the pending order, so the resend took a second unit
+    (stock 4 -> 3) and a second slot of the buyer's limit under the same order id."""
+    vid = uid
+    _voucher(lua, vid, stock=5, limit=2)
+    first = _order(lua, vid, 42, 7001)
+    assert first == ["ok", "1", "ve1", "4"]
+    assert _voucher_settle(lua, vid, (7001, 42, "ve1")) == [1, 0]
+    assert _order(lua, vid, 42, 7001) == first
+    assert redis_client.hmget(keys.voucher(vid), "stock") == [b"4"]
+    assert redis_client.hget(keys.voucher_buyers(vid), "42") == b"1"
+    assert redis_client.hlen(keys.voucher_pending(vid)) == 0
+    # the buyer's next order is a new one; both stay recognisable
+    second = _order(lua, vid, 42, 7002)
+    assert second == ["ok", "2", "ve1", "3"]
+    assert _voucher_settle(lua, vid, (7002, 42, "ve1")) == [1, 0]
+    assert _voucher_settle(lua, vid, (7002, 42, "ve1")) == [0, 0]  # re-delivery: the evidence is kept once
+    assert [_order(lua, vid, 42, i)[:3] for i in (7001, 7002)] == [first[:3], second[:3]]  # (stock: the current one)
+    assert _order(lua, vid, 42, 7003) == ["already", "2"]
+    assert redis_client.hget(keys.voucher(vid), "stock") == b"3"

@@ -84,16 +84,46 @@ class Lua:
 
 
 
+class AttemptsKept(Retry):
+    """redis-py's Retry that keeps every attempt's error on the error it finally raises (`exc.attempts`, first to
+    last). Whether a command may have run depends on every attempt: one that timed out after Redis ran the
+    script, followed by resends refused at connect, must not read as "nothing changed" (never_ran)."""
+
+    def call_with_retry(self, do, fail, is_retryable=None, with_failure_count=False):
+        attempts: list[Exception] = []
+
+        def attempt():
+            try:
+                return do()
+            except Exception as error:
+                attempts.append(error)
+                raise
+
+        try:
+            return super().call_with_retry(attempt, fail, is_retryable, with_failure_count)
+        except Exception as error:
+            error.attempts = tuple(attempts)
+            raise
+
+
+SOCKET_TIMEOUT_S = CONNECT_TIMEOUT_S = 2.0
+RETRIES, BACKOFF_BASE_S, BACKOFF_CAP_S = 2, 0.02, 0.2
+# the longest one call keeps resending: every attempt may wait for its connect and for its reply (plus the
+# health check PING); the scripts' resend evidence (ledger_settle, voucher_settle) outlives this many times over
+RETRY_HORIZON_S = (RETRIES + 1) * (CONNECT_TIMEOUT_S + 2 * SOCKET_TIMEOUT_S) + RETRIES * BACKOFF_CAP_S
+
+
 def connect(cfg: Settings) -> redis.Redis:
     return redis.Redis.from_url(
         cfg.redis_url,
         password=cfg.redis_password,
-        socket_timeout=2.0,
-        socket_connect_timeout=2.0,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
         health_check_interval=30,
-        # resending after a timeout is safe: every script is idempotent (ledger_apply answers a resent call
-        # from its entry); two retries keep a dead Redis from holding a request for long
-        retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
+        # resending after a timeout is safe: every script recognises a resend of itself (ledger_apply by its entry,
+        # also after the writer settled it, for RETRY_HORIZON_S and more); two retries keep a dead Redis from
+        # holding a request for long. Each attempt is kept, so an outcome is unknown when any attempt may have run.
+        retry=AttemptsKept(ExponentialBackoff(cap=BACKOFF_CAP_S, base=BACKOFF_BASE_S), RETRIES),
     )
 
 
@@ -122,9 +152,10 @@ def text(value) -> str | None:
 
 
 def never_ran(exc: redis.RedisError) -> bool:
-    """True when the connection was refused: the command cannot have reached Redis. A timeout or a
-    connection lost mid-command leaves its outcome unknown."""
-    return isinstance(exc.__context__, ConnectionRefusedError)
+    """True when every attempt redis-py made (AttemptsKept) was refused at connect: the command cannot have
+    reached Redis. One attempt that timed out or lost its connection mid-command leaves the outcome unknown,
+    whatever the later attempts met."""
+    return all(isinstance(attempt.__context__, ConnectionRefusedError) for attempt in getattr(exc, "attempts", None) or (exc,))
 
 
 def wait_for_message(pubsub, timeout_s: float, addressed_to: str | None = None) -> bool:

@@ -258,13 +258,19 @@ class SettleReply:
     flagged: bool  # an entry was charged from an earlier cache load: the reconciler corrects the account
 
 
+def settled(raw) -> bool:
+    """ledger_settle keeps a persisted entry's string as 'settled;<entry string>' for a while, as resend evidence
+    for ledger_apply: it is no pending entry."""
+    return text(raw).startswith("settled;")
+
+
 def pending_entries(client, user_id: int) -> list[Entry]:
     """Entries in the consistency set whose entry string still exists."""
     ids = [int(text(m)) for m in client.zrange(keys.consistency(user_id), 0, -1)]
     if not ids:
         return []
     raws = client.mget([keys.entry(user_id, i) for i in ids])
-    return [Entry.parse(user_id, i, text(raw)) for i, raw in zip(ids, raws) if raw is not None]
+    return [Entry.parse(user_id, i, text(raw)) for i, raw in zip(ids, raws) if raw is not None and not settled(raw)]
 
 
 @redis_errors_translated
@@ -393,12 +399,12 @@ class LedgerStore:
 
     def entry(self, user_id: int, entry_id: int) -> Entry | None:
         raw = self.redis.get(keys.entry(user_id, entry_id))
-        return None if raw is None else Entry.parse(user_id, entry_id, text(raw))
+        return None if raw is None or settled(raw) else Entry.parse(user_id, entry_id, text(raw))
 
     def entries(self, user_id: int, entry_ids: list[int]) -> tuple[list[Entry], list[int]]:
-        """(the entries whose string exists, the ids whose string expired)."""
+        """(the entries whose string exists, the ids whose string expired); settled ones are neither."""
         raws = self.redis.mget([keys.entry(user_id, i) for i in entry_ids])
-        found = [Entry.parse(user_id, i, text(raw)) for i, raw in zip(entry_ids, raws) if raw is not None]
+        found = [Entry.parse(user_id, i, text(raw)) for i, raw in zip(entry_ids, raws) if raw is not None and not settled(raw)]
         return found, [i for i, raw in zip(entry_ids, raws) if raw is None]
 
     def forget_pending(self, user_id: int, entry_ids: list[int]) -> None:
