@@ -9,7 +9,7 @@ from integration.test_redis_attempts import DropAfterScript, proxied_lua, throug
 from integration.test_streams import drain_once, stream_mode  # noqa: F401 (fixture)
 
 
-def test_a_deduct_resent_after_the_stream_consumer_settled_it_charges_once(stream_mode, api, sql, settings, monkeypatch):
+def test_a_deduct_resent_after_the_stream_consumer_settled_it_charges_once(stream_mode, api, sql, settings, monkeypatch):  # noqa: F811
     """Before the fix: 200 with balance 80.00 after a 10.00 deduct on 100.00 (charged twice), a second
     event with the same id in the stream."""
     user_id = api.account(balance="100.00")
@@ -39,7 +39,7 @@ def test_a_deduct_resent_after_the_stream_consumer_settled_it_charges_once(strea
     assert status == 200 and order["status"] == "PERSISTED"
 
 
-def test_a_voucher_order_resent_after_the_stream_consumer_settled_it_takes_one_unit(stream_mode, api, sql, settings,
+def test_a_voucher_order_resent_after_the_stream_consumer_settled_it_takes_one_unit(stream_mode, api, sql, settings,  # noqa: F811
                                                                                     monkeypatch):
     """Before the fix: the resend took a second unit (stock_left 3 of 5) and a second event under one order id."""
     status, body = api("POST", "/vouchers", {"title": "s", "stock": 5, "begin_at": 0, "end_at": 2**41, "per_user_limit": 2})
