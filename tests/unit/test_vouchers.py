@@ -55,7 +55,7 @@ class FakeDb:
     def transaction():
         return contextlib.nullcontext("cursor")
 
-    def create(self, title, stock, per_user_limit, begin_at, end_at) -> int:
+    def create(self, cur, title, stock, per_user_limit, begin_at, end_at) -> int:
         return self.add(stock=stock, begin_at=begin_at, end_at=end_at, limit=per_user_limit)
 
     def find(self, voucher_id):

@@ -26,7 +26,7 @@ from hotledger import errors
 from hotledger.config import Settings
 from hotledger.outbox.durable import Durability, Outbound
 from hotledger.outbox.events import VoucherOrderEvent
-from hotledger.vouchers.store import OrderReply, OrderStatus, VoucherDb, VoucherRedis
+from hotledger.vouchers.store import OrderReply, OrderStatus, VoucherDb, VoucherRedis, VoucherSnapshot
 
 
 def wall_clock_ms() -> int:
@@ -88,18 +88,29 @@ class Vouchers:
         self.rebuild_hold_ms, self.finished_keys_ttl_s = cfg.rebuild_hold_s * 1000, cfg.finished_keys_ttl_s
 
     def create_voucher(self, title: str, stock: int, begin_at: int, end_at: int, per_user_limit: int) -> int:
-        voucher_id = self.db.create(title, stock, per_user_limit, begin_at, end_at)
-        self.load(voucher_id, hold_until=0)
+        # inserted and loaded into Redis in one transaction: nobody (the reconciler) sees the row before Redis holds
+        # the voucher, so a new voucher is never taken for one Redis lost and rebuilt with a hold
+        with self.db.transaction() as cur:
+            voucher_id = self.db.create(cur, title, stock, per_user_limit, begin_at, end_at)
+            snapshot = self._load(cur, voucher_id, hold_until=0)
+        self._retire_if_ended(voucher_id, snapshot)
         return voucher_id
 
     def load(self, voucher_id: int, hold_until: int) -> None:
         """Put the voucher into Redis from the DB (no-op when Redis holds it). The row lock keeps writer commits
         out while the stock, version and buyers are read and loaded together."""
         with self.db.transaction() as cur:
-            snapshot = self.db.lock_snapshot(cur, voucher_id)
-            if snapshot is None:
-                raise _not_found(voucher_id)
-            self.redis.load(voucher_id, snapshot, epoch=str(self.next_id()), hold_until=hold_until)
+            snapshot = self._load(cur, voucher_id, hold_until)
+        self._retire_if_ended(voucher_id, snapshot)
+
+    def _load(self, cur, voucher_id: int, hold_until: int) -> VoucherSnapshot:
+        snapshot = self.db.lock_snapshot(cur, voucher_id)
+        if snapshot is None:
+            raise _not_found(voucher_id)
+        self.redis.load(voucher_id, snapshot, epoch=str(self.next_id()), hold_until=hold_until)
+        return snapshot
+
+    def _retire_if_ended(self, voucher_id: int, snapshot: VoucherSnapshot) -> None:
         if snapshot.end_at <= self.clock():
             self.retire(voucher_id)
 

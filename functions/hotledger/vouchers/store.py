@@ -79,12 +79,11 @@ class VoucherDb:
         return db.transaction()
 
     @staticmethod
-    def create(title: str, stock: int, per_user_limit: int, begin_at: int, end_at: int) -> int:
-        with db.transaction() as cur:
-            cur.execute("INSERT INTO t_seckill_voucher (title, initial_stock, stock, per_user_limit, begin_time, end_time)"
-                        " VALUES (%s, %s, %s, %s, %s, %s)",
-                        (title, stock, stock, per_user_limit, db.to_datetime(begin_at), db.to_datetime(end_at)))
-            return cur.lastrowid
+    def create(cur, title: str, stock: int, per_user_limit: int, begin_at: int, end_at: int) -> int:
+        cur.execute("INSERT INTO t_seckill_voucher (title, initial_stock, stock, per_user_limit, begin_time, end_time)"
+                    " VALUES (%s, %s, %s, %s, %s, %s)",
+                    (title, stock, stock, per_user_limit, db.to_datetime(begin_at), db.to_datetime(end_at)))
+        return cur.lastrowid
 
     @staticmethod
     def find(voucher_id: int) -> VoucherRow | None:
