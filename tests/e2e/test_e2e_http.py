@@ -3,25 +3,21 @@ real processes against real Redis, MariaDB and the Kafka-protocol broker."""
 from __future__ import annotations
 
 import os
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from helpers import LocalService
 
+from infra import services
+
 from hotledger import keys
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    svc = LocalService(_free_port(), {"HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "2", "RECONCILE_AGE_S": "60",
+    svc = LocalService(services.free_port(), {"HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "2", "RECONCILE_AGE_S": "60",
                                       "HOTLEDGER_API_WORKERS": "4", "REMINDER_BEFORE_CLOSE_S": "3"}, tmp_path_factory.mktemp("e2e") / "runtime.log")
     svc.start()
     yield svc
@@ -99,7 +95,7 @@ def test_order_close_reminder_reaches_the_inbox_once_and_on_time(service):
 
 def test_api_key_is_required_when_configured(tmp_path):
     """API Gateway's usage-plan check, as the local runtime applies it when HOTLEDGER_API_KEY is set."""
-    svc = LocalService(_free_port(), {"HOTLEDGER_API_KEY": "k-123", "HOTLEDGER_API_WORKERS": "1"}, tmp_path / "keyed.log",
+    svc = LocalService(services.free_port(), {"HOTLEDGER_API_KEY": "k-123", "HOTLEDGER_API_WORKERS": "1"}, tmp_path / "keyed.log",
                        ("--no-msk", "--no-schedules"))
     try:
         svc.start(wait_http=False)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -15,19 +14,16 @@ import urllib.request
 import pytest
 from helpers import LocalService
 
+from infra import services
+
 # bounded so the whole run takes well under a minute or two on two shared cores
 MAX_EXAMPLES = int(os.environ.get("HOTLEDGER_FUZZ_EXAMPLES", "15"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def fuzz_service(tmp_path_factory):
-    svc = LocalService(_free_port(), {"HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "30", "HOTLEDGER_API_WORKERS": "2"},
+    svc = LocalService(services.free_port(), {"HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "30", "HOTLEDGER_API_WORKERS": "2"},
                        tmp_path_factory.mktemp("fuzz") / "runtime.log")
     svc.start()
     yield svc

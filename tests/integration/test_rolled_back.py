@@ -10,15 +10,12 @@ from hotledger.dal.publisher import NotAcknowledged
 from hotledger.outbox.events import LedgerEvent
 
 
-@pytest.fixture
-def arrived_unacknowledged(monkeypatch):
-    """Once called: the broker takes every ledger event but its acknowledgement is lost; returns (the fake
+def _unacknowledged(monkeypatch, service):
+    """Once called: the broker takes every event of `service()` but its acknowledgement is lost; returns (the fake
     publish, the events the broker took). With `publish.then(event)`, something happens after the broker took
     the event and before the API learns of the failure."""
-    from hotledger.runtime import ledger
-
     def start():
-        durability = ledger().durability
+        durability = service().durability
         real, taken = durability.publish, []
 
         def publish(key, event):
@@ -32,6 +29,14 @@ def arrived_unacknowledged(monkeypatch):
         return publish, taken
 
     return start
+
+
+@pytest.fixture
+def arrived_unacknowledged(monkeypatch):
+    """For ledger charges: see _unacknowledged."""
+    from hotledger.runtime import ledger
+
+    return _unacknowledged(monkeypatch, ledger)
 
 
 def forget_account(redis_client, user_id: int) -> None:
@@ -184,21 +189,7 @@ def order_arrived_unacknowledged(monkeypatch):
     """As arrived_unacknowledged, for voucher orders."""
     from hotledger.runtime import vouchers
 
-    def start():
-        durability = vouchers().durability
-        real, taken = durability.publish, []
-
-        def publish(key, event):
-            real(key, event)
-            taken.append(event)
-            publish.then(event)
-            raise NotAcknowledged("no acknowledgement in time")
-
-        publish.then = lambda event: None
-        monkeypatch.setattr(durability, "publish", publish)
-        return publish, taken
-
-    return start
+    return _unacknowledged(monkeypatch, vouchers)
 
 
 def new_voucher(api, stock: int = 5) -> int:
@@ -275,21 +266,7 @@ def grab_arrived_unacknowledged(monkeypatch):
     """As arrived_unacknowledged, for red packet claims."""
     from hotledger.runtime import redpackets
 
-    def start():
-        durability = redpackets().durability
-        real, taken = durability.publish, []
-
-        def publish(key, event):
-            real(key, event)
-            taken.append(event)
-            publish.then(event)
-            raise NotAcknowledged("no acknowledgement in time")
-
-        publish.then = lambda event: None
-        monkeypatch.setattr(durability, "publish", publish)
-        return publish, taken
-
-    return start
+    return _unacknowledged(monkeypatch, redpackets)
 
 
 def new_packet(api) -> tuple[int, int]:
