@@ -48,6 +48,21 @@ class Stack:
                 "KAFKA_TOPIC": self.topic, "PUBLISH_TIMEOUT_S": "2", "HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "1",
                 "RECONCILE_AGE_S": "3", "HOTLEDGER_API_WORKERS": "2"}
 
+    def kill_broker(self, down_s: float = 2) -> None:
+        """SIGKILL the broker (it loses everything it held), and after down_s start it again with the topic."""
+        self.broker.kill()
+        time.sleep(down_s)
+        self.broker.restart()
+        services.ensure_topic(self.broker.bootstrap, self.topic, 2)
+
+    def pause_redis(self, for_s: float) -> None:
+        """SIGSTOP Redis for for_s seconds, then SIGCONT: every request in between waits or times out."""
+        os.kill(self.redis.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(for_s)
+        finally:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
+
     def service(self, name: str, *args: str, **env) -> LocalService:
         return LocalService(services.free_port(), {**self.env, **env}, self.root / f"{name}.log", args)
 
@@ -290,16 +305,9 @@ def test_deducts_under_repeated_kills_reach_the_db_exactly_once(stack):
             time.sleep(3)
             background = stack.service("chaos-writer-2", "--no-api").start(wait_http=False)
             time.sleep(4)
-            stack.broker.kill()
-            time.sleep(2)
-            stack.broker.restart()
-            services.ensure_topic(stack.broker.bootstrap, stack.topic, 2)
+            stack.kill_broker()
             time.sleep(4)
-            os.kill(stack.redis.proc.pid, signal.SIGSTOP)
-            try:
-                time.sleep(8)  # longer than a request's Redis timeouts and retries (~6 s)
-            finally:
-                os.kill(stack.redis.proc.pid, signal.SIGCONT)
+            stack.pause_redis(8)  # longer than a request's Redis timeouts and retries (~6 s)
             time.sleep(3)
             stack.db.kill()
             time.sleep(3)
@@ -391,10 +399,7 @@ def test_flash_sale_and_red_packet_under_kills_lose_and_double_nothing(stack):
             time.sleep(2)
             background = stack.service("sale-writer-2", "--no-api", REBUILD_HOLD_S="2").start(wait_http=False)
             time.sleep(3)
-            stack.broker.kill()
-            time.sleep(2)
-            stack.broker.restart()
-            services.ensure_topic(stack.broker.bootstrap, stack.topic, 2)
+            stack.kill_broker()
             time.sleep(4)
             # what the broker lost (events before its restart, and after it those a consumer skipped because the
             # offsets started over) is persisted from Redis by the reconciler before Redis fails in turn: losing
