@@ -4,7 +4,7 @@ PY := .venv/bin/python
 export PYTHONPATH := functions:.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: up setup services migrate serve test test-unit lint bench down clean
+.PHONY: up setup services migrate serve test test-unit mutants lint bench down clean
 
 ## set everything up and run the service: API on :3000, the MSK-triggered writer, the scheduled reconciler
 up: setup services migrate serve
@@ -30,6 +30,11 @@ test: setup services
 ## the unit tests alone (tests/unit): no Redis, DB or broker needed, well under a minute
 test-unit: setup
 	$(PY) -m pytest tests/unit
+
+## mutation pass (not part of `make test`): each one-line mutant of a money/stock invariant (infra/mutants.py) is
+## applied to a scratch copy and its narrow tests run; fails on any survivor. Minutes; ONLY=<id> runs one.
+mutants: setup services
+	$(PY) infra/mutants.py $(if $(ONLY),--only $(ONLY))
 
 lint:
 	.venv/bin/cfn-lint template.yaml

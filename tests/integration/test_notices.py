@@ -152,6 +152,25 @@ def test_inbox_is_trimmed_and_expires(api, redis_client, monkeypatch):
     assert 0 < redis_client.ttl(keys.inbox_message(user, message_id)) <= 1
 
 
+def test_inbox_index_drops_messages_older_than_the_ttl(api, redis_client, monkeypatch):
+    """The index is trimmed by age on every post, not only by count: ids of messages past their TTL leave it (they
+    would hold memory and fill pages with nothing). The clock is moved, so the old message's body still exists:
+    only the age trim keeps it out of the index and the pull (a mutant without the trim survived before)."""
+    user = api.account()
+    t0 = now_ms()
+    monkeypatch.setattr(inbox(), "ttl_s", 60)
+    monkeypatch.setattr(inbox(), "now_ms", lambda: t0)
+    old_id, _ = inbox().post(user, "ops", "old", "t", "old")
+    monkeypatch.setattr(inbox(), "now_ms", lambda: t0 + 60_000)  # exactly the TTL: still kept
+    kept_id, _ = inbox().post(user, "ops", "kept", "t", "kept")
+    assert redis_client.zrange(keys.inbox_index(user), 0, -1) == [old_id.encode(), kept_id.encode()]
+    monkeypatch.setattr(inbox(), "now_ms", lambda: t0 + 60_001)
+    new_id, _ = inbox().post(user, "ops", "new", "t", "new")
+    assert redis_client.exists(keys.inbox_message(user, old_id))  # its body has not expired yet (real time)
+    assert redis_client.zrange(keys.inbox_index(user), 0, -1) == [kept_id.encode(), new_id.encode()]
+    assert [m.content for m in inbox().pull(user, None, 50)] == ["kept", "new"]
+
+
 def test_bad_inbox_input(api):
     user = api.account()
     status, body = api("POST", f"/inbox/{user}/messages", {"biz_type": "a b", "outer_biz_id": "1", "title": "t", "content": "c"})

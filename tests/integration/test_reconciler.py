@@ -66,6 +66,22 @@ def test_cache_behind_the_db_version_is_corrected(api, sql, redis_client, reconc
     assert account["balance"] == "27.00" and account["version"] > 100
 
 
+def test_cache_balance_drifted_at_the_same_version_is_corrected(api, sql, redis_client, reconcile):
+    """Redis holds a balance that disagrees with DB + pending entries while its version and dirty flag look fine
+    (a write lost or doubled in a failover): the balance comparison alone finds it (a mutant comparing only the
+    version and the dirty flag survived before)."""
+    user_id = api.account(balance="20.00")
+    invoke_writer([(0, 0, b"k", e.to_event().model_dump_json().encode()) for e in pending_entries(redis_client, user_id)])
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200  # one entry still pending
+    version = int(redis_client.hget(keys.balance(user_id), "v"))
+    redis_client.hincrby(keys.balance(user_id), "balance", 300)
+    assert not redis_client.hget(keys.balance(user_id), "dirty")
+    assert reconcile(age_s=3600)["corrected"] >= 1
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "19.00"  # 20 - 1, the drift of 3.00 is gone
+    assert int(redis_client.hget(keys.balance(user_id), "v")) >= version
+    assert _db_balance(sql, user_id) == 2000
+
+
 def test_sync_cache_older_than_the_db_is_evicted(api, sql, redis_client, reconcile):
     user_id = api.account(deduct_type="SYNC", balance="20.00")
     api("GET", f"/accounts/{user_id}")
