@@ -25,6 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
 
+from infra import dev_issuer  # noqa: E402
 from infra.localrt import events  # noqa: E402
 
 BALANCE = "90000000000.00"
@@ -33,8 +34,9 @@ WARM_UP = 300
 
 def _deduct_events(user_id: int, n: int, amount: str = "0.01") -> list[str]:
     """The invocation payloads as the Lambda runtime receives them (JSON text), built before the clock starts."""
+    backend = dev_issuer.caller_context(None, ("service",))  # what the authorizer passes for the backend's token
     return [json.dumps(events.api_gateway_proxy("POST", f"/accounts/{user_id}/deduct", json.dumps({"amount": amount}),
-                                                {"Content-Type": "application/json"})) for _ in range(n)]
+                                                {"Content-Type": "application/json"}, authorizer=backend)) for _ in range(n)]
 
 
 def _hot_account(call) -> int:
@@ -67,7 +69,7 @@ def floor_loop(user_id: int, payloads: list[str]) -> float:
     lua = runner()
     client, sha = lua.client, lua.sha("ledger_apply")
     balance, consistency = keys.balance(user_id), keys.consistency(user_id)
-    idem, stream = keys.idempotency(user_id, ""), keys.account_stream(user_id)
+    idem, stream, quota = keys.idempotency(user_id, ""), keys.account_stream(user_id), keys.idempotency_quota(user_id)
     next_id = int(time.time() * 1000) << 22  # ids above any the handler's generator hands out in this run
     started = time.process_time()
     for payload in payloads:
@@ -76,7 +78,7 @@ def floor_loop(user_id: int, payloads: list[str]) -> float:
         next_id += 1
         ts = int(time.time() * 1000)
         status, entry_id, balance_after, version, epoch, open_flag = client.evalsha(
-            sha, 5, balance, keys.entry(user_id, next_id), consistency, idem, stream,
+            sha, 6, balance, keys.entry(user_id, next_id), consistency, idem, stream, quota,
             "D", amount, ts, next_id, 604800, "", 86400, 9_000_000_000_000_000, ts - 15000, "", "", user_id)
         publish(str(user_id), {"type": "ledger", "id": next_id, "kind": "D", "user_id": user_id, "amount": amount,
                                "balance_after": int(balance_after), "version": int(version), "epoch": epoch.decode(),

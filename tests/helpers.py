@@ -1,7 +1,12 @@
 """What the tests share: driving the handlers with real event shapes (Api, invoke_writer, reconcile), rebuilding
-the records the broker holds from Redis, and the local runtime as a real child process spoken to over HTTP."""
+the records the broker holds from Redis, and the local runtime as a real child process spoken to over HTTP.
+
+Who the tests act as, in one place: unless a test says otherwise, a backend holding both the service and the admin
+scope (TRUSTED_SCOPES): as authorizer context for the handler (caller_context), as a local dev issuer token over
+HTTP (token_for)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,20 +22,48 @@ from infra.localrt import events
 
 REPO = Path(__file__).resolve().parents[1]
 EVENTS = REPO / "events"
+TRUSTED_SCOPES = ("service", "admin")
+
+
+def caller_context(user_id: int | None = None, scopes: tuple[str, ...] = TRUSTED_SCOPES, ttl_s: int = 3600) -> dict:
+    """requestContext.authorizer as API Gateway passes the authorizer's answer (functions/authorizer) to the API."""
+    from infra import dev_issuer
+
+    return dev_issuer.caller_context(user_id, scopes, ttl_s)
+
+
+_tokens: dict[tuple, tuple[str, float]] = {}
+
+
+def token_for(user_id: int | None = None, scopes: tuple[str, ...] = TRUSTED_SCOPES) -> str:
+    """A local dev issuer token (what `make token` prints), minted again when half its hour is gone."""
+    from infra import dev_issuer
+
+    key = (user_id, scopes)
+    if key not in _tokens or _tokens[key][1] < time.monotonic() - 1800:
+        _tokens[key] = (dev_issuer.token(user_id, scopes), time.monotonic())
+    return _tokens[key][0]
+
+
+TRUSTED = object()  # LocalService.request's default: the TRUSTED_SCOPES token
 
 
 class Api:
-    """Calls the API function's handler with API Gateway REST proxy events."""
+    """Calls the API function's handler with API Gateway REST proxy events, as the caller given: by default the
+    trusted backend; Api(user_id=7, scopes=()) an end user; Api(anonymous=True) no authorizer context at all."""
 
-    def __init__(self):
+    def __init__(self, user_id: int | None = None, scopes: tuple[str, ...] = TRUSTED_SCOPES, anonymous: bool = False):
         from api.app import handler
 
         self.handler = handler
+        self.user_id, self.scopes, self.anonymous = user_id, scopes, anonymous
 
     def __call__(self, method: str, path: str, body=None, headers: dict | None = None, raw: str | None = None):
         text = raw if raw is not None else (json.dumps(body) if body is not None else None)
         path, _, query = path.partition("?")
-        response = self.handler(events.api_gateway_proxy(method, path, text, headers, query), events.LambdaContext("ApiFunction"))
+        caller = None if self.anonymous else caller_context(self.user_id, self.scopes)
+        response = self.handler(events.api_gateway_proxy(method, path, text, headers, query, authorizer=caller),
+                                events.LambdaContext("ApiFunction"))
         return response["statusCode"], events.json_body(response) if response["body"].startswith(("{", "[")) else response["body"]
 
     def account(self, name: str | None = None, balance: str | None = None, **fields) -> int:
@@ -52,9 +85,84 @@ def invoke_writer(records: list[tuple[int, int, bytes | None, bytes | None]], to
     return handler(event, events.LambdaContext("WriterFunction"))
 
 
+def broker_records(topic: str | None = None) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every record the broker's log holds for the topic, with its real partition and offset, in log order per
+    partition: what an MSK event source delivers to the writer."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = topic or os.environ["KAFKA_TOPIC"]
+    reader = Consumer({"bootstrap.servers": os.environ["KAFKA_BOOTSTRAP"], "group.id": f"test-reader-{uuid.uuid4().hex}",
+                       "enable.auto.commit": False})
+    try:
+        ends = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in reader.list_topics(topic, timeout=10).topics[topic].partitions}
+        reader.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
+        found = []
+        deadline = time.monotonic() + 30
+        while len(found) < sum(ends.values()) and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is None:
+                found.append((message.partition(), message.offset(), message.key(), message.value()))
+        return sorted(found)
+    finally:
+        reader.close()
+
+
+def lift_rebuild_hold(redis_client, hash_key: str, log_too: bool = True) -> None:
+    """A rebuilt voucher or red packet as REBUILD_HOLD_S after its rebuild: the time hold over (log_too: and its
+    log hold lifted, as if the writer had caught up)."""
+    redis_client.hset(hash_key, "hold_until", 0)
+    if log_too:
+        redis_client.hdel(hash_key, "hold_log")
+
+
 def records(events_, key_of, partition: int = 0, first_offset: int = 0) -> list[tuple[int, int, bytes, bytes]]:
-    """Events as the broker holds them: (partition, offset, key, JSON value)."""
-    return [(partition, first_offset + i, key_of(e).encode(), e.model_dump_json().encode()) for i, e in enumerate(events_)]
+    """Events as the broker holds them, signed as the service signs them: (partition, offset, key, JSON value)."""
+    return [(partition, first_offset + i, key_of(e).encode(), signed_value(e.model_dump()))
+            for i, e in enumerate(events_)]
+
+
+@contextlib.contextmanager
+def moto_secrets(monkeypatch):
+    """Secrets Manager in moto (in process), with Powertools' parameter cache empty before and after: yields a client."""
+    import boto3
+    from aws_lambda_powertools.utilities import parameters
+    from moto import mock_aws
+
+    for name, value in (("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ACCESS_KEY_ID", "testing"),
+                        ("AWS_SECRET_ACCESS_KEY", "testing")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        parameters.clear_caches()
+        try:
+            yield boto3.client("secretsmanager")
+        finally:
+            parameters.clear_caches()
+
+
+def run_event_keys():
+    """The run's keyring (EVENT_KEYS, set by conftest), as the functions read it."""
+    from hotledger.dal.event_keys import EventKeys
+
+    return EventKeys(None, os.environ["EVENT_KEYS"], 0)
+
+
+def verified_fields(event: dict) -> dict:
+    """A published event's fields, once its signature passed the writer's check (decode)."""
+    from hotledger.outbox.events import RawRecord, decode
+
+    events_, poison = decode([RawRecord("t", 0, 0, None, json.dumps(event).encode())], run_event_keys())
+    assert not poison, poison
+    return events_[0].model_dump()
+
+
+def signed_value(event: dict) -> bytes:
+    """An event's record value as the service publishes it: signed with the run's current key (a `kid` and `mac` it
+    carries, say from a record changed for a test, are replaced)."""
+    from hotledger.outbox.events import EVENT_ADAPTER, signed
+
+    return json.dumps(signed(EVENT_ADAPTER.validate_python(event).model_dump(), run_event_keys().keyring())).encode()
 
 
 def ledger_records(redis_client, user_ids, first_offset: int = 0):
@@ -111,10 +219,12 @@ class LocalService:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def request(self, method: str, path: str, body=None, headers: dict | None = None, timeout: float = 30):
+    def request(self, method: str, path: str, body=None, headers: dict | None = None, timeout: float = 30, token=TRUSTED):
+        """token: a bearer token, None for none; by default the trusted backend's."""
         data = json.dumps(body).encode() if body is not None else None
+        bearer = {} if token is None else {"Authorization": f"Bearer {token_for() if token is TRUSTED else token}"}
         req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+                                     headers={"Content-Type": "application/json", **bearer, **(headers or {})})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.status, json.loads(resp.read() or b"null")
@@ -131,3 +241,12 @@ class LocalService:
                 return
             time.sleep(interval)
         raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def voucher(api, stock=5, begin_at=None, end_at=None, **fields) -> int:
+    """A voucher created through POST /vouchers (on sale from a second ago for an hour unless told); its id."""
+    now = int(time.time() * 1000)
+    status, body = api("POST", "/vouchers", {"title": "10 off", "stock": stock, "begin_at": begin_at or now - 1000,
+                                             "end_at": end_at or now + 3_600_000, **fields})
+    assert status == 201, body
+    return int(body["voucher_id"])

@@ -45,7 +45,8 @@ def _account_body(account) -> dict:
     ).model_dump()
 
 
-_BACKLOG = (429, "TOO_MANY_PENDING: the account's charges are not reaching the DB; nothing was changed, retry later")
+_BACKLOG = (429, "TOO_MANY_PENDING: the account's charges are not reaching the DB; TOO_MANY_KEYS: the account opened "
+                 "its most new Idempotency-Keys this window (MAX_IDEMPOTENCY_KEYS per 24 h). Nothing was changed, retry later")
 
 
 @router.post("/accounts", status_code=201, responses=responses(201, AccountCreated, "account created",

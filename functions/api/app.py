@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler.middlewares.openapi_validation import O
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from api import accounts, notices, redpackets, responses, vouchers
+from api import accounts, authorization, notices, redpackets, responses, vouchers
 from hotledger import errors, observability
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.lock import LockUnavailable
@@ -20,12 +20,26 @@ from hotledger.dal.redis_store import RedisUnavailable
 
 logger = observability.logger()
 metrics = observability.metrics()
+tracer = observability.tracer()
 
 
-class _JsonBodiesOnly(OpenAPIRequestValidationMiddleware):
-    """Bodies are JSON (absent Content-Type: JSON, as before). Powertools also parses forms and multipart: a multipart
+class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
+    """Runs first for every request, a route matched or not (Powertools keeps its request validator here, 3.x):
+    who may call (api.authorization: 401 / 403 before the request is parsed, an end user's ownership after), then
+    bodies are JSON (absent Content-Type: JSON, as before). Powertools also parses forms and multipart: a multipart
     body without a boundary raised ValueError (a 502), and a parsed form reached the route. Anything else is refused
     with RequestUnsupportedContentType (our 415) before it is parsed."""
+
+    def handler(self, app, next_middleware):
+        owner_check = authorization.admit_request(app)
+        if owner_check is None:
+            return super().handler(app, next_middleware)
+
+        def owned(parsed):
+            owner_check(parsed.context.get("_route_args", {}))
+            return next_middleware(parsed)
+
+        return super().handler(app, owned)
 
     def _get_body(self, app):
         content_type = (app.current_event.headers.get("content-type") or "").strip()
@@ -36,7 +50,7 @@ class _JsonBodiesOnly(OpenAPIRequestValidationMiddleware):
 
 
 app = APIGatewayRestResolver(enable_validation=True)
-app._request_validation_middleware = _JsonBodiesOnly()  # Powertools keeps the request validator here (3.x)
+app._request_validation_middleware = _AuthorizedJsonBodies()
 app.include_router(accounts.router)  # first: the hot routes (deduct, recharge) are matched before the others
 app.include_router(vouchers.router)
 app.include_router(redpackets.router)
@@ -63,14 +77,22 @@ def swagger_ui():
 
 def openapi_json() -> str:
     """The generated document, with validation failures described as the ErrorResponse we send."""
-    doc = json.loads(app.get_openapi_json_schema(title="hotledger", version="1.0.0",
-                                                 description="Prepaid balances: Redis Lua hot path, Kafka to MySQL."))
+    doc = json.loads(app.get_openapi_json_schema(
+        title="hotledger", version="1.0.0", description="Prepaid balances: Redis Lua hot path, Kafka to MySQL.",
+        security_schemes={"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                                     "description": "a Cognito (or local dev issuer) ID or access token"}},
+        security=[{"bearer": []}]))
     invalid = {"description": "invalid input (INVALID_AMOUNT, MISSING_FIELD, VALIDATION_ERROR)",
                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
     malformed = {**invalid, "description": "MALFORMED_JSON: the body is not JSON"}
     not_json = {**invalid, "description": "UNSUPPORTED_MEDIA_TYPE: send Content-Type: application/json"}
+    unauthenticated = {**invalid, "description": "UNAUTHENTICATED: no token, or an invalid or expired one"}
     for path in doc["paths"].values():
         for operation in path.values():
+            operation["responses"]["401"] = unauthenticated
+            denied = operation["responses"].get("403", {}).get("description")
+            operation["responses"]["403"] = {**invalid, "description": "FORBIDDEN: this caller may not make this request"
+                                             + (f"; {denied}" if denied else "")}
             if 422 in operation["responses"] or "422" in operation["responses"]:
                 operation["responses"]["422"] = invalid
                 if operation.get("requestBody"):
@@ -157,6 +179,7 @@ def route_not_found(exc: NotFoundError) -> Response:
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
+@tracer.capture_lambda_handler
 def handler(event: dict, context) -> dict:
     # the REST API's request id is the correlation id: read directly, not through a JMESPath query per request
     logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))

@@ -4,7 +4,11 @@ Deducts and recharges pass the key to the ledger, which keeps its answers in Red
 money- or stock-moving POSTs (red packets, grabs, voucher orders, payment orders, pay, close) run through `once`,
 Stripe's model over hotledger.dal.idempotency: keys are scoped per account (per payment order for pay and close),
 bound to the route and the validated body, and their first answer (status and body, a business refusal or OUTCOME_UNKNOWN included) is
-replayed for 24 h; the effect underneath happens once. A 503 that changed nothing (SERVICE_UNAVAILABLE,
+replayed for 24 h from Redis; the effect underneath happens once. Durable routes (red packets, payment orders, pay,
+close, voucher orders of a voucher allowing more than one per user) also keep the recovery point and the answer in the
+DB for good, so a retry after Redis lost the record answers the same; grabs and one-per-user voucher orders rebuild
+their answer from their natural key instead (one grab per packet and user, one order per voucher and user), which costs
+no DB write on their hot path. A 503 that changed nothing (SERVICE_UNAVAILABLE,
 PUBLISH_FAILED, RECOVERING, LOCK_LOST) is no answer: the key may try again. OUTCOME_UNKNOWN is the key's answer (Stripe
 replays its 500s): it names what to look up (the packet, the entry), and running the request again under the key
 could move money or stock a second time (a second packet and debit, a second unit of a voucher)."""
@@ -37,18 +41,26 @@ IdempotencyKey = Annotated[
            description="Retry-safe key. The first definitive answer, a charge or a refusal (402 INSUFFICIENT_BALANCE, "
                        "403 API_CLOSED, 422 BALANCE_LIMIT), is replayed for the same key and body for the key's whole "
                        "life; another body or kind gets 409 IDEMPOTENCY_KEY_REUSED; 503 answers are not recorded: retry "
-                       "with the same key. Keys are kept in Redis for 24 h and in the DB without expiry."),
+                       "with the same key. Keys are kept in Redis for 24 h and in the DB without expiry. An account "
+                       "opens at most MAX_IDEMPOTENCY_KEYS new keys per 24 h: past that a new key gets 429 "
+                       "TOO_MANY_KEYS (not the key's answer)."),
 ]
 RouteKey = Annotated[
     str | None,
     Header(alias="Idempotency-Key", min_length=1, max_length=100, pattern=_PATTERN,
            description="Retry-safe key, scoped to the acting account (to the payment order for pay and close). The "
-                       "first answer, success or refusal, is replayed for the same key, route and body for 24 h and the "
-                       "money or stock moves once; another route or body gets 409 IDEMPOTENCY_KEY_REUSED, a retry while "
-                       "the first request is in flight 409 IDEMPOTENCY_IN_PROGRESS; 503 answers are not recorded "
-                       "(retry with the same key) except OUTCOME_UNKNOWN, which is replayed: look up what it names."),
+                       "first answer, success or refusal, is replayed for the same key, route and body and the money or "
+                       "stock moves once: for good for red packets, payment orders, pay, close and voucher orders of a "
+                       "voucher allowing more than one per user (kept in Redis 24 h and in the DB without expiry); for "
+                       "grabs and one-per-user voucher orders, 24 h from Redis and then (or after a Redis loss) the "
+                       "user's grab or order itself answers any keyed retry. Another route or body gets 409 "
+                       "IDEMPOTENCY_KEY_REUSED, a retry while the first request is in flight 409 "
+                       "IDEMPOTENCY_IN_PROGRESS; 503 answers are not recorded (retry with the same key) except "
+                       "OUTCOME_UNKNOWN, which is replayed: look up what it names. A scope opens at most "
+                       "MAX_IDEMPOTENCY_KEYS new keys per 24 h: past that a new key gets 429 TOO_MANY_KEYS."),
 ]
 KEY_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another route or body; IDEMPOTENCY_IN_PROGRESS")
+TOO_MANY_KEYS = (429, "TOO_MANY_KEYS: the caller opened its most Idempotency-Keys for now; nothing was changed")
 
 
 def fingerprint(route: str, body: dict | None) -> str:
@@ -58,22 +70,29 @@ def fingerprint(route: str, body: dict | None) -> str:
 @dataclass(frozen=True)
 class Attempt:
     """What a resumable request sees (once(..., resumable=True)): whether it took the key over from an attempt that
-    died under it (`retaken`), the recovery point that attempt left (`resumed_from`, None when there was none), and
-    `remember` to leave its own before any effect."""
+    died under it or whose Redis record was lost (`retaken`), the recovery point that attempt left (`resumed_from`, None
+    when there was none), `remember` to leave its own before any effect, and whether the request carries a key at
+    all (`keyed`)."""
 
     resumed_from: str | None
     remember: Callable[[str], object]
     retaken: bool = False
+    keyed: bool = False
 
 
 def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: Callable[..., dict],
-         status: int = 200, resumable: bool = False) -> Response:
+         status: int = 200, resumable: bool = False, durable: bool = False) -> Response:
     """Answer `run()` (its dict as JSON with `status`), once per (scope, key): a retry replays the first answer.
-    With `resumable`, run(attempt) is given an Attempt (Stripe's recovery points)."""
+    With `resumable`, run(attempt) is given an Attempt (Stripe's recovery points). With `durable`, the recovery point
+    and the answer are kept in the DB too, for good."""
     if idem_key is None:
         return json_answer(run(Attempt(None, lambda note: None)) if resumable else run(), status)
     store = idempotency()
-    begun = store.begin(scope, idem_key, fingerprint(route, body))
+    request_fp = fingerprint(route, body)
+    begun = store.begin(scope, idem_key, request_fp, durable=durable)
+    if begun.status is BeginStatus.TOO_MANY:
+        raise errors.TooManyKeys("this caller opened its most Idempotency-Keys for now (MAX_IDEMPOTENCY_KEYS per 24 h): "
+                                 "retry later, or replay a key it holds")
     if begun.status is BeginStatus.REPLAY:
         return Response(status_code=begun.answer_status, content_type="application/json", body=begun.body,
                         headers={"Idempotent-Replayed": "true"})
@@ -82,38 +101,43 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
     if begun.status is BeginStatus.RUNNING:
         raise errors.IdempotencyInProgress("the first request with this Idempotency-Key is still in progress")
     if resumable:
-        attempt = Attempt(begun.note, lambda note: store.note(scope, idem_key, begun.token, note), begun.retaken)
+        attempt = Attempt(begun.note, lambda note: store.note(scope, idem_key, begun.token, note, durable, request_fp),
+                          begun.retaken, keyed=True)
         call = lambda: run(attempt)
     else:
         call = run
+    finish = lambda answer: _finish(scope, idem_key, begun.token, answer, durable, request_fp)
+    # a 5xx that changed nothing gives the key back; the recovery point of an attempt that died under it stays (its
+    # effect may stand: a resumed voucher order found RECOVERING after a Redis loss is in the DB once the hold passes)
+    forget_note = durable and not (resumable and begun.note is not None)
     try:
         answer = json_answer(call(), status)
     except errors.DomainError as exc:
         if exc.status >= 500 and not isinstance(exc, errors.ChargeOutcomeUnknown):
-            _abandon(scope, idem_key, begun.token)  # nothing changed: not the key's answer, a retry runs again
+            _abandon(scope, idem_key, begun.token, forget_note)  # nothing changed: not the key's answer, a retry runs again
             raise
-        refused = error(exc.status, exc.code, exc.message, **exc.details)
-        _finish(scope, idem_key, begun.token, refused)
+        finish(error(exc.status, exc.code, exc.message, **exc.details))
         raise  # answered by the app's handler, with the same body
     except (DatabaseUnavailable, LockUnavailable, RedisUnavailable) as exc:
         if not isinstance(exc, RedisOutcomeUnknown):  # answered 503 SERVICE_UNAVAILABLE: nothing was changed
-            _abandon(scope, idem_key, begun.token)
+            _abandon(scope, idem_key, begun.token, forget_note)
         raise
     # anything else (a bug, a kill) may come after an effect: the record stays in flight until its lease ends, then a
     # retry takes it over (and a resumable request resumes from the recovery point it left)
-    _finish(scope, idem_key, begun.token, answer)
+    finish(answer)
     return answer
 
 
-def _finish(scope: str, idem_key: str, token: str, answer: Response) -> None:
+def _finish(scope: str, idem_key: str, token: str, answer: Response, durable: bool, request_fp: str) -> None:
     try:
-        if not idempotency().finish(scope, idem_key, token, answer.status_code, answer.body):
+        if not idempotency().finish(scope, idem_key, token, answer.status_code, answer.body, durable, request_fp):
             logger.warning("idempotency record taken over before the answer", extra={"scope": scope})
-    except RedisUnavailable:
-        # the request's effect stands: the record stays in flight until its lease ends, then a retry runs again
+    except (RedisUnavailable, DatabaseUnavailable):
+        # the request's effect stands: the record stays in flight until its lease ends, then a retry resumes or runs
+        # again (a durable route from the recovery point it left, which finds the effect made)
         logger.warning("idempotency answer not recorded", extra={"scope": scope}, exc_info=True)
 
 
-def _abandon(scope: str, idem_key: str, token: str) -> None:
-    with contextlib.suppress(RedisUnavailable):
-        idempotency().abandon(scope, idem_key, token)
+def _abandon(scope: str, idem_key: str, token: str, forget_note: bool) -> None:
+    with contextlib.suppress(RedisUnavailable, DatabaseUnavailable):
+        idempotency().abandon(scope, idem_key, token, forget_note)

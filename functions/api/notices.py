@@ -7,7 +7,7 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
-from api.idempotency import KEY_CONFLICT, RouteKey, once
+from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
 from api.responses import responses
 from hotledger import errors
 from api.schemas import (
@@ -128,11 +128,19 @@ PaymentOrderId = Annotated[int, Path(gt=0, lt=2**63)]
 
 
 @router.post("/orders", status_code=201, responses=responses(201, PaymentOrderView, "order created, reminder queued",
-                                                               (404, "ACCOUNT_NOT_FOUND"), KEY_CONFLICT))
+                                                               (404, "ACCOUNT_NOT_FOUND"), KEY_CONFLICT, TOO_MANY_KEYS))
 def create_order(request: Annotated[CreatePaymentOrderRequest, Body()], idempotency_key: RouteKey = None):
     return once(f"account:{request.user_id}", idempotency_key, "POST /orders", request.model_dump(),
-                lambda: _payment_order_body(payment_orders().create(request.user_id, request.amount, request.close_in_s)),
-                status=201)
+                lambda attempt: _create_order(request, attempt), status=201, resumable=True, durable=True)
+
+
+def _create_order(request: CreatePaymentOrderRequest, attempt: Attempt) -> dict:
+    """The order's id is the key's recovery point, kept (in the DB too) before the order is inserted: an attempt
+    resuming a dead one answers that order instead of creating a second."""
+    resumed = None if attempt.resumed_from is None else int(attempt.resumed_from)
+    return _payment_order_body(payment_orders().create(request.user_id, request.amount, request.close_in_s,
+                                                       reserve=lambda order_id: attempt.remember(str(order_id)),
+                                                       payment_order_id=resumed))
 
 
 @router.get("/orders/<order_id>", responses=responses(200, PaymentOrderView, "the order", _PAYMENT_ORDER_NOT_FOUND))
@@ -142,17 +150,18 @@ def get_order(order_id: PaymentOrderId) -> dict:
 
 @router.post("/orders/<order_id>/pay", responses=responses(
     200, PaymentOrderView, "paid (a deduct from the user's account); the reminder is removed", _PAYMENT_ORDER_NOT_FOUND,
-    (402, "INSUFFICIENT_BALANCE"), (409, "ORDER_CLOSED; " + KEY_CONFLICT[1])))
+    (402, "INSUFFICIENT_BALANCE"), (409, "ORDER_CLOSED; " + KEY_CONFLICT[1]), TOO_MANY_KEYS))
 def pay_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None):
     return once(f"order:{order_id}", idempotency_key, f"POST /orders/{order_id}/pay", None,
-                lambda: _payment_order_body(payment_orders().pay(order_id)))
+                lambda: _payment_order_body(payment_orders().pay(order_id)), durable=True)
 
 
 @router.post("/orders/<order_id>/close", responses=responses(200, PaymentOrderView, "closed; the reminder is removed",
-                                                             _PAYMENT_ORDER_NOT_FOUND, (409, "ORDER_PAID; " + KEY_CONFLICT[1])))
+                                                             _PAYMENT_ORDER_NOT_FOUND, (409, "ORDER_PAID; " + KEY_CONFLICT[1]),
+                                                             TOO_MANY_KEYS))
 def close_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None):
     return once(f"order:{order_id}", idempotency_key, f"POST /orders/{order_id}/close", None,
-                lambda: _payment_order_body(payment_orders().close(order_id)))
+                lambda: _payment_order_body(payment_orders().close(order_id)), durable=True)
 
 
 @router.post("/inbox/<account>/messages", responses=responses(200, PostMessageResult, "written, or the first message's id",

@@ -7,7 +7,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
-from api.idempotency import KEY_CONFLICT, Attempt, RouteKey, once
+from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
 from api.responses import UNAVAILABLE, responses
 from hotledger import errors, observability
 from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
@@ -24,10 +24,10 @@ _NOT_FOUND = (404, "PACKET_NOT_FOUND or ACCOUNT_NOT_FOUND")
 @router.post("/redpackets", status_code=201, responses=responses(
     201, RedPacketCreated, "the sender was debited the total; the packet is open", UNAVAILABLE,
     (402, "INSUFFICIENT_BALANCE"), (403, "API_CLOSED"), (404, "ACCOUNT_NOT_FOUND"),
-    (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input"), KEY_CONFLICT))
+    (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input"), KEY_CONFLICT, TOO_MANY_KEYS))
 def create_packet(request: Annotated[CreateRedPacketRequest, Body()], idempotency_key: RouteKey = None):
     return once(f"account:{request.sender_id}", idempotency_key, "POST /redpackets", request.model_dump(),
-                lambda attempt: _create_packet(request, attempt), status=201, resumable=True)
+                lambda attempt: _create_packet(request, attempt), status=201, resumable=True, durable=True)
 
 
 def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict:
@@ -46,8 +46,8 @@ def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict:
 
 
 @router.post("/redpackets/<packet_id>/grab", responses=responses(
-    200, GrabResult, "grabbed; credited is false when the credit is left to the reconciler", _NOT_FOUND, UNAVAILABLE,
-    (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN; " + KEY_CONFLICT[1])))
+    200, GrabResult, "claimed; the credit follows once the claim is durable in the DB (credit: PENDING)", _NOT_FOUND,
+    UNAVAILABLE, (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN; " + KEY_CONFLICT[1]), TOO_MANY_KEYS))
 def grab_packet(packet_id: PacketId, request: Annotated[GrabRequest, Body()], idempotency_key: RouteKey = None):
     return once(f"account:{request.user_id}", idempotency_key, f"POST /redpackets/{packet_id}/grab", request.model_dump(),
                 lambda attempt: _grab_packet(packet_id, request, attempt), resumable=True)
@@ -57,20 +57,21 @@ def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict
     try:
         grab = redpackets().grab(packet_id, request.user_id)
     except errors.AlreadyGrabbed as exc:
-        if not attempt.retaken:
+        if not attempt.keyed:
             raise
-        # the attempt that died under this key took the item: it is this key's answer (its credit, once under
-        # rp<item id>, was made or is left to the reconciler)
+        # (packet, user) is the grab's natural key: a keyed grab by a user holding an item of the packet answers that
+        # item (an attempt that died under this key took it, or Redis lost the key's record); no DB write per grab
+        # keeps this answer, and the credit is the writer's, once the DB accepted the claim (rp<item id>)
         amount = dict(redpackets().get(packet_id).grabs).get(request.user_id)
         if amount is None:
             raise
         return GrabResult(packet_id=str(packet_id), item_id=exc.details["item_id"], user_id=request.user_id,
-                          amount=format_minor(amount), credited=False).model_dump()
+                          amount=format_minor(amount)).model_dump()
     metrics.add_metric(name="RedPacketGrabs", unit=MetricUnit.Count, value=1)
     logger.info("red packet grabbed", extra={"packet_id": str(packet_id), "item_id": str(grab.item_id),
-                                             "user_id": grab.user_id, "amount_minor": grab.amount, "credited": grab.credited})
+                                             "user_id": grab.user_id, "amount_minor": grab.amount})
     return GrabResult(packet_id=str(packet_id), item_id=str(grab.item_id), user_id=grab.user_id,
-                      amount=format_minor(grab.amount), credited=grab.credited).model_dump()
+                      amount=format_minor(grab.amount)).model_dump()
 
 
 @router.get("/redpackets/<packet_id>", responses=responses(200, RedPacketView, "the packet", _NOT_FOUND))

@@ -117,19 +117,26 @@ class OrderView(BaseModel):
 UserRef = _int(gt=0, lt=2**31)
 
 
+MAX_STOCK_SHARDS = 64
+
+
 class CreateVoucherRequest(_Strict):
-    """end_at must be after begin_at (422 VALIDATION_ERROR otherwise)."""
+    """end_at must be after begin_at, stock_shards at most stock (422 VALIDATION_ERROR otherwise)."""
 
     title: Annotated[StrictStr, Field(min_length=1, max_length=128)]
     stock: _int(gt=0, le=10_000_000)
     begin_at: _int(ge=0, le=MAX_EPOCH_MS, description="sale opens, epoch milliseconds")
     end_at: _int(gt=0, le=MAX_EPOCH_MS, description="sale closes, epoch milliseconds (after begin_at)")
     per_user_limit: _int(gt=0, le=1000) = 1
+    stock_shards: _int(gt=0, le=MAX_STOCK_SHARDS, description="stock buckets, each its own Redis slot (shard): a hot "
+                       "sale spreads over them; 1 (the default) sells from one") = 1
 
     @model_validator(mode="after")
     def _ends_after_it_begins(self) -> CreateVoucherRequest:
         if self.end_at <= self.begin_at:
             raise ValueError("end_at must be after begin_at")
+        if self.stock_shards > self.stock:
+            raise ValueError("stock_shards must not exceed stock (every bucket starts with a unit)")
         return self
 
 
@@ -147,6 +154,8 @@ class VoucherView(BaseModel):
     per_user_limit: int
     begin_at: int
     end_at: int
+    stock_shards: int = Field(description="stock buckets it sells from")
+    bucket_stock_left: list[int] = Field(description="stock_left per bucket")
 
 
 class VoucherOrderRequest(_Strict):
@@ -194,7 +203,11 @@ class GrabResult(BaseModel):
     item_id: str
     user_id: int
     amount: str
-    credited: bool = Field(description="false: the claim is durable but the credit failed; the reconciler retries it")
+    credit: Literal["PENDING"] = Field("PENDING", description=(
+        "the claim is durable (in the log) and the item is this user's unless the DB refuses the claim, which only a "
+        "Redis loss can cause; the grabber is credited under Idempotency-Key rp<item_id> once the DB accepted the "
+        "claim (the writer, normally within a second; the reconciler after RECONCILE_AGE_S if that failed): a claim "
+        "the DB refuses is never credited"))
 
 
 class RedPacketGrab(BaseModel):

@@ -17,6 +17,7 @@ from hotledger.runtime import delay_drainer
 
 logger = observability.logger()
 metrics = observability.metrics()
+tracer = observability.tracer()
 STOP_BEFORE_TIMEOUT_MS = 2000
 
 
@@ -39,6 +40,7 @@ def _queue_metrics(drainer) -> None:
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
+@tracer.capture_lambda_handler
 def handler(event: dict, context) -> dict:
     drainer = delay_drainer()
     # the drainer sleeps at most its idle wait (1 s) at a time: leave that and a batch's handling before the timeout

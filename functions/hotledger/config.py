@@ -13,21 +13,40 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 _REPO_LUA_DIR = Path(__file__).resolve().parents[2] / "layers" / "lua"
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
 @dataclass(frozen=True)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_password: str | None = None
+    redis_username: str | None = None  # an ElastiCache RBAC user (AUTH username password); None: the default user
+    # "1": REDIS_URL names a Redis Cluster node (the ElastiCache configuration endpoint); a redis+cluster:// or
+    # rediss+cluster:// URL says the same
+    redis_cluster: str = "0"
     db_host: str = "127.0.0.1"
     db_port: int = 3306
     db_user: str = "root"
     db_password: str = ""
     db_name: str = "hotledger"
+    db_secret_arn: str = ""  # read again (bypassing the cache) when the DB refuses the credentials: rotation
+    # "verify": TLS with the server's certificate and host name checked against db_ca_bundle ("certifi": the Mozilla
+    # bundle of the certifi package, with the Amazon Root CAs that sign RDS Proxy's certificates; else a PEM file, such
+    # as the RDS global bundle for a direct RDS/Aurora endpoint); "off": plain (local)
+    db_tls: str = "off"
+    db_ca_bundle: str = ""
+    secrets_max_age_s: int = 300  # Secrets Manager values are cached this long per container
     kafka_bootstrap: str = "127.0.0.1:9092"
     kafka_topic: str = "hotledger.ledger"
     kafka_security_protocol: str = "PLAINTEXT"
+    # "iam": SASL_SSL + OAUTHBEARER with the function's IAM credentials (MSK); "none": KAFKA_SECURITY_PROTOCOL as is
+    kafka_auth: str = "none"
+    aws_region: str = ""  # Lambda sets AWS_REGION: the MSK IAM token is signed for it
     publish_timeout_s: float = 5.0
+    # the keyring that signs Kafka events (dal/event_keys.py): a Secrets Manager secret in AWS, the JSON itself locally
+    event_keys_secret_arn: str = ""
+    event_keys: str = ""
+    event_keys_max_age_s: int = 300
     entry_ttl_s: int = 7 * 24 * 3600
     idempotency_ttl_s: int = 24 * 3600
     reconcile_age_s: int = 300
@@ -49,8 +68,8 @@ class Settings:
     stream_block_ms: int = 1000
     stream_claim_idle_ms: int = 30000
     stream_max_deliveries: int = 5
-    # after Redis lost a voucher or red packet, sales on it wait this long after the rebuild from the DB so
-    # events acknowledged before the loss reach the DB first (the writer lag bound is ~1 s)
+    # after Redis lost a voucher or red packet, sales on it wait at least this long after the rebuild from the DB
+    # (with Kafka also at least PUBLISH_TIMEOUT_S, and then until the writer applied the log: outbox/log_hold.py)
     rebuild_hold_s: int = 10
     # how long Redis keeps the keys of an ended sale or a refunded red packet (a later request rebuilds them)
     finished_keys_ttl_s: int = 24 * 3600
@@ -67,22 +86,49 @@ class Settings:
     # memory is finite (Redis noeviction): past these a request is refused with 429 and nothing changes
     delay_max_queue_size: int = 100_000  # elements per client delay queue, waiting + taken (QUEUE_FULL)
     max_pending_entries: int = 10_000  # an account's charges in Redis not yet in the DB (TOO_MANY_PENDING)
+    # new route Idempotency-Keys a scope (an account, a payment order) opens per IDEMPOTENCY_TTL_S window (TOO_MANY_KEYS)
+    max_idempotency_keys: int = 100_000
+    # how long an attempt holds its route key: above the API function's timeout, so a live attempt never loses it
+    idempotency_lease_ms: int = 60_000
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message
     journeys: str = "password-recovery=1800"
+
+
+    @property
+    def redis_is_cluster(self) -> bool:
+        return self.redis_cluster == "1" or self.redis_url.split("://", 1)[0] in CLUSTER_SCHEMES
+
+    @property
+    def rebuild_hold_ms(self) -> int:
+        """The time hold of a rebuild: with Kafka, a publish in flight at the loss is acknowledged (or rolled back)
+        within PUBLISH_TIMEOUT_S, so where the log ends is read no sooner."""
+        floor_s = self.publish_timeout_s if self.event_transport == "kafka" else 0
+        return int(max(self.rebuild_hold_s, floor_s) * 1000)
 
 
 _ENV = {
     "redis_url": "REDIS_URL",
     "redis_password": "REDIS_PASSWORD",
+    "redis_username": "REDIS_USERNAME",
+    "redis_cluster": "REDIS_CLUSTER",
     "db_host": "DB_HOST",
     "db_port": "DB_PORT",
     "db_user": "DB_USER",
     "db_password": "DB_PASSWORD",
     "db_name": "DB_NAME",
+    "db_secret_arn": "DB_SECRET_ARN",
+    "db_tls": "DB_TLS",
+    "db_ca_bundle": "DB_CA_BUNDLE",
+    "secrets_max_age_s": "SECRETS_MAX_AGE_S",
     "kafka_bootstrap": "KAFKA_BOOTSTRAP",
     "kafka_topic": "KAFKA_TOPIC",
     "kafka_security_protocol": "KAFKA_SECURITY_PROTOCOL",
+    "kafka_auth": "KAFKA_AUTH",
+    "aws_region": "AWS_REGION",
     "publish_timeout_s": "PUBLISH_TIMEOUT_S",
+    "event_keys_secret_arn": "EVENT_KEYS_SECRET_ARN",
+    "event_keys": "EVENT_KEYS",
+    "event_keys_max_age_s": "EVENT_KEYS_MAX_AGE_S",
     "entry_ttl_s": "ENTRY_TTL_S",
     "idempotency_ttl_s": "IDEMPOTENCY_TTL_S",
     "reconcile_age_s": "RECONCILE_AGE_S",
@@ -111,6 +157,8 @@ _ENV = {
     "inbox_max_messages": "INBOX_MAX_MESSAGES",
     "delay_max_queue_size": "DELAY_MAX_QUEUE_SIZE",
     "max_pending_entries": "MAX_PENDING_ENTRIES",
+    "max_idempotency_keys": "MAX_IDEMPOTENCY_KEYS",
+    "idempotency_lease_ms": "IDEMPOTENCY_LEASE_MS",
     "journeys": "JOURNEYS",
 }
 
@@ -128,22 +176,30 @@ def _from_env(env) -> dict:
     return {name: _coerce(name, env[var]) for name, var in _ENV.items() if env.get(var) not in (None, "")}
 
 
+def secret_value(secret_id: str, max_age_s: int, fresh: bool = False) -> str:
+    """A Secrets Manager value through Powertools parameters: cached max_age_s per container, `fresh` reads it again."""
+    from aws_lambda_powertools.utilities import parameters
+
+    return parameters.get_secret(secret_id, max_age=max_age_s, force_fetch=fresh)
+
+
+def db_credentials(secret: str, env) -> dict:
+    """Settings from the DB secret (username, password; host, port, dbname unless set by their variables)."""
+    value = json.loads(secret)
+    values = {"db_user": value["username"], "db_password": value["password"]}
+    for key, name in (("host", "db_host"), ("port", "db_port"), ("dbname", "db_name")):
+        if key in value and not env.get(_ENV[name]):
+            values[name] = _coerce(name, str(value[key]))
+    return values
+
+
 def _from_secrets(env) -> dict:
     values: dict = {}
-    if not (env.get("DB_SECRET_ARN") or env.get("REDIS_AUTH_SECRET_ARN")):
-        return values
-    import boto3
-
-    client = boto3.client("secretsmanager")
+    max_age_s = int(env.get("SECRETS_MAX_AGE_S") or Settings.secrets_max_age_s)
     if env.get("DB_SECRET_ARN"):
-        secret = json.loads(client.get_secret_value(SecretId=env["DB_SECRET_ARN"])["SecretString"])
-        values["db_user"] = secret["username"]
-        values["db_password"] = secret["password"]
-        for key, name in (("host", "db_host"), ("port", "db_port"), ("dbname", "db_name")):
-            if key in secret and not env.get(_ENV[name]):
-                values[name] = _coerce(name, str(secret[key]))
+        values.update(db_credentials(secret_value(env["DB_SECRET_ARN"], max_age_s), env))
     if env.get("REDIS_AUTH_SECRET_ARN"):
-        values["redis_password"] = client.get_secret_value(SecretId=env["REDIS_AUTH_SECRET_ARN"])["SecretString"]
+        values["redis_password"] = secret_value(env["REDIS_AUTH_SECRET_ARN"], max_age_s)
     return values
 
 
@@ -177,6 +233,16 @@ def build_settings(env=None) -> Settings:
     cfg = replace(Settings(), **merged)
     if cfg.event_transport not in ("kafka", "redis-stream"):
         raise ValueError(f"EVENT_TRANSPORT must be kafka or redis-stream, not {cfg.event_transport!r}")
+    if cfg.redis_cluster not in ("0", "1"):
+        raise ValueError(f"REDIS_CLUSTER must be 0 or 1, not {cfg.redis_cluster!r}")
+    if cfg.db_tls not in ("verify", "off"):
+        raise ValueError(f"DB_TLS must be verify or off, not {cfg.db_tls!r}")
+    if cfg.db_tls == "verify" and not cfg.db_ca_bundle:
+        raise ValueError("DB_TLS=verify checks the server against a CA bundle: set DB_CA_BUNDLE (certifi or a PEM path)")
+    if cfg.kafka_auth not in ("iam", "none"):
+        raise ValueError(f"KAFKA_AUTH must be iam or none, not {cfg.kafka_auth!r}")
+    if cfg.kafka_auth == "iam" and not cfg.aws_region:
+        raise ValueError("KAFKA_AUTH=iam signs its token for a region: set AWS_REGION")
     return cfg
 
 

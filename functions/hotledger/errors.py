@@ -60,3 +60,8 @@ QueueReserved = _error("QueueReserved", 409, "QUEUE_RESERVED")
 # (SQS refuses past its in-flight limit with OverLimit; Stripe answers 429 for what may succeed later)
 QueueFull = _error("QueueFull", 429, "QUEUE_FULL")
 TooManyPending = _error("TooManyPending", 429, "TOO_MANY_PENDING")
+TooManyKeys = _error("TooManyKeys", 429, "TOO_MANY_KEYS")
+
+# authentication and authorization (api.authorization): nothing was changed
+Unauthenticated = _error("Unauthenticated", 401, "UNAUTHENTICATED")
+Forbidden = _error("Forbidden", 403, "FORBIDDEN")

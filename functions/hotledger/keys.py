@@ -64,6 +64,11 @@ def idempotency(user_id: int, idem_key: str) -> str:
     return f"user:idem:{tag(str(user_id))}:{idem_key}"
 
 
+def idempotency_quota(user_id: int) -> str:
+    """How many client Idempotency-Key records of deducts and recharges the account opened this window."""
+    return f"user:idem:quota:{tag(str(user_id))}"
+
+
 def account_lock(user_id: int) -> str:
     """The name of an account's distributed lock (dal/lock.py builds its keys from it)."""
     return f"account-{user_id}"
@@ -74,28 +79,41 @@ def account_stream(user_id: int) -> str:
 
 
 # vouchers (flash sale) ------------------------------------------------------------------------------------
-def voucher(voucher_id: int) -> str:
-    """Hash: stock, begin, end, limit, epoch, hold_until, db_version."""
-    return f"voucher:{tag(f'v{voucher_id}')}"
+# A voucher sells from stock buckets 0..stock_shards-1, each its own slot: bucket 0 is tagged {v<id>} (a voucher of one
+# bucket keeps the keys it always had), bucket k > 0 {v<id>:b<k>}.
+def voucher_entity(voucher_id: int, bucket: int = 0) -> str:
+    """The bucket's hash-tag entity; also its events' partition key."""
+    return f"v{voucher_id}:b{bucket}" if bucket else f"v{voucher_id}"
 
 
-def voucher_buyers(voucher_id: int) -> str:
-    """Hash: user id -> orders taken."""
-    return f"voucher:buyers:{tag(f'v{voucher_id}')}"
+def voucher(voucher_id: int, bucket: int = 0) -> str:
+    """Hash: stock, begin, end, limit, epoch, hold_until, db_version, hold_log, dry:<k> (bucket k seen empty until)."""
+    return f"voucher:{tag(voucher_entity(voucher_id, bucket))}"
 
 
-def voucher_pending(voucher_id: int) -> str:
-    """Hash: order id -> 'user;seq;ts;epoch' for orders not yet in the DB."""
-    return f"voucher:pending:{tag(f'v{voucher_id}')}"
+def voucher_buyers(voucher_id: int, bucket: int = 0) -> str:
+    """Hash: user id -> orders taken, for the buyers whose home is this bucket."""
+    return f"voucher:buyers:{tag(voucher_entity(voucher_id, bucket))}"
 
 
-def voucher_fate(voucher_id: int, order_id: int) -> str:
+def voucher_pending(voucher_id: int, bucket: int = 0) -> str:
+    """Hash: order id -> 'user;seq;ts;epoch;home' for orders of this bucket's units not yet in the DB."""
+    return f"voucher:pending:{tag(voucher_entity(voucher_id, bucket))}"
+
+
+def voucher_away(voucher_id: int, bucket: int = 0) -> str:
+    """Hash: order id -> 'user;seq;ts' for buyers of this home bucket whose unit is taken from another bucket, until
+    the writer persisted the order (or it is given back)."""
+    return f"voucher:away:{tag(voucher_entity(voucher_id, bucket))}"
+
+
+def voucher_fate(voucher_id: int, order_id: int, bucket: int = 0) -> str:
     """'claimed' by the writer or 'rolledback' by the API: whichever comes first wins."""
-    return f"voucher:fate:{tag(f'v{voucher_id}')}:{order_id}"
+    return f"voucher:fate:{tag(voucher_entity(voucher_id, bucket))}:{order_id}"
 
 
-def voucher_stream(voucher_id: int) -> str:
-    return entity_stream(f"v{voucher_id}")
+def voucher_stream(voucher_id: int, bucket: int = 0) -> str:
+    return entity_stream(voucher_entity(voucher_id, bucket))
 
 
 # red packets ------------------------------------------------------------------------------------------------
@@ -158,4 +176,5 @@ def reconcile_cursor(part: str) -> str:
     return f"reconcile:cursor:{tag(f'reconcile-{part}')}"
 
 
-IDGEN_WORKER_PREFIX = "idgen:worker:"
+# the worker-id leases and their counter: global, so one home slot ({idgen}) on a cluster
+IDGEN_WORKER_PREFIX = "idgen:{idgen}:worker:"

@@ -7,6 +7,7 @@ from hotledger.config import settings
 from hotledger.dal import publisher
 from hotledger.dal.cursor import Cursors
 from hotledger.dal.delay_queue import DelayQueue, Drainer
+from hotledger.dal.event_keys import EventKeys
 from hotledger.dal.idempotency import Idempotency
 from hotledger.dal.ids import IdGenerator
 from hotledger.dal.lock import DistributedLock
@@ -21,6 +22,7 @@ from hotledger.notices.payment_orders import CLOSE_QUEUE, REMINDER_QUEUE, Paymen
 from hotledger.notices.store import InboxStore, JourneyStore, PaymentOrderStore
 from hotledger.outbox.durable import Durability
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
+from hotledger.outbox.log_hold import LogHold
 from hotledger.outbox.store import EventStreams, OutboxStore
 from hotledger.outbox.stream_consumer import StreamConsumer
 from hotledger.outbox.writer import Writer
@@ -36,13 +38,25 @@ from hotledger.vouchers.store import VoucherDb, VoucherRedis
 
 
 @functools.lru_cache(maxsize=1)
+def event_keys() -> EventKeys:
+    cfg = settings()
+    return EventKeys(cfg.event_keys_secret_arn or None, cfg.event_keys or None, cfg.event_keys_max_age_s)
+
+
+def durability() -> Durability:
+    cfg = settings()
+    return Durability(cfg, publisher.publish, id_generator().next_id, event_keys())
+
+
+@functools.lru_cache(maxsize=1)
 def id_generator() -> IdGenerator:
     return IdGenerator(lua())
 
 
 @functools.lru_cache(maxsize=1)
 def idempotency() -> Idempotency:
-    return Idempotency(lua())
+    cfg = settings()
+    return Idempotency(lua(), cfg.idempotency_ttl_s, cfg.idempotency_lease_ms, cfg.max_idempotency_keys)
 
 
 @functools.lru_cache(maxsize=1)
@@ -59,7 +73,7 @@ def ledger_store() -> LedgerStore:
 @functools.lru_cache(maxsize=1)
 def ledger() -> Ledger:
     next_id = id_generator().next_id
-    return Ledger(ledger_store(), Durability(settings(), publisher.publish, next_id), lock(), next_id)
+    return Ledger(ledger_store(), durability(), lock(), next_id)
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,8 +85,7 @@ def voucher_redis() -> VoucherRedis:
 @functools.lru_cache(maxsize=1)
 def vouchers() -> Vouchers:
     cfg = settings()
-    return Vouchers(cfg, VoucherDb(), voucher_redis(), Durability(cfg, publisher.publish, id_generator().next_id),
-                    id_generator().next_id)
+    return Vouchers(cfg, VoucherDb(), voucher_redis(), durability(), id_generator().next_id, log_hold())
 
 
 def packet_cache() -> PacketCache:
@@ -84,8 +97,8 @@ def packet_cache() -> PacketCache:
 @functools.lru_cache(maxsize=1)
 def redpackets() -> RedPackets:
     cfg = settings()
-    return RedPackets(PacketStore(), packet_cache(), Durability(cfg, publisher.publish, id_generator().next_id),
-                      id_generator().next_id, ledger(), delay_queue(), cfg.rebuild_hold_s)
+    return RedPackets(PacketStore(), packet_cache(), durability(),
+                      id_generator().next_id, ledger(), delay_queue(), cfg.rebuild_hold_ms, log_hold())
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,10 +107,17 @@ def outbox() -> OutboxStore:
 
 
 @functools.lru_cache(maxsize=1)
+def log_hold() -> LogHold:
+    cfg = settings()
+    return LogHold(outbox(), publisher.end_offsets, cfg.kafka_topic, streamed=cfg.event_transport == "redis-stream")
+
+
+@functools.lru_cache(maxsize=1)
 def writer() -> Writer:
     return Writer({LedgerEvent: LedgerPersister(ledger_store(), outbox()),
                    VoucherOrderEvent: VoucherPersister(VoucherDb(), voucher_redis(), outbox()),
-                   RedPacketClaimEvent: RedPacketPersister(PacketStore(), packet_cache(), outbox())}, outbox())
+                   RedPacketClaimEvent: RedPacketPersister(PacketStore(), packet_cache(), outbox(),
+                                                             redpackets().credit_grab)}, outbox())
 
 
 @functools.lru_cache(maxsize=1)
@@ -152,6 +172,6 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (outbox, id_generator, idempotency, lock, ledger_store, ledger, voucher_redis, vouchers, redpackets, writer, reconciler,
-                   delay_queue, inbox, payment_orders, journeys, lua, cached_settings):
+    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, voucher_redis, vouchers,
+                   redpackets, writer, reconciler, delay_queue, inbox, payment_orders, journeys, lua, cached_settings):
         cached.cache_clear()

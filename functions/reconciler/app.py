@@ -13,10 +13,12 @@ from hotledger.runtime import reconciler
 
 logger = observability.logger()
 metrics = observability.metrics()
+tracer = observability.tracer()
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
+@tracer.capture_lambda_handler
 def handler(event: dict, context) -> dict:
     report = reconciler().run(int(time.time() * 1000))
     metrics.add_metric(name="PendingOrders", unit=MetricUnit.Count, value=report.pending)

@@ -17,11 +17,13 @@ from hotledger.runtime import stream_consumer
 
 logger = observability.logger()
 metrics = observability.metrics()
+tracer = observability.tracer()
 STOP_BEFORE_TIMEOUT_MS = 3000
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
+@tracer.capture_lambda_handler
 def handler(event: dict, context) -> dict:
     if settings().event_transport != "redis-stream":
         return {"skipped": "EVENT_TRANSPORT is not redis-stream"}

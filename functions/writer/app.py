@@ -1,4 +1,5 @@
-"""MSK-triggered writer: decode the batch, dead-letter what can never apply, persist the rest in
+"""MSK-triggered writer: decode the batch, dead-letter what can never apply (undecodable, or not signed by the
+service: see outbox/events.py), persist the rest in
 one transaction. Any transient failure (DB or Redis down) raises, so the whole batch is retried and,
 because persisting is idempotent, a retry or re-delivery changes nothing twice."""
 from __future__ import annotations
@@ -9,10 +10,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from hotledger import observability
 from hotledger.outbox.events import RawRecord, decode
-from hotledger.runtime import writer
+from hotledger.runtime import event_keys, writer
 
 logger = observability.logger()
 metrics = observability.metrics()
+tracer = observability.tracer()
 
 
 def msk_records(event: dict) -> list[RawRecord]:
@@ -23,16 +25,27 @@ def msk_records(event: dict) -> list[RawRecord]:
             for records in event.get("records", {}).values() for record in records]
 
 
+def last_offsets(records: list[RawRecord]) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> the highest offset of the batch: the writer's log watermark once it is applied."""
+    last: dict[tuple[str, int], int] = {}
+    for r in records:
+        last[(r.topic, r.partition)] = max(r.offset, last.get((r.topic, r.partition), -1))
+    return last
+
+
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
+@tracer.capture_lambda_handler
 def handler(event: dict, context) -> dict:
-    events, poison = decode(msk_records(event))
-    report = writer().persist(events, poison)
+    records = msk_records(event)
+    events, poison = decode(records, event_keys())  # a record the service did not sign is poison
+    report = writer().persist(events, poison, last_offsets(records))
     metrics.add_metric(name="WriterBatchSize", unit=MetricUnit.Count, value=len(events) + len(poison))
     metrics.add_metric(name="WriterApplied", unit=MetricUnit.Count, value=report.applied)
     metrics.add_metric(name="WriterDuplicates", unit=MetricUnit.Count, value=report.duplicates)
     metrics.add_metric(name="WriterRolledBackSkipped", unit=MetricUnit.Count, value=report.rolled_back)
     metrics.add_metric(name="WriterDeadLettered", unit=MetricUnit.Count, value=report.dead_lettered)
+    metrics.add_metric(name="LateChangesRefused", unit=MetricUnit.Count, value=report.late_refused)
     if report.dead_lettered:
         logger.error("dead-lettered records", extra={"count": report.dead_lettered})
     logger.info("batch persisted", extra={"applied": report.applied, "duplicates": report.duplicates,

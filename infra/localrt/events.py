@@ -10,8 +10,10 @@ from urllib.parse import parse_qs
 
 
 def api_gateway_proxy(method: str, path: str, body: str | bytes | None = None, headers: dict | None = None,
-                      query: str = "", stage: str = "v1", source_ip: str = "127.0.0.1") -> dict:
-    """A REST API (v1 payload) proxy event for the `/{proxy+}` resource."""
+                      query: str = "", stage: str = "v1", source_ip: str = "127.0.0.1",
+                      authorizer: dict | None = None) -> dict:
+    """A REST API (v1 payload) proxy event for the `/{proxy+}` resource; `authorizer` is what the API's Lambda
+    authorizer returned (principalId and its context), absent when no authorizer ran."""
     headers = dict(headers or {})
     if isinstance(body, bytes):
         body = body.decode("utf-8", errors="replace")
@@ -44,6 +46,7 @@ def api_gateway_proxy(method: str, path: str, body: str | bytes | None = None, h
             "identity": {"sourceIp": source_ip, "userAgent": headers.get("User-Agent", "")},
             "domainName": "localhost",
             "apiId": "local",
+            **({"authorizer": authorizer} if authorizer is not None else {}),
         },
         "body": body,
         "isBase64Encoded": False,

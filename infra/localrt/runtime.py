@@ -3,11 +3,15 @@
 It reads template.yaml and runs the very same handlers:
 - API events: HTTP on --port (3000) turned into API Gateway REST proxy events. Like Lambda, each
   worker process handles one request at a time; --api-workers processes share the socket.
+  The API's Lambda authorizer runs before each request, as API Gateway runs it (infra/localrt/gateway.py), against
+  the local dev issuer (infra/dev_issuer.py: `make token`) unless AUTH_ISSUER / AUTH_JWKS_URL / AUTH_CLIENT_IDS name
+  another issuer (a Cognito user pool, say).
   With HOTLEDGER_API_KEY set, requests need a matching x-api-key header (as API Gateway enforces).
 - MSK events: a Kafka consumer group delivers MSK-shaped batches (BatchSize and
-  MaximumBatchingWindowInSeconds from the template); offsets are committed only after the function
-  succeeded; an exception retries the whole batch, batchItemFailures retries from the first failed
-  offset of each partition (the Lambda contract).
+  MaximumBatchingWindowInSeconds from the template); offsets are committed only once each record was
+  handled or handed to the on-failure destination, under the template's error contract (MaximumRetryAttempts,
+  MaximumRecordAgeInSeconds, BisectBatchOnFunctionError, ReportBatchItemFailures, kafka:// destination):
+  see MskPoller._deliver.
 - Schedule events: invoked at their rate, or every HOTLEDGER_LOCAL_SCHEDULE_RATE_S seconds (the Redis
   Streams drainer among them: each run drains until shortly before its timeout).
 Layers are "mounted" by pointing LUA_DIR at the layer's ContentUri.
@@ -15,6 +19,7 @@ Layers are "mounted" by pointing LUA_DIR at the layer's ContentUri.
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib
 import json
 import logging
@@ -27,7 +32,9 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
-from infra.localrt import events, template
+from infra import dev_issuer, services
+from infra.event_keys import local_keyring
+from infra.localrt import events, gateway, template
 
 REPO = Path(__file__).resolve().parents[2]
 log = logging.getLogger("localrt")
@@ -43,7 +50,7 @@ def _load_handler(fn: template.Function):
 
 
 # API ------------------------------------------------------------------------------------------------
-def _api_request_handler(fn: template.Function, handler):
+def _api_request_handler(fn: template.Function, handler, gate: gateway.Gate | None):
     api_key = os.environ.get("HOTLEDGER_API_KEY") or None
 
     class ApiGatewayProxy(BaseHTTPRequestHandler):
@@ -53,10 +60,13 @@ def _api_request_handler(fn: template.Function, handler):
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
             headers = {k: v for k, v in self.headers.items()}
+            path, _, query = self.path.partition("?")
+            caller = gate.admit(self.command, path, headers) if gate is not None else None
+            if isinstance(caller, gateway.Refused):
+                return self._send(caller.status, {"Content-Type": "application/json"}, caller.body)
             if api_key is not None and self.headers.get("x-api-key") != api_key:
                 return self._send(403, {"Content-Type": "application/json"}, json.dumps({"message": "Forbidden"}))
-            path, _, query = self.path.partition("?")
-            event = events.api_gateway_proxy(self.command, path, body, headers, query)
+            event = events.api_gateway_proxy(self.command, path, body, headers, query, authorizer=caller)
             try:
                 result = handler(event, events.LambdaContext(fn.name, fn.timeout_s))
             except Exception:  # Lambda answers 502 when the function itself crashes
@@ -98,14 +108,24 @@ def _api_request_handler(fn: template.Function, handler):
     return ApiGatewayProxy
 
 
-def start_api_workers(fn: template.Function, host: str, port: int, workers: int) -> list[int]:
+def _gate(fn: template.Function, authorizer: template.ApiAuthorizer | None, functions: list[template.Function]):
+    if authorizer is None:
+        return None
+    authorizer_fn = next(f for f in functions if f.name == authorizer.function)
+    return gateway.Gate(authorizer, _load_handler(authorizer_fn), fn.public_routes,
+                        lambda: events.LambdaContext(authorizer_fn.name, authorizer_fn.timeout_s))
+
+
+def start_api_workers(fn: template.Function, host: str, port: int, workers: int, authorizer: template.ApiAuthorizer | None,
+                      functions: list[template.Function]) -> list[int]:
     listener = socket.create_server((host, port), backlog=1024, reuse_port=False)
     pids = []
     for _ in range(workers):
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            server = HTTPServer((host, port), _api_request_handler(fn, _load_handler(fn)), bind_and_activate=False)
+            handler = _api_request_handler(fn, _load_handler(fn), _gate(fn, authorizer, functions))
+            server = HTTPServer((host, port), handler, bind_and_activate=False)
             server.socket.close()
             server.socket = listener
             try:
@@ -124,15 +144,16 @@ class MskPoller(threading.Thread):
         self.fn, self.bootstrap, self.stop_event = fn, bootstrap, stop
         self.handler = _load_handler(fn)  # imported here, in the main thread: see Scheduler
         self.commit_delay_s = float(os.environ.get("HOTLEDGER_LOCAL_COMMIT_DELAY_S", "0"))
+        # the first retry's wait, doubled each retry up to a minute (Lambda does not document its own)
+        self.retry_backoff_s = float(os.environ.get("HOTLEDGER_LOCAL_RETRY_BACKOFF_S", "1"))
 
     def run(self):
-        backoff = 0.5
         while not self.stop_event.is_set():
             consumer = None
             try:
                 consumer = self._consumer()
                 while not self.stop_event.is_set():
-                    backoff = self._poll_once(consumer, self.handler, backoff)
+                    self._poll_once(consumer, self.handler)
             except Exception:  # broker gone or group lost: like the event source mapping, reconnect and go on
                 log.exception("consumer for %s failed; reconnecting", self.fn.name)
                 time.sleep(2)
@@ -147,40 +168,104 @@ class MskPoller(threading.Thread):
         return KafkaConsumer(
             cfg["topic"], bootstrap_servers=self.bootstrap.split(","), group_id=cfg["group_id"],
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=cfg["batch_size"],
-            session_timeout_ms=6000, heartbeat_interval_ms=2000, max_poll_interval_ms=120000, fetch_max_wait_ms=100,
+            session_timeout_ms=6000, heartbeat_interval_ms=2000, max_poll_interval_ms=900000, fetch_max_wait_ms=100,
             security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
         )
 
-    def _poll_once(self, consumer, handler, backoff: float) -> float:
-        """Deliver one batch; commit what succeeded, rewind to the first failure. Returns the next backoff."""
+    def _poll_once(self, consumer, handler) -> None:
+        """Deliver one batch under the trigger's error contract (_deliver); commit, per partition, up to the first
+        record not settled (all of them unless the runtime is stopping) and rewind there."""
         from kafka import TopicPartition
         from kafka.structs import OffsetAndMetadata
 
-        cfg = self.fn.msk
-        batch = self._collect(consumer, cfg)
+        batch = self._collect(consumer, self.fn.msk)
         if not batch:
-            return backoff
-        failed = self._invoke(handler, cfg["topic"], batch)
-        first_failed: dict = {}
-        for record in batch:
+            return
+        settled = self._deliver(handler, batch)
+        commit, rewind = {}, {}
+        for record in sorted(batch, key=lambda r: (r.partition, r.offset)):
             tp = TopicPartition(record.topic, record.partition)
-            if (record.partition, record.offset) in failed and tp not in first_failed:
-                first_failed[tp] = record.offset
-        commit = {}
-        for record in batch:
-            tp = TopicPartition(record.topic, record.partition)
-            if tp not in first_failed or record.offset < first_failed[tp]:
+            if tp in rewind:
+                continue
+            if (record.partition, record.offset) in settled:
                 commit[tp] = OffsetAndMetadata(record.offset + 1, "", -1)
+            else:
+                rewind[tp] = record.offset
         if commit:
             log.info("batch of %d handled; committing %s", len(batch), {f"{t.topic}-{t.partition}": o.offset for t, o in commit.items()})
             time.sleep(self.commit_delay_s)
             consumer.commit(commit)
-        for tp, offset in first_failed.items():
+        for tp, offset in rewind.items():
             consumer.seek(tp, offset)
-        if not first_failed:
-            return 0.5
-        time.sleep(backoff)
-        return min(backoff * 2, 5.0)
+
+    def _deliver(self, handler, batch: list) -> set:
+        """The MSK trigger's error contract as the template configures it (provisioned pollers):
+        - records older than MaximumRecordAgeInSeconds go to the on-failure destination without an invocation;
+        - an invocation that raises, with BisectBatchOnFunctionError, is split in two halves retried on their own
+          (a split is not a retry), until the failing record stands alone;
+        - with ReportBatchItemFailures, a partition is retried from its first reported record (the ones before it are
+          done); without it the answer is ignored and the batch counts as a success;
+        - after MaximumRetryAttempts retries (-1: forever, blocking its partitions) the records that failed the last
+          attempt go, one by one and whole, to the on-failure destination (kafka://<topic>); the partitions move on.
+        Returns the (partition, offset) settled: handled, or handed to the destination."""
+        cfg = self.fn.msk
+        settled: set = set()
+        if cfg["max_record_age_s"] >= 0:
+            oldest_ms = time.time() * 1000 - cfg["max_record_age_s"] * 1000
+            expired = [r for r in batch if r.timestamp < oldest_ms]
+            settled |= self._give_up(expired, "MaximumRecordAgeInSeconds exceeded")
+        fresh = [r for r in batch if (r.partition, r.offset) not in settled]
+        work = collections.deque([(fresh, 0)] if fresh else [])
+        backoff = self.retry_backoff_s
+        while work and not self.stop_event.is_set():
+            records, retries = work.popleft()
+            failed, raised = self._invoke(handler, cfg["topic"], records)
+            if not failed:
+                settled |= {(r.partition, r.offset) for r in records}
+                continue
+            if raised and cfg["bisect"] and len(records) > 1:
+                half = len(records) // 2
+                work.extendleft([(records[half:], retries), (records[:half], retries)])
+                continue
+            first_failed: dict = {}
+            for r in records:
+                if (r.partition, r.offset) in failed:
+                    first_failed[r.partition] = min(r.offset, first_failed.get(r.partition, r.offset))
+            again = [r for r in records if r.partition in first_failed and r.offset >= first_failed[r.partition]]
+            settled |= {(r.partition, r.offset) for r in records} - {(r.partition, r.offset) for r in again}
+            if 0 <= cfg["max_retries"] <= retries:  # the failed records go; the others of the last attempt are done
+                settled |= {(r.partition, r.offset) for r in again} - failed
+                settled |= self._give_up([r for r in again if (r.partition, r.offset) in failed],
+                                         f"MaximumRetryAttempts ({cfg['max_retries']}) exhausted")
+                continue
+            self.stop_event.wait(backoff)
+            backoff = min(backoff * 2, 60.0)
+            work.appendleft((again, retries + 1))
+        return settled
+
+    def _give_up(self, records: list, reason: str) -> set:
+        """Hand records to the on-failure destination, whole (key, value, headers) plus where they came from and why."""
+        if not records:
+            return set()
+        topic = self.fn.msk["dead_letter_topic"]
+        if topic is None:  # no destination: Lambda drops them; say so loudly (the template always has one)
+            log.error("%s: %d records dropped (%s) - no on-failure destination", self.fn.name, len(records), reason)
+            return {(r.partition, r.offset) for r in records}
+        from kafka import KafkaProducer
+
+        services.ensure_topic(self.bootstrap, topic, 1)
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap.split(","), acks="all",
+                                 security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"))
+        try:
+            for r in records:
+                meta = [("source-topic", r.topic.encode()), ("source-partition", str(r.partition).encode()),
+                        ("source-offset", str(r.offset).encode()), ("failure-reason", reason.encode())]
+                producer.send(topic, key=r.key, value=r.value, headers=list(r.headers or []) + meta)
+            producer.flush(timeout=30)
+        finally:
+            producer.close(timeout=5)
+        log.error("%s: %d records sent to %s (%s)", self.fn.name, len(records), topic, reason)
+        return {(r.partition, r.offset) for r in records}
 
     @staticmethod
     def _collect(consumer, cfg) -> list:
@@ -196,15 +281,18 @@ class MskPoller(threading.Thread):
                 break
         return batch
 
-    def _invoke(self, handler, topic: str, batch: list) -> set:
+    def _invoke(self, handler, topic: str, batch: list) -> tuple[set, bool]:
+        """One invocation: the records reported failed (all of them when the function raised), and whether it raised."""
         event = events.msk(topic, [(r.partition, r.offset, r.key, r.value, r.timestamp) for r in batch], bootstrap=self.bootstrap)
         try:
             response = handler(event, events.LambdaContext(self.fn.name, self.fn.timeout_s))
         except Exception:
-            log.exception("function %s failed; the batch will be retried", self.fn.name)
-            return {(r.partition, r.offset) for r in batch}
+            log.exception("function %s failed on %d records", self.fn.name, len(batch))
+            return {(r.partition, r.offset) for r in batch}, True
+        if not self.fn.msk["partial_batch"]:
+            return set(), False
         failures = (response or {}).get("batchItemFailures") or []
-        return {(int(f["itemIdentifier"]["partition"].rsplit("-", 1)[1]), int(f["itemIdentifier"]["offset"])) for f in failures}
+        return {(int(f["itemIdentifier"]["partition"].rsplit("-", 1)[1]), int(f["itemIdentifier"]["offset"])) for f in failures}, False
 
 
 # schedules ------------------------------------------------------------------------------------------
@@ -237,6 +325,13 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s localrt %(levelname)s %(message)s", stream=sys.stderr)
 
     functions = template.load(Path(args.template))
+    if not (os.environ.get("EVENT_KEYS") or os.environ.get("EVENT_KEYS_SECRET_ARN")):
+        os.environ["EVENT_KEYS"] = local_keyring()  # the dev keyring in .state/, as the stack's secret is in AWS
+    authorizer = template.api_authorizer(Path(args.template))
+    issuer = None
+    if authorizer is not None and not args.no_api and "AUTH_ISSUER" not in os.environ:
+        issuer = dev_issuer.JwksServer()  # bound now: the workers forked below inherit its URL
+        os.environ.update(issuer.authorizer_env())
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     schedule_override = os.environ.get("HOTLEDGER_LOCAL_SCHEDULE_RATE_S")
     stop = threading.Event()
@@ -244,8 +339,11 @@ def main(argv=None) -> int:
     # fork the API workers before any thread exists in this process
     for fn in functions:
         if fn.api and not args.no_api:
-            children += start_api_workers(fn, args.host, args.port, args.api_workers)
+            children += start_api_workers(fn, args.host, args.port, args.api_workers, authorizer, functions)
             log.info("%s: http://%s:%d (%d workers)", fn.name, args.host, args.port, args.api_workers)
+    if issuer is not None:
+        issuer.serve_in_thread()
+        log.info("local dev issuer %s: tokens with `make token`", dev_issuer.ISSUER)
     threads: list[threading.Thread] = []
     for fn in functions:
         # with the Redis Streams transport nothing goes to Kafka: the scheduled drainer persists (as in AWS,

@@ -11,7 +11,7 @@ for i = 3, #ARGV do
     redis.call('HDEL', KEYS[2], element)
     if ARGV[1] == 'replay' then
       redis.call('ZADD', KEYS[3], ARGV[2], element)
-      if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == element then redis.call('PUBLISH', KEYS[4], ARGV[2]) end
+      if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == element then redis.call('SPUBLISH', KEYS[4], ARGV[2]) end
     end
     out[#out + 1] = 1
   else

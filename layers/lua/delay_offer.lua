@@ -21,5 +21,5 @@ if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('ZREM', KEYS[5], ARGV[1])
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if head[1] == ARGV[1] then redis.call('PUBLISH', KEYS[2], ARGV[2]) end
+if head[1] == ARGV[1] then redis.call('SPUBLISH', KEYS[2], ARGV[2]) end
 return {added, head[2]}

@@ -7,6 +7,8 @@
 -- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state ('pending' | 'done' | 'refused'), refused
 --                                      (the refusal's reply status), ts (touched only when ARGV[6] ~= '')
 -- KEYS[5] events:{s<n>}                the event stream (written only when ARGV[11] is 'stream')
+-- KEYS[6] user:idem:quota:{uid}        string: client Idempotency-Key records the account opened in the current
+--                                      window (ARGV[7] seconds from its first; ledger_rollback gives one back)
 -- ARGV[1] kind 'D' | 'R'
 -- ARGV[2] amount in minor units (integer > 0)
 -- ARGV[3] ts, epoch milliseconds
@@ -28,6 +30,9 @@
 -- ARGV[14] '1': a business refusal (closed, insufficient, limit) is the key's answer and recorded in KEYS[4];
 --          '': it is not (the service's own keys, whose callers charge again under the key once the cause is gone)
 -- ARGV[15] most entries the account may hold in KEYS[3] (charged, not yet in the DB); '' or '0': no bound
+-- ARGV[16] most new records KEYS[6] counts per window (MAX_IDEMPOTENCY_KEYS); '' or '0': the key is not counted
+--          (no key, or the service's own: one per packet, item or payment order, which the client cannot mint).
+--          Only client keys are counted, and a client key's refusal is always its answer (ARGV[14] '1')
 -- open is '1' (open), 'BALANCE' (closed because balance <= 0) or 'ADMIN' (closed by an operator).
 -- Returns one of:
 --   {'missing'}                        no cached account: load it from the DB, then retry
@@ -40,6 +45,8 @@
 --                                      (a refusal is the key's answer: recorded like a charge, and replayed with
 --                                      the balance and v it was refused at; TigerBeetle's id_already_failed)
 --   {'too_many_pending'}               KEYS[3] holds ARGV[15] entries: nothing changed, not the key's answer
+--   {'too_many_keys'}                  a new counted key past ARGV[16] this window: nothing changed, not the key's
+--                                      answer (its existing keys still answer above)
 --   {'conflict'}                       Idempotency-Key already used with another body
 --   {'in_progress'}                    Idempotency-Key's first request is still publishing (not stale)
 --   {'replay', id, balance, v, state}  Idempotency-Key seen with this body: the first answer; state 'done'
@@ -88,6 +95,18 @@ end
 -- caught up (retryable: not recorded for the key)
 local max_pending = tonumber(ARGV[15] or '') or 0
 if max_pending > 0 and redis.call('ZCARD', KEYS[3]) >= max_pending then return {'too_many_pending'} end
+
+-- every path below records the new key (a charge, or a refusal that is its answer): count it, one INCR on the hot
+-- path; past the quota it is taken back and nothing is recorded (noeviction: one caller must not fill Redis)
+local max_keys = tonumber(ARGV[16] or '') or 0
+if fingerprint ~= '' and max_keys > 0 then
+  local opened = redis.call('INCR', KEYS[6])
+  if opened == 1 then redis.call('EXPIRE', KEYS[6], ARGV[7]) end
+  if opened > max_keys then
+    redis.call('DECR', KEYS[6])
+    return {'too_many_keys'}
+  end
+end
 
 local balance, open = tonumber(h[1]), h[4]
 if kind == 'D' then

@@ -7,7 +7,8 @@
 -- KEYS[3] user:order:consistency:{uid}  zset
 -- KEYS[4] user:order:fate:{uid}:<id>    'claimed' (writer) | 'rolledback' (this script)
 -- KEYS[5] user:idem:{uid}:<key>         idempotency record, deleted when it points at this entry
--- ARGV[1] entry id  ARGV[2] fate TTL in seconds
+-- KEYS[6] user:idem:quota:{uid}         string (ledger_apply): a counted record deleted here gives its count back
+-- ARGV[1] entry id  ARGV[2] fate TTL in seconds  ARGV[3] '1' when the key is counted (a client key), else ''
 -- Returns:
 --   {'gone'}                  nothing left to undo (already given back, or Redis lost it); tombstone set
 --   {'rolled_back', balance, v}  money given back; the tombstone lets the writer skip it without asking the DB
@@ -20,7 +21,10 @@ for part in string.gmatch(entry, '[^;]+') do fields[#fields + 1] = part end
 local amount, kind = tonumber(fields[1]), fields[5]
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
-if redis.call('HGET', KEYS[5], 'id') == ARGV[1] then redis.call('DEL', KEYS[5]) end
+if redis.call('HGET', KEYS[5], 'id') == ARGV[1] then
+  redis.call('DEL', KEYS[5])
+  if ARGV[3] == '1' and tonumber(redis.call('GET', KEYS[6]) or '0') > 0 then redis.call('DECR', KEYS[6]) end
+end
 local h = redis.call('HMGET', KEYS[1], 'balance', 'open')
 if not h[1] then return {'rolled_back'} end
 local open, balance = h[2]

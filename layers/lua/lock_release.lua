@@ -10,7 +10,7 @@
 local function wake_next()
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[2])
   local next_owner = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if next_owner then redis.call('PUBLISH', KEYS[2], next_owner) end
+  if next_owner then redis.call('SPUBLISH', KEYS[2], next_owner) end
 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   if redis.call('EXISTS', KEYS[1]) == 0 then wake_next() end

@@ -1,6 +1,6 @@
 -- redpacket_grab: one user grabs one packet, atomically (the seed's script, with every key in KEYS,
 -- an expiry check and a resend-safe answer).
--- KEYS[1] rp:packet:{rp<id>}     hash: state, expires_at, hold_until
+-- KEYS[1] rp:packet:{rp<id>}     hash: state, expires_at, hold_until, hold_log
 -- KEYS[2] rp:unclaimed:{rp<id>}  list of 'item_id;amount'
 -- KEYS[3] rp:grabbers:{rp<id>}   hash: user id -> 'item_id;amount;ts;grab token'
 -- KEYS[4] rp:pending:{rp<id>}    hash: item id -> 'user;amount;ts;grab token' until the writer persisted the claim
@@ -14,10 +14,12 @@
 --   {'not_open', state}              CREATING (the sender's debit is not settled) or FAILED
 --   {'expired'}                      past expires_at, or EXPIRED / REFUNDING / REFUNDED
 --   {'recovering', until}            rebuilt after Redis lost it: grabs wait until then
+--   {'held', until}                  rebuilt, and waiting for the writer to apply the log (hold_log): this caller
+--                                    checks (outbox/log_hold.py) and lifts it or answers RECOVERING
 --   {'already', item_id, amount}     this user grabbed from this packet before
 --   {'empty'}                        nothing left
 --   {'ok', item_id, amount}          grabbed (also the answer to a resent call of the same grab)
-local p = redis.call('HMGET', KEYS[1], 'state', 'expires_at', 'hold_until')
+local p = redis.call('HMGET', KEYS[1], 'state', 'expires_at', 'hold_until', 'hold_log')
 if not p[1] then return {'missing'} end
 local seen = redis.call('HGET', KEYS[3], ARGV[2])
 if seen then
@@ -30,6 +32,10 @@ local now = tonumber(ARGV[3])
 if p[1] == 'CREATING' or p[1] == 'FAILED' then return {'not_open', p[1]} end
 if p[1] ~= 'OPEN' or now >= tonumber(p[2]) then return {'expired'} end
 if now < tonumber(p[3]) then return {'recovering', p[3]} end  -- only an open packet needs claims in flight to land
+if p[4] then  -- one caller a second checks the writer's watermark
+  redis.call('HSET', KEYS[1], 'hold_until', now + 1000)
+  return {'held', now + 1000}
+end
 local item = redis.call('LPOP', KEYS[2])
 if not item then return {'empty'} end
 local sep = string.find(item, ';', 1, true)

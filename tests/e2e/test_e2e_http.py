@@ -2,6 +2,7 @@
 real processes against real Redis, MariaDB and the Kafka-protocol broker."""
 from __future__ import annotations
 
+import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -111,3 +112,30 @@ def test_no_function_failed_while_serving(service):
     schedules) returned without an exception."""
     log = service.log_text()
     assert "Traceback" not in log, log[log.index("Traceback") - 300:log.index("Traceback") + 2000]
+
+
+def test_a_recharge_published_straight_to_the_topic_is_dead_lettered_by_the_msk_consumer(service, sql, settings):
+    """Anyone who can reach the topic publishes a recharge with kafka-python: the local runtime's MSK consumer hands it
+    to the writer, which dead-letters it (no MAC) and changes nothing; the service's own charges go on."""
+    from kafka import KafkaProducer
+
+    status, body = service.request("POST", "/accounts", {"user_name": f"e2e-forge-{os.getpid()}"})
+    user_id = body["user_id"]
+    assert service.request("POST", f"/accounts/{user_id}/recharge", {"amount": "10.00"})[0] == 200
+    service.wait_until(lambda: service.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0, 60, "persisted")
+    (balance, version), = sql("SELECT balance, version FROM t_account WHERE user_id = %s", (user_id,))
+    forged = {"type": "ledger", "id": 9_000_000_000_000 + user_id, "kind": "R", "user_id": user_id,
+              "amount": 100_000_000, "balance_after": balance + 100_000_000, "version": version + 1, "epoch": "forged",
+              "ts": int(time.time() * 1000), "open": "1", "idem_key": None}
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap.split(","), acks="all")
+    producer.send(settings.kafka_topic, key=str(user_id).encode(), value=json.dumps(forged).encode()).get(timeout=30)
+    producer.close()
+    service.wait_until(lambda: sql("SELECT error FROM t_dead_letter WHERE record_key = %s AND topic = %s",
+                                   (str(user_id).encode(), settings.kafka_topic)), 60, "the forged record dead-lettered")
+    ((error,),) = sql("SELECT error FROM t_dead_letter WHERE record_key = %s AND topic = %s", (str(user_id).encode(), settings.kafka_topic))
+    assert error.startswith("forged: the record carries no signature")
+    status, order = service.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert status == 200 and order["balance"] == "9.00"
+    service.wait_until(lambda: _persisted(service, user_id, order["order_id"]), 60, "the genuine deduct persisted")
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((900,),)  # before: 1,000,009.00
+    assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s", (user_id,)) == ((1,),)

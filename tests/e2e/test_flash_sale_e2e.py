@@ -59,6 +59,32 @@ def test_ten_thousand_buyers_one_hundred_units(service, sql):
     assert (view["stock_left"], view["sold"], view["pending"]) == (0, 100, 0)
 
 
+def test_a_voucher_over_four_stock_buckets_sells_exactly_its_stock_to_concurrent_buyers(service, sql):
+    now = int(time.time() * 1000)
+    status, body = service.request("POST", "/vouchers", {"title": "hot", "stock": 100, "begin_at": now - 1000,
+                                                         "end_at": now + 3_600_000, "stock_shards": 4})
+    assert status == 201, body
+    voucher_id = body["voucher_id"]
+    users = [3_000_000 + i for i in range(1000)]
+    answers = _many(service, [("POST", f"/vouchers/{voucher_id}/orders", {"user_id": u}) for _ in range(3) for u in users])
+    codes = Counter(status if status == 200 else body["error"]["code"] for status, body in answers)
+    assert codes[200] == 100 and set(codes) <= {200, "SOLD_OUT", "ALREADY_ORDERED"}, codes
+    won = {int(body["order_id"]): body["user_id"] for status, body in answers if status == 200}
+    assert len(won) == 100 and len(set(won.values())) == 100  # never oversold, no user twice across buckets
+    assert service.request("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [0, 0, 0, 0]
+
+    service.wait_until(lambda: sql("SELECT COUNT(*) FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,))[0][0] == 100,
+                       90, "100 orders in the DB")
+    assert dict(sql("SELECT id, user_id FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,))) == won
+    assert sql("SELECT bucket, COUNT(*) FROM t_voucher_order WHERE voucher_id = %s GROUP BY bucket ORDER BY bucket",
+               (voucher_id,)) == ((0, 25), (1, 25), (2, 25), (3, 25))  # every bucket drained, in the DB too
+    assert sql("SELECT stock FROM t_voucher_bucket WHERE voucher_id = %s", (voucher_id,)) == ((0,),) * 4
+    assert sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (voucher_id,)) == ((0,),)
+    service.wait_until(lambda: service.request("GET", f"/vouchers/{voucher_id}")[1]["pending"] == 0, 30, "nothing pending")
+    view = service.request("GET", f"/vouchers/{voucher_id}")[1]
+    assert (view["stock_left"], view["sold"], view["bucket_stock_left"]) == (0, 100, [0, 0, 0, 0])
+
+
 def test_thousand_grabbers_one_hundred_packets(service, sql):
     def account(balance=None):
         status, body = service.request("POST", "/accounts", {"user_name": f"rp-{time.monotonic_ns()}"})
@@ -83,6 +109,8 @@ def test_thousand_grabbers_one_hundred_packets(service, sql):
     def balance(user_id):
         return int(service.request("GET", f"/accounts/{user_id}")[1]["balance"].replace(".", ""))
 
+    # the writer credits a grab once the DB has accepted its claim: wait for the credits, then no one has more
+    service.wait_until(lambda: all(balance(u) == amount for u, amount in won.items()), 60, "every grab credited")
     assert all(balance(u) == won.get(u, 0) for u in grabbers[:200] + list(won))
     service.wait_until(lambda: service.request("GET", f"/redpackets/{packet_id}")[1]["state"] == "REFUNDED", 60,
                        "the expired packet to be settled")

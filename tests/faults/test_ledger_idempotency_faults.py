@@ -13,13 +13,13 @@ def test_keys_and_their_refusals_outlive_redis_restarted_empty(stack):  # noqa: 
         charged = api.request("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"}, {"Idempotency-Key": "once"})
         refused = api.request("POST", f"/accounts/{user_id}/deduct", {"amount": "7.00"}, {"Idempotency-Key": "no"})
         assert charged[0] == 200 and refused[0] == 402
-        _converged(stack, user_id, 600)  # the writer persisted the charge (and its key's answer)
+        _converged(stack, api, user_id, 600)  # the writer persisted the charge (and its key's answer)
         stack.redis.kill()
         stack.redis.restart()
         assert api.request("POST", f"/accounts/{user_id}/recharge", {"amount": "10.00"})[0] == 200
         assert api.request("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"}, {"Idempotency-Key": "once"}) == charged
         assert api.request("POST", f"/accounts/{user_id}/deduct", {"amount": "7.00"}, {"Idempotency-Key": "no"}) == refused
-        _converged(stack, user_id, 1600)
+        _converged(stack, api, user_id, 1600)
         assert stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((1,),)
     finally:
         api.stop()

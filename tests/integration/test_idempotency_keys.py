@@ -72,6 +72,41 @@ def test_a_grab_retried_with_its_key_answers_the_same_item(api):
     assert without_key[0] == 409 and without_key[1]["error"]["code"] == "ALREADY_GRABBED"
 
 
+def test_a_new_key_for_a_one_per_user_voucher_answers_the_buyers_order_before_and_after_the_db_has_it(api):
+    """(voucher, user) is a one-per-user order's natural key. Before: a new key got 409 ALREADY_ORDERED while the
+    order was pending in Redis and 200 with the order once the DB held it: two answers to one question."""
+    from helpers import invoke_writer
+    from integration.test_vouchers import order_records
+
+    voucher_id = new_voucher(api, stock=5, per_user_limit=1)
+    buyer = api.account()
+    first = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": buyer}, key())
+    assert first[0] == 200, first
+    assert api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": buyer}, key()) == first  # pending in Redis
+    assert invoke_writer(order_records(int(voucher_id))) == {"batchItemFailures": []}
+    assert api("GET", f"/vouchers/{voucher_id}/orders/{first[1]['order_id']}")[1]["status"] == "PERSISTED"
+    assert api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": buyer}, key()) == first  # in the DB
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["stock_left"] == 4
+    without_key = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": buyer})
+    assert without_key[0] == 409 and without_key[1]["error"]["code"] == "ALREADY_ORDERED"
+
+
+def test_a_new_key_for_a_grab_answers_the_grabbers_item_before_and_after_the_db_has_its_claim(api):
+    """(packet, user) is a grab's natural key: a keyed grab by a user holding an item answers that item, from Redis
+    while the claim is pending and once the DB holds it."""
+    from helpers import invoke_writer
+    from integration.test_writer_poison import claim_records
+
+    sender, grabber = api.account(balance="10.00"), api.account()
+    packet_id = api("POST", "/redpackets", {"sender_id": sender, "total": "4.00", "count": 2})[1]["packet_id"]
+    first = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber}, key())
+    assert first[0] == 200, first
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber}, key()) == first  # pending in Redis
+    assert invoke_writer(claim_records(int(packet_id))) == {"batchItemFailures": []}
+    assert api("GET", f"/redpackets/{packet_id}")[1]["claimed"] == 1
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber}, key()) == first  # in the DB
+
+
 def test_a_payment_order_created_with_a_key_is_created_once(api):
     user = api.account(balance="10.00")
     headers = key()

@@ -8,7 +8,7 @@ DB and broker, the writer handler fed the events the API published.
 import json
 
 import pytest
-from helpers import invoke_writer, ledger_records
+from helpers import invoke_writer, ledger_records, signed_value
 from hotledger import keys
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.ledger.store import MAX_BALANCE
@@ -168,8 +168,8 @@ def test_the_writer_never_persists_a_second_entry_for_a_key(api, redis_client, s
     second = {**original, "id": original["id"] + 1, "version": original["version"] + 1,
               "balance_after": original["balance_after"] - 100}
     third = {**second, "id": original["id"] + 2, "version": original["version"] + 2}
-    invoke_writer(records + [(0, 50, b"k", json.dumps(second).encode())])
-    invoke_writer([(0, 51, b"k", json.dumps(third).encode())])
+    invoke_writer(records + [(0, 50, b"k", signed_value(second))])
+    invoke_writer([(0, 51, b"k", signed_value(third))])
     assert sql("SELECT id FROM t_order WHERE user_id = %s", (user_id,)) == ((original["id"],),)
     assert db_balance(sql, user_id) == 900
     assert sql("SELECT offset_no, error FROM t_dead_letter WHERE offset_no IN (%s, %s) ORDER BY offset_no",

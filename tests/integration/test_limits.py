@@ -8,7 +8,8 @@ import uuid
 from helpers import invoke_writer, ledger_records
 
 from hotledger import keys
-from hotledger.runtime import delay_queue, ledger_store
+from hotledger.ledger.entry import stored_key
+from hotledger.runtime import delay_queue, idempotency, ledger_store
 
 
 def test_a_full_delay_queue_refuses_new_elements_and_still_moves_queued_ones(api, monkeypatch):
@@ -56,3 +57,72 @@ def test_an_account_with_too_many_pending_entries_refuses_charges_until_the_writ
     # not the key's answer: the same request with the same key charges once the writer caught up
     status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, key)
     assert status == 200 and body["balance"] == "97.00", body
+
+
+def test_a_caller_past_its_idempotency_key_quota_gets_too_many_keys_and_its_keys_still_answer(api, sql, monkeypatch, capfd):
+    from integration.test_observability import _lines, _metrics
+
+    monkeypatch.setattr(idempotency(), "max_keys", 2)
+    user = api.account(balance="10.00")
+    request = {"user_id": user, "amount": "1.00", "close_in_s": 600}
+    keyed = [{"Idempotency-Key": f"q-{uuid.uuid4().hex}"} for _ in range(3)]
+    first = [api("POST", "/orders", request, headers) for headers in keyed[:2]]
+    assert [status for status, _ in first] == [201, 201], first
+    capfd.readouterr()
+    status, body = api("POST", "/orders", request, keyed[2])
+    assert (status, body["error"]["code"]) == (429, "TOO_MANY_KEYS"), body
+    assert _metrics(_lines(capfd.readouterr().out))["Rejections"] == ([1.0], {"code": "TOO_MANY_KEYS"})
+    assert sql("SELECT COUNT(*) FROM t_payment_order WHERE user_id = %s", (user,)) == ((2,),)  # nothing changed
+    assert [api("POST", "/orders", request, headers) for headers in keyed[:2]] == first  # its keys still answer
+    assert api("POST", "/orders", request)[0] == 201  # a request without a key opens no record
+    other = api.account()
+    assert api("POST", "/orders", {**request, "user_id": other}, keyed[2])[0] == 201  # the quota is per caller
+
+
+def test_deduct_and_recharge_keys_past_the_quota_get_too_many_keys_and_their_keys_still_answer(
+        api, redis_client, monkeypatch, capfd):
+    """Before: ledger_apply.lua made a new Idempotency-Key record for every deduct and recharge, uncounted, so one
+    caller could fill Redis (noeviction) with them and make every charge fail."""
+    from integration.test_observability import _lines, _metrics
+
+    monkeypatch.setattr(ledger_store(), "max_keys", 2, raising=False)
+    user = api.account(balance="10.00")
+    keyed = [{"Idempotency-Key": f"q-{uuid.uuid4().hex}"} for _ in range(3)]
+    first = [api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, keyed[0]),
+             api("POST", f"/accounts/{user}/recharge", {"amount": "2.00"}, keyed[1])]
+    assert [status for status, _ in first] == [200, 200], first
+    before = api("GET", f"/accounts/{user}")[1]
+    for route in ("deduct", "recharge"):
+        capfd.readouterr()
+        status, body = api("POST", f"/accounts/{user}/{route}", {"amount": "1.00"}, keyed[2])
+        assert (status, body["error"]["code"]) == (429, "TOO_MANY_KEYS"), body
+        assert _metrics(_lines(capfd.readouterr().out))["Rejections"] == ([1.0], {"code": "TOO_MANY_KEYS"})
+    assert api("GET", f"/accounts/{user}")[1] == before  # nothing changed, nothing recorded for the key
+    assert not redis_client.exists(keys.idempotency(user, stored_key(keyed[2]["Idempotency-Key"])))
+    assert [api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, keyed[0]),  # its keys still answer
+            api("POST", f"/accounts/{user}/recharge", {"amount": "2.00"}, keyed[1])] == first
+    assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"})[0] == 200  # a charge without a key opens none
+    other = api.account(balance="10.00")
+    assert api("POST", f"/accounts/{other}/deduct", {"amount": "1.00"}, keyed[2])[0] == 200  # the quota is per account
+    # the refusal was not the key's answer: with room again, the same request with the same key charges
+    monkeypatch.setattr(ledger_store(), "max_keys", 3, raising=False)
+    status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, keyed[2])
+    assert status == 200 and body["balance"] == "9.00", body
+
+
+def test_a_deduct_key_given_back_by_a_failed_publish_gives_its_count_back(api, monkeypatch):
+    from hotledger.dal.publisher import NotAcknowledged
+    from hotledger.runtime import ledger
+
+    def broker_down(key, event):
+        raise NotAcknowledged("no acknowledgement in time")
+
+    monkeypatch.setattr(ledger_store(), "max_keys", 1, raising=False)
+    user = api.account(balance="10.00")
+    key = {"Idempotency-Key": f"q-{uuid.uuid4().hex}"}
+    with monkeypatch.context() as broker:
+        broker.setattr(ledger().durability, "publish", broker_down)
+        status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, key)
+        assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED"), body
+    status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, {"Idempotency-Key": f"q-{uuid.uuid4().hex}"})
+    assert status == 200 and body["balance"] == "9.00", body

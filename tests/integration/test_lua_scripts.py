@@ -27,7 +27,8 @@ def _load(lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASY
 
 def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0, key_checked=True, refusal_final=True):
     reply = lua.run("ledger_apply",
-        keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid), keys.idempotency(uid, idem)],
+        keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid), keys.idempotency(uid, idem),
+              keys.account_stream(uid), keys.idempotency_quota(uid)],
         args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE, stale_before,
               "", "", uid, "checked" if key_checked else "", "1" if refusal_final else ""],
     )
@@ -37,7 +38,7 @@ def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_bef
 def test_all_keys_of_an_account_share_one_cluster_slot():
     uid = 42
     slots = {key_slot(k.encode()) for k in (keys.balance(uid), keys.entry(uid, 1), keys.consistency(uid),
-                                            keys.fate(uid, 1), keys.idempotency(uid, "x"))}
+                                            keys.fate(uid, 1), keys.idempotency(uid, "x"), keys.idempotency_quota(uid))}
     assert len(slots) == 1
 
 
@@ -166,7 +167,8 @@ def test_a_stale_pending_idempotency_record_replays_the_charge(lua, redis_client
 
 def _rollback(lua, uid, entry_id, idem="k"):
     reply = lua.run("ledger_rollback", keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid),
-                               keys.fate(uid, entry_id), keys.idempotency(uid, idem)], args=[entry_id, 3600])
+                               keys.fate(uid, entry_id), keys.idempotency(uid, idem), keys.idempotency_quota(uid)],
+                   args=[entry_id, 3600, ""])
     return [x.decode() if isinstance(x, bytes) else x for x in reply]
 
 
@@ -321,19 +323,20 @@ def test_a_settled_entry_is_not_pending_for_the_readers(lua, redis_client, uid):
 
 
 def _voucher(lua, vid, stock=5, limit=2, epoch="ve1"):
-    assert lua.run("voucher_load", [keys.voucher(vid), keys.voucher_buyers(vid)],
-                   [stock, 0, 2**41, limit, epoch, 0, 1]) == 1
+    assert lua.run("voucher_load", [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_away(vid)],
+                   [stock, 0, 2**41, limit, epoch, 0, 1, ""]) == 1
 
 
 def _order(lua, vid, user, order_id):
     reply = lua.run("voucher_order", [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_pending(vid),
-                                      keys.voucher_stream(vid)], [vid, user, order_id, 1_700_000_000_000, ""])
+                                      keys.voucher_stream(vid), keys.voucher_away(vid)],
+                    [vid, user, order_id, 1_700_000_000_000, "", 0, 1])
     return [x.decode() if isinstance(x, bytes) else str(x) for x in reply]
 
 
 def _voucher_settle(lua, vid, *triples, version=2):
-    return lua.run("voucher_settle", [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_pending(vid)],
-                   [version, *(x for t in triples for x in t)])
+    return lua.run("voucher_settle", [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_pending(vid),
+                                      keys.voucher_away(vid)], [version, *(x for t in triples for x in (*t, "own", 0))])
 
 
 def test_a_voucher_order_resent_after_the_writer_settled_it_takes_one_unit(lua, redis_client, uid):
@@ -342,7 +345,7 @@ def test_a_voucher_order_resent_after_the_writer_settled_it_takes_one_unit(lua, 
     vid = uid
     _voucher(lua, vid, stock=5, limit=2)
     first = _order(lua, vid, 42, 7001)
-    assert first == ["ok", "1", "ve1", "4"]
+    assert first == ["ok", "1", "ve1", "4", "0"]
     assert _voucher_settle(lua, vid, (7001, 42, "ve1")) == [1, 0]
     assert _order(lua, vid, 42, 7001) == first
     assert redis_client.hmget(keys.voucher(vid), "stock") == [b"4"]
@@ -350,7 +353,7 @@ def test_a_voucher_order_resent_after_the_writer_settled_it_takes_one_unit(lua, 
     assert redis_client.hlen(keys.voucher_pending(vid)) == 0
     # the buyer's next order is a new one; both stay recognisable
     second = _order(lua, vid, 42, 7002)
-    assert second == ["ok", "2", "ve1", "3"]
+    assert second == ["ok", "2", "ve1", "3", "0"]
     assert _voucher_settle(lua, vid, (7002, 42, "ve1")) == [1, 0]
     assert _voucher_settle(lua, vid, (7002, 42, "ve1")) == [0, 0]  # re-delivery: the evidence is kept once
     assert [_order(lua, vid, 42, i)[:3] for i in (7001, 7002)] == [first[:3], second[:3]]  # (stock: the current one)

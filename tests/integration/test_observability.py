@@ -4,7 +4,7 @@ import json
 import os
 
 import pytest
-from helpers import invoke_writer
+from helpers import caller_context, invoke_writer
 
 from infra.localrt import events
 
@@ -59,7 +59,7 @@ def output(capfd):
 def _invoke_api(method: str, path: str, body: dict) -> tuple[dict, dict]:
     from api.app import handler
 
-    event = events.api_gateway_proxy(method, path, json.dumps(body))
+    event = events.api_gateway_proxy(method, path, json.dumps(body), authorizer=caller_context())
     return event, handler(event, events.LambdaContext("ApiFunction"))
 
 

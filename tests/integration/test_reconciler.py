@@ -2,7 +2,7 @@
 import json
 
 import pytest
-from helpers import EVENTS, invoke_writer
+from helpers import EVENTS, invoke_writer, signed_value
 from helpers import reconcile as run_reconciler
 
 from hotledger import keys
@@ -40,7 +40,7 @@ def test_cache_that_lost_writes_is_restored_from_the_db(api, sql, redis_client, 
     """Redis failed over and lost the account (and its pending entries) while their events were in flight."""
     user_id = api.account(balance="50.00")
     api("POST", f"/accounts/{user_id}/deduct", {"amount": "10.00"})
-    in_flight = [(0, i, b"k", e.to_event().model_dump_json().encode())
+    in_flight = [(0, i, b"k", signed_value(e.to_event().model_dump()))
                  for i, e in enumerate(sorted(pending_entries(redis_client, user_id), key=lambda e: e.version))]
     redis_client.delete(keys.balance(user_id), keys.consistency(user_id))
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "0.00"  # reloaded from the DB: nothing persisted yet
@@ -51,7 +51,7 @@ def test_cache_that_lost_writes_is_restored_from_the_db(api, sql, redis_client, 
     assert report["corrected"] >= 1
     account = api("GET", f"/accounts/{user_id}")[1]
     assert account["balance"] == "45.00"  # 50 - 10 + 5: nothing acknowledged is lost
-    invoke_writer([(0, 9, b"k", e.to_event().model_dump_json().encode()) for e in pending_entries(redis_client, user_id)])
+    invoke_writer([(0, 9, b"k", signed_value(e.to_event().model_dump())) for e in pending_entries(redis_client, user_id)])
     assert _db_balance(sql, user_id) == 4500
     reconcile(age_s=3600)
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "45.00"
@@ -59,7 +59,7 @@ def test_cache_that_lost_writes_is_restored_from_the_db(api, sql, redis_client, 
 
 def test_cache_behind_the_db_version_is_corrected(api, sql, redis_client, reconcile):
     user_id = api.account(balance="20.00")
-    invoke_writer([(0, 0, b"k", e.to_event().model_dump_json().encode()) for e in pending_entries(redis_client, user_id)])
+    invoke_writer([(0, 0, b"k", signed_value(e.to_event().model_dump())) for e in pending_entries(redis_client, user_id)])
     sql("UPDATE t_account SET version = version + 100, balance = balance + 700 WHERE user_id = %s", (user_id,))
     reconcile(age_s=3600)
     account = api("GET", f"/accounts/{user_id}")[1]
@@ -71,7 +71,7 @@ def test_cache_balance_drifted_at_the_same_version_is_corrected(api, sql, redis_
     (a write lost or doubled in a failover): the balance comparison alone finds it (a mutant comparing only the
     version and the dirty flag survived before)."""
     user_id = api.account(balance="20.00")
-    invoke_writer([(0, 0, b"k", e.to_event().model_dump_json().encode()) for e in pending_entries(redis_client, user_id)])
+    invoke_writer([(0, 0, b"k", signed_value(e.to_event().model_dump())) for e in pending_entries(redis_client, user_id)])
     assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200  # one entry still pending
     version = int(redis_client.hget(keys.balance(user_id), "v"))
     redis_client.hincrby(keys.balance(user_id), "balance", 300)

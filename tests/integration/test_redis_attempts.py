@@ -97,6 +97,7 @@ def through_proxy(monkeypatch, store, lua: Lua) -> None:
     monkeypatch.setattr(store, "redis", lua.client)
 
 
+@pytest.mark.single_redis  # the proxy stands in front of one Redis (a cluster client goes to the nodes it is told of)
 def test_a_deduct_that_ran_before_its_resends_were_refused_is_outcome_unknown(api, settings, proxy, monkeypatch):
     """Before the fix: 503 SERVICE_UNAVAILABLE ("nothing was changed") while Redis had charged 4.00."""
     from hotledger.runtime import ledger
@@ -118,6 +119,7 @@ def test_a_deduct_that_ran_before_its_resends_were_refused_is_outcome_unknown(ap
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "6.00"
 
 
+@pytest.mark.single_redis
 def test_a_voucher_order_that_ran_before_its_resends_were_refused_is_outcome_unknown(api, settings, proxy, monkeypatch):
     """Before the fix: 503 SERVICE_UNAVAILABLE while Redis had taken the unit."""
     from hotledger.runtime import vouchers
@@ -141,6 +143,7 @@ def test_a_voucher_order_that_ran_before_its_resends_were_refused_is_outcome_unk
     assert api("GET", f"/vouchers/{voucher_id}")[1]["stock_left"] == 4
 
 
+@pytest.mark.single_redis
 def test_a_resend_refused_without_any_attempt_reaching_redis_still_says_nothing_changed(api, settings, proxy, monkeypatch):
     """The other side of the decision: when no attempt could have reached Redis, nothing changed (503
     SERVICE_UNAVAILABLE, retryable) and the balance is untouched."""

@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from helpers import invoke_writer, ledger_records, reconcile, records
+from helpers import broker_records, invoke_writer, ledger_records, lift_rebuild_hold, reconcile, records
 
 from hotledger import errors, keys
 from hotledger.dal.db import DatabaseUnavailable
@@ -55,16 +55,17 @@ def test_send_grab_persist_and_refund_the_rest_exactly_once(api, sql, redis_clie
     amounts = {}
     for user in grabbers:
         status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": user})
-        assert status == 200 and body["credited"] is True, body
+        assert status == 200 and body["credit"] == "PENDING", body
         amounts[user] = body["amount"]
-        assert api("GET", f"/accounts/{user}")[1]["balance"] == body["amount"]
+        assert api("GET", f"/accounts/{user}")[1]["balance"] == "0.00"  # credited once the DB holds the claim
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabbers[0]})
     assert (status, body["error"]["code"]) == (409, "ALREADY_GRABBED")
     view = api("GET", f"/redpackets/{packet_id}")[1]
     assert (view["claimed"], view["remaining"], view["state"]) == (3, 2, "OPEN")
     assert {g["user_id"]: g["amount"] for g in view["grabs"]} == amounts
 
-    invoke_writer(claim_records(packet_id) * 2)  # delivered twice: persisted once
+    invoke_writer(claim_records(packet_id) * 2)  # delivered twice: persisted once, credited once
+    assert {u: api("GET", f"/accounts/{u}")[1]["balance"] for u in grabbers} == amounts
     invoke_writer(ledger_records(redis_client, [sender, *grabbers]))
     assert sql("SELECT COUNT(*) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == ((3,),)
     assert redis_client.hlen(keys.packet_pending(packet_id)) == 0
@@ -180,9 +181,10 @@ def test_a_credit_that_failed_is_made_by_the_reconciler_once(api, sql, redis_cli
 
     monkeypatch.setattr(ledger, "recharge", redis_gone_for_the_credit)
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
-    assert status == 200 and body["credited"] is False
+    assert status == 200 and body["credit"] == "PENDING"
+    invoke_writer(claim_records(packet_id))  # the claim is stamped; its credit fails
+    assert sql("SELECT user_id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((grabber,),)
     monkeypatch.setattr(ledger, "recharge", recharge)
-    invoke_writer(claim_records(packet_id))
     for _ in range(2):
         reconcile(monkeypatch, age_s=0)
         invoke_writer(ledger_records(redis_client, [grabber]))
@@ -204,7 +206,7 @@ def test_a_packet_redis_lost_is_rebuilt_and_late_claims_are_not_handed_out_again
     assert redis_client.llen(keys.packet_unclaimed(packet_id)) == 3  # the DB does not know the first grab yet
     invoke_writer(in_flight)  # the claim lands during the hold and is taken out of the rebuilt list
     assert redis_client.llen(keys.packet_unclaimed(packet_id)) == 2
-    redis_client.hset(keys.packet(packet_id), "hold_until", 0)
+    lift_rebuild_hold(redis_client, keys.packet(packet_id))
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[1]["error"]["code"] == "ALREADY_GRABBED"
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[0] == 200
     view = api("GET", f"/redpackets/{packet_id}")[1]
@@ -327,3 +329,60 @@ def test_a_packet_failed_by_a_refusal_is_never_refunded(api, sql, monkeypatch):
     reconcile(monkeypatch, age_s=0)
     assert sql("SELECT state, refund FROM t_red_packet WHERE sender_id = %s", (sender,)) == (("FAILED", None),)
     assert _sender_balance(api, sender) == "5.00"
+
+
+def test_a_claim_the_db_refuses_after_a_redis_loss_is_never_credited_and_the_packet_pays_out_its_total(
+        api, sql, redis_client, monkeypatch, capsys):
+    """Redis is lost while the first grabber's acknowledged claim is still on its way to the writer; the rebuilt
+    packet's hold is lifted by hand (the window a hold must close) and its one item goes to a second grabber,
+    whose claim lands first. The late claim is refused by the DB: its grabber is never credited, and the
+    packet pays out its total, not twice its total."""
+    sender, first, second = api.account(balance="10.00"), api.account(), api.account()
+    packet_id = send(api, sender, "1.00", 1)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
+    late_claim = claim_records(packet_id)
+    invoke_writer(ledger_records(redis_client, [sender, first, second]))  # only the claim lags behind
+    redis_client.flushall()
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})
+    assert (status, body["error"]["code"]) == (503, "RECOVERING")
+    lift_rebuild_hold(redis_client, keys.packet(packet_id))
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[0] == 200
+    invoke_writer(claim_records(packet_id))
+    capsys.readouterr()
+    invoke_writer(late_claim)
+    assert '"LateChangesRefused":[1.0]' in capsys.readouterr().out  # the window's alarm
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((1,),)
+    for _ in range(2):
+        reconcile(monkeypatch, age_s=0)
+        invoke_writer(ledger_records(redis_client, [first, second]))
+    (item_id,) = [i for (i,) in sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,))]
+    assert sql("SELECT user_id, pay FROM t_pay WHERE idem_key = %s", (f"rp{item_id}",)) == ((second, 100),)
+    assert sql("SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (first, second)) == (
+        (first, 0), (second, 100))
+    assert api("GET", f"/accounts/{first}")[1]["balance"] == "0.00"
+
+
+def test_a_packet_redis_lost_hands_out_nothing_until_the_claims_acknowledged_before_the_loss_are_in_the_db(
+        api, sql, redis_client, own_topic):
+    """The writer lags past REBUILD_HOLD_S: the rebuilt packet keeps answering RECOVERING until the writer has
+    applied the log as it was when the rebuild happened, so the item acknowledged to the first grabber is never
+    handed out again and no answered grab is refused by the DB."""
+    sender, first, second = api.account(balance="10.00"), api.account(), api.account()
+    packet_id = send(api, sender, "1.00", 1)
+    invoke_writer(broker_records())  # the sender's money is in the DB; from here the writer lags
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
+    redis_client.flushall()
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[1]["error"]["code"] == "RECOVERING"
+    for _ in range(3):  # REBUILD_HOLD_S is over, the writer still lags: the hold stays
+        lift_rebuild_hold(redis_client, keys.packet(packet_id), log_too=False)
+        status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})
+        assert (status, body["error"]["code"]) == (503, "RECOVERING"), body
+    invoke_writer(broker_records())  # the writer catches up: the first claim lands, its grabber is credited
+    lift_rebuild_hold(redis_client, keys.packet(packet_id), log_too=False)
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})
+    assert (status, body["error"]["code"]) == (409, "EMPTY"), body
+    invoke_writer(broker_records())
+    assert sql("SELECT user_id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((first,),)
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((0,),)
+    assert sql("SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (first, second)) == (
+        (first, 100), (second, 0))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
+import pytest
+
 from integration.test_redis_attempts import DropAfterScript, proxied_lua, through_proxy
 from integration.test_streams import drain_once, stream_mode  # noqa: F401 (fixture)
 
@@ -30,6 +32,7 @@ def _reply_lost_after_settle(stream_mode, settings, monkeypatch, script_name: st
     return persisted, answer
 
 
+@pytest.mark.single_redis  # through the proxy in front of one Redis (test_redis_attempts)
 def test_a_deduct_resent_after_the_stream_consumer_settled_it_charges_once(stream_mode, api, sql, settings, monkeypatch):  # noqa: F811
     """Before the fix: 200 with balance 80.00 after a 10.00 deduct on 100.00 (charged twice), a second
     event with the same id in the stream."""
@@ -49,6 +52,7 @@ def test_a_deduct_resent_after_the_stream_consumer_settled_it_charges_once(strea
     assert status == 200 and order["status"] == "PERSISTED"
 
 
+@pytest.mark.single_redis
 def test_a_voucher_order_resent_after_the_stream_consumer_settled_it_takes_one_unit(stream_mode, api, sql, settings,  # noqa: F811
                                                                                     monkeypatch):
     """Before the fix: the resend took a second unit (stock_left 3 of 5) and a second event under one order id."""

@@ -80,6 +80,7 @@ def test_a_late_event_after_redis_lost_everything_is_not_persisted(api, redis_cl
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
 
 
+@pytest.mark.single_redis
 def test_a_late_event_after_a_real_redis_kill_and_empty_restart_is_not_persisted(api, redis_client, redis_server, sql,
                                                                                  arrived_unacknowledged):
     """The same with the run's private Redis SIGKILLed and restarted empty (no persistence: a failover that lost

@@ -1,15 +1,34 @@
-"""The SAM template: linted by cfn-lint and `sam validate --lint`, built by `sam build`, and read by
-the local runtime the same way."""
+"""The SAM template: linted by cfn-lint (informational checks too) and `sam validate --lint`, built by `sam build`,
+expanded by SAM's own transform and checked as AWS would read it (IAM, the trigger's error contract, alarms), and
+read by the local runtime the same way."""
+import ast
+import functools
+import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from infra.localrt import template
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+import cfn  # noqa: E402
+
+from hotledger.aws_calls import CALLS  # noqa: E402
+
 SAM = REPO / ".tools" / "bin" / "sam"
 OFFLINE_AWS = {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "offline", "AWS_SECRET_ACCESS_KEY": "offline",
-               "SAM_CLI_TELEMETRY": "0"}
+               "SAM_CLI_TELEMETRY": "0", "PATH": f"{REPO / '.tools' / 'bin'}:{os.environ['PATH']}"}
+# a stack that brings its own VPC, MSK cluster and DB (the Rules' other legal combination)
+EXISTING = {"VpcId": "vpc-0123456789abcdef0", "SubnetIds": "subnet-0a,subnet-0b", "PrivateRouteTableIds": "rtb-0a",
+            "MskClusterArn": "arn:aws:kafka:us-east-1:123456789012:cluster/shared/11111111-2222-3333-4444-555555555555-1",
+            "MskSecurityGroupId": "sg-0123456789abcdef0", "ExistingDbSecretArn":
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:shared-db-AbCdEf",
+            "ExistingDbClusterIdentifier": "shared-db", "ExistingDbSecurityGroupId": "sg-0fedcba9876543210", "Stage": "prod"}
 
 
 def _run(*cmd: str, timeout: int = 600) -> str:
@@ -18,26 +37,246 @@ def _run(*cmd: str, timeout: int = 600) -> str:
     return result.stdout + result.stderr
 
 
-def test_cfn_lint_passes():
-    _run(str(REPO / ".venv" / "bin" / "cfn-lint"), "template.yaml")
+@functools.cache
+def expanded() -> dict:
+    return cfn.expand(REPO / "template.yaml")
+
+
+def test_cfn_lint_passes_with_informational_checks():
+    _run(str(REPO / ".venv" / "bin" / "cfn-lint"), "--include-checks", "I", "--", "template.yaml")
 
 
 def test_sam_validate_lint_passes():
     assert "is a valid SAM Template" in _run(str(SAM), "validate", "--lint")
 
 
-def test_sam_build_packages_every_function(tmp_path):
+def test_sam_build_puts_the_code_in_the_functions_and_the_dependencies_in_one_arm64_layer(tmp_path):
     _run(str(SAM), "build", "--build-dir", str(tmp_path / "build"))
-    for function in ("ApiFunction", "WriterFunction", "ReconcilerFunction"):
+    for function in ("ApiFunction", "WriterFunction", "ReconcilerFunction", "SetupFunction", "AuthorizerFunction"):
         built = tmp_path / "build" / function
-        assert (built / "hotledger" / "ledger" / "service.py").exists() and (built / "pymysql").is_dir()
+        assert (built / "hotledger" / "ledger" / "service.py").exists() and not (built / "pymysql").exists()
+    deps = tmp_path / "build" / "DependenciesLayer" / "python"
+    assert (deps / "pymysql").is_dir() and (deps / "aws_xray_sdk").is_dir() and (deps / "jwt").is_dir()
+    assert [p.name for p in deps.glob("confluent_kafka-*.dist-info")] and all(
+        "aarch64" in p.name and "cp313" in p.name for p in deps.glob("confluent_kafka/*.so")) or list(
+        deps.glob("confluent_kafka/cimpl.cpython-313-aarch64-linux-gnu.so"))
+
+
+# --- IAM: every AWS call the code makes is allowed by the policy of every function that makes it -----------------
+_POWERTOOLS_PARAMETERS = {"get_secret": "secretsmanager:GetSecretValue", "get_parameter": "ssm:GetParameter",
+                          "get_parameters": "ssm:GetParametersByPath", "get_parameters_by_name": "ssm:GetParameters"}
+
+
+def _calls_in_code() -> dict[str, set[str]]:
+    """IAM actions of the calls on boto3 clients (bound to a name, or chained) and of Powertools parameters, per file."""
+    import botocore.session
+    from botocore import xform_name
+
+    session = botocore.session.get_session()
+
+    def client_service(node) -> str | None:
+        if (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "client" and node.args
+                and isinstance(node.args[0], ast.Constant)):
+            return node.args[0].value
+        return None
+
+    found: dict[str, set[str]] = {}
+    for path in sorted((REPO / "functions").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        clients = {t.id: client_service(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                   and client_service(n.value) for t in n.targets if isinstance(t, ast.Name)}
+        actions = set()
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            receiver, name = node.func.value, node.func.attr
+            service = clients.get(receiver.id) if isinstance(receiver, ast.Name) else client_service(receiver)
+            if service:
+                if name == "get_paginator":
+                    name = node.args[0].value
+                model = session.get_service_model(service)
+                operations = {xform_name(op): op for op in model.operation_names}
+                assert name in operations, f"{path}: {service}.{name} is no operation"
+                actions.add(f"{model.signing_name}:{operations[name]}")
+            elif name in _POWERTOOLS_PARAMETERS and "parameters" in ast.unparse(receiver):
+                actions.add(_POWERTOOLS_PARAMETERS[name])
+        if actions:
+            found[str(path.relative_to(REPO))] = actions
+    return found
+
+
+def test_the_list_of_aws_calls_covers_every_call_in_the_code():
+    found = _calls_in_code()
+    assert found, "the scan found no AWS call at all: it is broken"
+    listed = {call.action for call in CALLS}
+    unlisted = {path: actions - listed for path, actions in found.items() if actions - listed}
+    assert not unlisted, f"add these calls to functions/hotledger/aws_calls.py: {unlisted}"
+
+
+@pytest.mark.parametrize("parameters", [{}, EXISTING], ids=["default-stack", "existing-resources"])
+def test_every_function_may_make_every_aws_call_it_makes(parameters):
+    stack = cfn.Stack(expanded(), parameters)
+    checked, denied = 0, []
+    for function in stack.functions():
+        env = {**stack.environment(function), "region": cfn.REGION, "account": cfn.ACCOUNT, "partition": "aws"}
+        statements = stack.statements_of(function)
+        for call in CALLS:
+            if call.functions is not None and function not in call.functions:
+                continue
+            names = re.findall(r"\{(\w+)\}", call.resource)
+            if any(not env.get(name) for name in names):
+                continue  # the variable is empty here: the code skips the call
+            resource = call.resource.format(**env)
+            checked += 1
+            if not cfn.allowed(statements, call.action, resource):
+                denied.append(f"{function}: {call.action} on {resource}")
+    assert checked >= 5 * 3
+    assert not denied, "AccessDenied in AWS:\n" + "\n".join(denied)
+
+
+def test_iam_matching_follows_the_wildcard_rules():
+    grant = [{"Effect": "Allow", "Action": "ssm:GetParameter*", "Resource": "arn:aws:ssm:*:1:parameter/dev/hotledger/*"}]
+    assert cfn.allowed(grant, "ssm:getparametersbypath", "arn:aws:ssm:us-east-1:1:parameter/dev/hotledger/x")
+    assert not cfn.allowed(grant, "ssm:GetParametersByPath", "arn:aws:ssm:us-east-1:1:parameter/dev/hotledger")
+    assert cfn.allowed([{"Effect": "Allow", "Action": "s?s:*", "Resource": "*"}], "sqs:SendMessage", "arn:x")
+    assert not cfn.allowed(grant + [{"Effect": "Deny", "Action": "*", "Resource": "*"}], "ssm:GetParameter",
+                           "arn:aws:ssm:us-east-1:1:parameter/dev/hotledger/x")
+
+
+# --- the writer's trigger, scheduled functions, stateful resources, alarms ---------------------------------------
+def test_the_writer_trigger_gives_up_on_a_poison_batch_into_a_topic_that_keeps_whole_records():
+    stack = cfn.Stack(expanded())
+    [esm] = [r["Properties"] for r in stack.resources.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"]
+    esm = stack.resolve(esm)
+    assert 0 <= esm["MaximumRetryAttempts"] and esm["MaximumRecordAgeInSeconds"] > 0  # never blocks forever
+    assert esm["BisectBatchOnFunctionError"] and esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert esm["ProvisionedPollerConfig"]["MinimumPollers"] >= 1  # these controls need provisioned pollers
+    assert esm["DestinationConfig"]["OnFailure"]["Destination"] == "kafka://hotledger.ledger.dead-letter"
+    assert esm["AmazonManagedKafkaEventSourceConfig"]["ConsumerGroupId"] == "hotledger-dev-writer"
+
+
+def test_scheduled_functions_never_overlap_their_own_retries():
+    stack = cfn.Stack(expanded(), {"EventTransport": "redis-stream"})
+    scheduled = {"ReconcilerFunction", "StreamDrainerFunction", "DelayDrainerFunction"}
+    assert scheduled <= set(stack.functions())
+    for name in scheduled:
+        assert stack.resources[name]["Properties"]["ReservedConcurrentExecutions"] == 1
+        [config] = [r["Properties"] for r in stack.resources.values() if r["Type"] == "AWS::Lambda::EventInvokeConfig"
+                    and r["Properties"]["FunctionName"] == {"Ref": name}]
+        assert config["MaximumRetryAttempts"] == 0
+    rules = [r["Properties"] for r in stack.resources.values() if r["Type"] == "AWS::Events::Rule"]
+    assert rules and all(t["RetryPolicy"]["MaximumRetryAttempts"] == 0 for r in rules for t in r["Targets"])
+
+
+def test_redis_the_db_and_the_secrets_outlive_a_delete_or_a_replacement():
+    resources = expanded()["Resources"]
+    for name, policy in {"Redis": "Snapshot", "DbCluster": "Snapshot", "RedisAuthSecret": "Retain", "DbSecret": "Retain"}.items():
+        assert (resources[name]["DeletionPolicy"], resources[name]["UpdateReplacePolicy"]) == (policy, policy), name
+
+
+def test_alarms_cover_what_the_issue_names_and_the_dashboard_every_metric_the_code_emits():
+    resources = expanded()["Resources"]
+    alarms = {n: r["Properties"] for n, r in resources.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
+    text = str(alarms)
+    for metric in ("OffsetLag", "5XXError", "Latency", "OldestPendingAge", "WriterDeadLettered", "ReconcilerFailedParts",
+                   "DelayDeadLetters", "OnFailureDestinationDeliveredEventCount"):
+        assert metric in text, metric
+    functions = [n for n, r in resources.items() if r["Type"] == "AWS::Lambda::Function" and n != "SetupFunction"]
+    for fn in functions:
+        for metric in ("Errors", "Throttles"):
+            assert any(a.get("MetricName") == metric and a["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": fn}}]
+                       for a in alarms.values()), (fn, metric)
+    emitted = {m for p in (REPO / "functions").rglob("*.py")
+               for m in re.findall(r'name="([A-Z]\w+)", unit=', p.read_text())} | {"Rejections"}
+    dashboard = str(resources["Dashboard"]["Properties"]["DashboardBody"])
+    assert emitted - {m for m in emitted if m in dashboard} == set()
+    assert len(emitted) > 25
+    groups = [r for r in resources.values() if r["Type"] == "AWS::Logs::LogGroup"]
+    assert len(groups) >= 7 and all(g["Properties"]["RetentionInDays"] for g in groups)
+    stage = next(r for r in resources.values() if r["Type"] == "AWS::ApiGateway::Stage")
+    assert stage["Properties"]["AccessLogSetting"]["DestinationArn"] == {"Fn::GetAtt": ["ApiAccessLogs", "Arn"]}
+
+
+def test_functions_run_python313_on_arm64_with_one_dependencies_layer():
+    stack = cfn.Stack(expanded())
+    for name, fn in stack.functions().items():
+        props = fn["Properties"]
+        assert (props["Runtime"], props["Architectures"]) == ("python3.13", ["arm64"]), name
+        assert {"Ref": next(n for n in stack.resources if n.startswith("DependenciesLayer"))} in props["Layers"]
 
 
 def test_local_runtime_reads_the_functions_and_triggers():
     functions = {fn.name: fn for fn in template.load(REPO / "template.yaml")}
     assert functions["ApiFunction"].api and functions["ApiFunction"].handler == "api.app.handler"
-    assert functions["WriterFunction"].msk == {"topic": "hotledger.ledger", "batch_size": 1000, "window_s": 0.0,
-                                              "group_id": "hotledger-writer"}
+    assert functions["WriterFunction"].msk == {
+        "topic": "hotledger.ledger", "batch_size": 1000, "window_s": 0.0, "group_id": "hotledger-writer",
+        "max_retries": 10, "max_record_age_s": 21600, "bisect": True, "partial_batch": True,
+        "dead_letter_topic": "hotledger.ledger.dead-letter"}
     assert functions["ReconcilerFunction"].schedules == [60]
-    assert all(fn.layer_dirs == [REPO / "layers" / "lua"] for fn in functions.values())
+    assert all(fn.layer_dirs[0] == REPO / "layers" / "lua" for fn in functions.values())
     assert {p.stem for p in functions["ApiFunction"].layer_dirs[0].glob("*.lua")} >= {"ledger_apply", "ledger_rollback", "outbox_claim"}
+    assert functions["ApiFunction"].public_routes == {("GET", "/openapi.json"), ("GET", "/swagger")}
+    authorizer = template.api_authorizer(REPO / "template.yaml")
+    assert authorizer.function == "AuthorizerFunction" and authorizer.header == "Authorization"
+    assert authorizer.validation.search("Bearer a.b.c") and not authorizer.validation.search("Bearer abc")
+    assert {kind: status for kind, (status, _) in authorizer.gateway_responses.items()} == {
+        "UNAUTHORIZED": 401, "ACCESS_DENIED": 403, "AUTHORIZER_FAILURE": 503}
+
+
+def test_every_route_but_the_description_needs_a_token_checked_by_the_authorizer_function():
+    resources = expanded()["Resources"]
+    body = resources["Api"]["Properties"]["Body"]
+    security = {(path, method): {name for requirement in operation["security"] for name in requirement}
+                for path, operations in body["paths"].items() for method, operation in operations.items()}
+    public = {("/openapi.json", "get"), ("/swagger", "get")}
+    any_method = "x-amazon-apigateway-any-method"
+    assert set(security) == public | {("/{proxy+}", any_method), ("/", any_method)}
+    for route, names in security.items():
+        assert "api_key" in names, route  # the usage plan meters every route
+        assert ("JwtAuthorizer" in names) is (route not in public), route
+    authorizer = body["securityDefinitions"]["JwtAuthorizer"]
+    assert authorizer["name"] == "Authorization" and authorizer["x-amazon-apigateway-authorizer"]["type"] == "token"
+    assert "AuthorizerFunction" in json.dumps(authorizer["x-amazon-apigateway-authorizer"]["authorizerUri"])
+    assert resources["ApiJwtAuthorizerAuthorizerPermission"]["Properties"]["Principal"] == "apigateway.amazonaws.com"
+    assert any(r["Type"] == "AWS::ApiGateway::UsagePlan" for r in resources.values())
+    responses = body["x-amazon-apigateway-gateway-responses"]
+    for kind, status, code in [("UNAUTHORIZED", "401", "UNAUTHENTICATED"), ("ACCESS_DENIED", "403", "FORBIDDEN")]:
+        assert responses[kind]["statusCode"] == status
+        assert json.loads(responses[kind]["responseTemplates"]["application/json"])["error"]["code"] == code
+
+
+def test_the_authorizer_trusts_only_the_stacks_user_pool_and_its_app_clients():
+    resources = expanded()["Resources"]
+    function = resources["AuthorizerFunction"]["Properties"]
+    assert function["Handler"] == "authorizer.app.handler"
+    assert function.get("VpcConfig") in (None, {"Ref": "AWS::NoValue"})  # it reads the pool's public JWKS
+    variables = function["Environment"]["Variables"]
+    assert variables["AUTH_ISSUER"] == {"Fn::Sub": "https://cognito-idp.${AWS::Region}.amazonaws.com/${UserPool}"}
+    assert variables["AUTH_JWKS_URL"]["Fn::Sub"].endswith("${UserPool}/.well-known/jwks.json")
+    assert variables["AUTH_CLIENT_IDS"] == {"Fn::Join": [",", [{"Ref": "ServiceClient"}, {"Ref": "OperatorClient"},
+                                                               {"Ref": "UserClient"}]]}
+    server = resources["UserPoolResourceServer"]["Properties"]
+    assert server["Identifier"] == "hotledger" and {s["ScopeName"] for s in server["Scopes"]} == {"service", "admin"}
+    for client, scope in [("ServiceClient", "hotledger/service"), ("OperatorClient", "hotledger/admin")]:
+        props = resources[client]["Properties"]
+        assert props["AllowedOAuthFlows"] == ["client_credentials"] and props["AllowedOAuthScopes"] == [scope]
+        assert props["GenerateSecret"] is True
+    assert "AllowedOAuthScopes" not in resources["UserClient"]["Properties"]  # end users get no backend scope
+    assert resources["UserPool"]["Properties"].get("UsernameAttributes") is None  # the username is the account id
+
+
+def test_redis_is_a_cluster_mode_replication_group_the_functions_reach_through_its_configuration_endpoint():
+    """Cluster mode with shards and replicas by parameter (1 shard stays valid), Multi-AZ, TLS and AUTH; every
+    function that names Redis reaches it as a cluster (REDIS_CLUSTER=1) through the configuration endpoint."""
+    template = expanded()
+    redis = template["Resources"]["Redis"]["Properties"]
+    assert (redis["ClusterMode"], redis["NumNodeGroups"], redis["ReplicasPerNodeGroup"]) == (
+        "Enabled", {"Ref": "RedisShards"}, {"Ref": "RedisReplicasPerShard"})
+    assert "NumCacheClusters" not in redis
+    assert redis["AutomaticFailoverEnabled"] and redis["MultiAZEnabled"] and redis["TransitEncryptionEnabled"] and redis["AuthToken"]
+    assert template["Parameters"]["RedisShards"]["MinValue"] == 1
+    parameters = template["Resources"][redis["CacheParameterGroupName"]["Ref"]]["Properties"]["Properties"]
+    assert parameters["cluster-enabled"] == "yes"
+    functions = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    with_redis = [f["Environment"]["Variables"] for f in functions if "REDIS_URL" in f.get("Environment", {}).get("Variables", {})]
+    assert with_redis and all(v["REDIS_CLUSTER"] == "1" and "ConfigurationEndPoint" in str(v["REDIS_URL"]) for v in with_redis)

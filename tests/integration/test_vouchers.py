@@ -3,7 +3,7 @@ reconciler (EventBridge events), against real Redis, MariaDB and the broker."""
 import time
 
 import pytest
-from helpers import invoke_writer, reconcile, records
+from helpers import broker_records, invoke_writer, lift_rebuild_hold, reconcile, records, voucher
 
 from hotledger import keys
 from hotledger.runtime import vouchers
@@ -11,11 +11,6 @@ from hotledger.runtime import vouchers
 NOW_MS = int(time.time() * 1000)
 
 
-def voucher(api, stock=5, begin_at=None, end_at=None, **fields) -> int:
-    status, body = api("POST", "/vouchers", {"title": "10 off", "stock": stock, "begin_at": begin_at or NOW_MS - 1000,
-                                             "end_at": end_at or NOW_MS + 3_600_000, **fields})
-    assert status == 201, body
-    return int(body["voucher_id"])
 
 
 def order_records(voucher_id: int, first_offset: int = 0):
@@ -120,7 +115,7 @@ def test_reconciler_persists_lost_events_and_rebuilds_a_voucher_redis_lost(api, 
     assert api("GET", f"/vouchers/{voucher_id}")[1]["stock_left"] == 7  # counted late, exactly once
     invoke_writer(in_flight)
     assert api("GET", f"/vouchers/{voucher_id}")[1]["stock_left"] == 7
-    redis_client.hset(keys.voucher(voucher_id), "hold_until", 0)
+    lift_rebuild_hold(redis_client, keys.voucher(voucher_id))
     assert api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 3})[1]["error"]["code"] == "ALREADY_ORDERED"
     assert api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 4})[0] == 200
 
@@ -181,3 +176,73 @@ def test_a_voucher_the_reconciler_meets_while_it_is_created_sells_at_once(api, m
     assert len(reports) == 1 and "vouchers" not in reports[0]["failed_parts"], reports
     status, body = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 7})
     assert status == 200, body
+
+
+def assert_settled_as_refused(api, redis_client, voucher_id: int, buyer: int, stock_left: int, sold: int) -> None:
+    """The buyer's refused order left Redis as the DB never took it (nothing pending, the unit and the buyer's slot
+    given back: Redis == DB), the reconciler finds nothing to change, and the buyer may order again."""
+    assert redis_client.hlen(keys.voucher_pending(voucher_id)) == 0
+    assert redis_client.hget(keys.voucher_buyers(voucher_id), str(buyer)) is None
+    view = api("GET", f"/vouchers/{voucher_id}")[1]
+    assert (view["stock_left"], view["pending"], view["sold"]) == (stock_left, 0, sold), view
+    reconcile()
+    assert api("GET", f"/vouchers/{voucher_id}")[1] == view
+    assert api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": buyer})[0] == 200  # the buyer's slot is free again
+
+
+def test_an_order_the_db_refuses_is_dead_lettered_and_settled_in_redis_as_refused(api, sql, redis_client):
+    """The DB gives the order's id to another order (a snowflake repeated across hosts whose clocks were apart): the
+    writer dead-letters the order and gives its unit and the buyer's slot back in Redis, so Redis == DB and the
+    reconciler finds nothing pending."""
+    voucher_id = voucher(api, stock=3, per_user_limit=1)
+    status, body = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 11})
+    assert status == 200, body
+    other = voucher(api, stock=3)
+    sql("INSERT INTO t_voucher_order (id, voucher_id, user_id, seq, create_time) VALUES (%s, %s, 12, 1, NOW(3))",
+        (int(body["order_id"]), other))
+    assert invoke_writer(order_records(voucher_id)) == {"batchItemFailures": []}
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE offset_no = %s", (int(body["order_id"]),)) == ((1,),)
+    assert sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (voucher_id,)) == ((3,),)
+    assert_settled_as_refused(api, redis_client, voucher_id, buyer=11, stock_left=3, sold=0)
+
+
+def test_an_order_the_db_refuses_alone_in_the_writers_bisect_is_settled_in_redis_as_refused(api, sql, redis_client):
+    """The DB refuses one order of a batch for its data (its seq is out of the column's range): the writer bisects the
+    batch, persists the good order once and dead-letters the refused one. Before: the refused order stayed pending in
+    Redis (unit and buyer's slot held), so Redis != DB and the reconciler met it on every run."""
+    voucher_id = voucher(api, stock=3, per_user_limit=1)
+    for buyer in (21, 22):
+        assert api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": buyer})[0] == 200
+    good, bad = sorted(vouchers().pending_orders(voucher_id), key=lambda e: e.user_id)
+    refused = bad.model_copy(update={"seq": 2**40})
+    batch = records([good, refused], lambda e: f"v{e.voucher_id}")
+    for _ in range(2):  # the first delivery, then a re-delivery: it changes nothing
+        assert invoke_writer(batch) == {"batchItemFailures": []}
+        assert sql("SELECT id, user_id FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,)) == ((good.id, 21),)
+        ((error,),) = sql("SELECT error FROM t_dead_letter WHERE offset_no = %s", (bad.id,))
+        assert "Out of range" in error
+        assert sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (voucher_id,)) == ((2,),)
+    assert_settled_as_refused(api, redis_client, voucher_id, buyer=22, stock_left=2, sold=1)
+
+
+def test_a_voucher_redis_lost_resells_nothing_before_the_orders_acknowledged_before_the_loss_are_in_the_db(
+        api, sql, redis_client, own_topic):
+    """Redis loses a sold-out voucher while its three acknowledged orders are still on their way to the DB (the
+    writer lags past REBUILD_HOLD_S); buyers hammer the rebuilt voucher. No unit is sold again, so no 200 is
+    later refused by the DB, and the DB holds exactly the stock."""
+    voucher_id = voucher(api, stock=3)
+    acknowledged = [api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": user})[1]["order_id"] for user in (1, 2, 3)]
+    redis_client.flushall()
+    answers = []
+    for round_ in range(4):  # REBUILD_HOLD_S over each round; the writer still lags
+        answers += [api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 100 + round_ * 10 + b}) for b in range(5)]
+        lift_rebuild_hold(redis_client, keys.voucher(voucher_id), log_too=False)
+    assert {(status, body["error"]["code"]) for status, body in answers} == {(503, "RECOVERING")}
+    invoke_writer(broker_records())  # the writer catches up
+    lift_rebuild_hold(redis_client, keys.voucher(voucher_id), log_too=False)
+    status, body = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 200})
+    assert (status, body["error"]["code"]) == (409, "SOLD_OUT"), body
+    invoke_writer(broker_records())
+    assert sorted(str(i) for (i,) in sql("SELECT id FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,))) == sorted(acknowledged)
+    assert sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (voucher_id,)) == ((0,),)
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"v{voucher_id}",)) == ((0,),)

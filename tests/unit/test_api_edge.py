@@ -6,6 +6,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
+from helpers import caller_context
 from infra.localrt import events
 
 AMOUNT_MESSAGE = '{field}: a decimal string with at most 2 fractional digits, such as "12.34", is required'
@@ -32,7 +33,8 @@ def call(method: str, path: str, body=None, headers: dict | None = None, raw: st
     from api.app import handler
 
     text = raw if raw is not None else (json.dumps(body) if body is not None else None)
-    event = events.api_gateway_proxy(method, path, text, {"Content-Type": "application/json", **(headers or {})})
+    event = events.api_gateway_proxy(method, path, text, {"Content-Type": "application/json", **(headers or {})},
+                                   authorizer=caller_context())
     with redirect_stdout(io.StringIO()):  # the EMF metrics line
         response = handler(event, events.LambdaContext("ApiFunction"))
     return int(response["statusCode"]), json.loads(response["body"]), dict(response.get("multiValueHeaders") or {})

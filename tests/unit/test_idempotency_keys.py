@@ -12,6 +12,7 @@ from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.idempotency import BeginStatus, Begun
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 
+from helpers import caller_context
 from infra.localrt import events
 
 
@@ -19,7 +20,7 @@ class FakeIdempotency:
     def __init__(self):
         self.records: dict[tuple[str, str], dict] = {}
 
-    def begin(self, scope, key, fingerprint):
+    def begin(self, scope, key, fingerprint, durable=False):
         record = self.records.get((scope, key))
         if record is None:
             self.records[(scope, key)] = {"fp": fingerprint, "token": "t1", "answer": None}
@@ -30,11 +31,11 @@ class FakeIdempotency:
             return Begun(BeginStatus.RUNNING)
         return Begun(BeginStatus.REPLAY, answer_status=record["answer"][0], body=record["answer"][1])
 
-    def finish(self, scope, key, token, status, body):
+    def finish(self, scope, key, token, status, body, durable=False, fingerprint=""):
         self.records[(scope, key)]["answer"] = (status, body)
         return True
 
-    def abandon(self, scope, key, token):
+    def abandon(self, scope, key, token, durable=False):
         del self.records[(scope, key)]
 
 
@@ -43,7 +44,6 @@ class Grab:
     item_id: int
     user_id: int
     amount: int
-    credited: bool = True
 
 
 class FakePackets:
@@ -71,7 +71,8 @@ def grab(user_id=5, key="k1", packet_id=9):
     from api.app import handler
 
     headers = {"Content-Type": "application/json", **({"Idempotency-Key": key} if key else {})}
-    event = events.api_gateway_proxy("POST", f"/redpackets/{packet_id}/grab", json.dumps({"user_id": user_id}), headers)
+    event = events.api_gateway_proxy("POST", f"/redpackets/{packet_id}/grab", json.dumps({"user_id": user_id}), headers,
+                                   authorizer=caller_context())
     with redirect_stdout(io.StringIO()):
         response = handler(event, events.LambdaContext("ApiFunction"))
     return int(response["statusCode"]), json.loads(response["body"])

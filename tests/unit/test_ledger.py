@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers import run_event_keys, verified_fields
 from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal.db import CommitOutcomeUnknown, DatabaseUnavailable
@@ -141,6 +142,10 @@ class FakeLedgerStore:
     def drop_cache(self, user_id):
         self.dropped.append(user_id)
         self.cache.pop(user_id, None)
+
+    def forget_account(self, user_id):
+        self.cache.pop(user_id, None)
+        self.pending.pop(user_id, None)
 
     def pending_count(self, user_id):
         return len(self.pending.get(user_id, {}))
@@ -325,7 +330,8 @@ def published():
 
 def make_ledger(store, published, transport="kafka", publish=None):
     ids = Ids()
-    durability = Durability(Settings(event_transport=transport), publish or (lambda key, event: published.append(event)), ids)
+    durability = Durability(Settings(event_transport=transport), publish or (lambda key, event: published.append(event)), ids,
+                            run_event_keys())
     return Ledger(store, durability, FakeLock(), ids)
 
 
@@ -388,8 +394,8 @@ def test_a_deduct_is_answered_after_its_event_is_published(ledger, store, publis
     charge = store.charges[0]
     assert (charge.kind, charge.amount, charge.idem_key, charge.fingerprint) == ("D", 100, "c:key-1", fingerprint("D", USER, 100))
     assert (result.entry_id, result.balance, result.version, result.mode) == (charge.entry_id, 900, 4, "ASYNC")
-    assert published == [{"type": "ledger", "id": charge.entry_id, "kind": "D", "user_id": USER, "amount": 100,
-                          "balance_after": 900, "version": 4, "epoch": "e9", "ts": charge.ts, "open": "1", "idem_key": "c:key-1"}]
+    assert [verified_fields(event) for event in published] == [{"type": "ledger", "id": charge.entry_id, "kind": "D", "user_id": USER, "amount": 100,
+                     "balance_after": 900, "version": 4, "epoch": "e9", "ts": charge.ts, "open": "1", "idem_key": "c:key-1"}]
     assert store.done == [(USER, "c:key-1")]  # a retry now replays without publishing again
 
 

@@ -15,6 +15,12 @@ def test_too_many_pending_is_a_retryable_429_not_the_keys_answer():
     assert ApplyStatus.TOO_MANY_PENDING not in BUSINESS_REFUSALS  # a retry with the same key may charge later
 
 
+def test_too_many_keys_is_a_retryable_429_not_the_keys_answer():
+    error = refusal(ApplyReply.parse([b"too_many_keys"]))
+    assert isinstance(error, errors.TooManyKeys) and (error.status, error.code) == (429, "TOO_MANY_KEYS")
+    assert ApplyStatus.TOO_MANY_KEYS not in BUSINESS_REFUSALS  # the same key charges in the next window
+
+
 def test_the_limits_are_settings():
     assert (build_settings({}).delay_max_queue_size, build_settings({}).max_pending_entries) == (100_000, 10_000)
     cfg = build_settings({"DELAY_MAX_QUEUE_SIZE": "7", "MAX_PENDING_ENTRIES": "9"})

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from helpers import run_event_keys, verified_fields
 from hotledger import errors
 from hotledger.config import Settings
 from hotledger.dal.db import DatabaseUnavailable
@@ -16,6 +17,7 @@ from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.outbox.durable import Durability
 from hotledger.outbox.events import RedPacketClaimEvent
+from hotledger.outbox.log_hold import LogHold
 from hotledger.outbox.writer import REJECTED_TOPIC
 from hotledger.redpackets.persist import RedPacketPersister
 from hotledger.redpackets.reconcile import PacketReconciler
@@ -183,7 +185,7 @@ class FakeCache:
     def rollback(self, packet_id, grab_id, item_id, user_id, amount):
         self.rolled_back.append((packet_id, grab_id, item_id, user_id, amount))
 
-    def load(self, packet_id, state, expires_at, hold_until, items):
+    def load(self, packet_id, state, expires_at, hold_until, items, hold_log=""):
         self.loaded.append((packet_id, state, hold_until, sorted(i.item_id for i in items if i.user_id is None)))
         return True
 
@@ -271,9 +273,10 @@ class World:
         self.published: list[tuple[str, dict]] = []
         self.publish_error: Exception | None = None
         ids = itertools.count(500)
-        self.packets = RedPackets(self.store, self.cache, Durability(Settings(), self.publish, lambda: next(ids)),
-                                  lambda: next(ids), self.ledger, self.queue, HOLD_S, rng=random.Random(3), clock=lambda: NOW)
-        self.persister = RedPacketPersister(self.store, self.cache, self.outbox)
+        self.packets = RedPackets(self.store, self.cache, Durability(Settings(), self.publish, lambda: next(ids), run_event_keys()),
+                                  lambda: next(ids), self.ledger, self.queue, HOLD_S * 1000,
+                                  LogHold(None, dict, "unused", streamed=True), rng=random.Random(3), clock=lambda: NOW)
+        self.persister = RedPacketPersister(self.store, self.cache, self.outbox, self.packets.credit_grab)
         self.reconciler = PacketReconciler(self.packets, self.persister, self.store)
 
     def publish(self, key, event):
@@ -378,15 +381,15 @@ def test_a_failure_after_the_debit_is_outcome_unknown_and_the_reconciler_opens_t
 
 
 # grab ----------------------------------------------------------------------------------------------------
-def test_a_grab_publishes_its_claim_then_credits_the_grabber_under_the_item_key(w):
+def test_a_grab_publishes_its_claim_and_credits_nothing_before_the_db_accepted_it(w):
     w.store.add(7, "OPEN", [100, 200])
     w.cache.grab_replies = [GrabReply(GrabStatus.OK, item_id=701, amount=100)]
     grab = w.packets.grab(7, ALICE)
-    assert (grab.item_id, grab.amount, grab.credited) == (701, 100, True)
+    assert (grab.item_id, grab.amount) == (701, 100)
     ((key, event),) = w.published
-    assert key == "rp7" and event == {"type": "redpacket_claim", "packet_id": 7, "item_id": 701, "user_id": ALICE,
+    assert key == "rp7" and verified_fields(event) == {"type": "redpacket_claim", "packet_id": 7, "item_id": 701, "user_id": ALICE,
                                       "amount": 100, "ts": NOW, "grab_id": w.cache.grab_ids[0]}
-    assert w.ledger.recharges == [(ALICE, 100, "rp701")]
+    assert w.ledger.recharges == []
 
 
 @pytest.mark.parametrize("reply, code", [
@@ -448,23 +451,25 @@ def test_a_claim_the_broker_did_not_acknowledge_is_rolled_back_and_answered_publ
     assert w.ledger.recharges == []
 
 
-def test_a_claim_the_writer_stamped_before_the_rollback_stands_and_is_credited(w):
-    """The DB decides under the writer's locks: stamped first, the grab stands whatever Redis says."""
+def test_a_claim_the_writer_stamped_before_the_rollback_stands(w):
+    """The DB decides under the writer's locks: stamped first, the grab stands whatever Redis says (the writer
+    that stamped it credits it)."""
     w.store.add(7, "OPEN", [100])
     w.store.items[701] = replace(w.store.items[701], user_id=ALICE, claimed_at=NOW)
     w.cache.grab_replies = [GrabReply(GrabStatus.OK, item_id=701, amount=100)]
     w.publish_error = NotAcknowledged("no ack")
-    assert w.packets.grab(7, ALICE).credited is True
-    assert w.ledger.recharges == [(ALICE, 100, "rp701")] and w.cache.rolled_back == [] and w.store.rolled == set()
+    assert w.packets.grab(7, ALICE).item_id == 701
+    assert w.cache.rolled_back == [] and w.store.rolled == set()
 
 
 @pytest.mark.parametrize("failure", [RedisUnavailable("refused"), errors.ServiceUnavailable("cache"),
                                      errors.ChargeOutcomeUnknown("lost")])
-def test_a_failed_credit_answers_credited_false_and_keeps_the_grab(w, failure):
-    w.cache.grab_replies = [GrabReply(GrabStatus.OK, item_id=701, amount=100)]
+def test_a_failed_credit_keeps_the_claim_and_ends_the_writers_credits(w, failure):
+    w.store.add(7, "OPEN", [100, 200])
     w.ledger.recharge_error = failure
-    grab = w.packets.grab(7, ALICE)
-    assert (grab.item_id, grab.credited) == (701, False) and w.cache.rolled_back == []
+    report = w.persister.persist([claim(7, 701, ALICE, 100, grab_id=1), claim(7, 702, BOB, 200, grab_id=2)])
+    assert report.applied == 2 and w.store.items[701].user_id == ALICE and w.store.items[702].user_id == BOB
+    assert len(w.ledger.recharges) == 1  # the ledger is down: the reconciler credits both later
 
 
 def test_reading_a_packet_prefers_the_grabs_redis_knows_and_falls_back_to_the_db(w):
@@ -497,6 +502,8 @@ def test_the_persister_stamps_fresh_claims_and_dead_letters_what_can_never_apply
                        799: "no such red packet item", 705: "no such red packet item"}
     assert {r.topic for r in w.outbox.dead} == {REJECTED_TOPIC}
     assert w.cache.settled == [fresh, replay]  # persisted claims leave the pending hash, dead ones stay for a look
+    # only the claim this commit stamped is credited: the replay was by its first delivery, the refused never
+    assert w.ledger.recharges == [(ALICE, 100, "rp701")]
 
 
 def test_the_persister_skips_a_grab_the_api_rolled_back_first(w):
@@ -634,7 +641,7 @@ def test_grabs_whose_credit_is_missing_are_credited_with_the_same_key_and_made_o
     w.store.add(7, "OPEN", [100, 200, 300])
     for item_id, user in ((701, ALICE), (702, BOB), (703, SENDER)):
         w.store.items[item_id] = replace(w.store.items[item_id], user_id=user, claimed_at=NOW - 61_000)
-    w.store.pay.add(("rp701", ALICE))  # credited at the grab
+    w.store.pay.add(("rp701", ALICE))  # credited by the writer after its commit
     report = w.reconciler.run(NOW, age_s=60)
     assert report.credited == 2
     assert sorted(w.ledger.recharges) == [(SENDER, 300, "rp703"), (BOB, 200, "rp702")]

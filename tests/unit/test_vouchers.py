@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 
+from helpers import run_event_keys, verified_fields
 from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal.db import DatabaseUnavailable
@@ -15,10 +16,11 @@ from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.outbox.durable import Durability
 from hotledger.outbox.events import VoucherOrderEvent
+from hotledger.outbox.log_hold import LogHold
 from hotledger.outbox.writer import PersistReport
 from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
-from hotledger.vouchers.service import Vouchers
+from hotledger.vouchers.service import VoucherOrder, Vouchers
 from hotledger.vouchers.store import (
     OrderReply,
     OrderRow,
@@ -32,6 +34,7 @@ from hotledger.vouchers.store import (
 )
 
 NOW = 1_700_000_000_000
+NO_LOG_HOLD = LogHold(None, dict, "unused", streamed=True)  # rebuilds hold by time only; the log hold is in tests/integration
 CFG = Settings(event_transport="kafka", rebuild_hold_s=10, finished_keys_ttl_s=3600)
 HOUR = 3_600_000
 
@@ -55,7 +58,7 @@ class FakeDb:
     def transaction():
         return contextlib.nullcontext("cursor")
 
-    def create(self, cur, title, stock, per_user_limit, begin_at, end_at) -> int:
+    def create(self, cur, title, stock, per_user_limit, begin_at, end_at, stock_shards=1) -> int:
         return self.add(stock=stock, begin_at=begin_at, end_at=end_at, limit=per_user_limit)
 
     def find(self, voucher_id):
@@ -67,7 +70,7 @@ class FakeDb:
         return row if row is not None and row.voucher_id == voucher_id else None
 
     def ending_after(self, moment_ms, after_id=0, limit=2**62):
-        return [(voucher_id, v["end"]) for voucher_id, v in sorted(self.vouchers.items())
+        return [(voucher_id, v["end"], 1) for voucher_id, v in sorted(self.vouchers.items())
                 if v["end"] > moment_ms and voucher_id > after_id][:limit]
 
     def lock_snapshot(self, cur, voucher_id):
@@ -79,6 +82,9 @@ class FakeDb:
             if row.voucher_id == voucher_id:
                 buyers[row.user_id] = buyers.get(row.user_id, 0) + 1
         return VoucherSnapshot(v["stock"], v["begin"], v["end"], v["limit"], v["version"], buyers)
+
+    def bucket_stocks(self, cur, voucher_id):
+        return [self.vouchers[voucher_id]["stock"]]
 
     def lock_stocks(self, cur, voucher_ids):
         return {i: StockRow(self.vouchers[i]["stock"], self.vouchers[i]["version"]) for i in voucher_ids if i in self.vouchers}
@@ -106,7 +112,7 @@ class FakeDb:
             self.orders[e.id] = OrderRow(e.id, e.voucher_id, e.user_id, e.seq)
 
     def take_stock(self, cur, sold):
-        for voucher_id, n in sold.items():
+        for (voucher_id, _bucket), n in sold.items():
             self.vouchers[voucher_id]["stock"] -= n
             self.vouchers[voucher_id]["version"] += 1
 
@@ -121,19 +127,19 @@ class FakeRedis:
         self.held: dict[int, int] = {}
         self.pending: dict[int, dict[int, VoucherOrderEvent]] = {}
 
-    def order(self, voucher_id, user_id, order_id, now_ms):
+    def order(self, voucher_id, user_id, order_id, now_ms, home=0, shards=1):
         self.orders.append((voucher_id, user_id, order_id, now_ms))
         reply = self.order_replies.pop(0)
         if isinstance(reply, Exception):
             raise reply
         return reply
 
-    def rollback(self, voucher_id, order_id, user_id):
+    def rollback(self, voucher_id, order_id, user_id, bucket=0, home=0):
         self.rollbacks.append((voucher_id, order_id, user_id))
         if self.rollback_answer is not None:
             raise self.rollback_answer
 
-    def load(self, voucher_id, snapshot, epoch, hold_until):
+    def load(self, voucher_id, snapshot, epoch, hold_until, hold_log="", bucket=0):
         self.loads.append((voucher_id, snapshot, epoch, hold_until))
         if voucher_id in self.held:
             return False
@@ -144,7 +150,7 @@ class FakeRedis:
         self.settles.append((dict(versions), sorted(e.id for e in orders)))
         return {e.voucher_id: SettleReply(0, 0) for e in orders}
 
-    def reconcile(self, voucher_id, db_stock, persisted):
+    def reconcile(self, voucher_id, db_stock, persisted, bucket=0):
         self.reconciles.append((voucher_id, db_stock, sorted(persisted)))
         if voucher_id not in self.held:
             return ReconcileReply(ReconcileStatus.MISSING)
@@ -154,22 +160,22 @@ class FakeRedis:
         self.held[voucher_id] = after
         return ReconcileReply(ReconcileStatus.SAME if before == after else ReconcileStatus.CORRECTED, before, after)
 
-    def stock_left(self, voucher_id):
+    def stock_left(self, voucher_id, bucket=0):
         return self.held.get(voucher_id)
 
-    def pending_count(self, voucher_id):
+    def pending_count(self, voucher_id, bucket=0):
         return len(self.pending.get(voucher_id, {}))
 
-    def pending_ids(self, voucher_id):
+    def pending_ids(self, voucher_id, bucket=0):
         return list(self.pending.get(voucher_id, {}))
 
-    def pending_order(self, voucher_id, order_id):
+    def pending_order(self, voucher_id, order_id, bucket=0):
         return self.pending.get(voucher_id, {}).get(order_id)
 
-    def pending_orders(self, voucher_id):
+    def pending_orders(self, voucher_id, bucket=0):
         return list(self.pending.get(voucher_id, {}).values())
 
-    def expire(self, voucher_id, ttl_s):
+    def expire(self, voucher_id, ttl_s, bucket=0):
         self.expired.append((voucher_id, ttl_s))
 
 
@@ -198,7 +204,8 @@ class Broker:
 def service(db=None, redis=None, broker=None):
     ids = itertools.count(1000)
     db, redis, broker = db or FakeDb(), redis or FakeRedis(), broker or Broker()
-    return Vouchers(CFG, db, redis, Durability(CFG, broker, lambda: next(ids)), lambda: next(ids), clock=lambda: NOW), db, redis, broker
+    return Vouchers(CFG, db, redis, Durability(CFG, broker, lambda: next(ids), run_event_keys()), lambda: next(ids),
+                    NO_LOG_HOLD, clock=lambda: NOW), db, redis, broker
 
 
 def ok(seq=1, epoch="e1"):
@@ -219,9 +226,10 @@ def test_an_order_taken_in_redis_is_published_before_it_is_answered():
     vouchers, _, redis, broker = service(redis=FakeRedis(ok(seq=2, epoch="load7")))
     order = vouchers.order(5, 42)
     assert (order.order_id, order.voucher_id, order.user_id, order.seq, order.status) == (1000, 5, 42, 2, "PENDING")
-    assert redis.orders == [(5, 42, 1000, NOW)]
-    assert broker.sent == [("v5", {"type": "voucher_order", "id": 1000, "voucher_id": 5, "user_id": 42, "seq": 2, "ts": NOW,
-                                   "epoch": "load7"})]
+    assert redis.orders == [(5, 42, 1000, NOW)]  # one bucket: the home is bucket 0
+    assert [(key, verified_fields(event)) for key, event in broker.sent] == [
+        ("v5", {"type": "voucher_order", "id": 1000, "voucher_id": 5, "user_id": 42, "seq": 2, "ts": NOW, "epoch": "load7",
+                 "bucket": 0, "home": 0})]
     assert redis.rollbacks == []
 
 
@@ -240,17 +248,31 @@ def test_every_refusal_is_its_domain_error_and_publishes_nothing(reply, error, d
     assert (broker.sent, redis.rollbacks, redis.loads) == ([], [], [])
 
 
-def test_a_voucher_redis_lost_is_rebuilt_with_a_hold_and_the_order_retried_with_a_fresh_id():
+def test_a_voucher_redis_lost_is_rebuilt_with_a_hold_and_the_order_retried_under_its_reserved_id():
     db = FakeDb()
     voucher_id = db.add(stock=7, limit=2)
     db.orders[1] = OrderRow(1, voucher_id, 42, 1)
     vouchers, _, redis, broker = service(db, FakeRedis(OrderReply(OrderStatus.MISSING), ok(seq=2)))
-    order = vouchers.order(voucher_id, 42)
+    reserved = []
+    order = vouchers.order(voucher_id, 42, reserve=reserved.append)
     (loaded, snapshot, epoch, hold_until), = redis.loads
     assert (loaded, snapshot.stock, snapshot.per_user_limit, snapshot.buyers) == (voucher_id, 7, 2, {42: 1})
     assert hold_until == NOW + CFG.rebuild_hold_s * 1000  # orders in flight before the loss land first
-    assert [o[2] for o in redis.orders] == [1000, 1002]  # 1001 was the load's epoch
-    assert epoch == "1001" and order.order_id == 1002 and len(broker.sent) == 1
+    # a refused 'missing' took nothing: the retry after the load runs under the id reserved before any effect
+    assert [o[2] for o in redis.orders] == [1000, 1000] and reserved == [1000]
+    assert epoch != "1000" and order.order_id == 1000 and len(broker.sent) == 1
+
+
+def test_an_order_resumed_under_a_reserved_id_answers_it_from_the_db_or_takes_a_new_one_if_it_was_rolled_back():
+    db = FakeDb()
+    voucher_id = db.add(stock=7, limit=2)
+    db.orders[77] = OrderRow(77, voucher_id, 42, 2)
+    vouchers, _, redis, broker = service(db, FakeRedis(ok(seq=2)))
+    assert vouchers.order(voucher_id, 42, order_id=77) == VoucherOrder(77, voucher_id, 42, 2, "PERSISTED")
+    assert (redis.orders, broker.sent) == ([], [])  # in the DB: nothing taken again
+    db.rolled.add(78)
+    assert vouchers.order(voucher_id, 42, order_id=78).order_id == 1000  # taken back for good: a new order
+    assert [o[2] for o in redis.orders] == [1000]
 
 
 def test_ordering_a_voucher_the_db_does_not_know_is_voucher_not_found():

@@ -1,14 +1,20 @@
 """MySQL/MariaDB access with PyMySQL: one connection per process (a Lambda container runs one
-invocation at a time), reconnected when it went away, and a transaction context manager."""
+invocation at a time), reconnected when it went away, and a transaction context manager.
+
+DB_TLS=verify: TLS with the server's certificate chain and host name checked against DB_CA_BUNDLE. Credentials
+from DB_SECRET_ARN are cached (SECRETS_MAX_AGE_S); when the DB refuses them (1045, the secret was rotated since),
+the secret is read again once, bypassing the cache, and the connection tried with what it holds now."""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pymysql
 
-from hotledger.config import Settings, settings
+from hotledger.config import Settings, db_credentials, secret_value, settings
 
 _local = threading.local()
 
@@ -40,6 +46,22 @@ def refused(exc: BaseException) -> str | None:
     return None
 
 
+ACCESS_DENIED = 1045
+
+
+def tls_args(cfg: Settings) -> dict:
+    """PyMySQL's TLS arguments: with DB_TLS=verify the chain and the host name are checked (PyMySQL >= 1.1)."""
+    if cfg.db_tls != "verify":
+        return {}
+    if cfg.db_ca_bundle == "certifi":
+        import certifi
+
+        ca = certifi.where()
+    else:
+        ca = cfg.db_ca_bundle
+    return {"ssl_ca": ca, "ssl_verify_cert": True, "ssl_verify_identity": True}
+
+
 def connect(cfg: Settings) -> pymysql.connections.Connection:
     return pymysql.connect(
         host=cfg.db_host,
@@ -53,7 +75,20 @@ def connect(cfg: Settings) -> pymysql.connections.Connection:
         write_timeout=10,
         charset="utf8mb4",
         init_command="SET time_zone = '+00:00'",  # every DATETIME is UTC, the defaults included
+        **tls_args(cfg),
     )
+
+
+def connect_rotating(cfg: Settings) -> tuple[pymysql.connections.Connection, Settings]:
+    """connect(cfg); refused for its credentials (1045) with a DB secret configured: read the secret again, past the
+    cache, and connect once more. Returns the connection and the settings it was made with."""
+    try:
+        return connect(cfg), cfg
+    except pymysql.err.OperationalError as exc:
+        if not (cfg.db_secret_arn and exc.args and exc.args[0] == ACCESS_DENIED):
+            raise
+    fresh = replace(cfg, **db_credentials(secret_value(cfg.db_secret_arn, cfg.secrets_max_age_s, fresh=True), os.environ))
+    return connect(fresh), fresh
 
 
 def connection() -> pymysql.connections.Connection:
@@ -65,11 +100,14 @@ def connection() -> pymysql.connections.Connection:
             return conn
         except pymysql.err.Error:
             _drop_connection()
+    cfg = settings()
+    source, rotated = getattr(_local, "rotated", (None, None))
     try:
-        conn = connect(settings())
+        conn, used = connect_rotating(rotated if source is cfg else cfg)
     except pymysql.err.OperationalError as exc:
         raise DatabaseUnavailable(str(exc)) from exc
     _local.conn = conn
+    _local.rotated = (cfg, used)  # the credentials that worked, for the next reconnect of this process
     return conn
 
 

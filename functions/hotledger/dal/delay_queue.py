@@ -9,7 +9,7 @@ receipt, so the late ack of an earlier delivery (whose lease ran out and went to
 Deliveries are counted; a failed delivery comes back after an exponential backoff and, once delivered
 max_deliveries times, the element moves to the queue's dead letters (SQS's redrive policy), to be listed, replayed
 or dropped.
-The earliest due time is published on dq:earliest:{queue}; Drainer sleeps until it (or a new earlier one).
+The earliest due time is published (SPUBLISH, sharded pub/sub) on dq:earliest:{queue}; Drainer sleeps until it (or a new earlier one).
 delay_offer / delay_remove / delay_take / delay_ack / delay_extend / delay_retry / delay_dead are the typed wrappers
 of the scripts of the same names; DelayQueue's public methods raise RedisUnavailable / RedisOutcomeUnknown, never
 redis-py's errors.
@@ -25,7 +25,7 @@ from enum import Enum
 
 import redis
 
-from hotledger.dal.redis_store import Lua, RedisUnavailable, redis_errors_translated, text, wait_for_message
+from hotledger.dal.redis_store import Lua, RedisUnavailable, redis_errors_translated, shard_subscription, text, wait_for_message
 
 log = logging.getLogger(__name__)
 NO_TIME = -1
@@ -310,10 +310,8 @@ class DelayQueue:
         return QueueStats(waiting, taken, dead, lag)
 
     def wake_signals(self, queues: list[str]):
-        """A pub/sub subscription to the queues' earliest-due channels (an offer publishes an earlier due time)."""
-        pubsub = self.redis.pubsub()
-        pubsub.subscribe(*(channel(name) for name in queues))
-        return pubsub
+        """A sharded pub/sub subscription to the queues' earliest-due channels (an offer publishes an earlier due time)."""
+        return shard_subscription(self.redis, [channel(name) for name in queues])
 
 
 Handler = Callable[[list[str]], None]

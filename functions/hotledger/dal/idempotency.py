@@ -10,6 +10,11 @@ voucher orders, payment orders): one Redis record per (scope, key), Stripe's mod
   an attempt that takes over a dead holder's record gets it and resumes that work (Stripe's recovery points).
 - The first definitive answer (status and body, a business refusal included) is kept and replayed for the record's
   life (24 h, Stripe's lifetime); an attempt that changed nothing (a transient 503) gives the key back.
+- Durable keys (`durable=True`) are also kept in the DB (t_route_key) without expiry: the note before the effect, the
+  answer after it. A key Redis does not know (a new key, or one Redis lost) is looked up there once, so a retry after
+  a Redis loss replays the answer, or resumes from the note of an attempt that died before answering.
+- A scope opens at most `max_keys` new keys per `ttl_s` window (the window starts at its first key): past it a new
+  key is refused (TOO_MANY_KEYS) while the keys it holds still answer, so one caller cannot fill Redis.
 
 The scripts are layers/lua/idem_begin.lua, idem_note.lua, idem_finish.lua and idem_abandon.lua.
 """
@@ -21,10 +26,12 @@ from dataclasses import dataclass
 from enum import Enum
 
 from hotledger import keys
+from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, reply_fields
 
 DAY_S = 24 * 3600
 LEASE_MS = 60_000  # above the API function's 30 s timeout: a live attempt never loses its key
+MAX_KEYS = 100_000  # new keys per scope and window (MAX_IDEMPOTENCY_KEYS)
 
 
 class BeginStatus(Enum):
@@ -32,6 +39,7 @@ class BeginStatus(Enum):
     REPLAY = "replay"
     CONFLICT = "conflict"
     RUNNING = "running"
+    TOO_MANY = "too_many"
 
 
 @dataclass(frozen=True)
@@ -52,29 +60,75 @@ def record_key(scope: str, idem_key: str) -> str:
     return f"idem:{keys.tag(scope)}:{idem_key}"
 
 
-class Idempotency:
-    def __init__(self, lua: Lua, ttl_s: int = DAY_S, lease_ms: int = LEASE_MS):
-        self.lua, self.ttl_s, self.lease_ms = lua, ttl_s, lease_ms
+def quota_key(scope: str) -> str:
+    """How many keys the scope opened in the current window (idem_begin, idem_abandon)."""
+    return f"idem:quota:{keys.tag(scope)}"
 
-    def begin(self, scope: str, idem_key: str, fingerprint: str) -> Begun:
+
+class Idempotency:
+    def __init__(self, lua: Lua, ttl_s: int = DAY_S, lease_ms: int = LEASE_MS, max_keys: int = MAX_KEYS):
+        self.lua, self.ttl_s, self.lease_ms, self.max_keys = lua, ttl_s, lease_ms, max_keys
+
+    def begin(self, scope: str, idem_key: str, fingerprint: str, durable: bool = False) -> Begun:
         token = uuid.uuid4().hex
-        reply = reply_fields(self.lua.run("idem_begin", [record_key(scope, idem_key)],
-                                          [fingerprint, token, int(time.time() * 1000), self.lease_ms, self.ttl_s]))
+        reply = reply_fields(self.lua.run("idem_begin", [record_key(scope, idem_key), quota_key(scope)],
+                                          [fingerprint, token, int(time.time() * 1000), self.lease_ms, self.ttl_s,
+                                           self.max_keys]))
         if reply[0] == "retaken":
             return Begun(BeginStatus.NEW, token=token, retaken=True, note=reply[1] or None)
         status = BeginStatus(reply[0])
         if status is BeginStatus.REPLAY:
             return Begun(status, answer_status=int(reply[1]), body=reply[2])
+        if status is BeginStatus.NEW and durable:
+            return self._from_db(scope, idem_key, fingerprint, token)
         return Begun(status, token=token if status is BeginStatus.NEW else "")
 
-    def note(self, scope: str, idem_key: str, token: str, note: str) -> bool:
-        """Keep the holder's recovery point; False when the record is no longer this attempt's."""
+    def _from_db(self, scope: str, idem_key: str, fingerprint: str, token: str) -> Begun:
+        """A key Redis did not know: what the DB kept of it. Its answer is replayed (and kept in Redis again); a note
+        without an answer is the recovery point of an attempt that died (or whose Redis record was lost)."""
+        try:
+            rows = db.query("SELECT fingerprint, note, status, response FROM t_route_key WHERE scope = %s AND idem_key = %s",
+                            (scope, idem_key))
+        except db.DatabaseUnavailable:
+            self.abandon(scope, idem_key, token)  # the key's past is unknown: nothing may run under it yet
+            raise
+        if not rows:
+            return Begun(BeginStatus.NEW, token=token)
+        stored_fp, note, status, response = rows[0]
+        if stored_fp != fingerprint:
+            self.abandon(scope, idem_key, token)
+            return Begun(BeginStatus.CONFLICT)
+        if status is None:
+            self.note(scope, idem_key, token, note)
+            return Begun(BeginStatus.NEW, token=token, retaken=True, note=note)
+        self._keep_answer(scope, idem_key, token, status, response)
+        return Begun(BeginStatus.REPLAY, answer_status=int(status), body=response)
+
+    def note(self, scope: str, idem_key: str, token: str, note: str, durable: bool = False,
+             fingerprint: str = "") -> bool:
+        """Keep the holder's recovery point (durable: in the DB too, before the effect it names); False when the
+        record is no longer this attempt's."""
+        if durable:
+            db.execute("INSERT INTO t_route_key (scope, idem_key, fingerprint, note) VALUES (%s, %s, %s, %s)"
+                       " ON DUPLICATE KEY UPDATE note = VALUES(note)", (scope, idem_key, fingerprint, note))
         return reply_fields(self.lua.run("idem_note", [record_key(scope, idem_key)], [token, note]))[0] == "noted"
 
-    def finish(self, scope: str, idem_key: str, token: str, status: int, body: str) -> bool:
-        """Keep the answer; False when the record is no longer this attempt's."""
+    def finish(self, scope: str, idem_key: str, token: str, status: int, body: str, durable: bool = False,
+               fingerprint: str = "") -> bool:
+        """Keep the answer (durable: in the DB first, for good); False when the record is no longer this attempt's."""
+        if durable:
+            db.execute("INSERT INTO t_route_key (scope, idem_key, fingerprint, status, response) VALUES (%s, %s, %s, %s, %s)"
+                       " ON DUPLICATE KEY UPDATE status = VALUES(status), response = VALUES(response)",
+                       (scope, idem_key, fingerprint, status, body))
+        return self._keep_answer(scope, idem_key, token, status, body)
+
+    def _keep_answer(self, scope: str, idem_key: str, token: str, status: int, body: str) -> bool:
         reply = reply_fields(self.lua.run("idem_finish", [record_key(scope, idem_key)], [token, status, body, self.ttl_s]))
         return reply[0] == "done"
 
-    def abandon(self, scope: str, idem_key: str, token: str) -> None:
-        self.lua.run("idem_abandon", [record_key(scope, idem_key)], [token])
+    def abandon(self, scope: str, idem_key: str, token: str, forget_note: bool = False) -> None:
+        """Give the key back (nothing changed); forget_note: its recovery point in the DB goes too, so no later attempt
+        resumes work that was taken back (a rolled-back order id)."""
+        if forget_note:
+            db.execute("DELETE FROM t_route_key WHERE scope = %s AND idem_key = %s AND status IS NULL", (scope, idem_key))
+        self.lua.run("idem_abandon", [record_key(scope, idem_key), quota_key(scope)], [token])

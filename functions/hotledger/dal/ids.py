@@ -32,6 +32,7 @@ EPOCH_MS = 1_735_689_600_000
 WORKER_BITS, SEQUENCE_BITS = 10, 12
 MAX_WORKERS, MAX_SEQUENCE = 1 << WORKER_BITS, (1 << SEQUENCE_BITS) - 1
 LEASE_MS = 10 * 60 * 1000
+MAX_LATE_RENEWALS = 3  # renewals in a row answered after their window before a request gets 503
 VALID_S = 0.5  # a successful renewal lets the holder issue for this long, from before the renewal call
 MARGIN_S = 0.2  # a fresh claim waits VALID_S + MARGIN_S before its first id
 
@@ -67,13 +68,16 @@ class IdGenerator:
 
     def _lease(self) -> int:
         """The worker id to issue on now: renewed (or claimed, then waited out and renewed) if need be."""
+        late_renewals = 0
         while not (self._worker is not None and self._valid()):
             started = time.monotonic(), time.time()  # before the call: the window never outlasts the lease's
             if self._worker is not None and ids_lease(self._lua, self._key(self._worker), self._token,
                                                       LeaseAction.RENEW, self._lease_ms):
                 self._valid_until = (started[0] + VALID_S, started[1] + VALID_S)
-                if not self._valid():
-                    raise RedisUnavailable("the id lease renewal answered too late to issue on it; retry")
+                if not self._valid():  # answered after its own window: the lease is ours, this window gone; again
+                    late_renewals += 1
+                    if late_renewals == MAX_LATE_RENEWALS:
+                        raise RedisUnavailable("the id lease renewal answered too late to issue on it; retry")
                 continue
             # lost (or never held): claim a free worker id and wait out whoever held it last
             self._worker, self._valid_until = None, (0.0, 0.0)

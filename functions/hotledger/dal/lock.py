@@ -33,7 +33,7 @@ from enum import Enum
 
 import redis
 
-from hotledger.dal.redis_store import Lua, RedisUnavailable, reply_fields, wait_for_message
+from hotledger.dal.redis_store import Lua, RedisUnavailable, reply_fields, shard_subscription, wait_for_message
 
 log = logging.getLogger(__name__)
 
@@ -191,9 +191,8 @@ class DistributedLock:
             reply = self._try(name, owner, gives_up_at)
             if reply is None:
                 return self._hold(name, owner)
-            pubsub = self.redis.pubsub()
+            pubsub = shard_subscription(self.redis, [channel(name)])
             try:
-                pubsub.subscribe(channel(name))
                 self.commands += 1
                 while True:
                     # tried again after subscribing: a release between the first try and the subscription is not missed

@@ -6,6 +6,11 @@ Two clients behind one function: confluent-kafka (librdkafka; about a ninth of t
 acknowledged publish, measured in bench/) when it is installed, else kafka-python. KAFKA_CLIENT
 (`confluent` or `kafka-python`) forces one. Idempotent producers are off: duplicates from retries are
 harmless (the writer is idempotent) and their InitProducerId can fail for good after a broker restart.
+
+KAFKA_AUTH=iam (the template's default; MSK Serverless accepts nothing else): SASL_SSL with OAUTHBEARER, the token
+a SigV4-signed kafka-cluster:Connect URL made from the function's own credentials by aws-msk-iam-sasl-signer-python
+(valid 15 minutes; librdkafka asks oauth_cb again before it expires, kafka-python asks the provider on every
+connection). KAFKA_AUTH=none (local): KAFKA_SECURITY_PROTOCOL as given, no client authentication.
 """
 from __future__ import annotations
 
@@ -25,6 +30,10 @@ class NotAcknowledged(Exception):
     """The broker did not acknowledge the event in time; it may or may not have arrived."""
 
 
+class LogUnreadable(Exception):
+    """The broker did not tell where its log ends in time."""
+
+
 def client_name() -> str:
     wanted = os.environ.get("KAFKA_CLIENT", "")
     if wanted:
@@ -32,23 +41,77 @@ def client_name() -> str:
     return "confluent" if importlib.util.find_spec("confluent_kafka") else "kafka-python"
 
 
+def msk_iam_token(region: str) -> tuple[str, int]:
+    """An MSK IAM auth token for this region and its expiry (epoch ms), signed with the function's credentials."""
+    from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
+
+    return MSKAuthTokenProvider.generate_auth_token(region)
+
+
+def confluent_connection(cfg: Settings) -> dict:
+    """How a librdkafka client reaches the brokers and signs in (the producer, the end-offset reader and the setup's
+    admin client that creates topics)."""
+    config = {"bootstrap.servers": cfg.kafka_bootstrap, "security.protocol": cfg.kafka_security_protocol.lower()}
+    if cfg.kafka_auth == "iam":
+        def oauth_cb(_oauth_config: str) -> tuple[str, float]:
+            token, expiry_ms = msk_iam_token(cfg.aws_region)
+            return token, expiry_ms / 1000  # librdkafka wants the expiry in epoch seconds
+        config.update({"security.protocol": "sasl_ssl", "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb})
+    if "ssl" in config["security.protocol"]:
+        config["ssl.ca.location"] = "probe"  # the wheel's own OpenSSL: find the system CA bundle (MSK TLS)
+    return config
+
+
+def msk_iam_token_provider(region: str):
+    """kafka-python's OAUTHBEARER token source: a fresh MSK IAM token per broker connection (imported here: the
+    confluent path never loads kafka-python)."""
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class MskIamTokenProvider(AbstractTokenProvider):
+        def token(self) -> str:
+            return msk_iam_token(region)[0]
+
+    return MskIamTokenProvider()
+
+
+def kafka_python_connection(cfg: Settings) -> dict:
+    """How a kafka-python client reaches the brokers and signs in (the producer and the end-offset reader)."""
+    config = {"bootstrap_servers": cfg.kafka_bootstrap.split(","), "security_protocol": cfg.kafka_security_protocol}
+    if cfg.kafka_auth == "iam":
+        config.update({"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER",
+                       "sasl_oauth_token_provider": msk_iam_token_provider(cfg.aws_region)})
+    return config
+
+
+def confluent_config(cfg: Settings) -> dict:
+    return {**confluent_connection(cfg), "acks": "all", "enable.idempotence": False, "linger.ms": 0,
+            "socket.nagle.disable": True, "message.timeout.ms": int(cfg.publish_timeout_s * 1000)}
+
+
+def kafka_python_config(cfg: Settings) -> dict:
+    timeout_ms = int(cfg.publish_timeout_s * 1000)
+    return {
+        **kafka_python_connection(cfg),
+        "acks": "all",
+        "enable_idempotence": False,
+        "linger_ms": 0,
+        "retries": 2,
+        # every wait bounded by the publish timeout: a deduct never hangs on a dead broker
+        "max_block_ms": timeout_ms,
+        "request_timeout_ms": timeout_ms,
+        "delivery_timeout_ms": timeout_ms,
+        "bootstrap_timeout_ms": timeout_ms,
+        "reconnect_backoff_max_ms": 1000,
+    }
+
+
 class _Confluent:
     def __init__(self, cfg: Settings):
         from confluent_kafka import Producer
 
         self.timeout_s = cfg.publish_timeout_s
-        config = {
-            "bootstrap.servers": cfg.kafka_bootstrap,
-            "security.protocol": cfg.kafka_security_protocol.lower(),
-            "acks": "all",
-            "enable.idempotence": False,
-            "linger.ms": 0,
-            "socket.nagle.disable": True,
-            "message.timeout.ms": int(cfg.publish_timeout_s * 1000),
-        }
-        if "ssl" in config["security.protocol"]:
-            config["ssl.ca.location"] = "probe"  # the wheel's own OpenSSL: find the system CA bundle (MSK TLS)
-        self.producer = Producer(config)
+        self.connection = confluent_connection(cfg)
+        self.producer = Producer(confluent_config(cfg))
 
     def send(self, topic: str, key: bytes, value: bytes) -> None:
         outcome: dict = {}
@@ -62,6 +125,18 @@ class _Confluent:
         if outcome.get("err", "timeout") is not None:
             raise NotAcknowledged(str(outcome.get("err", "no acknowledgement in time")))
 
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        # never subscribes: no group join, only metadata and ListOffsets requests
+        reader = Consumer({**self.connection, "group.id": "hotledger-end-offsets", "enable.auto.commit": False})
+        try:
+            partitions = reader.list_topics(topic, timeout=self.timeout_s).topics[topic].partitions
+            return {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout_s, cached=False)[1]
+                    for p in partitions}
+        finally:
+            reader.close()
+
     def close(self) -> None:
         self.producer.purge()
 
@@ -70,22 +145,9 @@ class _KafkaPython:
     def __init__(self, cfg: Settings):
         from kafka import KafkaProducer
 
-        timeout_ms = int(cfg.publish_timeout_s * 1000)
         self.timeout_s = cfg.publish_timeout_s
-        self.producer = KafkaProducer(
-            bootstrap_servers=cfg.kafka_bootstrap.split(","),
-            security_protocol=cfg.kafka_security_protocol,
-            acks="all",
-            enable_idempotence=False,
-            linger_ms=0,
-            retries=2,
-            # every wait bounded by the publish timeout: a deduct never hangs on a dead broker
-            max_block_ms=timeout_ms,
-            request_timeout_ms=timeout_ms,
-            delivery_timeout_ms=timeout_ms,
-            bootstrap_timeout_ms=timeout_ms,
-            reconnect_backoff_max_ms=1000,
-        )
+        self.connection = kafka_python_connection(cfg)
+        self.producer = KafkaProducer(**kafka_python_config(cfg))
 
     def send(self, topic: str, key: bytes, value: bytes) -> None:
         from kafka.errors import KafkaError
@@ -94,6 +156,17 @@ class _KafkaPython:
             self.producer.send(topic, key=key, value=value).get(timeout=self.timeout_s)
         except KafkaError as exc:
             raise NotAcknowledged(repr(exc)) from exc
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        from kafka import KafkaConsumer, TopicPartition
+
+        reader = KafkaConsumer(**self.connection, request_timeout_ms=int(self.timeout_s * 1000) + 1)
+        try:
+            partitions = reader.partitions_for_topic(topic) or set()
+            ends = reader.end_offsets([TopicPartition(topic, p) for p in partitions])
+            return {tp.partition: offset for tp, offset in ends.items()}
+        finally:
+            reader.close()
 
     def close(self) -> None:
         self.producer.close(timeout=0)
@@ -121,6 +194,16 @@ def _discard_producer() -> None:
             producer.close()
         except Exception:  # closing a broken producer must not hide the publish failure
             pass
+
+
+def end_offsets() -> dict[int, int]:
+    """partition -> the offset the next record of the topic will get: every record the log holds now is below it."""
+    try:
+        return _producer().end_offsets(settings().kafka_topic)
+    except NotAcknowledged as exc:
+        raise LogUnreadable(str(exc)) from exc
+    except Exception as exc:  # the client's own errors (KafkaException, KafkaError, timeouts): no answer
+        raise LogUnreadable(repr(exc)) from exc
 
 
 def publish(key: str, event: dict) -> None:

@@ -6,6 +6,7 @@ answer lost: it may have run). Each feature's store wraps its scripts in typed m
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from hotledger.config import Settings, settings
+from hotledger.config import CLUSTER_SCHEMES, Settings, settings
 
 
 class RedisUnavailable(Exception):
@@ -64,24 +65,58 @@ class Lua:
     """The scripts of layers/lua by file name; each call goes out as EVALSHA (EVAL once on NOSCRIPT).
     Features call them through their store's typed wrappers, never by name."""
 
-    def __init__(self, client: redis.Redis, lua_dir: str):
+    def __init__(self, client: redis.Redis | redis.RedisCluster, lua_dir: str):
         self.client = client
         self._scripts = {path.stem: client.register_script(path.read_text()) for path in sorted(Path(lua_dir).glob("*.lua"))}
 
     def run(self, name: str, keys: list[str], args: list, client=None):
         """Run one script; with a pipeline as client it is queued there and its reply comes from execute()."""
+        if isinstance(client, ScriptsPipeline):
+            return client.queue(self._scripts[name], keys, args)
         try:
             return self._scripts[name](keys=keys, args=args, client=client)
         except redis.RedisError as exc:
             raise translate(exc) from exc
 
     def pipeline(self):
+        if isinstance(self.client, redis.RedisCluster):
+            return ScriptsPipeline(self.client)
         return self.client.pipeline(transaction=False)
 
     def sha(self, name: str) -> str:
         """The script's SHA1 (EVALSHA), for benchmarks that call it without redis-py."""
         return self._scripts[name].sha
 
+
+class ScriptsPipeline:
+    """A cluster pipeline (one round trip per master) whose scripts survive a master that lacks them: a replica
+    promoted by a failover has an empty script cache, and redis-py loads scripts for plain pipelines only. Replies
+    NOSCRIPT are run again one by one, which loads the script (every script is safe to run twice, and these ran
+    not at all). Other commands are queued on it as on any pipeline."""
+
+    def __init__(self, client: redis.RedisCluster):
+        self._pipe = client.pipeline(transaction=False)
+        self._scripts: dict[int, tuple] = {}  # position in the pipeline -> (script, keys, args)
+
+    def queue(self, script, keys: list[str], args: list):
+        self._scripts[len(self._pipe)] = (script, keys, args)
+        # redis-py blocks the evalsha method on cluster pipelines (it cannot load scripts there); sent as a command,
+        # it is routed by its keys like any other
+        return self._pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def __getattr__(self, command):
+        return getattr(self._pipe, command)
+
+    def execute(self):
+        replies = self._pipe.execute(raise_on_error=False)
+        for position, reply in enumerate(replies):
+            if isinstance(reply, redis.exceptions.NoScriptError) and position in self._scripts:
+                script, keys, args = self._scripts[position]
+                replies[position] = script(keys=keys, args=args)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
 
 class AttemptsKept(Retry):
@@ -113,9 +148,37 @@ RETRIES, BACKOFF_BASE_S, BACKOFF_CAP_S = 2, 0.02, 0.2
 RETRY_HORIZON_S = (RETRIES + 1) * (CONNECT_TIMEOUT_S + 2 * SOCKET_TIMEOUT_S) + RETRIES * BACKOFF_CAP_S
 
 
-def connect(cfg: Settings) -> redis.Redis:
-    return redis.Redis.from_url(
-        cfg.redis_url,
+class AttemptsKeptCluster(redis.RedisCluster):
+    """RedisCluster resends a command after a connection error in a loop of its own (a failover moves the slot
+    meanwhile), not through its Retry: keep every attempt's error on the error it finally raises, as AttemptsKept
+    does, for never_ran."""
+
+    def __init__(self, *args, **kwargs):
+        self._attempts = threading.local()  # before the base class's start-up, which runs commands already
+        super().__init__(*args, **kwargs)
+
+    def execute_command(self, *args, **kwargs):
+        self._attempts.errors = []
+        try:
+            return super().execute_command(*args, **kwargs)
+        except Exception as error:
+            error.attempts = tuple(self._attempts.errors) or (error,)
+            raise
+
+    def _execute_command(self, target_node, *args, **kwargs):
+        try:
+            return super()._execute_command(target_node, *args, **kwargs)
+        except Exception as error:
+            getattr(self._attempts, "errors", []).append(error)
+            raise
+
+
+def connect(cfg: Settings) -> redis.Redis | redis.RedisCluster:
+    """One client for the configured Redis: a RedisCluster (it follows MOVED and failovers, one connection pool per
+    master) when REDIS_CLUSTER=1 or the URL's scheme is redis+cluster / rediss+cluster, else a plain client. Both
+    run the same commands: every script's keys share one hash tag, so one slot."""
+    options = dict(
+        username=cfg.redis_username,  # ElastiCache RBAC: AUTH <user> <password>; None: the default user
         password=cfg.redis_password,
         socket_timeout=SOCKET_TIMEOUT_S,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
@@ -125,6 +188,11 @@ def connect(cfg: Settings) -> redis.Redis:
         # holding a request for long. Each attempt is kept, so an outcome is unknown when any attempt may have run.
         retry=AttemptsKept(ExponentialBackoff(cap=BACKOFF_CAP_S, base=BACKOFF_BASE_S), RETRIES),
     )
+    if cfg.redis_is_cluster:
+        scheme, rest = cfg.redis_url.split("://", 1)
+        plain = scheme.removesuffix("+cluster") if scheme in CLUSTER_SCHEMES else scheme
+        return AttemptsKeptCluster.from_url(f"{plain}://{rest}", **options)
+    return redis.Redis.from_url(cfg.redis_url, **options)
 
 
 @functools.lru_cache(maxsize=1)
@@ -158,13 +226,28 @@ def never_ran(exc: redis.RedisError) -> bool:
     return all(isinstance(attempt.__context__, ConnectionRefusedError) for attempt in getattr(exc, "attempts", None) or (exc,))
 
 
+def shard_subscription(client, channels: list[str]):
+    """A sharded pub/sub subscription (SSUBSCRIBE, Redis 7): on a cluster each channel is heard on the master of
+    its slot, where the scripts SPUBLISH it; on one Redis it works the same."""
+    pubsub = client.pubsub()
+    pubsub.ssubscribe(*channels)
+    return pubsub
+
+
+# a cluster subscription listens on one connection per master in turn: each wait is this short, so a message on
+# any master is seen within it
+LISTEN_SLICE_S = 0.05
+
+
 def wait_for_message(pubsub, timeout_s: float, addressed_to: str | None = None) -> bool:
     """Sleep until a published message arrives (True) or timeout_s passes (False); subscribe confirmations
     do not count, nor, with addressed_to, messages whose payload names someone else."""
     end = time.monotonic() + timeout_s
     while (left := end - time.monotonic()) > 0:
-        message = pubsub.get_message(timeout=left)
-        if message and message["type"] == "message" and addressed_to in (None, text(message["data"])):
+        message = pubsub.get_sharded_message(timeout=min(left, LISTEN_SLICE_S))
+        if message is None and not pubsub.subscribed:
+            time.sleep(min(left, LISTEN_SLICE_S))  # nothing to listen on (a failover dropped it): no busy loop
+        if message and message["type"] == "smessage" and addressed_to in (None, text(message["data"])):
             return True
     return False
 

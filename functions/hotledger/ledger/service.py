@@ -114,6 +114,9 @@ _REFUSALS = {
         "the first request with this Idempotency-Key is still in progress"),
     ApplyStatus.TOO_MANY_PENDING: lambda r: errors.TooManyPending(
         "the account holds its most charges not yet in the DB; retry when they are persisted"),
+    ApplyStatus.TOO_MANY_KEYS: lambda r: errors.TooManyKeys(
+        "this account opened its most Idempotency-Keys for now (MAX_IDEMPOTENCY_KEYS per 24 h): retry later, or replay "
+        "a key it holds"),
 }
 
 
@@ -205,7 +208,11 @@ class Ledger:
 
     # accounts -------------------------------------------------------------------------------
     def create_account(self, user_name: str, deduct_type: str, threshold: int) -> int:
-        return self.store.create_account(user_name, deduct_type, threshold)
+        user_id = self.store.create_account(user_name, deduct_type, threshold)
+        # a DB restored or reset while Redis kept its keys hands out ids Redis still knows: the new account must not
+        # inherit a cached balance or pending entries of an account that no longer exists
+        self.store.forget_account(user_id)
+        return user_id
 
     def account_exists(self, user_id: int) -> bool:
         return self.store.is_cached(user_id) or self.store.user_exists(user_id)
@@ -370,7 +377,7 @@ class Ledger:
             self.store.rollback(user_id, entry_id, idem_key)
             return False
         with contextlib.suppress(NotAcknowledged):
-            self.durability.publish(str(user_id), entry.to_event().model_dump())
+            self.durability.send(str(user_id), entry.to_event().model_dump())
             self.store.mark_answer_done(user_id, idem_key)
         return True
 

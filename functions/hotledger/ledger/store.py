@@ -24,7 +24,7 @@ from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, stream_flag, text
-from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry
+from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry, is_client_key
 from hotledger.outbox.events import LedgerEvent
 
 MAX_BALANCE = 9_000_000_000_000_000  # below 2**53: exact in Redis Lua doubles
@@ -148,6 +148,7 @@ class ApplyStatus(Enum):
     CONFLICT = "conflict"
     IN_PROGRESS = "in_progress"
     TOO_MANY_PENDING = "too_many_pending"  # the account holds its most entries not yet in the DB: retry later
+    TOO_MANY_KEYS = "too_many_keys"  # the account opened its most client keys this window: a new one waits for the next
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ class LedgerStore:
     def __init__(self, lua: Lua, cfg: Settings):
         self.lua, self.redis, self.stream_flag = lua, lua.client, stream_flag(cfg)
         self.entry_ttl_s, self.idempotency_ttl_s = cfg.entry_ttl_s, cfg.idempotency_ttl_s
-        self.max_pending = cfg.max_pending_entries
+        self.max_pending, self.max_keys = cfg.max_pending_entries, cfg.max_idempotency_keys
         # longer than any live request spends between its charge and the broker's answer or its rollback
         self.idempotency_stale_ms = int(cfg.publish_timeout_s * 2000) + 5000
 
@@ -373,6 +374,10 @@ class LedgerStore:
     def drop_cache(self, user_id: int) -> None:
         self.redis.delete(keys.balance(user_id))
 
+    def forget_account(self, user_id: int) -> None:
+        """Drop the cached balance and the pending set of this account id."""
+        self.redis.delete(keys.balance(user_id), keys.consistency(user_id))
+
     def pending_count(self, user_id: int) -> int:
         return self.redis.zcard(keys.consistency(user_id))
 
@@ -403,6 +408,8 @@ class LedgerStore:
 
     def entries(self, user_id: int, entry_ids: list[int]) -> tuple[list[Entry], list[int]]:
         """(the entries whose string exists, the ids whose string expired); settled ones are neither."""
+        if not entry_ids:  # a cluster client refuses an MGET of no key (it has no slot to send it to)
+            return [], []
         raws = self.redis.mget([keys.entry(user_id, i) for i in entry_ids])
         found = [Entry.parse(user_id, i, text(raw)) for i, raw in zip(entry_ids, raws) if raw is not None and not settled(raw)]
         return found, [i for i, raw in zip(entry_ids, raws) if raw is None]
@@ -434,17 +441,19 @@ class LedgerStore:
         return ApplyReply.parse(self.lua.run(
             "ledger_apply",
             [keys.balance(c.user_id), keys.entry(c.user_id, c.entry_id), keys.consistency(c.user_id),
-             keys.idempotency(c.user_id, c.idem_key or ""), keys.account_stream(c.user_id)],
+             keys.idempotency(c.user_id, c.idem_key or ""), keys.account_stream(c.user_id), keys.idempotency_quota(c.user_id)],
             [c.kind, c.amount, c.ts, c.entry_id, self.entry_ttl_s, c.fingerprint, self.idempotency_ttl_s, MAX_BALANCE,
              c.ts - self.idempotency_stale_ms, c.idem_key or "", self.stream_flag, c.user_id,
-             "checked" if c.key_checked else "", "1" if c.refusal_final else "", self.max_pending]))
+             "checked" if c.key_checked else "", "1" if c.refusal_final else "", self.max_pending,
+             self.max_keys if is_client_key(c.idem_key) else ""]))
 
     def rollback(self, user_id: int, entry_id: int, idem_key: str | None) -> RollbackReply:
         """ledger_rollback.lua: give back in Redis a charge the DB recorded as rolled back (record_rollback)."""
         return RollbackReply.parse(self.lua.run(
             "ledger_rollback", [keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id),
-                                keys.fate(user_id, entry_id), keys.idempotency(user_id, idem_key or "")],
-            [entry_id, self.entry_ttl_s]))
+                                keys.fate(user_id, entry_id), keys.idempotency(user_id, idem_key or ""),
+                                keys.idempotency_quota(user_id)],
+            [entry_id, self.entry_ttl_s, "1" if is_client_key(idem_key) else ""]))
 
     def cache_account(self, account: AccountRow, balance: int, epoch: str) -> bool:
         """ledger_load.lua: cache the account with this balance unless it is cached already; False when it was.

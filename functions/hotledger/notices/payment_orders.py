@@ -82,17 +82,30 @@ class PaymentOrders:
         self.reminder_before_close_ms = reminder_before_close_s * 1000
         self.now_ms, self.pay_horizon_ms = now_ms, pay_horizon_ms
 
-    def create(self, user_id: int, amount: int, close_in_s: int) -> PaymentOrder:
+    def create(self, user_id: int, amount: int, close_in_s: int, reserve: Callable[[int], object] | None = None,
+               payment_order_id: int | None = None) -> PaymentOrder:
+        """`reserve(id)` runs before any effect (an Idempotency-Key's recovery point); `payment_order_id`: the id an
+        attempt that died under the same key reserved: that order, if it was inserted, is the answer (its queue
+        elements offered again, in case the attempt died before offering them)."""
         if not self.ledger.account_exists(user_id):
             raise errors.AccountNotFound(f"account {user_id} does not exist")
-        payment_order_id, now = self.ids.next_id(), self.now_ms()
+        inserted = None if payment_order_id is None else self.store.get_created(payment_order_id)
+        if inserted is not None:
+            self._offer(inserted)
+            return inserted
+        payment_order_id, now = payment_order_id or self.ids.next_id(), self.now_ms()
+        if reserve is not None:
+            reserve(payment_order_id)
         close_at = now + close_in_s * 1000
         due = max(now, close_at - self.reminder_before_close_ms)
         payment_order = PaymentOrder(payment_order_id, user_id, amount, PaymentOrderState.OPEN, close_at, due)
         self.store.insert(payment_order)
-        self.queue.offer(REMINDER_QUEUE, str(payment_order_id), due_at_ms=due)
-        self.queue.offer(CLOSE_QUEUE, str(payment_order_id), due_at_ms=close_at)
+        self._offer(payment_order)
         return payment_order
+
+    def _offer(self, payment_order: PaymentOrder) -> None:
+        self.queue.offer(REMINDER_QUEUE, str(payment_order.id), due_at_ms=payment_order.reminder_due_at)
+        self.queue.offer(CLOSE_QUEUE, str(payment_order.id), due_at_ms=payment_order.close_at)
 
     def get(self, payment_order_id: int) -> PaymentOrder:
         """The payment order, with its reminder's due time while the reminder is queued."""

@@ -40,6 +40,14 @@ class PaymentOrderStore:
                    (payment_order.id, payment_order.user_id, payment_order.amount, payment_order.state.value,
                     db.to_datetime(payment_order.close_at), db.to_datetime(payment_order.reminder_due_at)))
 
+    def get_created(self, payment_order_id: int) -> PaymentOrder | None:
+        """The payment order as it was created (OPEN, reminder_due_at its reminder's due time), whatever its state now."""
+        rows = db.query("SELECT user_id, amount, close_at, remind_at FROM t_payment_order WHERE id = %s", (payment_order_id,))
+        if not rows:
+            return None
+        user_id, amount, close_at, remind_at = rows[0]
+        return PaymentOrder(payment_order_id, user_id, amount, PaymentOrderState.OPEN, db.to_ms(close_at), db.to_ms(remind_at))
+
     def get(self, payment_order_id: int) -> PaymentOrder | None:
         found = self.get_many([payment_order_id])
         return found[0] if found else None

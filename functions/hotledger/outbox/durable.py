@@ -22,8 +22,10 @@ from typing import Protocol, TypeVar
 from hotledger import errors
 from hotledger.config import Settings
 from hotledger.dal import db
+from hotledger.dal.event_keys import EventKeys
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable, stream_flag
+from hotledger.outbox.events import signed
 
 LOAD_ATTEMPTS = 3
 
@@ -49,11 +51,20 @@ class Outbound:
 
 
 class Durability:
-    def __init__(self, cfg: Settings, publish: Callable[[str, dict], None], next_id: Callable[[], int]):
+    def __init__(self, cfg: Settings, publish: Callable[[str, dict], None], next_id: Callable[[], int], keys: EventKeys):
         self.streamed = cfg.event_transport == "redis-stream"
         self.stream_flag = stream_flag(cfg)
         self.publish = publish
         self.next_id = next_id
+        self.keys = keys
+
+    def send(self, key: str, event: dict) -> None:
+        """Sign the event with the current key and publish it; NotAcknowledged if either fails."""
+        try:
+            keyring = self.keys.keyring()
+        except Exception as exc:  # noqa: BLE001 - no key (Secrets Manager unreachable, none configured): nothing was sent
+            raise NotAcknowledged(f"the event could not be signed: {exc!r}") from exc
+        self.publish(key, signed(event, keyring))
 
     def apply(self, attempt: Callable[[int], Reply], *, reload: Callable[[], None],
               refusal: Callable[[Reply], errors.DomainError | None], outbound: Callable[[int, Reply], Outbound | None],
@@ -85,7 +96,7 @@ class Durability:
         if self.streamed:
             return
         try:
-            self.publish(change.key, change.event())
+            self.send(change.key, change.event())
         except NotAcknowledged as exc:
             try:
                 claimed = change.undo()

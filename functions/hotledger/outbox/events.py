@@ -1,7 +1,21 @@
 """What travels from a Redis-side change to the DB: one event shape per feature, and the one decode that
-Kafka records (the writer) and Redis Stream entries (the stream consumer) go through."""
+Kafka records (the writer) and Redis Stream entries (the stream consumer) go through.
+
+Kafka events are signed: the service adds `kid` (the key id) and `mac`, an HMAC-SHA256 over the event's fields
+(its model's fields, as canonical JSON: sorted keys, no spaces) with the keyring's current key (dal/event_keys.py).
+The writer applies only events whose MAC matches under the key they name (the previous key during a rotation's grace
+period); anything else - no MAC, an unknown or retired key, a field changed after signing - is dead-lettered with the
+reason and changes nothing, so a client that can reach the topic cannot mint money by publishing a recharge.
+Redis Stream entries are not signed: the Lua scripts XADD them in the same step that changes Redis, inside the
+trusted Redis (TLS + AUTH), and whoever can write there can change the balances directly; the reconciler rebuilds
+events from Redis entry strings, also inside that boundary.
+"""
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -14,6 +28,8 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
+
+from hotledger.dal.event_keys import EventKeys, Keyring
 
 
 class LedgerEvent(BaseModel):
@@ -47,7 +63,9 @@ class VoucherOrderEvent(BaseModel):
     user_id: Annotated[StrictInt, Field(gt=0)]
     seq: Annotated[StrictInt, Field(gt=0)]
     ts: StrictInt
-    epoch: str
+    epoch: str  # the load of the bucket the unit came from
+    bucket: Annotated[StrictInt, Field(ge=0)] = 0  # the stock bucket the unit came from
+    home: Annotated[StrictInt, Field(ge=0)] = 0  # the bucket holding the buyer's record (orders taken)
 
 
 class RedPacketClaimEvent(BaseModel):
@@ -90,12 +108,52 @@ class RawRecord:
     value: bytes | None
 
 
-def decode(records: Iterable[RawRecord]) -> tuple[list, list[PoisonRecord]]:
-    """Records -> events in their order, plus the records that can never be applied (undecodable)."""
+class Forged(ValueError):
+    """A record the service did not sign as it stands."""
+
+
+def _mac(key: bytes, fields: dict) -> str:
+    return hmac.new(key, json.dumps(fields, sort_keys=True, separators=(",", ":")).encode(), hashlib.sha256).hexdigest()
+
+
+def signed(event: dict, keyring: Keyring) -> dict:
+    """The event (an event model's model_dump()) with the current key's id and its MAC."""
+    return {**event, "kid": keyring.kid, "mac": _mac(keyring.key, event)}
+
+
+class _Verifier:
+    """Checks MACs against the keyring, reading the secret again at most once per batch for a key id it does not
+    know (keys rotated since the keyring was cached)."""
+
+    def __init__(self, keys: EventKeys):
+        self.keys, self.keyring, self.refreshed = keys, keys.keyring(), False
+
+    def check(self, raw: dict, event) -> None:
+        kid, mac = raw.get("kid"), raw.get("mac")
+        if not isinstance(kid, str) or not isinstance(mac, str):
+            raise Forged("forged: the record carries no signature (kid, mac)")
+        if not self.keyring.knows(kid) and not self.refreshed:
+            self.keyring, self.refreshed = self.keys.keyring(fresh=True), True
+        key = self.keyring.verifying_key(kid, time.time())
+        if key is None:
+            raise Forged(f"forged: signed with key {kid!r}, which is unknown or past its grace period")
+        if not hmac.compare_digest(mac, _mac(key, event.model_dump())):
+            raise Forged(f"forged: the MAC does not match the record's fields under key {kid!r}")
+
+
+def decode(records: Iterable[RawRecord], keys: EventKeys | None) -> tuple[list, list[PoisonRecord]]:
+    """Records -> events in their order, plus the records that can never be applied (undecodable or, with `keys`,
+    not signed by the service). `keys` is None only for Redis Stream entries (see the module's docstring)."""
     events, poison = [], []
+    verifier = None
     for record in records:
         try:
-            events.append(EVENT_ADAPTER.validate_json(record.value or b""))
+            raw = json.loads(record.value or b"")
+            event = EVENT_ADAPTER.validate_python(raw)
+            if keys is not None:
+                verifier = verifier or _Verifier(keys)
+                verifier.check(raw, event)
+            events.append(event)
         except (ValueError, ValidationError) as exc:
             poison.append(PoisonRecord(record.topic, record.partition, record.offset, record.key, record.value, str(exc)))
     return events, poison

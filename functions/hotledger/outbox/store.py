@@ -1,5 +1,6 @@
 """The outbox's storage: the fate claim every persister takes before its commit (outbox_claim.lua), the
-dead-letter table, and the Redis Streams transport's consumer-group calls."""
+dead-letter table, the writer's log watermark (t_log_watermark) with the log hold of rebuilt entities
+(outbox_hold_swap.lua), and the Redis Streams transport's consumer-group calls."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,6 +42,31 @@ class OutboxStore:
         with db.transaction() as cur:
             return self.dead_letter(cur, records)
 
+    # the log watermark and the hold of rebuilt entities --------------------------------------------------
+    @staticmethod
+    def record_applied(offsets: dict[tuple[str, int], int]) -> None:
+        """(topic, partition) -> the last offset of a batch the writer applied whole. Set, not raised with
+        GREATEST: a re-delivered older batch lowers it for a while (later holds wait longer, never shorter), and
+        a broker that lost its log and numbers from 0 again is followed."""
+        if offsets:
+            db.execute("INSERT INTO t_log_watermark (topic, partition_no, applied_offset) VALUES "
+                       + ",".join(["(%s,%s,%s)"] * len(offsets))
+                       + " ON DUPLICATE KEY UPDATE applied_offset = VALUES(applied_offset)",
+                       [v for (topic, partition), offset in offsets.items() for v in (topic, partition, offset)])
+
+    @staticmethod
+    def applied_offsets(topic: str) -> dict[int, int]:
+        """partition -> the offset up to which the writer applied every record of the topic."""
+        return dict(db.query("SELECT partition_no, applied_offset FROM t_log_watermark WHERE topic = %s", (topic,)))
+
+    def log_hold(self, hold_key: str) -> str:
+        """The hold_log field of a rebuilt entity's hash ('' when it has no log hold)."""
+        return text(self.lua.client.hget(hold_key, "hold_log") or b"")
+
+    def swap_log_hold(self, hold_key: str, read: str, new: str) -> str:
+        """Set hold_log from `read` to `new` ('': lift the hold), only if it still holds `read`; returns what it holds."""
+        return text(self.lua.run("outbox_hold_swap", [hold_key], [read, new]))
+
 
 @dataclass(frozen=True)
 class StreamEntry:
@@ -78,6 +104,20 @@ class EventStreams:
                     raise
 
     def read_new(self, consumer: str, streams: list[str], count: int, block_ms: int) -> list[tuple[str, list[StreamEntry]]]:
+        """Up to `count` new entries per stream, waiting up to block_ms when there are none."""
+        if not isinstance(self.redis, redis.RedisCluster) or len(streams) == 1:
+            return self._read_new(consumer, streams, count, block_ms)
+        # a cluster command touches one slot, and the shards' streams are spread over the slots: each is read on its
+        # own, first without waiting, then, all empty, waiting on each in turn for its share of block_ms
+        found = [reply for stream in streams for reply in self._read_new(consumer, [stream], count, None)]
+        if not found:
+            for stream in streams:
+                found = self._read_new(consumer, [stream], count, max(1, block_ms // len(streams)))
+                if found:
+                    break
+        return found
+
+    def _read_new(self, consumer: str, streams: list[str], count: int, block_ms: int | None):
         replies = self.redis.xreadgroup(self.group, consumer, {s: ">" for s in streams}, count=count, block=block_ms)
         return [(text(stream), _entries(entries)) for stream, entries in replies or []]
 

@@ -32,6 +32,9 @@ class PersistReport:
     duplicates: int = 0
     rolled_back: int = 0
     dead_lettered: int = 0
+    # of those dead-lettered, voucher orders and red packet claims whose unit or item the DB gave to another order or
+    # grab first: only a Redis loss beyond what a rebuild's hold covers causes it (metric LateChangesRefused)
+    late_refused: int = 0
     flagged_accounts: list[int] = field(default_factory=list)
 
     def add(self, other: PersistReport) -> None:
@@ -39,6 +42,7 @@ class PersistReport:
         self.duplicates += other.duplicates
         self.rolled_back += other.rolled_back
         self.dead_lettered += other.dead_lettered
+        self.late_refused += other.late_refused
         self.flagged_accounts += other.flagged_accounts
 
 
@@ -64,12 +68,15 @@ def dedupe_and_claim(outbox: OutboxStore, events: list, event_id, slot_of, fate_
     return claimed, len(events) - len(unique), len(unique) - len(claimed)
 
 
-def isolating_refusals(dead_letter_id: Callable[[object], tuple[str, int]]):
+def isolating_refusals(dead_letter_id: Callable[[object], tuple[str, int]],
+                       settle_refused: Callable[[object, object], object] | None = None):
     """Decorates a persister's `persist(events)` (the persister has `outbox`) so that one record the DB refuses
     for its data (db.refused: a unique key, a NOT NULL, a CHECK, a value out of range) cannot fail its batch
     forever: the failed batch is split in halves and each half persisted on its own, down to the records the DB
     refuses alone; each of those is dead-lettered once with the DB's reason (keyed by dead_letter_id(event): the
-    (key, id) of the persister's own dead letters). The rest is applied exactly once: every half is its own
+    (key, id) of the persister's own dead letters), then settle_refused(persister, event), if given, settles it in
+    Redis as refused (idempotent: a re-delivery settles it again, changing nothing), as the persister settles the
+    records it refuses itself, so Redis == DB. The rest is applied exactly once: every half is its own
     transaction and persisting is idempotent, so a re-delivery of the batch changes nothing.
     Any other failure raises and the whole batch is retried: a transient one (DB or Redis unavailable, lock wait,
     deadlock) or a fault in the code, which must not set good records aside.
@@ -79,14 +86,16 @@ def isolating_refusals(dead_letter_id: Callable[[object], tuple[str, int]]):
     def decorate(persist):
         @functools.wraps(persist)
         def persist_isolating(self, events: list) -> PersistReport:
+            settle = (lambda event: settle_refused(self, event)) if settle_refused else (lambda event: None)
             return _persist_isolating(lambda batch: persist(self, batch), events,
-                                      lambda event, why: rejected(*dead_letter_id(event), event, why), self.outbox)
+                                      lambda event, why: rejected(*dead_letter_id(event), event, why), self.outbox, settle)
         return persist_isolating
     return decorate
 
 
 def _persist_isolating(persist: Callable[[list], PersistReport], events: list,
-                       reject: Callable[[object, str], PoisonRecord], outbox: OutboxStore) -> PersistReport:
+                       reject: Callable[[object, str], PoisonRecord], outbox: OutboxStore,
+                       settle: Callable[[object], object]) -> PersistReport:
     try:
         return persist(events)
     except Exception as exc:  # noqa: BLE001 - only a refusal of the data is kept from raising
@@ -95,10 +104,12 @@ def _persist_isolating(persist: Callable[[list], PersistReport], events: list,
             raise
     if len(events) == 1:
         log.error("record refused by the DB, dead-lettered: %s", why)
-        return PersistReport(dead_lettered=outbox.dead_letter_alone([reject(events[0], why)]))
+        report = PersistReport(dead_lettered=outbox.dead_letter_alone([reject(events[0], why)]))
+        settle(events[0])
+        return report
     half = len(events) // 2
-    report = _persist_isolating(persist, events[:half], reject, outbox)
-    report.add(_persist_isolating(persist, events[half:], reject, outbox))
+    report = _persist_isolating(persist, events[:half], reject, outbox, settle)
+    report.add(_persist_isolating(persist, events[half:], reject, outbox, settle))
     return report
 
 
@@ -106,7 +117,11 @@ class Writer:
     def __init__(self, persisters: dict[type, Persister], outbox: OutboxStore):
         self.persisters, self.outbox = persisters, outbox
 
-    def persist(self, events: list, poison: list[PoisonRecord] = ()) -> PersistReport:
+    def persist(self, events: list, poison: list[PoisonRecord] = (),
+                applied: dict[tuple[str, int], int] | None = None) -> PersistReport:
+        """`applied`: (topic, partition) -> the batch's last offset, recorded as the log watermark once every
+        persister committed (after them, not within: the watermark can only lag what is applied, never lead it;
+        a crash in between re-delivers the batch, which records it then)."""
         report = PersistReport()
         if poison:
             report.dead_lettered += self.outbox.dead_letter_alone(list(poison))
@@ -114,4 +129,6 @@ class Writer:
             batch = [e for e in events if isinstance(e, event_type)]
             if batch:
                 report.add(persister.persist(batch))
+        if applied:
+            self.outbox.record_applied(applied)
         return report

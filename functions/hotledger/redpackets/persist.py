@@ -8,10 +8,13 @@ skipped and put back in Redis; then each claim is judged against its item's row:
 - no such item, or one of another packet or amount: dead-lettered, it can never apply;
 - the item holds another user, or was refunded: dead-lettered (the item went elsewhere first);
 - otherwise the item is stamped with its grabber, all fresh items in one statement.
-After the commit the persisted claims leave the packets' pending hashes in Redis.
+After the commit the persisted claims leave the packets' pending hashes in Redis and each fresh claim's grabber
+is credited (credit_key, once): only now, so a claim the DB refused is never paid. A crash or a ledger failure
+between the commit and a credit leaves it to the reconciler (claimed items not in t_pay are credited there).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 
 from hotledger import keys
@@ -40,8 +43,9 @@ def verdict(claim: RedPacketClaimEvent, item: ItemRow | None) -> Verdict:
 
 
 class RedPacketPersister:
-    def __init__(self, store: PacketStore, cache: PacketCache, outbox: OutboxStore):
-        self.store, self.cache, self.outbox = store, cache, outbox
+    def __init__(self, store: PacketStore, cache: PacketCache, outbox: OutboxStore, credit: Callable[[int, int, int], bool]):
+        """credit(user id, item id, amount): the grabber's credit through the ledger, False when it failed."""
+        self.store, self.cache, self.outbox, self.credit = store, cache, outbox, credit
 
     @isolating_refusals(lambda e: (f"rp{e.packet_id}", e.item_id))
     def persist(self, events: list[RedPacketClaimEvent]) -> PersistReport:
@@ -65,6 +69,7 @@ class RedPacketPersister:
                     replayed.append(e)
                 else:
                     dead.append(rejected(f"rp{e.packet_id}", e.item_id, e, judged.value))
+                    report.late_refused += judged is Verdict.TAKEN
             tx.stamp_claims(fresh)
             report.dead_lettered = self.outbox.dead_letter(tx.cursor, dead)
         report.applied = len(fresh)
@@ -72,4 +77,7 @@ class RedPacketPersister:
         self.cache.settle([*fresh, *replayed])
         for e in given_back:  # rare: the API's own put-back did not run (or has not yet); it is idempotent
             self.cache.rollback(e.packet_id, e.grab_id, e.item_id, e.user_id, e.amount)
+        for e in fresh:  # the first failure ends it (the ledger is down): the reconciler credits the rest
+            if not self.credit(e.user_id, e.item_id, e.amount):
+                break
         return report

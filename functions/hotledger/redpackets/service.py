@@ -3,8 +3,8 @@
 Send: the packet and its pre-split items (split.py) go to the DB as CREATING, the sender is debited through
 the ledger (Idempotency-Key debit_key), then the packet opens (DB, then Redis: the list of unclaimed items).
 Grab: one Lua script pops an item for a user who has not grabbed yet; the claim is made durable by the
-configured transport (Durability.apply), then the grabber is credited through the ledger (credit_key),
-exactly once. The writer stamps claims in batches (persist.py). At its expiry (delay queue PACKET_EXPIRY)
+configured transport (Durability.apply) and answered. The writer stamps claims in batches (persist.py) and
+credits each grabber through the ledger (credit_key) once the DB accepted the claim, exactly once. At its expiry (delay queue PACKET_EXPIRY)
 the unclaimed remainder is refunded to the sender (refund_key), exactly once. The reconciler (reconcile.py)
 completes what a crash left half done: packets stuck in CREATING, claims whose event was lost, refunds not
 made, grabs not credited.
@@ -13,9 +13,12 @@ Invariants:
 - money moves only through the ledger, each move under its own Idempotency-Key, so repeating a step (the
   reconciler does) replays it instead of moving the money twice;
 - the sender's debit = the items grabbed + the refund: an item is either claimed by one user or refunded;
+- a grabber is credited only after the DB stamped the item with them: a claim the DB refuses (the item went to
+  another grabber after a Redis loss) is never credited, so a packet never pays out more than its total;
 - a refund begins only once the packet is closed to grabs and no claim is on its way to the DB;
-- a packet Redis lost is rebuilt from the DB and grabs wait REBUILD_HOLD_S, so claims acknowledged before
-  the loss land first.
+- a packet Redis lost is rebuilt from the DB and grabs (and its refund) wait until the writer applied every
+  claim the log held then (outbox/log_hold.py; at least REBUILD_HOLD_S), so no item claimed before the loss is
+  handed out again.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from hotledger.dal.delay_queue import DelayQueue
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.outbox.durable import Durability, Outbound
 from hotledger.outbox.events import RedPacketClaimEvent
+from hotledger.outbox.log_hold import LogHold
 from hotledger.redpackets.split import split
 from hotledger.redpackets.store import (
     ExpireStatus,
@@ -58,7 +62,6 @@ class Grab:
     item_id: int
     user_id: int
     amount: int
-    credited: bool
 
 
 @dataclass
@@ -127,6 +130,8 @@ _REFUSALS = {
     GrabStatus.NOT_OPEN: lambda r: errors.PacketNotOpen(f"the red packet is {r.detail}, not open"),
     GrabStatus.RECOVERING: lambda r: errors.Recovering("the red packet is being restored after a cache failure; retry in a "
                                                        "few seconds", retry_at=r.detail),
+    GrabStatus.HELD: lambda r: errors.Recovering("the red packet is being restored after a cache failure: grabs made before "
+                                                 "it are still on their way to the DB; retry in a few seconds", retry_at=r.detail),
 }
 
 
@@ -141,10 +146,10 @@ def _now_ms() -> int:
 
 class RedPackets:
     def __init__(self, store: PacketStore, cache: PacketCache, durability: Durability, next_id: Callable[[], int],
-                 ledger: Ledger, queue: DelayQueue, rebuild_hold_s: int, rng: random.Random | None = None,
+                 ledger: Ledger, queue: DelayQueue, rebuild_hold_ms: int, hold: LogHold, rng: random.Random | None = None,
                  clock: Callable[[], int] = _now_ms):
         self.store, self.cache, self.durability, self.next_id = store, cache, durability, next_id
-        self.ledger, self.queue, self.rebuild_hold_s = ledger, queue, rebuild_hold_s
+        self.ledger, self.queue, self.rebuild_hold_ms, self.hold = ledger, queue, rebuild_hold_ms, hold
         self.rng = rng or random.SystemRandom()
         self.clock = clock
 
@@ -212,7 +217,7 @@ class RedPackets:
         return self.store.begin_failed_refund(packet_id) and self.finish_refund(packet_id)
 
     # Redis holds what grabs need --------------------------------------------------------------------------
-    def load(self, packet_id: int, hold_until: int) -> None:
+    def load(self, packet_id: int, hold_until: int, hold_log: str = "") -> None:
         """Put the packet into Redis from the DB (no-op when Redis holds it). The packet row stays locked from
         the DB read until Redis holds the result, so a claim the writer commits meanwhile is either read here
         or found in the loaded list by its settle (persist.py)."""
@@ -221,13 +226,14 @@ class RedPackets:
             if row is None:
                 raise errors.PacketNotFound(f"red packet {packet_id} does not exist")
             state, expires_at = row
-            self.cache.load(packet_id, state, expires_at, hold_until, tx.items(packet_id))
+            self.cache.load(packet_id, state, expires_at, hold_until, tx.items(packet_id), hold_log)
         if state in FINISHED:
             self.cache.retire(packet_id)
 
     def rebuild(self, packet_id: int) -> None:
-        """Redis lost the packet: grabs wait REBUILD_HOLD_S so claims acknowledged before the loss land first."""
-        self.load(packet_id, hold_until=self.clock() + self.rebuild_hold_s * 1000)
+        """Redis lost the packet: grabs wait until the writer applied the log as it was (at least REBUILD_HOLD_S),
+        so claims acknowledged before the loss land first."""
+        self.load(packet_id, hold_until=self.clock() + self.rebuild_hold_ms, hold_log=self.hold.rebuild_mark())
 
     # grab -------------------------------------------------------------------------------------------------
     def grab(self, packet_id: int, user_id: int) -> Grab:
@@ -241,11 +247,17 @@ class RedPackets:
             return Outbound(f"rp{packet_id}", claim.model_dump,
                             lambda: self._undo_grab(packet_id, grab_id, reply.item_id, user_id, reply.amount))
 
+        def attempt(grab_id: int) -> GrabReply:
+            reply = self.cache.grab(packet_id, user_id, grab_id, now)
+            if reply.status is GrabStatus.HELD and self.hold.passed(self.cache.hold_key(packet_id)):
+                reply = self.cache.grab(packet_id, user_id, grab_id, now)  # the first call changed nothing
+            return reply
+
         _, reply = self.durability.apply(
-            lambda grab_id: self.cache.grab(packet_id, user_id, grab_id, now), reload=lambda: self.rebuild(packet_id),
+            attempt, reload=lambda: self.rebuild(packet_id),
             refusal=_refusal, outbound=outbound, unknown=lambda _grab_id, why: _grab_unknown(packet_id, why),
             what=f"grab of red packet {packet_id}")
-        return Grab(packet_id, reply.item_id, user_id, reply.amount, self.credit_grab(user_id, reply.item_id, reply.amount))
+        return Grab(packet_id, reply.item_id, user_id, reply.amount)
 
     def _undo_grab(self, packet_id: int, grab_id: int, item_id: int, user_id: int, amount: int) -> bool:
         """Take back a grab whose claim the broker did not acknowledge; True when it stands instead. The DB
@@ -259,8 +271,8 @@ class RedPackets:
         return False
 
     def credit_grab(self, user_id: int, item_id: int, amount: int) -> bool:
-        """The claim is durable: credit the grabber. False when that failed: the reconciler credits later
-        under the same key."""
+        """The DB holds the claim (the writer committed it): credit the grabber. False when that failed: the
+        reconciler credits later under the same key."""
         try:
             self.ledger.recharge(user_id, amount, credit_key(item_id))
         except LEDGER_FAILURES:
@@ -284,6 +296,8 @@ class RedPackets:
             return Expiry.REBUILT
         if reply.status is not ExpireStatus.EXPIRED or reply.claims_pending > 0 or now_ms < reply.hold_until:
             return Expiry.NOT_YET
+        if reply.hold_log and not self.hold.passed(self.cache.hold_key(packet_id)):
+            return Expiry.NOT_YET  # claims made before a loss may still be on their way: no refund of their items
         if not self.store.begin_refund(packet_id):
             return Expiry.SETTLED_BEFORE
         return Expiry.REFUNDED if self.finish_refund(packet_id) else Expiry.REFUND_FAILED

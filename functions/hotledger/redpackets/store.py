@@ -277,6 +277,7 @@ class GrabStatus(Enum):
     NOT_OPEN = "not_open"
     EXPIRED = "expired"
     RECOVERING = "recovering"
+    HELD = "held"  # rebuilt and waiting for the writer's log watermark: this caller checks it (outbox/log_hold.py)
     ALREADY = "already"
     EMPTY = "empty"
 
@@ -312,13 +313,14 @@ class ExpireStatus(Enum):
 
 @dataclass(frozen=True)
 class ExpireReply:
-    """redpacket_expire.lua's answer; when EXPIRED, how many claims are still on their way to the DB and the
-    end of the hold after a rebuild (epoch ms)."""
+    """redpacket_expire.lua's answer; when EXPIRED, how many claims are still on their way to the DB, the end of
+    the time hold after a rebuild (epoch ms) and its log hold ('': none)."""
 
     status: ExpireStatus
     state: str = ""
     claims_pending: int = 0
     hold_until: int = 0
+    hold_log: str = ""
 
     @property
     def missing(self) -> bool:
@@ -329,7 +331,7 @@ class ExpireReply:
         status, *rest = reply_fields(raw)
         status = ExpireStatus(status)
         if status is ExpireStatus.EXPIRED:
-            return cls(status, claims_pending=int(rest[0]), hold_until=int(rest[1]))
+            return cls(status, claims_pending=int(rest[0]), hold_until=int(rest[1]), hold_log=rest[2])
         return cls(status, state=rest[0] if rest else "")
 
 
@@ -351,13 +353,20 @@ class PacketCache:
                                             keys.packet_pending(packet_id), keys.packet_fate(packet_id, grab_id)],
                      [item_id, user_id, amount, self.fate_ttl_s])
 
-    def load(self, packet_id: int, state: str, expires_at: int, hold_until: int, items: list[ItemRow]) -> bool:
+    def load(self, packet_id: int, state: str, expires_at: int, hold_until: int, items: list[ItemRow],
+             hold_log: str = "") -> bool:
         """Put the packet and its items (unclaimed ones to hand out, claimed ones as grabs) into Redis, unless
-        Redis holds it; True when loaded. Grabs answer RECOVERING until hold_until (epoch ms, 0: no hold)."""
+        Redis holds it; True when loaded. Grabs answer RECOVERING until hold_until (epoch ms, 0: no hold), and
+        while `hold_log` is set ('': no log hold) one a second answers HELD."""
         unclaimed = [f"{i.item_id};{i.amount}" for i in items if i.user_id is None]
         grabbers = [x for i in items if i.user_id is not None for x in (i.user_id, f"{i.item_id};{i.amount};{i.claimed_at};")]
         return self.lua.run("redpacket_load", packet_keys(packet_id),
-                            [state, expires_at, hold_until, len(unclaimed), *unclaimed, *grabbers]) == 1
+                            [state, expires_at, hold_until, hold_log, len(unclaimed), *unclaimed, *grabbers]) == 1
+
+    @staticmethod
+    def hold_key(packet_id: int) -> str:
+        """The hash a rebuild's log hold lives in (outbox/log_hold.py)."""
+        return keys.packet(packet_id)
 
     def settle(self, claims: list[RedPacketClaimEvent]) -> None:
         """After the claims' DB commit: drop them from the pending hashes (one script per packet, pipelined);

@@ -5,9 +5,14 @@ One transaction per batch: the touched vouchers are locked in id order; an order
 (t_rolled_back, by the API under the same lock) is skipped and given back in Redis; an order the DB holds already is a
 duplicate (skipped); one whose id or buyer slot (voucher, user, seq) the DB gives to another order can never
 apply, nor can one of an unknown voucher, nor one beyond the DB stock (the DB never sells below zero: this
-happens only after Redis lost state and oversold): those are dead-lettered. After the commit the orders leave
+happens only after Redis lost state and oversold): those are dead-lettered, and after the commit settled in Redis as
+refused (voucher_rollback: out of the pending hash, the unit and the buyer's slot given back, as the DB never took
+them), so Redis == DB and the reconciler does not meet them again; so is an order the DB refuses on its own for its
+data (isolating_refusals bisects it out of its batch and dead-letters it). After the commit the orders leave
 Redis's pending hash (voucher_settle), handed the DB version the commit produced so an order taken before a
-rebuild is counted into the rebuilt stock exactly once.
+rebuild is counted into the rebuilt stock exactly once. Stock buckets: an order moves its voucher's stock (the judge)
+and its bucket's (t_voucher_bucket); it is claimed, settled and given back in its unit's bucket, and its buyer's away
+reservation, when the buyer's home is another bucket, is settled or given back there.
 """
 from __future__ import annotations
 
@@ -37,11 +42,13 @@ class VoucherPersister:
     def __init__(self, db: VoucherDb, redis: VoucherRedis, outbox: OutboxStore):
         self.db, self.redis, self.outbox = db, redis, outbox
 
-    @isolating_refusals(lambda e: (f"v{e.voucher_id}", e.id))
+    @isolating_refusals(lambda e: (f"v{e.voucher_id}", e.id),
+                        settle_refused=lambda self, e: self.redis.rollback(e.voucher_id, e.id, e.user_id))
     def persist(self, events: list[VoucherOrderEvent]) -> PersistReport:
         report = PersistReport()
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
-            self.outbox, events, lambda e: e.id, lambda e: e.voucher_id, lambda v, e: keys.voucher_fate(v, e.id))
+            self.outbox, events, lambda e: e.id, lambda e: (e.voucher_id, e.bucket),
+            lambda slot, e: keys.voucher_fate(e.voucher_id, e.id, e.bucket))
         with self.db.transaction() as cur:
             stocks = self.db.lock_stocks(cur, {e.voucher_id for e in claimed})
             dead = [_dead(e, UNKNOWN_VOUCHER) for e in claimed if e.voucher_id not in stocks]
@@ -55,20 +62,22 @@ class VoucherPersister:
             duplicates, clashes, candidates = self._split_by_id(known, self.db.orders_by_id(cur, [e.id for e in known]))
             fresh, taken = self._split_by_slot(candidates, self.db.slot_holders(cur, [_slot(e) for e in candidates]))
             accepted, sold_out = self._within_stock(fresh, stocks)
-            sold = Counter(e.voucher_id for e in accepted)
+            sold = Counter((e.voucher_id, e.bucket) for e in accepted)
             self.db.insert_orders(cur, accepted)
             self.db.take_stock(cur, sold)
+            refused = {e.id: e for e in clashes + taken + sold_out}
             dead += [_dead(e, ID_CLASH) for e in clashes] + [_dead(e, SLOT_TAKEN) for e in taken]
             dead += [_dead(e, SOLD_OUT_IN_DB) for e in sold_out]
             report.dead_lettered = self.outbox.dead_letter(cur, dead)
+        report.late_refused = len(taken) + len(sold_out)
         report.duplicates += len(duplicates)
         report.applied = len(accepted)
-        self.redis.settle({v: stocks[v].version + 1 for v in sold}, accepted)
+        self.redis.settle({v: stocks[v].version + 1 for v, _bucket in sold}, accepted)
         # a re-delivered order was counted by the settle of the commit that inserted it (or, if that settle was
         # lost, by the reconciler): version 0 keeps it from being counted again
         self.redis.settle({}, duplicates)
-        for e in given_back:  # rare: the API's own give-back did not run (or has not yet); it is idempotent
-            self.redis.rollback(e.voucher_id, e.id, e.user_id)
+        for e in given_back + list(refused.values()):  # given back: rare, the API's own give-back did not run (or
+            self.redis.rollback(e.voucher_id, e.id, e.user_id, e.bucket, e.home)  # has not yet); both are idempotent
         return report
 
     @staticmethod

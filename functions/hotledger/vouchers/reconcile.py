@@ -1,12 +1,15 @@
-"""The vouchers' part of the scheduled reconciler: Redis stock + orders pending in Redis + sold in the DB =
-initial stock, for every voucher on sale or ended within FINISHED_KEYS_TTL_S.
+"""The vouchers' part of the scheduled reconciler: per stock bucket, Redis stock + orders pending in the bucket +
+sold from it in the DB = its initial share, for every voucher on sale or ended within FINISHED_KEYS_TTL_S.
 
 Per voucher, in this order:
-- orders pending in Redis longer than age_s (their event was lost, or the writer is stuck) are persisted
-  through the writer's persister (exactly once, like any delivery);
-- with the voucher row locked (no writer commit meanwhile), pending orders the DB holds already leave Redis
-  (their settle was lost) and the Redis stock is set to DB stock - orders pending; a voucher Redis does not
-  hold is rebuilt from the DB (sales wait REBUILD_HOLD_S);
+- orders pending in any of its buckets longer than age_s (their event was lost, or the writer is stuck) are
+  persisted through the writer's persister (exactly once, like any delivery);
+- with the voucher row locked (no writer commit meanwhile), per bucket: pending orders the DB holds already leave
+  Redis (their settle was lost) and the bucket's Redis stock is set to its DB stock - orders pending in it; a
+  bucket Redis does not hold is rebuilt from the DB (sales from it wait REBUILD_HOLD_S and the log);
+- away reservations older than age_s (a process died between reserving the buyer's slot at home and taking or
+  giving back the unit, or the settle was lost) end: kept when the DB holds the order, given back when no bucket
+  holds it pending either (read before the DB, so an order persisted meanwhile is found in the DB);
 - an ended sale with nothing pending is retired (its keys get FINISHED_KEYS_TTL_S).
 Vouchers are taken in id order, in pages, within the run's budget; `next_after` is where the next run continues
 (0: this run reached the last one).
@@ -28,6 +31,7 @@ class VoucherReconcileReport:
     compensated: int = 0
     corrected: int = 0
     rebuilt: int = 0
+    away_given_back: int = 0
     next_after: int = 0  # the voucher id the next run continues after; 0: this run reached the last one
 
 
@@ -50,30 +54,54 @@ class VoucherReconciler:
             if not vouchers:
                 report.next_after = 0
                 break
-            for voucher_id, end_at in vouchers:
-                self._voucher(voucher_id, end_at, now_ms, age_s, report)
+            for voucher_id, end_at, shards in vouchers:
+                self._voucher(voucher_id, end_at, shards, now_ms, age_s, report)
             budget.spend(len(vouchers))
             report.next_after = vouchers[-1][0]
         return report
 
-    def _voucher(self, voucher_id: int, end_at: int, now_ms: int, age_s: int, report: VoucherReconcileReport) -> None:
+    def _voucher(self, voucher_id: int, end_at: int, shards: int, now_ms: int, age_s: int,
+                 report: VoucherReconcileReport) -> None:
         report.vouchers += 1
-        pending = self.redis.pending_orders(voucher_id)
+        buckets = range(shards)
+        pending = [e for b in buckets for e in self.redis.pending_orders(voucher_id, b)]
         report.pending += len(pending)
         stale = [e for e in pending if e.ts < now_ms - age_s * 1000]
         if stale:
             report.compensated += self.persister.persist(stale).applied
-        status = self._match_stock(voucher_id)
-        if status is ReconcileStatus.MISSING:
+        statuses = self._match_stock(voucher_id, buckets)
+        if ReconcileStatus.MISSING in statuses:
             self.vouchers.rebuild(voucher_id)
-            report.rebuilt += 1
-        elif status is ReconcileStatus.CORRECTED:
-            report.corrected += 1
-        if end_at <= now_ms and self.redis.pending_count(voucher_id) == 0:
-            self.vouchers.retire(voucher_id)
+            report.rebuilt += statuses.count(ReconcileStatus.MISSING)
+        report.corrected += statuses.count(ReconcileStatus.CORRECTED)
+        if shards > 1:
+            report.away_given_back += self._end_stale_away(voucher_id, buckets, now_ms - age_s * 1000)
+        if end_at <= now_ms and not any(self.redis.pending_count(voucher_id, b) for b in buckets):
+            self.vouchers.retire(voucher_id, shards)
 
-    def _match_stock(self, voucher_id: int) -> ReconcileStatus:
+    def _match_stock(self, voucher_id: int, buckets: range) -> list[ReconcileStatus]:
         with self.db.transaction() as cur:
-            db_stock = self.db.lock_stocks(cur, [voucher_id])[voucher_id].stock
-            persisted = list(self.db.orders_by_id(cur, self.redis.pending_ids(voucher_id)))
-            return self.redis.reconcile(voucher_id, db_stock, persisted).status
+            self.db.lock_stocks(cur, [voucher_id])
+            db_stocks = self.db.bucket_stocks(cur, voucher_id)
+            statuses = []
+            for bucket in buckets:
+                persisted = list(self.db.orders_by_id(cur, self.redis.pending_ids(voucher_id, bucket)))
+                statuses.append(self.redis.reconcile(voucher_id, db_stocks[bucket], persisted, bucket).status)
+            return statuses
+
+    def _end_stale_away(self, voucher_id: int, buckets: range, before_ms: int) -> int:
+        """End the away reservations made before `before_ms`; returns how many gave the buyer's slot back."""
+        stale = [(home, a) for home in buckets for a in self.redis.away_orders(voucher_id, home) if a.ts < before_ms]
+        if not stale:
+            return 0
+        pending = {order_id for b in buckets for order_id in self.redis.pending_ids(voucher_id, b)}
+        with self.db.transaction() as cur:
+            self.db.lock_stocks(cur, [voucher_id])  # no writer commit between this read and the releases
+            persisted = self.db.orders_by_id(cur, [a.order_id for _, a in stale])
+            given_back = 0
+            for home, a in stale:
+                if a.order_id in persisted:
+                    self.redis.release(voucher_id, home, a.order_id, a.user_id, give_back=False)
+                elif a.order_id not in pending:
+                    given_back += self.redis.release(voucher_id, home, a.order_id, a.user_id, give_back=True)
+            return given_back

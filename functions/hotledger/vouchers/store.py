@@ -1,13 +1,18 @@
-"""Vouchers' storage. VoucherDb: every SQL statement on t_seckill_voucher / t_voucher_order. VoucherRedis: the
-voucher's Redis keys (tagged {v<id>}: one slot per voucher), read directly or changed through one typed wrapper
-per voucher_*.lua script. Nothing above this module knows a table, a key, a KEYS/ARGV order or a reply array.
+"""Vouchers' storage. VoucherDb: every SQL statement on t_seckill_voucher / t_voucher_bucket / t_voucher_order.
+VoucherRedis: the voucher's Redis keys, read directly or changed through one typed wrapper per voucher_*.lua script.
+Nothing above this module knows a table, a key, a KEYS/ARGV order or a reply array.
 
-Redis keys of a voucher: its hash (stock, begin, end, limit, epoch, hold_until, db_version), its buyers (user id ->
-orders taken), its pending orders (order id -> 'user;seq;ts;epoch' until the writer persisted it) and one fate key
-per order ('claimed' by the writer | 'rolledback' by the API)."""
+A voucher sells from stock_shards stock buckets, each one Redis slot (tagged {v<id>} for bucket 0, {v<id>:b<k>} for
+bucket k; keys.py). Keys of a bucket: its hash (stock, begin, end, limit, epoch, hold_until, db_version, hold_log,
+dry:<k>), its buyers (user id -> orders taken, for the buyers whose home it is), its pending orders (order id ->
+'user;seq;ts;epoch;home' for units taken here until the writer persisted them), its away reservations (order id ->
+'user;seq;ts' for buyers homed here whose unit comes from another bucket) and one fate key per order of its units
+('claimed' by the writer | 'rolledback' by the API)."""
 from __future__ import annotations
 
 import contextlib
+import zlib
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -21,8 +26,18 @@ Slot = tuple[int, int, int]
 """(voucher id, user id, seq): the buyer's n-th order of a voucher, held by at most one order."""
 
 
-def voucher_keys(voucher_id: int) -> list[str]:
-    return [keys.voucher(voucher_id), keys.voucher_buyers(voucher_id), keys.voucher_pending(voucher_id)]
+def voucher_keys(voucher_id: int, bucket: int = 0) -> list[str]:
+    return [keys.voucher(voucher_id, bucket), keys.voucher_buyers(voucher_id, bucket), keys.voucher_pending(voucher_id, bucket)]
+
+
+def home_bucket(user_id: int, shards: int) -> int:
+    """The bucket holding a buyer's record (orders taken) and trying first to sell to them: stable for the sale."""
+    return zlib.crc32(str(user_id).encode()) % shards
+
+
+def bucket_shares(stock: int, shards: int) -> list[int]:
+    """The stock split over the buckets as evenly as possible (the first ones take the remainder)."""
+    return [stock // shards + (1 if k < stock % shards else 0) for k in range(shards)]
 
 
 # ---------------------------------------------------------------------------------------------------- DB rows
@@ -35,6 +50,7 @@ class VoucherRow:
     per_user_limit: int
     begin_at: int  # epoch ms
     end_at: int
+    stock_shards: int = 1
 
 
 @dataclass(frozen=True)
@@ -47,6 +63,18 @@ class VoucherSnapshot:
     per_user_limit: int
     version: int  # the row's version: orders committed later are not in `stock`
     buyers: dict[int, int] = field(default_factory=dict)  # user id -> orders persisted
+    bucket_stocks: tuple[int, ...] = ()  # bucket -> its stock left in the DB (empty: one bucket holding `stock`)
+
+    @property
+    def shards(self) -> int:
+        return max(1, len(self.bucket_stocks))
+
+    def bucket_stock(self, bucket: int) -> int:
+        return self.bucket_stocks[bucket] if self.bucket_stocks else self.stock
+
+    def bucket_buyers(self, bucket: int) -> dict[int, int]:
+        """The buyers whose home is this bucket."""
+        return {user: n for user, n in self.buyers.items() if home_bucket(user, self.shards) == bucket}
 
 
 @dataclass(frozen=True)
@@ -79,20 +107,23 @@ class VoucherDb:
         return db.transaction()
 
     @staticmethod
-    def create(cur, title: str, stock: int, per_user_limit: int, begin_at: int, end_at: int) -> int:
-        cur.execute("INSERT INTO t_seckill_voucher (title, initial_stock, stock, per_user_limit, begin_time, end_time)"
-                    " VALUES (%s, %s, %s, %s, %s, %s)",
-                    (title, stock, stock, per_user_limit, db.to_datetime(begin_at), db.to_datetime(end_at)))
-        return cur.lastrowid
+    def create(cur, title: str, stock: int, per_user_limit: int, begin_at: int, end_at: int, stock_shards: int = 1) -> int:
+        cur.execute("INSERT INTO t_seckill_voucher (title, initial_stock, stock, per_user_limit, begin_time, end_time,"
+                    " stock_shards) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    (title, stock, stock, per_user_limit, db.to_datetime(begin_at), db.to_datetime(end_at), stock_shards))
+        voucher_id = cur.lastrowid
+        cur.executemany("INSERT INTO t_voucher_bucket (voucher_id, bucket, stock) VALUES (%s, %s, %s)",
+                        [(voucher_id, k, share) for k, share in enumerate(bucket_shares(stock, stock_shards))])
+        return voucher_id
 
     @staticmethod
     def find(voucher_id: int) -> VoucherRow | None:
-        rows = db.query("SELECT title, initial_stock, stock, per_user_limit, begin_time, end_time FROM t_seckill_voucher"
-                        " WHERE id = %s", (voucher_id,))
+        rows = db.query("SELECT title, initial_stock, stock, per_user_limit, begin_time, end_time, stock_shards"
+                        " FROM t_seckill_voucher WHERE id = %s", (voucher_id,))
         if not rows:
             return None
-        title, initial, stock, limit, begin, end = rows[0]
-        return VoucherRow(voucher_id, title, initial, stock, limit, db.to_ms(begin), db.to_ms(end))
+        title, initial, stock, limit, begin, end, shards = rows[0]
+        return VoucherRow(voucher_id, title, initial, stock, limit, db.to_ms(begin), db.to_ms(end), shards)
 
     @staticmethod
     def find_order(voucher_id: int, order_id: int) -> OrderRow | None:
@@ -100,12 +131,18 @@ class VoucherDb:
         return OrderRow(order_id, voucher_id, rows[0][0], rows[0][1]) if rows else None
 
     @staticmethod
-    def ending_after(moment_ms: int, after_id: int = 0, limit: int = 2**62) -> list[tuple[int, int]]:
-        """(voucher id, end in epoch ms) of the vouchers whose sale ends after this moment, by id: the next page
-        after `after_id`."""
-        rows = db.query("SELECT id, end_time FROM t_seckill_voucher WHERE end_time > %s AND id > %s ORDER BY id LIMIT %s",
-                        (db.to_datetime(moment_ms), after_id, limit))
-        return [(voucher_id, db.to_ms(end)) for voucher_id, end in rows]
+    def find_slot(voucher_id: int, user_id: int, seq: int) -> OrderRow | None:
+        rows = db.query("SELECT id FROM t_voucher_order WHERE voucher_id = %s AND user_id = %s AND seq = %s",
+                        (voucher_id, user_id, seq))
+        return OrderRow(rows[0][0], voucher_id, user_id, seq) if rows else None
+
+    @staticmethod
+    def ending_after(moment_ms: int, after_id: int = 0, limit: int = 2**62) -> list[tuple[int, int, int]]:
+        """(voucher id, end in epoch ms, stock buckets) of the vouchers whose sale ends after this moment, by id: the
+        next page after `after_id`."""
+        rows = db.query("SELECT id, end_time, stock_shards FROM t_seckill_voucher WHERE end_time > %s AND id > %s"
+                        " ORDER BY id LIMIT %s", (db.to_datetime(moment_ms), after_id, limit))
+        return [(voucher_id, db.to_ms(end), shards) for voucher_id, end, shards in rows]
 
     @staticmethod
     def lock_snapshot(cur, voucher_id: int) -> VoucherSnapshot | None:
@@ -116,7 +153,15 @@ class VoucherDb:
             return None
         stock, begin, end, limit, version = row
         cur.execute("SELECT user_id, COUNT(*) FROM t_voucher_order WHERE voucher_id = %s GROUP BY user_id", (voucher_id,))
-        return VoucherSnapshot(stock, db.to_ms(begin), db.to_ms(end), limit, version, dict(cur.fetchall()))
+        buyers = dict(cur.fetchall())
+        return VoucherSnapshot(stock, db.to_ms(begin), db.to_ms(end), limit, version, buyers,
+                               tuple(VoucherDb.bucket_stocks(cur, voucher_id)))
+
+    @staticmethod
+    def bucket_stocks(cur, voucher_id: int) -> list[int]:
+        """The stock left in the DB of each of the voucher's buckets (bucket order), read under its row lock."""
+        cur.execute("SELECT stock FROM t_voucher_bucket WHERE voucher_id = %s ORDER BY bucket", (voucher_id,))
+        return [row[0] for row in cur.fetchall()]
 
     @staticmethod
     def lock_stocks(cur, voucher_ids: Iterable[int]) -> dict[int, StockRow]:
@@ -172,14 +217,20 @@ class VoucherDb:
     def insert_orders(cur, orders: list[VoucherOrderEvent]) -> None:
         if orders:
             # every value is a validated int: formatted directly, far cheaper than the driver's escaping per row
-            cur.execute("INSERT INTO t_voucher_order (id, voucher_id, user_id, seq, create_time) VALUES "
-                        + ",".join("(%d,%d,%d,%d,FROM_UNIXTIME(%d/1000))" % (e.id, e.voucher_id, e.user_id, e.seq, e.ts)
-                                   for e in orders))
+            cur.execute("INSERT INTO t_voucher_order (id, voucher_id, user_id, seq, bucket, create_time) VALUES "
+                        + ",".join("(%d,%d,%d,%d,%d,FROM_UNIXTIME(%d/1000))" % (e.id, e.voucher_id, e.user_id, e.seq,
+                                                                              e.bucket, e.ts) for e in orders))
 
     @staticmethod
-    def take_stock(cur, sold: dict[int, int]) -> None:
-        """Move each voucher's DB stock down by the orders sold; its version rises by one per call."""
-        for voucher_id, n in sold.items():
+    def take_stock(cur, sold: Counter[tuple[int, int]]) -> None:
+        """Move each voucher's DB stock, and each of its buckets', down by the orders sold ((voucher id, bucket) ->
+        orders); the voucher's version rises by one per call."""
+        per_voucher = Counter()
+        for (voucher_id, bucket), n in sold.items():
+            per_voucher[voucher_id] += n
+            cur.execute("UPDATE t_voucher_bucket SET stock = stock - %s WHERE voucher_id = %s AND bucket = %s",
+                        (n, voucher_id, bucket))
+        for voucher_id, n in per_voucher.items():
             cur.execute("UPDATE t_seckill_voucher SET stock = stock - %s, version = version + 1 WHERE id = %s", (n, voucher_id))
 
 
@@ -188,20 +239,25 @@ class OrderStatus(Enum):
     OK = "ok"
     MISSING = "missing"
     RECOVERING = "recovering"
+    HELD = "held"  # rebuilt and waiting for the writer's log watermark: this caller checks it (outbox/log_hold.py)
     NOT_STARTED = "not_started"
     ENDED = "ended"
     SOLD_OUT = "sold_out"
     ALREADY = "already"
+    AWAY = "away"  # the home bucket is empty: the buyer's slot is reserved there, the unit is to come from `probes`
 
 
 @dataclass(frozen=True)
 class OrderReply:
-    """voucher_order.lua's answer. `seq`/`epoch` when OK; `at` is the begin, end or retry time of a refusal."""
+    """voucher_order.lua's (and voucher_take.lua's) answer. `seq`/`epoch`/`bucket` when OK (the unit's bucket);
+    `seq`/`probes` when AWAY; `at` is the begin, end or retry time of a refusal."""
 
     status: OrderStatus
     seq: int = 0
     epoch: str = ""
     at: str = ""
+    bucket: int = 0
+    probes: tuple[int, ...] = ()
 
     @property
     def missing(self) -> bool:
@@ -212,8 +268,18 @@ class OrderReply:
         status, *rest = reply_fields(raw)
         status = OrderStatus(status)
         if status is OrderStatus.OK:
-            return cls(status, seq=int(rest[0]), epoch=rest[1])
+            return cls(status, seq=int(rest[0]), epoch=rest[1], bucket=int(rest[3]))
+        if status is OrderStatus.AWAY:
+            return cls(status, seq=int(rest[0]), probes=tuple(int(b) for b in rest[1:]))
         return cls(status, at=rest[0] if rest and status is not OrderStatus.ALREADY else "")
+
+    @classmethod
+    def parse_take(cls, raw, seq: int, bucket: int) -> OrderReply:
+        status, *rest = reply_fields(raw)
+        status = OrderStatus(status)
+        if status is OrderStatus.OK:
+            return cls(status, seq=seq, epoch=rest[0], bucket=bucket)
+        return cls(status, at=rest[0] if rest else "", bucket=bucket)
 
 
 @dataclass(frozen=True)
@@ -249,10 +315,27 @@ class ReconcileReply:
         return cls(status)
 
 
-def _pending_order(voucher_id: int, order_id, value) -> VoucherOrderEvent:
-    user_id, seq, ts, epoch = text(value).split(";")
+def _pending_order(voucher_id: int, order_id, value, bucket: int) -> VoucherOrderEvent:
+    user_id, seq, ts, epoch, *home = text(value).split(";")  # 'home' absent: taken before stock buckets, bucket 0
     return VoucherOrderEvent(type="voucher_order", id=int(order_id), voucher_id=voucher_id, user_id=int(user_id),
-                             seq=int(seq), ts=int(ts), epoch=epoch)
+                             seq=int(seq), ts=int(ts), epoch=epoch, bucket=bucket, home=int(home[0]) if home else bucket)
+
+
+@dataclass(frozen=True)
+class AwayOrder:
+    """A buyer's slot reserved in the home bucket while the unit is taken from another one."""
+
+    order_id: int
+    user_id: int
+    seq: int
+    ts: int
+
+
+def _settle_roles(e: VoucherOrderEvent) -> list[tuple[int, str]]:
+    """(bucket, role) of the slots an order's settle runs in: its unit's bucket, and its buyer's home if another."""
+    if e.bucket == e.home:
+        return [(e.bucket, "own")]
+    return [(e.bucket, "unit"), (e.home, "buyer")]
 
 
 @redis_errors_translated
@@ -261,64 +344,106 @@ class VoucherRedis:
         self.lua, self.redis, self.stream_flag, self.fate_ttl_s = lua, lua.client, stream_flag, fate_ttl_s
 
     # scripts
-    def order(self, voucher_id: int, user_id: int, order_id: int, now_ms: int) -> OrderReply:
-        return OrderReply.parse(self.lua.run("voucher_order", [*voucher_keys(voucher_id), keys.voucher_stream(voucher_id)],
-                                             [voucher_id, user_id, order_id, now_ms, self.stream_flag]))
+    def order(self, voucher_id: int, user_id: int, order_id: int, now_ms: int, home: int = 0, shards: int = 1) -> OrderReply:
+        """Take a unit in the buyer's home bucket, or reserve the buyer's slot there (AWAY) when it is empty."""
+        return OrderReply.parse(self.lua.run(
+            "voucher_order", [*voucher_keys(voucher_id, home), keys.voucher_stream(voucher_id, home),
+                              keys.voucher_away(voucher_id, home)],
+            [voucher_id, user_id, order_id, now_ms, self.stream_flag, home, shards]))
 
-    def rollback(self, voucher_id: int, order_id: int, user_id: int) -> None:
-        """Give back in Redis an order the DB recorded as rolled back (VoucherDb.record_rollback)."""
-        self.lua.run("voucher_rollback", [*voucher_keys(voucher_id), keys.voucher_fate(voucher_id, order_id)],
-                     [order_id, user_id, self.fate_ttl_s])
+    def take(self, voucher_id: int, bucket: int, user_id: int, order_id: int, now_ms: int, seq: int, home: int) -> OrderReply:
+        """Take the unit of an AWAY order from this bucket (OK, SOLD_OUT, MISSING, RECOVERING or HELD)."""
+        return OrderReply.parse_take(self.lua.run(
+            "voucher_take", [*voucher_keys(voucher_id, bucket), keys.voucher_stream(voucher_id, bucket)],
+            [voucher_id, user_id, order_id, now_ms, self.stream_flag, seq, home, bucket]), seq, bucket)
 
-    def load(self, voucher_id: int, snapshot: VoucherSnapshot, epoch: str, hold_until: int) -> bool:
-        """Put the voucher into Redis unless Redis holds it (True when loaded). Orders taken from this load carry
-        `epoch`; until `hold_until` (epoch ms) they answer RECOVERING."""
-        buyers = [x for pair in snapshot.buyers.items() for x in pair]
-        return self.lua.run("voucher_load", voucher_keys(voucher_id)[:2], [
-            snapshot.stock, snapshot.begin_at, snapshot.end_at, snapshot.per_user_limit, epoch, hold_until, snapshot.version,
-            *buyers]) == 1
+    def release(self, voucher_id: int, home: int, order_id: int, user_id: int, give_back: bool,
+                seen_empty: Iterable[int] = (), empty_until: int = 0) -> bool:
+        """End an AWAY reservation (give_back: the buyer's slot is freed; else the order stands); buckets in
+        `seen_empty` are skipped by this home's buyers until `empty_until`. True when the reservation was there."""
+        return reply_fields(self.lua.run(
+            "voucher_release", [keys.voucher(voucher_id, home), keys.voucher_buyers(voucher_id, home),
+                                keys.voucher_away(voucher_id, home)],
+            [order_id, user_id, "give_back" if give_back else "keep", empty_until, *seen_empty]))[0] == "released"
 
-    def settle(self, versions: dict[int, int], orders: list[VoucherOrderEvent]) -> dict[int, SettleReply]:
-        """After the writer's commit: drop the persisted orders from pending (one script per voucher, pipelined).
-        `versions`: voucher id -> the DB version the commit produced (0, or absent: counts nothing late)."""
-        by_voucher: dict[int, list[VoucherOrderEvent]] = {}
+    def rollback(self, voucher_id: int, order_id: int, user_id: int, bucket: int = 0, home: int = 0) -> None:
+        """Give back in Redis an order the DB recorded as rolled back (VoucherDb.record_rollback): its unit in its
+        bucket, its buyer's slot in the buyer's home."""
+        self.lua.run("voucher_rollback", [*voucher_keys(voucher_id, bucket), keys.voucher_fate(voucher_id, order_id, bucket)],
+                     [order_id, user_id, self.fate_ttl_s, "1" if bucket == home else ""])
+        if bucket != home:
+            self.release(voucher_id, home, order_id, user_id, give_back=True)
+
+    def load(self, voucher_id: int, snapshot: VoucherSnapshot, epoch: str, hold_until: int, hold_log: str = "",
+             bucket: int = 0) -> bool:
+        """Put the voucher's bucket into Redis unless Redis holds it (True when loaded). Orders taken from this load
+        carry `epoch`; until `hold_until` (epoch ms) they answer RECOVERING, and while `hold_log` is set ('' : no log
+        hold) one a second answers HELD."""
+        buyers = [x for pair in snapshot.bucket_buyers(bucket).items() for x in pair]
+        return self.lua.run("voucher_load", [*voucher_keys(voucher_id, bucket)[:2], keys.voucher_away(voucher_id, bucket)], [
+            snapshot.bucket_stock(bucket), snapshot.begin_at, snapshot.end_at, snapshot.per_user_limit, epoch, hold_until,
+            snapshot.version, hold_log, *buyers]) == 1
+
+    @staticmethod
+    def hold_key(voucher_id: int, bucket: int = 0) -> str:
+        """The hash a rebuild's log hold lives in (outbox/log_hold.py)."""
+        return keys.voucher(voucher_id, bucket)
+
+    def settle(self, versions: dict[int, int], orders: list[VoucherOrderEvent]) -> dict[tuple[int, int], SettleReply]:
+        """After the writer's commit: drop the persisted orders from pending (and their buyers' away reservations),
+        one script per bucket, pipelined. `versions`: voucher id -> the DB version the commit produced (0, or
+        absent: counts nothing late)."""
+        by_bucket: dict[tuple[int, int], list[tuple[VoucherOrderEvent, str]]] = {}
         for e in orders:
-            by_voucher.setdefault(e.voucher_id, []).append(e)
-        if not by_voucher:
+            for bucket, role in _settle_roles(e):
+                by_bucket.setdefault((e.voucher_id, bucket), []).append((e, role))
+        if not by_bucket:
             return {}
         pipe = self.lua.pipeline()
-        for voucher_id, group in by_voucher.items():
-            self.lua.run("voucher_settle", voucher_keys(voucher_id), [
-                versions.get(voucher_id, 0), *(x for e in group for x in (e.id, e.user_id, e.epoch))], client=pipe)
-        return {voucher_id: SettleReply(int(removed), int(late)) for voucher_id, (removed, late) in zip(by_voucher, pipe.execute())}
+        for (voucher_id, bucket), group in by_bucket.items():
+            self.lua.run("voucher_settle", [*voucher_keys(voucher_id, bucket), keys.voucher_away(voucher_id, bucket)], [
+                versions.get(voucher_id, 0),
+                *(x for e, role in group for x in (e.id, e.user_id, e.epoch, role, e.bucket))], client=pipe)
+        return {slot: SettleReply(int(removed), int(late)) for slot, (removed, late) in zip(by_bucket, pipe.execute())}
 
-    def reconcile(self, voucher_id: int, db_stock: int, persisted: list[int]) -> ReconcileReply:
-        """Make Redis stock = DB stock - orders pending, after dropping the pending orders the DB holds (their
-        settle was lost). Run with the voucher row locked."""
-        return ReconcileReply.parse(self.lua.run("voucher_reconcile", [keys.voucher(voucher_id), keys.voucher_pending(voucher_id)],
-                                                 [db_stock, *persisted]))
+    def reconcile(self, voucher_id: int, db_stock: int, persisted: list[int], bucket: int = 0) -> ReconcileReply:
+        """Make the bucket's Redis stock = its DB stock - orders pending in it, after dropping the pending orders the
+        DB holds (their settle was lost). Run with the voucher row locked."""
+        return ReconcileReply.parse(self.lua.run(
+            "voucher_reconcile", [keys.voucher(voucher_id, bucket), keys.voucher_pending(voucher_id, bucket)],
+            [db_stock, *persisted]))
 
     # reads and expiry
-    def stock_left(self, voucher_id: int) -> int | None:
-        """None when Redis does not hold the voucher."""
-        stock = self.redis.hget(keys.voucher(voucher_id), "stock")
+    def stock_left(self, voucher_id: int, bucket: int = 0) -> int | None:
+        """None when Redis does not hold the bucket."""
+        stock = self.redis.hget(keys.voucher(voucher_id, bucket), "stock")
         return None if stock is None else int(stock)
 
-    def pending_count(self, voucher_id: int) -> int:
-        return self.redis.hlen(keys.voucher_pending(voucher_id))
+    def per_user_limit(self, voucher_id: int) -> int | None:
+        """None when Redis does not hold the voucher."""
+        limit = self.redis.hget(keys.voucher(voucher_id), "limit")
+        return None if limit is None else int(limit)
 
-    def pending_ids(self, voucher_id: int) -> list[int]:
-        return [int(text(order_id)) for order_id in self.redis.hkeys(keys.voucher_pending(voucher_id))]
+    def pending_count(self, voucher_id: int, bucket: int = 0) -> int:
+        return self.redis.hlen(keys.voucher_pending(voucher_id, bucket))
 
-    def pending_order(self, voucher_id: int, order_id: int) -> VoucherOrderEvent | None:
-        value = self.redis.hget(keys.voucher_pending(voucher_id), str(order_id))
-        return None if value is None else _pending_order(voucher_id, order_id, value)
+    def pending_ids(self, voucher_id: int, bucket: int = 0) -> list[int]:
+        return [int(text(order_id)) for order_id in self.redis.hkeys(keys.voucher_pending(voucher_id, bucket))]
 
-    def pending_orders(self, voucher_id: int) -> list[VoucherOrderEvent]:
-        """The orders taken in Redis and not yet in the DB, as the events that carry them."""
-        return [_pending_order(voucher_id, order_id, value)
-                for order_id, value in self.redis.hgetall(keys.voucher_pending(voucher_id)).items()]
+    def pending_order(self, voucher_id: int, order_id: int, bucket: int = 0) -> VoucherOrderEvent | None:
+        value = self.redis.hget(keys.voucher_pending(voucher_id, bucket), str(order_id))
+        return None if value is None else _pending_order(voucher_id, order_id, value, bucket)
 
-    def expire(self, voucher_id: int, ttl_s: int) -> None:
-        """Give the voucher's keys a TTL unless they have one."""
-        expire_once(self.redis, voucher_keys(voucher_id), ttl_s)
+    def pending_orders(self, voucher_id: int, bucket: int = 0) -> list[VoucherOrderEvent]:
+        """The orders whose unit was taken in this bucket and that are not yet in the DB, as the events that carry them."""
+        return [_pending_order(voucher_id, order_id, value, bucket)
+                for order_id, value in self.redis.hgetall(keys.voucher_pending(voucher_id, bucket)).items()]
+
+    def away_orders(self, voucher_id: int, bucket: int) -> list[AwayOrder]:
+        """The AWAY reservations of buyers whose home is this bucket."""
+        return [AwayOrder(int(text(order_id)), *(int(x) for x in text(value).split(";")))
+                for order_id, value in self.redis.hgetall(keys.voucher_away(voucher_id, bucket)).items()]
+
+    def expire(self, voucher_id: int, ttl_s: int, bucket: int = 0) -> None:
+        """Give the bucket's keys a TTL unless they have one."""
+        expire_once(self.redis, [*voucher_keys(voucher_id, bucket), keys.voucher_away(voucher_id, bucket)], ttl_s)

@@ -1,0 +1,151 @@
+"""Who may call which route: the one place the API decides it.
+
+The caller comes from the authorizer context API Gateway puts into the request context (functions/authorizer:
+{kind, user_id, scopes, expires_at}); the token itself is never read here. Three kinds of caller:
+- services (scope `service`): the merchant or platform backend: charge any account, send red packets for a sender,
+  create and close payment orders, offer to delay queues, and act for any user;
+- operators (scope `admin`, or the `admin` group): create and change accounts, create vouchers, dead letters;
+- end users (an account id as username): read their own account, orders, inbox and payment orders, grab red
+  packets and order vouchers as themselves, pay their own payment orders.
+Every route has exactly one rule (tests/unit/test_authorization.py holds the table to the routes); a request
+without a caller is 401 UNAUTHENTICATED, a caller the rule does not admit 403 FORBIDDEN, before the route runs."""
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from hotledger import errors
+from hotledger.runtime import payment_orders, vouchers
+
+SERVICE, ADMIN = "service", "admin"
+
+
+@dataclass(frozen=True)
+class Caller:
+    user_id: int | None  # the account an end user acts as
+    scopes: frozenset[str]
+    expires_at: int
+
+
+def caller_of(context: dict) -> Caller | None:
+    """The caller from the authorizer context, or None when there is none (no authorizer ran: public routes, or an
+    event that did not come through API Gateway)."""
+    if not context or "scopes" not in context:
+        return None
+    user_id = str(context.get("user_id") or "")
+    return Caller(user_id=int(user_id) if user_id.isdigit() else None,
+                  scopes=frozenset(str(context["scopes"]).split()), expires_at=int(context.get("expires_at") or 0))
+
+
+OwnerOf = Callable[[dict], int]  # the account a request acts on, from the route's validated arguments
+
+
+@dataclass(frozen=True)
+class Rule:
+    scopes: frozenset[str] = frozenset()  # a caller holding any of these may call the route
+    owner: OwnerOf | None = None  # an end user may call it for this account when it is theirs
+    public: bool = False  # no caller needed (the API's own description)
+    anyone: bool = False  # any authenticated caller
+
+
+def _path(name: str) -> OwnerOf:
+    return lambda args: args[name]
+
+
+def _body(field: str) -> OwnerOf:
+    return lambda args: getattr(args["request"], field)
+
+
+def _payment_order_owner(args: dict) -> int:
+    return payment_orders().get(args["order_id"]).user_id
+
+
+def _voucher_order_owner(args: dict) -> int:
+    return vouchers().get_order(args["voucher_id"], args["order_id"]).user_id
+
+
+def _only(*scopes: str, owner: OwnerOf | None = None) -> Rule:
+    return Rule(scopes=frozenset(scopes), owner=owner)
+
+
+RULES: dict[tuple[str, str], Rule] = {
+    ("GET", "/openapi.json"): Rule(public=True),
+    ("GET", "/swagger"): Rule(public=True),
+    # accounts: operators create and change them, services charge them, users read their own
+    ("POST", "/accounts"): _only(ADMIN),
+    ("GET", "/accounts/<user_id>"): _only(SERVICE, ADMIN, owner=_path("user_id")),
+    ("PATCH", "/accounts/<user_id>"): _only(ADMIN),
+    ("POST", "/accounts/<user_id>/recharge"): _only(SERVICE),
+    ("POST", "/accounts/<user_id>/deduct"): _only(SERVICE),
+    ("GET", "/accounts/<user_id>/orders/<order_id>"): _only(SERVICE, ADMIN, owner=_path("user_id")),
+    # flash sales
+    ("POST", "/vouchers"): _only(ADMIN),
+    ("GET", "/vouchers/<voucher_id>"): Rule(anyone=True),
+    ("POST", "/vouchers/<voucher_id>/orders"): _only(SERVICE, owner=_body("user_id")),
+    ("GET", "/vouchers/<voucher_id>/orders/<order_id>"): _only(SERVICE, ADMIN, owner=_voucher_order_owner),
+    # red packets: a service sends for a sender (the sender's money moves), users grab as themselves
+    ("POST", "/redpackets"): _only(SERVICE),
+    ("POST", "/redpackets/<packet_id>/grab"): _only(SERVICE, owner=_body("user_id")),
+    ("GET", "/redpackets/<packet_id>"): Rule(anyone=True),
+    # payment orders: the merchant's backend creates and closes them, the user pays their own
+    ("POST", "/orders"): _only(SERVICE),
+    ("GET", "/orders/<order_id>"): _only(SERVICE, ADMIN, owner=_payment_order_owner),
+    ("POST", "/orders/<order_id>/pay"): _only(SERVICE, owner=_payment_order_owner),
+    ("POST", "/orders/<order_id>/close"): _only(SERVICE),
+    # delay queues are the backend's; their dead letters are the operators'
+    ("POST", "/delay-queues/<queue>/items"): _only(SERVICE),
+    ("DELETE", "/delay-queues/<queue>/items/<element>"): _only(SERVICE),
+    ("GET", "/delay-queues/<queue>"): _only(SERVICE, ADMIN),
+    ("POST", "/delay-queues/<queue>/take"): _only(SERVICE),
+    ("POST", "/delay-queues/<queue>/ack"): _only(SERVICE),
+    ("POST", "/delay-queues/<queue>/extend"): _only(SERVICE),
+    ("GET", "/delay-queues/<queue>/dead-letters"): _only(ADMIN),
+    ("POST", "/delay-queues/<queue>/dead-letters/replay"): _only(ADMIN),
+    ("DELETE", "/delay-queues/<queue>/dead-letters/<element>"): _only(ADMIN),
+    # the inbox: the platform posts, the user reads their own; journeys are the platform's
+    ("POST", "/inbox/<account>/messages"): _only(SERVICE),
+    ("GET", "/inbox/<account>/messages"): _only(SERVICE, owner=_path("account")),
+    ("POST", "/journeys/<biz>/<account>/start"): _only(SERVICE),
+    ("POST", "/journeys/<biz>/<account>/finish"): _only(SERVICE),
+}
+
+
+def admit(rule: Rule, caller: Caller | None, now_s: float) -> OwnerOf | None:
+    """Before the request is parsed: raises Unauthenticated without a live caller, Forbidden for a caller the rule
+    cannot admit. Returns the owner to compare with an end user's account once the arguments are parsed, if any."""
+    if rule.public:
+        return None
+    if caller is None:
+        raise errors.Unauthenticated("send a bearer token: Authorization: Bearer <token>")
+    if caller.expires_at <= now_s:  # API Gateway may serve a cached authorization past the token's expiry
+        raise errors.Unauthenticated("the token has expired")
+    if rule.anyone or caller.scopes & rule.scopes:
+        return None
+    if rule.owner is None or caller.user_id is None:
+        raise errors.Forbidden("this caller may not make this request")
+    return rule.owner
+
+
+def check_owner(owner: OwnerOf, caller: Caller, args: dict) -> None:
+    if owner(args) != caller.user_id:
+        raise errors.Forbidden("an end user acts only on their own account")
+
+
+def rule_of(app) -> Rule:
+    route = app.context["_route"]
+    rule = RULES.get((route.method, route.path))
+    if rule is None:
+        # no route matched (the resolver's 404 route, named by the request's path): any caller may learn that;
+        # a route of ours without a rule admits no one
+        rule = Rule() if any(r is route for r in (*app._static_routes, *app._dynamic_routes)) else Rule(anyone=True)
+    return rule
+
+
+def admit_request(app) -> Callable[[dict], None] | None:
+    """Before the request is parsed (401 / 403 whatever the body): the caller from the authorizer context, the
+    route's rule. Returns the check left for the parsed arguments (an end user's ownership), if any."""
+    caller = caller_of(app.current_event.request_context.authorizer.get_context())
+    owner = admit(rule_of(app), caller, time.time())
+    return None if owner is None else functools.partial(check_owner, owner, caller)

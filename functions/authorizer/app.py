@@ -1,0 +1,125 @@
+"""The API's Lambda authorizer (TOKEN): verifies a Cognito JWT against the user pool's JWKS, ID or access token
+alike, and hands API Gateway the caller as authorizer context: {kind, user_id, scopes, expires_at}. The API function
+reads only that context (api.authorization) and decides per route; it never parses the token.
+
+The caller:
+- scopes: the resource server's scopes in the token (`hotledger/service` -> service, `hotledger/admin` -> admin);
+  membership of the `admin` group counts as the admin scope (operators signing in as users).
+- user_id: the account an end user acts as: the Cognito username (`username` in access tokens, `cognito:username`
+  in ID tokens) when it is an account id; client-credentials tokens have no username (kind "client").
+Locally the same code runs before each API request against the local dev issuer (infra/dev_issuer.py), whose
+tokens have the same shape.
+
+Settings (environment): AUTH_ISSUER (the pool's issuer URL), AUTH_JWKS_URL (its /.well-known/jwks.json),
+AUTH_CLIENT_IDS (comma-separated app clients whose tokens are accepted), AUTH_SCOPE_PREFIX (`hotledger/`),
+AUTH_ADMIN_GROUP (`admin`)."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import jwt
+
+from hotledger import observability
+
+logger = observability.logger()
+
+SCOPES = ("service", "admin")
+_ACCOUNT_ID = re.compile(r"[1-9][0-9]{0,9}")
+_ACCOUNT_ID_LIMIT = 2**31  # the API's account ids are below 2**31
+
+
+class InvalidToken(Exception):
+    """The caller is not authenticated: answered 401 UNAUTHENTICATED."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    issuer: str
+    jwks_url: str
+    client_ids: frozenset[str]
+    scope_prefix: str = "hotledger/"
+    admin_group: str = "admin"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        # all required: an authorizer without them must refuse everyone, not accept anyone
+        return cls(issuer=os.environ["AUTH_ISSUER"], jwks_url=os.environ["AUTH_JWKS_URL"],
+                   client_ids=frozenset(c.strip() for c in os.environ["AUTH_CLIENT_IDS"].split(",") if c.strip()),
+                   scope_prefix=os.environ.get("AUTH_SCOPE_PREFIX", "hotledger/"),
+                   admin_group=os.environ.get("AUTH_ADMIN_GROUP", "admin"))
+
+
+@dataclass(frozen=True)
+class Caller:
+    principal: str
+    kind: str  # "user" (a username) or "client" (client credentials)
+    user_id: int | None
+    scopes: frozenset[str]
+    expires_at: int
+
+    def context(self) -> dict:
+        """Authorizer context values must be strings, numbers or booleans."""
+        return {"kind": self.kind, "user_id": "" if self.user_id is None else str(self.user_id),
+                "scopes": " ".join(sorted(self.scopes)), "expires_at": self.expires_at}
+
+
+class Verifier:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        # keys are cached for the container's life; an unknown kid (a rotated pool key) fetches the set again
+        self.jwks = jwt.PyJWKClient(settings.jwks_url, cache_keys=True, lifespan=3600, timeout=5)
+
+    def verify(self, token: str) -> Caller:
+        raw = token.removeprefix("Bearer ").strip()
+        try:
+            key = self.jwks.get_signing_key_from_jwt(raw)
+            claims = jwt.decode(raw, key.key, algorithms=["RS256"], issuer=self.settings.issuer,
+                                options={"require": ["exp", "iat", "iss", "sub", "token_use"], "verify_aud": False})
+        except jwt.PyJWKClientConnectionError:
+            raise  # the JWKS could not be read: not the caller's fault (API Gateway: AUTHORIZER_FAILURE)
+        except (jwt.InvalidTokenError, jwt.PyJWKClientError) as exc:
+            raise InvalidToken(str(exc)) from exc
+        if claims["token_use"] == "access":
+            client, username = claims.get("client_id"), claims.get("username")
+        elif claims["token_use"] == "id":
+            client, username = claims.get("aud"), claims.get("cognito:username")
+        else:
+            raise InvalidToken(f"token_use {claims['token_use']!r} is neither access nor id")
+        if client not in self.settings.client_ids:
+            raise InvalidToken(f"app client {client!r} is not accepted")
+        prefix = self.settings.scope_prefix
+        scopes = {s.removeprefix(prefix) for s in str(claims.get("scope", "")).split() if s.startswith(prefix)}
+        if self.settings.admin_group in (claims.get("cognito:groups") or []):
+            scopes.add("admin")
+        user_id = None
+        if isinstance(username, str) and _ACCOUNT_ID.fullmatch(username) and int(username) < _ACCOUNT_ID_LIMIT:
+            user_id = int(username)
+        return Caller(principal=str(claims["sub"]), kind="user" if username else "client", user_id=user_id,
+                      scopes=frozenset(scopes) & frozenset(SCOPES), expires_at=int(claims["exp"]))
+
+
+def allow_policy(method_arn: str) -> dict:
+    """Allow every method of the stage: API Gateway caches the answer per token, and the API function decides
+    per route (a policy naming only this method would refuse the token's next, different request from the cache)."""
+    api, stage = method_arn.split("/")[:2]
+    return {"Version": "2012-10-17",
+            "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": f"{api}/{stage}/*"}]}
+
+
+_verifier: Verifier | None = None
+
+
+def handler(event: dict, context) -> dict:
+    global _verifier
+    if _verifier is None:
+        _verifier = Verifier(Settings.from_env())
+    try:
+        caller = _verifier.verify(event.get("authorizationToken") or "")
+    except InvalidToken as exc:
+        logger.info("token refused", extra={"reason": str(exc)})
+        # API Gateway's contract: exactly this message answers 401 (the UNAUTHORIZED gateway response)
+        raise Exception("Unauthorized") from None
+    return {"principalId": caller.principal, "policyDocument": allow_policy(event["methodArn"]),
+            "context": caller.context()}

@@ -1,0 +1,63 @@
+"""The keys that sign the events the service publishes to Kafka (HMAC-SHA256, see outbox/events.py).
+
+The keyring is one JSON secret: {"kid": ..., "key": ..., "previous_kid": ..., "previous_key": ...,
+"previous_until": <epoch s>}. Events are signed with `key` and carry `kid`; the previous key is accepted until
+`previous_until` (the grace period of a rotation: producers still holding the old keyring in their cache, and
+records signed before the rotation still waiting in the topic). `infra/event_keys.py rotate` writes a new one.
+
+In AWS it is a Secrets Manager secret (EVENT_KEYS_SECRET_ARN), read through Powertools parameters and cached for
+EVENT_KEYS_MAX_AGE_S; a record naming a key id the cached keyring does not know makes the verifier read the secret
+again once (a rotation that happened since). Locally the same JSON comes in EVENT_KEYS (infra/event_keys.py makes
+a dev keyring in .state/event-keys.json).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+
+class NoEventKeys(RuntimeError):
+    """Neither EVENT_KEYS_SECRET_ARN nor EVENT_KEYS is set: the service cannot sign or verify events."""
+
+
+@dataclass(frozen=True)
+class Keyring:
+    kid: str
+    key: bytes
+    previous_kid: str | None = None
+    previous_key: bytes | None = None
+    previous_until: float = 0.0  # epoch seconds
+
+    @classmethod
+    def parse(cls, value: dict) -> Keyring:
+        previous = value.get("previous_kid") and value.get("previous_key")
+        return cls(value["kid"], value["key"].encode(),
+                   value["previous_kid"] if previous else None, value["previous_key"].encode() if previous else None,
+                   float(value.get("previous_until") or 0) if previous else 0.0)
+
+    def verifying_key(self, kid: str, now_s: float) -> bytes | None:
+        """The key that signed under this id, or None (unknown, or the previous key past its grace period)."""
+        if kid == self.kid:
+            return self.key
+        if kid == self.previous_kid and now_s < self.previous_until:
+            return self.previous_key
+        return None
+
+    def knows(self, kid: str) -> bool:
+        return kid in (self.kid, self.previous_kid)
+
+
+class EventKeys:
+    def __init__(self, secret_id: str | None, inline: str | None, max_age_s: int):
+        self.secret_id, self.inline, self.max_age_s = secret_id, inline, max_age_s
+
+    def keyring(self, fresh: bool = False) -> Keyring:
+        """The current keyring; `fresh` reads the secret again instead of the cached one."""
+        if self.secret_id:
+            from aws_lambda_powertools.utilities import parameters
+
+            return Keyring.parse(parameters.get_secret(self.secret_id, transform="json", max_age=self.max_age_s,
+                                                       force_fetch=fresh))
+        if self.inline:
+            return Keyring.parse(json.loads(self.inline))
+        raise NoEventKeys("set EVENT_KEYS_SECRET_ARN (Secrets Manager) or EVENT_KEYS (the keyring JSON)")

@@ -1,0 +1,61 @@
+"""A Redis Cluster master fails mid-traffic, after its replica fell behind: the failover loses acknowledged writes.
+
+A private 3-master Redis Cluster (one replica each), MariaDB and broker. Clients deduct without pause over accounts
+spread on every master. The replica of one master is paused (SIGSTOP) until the master drops it, so the master
+acknowledges charges it never replicates; the master is SIGKILLed, the replica resumed and promoted (CLUSTER FAILOVER TAKEOVER): its accounts are
+now behind the DB (the lost charges reach the DB through the broker). The reconciler detects it and corrects the
+cache; afterwards every acknowledged deduct is in the DB exactly once and Redis == DB for every account."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+from faults.test_faults import ChaosClients, Stack, _account, acknowledged_deducts_in_the_db_exactly_once
+from helpers import LocalService
+
+from infra import services
+
+
+@pytest.fixture
+def cluster_stack(tmp_path):
+    cluster = services.RedisCluster(services.free_cluster_ports(6), tmp_path / "redis-cluster")
+    stack = Stack(tmp_path, cluster).start()
+    yield stack
+    stack.stop()
+
+
+def test_a_master_killed_after_its_replica_fell_behind_is_failed_over_and_repaired(cluster_stack):
+    stack, cluster = cluster_stack, cluster_stack.redis
+    svc = stack.service("failover").start()
+    try:
+        accounts = [_account(svc, "100000.00") for _ in range(9)]
+        masters = {cluster.master_of(f"user:balance:{{{user_id}}}").port for user_id in accounts}
+        assert len(masters) == 3, masters  # the traffic reaches every master
+        victim = cluster.master_of(f"user:balance:{{{accounts[0]}}}")
+        replica = cluster.replica_of(victim)
+        with ChaosClients(svc, accounts, threads=3) as clients:
+            time.sleep(3)
+            victim.client().config_set("repl-timeout", 1)  # drops a silent replica after 1 s, not 60
+            os.kill(replica.proc.pid, signal.SIGSTOP)
+            LocalService.wait_until(lambda: victim.client().info("replication")["connected_slaves"] == 0, 30,
+                                    "the master to drop its paused replica", 0.2)
+            time.sleep(2)  # the master goes on acknowledging charges its replica never receives
+            acked_before_kill = len(clients.acked)
+            victim.kill()
+            os.kill(replica.proc.pid, signal.SIGCONT)
+            replica.client().execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+            LocalService.wait_until(lambda: cluster.role(replica) == "master", 30, "the replica to take over", 0.2)
+            time.sleep(4)
+            victim.start()  # back empty, as the new master's replica
+            time.sleep(2)
+        assert acked_before_kill > 0 and len(clients.acked) > acked_before_kill, clients.answers  # traffic went on after
+        assert set(clients.answers) <= {(200, None), (503, "SERVICE_UNAVAILABLE"), (503, "OUTCOME_UNKNOWN")}, clients.answers
+        cluster.wait_ok()
+        acknowledged_deducts_in_the_db_exactly_once(stack, svc, clients, accounts, 10_000_000)
+        # the loss was seen and repaired by the reconciler (the cache behind the DB), not by luck
+        assert re.search(r'"CacheCorrected":\[?[1-9]', svc.log_text()), "no cache correction in the service log"
+    finally:
+        svc.stop()

@@ -1,0 +1,77 @@
+"""Callers act only as themselves, through the API handler with real Redis, DB and broker: an end user cannot read
+or move another account's money (nor mint their own), a service cannot do what operators do; every refusal is 403
+FORBIDDEN and changes nothing. The caller is the authorizer context API Gateway passes (tests/helpers.caller_context)."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+from helpers import Api, broker_records, invoke_writer
+
+
+def _snapshot(api, sql, accounts, packet, voucher, payment_order) -> dict:
+    return {"accounts": [api("GET", f"/accounts/{a}")[1] for a in accounts],
+            "db": sql("SELECT user_id, balance, version FROM t_account WHERE user_id IN %s ORDER BY user_id", (tuple(accounts),)),
+            "packet": api("GET", f"/redpackets/{packet}")[1], "voucher": api("GET", f"/vouchers/{voucher}")[1],
+            "payment_order": api("GET", f"/orders/{payment_order}")[1]}
+
+
+def test_an_end_user_cannot_read_or_move_another_accounts_money_and_nothing_changes(api, sql, own_topic):
+    alice, bob = api.account(balance="50.00"), api.account(balance="50.00")
+    bobs_order = api("POST", f"/accounts/{bob}/deduct", {"amount": "1.00"})[1]["order_id"]
+    packet = api("POST", "/redpackets", {"sender_id": bob, "total": "2.00", "count": 2, "expires_in_s": 600})[1]["packet_id"]
+    voucher = api("POST", "/vouchers", {"title": "t", "stock": 5, "begin_at": 0, "end_at": 4102444800000})[1]["voucher_id"]
+    bobs_voucher_order = api("POST", f"/vouchers/{voucher}/orders", {"user_id": bob})[1]["order_id"]
+    bobs_payment_order = api("POST", "/orders", {"user_id": bob, "amount": "3.00", "close_in_s": 3600})[1]["order_id"]
+    as_alice = Api(user_id=alice, scopes=())
+    before = _snapshot(api, sql, (alice, bob), packet, voucher, bobs_payment_order)
+
+    for method, path, body in [
+        ("GET", f"/accounts/{bob}", None), ("GET", f"/accounts/{bob}/orders/{bobs_order}", None),
+        ("POST", f"/accounts/{bob}/deduct", {"amount": "1.00"}), ("POST", f"/accounts/{bob}/recharge", {"amount": "1.00"}),
+        ("POST", f"/accounts/{alice}/recharge", {"amount": "1000.00"}),  # minting money for herself
+        ("POST", f"/accounts/{alice}/deduct", {"amount": "1.00"}),
+        ("POST", "/redpackets", {"sender_id": bob, "total": "10.00", "count": 1, "expires_in_s": 60}),
+        ("POST", f"/redpackets/{packet}/grab", {"user_id": bob}),
+        ("POST", f"/vouchers/{voucher}/orders", {"user_id": bob}),
+        ("GET", f"/vouchers/{voucher}/orders/{bobs_voucher_order}", None),
+        ("GET", f"/orders/{bobs_payment_order}", None), ("POST", f"/orders/{bobs_payment_order}/pay", None),
+        ("POST", f"/orders/{bobs_payment_order}/close", None),
+        ("GET", f"/inbox/{bob}/messages", None),
+        ("PATCH", f"/accounts/{alice}", {"threshold": "-100.00"}),
+    ]:
+        status, answer = as_alice(method, path, body)
+        assert (status, answer["error"]["code"]) == (403, "FORBIDDEN"), (method, path, answer)
+    assert _snapshot(api, sql, (alice, bob), packet, voucher, bobs_payment_order) == before
+
+    # as herself she may: read her account and orders, grab, order vouchers, pay her own payment order, read her inbox
+    own_payment_order = api("POST", "/orders", {"user_id": alice, "amount": "5.00", "close_in_s": 3600})[1]["order_id"]
+    status, grab = as_alice("POST", f"/redpackets/{packet}/grab", {"user_id": alice})
+    assert status == 200 and grab["credit"] == "PENDING"
+    assert as_alice("POST", f"/vouchers/{voucher}/orders", {"user_id": alice})[0] == 200
+    assert as_alice("POST", f"/orders/{own_payment_order}/pay")[1]["state"] == "PAID"
+    assert as_alice("GET", f"/orders/{own_payment_order}")[0] == 200
+    assert as_alice("GET", f"/inbox/{alice}/messages")[0] == 200
+    invoke_writer(broker_records())  # the claim reaches the DB: now the grab is credited
+    account = as_alice("GET", f"/accounts/{alice}")[1]
+    assert account["user_id"] == alice and Decimal(account["balance"]) == Decimal("45.00") + Decimal(grab["amount"])
+    assert api("GET", f"/accounts/{bob}")[1]["balance"] == before["accounts"][1]["balance"]
+
+
+def test_a_service_cannot_create_or_change_accounts_nor_reopen_what_an_operator_closed(api, sql):
+    as_service = Api(scopes=("service",))
+    user_id = api.account(balance="10.00")
+    assert api("PATCH", f"/accounts/{user_id}", {"api_open": False})[1]["api_open"] is False  # the operator closes it
+    counts = "SELECT (SELECT COUNT(*) FROM t_user), (SELECT COUNT(*) FROM t_seckill_voucher)"
+    before = sql(counts)
+    for method, path, body in [
+        ("PATCH", f"/accounts/{user_id}", {"api_open": True}), ("PATCH", f"/accounts/{user_id}", {"threshold": "-5.00"}),
+        ("POST", "/accounts", {"user_name": "by-a-service"}),
+        ("POST", "/vouchers", {"title": "t", "stock": 5, "begin_at": 0, "end_at": 4102444800000}),
+        ("POST", "/delay-queues/order-close/dead-letters/replay", {"elements": ["x"]}),
+    ]:
+        status, answer = as_service(method, path, body)
+        assert (status, answer["error"]["code"]) == (403, "FORBIDDEN"), (method, path, answer)
+    assert sql(counts) == before
+    assert as_service("POST", f"/accounts/{user_id}/recharge", {"amount": "5.00"})[0] == 200  # its own work, allowed
+    account = api("GET", f"/accounts/{user_id}")[1]
+    assert account["api_open"] is False and account["threshold"] == "0.00"  # the recharge did not reopen it
