@@ -298,6 +298,11 @@ class TansuBroker(Server):
         return f"{self.host}:{self.port}"
 
 
+# the local topic's partitions (`make services`, the local runtime): the writer runs one poller per partition, as the
+# event source mapping does for the stack's topic (template.yaml KafkaPartitions)
+LOCAL_PARTITIONS = 6
+
+
 def ensure_topic(bootstrap: str, name: str, partitions: int, timeout_s: float = 30) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
@@ -317,6 +322,20 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, timeout_s: float = 
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def topic_partitions(bootstrap: str, name: str, timeout_s: float = 10) -> list[int]:
+    """The partition numbers the broker has for the topic."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","))
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not (partitions := consumer.partitions_for_topic(name)) and time.monotonic() < deadline:
+            time.sleep(0.2)  # a topic just created may not be in the metadata yet
+        return sorted(partitions or ())
+    finally:
+        consumer.close()
 
 
 # long-lived servers for `up` -----------------------------------------------------------------------------
@@ -401,7 +420,7 @@ def main(argv: list[str]) -> int:
             ensure_redis(*cfg["redis"])
         ensure_mariadb(*cfg["db"])
         ensure_broker(*cfg["kafka"])
-        ensure_topic(cfg["bootstrap"], cfg["topic"], 4)
+        ensure_topic(cfg["bootstrap"], cfg["topic"], LOCAL_PARTITIONS)
         if action == "up-cluster":
             return 0
         action = "status"

@@ -139,13 +139,22 @@ def start_api_workers(fn: template.Function, host: str, port: int, workers: int,
 
 # MSK ------------------------------------------------------------------------------------------------
 class MskPoller(threading.Thread):
-    def __init__(self, fn: template.Function, bootstrap: str, stop: threading.Event):
-        super().__init__(name=f"msk-{fn.name}", daemon=True)
-        self.fn, self.bootstrap, self.stop_event = fn, bootstrap, stop
-        self.handler = _load_handler(fn)  # imported here, in the main thread: see Scheduler
+    """One partition of an MSK-triggered function's topic, as one of the event source mapping's pollers: a consumer
+    assigned that partition alone delivers its records in order, one batch at a time, and commits to the function's
+    group only once the batch was handled. Records are keyed by account, so an account's records stay in order while
+    the partitions' batches run side by side (the runtime runs each partition's poller in a process of its own)."""
+
+    # how often an idle poller asks the broker whether it still holds the poller's position (see _check_position)
+    POSITION_CHECK_S = 1.0
+
+    def __init__(self, fn: template.Function, bootstrap: str, stop: threading.Event, partition: int, handler=None):
+        super().__init__(name=f"msk-{fn.name}-{partition}", daemon=True)
+        self.fn, self.bootstrap, self.stop_event, self.partition = fn, bootstrap, stop, partition
+        self.handler = handler or _load_handler(fn)  # imported in the main thread: see Scheduler
         self.commit_delay_s = float(os.environ.get("HOTLEDGER_LOCAL_COMMIT_DELAY_S", "0"))
         # the first retry's wait, doubled each retry up to a minute (Lambda does not document its own)
         self.retry_backoff_s = float(os.environ.get("HOTLEDGER_LOCAL_RETRY_BACKOFF_S", "1"))
+        self.position_checked_at = 0.0
 
     def run(self):
         while not self.stop_event.is_set():
@@ -154,23 +163,58 @@ class MskPoller(threading.Thread):
                 consumer = self._consumer()
                 while not self.stop_event.is_set():
                     self._poll_once(consumer, self.handler)
-            except Exception:  # broker gone or group lost: like the event source mapping, reconnect and go on
-                log.exception("consumer for %s failed; reconnecting", self.fn.name)
+            except Exception:  # broker gone: like the event source mapping, reconnect and go on
+                log.exception("consumer for %s partition %d failed; reconnecting", self.fn.name, self.partition)
                 time.sleep(2)
             finally:
                 if consumer is not None:
                     consumer.close(autocommit=False)
 
     def _consumer(self):
-        from kafka import KafkaConsumer
+        from kafka import KafkaConsumer, TopicPartition
 
         cfg = self.fn.msk
-        return KafkaConsumer(
-            cfg["topic"], bootstrap_servers=self.bootstrap.split(","), group_id=cfg["group_id"],
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap.split(","), group_id=cfg["group_id"],
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=cfg["batch_size"],
-            session_timeout_ms=6000, heartbeat_interval_ms=2000, max_poll_interval_ms=900000, fetch_max_wait_ms=100,
+            max_poll_interval_ms=900000, fetch_max_wait_ms=100,
             security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
         )
+        consumer.assign([TopicPartition(cfg["topic"], self.partition)])  # starts at the group's committed offset
+        return consumer
+
+    def _check_position(self, consumer) -> None:
+        """Start the partition again from its beginning when the broker no longer holds the consumer's position: a
+        broker that lost its log (Tansu's memory storage, killed) numbers from 0 again, and a consumer left past the
+        new log's end would skip every record up to its old position, acknowledged ones among them.
+        The end the broker reports is not trusted alone: Tansu's ListOffsets(latest) answers the last record batch's
+        base offset + 1 (5 records in one batch: 1), so a position beyond it is checked by reading that last batch."""
+        from kafka import TopicPartition
+
+        tp = TopicPartition(self.fn.msk["topic"], self.partition)
+        position = consumer.position(tp)
+        reported_end = consumer.end_offsets([tp])[tp]
+        if position <= reported_end:
+            return
+        end, read = reported_end, reported_end == 0
+        if not read:
+            consumer.seek(tp, reported_end - 1)
+            deadline = time.monotonic() + 5
+            while end < position and time.monotonic() < deadline:
+                records = consumer.poll(timeout_ms=200).get(tp, [])
+                if records:
+                    end, read = records[-1].offset + 1, True
+                elif read:
+                    break  # read to the end
+            if not read:  # the last batch could not be read: no verdict, ask again later
+                consumer.seek(tp, position)
+                return
+        if end >= position:
+            consumer.seek(tp, position)
+            return
+        log.warning("%s partition %d: the broker's log ends at %d, before this consumer's position %d (the broker "
+                    "lost its log); reading the partition again from its beginning", self.fn.name, self.partition, end, position)
+        consumer.seek_to_beginning(tp)
 
     def _poll_once(self, consumer, handler) -> None:
         """Deliver one batch under the trigger's error contract (_deliver); commit, per partition, up to the first
@@ -180,6 +224,9 @@ class MskPoller(threading.Thread):
 
         batch = self._collect(consumer, self.fn.msk)
         if not batch:
+            if time.monotonic() - self.position_checked_at >= self.POSITION_CHECK_S:
+                self._check_position(consumer)
+                self.position_checked_at = time.monotonic()
             return
         settled = self._deliver(handler, batch)
         commit, rewind = {}, {}
@@ -312,6 +359,37 @@ class Scheduler(threading.Thread):
                 log.exception("scheduled function %s failed", self.fn.name)
 
 
+def _note_signals() -> list:
+    """SIGTERM and SIGINT are only noted (appended to the list returned): the main loop acts on them. A handler
+    that takes a lock (Event.set) can deadlock against the very code it interrupted."""
+    noted: list = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda signum, _frame: noted.append(signum))
+    return noted
+
+
+def start_msk_pollers(fn: template.Function, bootstrap: str, partitions: list[int]) -> list[int]:
+    """A process per partition, each running that partition's MskPoller (Lambda runs the pollers' invocations side by
+    side in execution environments of their own; one process also keeps each partition's writer off the others' GIL)."""
+    handler = _load_handler(fn)
+    pids = []
+    for partition in partitions:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signalled, stop = _note_signals(), threading.Event()
+                poller = MskPoller(fn, bootstrap, stop, partition, handler)
+                poller.start()
+                while not signalled:
+                    time.sleep(0.2)
+                stop.set()
+                poller.join(timeout=10)
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    return pids
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--template", default=str(REPO / "template.yaml"))
@@ -336,23 +414,27 @@ def main(argv=None) -> int:
     schedule_override = os.environ.get("HOTLEDGER_LOCAL_SCHEDULE_RATE_S")
     stop = threading.Event()
     children: list[int] = []
-    # fork the API workers before any thread exists in this process
+    # fork the API workers and the MSK pollers before any thread exists in this process
     for fn in functions:
         if fn.api and not args.no_api:
             children += start_api_workers(fn, args.host, args.port, args.api_workers, authorizer, functions)
             log.info("%s: http://%s:%d (%d workers)", fn.name, args.host, args.port, args.api_workers)
-    if issuer is not None:
-        issuer.serve_in_thread()
-        log.info("local dev issuer %s: tokens with `make token`", dev_issuer.ISSUER)
-    threads: list[threading.Thread] = []
     for fn in functions:
         # with the Redis Streams transport nothing goes to Kafka: the scheduled drainer persists (as in AWS,
         # where the template then creates no MSK trigger)
         if fn.msk and not args.no_msk and os.environ.get("EVENT_TRANSPORT", "kafka") == "kafka":
             fn.msk["topic"] = os.environ.get("KAFKA_TOPIC", fn.msk["topic"])  # like --parameter-overrides KafkaTopic=...
-            threads.append(MskPoller(fn, bootstrap, stop))
-            log.info("%s: MSK topic %s, batch %d, window %.1fs", fn.name, fn.msk["topic"], fn.msk["batch_size"], fn.msk["window_s"])
-        if not args.no_schedules:
+            services.ensure_topic(bootstrap, fn.msk["topic"], services.LOCAL_PARTITIONS)
+            partitions = services.topic_partitions(bootstrap, fn.msk["topic"])
+            children += start_msk_pollers(fn, bootstrap, partitions)
+            log.info("%s: MSK topic %s, %d partitions (a poller each), batch %d, window %.1fs", fn.name, fn.msk["topic"],
+                     len(partitions), fn.msk["batch_size"], fn.msk["window_s"])
+    if issuer is not None:
+        issuer.serve_in_thread()
+        log.info("local dev issuer %s: tokens with `make token`", dev_issuer.ISSUER)
+    threads: list[threading.Thread] = []
+    if not args.no_schedules:
+        for fn in functions:
             for rate in fn.schedules:
                 every = float(schedule_override) if schedule_override else rate
                 threads.append(Scheduler(fn, every, stop))
@@ -360,19 +442,17 @@ def main(argv=None) -> int:
     for thread in threads:
         thread.start()
 
-    def shutdown(*_):
-        stop.set()
-
-    signal.signal(signal.SIGTERM, shutdown)
-    signal.signal(signal.SIGINT, shutdown)
+    signalled = _note_signals()
     try:
-        while not stop.wait(1.0):
+        while not signalled:
+            time.sleep(0.2)
             for pid in children:
                 done, _ = os.waitpid(pid, os.WNOHANG)
                 if done:
-                    log.error("API worker %d exited; stopping", pid)
-                    stop.set()
+                    log.error("child process %d exited; stopping", pid)
+                    signalled.append(signal.SIGTERM)
     finally:
+        stop.set()
         for pid in children:
             try:
                 os.kill(pid, signal.SIGTERM)

@@ -43,9 +43,7 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], timestamp_ms: int 
 
 def _drive(fn, bootstrap: str, handler, until_committed: int) -> MskPoller:
     """Run the trigger's poll loop with this handler until the group committed `until_committed` records."""
-    poller = MskPoller.__new__(MskPoller)
-    threading.Thread.__init__(poller, daemon=True)
-    poller.fn, poller.bootstrap, poller.stop_event, poller.handler = fn, bootstrap, threading.Event(), handler
+    poller = MskPoller(fn, bootstrap, threading.Event(), 0, handler)  # the topic's one partition
     poller.commit_delay_s, poller.retry_backoff_s = 0.0, 0.01
     consumer = poller._consumer()
     tp = TopicPartition(fn.msk["topic"], 0)
