@@ -4,7 +4,8 @@ one transaction. Any transient failure (DB or Redis down) raises, so the whole b
 because persisting is idempotent, a retry or re-delivery changes nothing twice."""
 from __future__ import annotations
 
-import base64
+import binascii
+import gc
 
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -15,13 +16,18 @@ from hotledger.runtime import event_keys, writer
 logger = observability.logger()
 metrics = observability.metrics()
 tracer = observability.tracer()
+# what the imports made lives as long as the process: kept out of the collector's full passes, which otherwise
+# scan it again and again while a batch of a thousand events is decoded (tens of ms, the batch's p99)
+gc.collect()
+gc.freeze()
 
 
 def msk_records(event: dict) -> list[RawRecord]:
     """The records of an MSK event in partition order, base64 decoded."""
+    # binascii.a2b_base64 is base64.b64decode without its per-call argument handling (a tenth of a batch's decode)
     return [RawRecord(record["topic"], record["partition"], record["offset"],
-                      base64.b64decode(record["key"]) if record.get("key") else None,
-                      base64.b64decode(record["value"]) if record.get("value") else None)
+                      binascii.a2b_base64(record["key"]) if record.get("key") else None,
+                      binascii.a2b_base64(record["value"]) if record.get("value") else None)
             for records in event.get("records", {}).values() for record in records]
 
 

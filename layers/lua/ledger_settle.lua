@@ -3,9 +3,9 @@
 -- KEYS[1] user:order:consistency:{uid}  zset
 -- KEYS[2] user:balance:{uid}            hash
 -- KEYS[3..n] user:order:{uid}:<id>      entry strings of the persisted entries: each becomes
---                                       'settled;<entry string>' for SETTLED_TTL_S (resend evidence, below)
+--                                       'settled;<entry string>' for SETTLED_TTL_S (resend evidence, below); the
+--                                       entry ids (the consistency set's members) are the keys' last part
 -- ARGV[1] comma-separated epochs of the persisted entries
--- ARGV[2..] persisted entry ids
 -- Returns {removed from the zset, 1 if the account was flagged dirty else 0}.
 -- Resend evidence: redis-py resends a ledger_apply whose reply was lost, up to RETRY_HORIZON_S (dal/redis_store.py,
 -- ~18 s) after the first attempt, while the writer may persist and settle the charge within milliseconds. The
@@ -14,7 +14,11 @@
 -- many times the horizon; only a Redis stalled longer than that with the resend in its input buffer escapes it.
 local SETTLED_TTL_S = 300
 local removed = 0
-if #ARGV > 1 then removed = redis.call('ZREM', KEYS[1], unpack(ARGV, 2)) end
+if #KEYS > 2 then
+  local ids = {}
+  for i = 3, #KEYS do ids[#ids + 1] = string.match(KEYS[i], ':(%d+)$') end
+  removed = redis.call('ZREM', KEYS[1], unpack(ids))
+end
 for i = 3, #KEYS do
   local entry = redis.call('GET', KEYS[i])
   if entry and string.sub(entry, 1, 8) ~= 'settled;' then

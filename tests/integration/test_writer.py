@@ -72,11 +72,13 @@ def test_poison_records_are_dead_lettered_not_retried(api, redis_client, sql, se
 
 
 def test_a_rolled_back_entry_is_never_persisted(api, redis_client, sql):
-    """The publish timed out but the event reached the broker: the API rolled back, the writer must skip it."""
+    """The publish timed out but the event reached the broker: the API rolled back, the writer must skip it. The
+    API's rollback as LedgerService._undo makes it: recorded in the DB (not persisted yet), then given back in Redis."""
     user_id = api.account(balance="10.00")
     api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
     records = _pending_records(redis_client, user_id)
     deduct_id = json.loads(records[-1][3])["id"]
+    assert ledger().store.record_rollback(user_id, deduct_id, "D") is False  # not persisted: rolled back for good
     assert ledger().store.rollback(user_id, deduct_id, None).status is RollbackStatus.ROLLED_BACK
     invoke_writer(records)
     assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((0,),)

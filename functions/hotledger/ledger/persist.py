@@ -3,12 +3,13 @@
 One transaction per batch: the touched accounts are locked, entries the DB already holds are skipped (a
 replay changes nothing), the rest go in with multi-row INSERTs, and each account moves by the sum of its new
 entries' deltas (order-independent, so an out-of-order batch cannot move a balance backwards) while its
-version only ever rises. Before the commit every entry is claimed in Redis (a Redis tombstone skips an entry the
-API rolled back, cheaply), and under the account row locks the DB's rollback records (t_rolled_back) are read:
-an entry recorded there is never persisted, whatever Redis lost and however old the event (a replay from
-TRIM_HORIZON), and is given back in Redis if still pending there. The API records a rollback under the same row
-lock, after checking the entry is not persisted, so a rollback and a commit never both win. After the commit the
-entries leave the consistency set.
+version only ever rises. Under the account row locks the DB's rollback records (t_rolled_back) are read: an entry
+recorded there is never persisted, whatever Redis lost and however old the event (a replay from TRIM_HORIZON), and
+is given back in Redis if still pending there. The API records a rollback under the same row lock, after checking
+the entry is not persisted, and only then gives the charge back in Redis (LedgerService._undo), so a rollback and a
+commit never both win, and a Redis claim of the entries (as the voucher and red packet persisters take) would
+decide nothing the DB does not: the writer takes none, a script call per account and batch saved. After the commit
+the entries leave the consistency set (ledger_settle.lua, one call per account, pipelined).
 
 An entry with an Idempotency-Key writes the key's answer (t_idempotency) in the same transaction, so the key is
 answered from the DB once Redis forgot it (expired after a day, lost, or the account went SYNC). A key holds one
@@ -21,12 +22,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hotledger import keys
 from hotledger.ledger.service import fingerprint
 from hotledger.ledger.store import AccountMove, IdempotentAnswer, LedgerStore
 from hotledger.outbox.events import LedgerEvent
 from hotledger.outbox.store import OutboxStore
-from hotledger.outbox.writer import PersistReport, dedupe_and_claim, isolating_refusals, rejected
+from hotledger.outbox.writer import PersistReport, distinct, isolating_refusals, rejected
 
 
 def split_by_db(events: list[LedgerEvent],
@@ -85,18 +85,17 @@ class LedgerPersister:
     @isolating_refusals(lambda e: (str(e.user_id), e.id))
     def persist(self, events: list[LedgerEvent]) -> PersistReport:
         report = PersistReport()
-        claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
-            self.outbox, events, lambda e: e.id, lambda e: e.user_id, lambda user_id, e: keys.fate(user_id, e.id))
+        unique, report.duplicates = distinct(events, lambda e: e.id)
         with self.store.transaction() as tx:
-            versions = tx.lock_accounts({e.user_id for e in claimed})
-            orphans = [e for e in claimed if e.user_id not in versions]
-            known = [e for e in claimed if e.user_id in versions]
+            versions = tx.lock_accounts({e.user_id for e in unique})
+            orphans = [e for e in unique if e.user_id not in versions]
+            known = [e for e in unique if e.user_id in versions]
             # the DB's rollback records, read under the row locks the API records them under: an entry rolled back
-            # there is skipped whatever Redis says (its tombstone lost, or expired before a replay)
+            # there is skipped
             undone = tx.rolled_back([e.id for e in known])
             given_back = [e for e in known if e.id in undone]
             known = [e for e in known if e.id not in undone]
-            report.rolled_back += len(given_back)
+            report.rolled_back = len(given_back)
             fresh, clashes = split_by_db(known, tx.stored_entries([(e.id, e.kind) for e in known]))
             report.duplicates += len(known) - len(fresh) - len(clashes)
             keyed = sorted({(e.user_id, e.idem_key) for e in fresh if e.idem_key is not None})
@@ -114,7 +113,7 @@ class LedgerPersister:
             report.dead_lettered = self.outbox.dead_letter(tx.cursor, dead)
         report.applied = len(fresh)
         report.flagged_accounts = self._settle(known)
-        for e in given_back:  # rare: the API's own give-back did not run (or has not yet); it is idempotent
+        for e in given_back:  # the API gave it back already, unless its give-back failed (or has not run yet): idempotent
             self.store.rollback(e.user_id, e.id, e.idem_key)
         return report
 

@@ -491,7 +491,7 @@ class LedgerStore:
         for user_id, events in persisted.items():
             self.lua.run("ledger_settle",
                          [keys.consistency(user_id), keys.balance(user_id), *(keys.entry(user_id, e.id) for e in events)],
-                         [",".join(sorted({e.epoch for e in events})), *(e.id for e in events)], client=pipe)
+                         [",".join(sorted({e.epoch for e in events}))], client=pipe)
         return {user_id: SettleReply(removed, flagged == 1) for user_id, (removed, flagged) in zip(persisted, pipe.execute())}
 
 
@@ -526,8 +526,8 @@ class LedgerTx:
         if not user_ids:
             return {}
         ordered = sorted(user_ids)
-        self.cursor.execute(f"SELECT user_id, version FROM t_account WHERE user_id IN ({_marks(ordered)})"
-                            " ORDER BY user_id FOR UPDATE", ordered)
+        self.cursor.execute(f"SELECT user_id, version FROM t_account WHERE user_id IN ({_ints(ordered)})"
+                            " ORDER BY user_id FOR UPDATE")
         return dict(self.cursor.fetchall())
 
     def stored_entries(self, ids_and_kinds: list[tuple[int, str]]) -> dict[int, tuple[int, int, int]]:
@@ -537,7 +537,7 @@ class LedgerTx:
         for kind, (table, amount_col) in ENTRY_TABLES.items():
             ids = [entry_id for entry_id, entry_kind in ids_and_kinds if entry_kind == kind]
             if ids:
-                self.cursor.execute(f"SELECT id, user_id, {amount_col}, version FROM {table} WHERE id IN ({_marks(ids)})", ids)
+                self.cursor.execute(f"SELECT id, user_id, {amount_col}, version FROM {table} WHERE id IN ({_ints(ids)})")
                 found.update((row[0], tuple(row[1:])) for row in self.cursor.fetchall())
         return found
 
@@ -546,7 +546,7 @@ class LedgerTx:
         caller holds: the API records a rollback under the same lock, so the two cannot both win."""
         if not entry_ids:
             return set()
-        self.cursor.execute(f"SELECT change_id FROM t_rolled_back WHERE change_id IN ({_marks(entry_ids)})", entry_ids)
+        self.cursor.execute(f"SELECT change_id FROM t_rolled_back WHERE change_id IN ({_ints(entry_ids)})")
         return {row[0] for row in self.cursor.fetchall()}
 
     def idempotent_answer(self, user_id: int, idem_key: str) -> IdempotentAnswer | None:
@@ -641,3 +641,9 @@ def _insert_entries(kind: str) -> str:
 
 def _marks(values: list) -> str:
     return ",".join(["%s"] * len(values))
+
+
+def _ints(values) -> str:
+    """An IN list of ints, formatted directly (%d refuses anything but a number): the driver's escaping of a
+    thousand ids costs more than the query."""
+    return ",".join(["%d" % v for v in values])

@@ -1,8 +1,10 @@
 """Batch writer: events -> MySQL, exactly once. It routes each event type to its feature's persister
 (ledger/persist.py, vouchers, red packets), each batch of a type in one transaction, and dead-letters what
 can never apply. Every persister keeps the same contract:
-- it claims each event's fate key in Redis before its commit (dedupe_and_claim), so a change the API rolled
-  back is skipped and a late rollback cannot undo a persisted one;
+- a change the API rolled back is never persisted, and a late rollback cannot undo a persisted one: the DB's
+  rollback records decide, read under the row locks the API records them under; the voucher and red packet
+  persisters also claim each event's fate key in Redis before their commit (dedupe_and_claim), the ledger's does
+  not need to (ledger/persist.py);
 - what the DB holds already is skipped: a replay or a re-delivery changes nothing;
 - what can never apply is dead-lettered with the reason, not retried: what the persister judges itself (an id
   clash, an unknown account), and what the DB refuses for one record's data (a unique key such as
@@ -56,16 +58,22 @@ def rejected(key: str, event_id: int, event, why: str) -> PoisonRecord:
     return PoisonRecord(REJECTED_TOPIC, -1, event_id, key.encode(), event.model_dump_json().encode(), why)
 
 
-def dedupe_and_claim(outbox: OutboxStore, events: list, event_id, slot_of, fate_key) -> tuple[list, int, int]:
-    """Drop repeated ids, then claim every event's fate key, one claim script per slot (account, voucher,
-    packet). Returns (the claimed events, how many repeats, how many the API rolled back first)."""
+def distinct(events: list, event_id) -> tuple[list, int]:
+    """(the events with repeated ids dropped, how many repeats)."""
     unique = list({event_id(e): e for e in events}.values())
+    return unique, len(events) - len(unique)
+
+
+def dedupe_and_claim(outbox: OutboxStore, events: list, event_id, slot_of, fate_key) -> tuple[list, int, int]:
+    """Drop repeated ids, then claim every event's fate key, one claim script per slot (voucher, packet).
+    Returns (the claimed events, how many repeats, how many the API rolled back first)."""
+    unique, repeats = distinct(events, event_id)
     by_slot = defaultdict(list)
     for e in unique:
         by_slot[slot_of(e)].append(e)
     verdicts = outbox.claim([[fate_key(slot, e) for e in group] for slot, group in by_slot.items()])
     claimed = [e for group, marks in zip(by_slot.values(), verdicts) for e, mark in zip(group, marks) if mark]
-    return claimed, len(events) - len(unique), len(unique) - len(claimed)
+    return claimed, repeats, len(unique) - len(claimed)
 
 
 def isolating_refusals(dead_letter_id: Callable[[object], tuple[str, int]],

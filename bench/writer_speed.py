@@ -1,0 +1,183 @@
+"""The writer's speed, partitions side by side: figures, never assertions.
+
+- writer rows/s with 1 writer and with one per partition (LOCAL_PARTITIONS, each in a process of its own as the event
+  source mapping's pollers invoke their own function instances): the writer's Lambda handler given MSK events of
+  signed ledger events (decode, MAC check, persist: one transaction per batch, then the Redis settle), batches of the
+  template's BatchSize over 200 accounts; an account's events all go to one partition, as the publisher keys them;
+- the ack->DB lag p50/p99 at the bench's offered load: deducts acknowledged by the API (ASYNC), persisted by the
+  local runtime's pollers over the broker, the lag read from t_order.persist_time.
+Runs on the bench's own Redis, schema and topic (bench/run.py's environment; alone, the schema
+hotledger_bench_writer). Alone (from the repo root):
+    PYTHONPATH=functions:. .venv/bin/python bench/writer_speed.py [--quick] [--profile]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import multiprocessing as mp
+import os
+import pstats
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
+
+TOPIC = "hotledger.bench.writer"
+
+
+def template_batch_size() -> int:
+    """The writer's MSK BatchSize in template.yaml: the bench writes batches as large as the deployment's."""
+    from infra.localrt.template import load
+
+    return next(f.msk["batch_size"] for f in load(REPO / "template.yaml") if f.name == "WriterFunction")
+
+
+def msk_batches(partition: int, user_ids: list[int], rows: int, batch: int, first_version: int) -> list[dict]:
+    """MSK events of `rows` signed ledger events over user_ids (one partition's accounts), `batch` records each."""
+    from hotledger.outbox.events import LedgerEvent, signed
+    from hotledger.runtime import event_keys, id_generator
+
+    from infra.localrt import events
+
+    keyring, ids, now = event_keys().keyring(), id_generator(), int(time.time() * 1000)
+    records = []
+    for i in range(rows):
+        user_id = user_ids[i % len(user_ids)]
+        event = LedgerEvent(type="ledger", id=ids.next_id(), kind="R", user_id=user_id, amount=100, balance_after=100,
+                            version=first_version + i, epoch="bench", ts=now, open="1")
+        value = json.dumps(signed(event.model_dump(), keyring)).encode()
+        records.append((partition, i, str(user_id).encode(), value, now))
+    return [events.msk(TOPIC, records[i:i + batch]) for i in range(0, rows, batch)]
+
+
+def _writer_process(warm_up: dict, batches: list[dict], start, out, profile: bool) -> None:
+    """One partition's writer: its own process, warmed up (imports, connections), then its batches one after another."""
+    sys.stdout = open(os.devnull, "w")  # the handler prints an EMF line per invocation
+    from writer.app import handler
+
+    from infra.localrt.events import LambdaContext
+
+    context = LambdaContext("WriterFunction")
+    handler(warm_up, context)
+    start.wait()
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
+    for event in batches:
+        handler(event, context)
+    ended = time.time()
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(str(REPO / ".state" / f"writer-{os.getpid()}.prof"))
+    out.put(ended)
+
+
+def writer_rows_per_s(call, writers: int, rows_per_writer: int, accounts: int, profile: bool = False) -> float:
+    """Rows/s of `writers` processes side by side, each persisting its partition's batches; accounts split among them."""
+    ctx = mp.get_context("spawn")
+    user_ids = [call("POST", "/accounts", {"user_name": f"ws-{uuid.uuid4().hex[:10]}"})[1]["user_id"] for _ in range(accounts)]
+    batch = template_batch_size()
+    start, out = ctx.Barrier(writers + 1), ctx.Queue()
+    procs = []
+    for p in range(writers):
+        mine = user_ids[p::writers]
+        warm_up = msk_batches(p, mine[:1], 1, 1, 2)[0]
+        batches = msk_batches(p, mine, rows_per_writer, batch, 3)
+        procs.append(ctx.Process(target=_writer_process, args=(warm_up, batches, start, out, profile)))
+    for proc in procs:
+        proc.start()
+    start.wait()
+    started = time.time()
+    ended = max(out.get() for _ in procs)
+    for proc in procs:
+        proc.join()
+    return round(writers * rows_per_writer / (ended - started), 1)
+
+
+def ack_to_db_lag(call, run_workers, pct, env: dict, procs: int, seconds: float, rate: float, log_dir: Path) -> dict:
+    """Deducts at `rate`/s over 100 accounts through the API (in-process, ASYNC); the local runtime's pollers persist
+    them from the broker; the lag of each deduct acknowledged after a 3 s ramp, ack -> t_order.persist_time."""
+    from hotledger.dal import db
+
+    user_ids = []
+    for _ in range(100):
+        user_id = call("POST", "/accounts", {"user_name": f"lag-{uuid.uuid4().hex[:10]}"})[1]["user_id"]
+        call("POST", f"/accounts/{user_id}/recharge", {"amount": "1000000.00"})
+        user_ids.append(user_id)
+    writer_proc = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--no-api", "--no-schedules"], cwd=REPO,
+                                   env=env, stdout=open(log_dir / "writer-runtime.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        time.sleep(8)  # the pollers start and take the setup events
+        started = time.time()
+        latencies, acks = run_workers(procs, user_ids, seconds, rate)
+        window = [a for a in acks if a[1] / 1000 >= started + 3]
+        pending = {order_id: acked for order_id, acked in window}
+        deadline, persisted = time.monotonic() + 120, {}
+        while time.monotonic() < deadline and len(persisted) < len(pending):
+            time.sleep(1)
+            chunk = [i for i in pending if i not in persisted]
+            for i in range(0, len(chunk), 5000):
+                part = chunk[i:i + 5000]
+                rows = db.query(f"SELECT id, UNIX_TIMESTAMP(persist_time) * 1000 FROM t_order WHERE id IN ({','.join(['%s'] * len(part))})", part)
+                persisted.update((row[0], float(row[1])) for row in rows)
+        lags = [persisted[i] - pending[i] for i in persisted]
+        return {"target_deducts_per_s": rate, "achieved_deducts_per_s": round(len(window) / seconds, 1),
+                "ack_to_db_lag_p50_ms": pct(lags, 0.5), "ack_to_db_lag_p99_ms": pct(lags, 0.99),
+                "ack_to_db_lag_max_ms": round(max(lags), 1) if lags else None, "not_persisted": len(pending) - len(persisted)}
+    finally:
+        writer_proc.terminate()
+        writer_proc.wait()
+
+
+def figures(call, run_workers, pct, env: dict, procs: int, quick: bool, log_dir: Path, profile: bool = False) -> dict:
+    from infra import services
+
+    partitions = services.LOCAL_PARTITIONS
+    rows = 5_000 if quick else 20_000
+    one = writer_rows_per_s(call, 1, rows, 200, profile)
+    side_by_side = writer_rows_per_s(call, partitions, rows // partitions, 200, profile)
+    out = {"writer_batch_rows": template_batch_size(), "writer_partitions": partitions,
+           "writer_rows_per_s_1_writer": one, "writer_rows_per_s": side_by_side,
+           "writer_partitions_vs_1_ratio": round(side_by_side / one, 2)}
+    out.update(ack_to_db_lag(call, run_workers, pct, env, procs, 5 if quick else 15, 2000, log_dir))
+    return out
+
+
+def main() -> int:
+    import run
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--procs", type=int, default=8, help="API client processes for the lag's offered load")
+    parser.add_argument("--profile", action="store_true", help="cProfile each writer process: .state/writer-<pid>.prof")
+    parser.add_argument("--no-lag", action="store_true", help="the writer figures alone")
+    args = parser.parse_args()
+    with run.environment("hotledger_bench_writer") as (_cfg, _redis, state):
+        env = {**os.environ}
+        real_stdout = sys.stdout
+        run._quiet()
+        call = run._api()
+        if args.no_lag:
+            rows = 5_000 if args.quick else 20_000
+            from infra import services
+
+            result = {"writer_rows_per_s_1_writer": writer_rows_per_s(call, 1, rows, 200, args.profile),
+                      "writer_rows_per_s": writer_rows_per_s(call, services.LOCAL_PARTITIONS, rows // services.LOCAL_PARTITIONS,
+                                                             200, args.profile)}
+        else:
+            result = figures(call, run.run_workers, run._pct, env, args.procs, args.quick, state, args.profile)
+        sys.stdout = real_stdout
+    print(json.dumps(result, indent=2))
+    if args.profile:
+        stats = pstats.Stats(*[str(p) for p in (REPO / ".state").glob("writer-*.prof")])
+        stats.sort_stats("cumulative").print_stats(45)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
