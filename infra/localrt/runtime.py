@@ -423,7 +423,12 @@ def main(argv=None) -> int:
         # with the Redis Streams transport nothing goes to Kafka: the scheduled drainer persists (as in AWS,
         # where the template then creates no MSK trigger)
         if fn.msk and not args.no_msk and os.environ.get("EVENT_TRANSPORT", "kafka") == "kafka":
-            fn.msk["topic"] = os.environ.get("KAFKA_TOPIC", fn.msk["topic"])  # like --parameter-overrides KafkaTopic=...
+            topic = os.environ.get("KAFKA_TOPIC", fn.msk["topic"])  # like --parameter-overrides KafkaTopic=...
+            if topic != fn.msk["topic"]:
+                # a group of its own per topic, as each stack's mapping has: runtimes of other topics on the same broker
+                # (test stacks, benchmarks) neither share its offsets nor hold members in it (a group with members
+                # refuses the commits of consumers assigned their partitions)
+                fn.msk.update(topic=topic, group_id=f"{fn.msk['group_id']}.{topic}")
             services.ensure_topic(bootstrap, fn.msk["topic"], services.LOCAL_PARTITIONS)
             partitions = services.topic_partitions(bootstrap, fn.msk["topic"])
             children += start_msk_pollers(fn, bootstrap, partitions)
