@@ -105,6 +105,11 @@ def kafka_python_config(cfg: Settings) -> dict:
     }
 
 
+# the fetch of a partition's last records: Tansu holds a fetch this long even when it has the records (the clients'
+# default, 500 ms, made each end_offsets() half a second)
+END_FETCH_WAIT_MS = 10
+
+
 class _Confluent:
     def __init__(self, cfg: Settings):
         from confluent_kafka import Producer
@@ -130,7 +135,8 @@ class _Confluent:
 
         # never subscribes: no group join, only metadata, ListOffsets and one fetch per non-empty partition
         reader = Consumer({**self.connection, "group.id": "hotledger-end-offsets", "enable.auto.commit": False,
-                           "enable.partition.eof": True, "auto.offset.reset": "latest"})
+                           "enable.partition.eof": True, "auto.offset.reset": "latest",
+                           "fetch.wait.max.ms": END_FETCH_WAIT_MS})
         try:
             partitions = reader.list_topics(topic, timeout=self.timeout_s).topics[topic].partitions
             listed = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout_s, cached=False)[1]
@@ -180,7 +186,7 @@ class _KafkaPython:
         from kafka import KafkaConsumer, TopicPartition
 
         reader = KafkaConsumer(**self.connection, request_timeout_ms=int(self.timeout_s * 1000) + 1,
-                               enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=100)
+                               enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=END_FETCH_WAIT_MS)
         try:
             partitions = reader.partitions_for_topic(topic) or set()
             listed = {tp.partition: end for tp, end in reader.end_offsets([TopicPartition(topic, p) for p in partitions]).items()}
