@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import statistics
@@ -17,6 +16,8 @@ import sys
 import threading
 import time
 import uuid
+
+from workers import START_ALLOWANCE_S, gather
 
 REDISSON_OFFER = """
 local value = struct.pack('dLc0', tonumber(ARGV[2]), string.len(ARGV[3]), ARGV[3]);
@@ -152,15 +153,9 @@ def _lock_worker(kind: str, name: str, stop_at: float, hold_s: float, out) -> No
 
 
 def _contended(kind: str, procs: int, seconds: float, hold_s: float) -> tuple[float, float]:
-    ctx = mp.get_context("spawn")
-    out, name = ctx.Queue(), f"bench-{kind}-{uuid.uuid4().hex[:6]}"
+    name = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
     stop_at = time.monotonic() + 2 + seconds
-    workers = [ctx.Process(target=_lock_worker, args=(kind, name, stop_at, hold_s, out)) for _ in range(procs)]
-    for w in workers:
-        w.start()
-    results = [out.get() for _ in workers]
-    for w in workers:
-        w.join()
+    results = gather(_lock_worker, [(kind, name, stop_at, hold_s)] * procs, 2 + seconds + START_ALLOWANCE_S)
     acquired, commands = sum(a for a, _ in results), sum(c for _, c in results)
     return acquired / seconds, commands / max(acquired, 1)
 

@@ -5,7 +5,11 @@ sale of N buckets hammered until sold out never answers more orders than its sto
 Called by bench/run.py (`make bench`, on the run's private Redis), or on its own against any Redis, a Cluster's
 configuration endpoint included (REDIS_URL and whatever else the service reads for it come from the environment):
 
-    .venv/bin/python bench/hot_voucher.py --redis-url redis://127.0.0.1:7000/0 --shards 8 --procs 8 --seconds 10
+    .venv/bin/python bench/hot_voucher.py --redis-url redis+cluster://127.0.0.1:7000 --shards 8 --procs 8 --seconds 10
+
+or on a private 3-master Redis Cluster of its own (the cluster step of `make bench`, figures named cluster_*):
+
+    nice -n 19 .venv/bin/python bench/hot_voucher.py --cluster --shards 8 --procs 4 --seconds 3 --quick
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import sys
 import time
 
 import sale
+from workers import START_ALLOWANCE_S, gather
 
 
 def _sale(call, stock: int, shards: int) -> str:
@@ -26,22 +31,23 @@ def _sale(call, stock: int, shards: int) -> str:
     return body["voucher_id"]
 
 
-def attempts_per_s(call, procs: int, seconds: float, shards: int, first_user: int) -> float:
-    """Every attempt a new buyer; the stock never runs out, so every attempt takes a unit in its home bucket."""
+def attempts_per_s(call, procs: int, seconds: float, shards: int, first_user: int) -> tuple[float, int, float]:
+    """Every attempt a new buyer; the stock never runs out, so every attempt takes a unit in its home bucket: the
+    attempts/s, how many were refused (anything but 0 says the figure measured refusals, not sales) and how late the
+    latest worker was for the window."""
     voucher_id = _sale(call, 10**7, shards)
-    warmup = 8.0  # spawn and import (slow when the machine is shared)
-    started = time.monotonic()
-    codes = sale._merge(sale._spawn(sale._order_worker, [
-        ("kafka", voucher_id, first_user + 10_000_000 * i, started + warmup + seconds, 10**9) for i in range(procs)]))
-    return round(sum(codes.values()) / (time.monotonic() - started - warmup), 1)
+    codes, late = sale.orders_window(voucher_id, procs, first_user, seconds, warmup=8.0)  # spawn and import, shared machine
+    return round(sum(codes.values()) / seconds, 1), sum(n for code, n in codes.items() if code != 200), late
 
 
 def oversell(call, procs: int, shards: int, stock: int, first_user: int) -> dict:
     """Buyers hammer a sale of `shards` buckets past its stock (the tail falls over between buckets)."""
     voucher_id = _sale(call, stock, shards)
     attempts = 2 * stock // procs + 1
-    codes = sale._merge(sale._spawn(sale._order_worker, [
-        ("kafka", voucher_id, first_user + 10_000_000 * i, time.monotonic() + 600, attempts) for i in range(procs)]))
+    now = time.monotonic()
+    codes = sale._merge([codes for codes, _ in gather(sale._order_worker, [
+        ("kafka", voucher_id, first_user + 10_000_000 * i, now, now + sale.ATTEMPTS_BOUND_S, attempts) for i in range(procs)],
+        sale.ATTEMPTS_BOUND_S + START_ALLOWANCE_S)])
     view = call("GET", f"/vouchers/{voucher_id}", None)[1]
     sold = codes.get(200, 0)
     return {"sharded_voucher_orders": sold, "sharded_voucher_stock": stock,
@@ -50,18 +56,40 @@ def oversell(call, procs: int, shards: int, stock: int, first_user: int) -> dict
 
 
 def figures(call, procs: int, seconds: float, shards: int, quick: bool) -> dict:
-    one = attempts_per_s(call, procs, seconds, 1, 400_000_000)
-    many = attempts_per_s(call, procs, seconds, shards, 500_000_000)
+    one, one_refused, one_late = attempts_per_s(call, procs, seconds, 1, 400_000_000)
+    many, many_refused, many_late = attempts_per_s(call, procs, seconds, shards, 500_000_000)
     result = {"hot_voucher_shards": shards, "hot_voucher_1_bucket_attempts_per_s": one,
               f"hot_voucher_{shards}_buckets_attempts_per_s": many,
-              "hot_voucher_buckets_vs_1_ratio": round(many / max(one, 0.1), 2)}
+              "hot_voucher_buckets_vs_1_ratio": round(many / max(one, 0.1), 2),
+              "hot_voucher_attempts_refused": one_refused + many_refused,
+              "hot_voucher_workers_late_s": round(max(one_late, many_late), 2)}
     result.update(oversell(call, procs, shards, 2_000 if quick else 10_000, 600_000_000))
     return result
 
 
+def on_cluster(call, cluster, procs: int, seconds: float, shards: int, quick: bool) -> dict:
+    """figures() with the service on a Redis Cluster (this process and the workers it spawns), named cluster_*, and
+    how many of its masters the N buckets of a sale reached (by the buckets' hash tags: a spread, not a plan)."""
+    from hotledger import keys, runtime
+
+    previous = os.environ["REDIS_URL"]
+    os.environ["REDIS_URL"] = cluster.url
+    runtime.reset()  # settings and clients are read once per process: read REDIS_URL again
+    try:
+        result = figures(call, procs, seconds, shards, quick)
+        probe = int(_sale(call, shards, shards))
+        result["hot_voucher_bucket_masters"] = len({cluster.master_of(keys.voucher(probe, k)).port for k in range(shards)})
+    finally:
+        os.environ["REDIS_URL"] = previous
+        runtime.reset()
+    return {f"cluster_{name}": value for name, value in result.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--redis-url", help="the Redis (or Redis Cluster configuration endpoint) to sell on")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--redis-url", help="the Redis (or Redis Cluster configuration endpoint) to sell on")
+    where.add_argument("--cluster", action="store_true", help="sell on a private 3-master Redis Cluster, as make bench does")
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5)
@@ -69,15 +97,24 @@ def main() -> int:
     args = parser.parse_args()
     import run
 
-    with run.environment():  # the DB schema and topic of a bench run (and a private Redis, unused with --redis-url)
-        if args.redis_url:
-            os.environ["REDIS_URL"] = args.redis_url
+    from hotledger import runtime
+
+    # the DB schema and topic of a bench run (and a private Redis, unused with --redis-url or --cluster)
+    with run.environment() as (_, _, state):
         real_stdout = sys.stdout
         run._quiet()
-        result = figures(run._api(), args.procs, args.seconds, args.shards, args.quick)
+        if args.cluster:
+            with run.private_cluster(state) as cluster:
+                result = on_cluster(run._api(), cluster, args.procs, args.seconds, args.shards, args.quick)
+        else:
+            if args.redis_url:
+                os.environ["REDIS_URL"] = args.redis_url
+                runtime.reset()  # the run's settings were read with its private Redis
+            result = figures(run._api(), args.procs, args.seconds, args.shards, args.quick)
         sys.stdout = real_stdout
     print(json.dumps(result, indent=2))
-    return 0 if result["sharded_voucher_oversell"] == 0 else 1
+    oversold = [name for name, value in result.items() if name.endswith("sharded_voucher_oversell") and value]
+    return 1 if oversold else 0
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import platform
 import re
@@ -29,13 +28,15 @@ sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
 from infra import services  # noqa: E402
 from infra.event_keys import local_keyring  # noqa: E402
 from infra.migrate import migrate  # noqa: E402
+from workers import START_ALLOWANCE_S, gather  # noqa: E402
 
 import writer_speed  # noqa: E402
 
 HOT_BALANCE = "90000000000.00"
 TARGETS = {"async_vs_sync_hot_ratio": (">=", 5), "service_vs_evalsha_ratio": (">=", 0.2), "writer_rows_per_s": (">=", 50000),
            "writer_batch_vs_row_ratio": (">=", 10), "ack_to_db_lag_p99_ms": ("<=", 300), "redpacket_grabs_per_s": (">=", 40000),
-           "seckill_oversell": ("<=", 0), "sharded_voucher_oversell": ("<=", 0), "delay_remove_p99_ms_100k": ("<=", 0.5),
+           "seckill_oversell": ("<=", 0), "sharded_voucher_oversell": ("<=", 0),
+           "cluster_sharded_voucher_oversell": ("<=", 0), "delay_remove_p99_ms_100k": ("<=", 0.5),
            "handler_vs_floor_cpu_ratio": ("<=", 1.5), "cluster_masters_used": (">=", 3)}
 
 
@@ -67,7 +68,7 @@ def _quiet() -> None:
     sys.stdout = open(os.devnull, "w")
 
 
-def deduct_worker(user_ids: list[int], stop_at: float, rate_per_s: float, out: mp.Queue) -> None:
+def deduct_worker(user_ids: list[int], stop_at: float, rate_per_s: float, out) -> None:
     _quiet()
     call = _api()
     latencies, acks, i = [], [], 0
@@ -87,16 +88,9 @@ def deduct_worker(user_ids: list[int], stop_at: float, rate_per_s: float, out: m
 
 
 def run_workers(procs: int, user_ids: list[int], seconds: float, rate_per_s: float = 0) -> tuple[list[float], list]:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
     stop_at = time.monotonic() + seconds + 3  # spawn and import take about a second
-    workers = [ctx.Process(target=deduct_worker, args=(user_ids, stop_at, rate_per_s / procs if rate_per_s else 0, out))
-               for _ in range(procs)]
-    for w in workers:
-        w.start()
-    results = [out.get() for _ in workers]
-    for w in workers:
-        w.join()
+    results = gather(deduct_worker, [(user_ids, stop_at, rate_per_s / procs if rate_per_s else 0)] * procs,
+                     seconds + 3 + START_ALLOWANCE_S)
     return [x for lat, _ in results for x in lat], [x for _, ack in results for x in ack]
 
 
@@ -131,7 +125,7 @@ def evalsha_redis_benchmark(redis_port: int, clients: int, requests: int) -> flo
     return float(re.findall(r"([\d.]+) requests per second", out)[-1])
 
 
-def redispy_worker(stop_at: float, out: mp.Queue) -> None:
+def redispy_worker(stop_at: float, out) -> None:
     from hotledger.dal.redis_store import lua as runner
 
     lua, n = runner(), 0
@@ -147,20 +141,13 @@ def evalsha_redispy(procs: int, seconds: float) -> float:
     from hotledger.dal.redis_store import lua
 
     lua().run("ledger_load", ["user:balance:{778}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
     stop_at = time.monotonic() + seconds + 1.5
-    workers = [ctx.Process(target=redispy_worker, args=(stop_at, out)) for _ in range(procs)]
-    for w in workers:
-        w.start()
-    total = sum(out.get() for _ in workers)
-    for w in workers:
-        w.join()
+    total = sum(gather(redispy_worker, [(stop_at,)] * procs, seconds + 1.5 + START_ALLOWANCE_S))
     return round(total / (seconds + 0.5), 1)  # workers start about a second late: a slight underestimate
 
 
 # --- over the local HTTP port ------------------------------------------------------------------------------
-def http_client(port: int, user_id: int, stop_at: float, threads: int, out: mp.Queue) -> None:
+def http_client(port: int, user_id: int, stop_at: float, threads: int, out) -> None:
     counts = [0] * threads
     body = json.dumps({"amount": "0.01"})
     from infra import dev_issuer
@@ -196,15 +183,8 @@ def http_throughput(call, env: dict, procs: int, seconds: float, log_dir: Path) 
         while not services.reachable("127.0.0.1", port) and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(2)  # workers import the handler
-        ctx = mp.get_context("spawn")
-        out = ctx.Queue()
         stop_at = time.monotonic() + seconds
-        clients = [ctx.Process(target=http_client, args=(port, user_id, stop_at, 8, out)) for _ in range(2)]
-        for c in clients:
-            c.start()
-        total = sum(out.get() for _ in clients)
-        for c in clients:
-            c.join()
+        total = sum(gather(http_client, [(port, user_id, stop_at, 8)] * 2, seconds + START_ALLOWANCE_S))
         return round(total / seconds, 1)
     finally:
         runtime.terminate()
@@ -270,16 +250,33 @@ def delay_lock_figures(args, seconds: float) -> dict:
     return figures
 
 
-def cluster_figures(redis_server, args, state: Path) -> dict:
-    """A private 3-master Redis Cluster beside the run's Redis: per-script Redis CPU on each, the keys' spread."""
+# the hot voucher's buckets on the 3-master cluster: 8 reach all 3 masters for most voucher ids (4 would in 64%)
+CLUSTER_VOUCHER_SHARDS = 8
+
+
+@contextlib.contextmanager
+def private_cluster(state: Path):
+    """A private 3-master Redis Cluster beside the run's Redis, stopped and removed after."""
     import cluster
 
     redis_cluster = cluster.start(state / "redis-cluster")
     try:
-        return cluster.figures(redis_server, redis_cluster, args.quick)
+        yield redis_cluster
     finally:
         redis_cluster.stop()
         shutil.rmtree(state / "redis-cluster", ignore_errors=True)
+
+
+def cluster_figures(call, redis_server, args, seconds: float, state: Path) -> dict:
+    """On a private Redis Cluster: per-script Redis CPU on it and on the run's Redis, the keys' spread, and the hot
+    voucher's 1 bucket vs N buckets through the handler."""
+    import cluster
+    import hot_voucher
+
+    with private_cluster(state) as redis_cluster:
+        figures = cluster.figures(redis_server, redis_cluster, args.quick)
+        figures.update(hot_voucher.on_cluster(call, redis_cluster, args.procs, seconds, CLUSTER_VOUCHER_SHARDS, args.quick))
+    return figures
 
 
 @contextlib.contextmanager
@@ -348,7 +345,7 @@ def main() -> int:
         figures.update(writer_speed.figures(call, run_workers, _pct, full_env, args.procs, args.quick, state))
         figures.update(sale_figures(call, cfg, redis_server.port, args, seconds, full_env, state))
         figures.update(delay_lock_figures(args, seconds))
-        figures.update(cluster_figures(redis_server, args, state))
+        figures.update(cluster_figures(call, redis_server, args, seconds, state))
         sys.stdout = real_stdout
     results = {
         "figures": figures,
@@ -397,6 +394,16 @@ BOUND_BY = {
                                      "its own publish): about twice a deduct's work",
     "cluster_masters_used": "60 accounts, 60 vouchers and 60 packets, each its own hash tag: CRC16 places them on the "
                             "masters, so the spread is the hash's, not a plan (cluster_script_calls_per_master)",
+    "cluster_hot_voucher_buckets_vs_1_ratio": "the hot voucher through the handler on the private 3-master cluster, 1 "
+                                              "bucket vs N (cluster_hot_voucher_bucket_masters of the 3 reached): the "
+                                              "handler processes, the broker's acks and the three Redis processes share "
+                                              "2 cores, so one master's thread is not what a sale waits on here: the "
+                                              "ratio moves with the machine's load, both ways, not with the buckets "
+                                              "(an attempt costs the same in either). Buckets move a sale's script calls "
+                                              "off one master; that scales only where masters and clients have CPUs of "
+                                              "their own, which this machine cannot show",
+    "cluster_sharded_voucher_oversell": "N buckets on different masters hammered past their stock: orders answered "
+                                        "beyond the stock plus units any bucket sold below 0; must be 0",
     "ledger_apply_redis_usec_per_call_single": "INFO commandstats usec of EVALSHA over its calls, this script's workload "
                                                "alone (pipelines of 200); the cluster figure sums the masters' deltas",
     "stream_vs_kafka_ratio": "end to end incl. persisting; the stream transport saves the publish round trip and the broker",

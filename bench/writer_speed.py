@@ -27,6 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
 
+from workers import START_ALLOWANCE_S, gather  # noqa: E402
+
 TOPIC = "hotledger.bench.writer"
 
 
@@ -55,8 +57,9 @@ def msk_batches(partition: int, user_ids: list[int], rows: int, batch: int, firs
     return [events.msk(TOPIC, records[i:i + batch]) for i in range(0, rows, batch)]
 
 
-def _writer_process(warm_up: dict, batches: list[dict], start, out, profile: bool) -> None:
-    """One partition's writer: its own process, warmed up (imports, connections), then its batches one after another."""
+def _writer_process(warm_up: dict, batches: list[dict], start, profile: bool, out) -> None:
+    """One partition's writer: its own process, warmed up (imports, connections), then, once every writer is ready,
+    its batches one after another. Hands back (started, ended)."""
     sys.stdout = open(os.devnull, "w")  # the handler prints an EMF line per invocation
     from writer.app import handler
 
@@ -64,7 +67,8 @@ def _writer_process(warm_up: dict, batches: list[dict], start, out, profile: boo
 
     context = LambdaContext("WriterFunction")
     handler(warm_up, context)
-    start.wait()
+    start.wait(timeout=START_ALLOWANCE_S)
+    started = time.time()
     profiler = cProfile.Profile() if profile else None
     if profiler:
         profiler.enable()
@@ -74,29 +78,20 @@ def _writer_process(warm_up: dict, batches: list[dict], start, out, profile: boo
     if profiler:
         profiler.disable()
         profiler.dump_stats(str(REPO / ".state" / f"writer-{os.getpid()}.prof"))
-    out.put(ended)
+    out.put((started, ended))
 
 
 def writer_rows_per_s(call, writers: int, rows_per_writer: int, accounts: int, profile: bool = False) -> float:
     """Rows/s of `writers` processes side by side, each persisting its partition's batches; accounts split among them."""
-    ctx = mp.get_context("spawn")
     user_ids = [call("POST", "/accounts", {"user_name": f"ws-{uuid.uuid4().hex[:10]}"})[1]["user_id"] for _ in range(accounts)]
     batch = template_batch_size()
-    start, out = ctx.Barrier(writers + 1), ctx.Queue()
-    procs = []
+    start = mp.get_context("spawn").Barrier(writers)  # gather spawns the workers
+    args = []
     for p in range(writers):
         mine = user_ids[p::writers]
-        warm_up = msk_batches(p, mine[:1], 1, 1, 2)[0]
-        batches = msk_batches(p, mine, rows_per_writer, batch, 3)
-        procs.append(ctx.Process(target=_writer_process, args=(warm_up, batches, start, out, profile)))
-    for proc in procs:
-        proc.start()
-    start.wait()
-    started = time.time()
-    ended = max(out.get() for _ in procs)
-    for proc in procs:
-        proc.join()
-    return round(writers * rows_per_writer / (ended - started), 1)
+        args.append((msk_batches(p, mine[:1], 1, 1, 2)[0], msk_batches(p, mine, rows_per_writer, batch, 3), start, profile))
+    spans = gather(_writer_process, args, 2 * START_ALLOWANCE_S)
+    return round(writers * rows_per_writer / (max(e for _, e in spans) - min(s for s, _ in spans)), 1)
 
 
 def ack_to_db_lag(call, run_workers, pct, env: dict, procs: int, seconds: float, rate: float, log_dir: Path) -> dict:

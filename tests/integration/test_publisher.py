@@ -68,3 +68,33 @@ def test_dead_broker_fails_within_the_timeout_and_a_restarted_one_is_used(client
         except publisher.NotAcknowledged:
             assert time.monotonic() < deadline, "the publisher never recovered"
     assert json.loads(_consume(broker.bootstrap, topic, 1)[0].value)["n"] == 2
+
+
+def _produce_batches(bootstrap: str, topic: str, batches: list[tuple[int, int]]) -> dict[int, int]:
+    """Each (partition, n): n records sent together and flushed, so a lingering producer puts them in one batch; the
+    partition -> next offset the broker acknowledged."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 500, "acks": "all"})
+    ends: dict[int, int] = {}
+
+    def delivered(err, msg) -> None:
+        assert err is None, err
+        ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
+
+    for partition, n in batches:
+        for i in range(n):
+            producer.produce(topic, partition=partition, value=json.dumps({"n": i}).encode(), on_delivery=delivered)
+        producer.flush(10)
+    return ends
+
+
+def test_end_offsets_are_past_every_record_of_multi_record_batches(client):
+    """Tansu answers ListOffsets(latest) with its last batch's base offset + 1: 5 records in one batch read as end 1.
+    The log hold lifts when the writer's watermark reaches these ends, so an under-reported end lifts it before the
+    writer applied the whole log."""
+    broker, topic = client
+    assert publisher.end_offsets() == {0: 0, 1: 0}
+    acknowledged = _produce_batches(broker.bootstrap, topic, [(0, 5), (0, 3), (1, 4)])
+    assert acknowledged == {0: 8, 1: 4}
+    assert publisher.end_offsets() == acknowledged

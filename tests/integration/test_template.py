@@ -134,6 +134,22 @@ def test_every_function_may_make_every_aws_call_it_makes(parameters):
     assert not denied, "AccessDenied in AWS:\n" + "\n".join(denied)
 
 
+def test_every_function_that_publishes_may_read_where_the_log_ends():
+    """A rebuilt voucher's or red packet's log hold reads the topic's last records (publisher.end_offsets: ListOffsets
+    alone under-reports on some brokers), in whichever function publishes and so may rebuild: on MSK a fetch without
+    kafka-cluster:ReadData is refused, and the hold would never lift."""
+    stack = cfn.Stack(expanded(), EXISTING)
+    cluster = EXISTING["MskClusterArn"].split(":cluster/", 1)[1]
+    publishers = []
+    for function in stack.functions():
+        topic = f"arn:aws:kafka:{cfn.REGION}:{cfn.ACCOUNT}:topic/{cluster}/{stack.environment(function).get('KAFKA_TOPIC')}"
+        statements = stack.statements_of(function)
+        if cfn.allowed(statements, "kafka-cluster:WriteData", topic):
+            publishers.append(function)
+            assert cfn.allowed(statements, "kafka-cluster:ReadData", topic), function
+    assert {"ApiFunction", "ReconcilerFunction"} <= set(publishers)
+
+
 def test_iam_matching_follows_the_wildcard_rules():
     grant = [{"Effect": "Allow", "Action": "ssm:GetParameter*", "Resource": "arn:aws:ssm:*:1:parameter/dev/hotledger/*"}]
     assert cfn.allowed(grant, "ssm:getparametersbypath", "arn:aws:ssm:us-east-1:1:parameter/dev/hotledger/x")

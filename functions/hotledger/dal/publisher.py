@@ -105,6 +105,11 @@ def kafka_python_config(cfg: Settings) -> dict:
     }
 
 
+# the fetch of a partition's last records: Tansu holds a fetch this long even when it has the records (the clients'
+# default, 500 ms, made each end_offsets() half a second)
+END_FETCH_WAIT_MS = 10
+
+
 class _Confluent:
     def __init__(self, cfg: Settings):
         from confluent_kafka import Producer
@@ -126,14 +131,34 @@ class _Confluent:
             raise NotAcknowledged(str(outcome.get("err", "no acknowledgement in time")))
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        # never subscribes: no group join, only metadata and ListOffsets requests
-        reader = Consumer({**self.connection, "group.id": "hotledger-end-offsets", "enable.auto.commit": False})
+        # never subscribes: no group join, only metadata, ListOffsets and one fetch per non-empty partition
+        reader = Consumer({**self.connection, "group.id": "hotledger-end-offsets", "enable.auto.commit": False,
+                           "enable.partition.eof": True, "auto.offset.reset": "latest",
+                           "fetch.wait.max.ms": END_FETCH_WAIT_MS})
         try:
             partitions = reader.list_topics(topic, timeout=self.timeout_s).topics[topic].partitions
-            return {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout_s, cached=False)[1]
-                    for p in partitions}
+            listed = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout_s, cached=False)[1]
+                      for p in partitions}
+            ends, unread = dict(listed), {p for p, end in listed.items() if end > 0}
+            if unread:
+                reader.assign([TopicPartition(topic, p, listed[p] - 1) for p in unread])
+            deadline = time.monotonic() + self.timeout_s
+            while unread:
+                if time.monotonic() > deadline:
+                    raise NotAcknowledged(f"the end of partitions {sorted(unread)} not read in time")
+                msg = reader.poll(min(0.1, max(deadline - time.monotonic(), 0)))
+                if msg is None:
+                    continue
+                if msg.error() is None:
+                    ends[msg.partition()] = max(ends[msg.partition()], msg.offset() + 1)
+                elif msg.error().code() == KafkaError._PARTITION_EOF:  # its offset: where the fetched log ends
+                    ends[msg.partition()] = max(ends[msg.partition()], msg.offset())
+                    unread.discard(msg.partition())
+                else:
+                    raise NotAcknowledged(str(msg.error()))
+            return ends
         finally:
             reader.close()
 
@@ -160,11 +185,26 @@ class _KafkaPython:
     def end_offsets(self, topic: str) -> dict[int, int]:
         from kafka import KafkaConsumer, TopicPartition
 
-        reader = KafkaConsumer(**self.connection, request_timeout_ms=int(self.timeout_s * 1000) + 1)
+        reader = KafkaConsumer(**self.connection, request_timeout_ms=int(self.timeout_s * 1000) + 1,
+                               enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=END_FETCH_WAIT_MS)
         try:
             partitions = reader.partitions_for_topic(topic) or set()
-            ends = reader.end_offsets([TopicPartition(topic, p) for p in partitions])
-            return {tp.partition: offset for tp, offset in ends.items()}
+            listed = {tp.partition: end for tp, end in reader.end_offsets([TopicPartition(topic, p) for p in partitions]).items()}
+            ends, unread = dict(listed), {TopicPartition(topic, p) for p, end in listed.items() if end > 0}
+            reader.assign(list(unread))
+            for tp in unread:
+                reader.seek(tp, listed[tp.partition] - 1)
+            deadline = time.monotonic() + self.timeout_s
+            while unread:
+                if time.monotonic() > deadline:
+                    raise NotAcknowledged(f"the end of partitions {sorted(tp.partition for tp in unread)} not read in time")
+                for tp, records in reader.poll(timeout_ms=100, max_records=100_000).items():
+                    ends[tp.partition] = max(ends[tp.partition], *(r.offset + 1 for r in records))
+                for tp in list(unread):
+                    if reader.highwater(tp) is not None:  # a fetch answered: its high watermark is where the log ends
+                        ends[tp.partition] = max(ends[tp.partition], reader.highwater(tp))
+                        unread.discard(tp)
+            return ends
         finally:
             reader.close()
 
@@ -197,7 +237,10 @@ def _discard_producer() -> None:
 
 
 def end_offsets() -> dict[int, int]:
-    """partition -> the offset the next record of the topic will get: every record the log holds now is below it."""
+    """partition -> the offset the next record of the topic will get: every record the log holds now is below it.
+    ListOffsets(latest) alone is not enough: Tansu answers it with its last batch's base offset + 1 (5 records in
+    one batch: end 1), so each non-empty partition is also read from that offset - 1, and the end is past the last
+    record found there and at the fetch's high watermark (on Kafka/MSK, one record and the same end)."""
     try:
         return _producer().end_offsets(settings().kafka_topic)
     except NotAcknowledged as exc:
