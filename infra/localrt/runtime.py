@@ -155,6 +155,7 @@ class MskPoller(threading.Thread):
         # the first retry's wait, doubled each retry up to a minute (Lambda does not document its own)
         self.retry_backoff_s = float(os.environ.get("HOTLEDGER_LOCAL_RETRY_BACKOFF_S", "1"))
         self.position_checked_at = 0.0
+        self.topic_id = None  # the topic's id as the broker last named it (see _log_replaced)
 
     def run(self):
         while not self.stop_event.is_set():
@@ -182,6 +183,23 @@ class MskPoller(threading.Thread):
         )
         consumer.assign([TopicPartition(cfg["topic"], self.partition)])  # starts at the group's committed offset
         return consumer
+
+    def _log_replaced(self, consumer) -> bool:
+        """True, and the partition read again from its beginning, when the topic's id changed: a broker that lost its
+        log (Tansu's memory storage, killed) has the topic made again, and may take more records than this consumer's
+        position before the consumer asks again; the position is then inside the new log, and the records below it
+        are new ones it would skip (acknowledged ones among them). _check_position covers a position past the end."""
+        from kafka import TopicPartition
+
+        # kafka-python keeps the ids of the Metadata answers (v10+) on its cluster view; it has no public accessor
+        topic_id = consumer._client.cluster.topic_id(self.fn.msk["topic"])
+        known, self.topic_id = self.topic_id, topic_id or self.topic_id
+        if known is None or topic_id is None or topic_id == known:
+            return False
+        log.warning("%s partition %d: the topic was made again (the broker lost its log); reading the partition again "
+                    "from its beginning", self.fn.name, self.partition)
+        consumer.seek_to_beginning(TopicPartition(self.fn.msk["topic"], self.partition))
+        return True
 
     def _check_position(self, consumer) -> None:
         """Start the partition again from its beginning when the broker no longer holds the consumer's position: a
@@ -223,6 +241,8 @@ class MskPoller(threading.Thread):
         from kafka.structs import OffsetAndMetadata
 
         batch = self._collect(consumer, self.fn.msk)
+        if self._log_replaced(consumer):
+            return  # what this poll fetched comes again, from the beginning
         if not batch:
             if time.monotonic() - self.position_checked_at >= self.POSITION_CHECK_S:
                 self._check_position(consumer)

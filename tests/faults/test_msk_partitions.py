@@ -126,3 +126,34 @@ def test_a_poller_reads_the_partition_again_when_the_broker_lost_its_log(broker)
         LocalService.wait_until(lambda: {v for _, v in after} <= set(function.values), 60,
                                 "the records the restarted broker holds delivered", 0.2)
     assert function.values[:8] == [b"before-%d" % i for i in range(8)]
+
+
+def test_a_poller_reads_the_partition_again_when_the_restarted_broker_outgrew_its_position(broker):
+    """The broker lost its log while the function ran a batch, and took more records than the poller had read before
+    the poller asked again: its position is inside the new log, and only the topic's new id tells that the records
+    below it are new."""
+    fn = _trigger(broker.bootstrap, "partitions.outgrown", 1)
+    in_batch, go_on = threading.Event(), threading.Event()
+
+    class Held(Function):
+        def __call__(self, event, context):
+            answer = super().__call__(event, context)
+            if b"before-3" in self.values[-1:]:
+                in_batch.set()
+                go_on.wait(60)
+            return answer
+
+    function = Held()
+    with Pollers(fn, broker.bootstrap, 1, function):
+        _produce(broker.bootstrap, fn.msk["topic"], [(b"k", b"before-%d" % i) for i in range(4)], one_by_one=True)
+        assert in_batch.wait(60)
+
+        broker.kill()
+        broker.restart()
+        services.ensure_topic(broker.bootstrap, fn.msk["topic"], 1)
+        after = [(b"k", b"after-%d" % i) for i in range(40)]  # far more than the poller's position, at once
+        _produce(broker.bootstrap, fn.msk["topic"], after, one_by_one=False)
+        go_on.set()
+
+        LocalService.wait_until(lambda: {v for _, v in after} <= set(function.values), 60,
+                                "every record the restarted broker holds delivered", 0.2)
