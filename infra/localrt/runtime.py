@@ -142,14 +142,18 @@ class MskPoller(threading.Thread):
     """One partition of an MSK-triggered function's topic, as one of the event source mapping's pollers: a consumer
     assigned that partition alone delivers its records in order, one batch at a time, and commits to the function's
     group only once the batch was handled. Records are keyed by account, so an account's records stay in order while
-    the partitions' batches run side by side (the runtime runs each partition's poller in a process of its own)."""
+    the partitions' batches run side by side (the runtime runs each partition's poller in a process of its own).
+    Poller `partition` of `pollers` also takes the partitions a topic gains later (a broker that lost its log may have
+    it made again with more): those whose number is `partition` modulo `pollers`, so no partition goes unread."""
 
-    # how often an idle poller asks the broker whether it still holds the poller's position (see _check_position)
+    # how often a poller follows the topic's partitions, and an idle one asks whether the broker still holds its
+    # position (see _check_position)
     POSITION_CHECK_S = 1.0
 
-    def __init__(self, fn: template.Function, bootstrap: str, stop: threading.Event, partition: int, handler=None):
+    def __init__(self, fn: template.Function, bootstrap: str, stop: threading.Event, partition: int, handler=None,
+                 pollers: int = 1):
         super().__init__(name=f"msk-{fn.name}-{partition}", daemon=True)
-        self.fn, self.bootstrap, self.stop_event, self.partition = fn, bootstrap, stop, partition
+        self.fn, self.bootstrap, self.stop_event, self.partition, self.pollers = fn, bootstrap, stop, partition, pollers
         self.handler = handler or _load_handler(fn)  # imported in the main thread: see Scheduler
         self.commit_delay_s = float(os.environ.get("HOTLEDGER_LOCAL_COMMIT_DELAY_S", "0"))
         # the first retry's wait, doubled each retry up to a minute (Lambda does not document its own)
@@ -172,7 +176,7 @@ class MskPoller(threading.Thread):
                     consumer.close(autocommit=False)
 
     def _consumer(self):
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import KafkaConsumer
 
         cfg = self.fn.msk
         consumer = KafkaConsumer(
@@ -181,24 +185,40 @@ class MskPoller(threading.Thread):
             max_poll_interval_ms=900000, fetch_max_wait_ms=100,
             security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
         )
-        consumer.assign([TopicPartition(cfg["topic"], self.partition)])  # starts at the group's committed offset
+        self._follow_partitions(consumer)  # each starts at the group's committed offset
         return consumer
 
+    def _follow_partitions(self, consumer) -> None:
+        """Assign the topic's partitions this poller owns (see the class): a partition it already reads keeps its
+        position, a new one starts at the group's committed offset."""
+        from kafka import TopicPartition
+
+        topic = self.fn.msk["topic"]
+        numbers = consumer.partitions_for_topic(topic) or {self.partition}
+        owned = {TopicPartition(topic, p) for p in numbers if p % self.pollers == self.partition % self.pollers}
+        current = consumer.assignment()
+        if owned == current:
+            return
+        positions = {tp: consumer.position(tp) for tp in owned & current}
+        consumer.assign(sorted(owned))
+        for tp, offset in positions.items():
+            consumer.seek(tp, offset)
+        log.info("%s poller %d: partitions %s", self.fn.name, self.partition, sorted(tp.partition for tp in owned))
+
     def _log_replaced(self, consumer) -> bool:
-        """True, and the partition read again from its beginning, when the topic's id changed: a broker that lost its
+        """True, and the partitions read again from their beginning, when the topic's id changed: a broker that lost its
         log (Tansu's memory storage, killed) has the topic made again, and may take more records than this consumer's
         position before the consumer asks again; the position is then inside the new log, and the records below it
         are new ones it would skip (acknowledged ones among them). _check_position covers a position past the end."""
-        from kafka import TopicPartition
-
         # kafka-python keeps the ids of the Metadata answers (v10+) on its cluster view; it has no public accessor
         topic_id = consumer._client.cluster.topic_id(self.fn.msk["topic"])
         known, self.topic_id = self.topic_id, topic_id or self.topic_id
         if known is None or topic_id is None or topic_id == known:
             return False
-        log.warning("%s partition %d: the topic was made again (the broker lost its log); reading the partition again "
-                    "from its beginning", self.fn.name, self.partition)
-        consumer.seek_to_beginning(TopicPartition(self.fn.msk["topic"], self.partition))
+        log.warning("%s poller %d: the topic was made again (the broker lost its log); reading its partitions again "
+                    "from their beginning", self.fn.name, self.partition)
+        self._follow_partitions(consumer)
+        consumer.seek_to_beginning()
         return True
 
     def _check_position(self, consumer) -> None:
@@ -207,9 +227,10 @@ class MskPoller(threading.Thread):
         new log's end would skip every record up to its old position, acknowledged ones among them.
         The end the broker reports is not trusted alone: Tansu's ListOffsets(latest) answers the last record batch's
         base offset + 1 (5 records in one batch: 1), so a position beyond it is checked by reading that last batch."""
-        from kafka import TopicPartition
+        for tp in consumer.assignment():
+            self._check_partition_position(consumer, tp)
 
-        tp = TopicPartition(self.fn.msk["topic"], self.partition)
+    def _check_partition_position(self, consumer, tp) -> None:
         position = consumer.position(tp)
         reported_end = consumer.end_offsets([tp])[tp]
         if position <= reported_end:
@@ -231,7 +252,7 @@ class MskPoller(threading.Thread):
             consumer.seek(tp, position)
             return
         log.warning("%s partition %d: the broker's log ends at %d, before this consumer's position %d (the broker "
-                    "lost its log); reading the partition again from its beginning", self.fn.name, self.partition, end, position)
+                    "lost its log); reading the partition again from its beginning", self.fn.name, tp.partition, end, position)
         consumer.seek_to_beginning(tp)
 
     def _poll_once(self, consumer, handler) -> None:
@@ -243,10 +264,12 @@ class MskPoller(threading.Thread):
         batch = self._collect(consumer, self.fn.msk)
         if self._log_replaced(consumer):
             return  # what this poll fetched comes again, from the beginning
-        if not batch:
-            if time.monotonic() - self.position_checked_at >= self.POSITION_CHECK_S:
+        if time.monotonic() - self.position_checked_at >= self.POSITION_CHECK_S:
+            self._follow_partitions(consumer)
+            if not batch:
                 self._check_position(consumer)
-                self.position_checked_at = time.monotonic()
+            self.position_checked_at = time.monotonic()
+        if not batch:
             return
         settled = self._deliver(handler, batch)
         commit, rewind = {}, {}
@@ -398,7 +421,7 @@ def start_msk_pollers(fn: template.Function, bootstrap: str, partitions: list[in
         if pid == 0:
             try:
                 signalled, stop = _note_signals(), threading.Event()
-                poller = MskPoller(fn, bootstrap, stop, partition, handler)
+                poller = MskPoller(fn, bootstrap, stop, partition, handler, len(partitions))
                 poller.start()
                 while not signalled:
                     time.sleep(0.2)

@@ -77,7 +77,7 @@ def _committed(bootstrap: str, fn, partition: int) -> int:
 class Pollers:
     def __init__(self, fn, bootstrap: str, partitions: int, function: Function):
         self.stop = threading.Event()
-        self.threads = [MskPoller(fn, bootstrap, self.stop, p, function) for p in range(partitions)]
+        self.threads = [MskPoller(fn, bootstrap, self.stop, p, function, partitions) for p in range(partitions)]
 
     def __enter__(self):
         for thread in self.threads:
@@ -157,3 +157,26 @@ def test_a_poller_reads_the_partition_again_when_the_restarted_broker_outgrew_it
 
         LocalService.wait_until(lambda: {v for _, v in after} <= set(function.values), 60,
                                 "every record the restarted broker holds delivered", 0.2)
+
+
+def test_the_pollers_take_the_partitions_of_a_topic_made_again_with_more(broker):
+    """A broker that lost its log may have the topic made again with more partitions (created on first use with the
+    broker's default count, before anyone asked for the old one): every partition has a poller again."""
+    fn = _trigger(broker.bootstrap, "partitions.more", 2)
+    function = Function()
+    with Pollers(fn, broker.bootstrap, 2, function):
+        _produce(broker.bootstrap, fn.msk["topic"], [(b"k%d" % i, b"before-%d" % i) for i in range(6)], one_by_one=True)
+        LocalService.wait_until(lambda: len(function.values) >= 6, 60, "the records before", 0.2)
+
+        broker.kill()
+        broker.restart()
+        services.ensure_topic(broker.bootstrap, fn.msk["topic"], 5)
+        after = [(b"k%d" % i, b"after-%d" % i) for i in range(60)]  # keyed over all five partitions
+        _produce(broker.bootstrap, fn.msk["topic"], after, one_by_one=False)
+
+        LocalService.wait_until(lambda: {v for _, v in after} <= set(function.values), 60,
+                                "every record of every partition delivered", 0.2)
+    by_key = defaultdict(list)
+    for key, value in ((k, v) for batch in function.batches for _, k, v in batch):
+        by_key[key].append(value)
+    assert all(values == sorted(values, key=lambda v: (v.startswith(b"after"), v)) for values in by_key.values())
