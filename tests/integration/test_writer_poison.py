@@ -93,6 +93,20 @@ def test_two_copies_of_a_new_entry_in_one_batch_are_one_entry_and_no_dead_letter
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE offset_no IN %s", (ids,)) == ((0,),)
 
 
+def _dead_lettered_in_a_packet_pass(monkeypatch) -> int:
+    """Reconciler runs over one whole pass of the open packets, from the first: a run stops where its budget (items
+    or seconds) ran out and the next goes on from there (the suite leaves many open packets before this test's), so
+    a pass an earlier run left open is finished first and not counted."""
+    while reconcile(monkeypatch, age_s=0)["packets"]["next_after"]:
+        pass
+    dead_lettered = 0
+    while True:
+        report = reconcile(monkeypatch, age_s=0)["packets"]
+        dead_lettered += report["dead_lettered"]
+        if not report["next_after"]:
+            return dead_lettered
+
+
 def test_the_reconciler_sets_a_refused_claim_aside_instead_of_failing_every_run(api, sql, redis_client, monkeypatch):
     """Before: the reconciler persisted the stale claim, the DB refused it (uk_packet_user) and every run raised
     there, so nothing after it (other packets, refunds, credits) was ever done."""
@@ -103,7 +117,6 @@ def test_the_reconciler_sets_a_refused_claim_aside_instead_of_failing_every_run(
     redis_client.hdel(keys.packet_grabbers(packet_id), alice)  # a partial loss in Redis: alice may grab again
     second = grab(api, packet_id, alice)
     for _ in range(2):
-        report = reconcile(monkeypatch, age_s=0)
-        assert report["packets"]["dead_lettered"] == 1
+        assert _dead_lettered_in_a_packet_pass(monkeypatch) == 1
         assert "uk_packet_user" in dead_letters(sql, second)[0][2] and len(dead_letters(sql, second)) == 1
         assert sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s AND user_id = %s", (packet_id, alice)) == ((first,),)
