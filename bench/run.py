@@ -377,8 +377,8 @@ BOUND_BY = {
     "evalsha_per_s": "Redis single thread running the script; the physical ceiling",
     "http_deduct_per_s": "the same CPU as in-process plus HTTP parsing and a TCP connection per request",
     "writer_rows_per_s": "one writer process per partition (6) side by side, each its partition's batches of the template's "
-                         "BatchSize (accounts split among them): the writer's handler on MSK events, so JSON decode, "
-                         "the event model and the MAC check count (about a third of a batch's CPU); then one "
+                         "BatchSize (accounts split among them), 20 batches each: the writer's handler on MSK events, so "
+                         "JSON decode, the event model and the MAC check (over the record's own bytes) count; then one "
                          "transaction and the settle scripts, one per account (single-slot, Cluster-safe), pipelined. "
                          "The 2 cores are the bound: writer_rows_per_s_1_writer is the same work in one process",
     "writer_persist_rows_per_s": "the persister alone (no decode), one process, batches over 200 accounts",

@@ -41,6 +41,7 @@ def template_batch_size() -> int:
 
 def msk_batches(partition: int, user_ids: list[int], rows: int, batch: int, first_version: int) -> list[dict]:
     """MSK events of `rows` signed ledger events over user_ids (one partition's accounts), `batch` records each."""
+    from hotledger.dal.event_keys import record_value
     from hotledger.outbox.events import LedgerEvent, signed
     from hotledger.runtime import event_keys, id_generator
 
@@ -52,7 +53,7 @@ def msk_batches(partition: int, user_ids: list[int], rows: int, batch: int, firs
         user_id = user_ids[i % len(user_ids)]
         event = LedgerEvent(type="ledger", id=ids.next_id(), kind="R", user_id=user_id, amount=100, balance_after=100,
                             version=first_version + i, epoch="bench", ts=now, open="1")
-        value = json.dumps(signed(event.model_dump(), keyring)).encode()
+        value = record_value(signed(event.model_dump(), keyring))  # as the service publishes it
         records.append((partition, i, str(user_id).encode(), value, now))
     return [events.msk(TOPIC, records[i:i + batch]) for i in range(0, rows, batch)]
 
@@ -129,13 +130,18 @@ def ack_to_db_lag(call, run_workers, pct, env: dict, procs: int, seconds: float,
         writer_proc.wait()
 
 
+def rows_per_run(quick: bool, writers: int) -> int:
+    """Rows of one run: each writer persists 20 batches (quick: 5), a sustained rate rather than a burst of a few
+    batches whose processes' start and descheduling on 2 shared cores weigh as much as their work."""
+    return writers * template_batch_size() * (5 if quick else 20)
+
+
 def figures(call, run_workers, pct, env: dict, procs: int, quick: bool, log_dir: Path, profile: bool = False) -> dict:
     from infra import services
 
     partitions = services.LOCAL_PARTITIONS
-    rows = 5_000 if quick else 20_000
-    one = writer_rows_per_s(call, 1, rows, 200, profile)
-    side_by_side = writer_rows_per_s(call, partitions, rows // partitions, 200, profile)
+    one = writer_rows_per_s(call, 1, rows_per_run(quick, 1), 200, profile)
+    side_by_side = writer_rows_per_s(call, partitions, rows_per_run(quick, partitions) // partitions, 200, profile)
     out = {"writer_batch_rows": template_batch_size(), "writer_partitions": partitions,
            "writer_rows_per_s_1_writer": one, "writer_rows_per_s": side_by_side,
            "writer_partitions_vs_1_ratio": round(side_by_side / one, 2)}
@@ -158,11 +164,11 @@ def main() -> int:
         run._quiet()
         call = run._api()
         if args.no_lag:
-            rows = 5_000 if args.quick else 20_000
             from infra import services
 
-            result = {"writer_rows_per_s_1_writer": writer_rows_per_s(call, 1, rows, 200, args.profile),
-                      "writer_rows_per_s": writer_rows_per_s(call, services.LOCAL_PARTITIONS, rows // services.LOCAL_PARTITIONS,
+            partitions = services.LOCAL_PARTITIONS
+            result = {"writer_rows_per_s_1_writer": writer_rows_per_s(call, 1, rows_per_run(args.quick, 1), 200, args.profile),
+                      "writer_rows_per_s": writer_rows_per_s(call, partitions, rows_per_run(args.quick, partitions) // partitions,
                                                              200, args.profile)}
         else:
             result = figures(call, run.run_workers, run._pct, env, args.procs, args.quick, state, args.profile)

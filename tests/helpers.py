@@ -152,7 +152,9 @@ def verified_fields(event: dict) -> dict:
     """A published event's fields, once its signature passed the writer's check (decode)."""
     from hotledger.outbox.events import RawRecord, decode
 
-    events_, poison = decode([RawRecord("t", 0, 0, None, json.dumps(event).encode())], run_event_keys())
+    from hotledger.dal.event_keys import record_value
+
+    events_, poison = decode([RawRecord("t", 0, 0, None, record_value(event))], run_event_keys())
     assert not poison, poison
     return events_[0].model_dump()
 
@@ -160,9 +162,10 @@ def verified_fields(event: dict) -> dict:
 def signed_value(event: dict) -> bytes:
     """An event's record value as the service publishes it: signed with the run's current key (a `kid` and `mac` it
     carries, say from a record changed for a test, are replaced)."""
+    from hotledger.dal.event_keys import record_value
     from hotledger.outbox.events import EVENT_ADAPTER, signed
 
-    return json.dumps(signed(EVENT_ADAPTER.validate_python(event).model_dump(), run_event_keys().keyring())).encode()
+    return record_value(signed(EVENT_ADAPTER.validate_python(event).model_dump(), run_event_keys().keyring()))
 
 
 def ledger_records(redis_client, user_ids, first_offset: int = 0):

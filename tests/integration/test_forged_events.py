@@ -63,6 +63,36 @@ def test_a_signed_event_with_a_field_changed_is_dead_lettered(api, redis_client,
     assert "forged: the MAC does not match" in dead_letter_error(sql, settings, offset)
 
 
+# the service's own layout (canonical fields, then kid and mac: the writer checks the MAC over the bytes before
+# the signature) changed three ways: a covered byte, a field slipped in before the signature, one after it
+TAMPERED = {
+    "field_changed": lambda value: value.replace(b'"amount":1,', b'"amount":100000000,'),
+    "field_before_signature": lambda value: value.replace(b',"kid":', b',"amount":100000000,"kid":'),
+    "field_after_signature": lambda value: value[:-1] + b',"amount":100000000}',
+}
+
+
+@pytest.mark.parametrize("tamper", TAMPERED.values(), ids=TAMPERED.keys())
+def test_a_signed_record_changed_in_the_service_layout_is_dead_lettered(api, redis_client, sql, settings, tamper):
+    user_id = funded(api, redis_client, sql)
+    genuine = signed_value(forged_recharge(sql, user_id, amount=1))
+    changed = tamper(genuine)
+    assert changed != genuine and json.loads(changed)["amount"] == 100_000_000
+    offset = deliver(changed, user_id)
+    nothing_changed(api, sql, user_id)
+    assert "forged: the MAC does not match" in dead_letter_error(sql, settings, offset)
+
+
+def test_a_record_in_the_earlier_layout_still_persists(api, redis_client, sql, settings):
+    """Signed as before this layout (json.dumps of the signed event): records published by an older deploy and still
+    in the topic are checked the long way and applied."""
+    user_id = funded(api, redis_client, sql)
+    value = json.dumps(json.loads(signed_value(forged_recharge(sql, user_id, amount=250)))).encode()
+    assert b'", "' in value  # not the service's layout
+    deliver(value, user_id)
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((1250,),)
+
+
 def test_an_event_signed_with_a_key_the_service_does_not_hold_is_dead_lettered(api, redis_client, sql, settings):
     user_id = funded(api, redis_client, sql)
     attacker = EventKeys(None, json.dumps(new_keyring()), 0).keyring()

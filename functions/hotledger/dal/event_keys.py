@@ -9,11 +9,43 @@ In AWS it is a Secrets Manager secret (EVENT_KEYS_SECRET_ARN), read through Powe
 EVENT_KEYS_MAX_AGE_S; a record naming a key id the cached keyring does not know makes the verifier read the secret
 again once (a rotation that happened since). Locally the same JSON comes in EVENT_KEYS (infra/event_keys.py makes
 a dev keyring in .state/event-keys.json).
+
+The record value (record_value) is the canonical JSON the MAC covers (sorted keys, no spaces) with `kid` and `mac`
+appended last, so the writer checks the MAC over a slice of the bytes it received (signed_part) instead of encoding
+every event again (a third of its CPU per event before). A value in any other layout (records published before
+this layout) is checked the long way: parsed, validated, encoded canonically.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+
+# the canonical JSON the MACs cover: one encoder for all, json.dumps would make one per call
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+# the signature as record_value appends it; the MAC is 64 hex digits, the key id a JSON string
+_SIGNATURE = re.compile(rb',"kid":("(?:[^"\\]|\\.)*"),"mac":"([0-9a-f]{64})"\}\Z')
+
+
+def canonical(fields: dict) -> bytes:
+    return _CANONICAL.encode(fields).encode()
+
+
+def record_value(event: dict) -> bytes:
+    """The record's bytes: canonical JSON of the event's fields, then its `kid` and `mac` (when signed)."""
+    fields = {k: v for k, v in event.items() if k not in ("kid", "mac")}
+    body = canonical(fields)
+    if "kid" not in event:
+        return body
+    return b"%s,\"kid\":%s,\"mac\":\"%s\"}" % (body[:-1], canonical(event["kid"]), event["mac"].encode())
+
+
+def signed_part(value: bytes) -> tuple[str, str, bytes] | None:
+    """(kid, mac, the bytes the MAC covers) of a value in record_value's layout, or None (another layout)."""
+    found = _SIGNATURE.search(value)
+    if found is None or found.start() < 2:
+        return None
+    return json.loads(found.group(1)), found.group(2).decode(), value[:found.start()] + b"}"
 
 
 class NoEventKeys(RuntimeError):

@@ -15,12 +15,12 @@ connection). KAFKA_AUTH=none (local): KAFKA_SECURITY_PROTOCOL as given, no clien
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import threading
 import time
 
 from hotledger.config import Settings, settings
+from hotledger.dal.event_keys import record_value
 
 _lock = threading.Lock()
 _current = None
@@ -250,9 +250,10 @@ def end_offsets() -> dict[int, int]:
 
 
 def publish(key: str, event: dict) -> None:
-    """Send and wait for the broker's acknowledgement."""
+    """Send and wait for the broker's acknowledgement. A signed event goes in the layout its MAC is checked in
+    (dal/event_keys.py record_value)."""
     try:
-        _producer().send(settings().kafka_topic, key.encode(), json.dumps(event, separators=(",", ":")).encode())
+        _producer().send(settings().kafka_topic, key.encode(), record_value(event))
     except NotAcknowledged:
         _discard_producer()
         raise
