@@ -122,9 +122,11 @@ def ack_to_db_lag(call, run_workers, pct, env: dict, procs: int, seconds: float,
                 rows = db.query(f"SELECT id, UNIX_TIMESTAMP(persist_time) * 1000 FROM t_order WHERE id IN ({','.join(['%s'] * len(part))})", part)
                 persisted.update((row[0], float(row[1])) for row in rows)
         lags = [persisted[i] - pending[i] for i in persisted]
+        missing = [i for i in pending if i not in persisted]
         return {"target_deducts_per_s": rate, "achieved_deducts_per_s": round(len(window) / seconds, 1),
                 "ack_to_db_lag_p50_ms": pct(lags, 0.5), "ack_to_db_lag_p99_ms": pct(lags, 0.99),
-                "ack_to_db_lag_max_ms": round(max(lags), 1) if lags else None, "not_persisted": len(pending) - len(persisted)}
+                "ack_to_db_lag_max_ms": round(max(lags), 1) if lags else None, "not_persisted": len(missing),
+                **(where_missing(missing, user_ids) if missing else {})}
     finally:
         writer_proc.terminate()
         writer_proc.wait()
@@ -134,6 +136,36 @@ def rows_per_run(quick: bool, writers: int) -> int:
     """Rows of one run: each writer persists 20 batches (quick: 5), a sustained rate rather than a burst of a few
     batches whose processes' start and descheduling on 2 shared cores weigh as much as their work."""
     return writers * template_batch_size() * (5 if quick else 20)
+
+
+def where_missing(entry_ids: list[int], user_ids: list[int]) -> dict:
+    """Where acknowledged deducts the DB did not get within the wait are: still pending in Redis (the reconciler
+    persists them after RECONCILE_AGE_S; this run has no schedules), and on the topic or not (not: the broker lost a
+    record it acknowledged; on it: the pollers did not deliver it)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from hotledger import keys
+    from hotledger.config import settings
+    from hotledger.dal.redis_store import lua
+
+    client, cfg = lua().client, settings()
+    pending = sum(any(client.exists(keys.entry(u, i)) for u in user_ids) for i in entry_ids)
+    reader = KafkaConsumer(bootstrap_servers=cfg.kafka_bootstrap.split(","), enable_auto_commit=False)
+    try:
+        partitions = [TopicPartition(cfg.kafka_topic, p) for p in reader.partitions_for_topic(cfg.kafka_topic) or ()]
+        reader.assign(partitions)
+        reader.seek_to_beginning()
+        wanted, found, quiet = {str(i).encode() for i in entry_ids}, {}, 0
+        while quiet < 5:  # 5 empty polls in a row: read to the end
+            polled = reader.poll(timeout_ms=500, max_records=10_000)
+            quiet = 0 if polled else quiet + 1
+            for records in polled.values():
+                for r in records:
+                    found.update((w, f"{r.partition}:{r.offset}") for w in wanted if b'"id":' + w in r.value)
+    finally:
+        reader.close()
+    return {"not_persisted_pending_in_redis": pending, "not_persisted_on_topic": sorted(found.values()),
+            "not_persisted_ids": entry_ids[:10]}
 
 
 def figures(call, run_workers, pct, env: dict, procs: int, quick: bool, log_dir: Path, profile: bool = False) -> dict:
