@@ -2,7 +2,8 @@
 Kafka records (the writer) and Redis Stream entries (the stream consumer) go through.
 
 Kafka events are signed: the service adds `kid` (the key id) and `mac`, an HMAC-SHA256 over the event's fields
-(its model's fields, as canonical JSON: sorted keys, no spaces) with the keyring's current key (dal/event_keys.py).
+(its model's fields, as canonical JSON: sorted keys, no spaces) with the keyring's current key (dal/event_keys.py),
+published as those very bytes with `kid` and `mac` appended, so the writer checks the MAC over what it received.
 The writer applies only events whose MAC matches under the key they name (the previous key during a rotation's grace
 period); anything else - no MAC, an unknown or retired key, a field changed after signing - is dead-lettered with the
 reason and changes nothing, so a client that can reach the topic cannot mint money by publishing a recharge.
