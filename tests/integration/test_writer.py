@@ -120,3 +120,45 @@ def test_an_id_clash_is_dead_lettered_not_dropped(api, redis_client, sql):
     assert sql("SELECT error FROM t_dead_letter WHERE offset_no = %s", (original["id"],)) == (
         ("entry id already used by another entry",),)
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((900,),)
+
+
+def test_partition_writers_side_by_side_never_deadlock_on_idempotency_keys(api, redis_client, sql):
+    """Partitions' writers (the writer handler in threads, each its own DB connection) persist keyed charges of
+    their own accounts at the same time, round after round. The accounts interleave in id order, so each batch's keys
+    sit between the other's in t_idempotency's primary key: a writer that locked the gaps around its keys (SELECT ...
+    FOR UPDATE of keys not there yet) and then inserted them deadlocked with the other (MySQL 1213), and its batch
+    was retried. The account row locks already order every write of an account's keys."""
+    import threading
+
+    from hotledger.dal import db
+
+    writers, per_writer = 4, 8
+    accounts = {p: [] for p in range(writers)}
+    for i in range(writers * per_writer):  # created in turn: the writers' accounts interleave in id order
+        accounts[i % writers].append(api.account(balance="100.00"))
+    everyone = [u for p in accounts for u in accounts[p]]
+    invoke_writer(ledger_records(redis_client, everyone))  # the funding recharges
+    failures, rounds = [], 6
+    for round_no in range(rounds):
+        for user_id in everyone:
+            for n in range(3):
+                headers = {"Idempotency-Key": f"r{round_no}-{n}"}
+                assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"}, headers=headers)[0] == 200
+        batches = {p: ledger_records(redis_client, accounts[p], first_offset=1_000 * round_no) for p in accounts}
+        start = threading.Barrier(writers)
+
+        def write(partition: int) -> None:
+            start.wait()
+            try:
+                invoke_writer([(partition, offset, key, value) for _, offset, key, value in batches[partition]])
+            except db.DatabaseUnavailable as exc:
+                failures.append(str(exc))
+
+        threads = [threading.Thread(target=write, args=(p,)) for p in accounts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failures == []
+    assert sql("SELECT COUNT(*) FROM t_idempotency WHERE user_id IN (%s)" % ",".join(map(str, everyone))) == (
+        (writers * per_writer * 3 * rounds,),)

@@ -561,12 +561,16 @@ class LedgerTx:
                             (user_id, idem_key, fingerprint, json.dumps(answer)))
 
     def idempotent_answers(self, pairs: list[tuple[int, str]]) -> dict[tuple[int, str], IdempotentAnswer]:
-        """(user_id, idem_key) -> the answer the DB holds, for those of the pairs it holds (locked: the writer
-        decides under the lock whether an entry may take its key)."""
+        """(user_id, idem_key) -> the answer the DB holds, for those of the pairs it holds. Read under the caller's
+        account row locks, not locked itself: every writer of an account's answers but one holds its row lock first
+        (the writer and the reconciler through it, the SYNC path), and that one, the API's refusal (INSERT IGNORE),
+        is replaced by the writer's answer whether it lands before or after this read. Locking the keys (FOR UPDATE)
+        also locked the gaps around the keys not there yet, and partition writers inserting their own accounts' keys
+        into each other's gaps deadlocked (MySQL 1213), so their batches were retried."""
         if not pairs:
             return {}
         self.cursor.execute("SELECT user_id, idem_key, fingerprint, response FROM t_idempotency WHERE (user_id, idem_key)"
-                            f" IN ({','.join(['(%s, %s)'] * len(pairs))}) FOR UPDATE", [x for pair in pairs for x in pair])
+                            f" IN ({','.join(['(%s, %s)'] * len(pairs))})", [x for pair in pairs for x in pair])
         return {(row[0], row[1]): IdempotentAnswer(row[2], json.loads(row[3])) for row in self.cursor.fetchall()}
 
     def remember_answers(self, answers: list[tuple[int, str, str, dict]]) -> None:
