@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from helpers import broker_records, invoke_writer, ledger_records, lift_rebuild_hold, reconcile, records
+from helpers import broker_records, invoke_writer, ledger_records, lift_rebuild_hold, reconcile, reconcile_pass, records
 
 from hotledger import errors, keys
 from hotledger.dal.db import DatabaseUnavailable
@@ -75,7 +75,7 @@ def test_send_grab_persist_and_refund_the_rest_exactly_once(api, sql, redis_clie
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": api.account()})
     assert (status, body["error"]["code"]) == (409, "EXPIRED")
     for _ in range(3):
-        reconcile(monkeypatch, age_s=0)
+        reconcile_pass(monkeypatch, age_s=0)
     grabbed = sum(int(a.replace(".", "")) for a in amounts.values())
     view = api("GET", f"/redpackets/{packet_id}")[1]
     assert view["state"] == "REFUNDED" and view["refund"] == format_minor(1000 - grabbed)
@@ -186,11 +186,11 @@ def test_a_credit_that_failed_is_made_by_the_reconciler_once(api, sql, redis_cli
     assert sql("SELECT user_id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((grabber,),)
     monkeypatch.setattr(ledger, "recharge", recharge)
     for _ in range(2):
-        reconcile(monkeypatch, age_s=0)
+        reconcile_pass(monkeypatch, age_s=0)
         invoke_writer(ledger_records(redis_client, [grabber]))
     assert api("GET", f"/accounts/{grabber}")[1]["balance"] == "3.00"
     assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s", (grabber,)) == ((1,),)
-    reconcile(monkeypatch, age_s=0)
+    reconcile_pass(monkeypatch, age_s=0)
     assert sql("SELECT credited FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((1,),)
 
 
@@ -241,8 +241,8 @@ def test_claims_whose_event_was_lost_are_persisted_by_the_reconciler(api, sql, m
     packet_id = send(api, sender, "2.00", 2)
     status, grab = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
     assert status == 200
-    report = reconcile(monkeypatch, age_s=0)  # the broker lost the claim: nothing but Redis holds it
-    assert report["packets"]["compensated"] >= 1
+    reports = reconcile_pass(monkeypatch, age_s=0)  # the broker lost the claim: nothing but Redis holds it
+    assert sum(report["packets"]["compensated"] for report in reports) >= 1
     assert sql("SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == (
         (grabber, int(grab["amount"].replace(".", ""))),)
 
@@ -295,7 +295,7 @@ def test_a_packet_whose_debit_stood_before_the_ledger_raised_is_never_failed_and
     assert api("GET", f"/redpackets/{packet_id}")[1]["state"] == "CREATING"
     restore()
     for _ in range(2):  # the debit again under its key: replayed, not charged twice; the packet opened once
-        reconcile(monkeypatch, age_s=0)
+        reconcile_pass(monkeypatch, age_s=0)
         assert api("GET", f"/redpackets/{packet_id}")[1]["state"] == "OPEN"
         assert _sender_balance(api, sender) == "90.00"
         assert sql("SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s AND idem_key = %s",
@@ -314,7 +314,7 @@ def test_a_packet_left_failed_with_its_sender_debited_is_refunded_in_full_exactl
     ((packet_id, state),) = sql("SELECT id, state FROM t_red_packet WHERE sender_id = %s", (sender,))
     assert state == "FAILED" and _sender_balance(api, sender) == "90.00"
     for _ in range(3):
-        reconcile(monkeypatch, age_s=0)
+        reconcile_pass(monkeypatch, age_s=0)
         view = api("GET", f"/redpackets/{packet_id}")[1]
         assert (view["state"], view["refund"]) == ("REFUNDED", "10.00")
         assert _sender_balance(api, sender) == "100.00"
@@ -326,7 +326,7 @@ def test_a_packet_failed_by_a_refusal_is_never_refunded(api, sql, monkeypatch):
     sender = api.account(balance="5.00")
     status, body = api("POST", "/redpackets", {"sender_id": sender, "total": "10.00", "count": 3, "expires_in_s": 3600})
     assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
-    reconcile(monkeypatch, age_s=0)
+    reconcile_pass(monkeypatch, age_s=0)
     assert sql("SELECT state, refund FROM t_red_packet WHERE sender_id = %s", (sender,)) == (("FAILED", None),)
     assert _sender_balance(api, sender) == "5.00"
 
@@ -353,7 +353,7 @@ def test_a_claim_the_db_refuses_after_a_redis_loss_is_never_credited_and_the_pac
     assert '"LateChangesRefused":[1.0]' in capsys.readouterr().out  # the window's alarm
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((1,),)
     for _ in range(2):
-        reconcile(monkeypatch, age_s=0)
+        reconcile_pass(monkeypatch, age_s=0)
         invoke_writer(ledger_records(redis_client, [first, second]))
     (item_id,) = [i for (i,) in sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,))]
     assert sql("SELECT user_id, pay FROM t_pay WHERE idem_key = %s", (f"rp{item_id}",)) == ((second, 100),)
