@@ -384,11 +384,9 @@ class MskPoller(threading.Thread):
         taken = []
         for record in records:
             if expected is not None and record.offset > expected:
-                offset, since = self.holes.get(tp, (expected, time.monotonic()))
-                if offset != expected:
-                    since = time.monotonic()
-                self.holes[tp] = (expected, since)
-                if time.monotonic() - since < self.HOLE_WAIT_S:
+                if self.holes.get(tp, (None,))[0] != expected:  # a new hole: its wait starts now
+                    self.holes[tp] = (expected, time.monotonic())
+                if time.monotonic() - self.holes[tp][1] < self.HOLE_WAIT_S:
                     consumer.seek(tp, expected)
                     return taken
                 log.warning("%s partition %d: offsets %d-%d never came; going on from %d", self.fn.name, tp.partition,
