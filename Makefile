@@ -47,7 +47,7 @@ test: setup services
 CLUSTER_RUN := HOTLEDGER_TEST_REDIS=cluster $(PY) -m pytest -m "not single_redis" tests/integration tests/e2e \
 	--ignore=tests/integration/test_template.py --ignore=tests/integration/test_sam_local_invoke.py
 test-cluster: setup services
-	$(CLUSTER_RUN) tests/faults/test_cluster_failover.py
+	$(CLUSTER_RUN) tests/faults/test_cluster_failover.py tests/faults/test_cluster_node_loss.py
 
 ## the unit tests alone (tests/unit): no Redis, DB or broker needed, well under a minute
 test-unit: setup

@@ -71,15 +71,17 @@ class MixedClients(_ClientThreads):
     """Threads over every feature until stopped; every request carries an Idempotency-Key, is retried with it once
     when its answer changed nothing or is not known, and a third of the definitive answers are asked again."""
 
+    EVERY_FEATURE = ("charge", "charge", "buy", "grab", "payment_order")  # a thread each
+
     def __init__(self, api: LocalService, ledger: list[int], payers: list[int], packets: list[str], grabbers: list[int],
-                 voucher_id: str):
+                 voucher_id: str, steps: tuple[str, ...] = EVERY_FEATURE, calls: list[Call] | None = None):
         self.api, self.ledger, self.payers, self.packets, self.grabbers = api, ledger, payers, packets, grabbers
         self.voucher_id = voucher_id
-        self.calls: list[Call] = []
+        self.calls: list[Call] = [] if calls is None else calls  # given: a later run's calls join an earlier run's
         self.lock = threading.Lock()
         self.stopped = threading.Event()
-        self.threads = [threading.Thread(target=self._loop, args=(f, seed)) for seed, f in
-                        enumerate([self._charge, self._charge, self._buy, self._grab, self._payment_order])]
+        self.threads = [threading.Thread(target=self._loop, args=(getattr(self, f"_{step}"), seed))
+                        for seed, step in enumerate(steps)]
 
     def _call(self, rng: random.Random, what: str, method: str, path: str, body=None, **about) -> Call:
         call = Call(what, method, path, body, **about)
@@ -236,7 +238,7 @@ def _fate(servers: Stack, change_id: int) -> dict:
             "dead_letters": servers.sql("SELECT error FROM t_dead_letter WHERE record_value LIKE %s", (f"%{change_id}%",))}
 
 
-def _check_ledger(servers: Stack, api: LocalService, clients: MixedClients) -> None:
+def _check_ledger(servers: Stack, api: LocalService, clients: MixedClients, wait_s: float = 90) -> None:
     """Each key: at most one entry; an acknowledged one exactly once with its id and amount; a refused one none;
     every answer to the key is the same (one 200 id, or one refusal) and never a 200 and a refusal."""
     accounts = clients.ledger
@@ -244,8 +246,8 @@ def _check_ledger(servers: Stack, api: LocalService, clients: MixedClients) -> N
     def pending():
         return sum(api.request("GET", f"/accounts/{u}")[1]["pending_orders"] for u in accounts)
 
-    LocalService.wait_until(lambda: pending() == 0, 90, "nothing pending on the ledger accounts", 1.0)
-    _await_in_db(servers, clients.of("deduct", "recharge"))
+    LocalService.wait_until(lambda: pending() == 0, wait_s, "nothing pending on the ledger accounts", 1.0)
+    _await_in_db(servers, clients.of("deduct", "recharge"), wait_s)
     rows = defaultdict(list)
     for table, kind in (("t_order", "deduct"), ("t_pay", "recharge")):
         column = "amount" if table == "t_order" else "pay"
@@ -284,13 +286,14 @@ def _check_ledger(servers: Stack, api: LocalService, clients: MixedClients) -> N
     assert held["acked"] > 50 and held["refused"] > 0, held
 
 
-def _check_vouchers(servers: Stack, api: LocalService, clients: MixedClients, voucher_id: str, stock: int) -> None:
+def _check_vouchers(servers: Stack, api: LocalService, clients: MixedClients, voucher_id: str, stock: int,
+                    wait_s: float = 90) -> None:
     def settled():
         view = api.request("GET", f"/vouchers/{voucher_id}")[1]
         return view and view["pending"] == 0
 
-    LocalService.wait_until(settled, 90, "every voucher order settled", 1.0)
-    _await_in_db(servers, clients.of("order"))
+    LocalService.wait_until(settled, wait_s, "every voucher order settled", 1.0)
+    _await_in_db(servers, clients.of("order"), wait_s)
     persisted = dict(servers.sql("SELECT id, user_id FROM t_voucher_order WHERE voucher_id = %s", (int(voucher_id),)))
     acked = {}
     for call in clients.of("order"):
@@ -308,10 +311,11 @@ def _check_vouchers(servers: Stack, api: LocalService, clients: MixedClients, vo
     assert view["stock_left"] + view["sold"] + view["pending"] == stock and view["sold"] == len(persisted), view
 
 
-def _check_packets(servers: Stack, api: LocalService, clients: MixedClients, packets: dict[str, int], sender: int) -> None:
+def _check_packets(servers: Stack, api: LocalService, clients: MixedClients, packets: dict[str, int], sender: int,
+                   wait_s: float = 90) -> None:
     expiring = list(packets)[1]
     LocalService.wait_until(lambda: servers.sql("SELECT state FROM t_red_packet WHERE id = %s", (int(expiring),)) == (("REFUNDED",),),
-                            90, "the expired packet's rest refunded", 1.0)
+                            wait_s, "the expired packet's rest refunded", 1.0)
     acked = {}
     for call in clients.of("grab"):
         items = {(b["item_id"], b["amount"]) for b in call.acked}
@@ -327,7 +331,7 @@ def _check_packets(servers: Stack, api: LocalService, clients: MixedClients, pac
         credits = servers.sql(f"SELECT COUNT(*) FROM t_pay WHERE idem_key IN ({_in(claims)})", [f"rp{i}" for i in claims]) if claims else ((0,),)
         return claims.items() >= acked.items() and credits[0][0] == len(claims)
 
-    LocalService.wait_until(claims_credited, 90, "every acknowledged grab claimed and every claim credited", 1.0)
+    LocalService.wait_until(claims_credited, wait_s, "every acknowledged grab claimed and every claim credited", 1.0)
     for packet_id, total in packets.items():
         (_, refund, packet_total), = servers.sql("SELECT state, refund, total FROM t_red_packet WHERE id = %s", (int(packet_id),))
         items = servers.sql("SELECT id, user_id, amount FROM t_red_packet_item WHERE packet_id = %s", (int(packet_id),))
@@ -378,7 +382,7 @@ def _check_payment_orders(servers: Stack, clients: MixedClients) -> None:
     assert states["PAID"] and states["CLOSED"], states
 
 
-def _check_balances(servers: Stack, api: LocalService, accounts: list[int]) -> None:
+def _check_balances(servers: Stack, api: LocalService, accounts: list[int], wait_s: float = 60) -> None:
     """Every account's DB balance is the sum of its persisted entries, and Redis holds exactly that (a read loads
     an account Redis lost; a missing cache is not agreement)."""
     def agree():
@@ -394,4 +398,4 @@ def _check_balances(servers: Stack, api: LocalService, accounts: list[int]) -> N
                 return False
         return True
 
-    LocalService.wait_until(agree, 60, "DB balances = their entries and Redis = DB for every account", 1.0)
+    LocalService.wait_until(agree, wait_s, "DB balances = their entries and Redis = DB for every account", 1.0)

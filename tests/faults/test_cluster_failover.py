@@ -13,9 +13,12 @@ import signal
 import time
 
 import pytest
+import redis
 from faults.test_faults import ChaosClients, Stack, _account, acknowledged_deducts_in_the_db_exactly_once
 from helpers import LocalService
 
+from hotledger.config import Settings
+from hotledger.dal import redis_store
 from infra import services
 
 
@@ -59,3 +62,51 @@ def test_a_master_killed_after_its_replica_fell_behind_is_failed_over_and_repair
         assert re.search(r'"CacheCorrected":\[?[1-9]', svc.log_text()), "no cache correction in the service log"
     finally:
         svc.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    cluster = services.RedisCluster(services.free_cluster_ports(6), tmp_path / "redis-cluster").start()
+    yield cluster
+    cluster.stop()
+
+
+def test_script_pipelines_recover_when_the_default_and_startup_node_dies(cluster, tmp_path):
+    """The master of slot 0 is the node REDIS_URL names and the first primary of the client's discovery (its default
+    node). Pipelined scripts (the writer's settle, the reconciler's, the drainers') route by their keys' slot computed
+    on the client: once its replica has taken over they run again, with no restart and nothing else refreshing the
+    client. Before, every pipeline asked the dead default node for its scripts' keys (COMMAND GETKEYS) for good."""
+    seed = cluster.nodes[0]
+    assert cluster.master_of("{3560}") is seed  # "{3560}" hashes to slot 0
+    scripts = tmp_path / "lua"
+    scripts.mkdir()
+    (scripts / "count.lua").write_text("return redis.call('INCR', KEYS[1])")
+    cfg = Settings(redis_url=f"redis+cluster://127.0.0.1:{seed.port}")
+    lua = redis_store.Lua(redis_store.connect(cfg), str(scripts))
+    assert lua.client.get_default_node().port == seed.port
+    keys = [f"count:{{{n}}}" for n in range(12)]  # every master's slots
+    assert {cluster.master_of(key).port for key in keys} == set(cluster.master_ports())
+
+    def counted():
+        pipe = lua.pipeline()
+        for key in keys:
+            lua.run("count", [key], [], client=pipe)
+        return pipe.execute()
+
+    assert counted() == [1] * len(keys)
+    replica = cluster.replica_of(seed)
+    seed.kill()
+    LocalService.wait_until(lambda: cluster.role(replica) == "master", 60, "the replica to take over", 0.2)
+    recovered_after = time.monotonic() + 10  # a few failed pipelines make the client discover the cluster again
+    while True:
+        try:
+            replies = counted()
+            break
+        except redis.RedisError:
+            assert time.monotonic() < recovered_after, "pipelines still fail after the failover"
+            time.sleep(0.5)
+    assert all(isinstance(reply, int) and reply >= 1 for reply in replies) and len(replies) == len(keys), replies
+    # the configured address stays among the nodes a topology refresh starts from, beside the discovered ones, though
+    # the cluster no longer announces it (so does an ElastiCache configuration endpoint's name, which outlives any node)
+    assert f"127.0.0.1:{seed.port}" in lua.client.nodes_manager.startup_nodes
+    assert len(lua.client.nodes_manager.startup_nodes) > 1

@@ -88,8 +88,8 @@ def stack(tmp_path_factory):
     stack.stop()
 
 
-def _account(api: LocalService, balance: str) -> int:
-    status, body = api.request("POST", "/accounts", {"user_name": f"f-{time.monotonic_ns()}"})
+def _account(api: LocalService, balance: str, **fields) -> int:
+    status, body = api.request("POST", "/accounts", {"user_name": f"f-{time.monotonic_ns()}", **fields})
     assert status == 201, body
     assert api.request("POST", f"/accounts/{body['user_id']}/recharge", {"amount": balance})[0] == 200
     return body["user_id"]

@@ -9,9 +9,11 @@ import functools
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode
 from redis.retry import Retry
 
 from hotledger.config import CLUSTER_SCHEMES, Settings, settings
@@ -95,14 +97,19 @@ class ScriptsPipeline:
     not at all). Other commands are queued on it as on any pipeline."""
 
     def __init__(self, client: redis.RedisCluster):
+        self._client = client
         self._pipe = client.pipeline(transaction=False)
         self._scripts: dict[int, tuple] = {}  # position in the pipeline -> (script, keys, args)
 
     def queue(self, script, keys: list[str], args: list):
         self._scripts[len(self._pipe)] = (script, keys, args)
-        # redis-py blocks the evalsha method on cluster pipelines (it cannot load scripts there); sent as a command,
-        # it is routed by its keys like any other
-        return self._pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        # redis-py blocks the evalsha method on cluster pipelines (it cannot load scripts there), and a cluster
+        # pipeline asks the client's default node for an EVALSHA's keys (COMMAND GETKEYS): a dead default node then
+        # fails every pipeline until something else makes the client discover the cluster again. Every script's
+        # keys share one hash tag, so the slot is computed here and the command sent to its master; a resend after
+        # a connection error (redis-py's, one by one) routes by the keys on the client as well.
+        return self._pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args,
+                                          target_nodes=self._client.get_node_from_key(keys[0]))
 
     def __getattr__(self, command):
         return getattr(self._pipe, command)
@@ -153,9 +160,34 @@ class AttemptsKeptCluster(redis.RedisCluster):
     meanwhile), not through its Retry: keep every attempt's error on the error it finally raises, as AttemptsKept
     does, for never_ran."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, seed: tuple[str, int] | None = None, **kwargs):
         self._attempts = threading.local()  # before the base class's start-up, which runs commands already
         super().__init__(*args, **kwargs)
+        if seed is not None:
+            self._keep_seed(ClusterNode(*seed))
+
+    def _keep_seed(self, seed: ClusterNode) -> None:
+        """Keep the configured address among the nodes a topology refresh starts from. redis-py replaces them with
+        the nodes it discovered (dynamic_startup_nodes), which drops an ElastiCache configuration endpoint (a DNS
+        name that follows the nodes replacing lost ones, while the cluster announces addresses): once every
+        discovered node is gone, nothing would be left to find the cluster from. The discovered nodes stay too:
+        a local cluster's seed is one of its nodes, and may be the one lost."""
+        manager = self.nodes_manager
+        initialize = manager.initialize
+
+        def keep() -> None:
+            if seed.name not in manager.startup_nodes:
+                # a new dict: redis-py's startup nodes are its node cache itself after a discovery
+                manager.startup_nodes = {**manager.startup_nodes, seed.name: ClusterNode(seed.host, seed.port)}
+
+        def initialize_keeping_seed(*args, **kwargs):
+            try:
+                return initialize(*args, **kwargs)
+            finally:
+                keep()
+
+        manager.initialize = initialize_keeping_seed
+        keep()
 
     def execute_command(self, *args, **kwargs):
         self._attempts.errors = []
@@ -191,7 +223,8 @@ def connect(cfg: Settings) -> redis.Redis | redis.RedisCluster:
     if cfg.redis_is_cluster:
         scheme, rest = cfg.redis_url.split("://", 1)
         plain = scheme.removesuffix("+cluster") if scheme in CLUSTER_SCHEMES else scheme
-        return AttemptsKeptCluster.from_url(f"{plain}://{rest}", **options)
+        url = urlsplit(f"{plain}://{rest}")
+        return AttemptsKeptCluster.from_url(url.geturl(), seed=(url.hostname, url.port or 6379), **options)
     return redis.Redis.from_url(cfg.redis_url, **options)
 
 
