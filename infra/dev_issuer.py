@@ -65,10 +65,13 @@ class JwksServer(HTTPServer):
 
     def __init__(self, port: int = 0, directory: Path = _DIR):
         body = json.dumps(key_set(directory)).encode()
+        self.fetches = 0  # key set requests served (tests count the authorizer's refetches)
+        server = self
 
         class Jwks(BaseHTTPRequestHandler):
             def do_GET(self):
                 found = self.path == "/.well-known/jwks.json"
+                server.fetches += found
                 self.send_response(200 if found else 404)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body) if found else 0))

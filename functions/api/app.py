@@ -174,6 +174,13 @@ def dependency_down(exc: Exception) -> Response:
 
 @app.not_found
 def route_not_found(exc: NotFoundError) -> Response:
+    path = app.current_event.path
+    allowed = sorted({route.method for route in app._static_routes + app._dynamic_routes if route.rule.match(path)})
+    if allowed:
+        response = _error(405, "METHOD_NOT_ALLOWED", f"{app.current_event.http_method} is not a method of this route; "
+                                                     f"use {', '.join(allowed)}")
+        response.headers["Allow"] = ", ".join(allowed)
+        return response
     return _error(404, "ROUTE_NOT_FOUND", "no such route")
 
 

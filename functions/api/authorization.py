@@ -66,6 +66,11 @@ def _voucher_order_owner(args: dict) -> int:
     return vouchers().get_order(args["voucher_id"], args["order_id"]).user_id
 
 
+_payment_order_owner.hidden_as = lambda args: errors.PaymentOrderNotFound(f"order {args['order_id']} does not exist")
+_voucher_order_owner.hidden_as = lambda args: errors.OrderNotFound(
+    f"order {args['order_id']} of voucher {args['voucher_id']} does not exist")
+
+
 def _only(*scopes: str, owner: OwnerOf | None = None) -> Rule:
     return Rule(scopes=frozenset(scopes), owner=owner)
 
@@ -130,6 +135,9 @@ def admit(rule: Rule, caller: Caller | None, now_s: float) -> OwnerOf | None:
 
 def check_owner(owner: OwnerOf, caller: Caller, args: dict) -> None:
     if owner(args) != caller.user_id:
+        hidden_as = getattr(owner, "hidden_as", None)
+        if hidden_as is not None:  # an entity found by its id: another user's answers as a missing one (no oracle)
+            raise hidden_as(args)
         raise errors.Forbidden("an end user acts only on their own account")
 
 

@@ -75,13 +75,8 @@ def take(queue: Queue, request: Annotated[DelayTakeRequest, Body()]) -> dict:
 @router.post("/delay-queues/<queue>/ack", responses=responses(
     200, DelayAckResult, "acknowledged by receipt (handled for good); stale receipts change nothing", _RESERVED))
 def ack(queue: Queue, request: Annotated[DelayAckRequest, Body()]) -> dict:
-    if request.receipts is not None:
-        given = request.receipts
-        done = delay_queue().ack(_open_queue(queue), given)
-    else:  # deprecated by-element form, accepted for one more release
-        given = request.elements or []
-        done = delay_queue().ack_elements(_open_queue(queue), given)
-    stale = [value for value, ok in zip(given, done) if not ok] if request.receipts is not None else []
+    done = delay_queue().ack(_open_queue(queue), request.receipts)
+    stale = [receipt for receipt, ok in zip(request.receipts, done) if not ok]
     return DelayAckResult(**_view(queue).model_dump(), acknowledged=sum(done), stale_receipts=stale).model_dump()
 
 

@@ -284,16 +284,7 @@ Receipt = Annotated[StrictStr, Field(min_length=3, max_length=560, pattern=r"^[0
 
 
 class DelayAckRequest(_Strict):
-    receipts: Annotated[list[Receipt], Field(min_length=1, max_length=1000)] | None = None
-    elements: Annotated[list[Element], Field(min_length=1, max_length=1000)] | None = Field(None, json_schema_extra={"deprecated": True}, description=(
-        "deprecated, accepted for one more release: acknowledges whatever delivery of the element is current, "
-        "so a late ack can remove a newer consumer's lease; send receipts"))
-
-    @model_validator(mode="after")
-    def _one_form(self) -> DelayAckRequest:
-        if (self.receipts is None) == (self.elements is None):
-            raise ValueError("give exactly one of receipts and elements (deprecated)")
-        return self
+    receipts: Annotated[list[Receipt], Field(min_length=1, max_length=1000)]
 
 
 class DelayAckResult(DelayQueueView):

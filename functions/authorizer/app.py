@@ -65,11 +65,16 @@ class Caller:
                 "scopes": " ".join(sorted(self.scopes)), "expires_at": self.expires_at}
 
 
+JWKS_REFETCH_COOLDOWN_S = 60
+
+
 class Verifier:
     def __init__(self, settings: Settings):
         self.settings = settings
-        # keys are cached for the container's life; an unknown kid (a rotated pool key) fetches the set again
-        self.jwks = jwt.PyJWKClient(settings.jwks_url, cache_keys=True, lifespan=3600, timeout=5)
+        # keys are cached for the container's life; an unknown kid (a rotated pool key) fetches the set again, at
+        # most once a minute (PyJWT's cooldown): tokens with made-up kids must not make the authorizer hammer the JWKS
+        self.jwks = jwt.PyJWKClient(settings.jwks_url, cache_keys=True, lifespan=3600, timeout=5,
+                                    cooldown_duration=JWKS_REFETCH_COOLDOWN_S)
 
     def verify(self, token: str) -> Caller:
         raw = token.removeprefix("Bearer ").strip()

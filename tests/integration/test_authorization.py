@@ -33,14 +33,20 @@ def test_an_end_user_cannot_read_or_move_another_accounts_money_and_nothing_chan
         ("POST", "/redpackets", {"sender_id": bob, "total": "10.00", "count": 1, "expires_in_s": 60}),
         ("POST", f"/redpackets/{packet}/grab", {"user_id": bob}),
         ("POST", f"/vouchers/{voucher}/orders", {"user_id": bob}),
-        ("GET", f"/vouchers/{voucher}/orders/{bobs_voucher_order}", None),
-        ("GET", f"/orders/{bobs_payment_order}", None), ("POST", f"/orders/{bobs_payment_order}/pay", None),
         ("POST", f"/orders/{bobs_payment_order}/close", None),
         ("GET", f"/inbox/{bob}/messages", None),
         ("PATCH", f"/accounts/{alice}", {"threshold": "-100.00"}),
     ]:
         status, answer = as_alice(method, path, body)
         assert (status, answer["error"]["code"]) == (403, "FORBIDDEN"), (method, path, answer)
+    # another user's order named by its id answers as a missing one: no id tells an end user whether it exists
+    missing = 2**62
+    for method, path in [("GET", f"/vouchers/{voucher}/orders/{{}}"), ("GET", "/orders/{}"), ("POST", "/orders/{}/pay")]:
+        others = as_alice(method, path.format(bobs_voucher_order if "vouchers" in path else bobs_payment_order))
+        absent = as_alice(method, path.format(missing))
+        assert others[0] == absent[0] == 404 and others[1]["error"]["code"] == absent[1]["error"]["code"], (path, others, absent)
+        assert others[1]["error"]["message"].replace(str(bobs_voucher_order), "?").replace(str(bobs_payment_order), "?") \
+            == absent[1]["error"]["message"].replace(str(missing), "?"), (others, absent)
     assert _snapshot(api, sql, (alice, bob), packet, voucher, bobs_payment_order) == before
 
     # as herself she may: read her account and orders, grab, order vouchers, pay her own payment order, read her inbox

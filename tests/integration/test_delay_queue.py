@@ -54,11 +54,13 @@ def test_extend_by_receipt_keeps_the_lease_and_a_stale_receipt_extends_nothing(a
     assert (status, body["extended"], body["stale_receipts"]) == (200, 0, [first["receipt"]])
 
 
-def test_the_element_list_ack_still_works_for_one_release(api, queue):
+def test_an_ack_by_element_is_refused_and_changes_nothing(api, queue):
+    """Issue 19 item 14: only receipts acknowledge (the by-element form was never released)."""
     api("POST", f"/delay-queues/{queue}/items", {"element": "job-1", "delay_s": 0})
     assert len(api("POST", f"/delay-queues/{queue}/take", {"limit": 10})[1]["elements"]) == 1
     status, body = api("POST", f"/delay-queues/{queue}/ack", {"elements": ["job-1"]})
-    assert (status, body["taken"], body["acknowledged"]) == (200, 0, 1)
+    assert (status, body["error"]["code"]) == (422, "MISSING_FIELD"), body
+    assert api("GET", f"/delay-queues/{queue}")[1]["taken"] == 1
 
 
 @pytest.mark.parametrize("body", [{}, {"receipts": []}, {"receipts": ["no-colon"]}, {"receipts": ["x:job"]},

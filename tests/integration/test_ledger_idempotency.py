@@ -195,3 +195,23 @@ def test_an_operators_change_is_not_undone_by_an_event_charged_before_it(api, re
     assert api("GET", f"/accounts/{user_id}")[1]["api_open"] is patch["api_open"]
     status, _ = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
     assert status == (200 if patch["api_open"] else 403)
+
+
+# keys are compared byte for byte (issue 19, item 2) ---------------------------------------------------------------
+@pytest.mark.parametrize("deduct_type", ["ASYNC", "SYNC"])
+def test_keys_that_differ_only_in_case_are_different_keys_once_the_db_answers_them(api, redis_client, sql, deduct_type):
+    """The DB answers a key Redis no longer holds; a case-folding collation made `order-a` answer `Order-A`'s charge
+    (charging nothing) and `ORDER-A` with another amount a 409 for a key never used."""
+    user_id = api.account(balance="10.00", deduct_type=deduct_type)
+    path = f"/accounts/{user_id}/deduct"
+    first = api("POST", path, {"amount": "1.00"}, {"Idempotency-Key": "Order-A"})
+    assert first[0] == 200, first
+    if deduct_type == "ASYNC":
+        persist(redis_client, user_id)
+    forget_account(redis_client, user_id)
+    lower = api("POST", path, {"amount": "1.00"}, {"Idempotency-Key": "order-a"})
+    assert lower[0] == 200 and lower[1]["order_id"] != first[1]["order_id"], (first, lower)
+    upper = api("POST", path, {"amount": "2.00"}, {"Idempotency-Key": "ORDER-A"})
+    assert upper[0] == 200 and upper[1]["order_id"] not in (first[1]["order_id"], lower[1]["order_id"]), upper
+    assert api("POST", path, {"amount": "1.00"}, {"Idempotency-Key": "Order-A"}) == first
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "6.00"

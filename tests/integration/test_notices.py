@@ -55,7 +55,7 @@ def test_http_offer_remove_view_take_ack(api, queue):
     assert view["size"] == 2 and view["earliest_due_at"] <= now_ms()
     status, taken = api("POST", f"/delay-queues/{queue}/take", {"limit": 10})
     assert [e["element"] for e in taken["elements"]] == ["job-1"]
-    assert api("POST", f"/delay-queues/{queue}/ack", {"elements": ["job-1"]})[1]["taken"] == 0
+    assert api("POST", f"/delay-queues/{queue}/ack", {"receipts": [taken["elements"][0]["receipt"]]})[1]["taken"] == 0
     assert api("DELETE", f"/delay-queues/{queue}/items/job-2")[0] == 200
     status, body = api("DELETE", f"/delay-queues/{queue}/items/job-2")
     assert (status, body["error"]["code"]) == (404, "ELEMENT_NOT_FOUND")

@@ -110,10 +110,18 @@ def test_a_body_sent_as_text_gets_the_error_response_shape():
     assert_refused(answer, 415, "UNSUPPORTED_MEDIA_TYPE")
 
 
-@pytest.mark.parametrize("method,path", [("GET", "/nope"), ("DELETE", "/accounts/7"), ("PUT", "/accounts/7/deduct"),
-                                         ("GET", "/accounts/7/deduct"), ("POST", "/accounts/7/deduct/now")])
+@pytest.mark.parametrize("method,path", [("GET", "/nope"), ("POST", "/accounts/7/deduct/now")])
 def test_an_unknown_route_is_404(method, path):
     assert_refused(call(method, path, {"amount": "1.00"}), 404, "ROUTE_NOT_FOUND", "no such route")
+
+
+@pytest.mark.parametrize("method,path,allow", [("DELETE", "/accounts/7", "GET, PATCH"), ("PUT", "/accounts/7/deduct", "POST"),
+                                               ("GET", "/accounts/7/deduct", "POST"), ("PUT", "/accounts", "POST")])
+def test_an_undeclared_method_of_a_route_is_405_with_the_routes_methods(method, path, allow):
+    """Issue 19 item 13: a route that exists answers 405 with an Allow header for a method it does not declare."""
+    answer = call(method, path, {"amount": "1.00"})
+    assert_refused(answer, 405, "METHOD_NOT_ALLOWED")
+    assert answer[2]["Allow"] == [allow], answer
 
 
 @pytest.mark.parametrize("method,path,body,message", [

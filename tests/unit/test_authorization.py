@@ -112,6 +112,30 @@ def test_a_token_that_is_not_valid_is_refused(authorizer, case):
     assert refused(authorizer, token)
 
 
+def test_tokens_with_unknown_kids_refetch_the_key_set_at_most_once_a_minute(monkeypatch):
+    """Issue 19 item 12: an unknown kid (a rotated pool key) may fetch the JWKS again, but a stream of forged kids
+    is not a JWKS amplifier: at most one refetch a minute."""
+    import jwt.jwks_client
+    from authorizer import app
+
+    issuer = dev_issuer.JwksServer().serve_in_thread()
+    verifier = app.Verifier(app.Settings(issuer=dev_issuer.ISSUER, jwks_url=issuer.url,
+                                         client_ids=frozenset({dev_issuer.CLIENT_ID})))
+    now = [1000.0]
+    monkeypatch.setattr(jwt.jwks_client.time, "monotonic", lambda: now[0])
+    genuine = jwt.decode(dev_issuer.token(scopes=("service",)), options={"verify_signature": False})
+    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    forged = [jwt.encode(genuine, other_key, algorithm="RS256", headers={"kid": f"k{n}"}) for n in range(20)]
+    verifier.verify(dev_issuer.token(scopes=("service",)))
+    assert issuer.fetches == 1
+    for seconds, token in zip(range(0, 100, 5), forged):  # one forged kid every 5 s for 100 s
+        now[0] = 1000.0 + seconds
+        with pytest.raises(app.InvalidToken):
+            verifier.verify(token)
+    assert issuer.fetches - 1 <= 2, issuer.fetches  # refetches in 100 s: at most one per 60 s
+    issuer.shutdown()
+
+
 # the API handler's own refusals (no server: they come before any service is asked) -------------------------
 def call(method: str, path: str, body=None, authorizer: dict | None = None) -> tuple[int, dict]:
     from api.app import handler

@@ -161,15 +161,6 @@ def delay_ack(lua: Lua, queue: str, receipts: list[str]) -> list[bool]:
     return [r == 1 for r in replies]
 
 
-def delay_ack_elements(lua: Lua, queue: str, elements: list[str]) -> list[bool]:
-    """The deprecated by-element ack (whatever the delivery); kept for one release."""
-    args: list[str] = []
-    for element in elements:
-        args.extend(["", element])
-    replies = lua.run("delay_ack", [taken_key(queue), receipt_key(queue), deliveries_key(queue)], args)
-    return [r == 1 for r in replies]
-
-
 def delay_extend(lua: Lua, queue: str, receipts: list[str], deadline_ms: int) -> list[bool]:
     replies = lua.run("delay_extend", [taken_key(queue), receipt_key(queue)], [deadline_ms, *_pairs(receipts)])
     return [r == 1 for r in replies]
@@ -267,10 +258,6 @@ class DelayQueue:
     def ack(self, queue: str, receipts: list[str]) -> list[bool]:
         """By receipt; per receipt True when acknowledged, False when stale (nothing changed)."""
         return delay_ack(self.lua, queue, receipts) if receipts else []
-
-    def ack_elements(self, queue: str, elements: list[str]) -> list[bool]:
-        """Deprecated (one release): acknowledges whatever delivery of the elements is current."""
-        return delay_ack_elements(self.lua, queue, elements) if elements else []
 
     def extend(self, queue: str, receipts: list[str], visibility_ms: int, now_ms: int | None = None) -> list[bool]:
         now = now_ms if now_ms is not None else int(time.time() * 1000)

@@ -12,8 +12,7 @@ a dev keyring in .state/event-keys.json).
 
 The record value (record_value) is the canonical JSON the MAC covers (sorted keys, no spaces) with `kid` and `mac`
 appended last, so the writer checks the MAC over a slice of the bytes it received (signed_part) instead of encoding
-every event again (a third of its CPU per event before). A value in any other layout (records published before
-this layout) is checked the long way: parsed, validated, encoded canonically.
+every event again (a third of its CPU per event before). A value in any other layout is not the service's: forged.
 """
 from __future__ import annotations
 
