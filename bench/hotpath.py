@@ -32,10 +32,10 @@ BALANCE = "90000000000.00"
 WARM_UP = 300
 
 
-def _deduct_events(user_id: int, n: int, amount: str = "0.01") -> list[str]:
+def _deduct_events(user_id: int, n: int, amount: str = "0.01", route: str = "deduct") -> list[str]:
     """The invocation payloads as the Lambda runtime receives them (JSON text), built before the clock starts."""
     backend = dev_issuer.caller_context(None, ("service",))  # what the authorizer passes for the backend's token
-    return [json.dumps(events.api_gateway_proxy("POST", f"/accounts/{user_id}/deduct", json.dumps({"amount": amount}),
+    return [json.dumps(events.api_gateway_proxy("POST", f"/accounts/{user_id}/{route}", json.dumps({"amount": amount}),
                                                 {"Content-Type": "application/json"}, authorizer=backend)) for _ in range(n)]
 
 
@@ -70,6 +70,7 @@ def floor_loop(user_id: int, payloads: list[str]) -> float:
     client, sha = lua.client, lua.sha("ledger_apply")
     balance, consistency = keys.balance(user_id), keys.consistency(user_id)
     idem, stream, quota = keys.idempotency(user_id, ""), keys.account_stream(user_id), keys.idempotency_quota(user_id)
+    held = keys.held(user_id)
     next_id = int(time.time() * 1000) << 22  # ids above any the handler's generator hands out in this run
     started = time.process_time()
     for payload in payloads:
@@ -78,7 +79,7 @@ def floor_loop(user_id: int, payloads: list[str]) -> float:
         next_id += 1
         ts = int(time.time() * 1000)
         status, entry_id, balance_after, version, epoch, open_flag = client.evalsha(
-            sha, 6, balance, keys.entry(user_id, next_id), consistency, idem, stream, quota,
+            sha, 7, balance, keys.entry(user_id, next_id), consistency, idem, stream, quota, held,
             "D", amount, ts, next_id, 604800, "", 86400, 9_000_000_000_000_000, ts - 15000, "", "", user_id)
         publish(str(user_id), {"type": "ledger", "id": next_id, "kind": "D", "user_id": user_id, "amount": amount,
                                "balance_after": int(balance_after), "version": int(version), "epoch": epoch.decode(),
@@ -92,19 +93,23 @@ def floor_loop(user_id: int, payloads: list[str]) -> float:
 
 
 def figures(call, deducts: int, chunk: int = 100) -> dict:
-    """handler_cpu_us_per_deduct, floor_cpu_us_per_deduct and their ratio. The two loops alternate in chunks and
-    each figure is the median over its chunks: the bench shares its cores with Redis, the broker and whatever else
-    runs, and a chunk the scheduler disturbed must not move the figure."""
+    """handler_cpu_us_per_deduct, floor_cpu_us_per_deduct and their ratio; handler_cpu_us_per_recharge and its ratio
+    to the deduct (a recharge also posts its held credit after the ack: ledger_post.lua). The loops alternate in
+    chunks and each figure is the median over its chunks: the bench shares its cores with Redis, the broker and
+    whatever else runs, and a chunk the scheduler disturbed must not move the figure."""
     user_id = _hot_account(call)
     handler_loop(_deduct_events(user_id, WARM_UP))
+    handler_loop(_deduct_events(user_id, WARM_UP, route="recharge"))
     floor_loop(user_id, _deduct_events(user_id, WARM_UP))
-    handler_us, floor_us = [], []
+    handler_us, floor_us, recharge_us = [], [], []
     for _ in range(max(1, deducts // chunk)):
         handler_us.append(handler_loop(_deduct_events(user_id, chunk)) / chunk * 1e6)
         floor_us.append(floor_loop(user_id, _deduct_events(user_id, chunk)) / chunk * 1e6)
-    handler, floor = statistics.median(handler_us), statistics.median(floor_us)
+        recharge_us.append(handler_loop(_deduct_events(user_id, chunk, route="recharge")) / chunk * 1e6)
+    handler, floor, recharge = statistics.median(handler_us), statistics.median(floor_us), statistics.median(recharge_us)
     return {"handler_cpu_us_per_deduct": round(handler, 1), "floor_cpu_us_per_deduct": round(floor, 1),
-            "handler_vs_floor_cpu_ratio": round(handler / floor, 2)}
+            "handler_vs_floor_cpu_ratio": round(handler / floor, 2),
+            "handler_cpu_us_per_recharge": round(recharge, 1), "recharge_vs_deduct_cpu_ratio": round(recharge / handler, 2)}
 
 
 def profile(call, deducts: int, top: int) -> None:

@@ -113,12 +113,12 @@ def evalsha_redis_benchmark(redis_port: int, clients: int, requests: int) -> flo
     from hotledger.dal.redis_store import lua as runner
 
     lua = runner()
-    lua.run("ledger_load", ["user:balance:{777}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
+    lua.run("ledger_load", ["user:balance:{777}", "user:held:{777}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
     sha = lua.sha("ledger_apply")
     lua.client.script_load((REPO / "layers/lua/ledger_apply.lua").read_text())
     cmd = ["redis-benchmark", "-p", str(redis_port), "-c", str(clients), "-n", str(requests), "-r", "1000000000", "-q",
-           "evalsha", sha, "6", "user:balance:{777}", "user:order:{777}:__rand_int__", "user:order:consistency:{777}",
-           "user:idem:{777}:", "events:unused:{777}", "user:idem:quota:{777}",
+           "evalsha", sha, "7", "user:balance:{777}", "user:order:{777}:__rand_int__", "user:order:consistency:{777}",
+           "user:idem:{777}:", "events:unused:{777}", "user:idem:quota:{777}", "user:held:{777}",
            "D", "1", "1700000000000", "__rand_int__", "604800", "", "86400",
            "9000000000000000", "0", "", "", "777"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -132,7 +132,7 @@ def redispy_worker(stop_at: float, out) -> None:
     while time.monotonic() < stop_at:
         n += 1
         lua.run("ledger_apply", ["user:balance:{778}", f"user:order:{{778}}:{os.getpid()}-{n}", "user:order:consistency:{778}",
-                                 "user:idem:{778}:", "events:unused:{778}", "user:idem:quota:{778}"],
+                                 "user:idem:{778}:", "events:unused:{778}", "user:idem:quota:{778}", "user:held:{778}"],
                 ["D", 1, 1_700_000_000_000, f"{os.getpid()}{n}", 604800, "", 86400, 9_000_000_000_000_000, 0, "", "", 778])
     out.put(n)
 
@@ -140,7 +140,7 @@ def redispy_worker(stop_at: float, out) -> None:
 def evalsha_redispy(procs: int, seconds: float) -> float:
     from hotledger.dal.redis_store import lua
 
-    lua().run("ledger_load", ["user:balance:{778}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
+    lua().run("ledger_load", ["user:balance:{778}", "user:held:{778}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
     stop_at = time.monotonic() + seconds + 1.5
     total = sum(gather(redispy_worker, [(stop_at,)] * procs, seconds + 1.5 + START_ALLOWANCE_S))
     return round(total / (seconds + 0.5), 1)  # workers start about a second late: a slight underestimate
@@ -373,6 +373,10 @@ BOUND_BY = {
     "handler_vs_floor_cpu_ratio": "Powertools' per-request cost dominates the rest: its validation middleware alone "
                                   "(path, query, header and cookie passes, body model, response) is about as much as "
                                   "the resolver, Logger and Metrics together; medians of alternating 100-deduct chunks",
+    "handler_cpu_us_per_recharge": "one warm in-process ASYNC recharge through api.app.handler, in the same alternating "
+                                   "chunks: a deduct's work plus posting the credit's hold after the ack (ledger_post.lua)",
+    "recharge_vs_deduct_cpu_ratio": "what holding a credit until it is durable adds to a recharge: one more script call "
+                                    "(the deduct checks balance - held in the same HMGET it made before)",
     "sync_deduct_per_s": "the hot row: lock + transaction + commit (fsync) serialize every deduct of one account",
     "evalsha_per_s": "Redis single thread running the script; the physical ceiling",
     "http_deduct_per_s": "the same CPU as in-process plus HTTP parsing and a TCP connection per request",

@@ -41,7 +41,7 @@ def _account_body(account) -> dict:
     return AccountView(
         user_id=account.user_id, user_name=account.user_name, balance=format_minor(account.balance),
         version=account.version, threshold=format_minor(account.threshold), deduct_type=account.deduct_type,
-        api_open=account.api_open, pending_orders=account.pending_orders,
+        api_open=account.api_open, pending_orders=account.pending_orders, held_credits=format_minor(account.held_credits),
     ).model_dump()
 
 

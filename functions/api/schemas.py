@@ -85,6 +85,8 @@ class AccountView(BaseModel):
     deduct_type: DeductType
     api_open: bool
     pending_orders: int = Field(description="charged in Redis, not yet in the DB")
+    held_credits: str = Field("0.00", description="credits in the balance whose events are not durable yet (normally for "
+                                                  "milliseconds): shown, not spendable until then")
 
 
 class DeductResult(BaseModel):

@@ -55,6 +55,11 @@ def consistency(user_id: int) -> str:
     return f"user:order:consistency:{tag(str(user_id))}"
 
 
+def held(user_id: int) -> str:
+    """Hash: entry id -> amount of each credit not durable yet (held: in the balance, not spendable)."""
+    return f"user:held:{tag(str(user_id))}"
+
+
 def fate(user_id: int, entry_id: int) -> str:
     """'claimed' by the writer or 'rolledback' by the API: whichever comes first wins."""
     return f"user:order:fate:{tag(str(user_id))}:{entry_id}"

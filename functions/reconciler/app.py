@@ -28,6 +28,8 @@ def handler(event: dict, context) -> dict:
     metrics.add_metric(name="CacheEvicted", unit=MetricUnit.Count, value=report.evicted)
     metrics.add_metric(name="CacheCorrectionDeferred", unit=MetricUnit.Count, value=report.deferred)
     metrics.add_metric(name="ReconcilerFailedParts", unit=MetricUnit.Count, value=len(report.failed_parts))
+    # grab credits the ledger refused or could not make: retried every run, alarmed on while they keep failing
+    metrics.add_metric(name="CreditFailures", unit=MetricUnit.Count, value=report.packets.credit_failed)
     # 1 while a pass over the accounts is unfinished (its budget ran out): alarm when it stays 1 for long
     metrics.add_metric(name="ReconcilerAccountsBehind", unit=MetricUnit.Count, value=int(report.next_after != 0))
     logger.info("reconciled", extra=asdict(report))

@@ -52,6 +52,7 @@ def handler(event: dict, context) -> dict:
     metrics.add_metric(name="WriterRolledBackSkipped", unit=MetricUnit.Count, value=report.rolled_back)
     metrics.add_metric(name="WriterDeadLettered", unit=MetricUnit.Count, value=report.dead_lettered)
     metrics.add_metric(name="LateChangesRefused", unit=MetricUnit.Count, value=report.late_refused)
+    metrics.add_metric(name="CreditFailures", unit=MetricUnit.Count, value=report.credit_failed)
     if report.dead_lettered:
         logger.error("dead-lettered records", extra={"count": report.dead_lettered})
     logger.info("batch persisted", extra={"applied": report.applied, "duplicates": report.duplicates,

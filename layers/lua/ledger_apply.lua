@@ -1,7 +1,8 @@
 -- ledger_apply: charge (kind D, deduct) or credit (kind R, recharge) an ASYNC account held in Redis,
 -- record the entry for the writer and the reconciler, and remember the answer for an Idempotency-Key.
 -- All keys share the {uid} hash tag (one Redis Cluster slot).
--- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts
+-- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts, held (the credits in
+--                                      balance that are not durable yet: shown, not spendable)
 -- KEYS[2] user:order:{uid}:<id>        string set here: amount;ts;balanceAfter;version;kind;epoch;open;idemKey
 -- KEYS[3] user:order:consistency:{uid} zset: entry ids not yet in the DB, scored by ts
 -- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state ('pending' | 'done' | 'refused'), refused
@@ -9,6 +10,10 @@
 -- KEYS[5] events:{s<n>}                the event stream (written only when ARGV[11] is 'stream')
 -- KEYS[6] user:idem:quota:{uid}        string: client Idempotency-Key records the account opened in the current
 --                                      window (ARGV[7] seconds from its first; ledger_rollback gives one back)
+-- KEYS[7] user:held:{uid}              hash: entry id -> amount of each credit held until its event is durable
+--                                      (kind R with the Kafka transport: ledger_post or ledger_settle releases it,
+--                                      ledger_rollback takes it back). A deduct spends balance - held only, so it
+--                                      never spends a credit that is then rolled back (TigerBeetle's pending transfer)
 -- ARGV[1] kind 'D' | 'R'
 -- ARGV[2] amount in minor units (integer > 0)
 -- ARGV[3] ts, epoch milliseconds
@@ -40,7 +45,7 @@
 --   {'unknown_key'}                    ARGV[13] is not 'checked' and Redis has no record of the Idempotency-Key:
 --                                      look the key up in the DB, then call again with ARGV[13] 'checked'
 --   {'closed', balance, v}             kind D on a closed API
---   {'insufficient', balance, v}       kind D with balance - amount < threshold
+--   {'insufficient', balance, v}       kind D with balance - held - amount < threshold
 --   {'limit', balance, v}              kind R would pass ARGV[8]
 --                                      (a refusal is the key's answer: recorded like a charge, and replayed with
 --                                      the balance and v it was refused at; TigerBeetle's id_already_failed)
@@ -76,7 +81,7 @@ if fingerprint ~= '' then
   end
 end
 
-local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch')
+local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held')
 if not h[1] then return {'missing'} end
 if h[5] == 'SYNC' then return {'sync'} end
 if fingerprint ~= '' and ARGV[13] ~= 'checked' then return {'unknown_key'} end
@@ -111,13 +116,17 @@ end
 local balance, open = tonumber(h[1]), h[4]
 if kind == 'D' then
   if open ~= '1' then return refuse('closed') end
-  if balance - amount < tonumber(h[3]) then return refuse('insufficient') end
+  if balance - (tonumber(h[7]) or 0) - amount < tonumber(h[3]) then return refuse('insufficient') end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 then open = 'BALANCE' end
 else
   if balance + amount > tonumber(ARGV[8]) then return refuse('limit') end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
+  if ARGV[11] ~= 'stream' then  -- streamed, the event is durable in this very step
+    redis.call('HSET', KEYS[7], id, ARGV[2])
+    redis.call('HINCRBY', KEYS[1], 'held', amount)
+  end
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 local balance_s, v_s = string.format('%d', balance), string.format('%d', v)

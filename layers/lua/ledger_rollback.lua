@@ -8,6 +8,7 @@
 -- KEYS[4] user:order:fate:{uid}:<id>    'claimed' (writer) | 'rolledback' (this script)
 -- KEYS[5] user:idem:{uid}:<key>         idempotency record, deleted when it points at this entry
 -- KEYS[6] user:idem:quota:{uid}         string (ledger_apply): a counted record deleted here gives its count back
+-- KEYS[7] user:held:{uid}               hash: a held credit taken back here leaves the held total too
 -- ARGV[1] entry id  ARGV[2] fate TTL in seconds  ARGV[3] '1' when the key is counted (a client key), else ''
 -- Returns:
 --   {'gone'}                  nothing left to undo (already given back, or Redis lost it); tombstone set
@@ -25,8 +26,11 @@ if redis.call('HGET', KEYS[5], 'id') == ARGV[1] then
   redis.call('DEL', KEYS[5])
   if ARGV[3] == '1' and tonumber(redis.call('GET', KEYS[6]) or '0') > 0 then redis.call('DECR', KEYS[6]) end
 end
+local held = redis.call('HGET', KEYS[7], ARGV[1])
+redis.call('HDEL', KEYS[7], ARGV[1])
 local h = redis.call('HMGET', KEYS[1], 'balance', 'open')
 if not h[1] then return {'rolled_back'} end
+if held and redis.call('HINCRBY', KEYS[1], 'held', -tonumber(held)) <= 0 then redis.call('HDEL', KEYS[1], 'held') end
 local open, balance = h[2]
 if kind == 'D' then
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)

@@ -22,13 +22,13 @@ def uid():
 
 
 def _load(lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASYNC", epoch="e1"):
-    return lua.run("ledger_load", keys=[keys.balance(uid)], args=[balance, version, threshold, open_, mode, epoch])
+    return lua.run("ledger_load", keys=[keys.balance(uid), keys.held(uid)], args=[balance, version, threshold, open_, mode, epoch])
 
 
 def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0, key_checked=True, refusal_final=True):
     reply = lua.run("ledger_apply",
         keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid), keys.idempotency(uid, idem),
-              keys.account_stream(uid), keys.idempotency_quota(uid)],
+              keys.account_stream(uid), keys.idempotency_quota(uid), keys.held(uid)],
         args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE, stale_before,
               "", "", uid, "checked" if key_checked else "", "1" if refusal_final else ""],
     )
@@ -73,6 +73,8 @@ def test_deduct_to_zero_closes_and_recharge_reopens(lua, redis_client, uid):
     assert _apply(lua, uid, "D", 100, 1)[5] == "BALANCE"
     assert _apply(lua, uid, "D", 1, 2) == ["closed", "0", "6"]
     assert _apply(lua, uid, "R", 50, 3)[5] == "1"
+    assert _apply(lua, uid, "D", 50, 4)[0] == "insufficient"  # the credit is held until its event is durable
+    assert lua.run("ledger_post", [keys.balance(uid), keys.held(uid)], [3]) == 1
     assert _apply(lua, uid, "D", 50, 4)[0] == "ok"
 
 
@@ -167,7 +169,8 @@ def test_a_stale_pending_idempotency_record_replays_the_charge(lua, redis_client
 
 def _rollback(lua, uid, entry_id, idem="k"):
     reply = lua.run("ledger_rollback", keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid),
-                               keys.fate(uid, entry_id), keys.idempotency(uid, idem), keys.idempotency_quota(uid)],
+                               keys.fate(uid, entry_id), keys.idempotency(uid, idem), keys.idempotency_quota(uid),
+                               keys.held(uid)],
                    args=[entry_id, 3600, ""])
     return [x.decode() if isinstance(x, bytes) else x for x in reply]
 
@@ -219,10 +222,10 @@ def test_settle_removes_entries_and_flags_foreign_epochs(lua, redis_client, uid)
     _load(lua, uid, balance=100, epoch="new")
     _apply(lua, uid, "D", 10, 1)
     _apply(lua, uid, "D", 10, 2)
-    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.entry(uid, 1)], args=["new"]) == [1, 0]
+    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), keys.entry(uid, 1)], args=["new"]) == [1, 0]
     assert redis_client.get(keys.entry(uid, 1)).startswith(b"settled;")  # resend evidence only, not pending
     assert redis_client.hget(keys.balance(uid), "dirty") is None
-    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.entry(uid, 2)], args=["new,old"]) == [1, 1]
+    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), keys.entry(uid, 2)], args=["new,old"]) == [1, 1]
     assert redis_client.hget(keys.balance(uid), "dirty") == b"1"
 
 
@@ -282,7 +285,7 @@ def test_unknown_redis_error_is_not_swallowed(lua, uid):
 
 # resend after settle (issue 10, item 5) ---------------------------------------------------------------------------
 def _settle(lua, uid, *entry_ids, epoch="e1"):
-    return lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), *(keys.entry(uid, i) for i in entry_ids)],
+    return lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), *(keys.entry(uid, i) for i in entry_ids)],
                    args=[epoch])
 
 
@@ -359,3 +362,29 @@ def test_a_voucher_order_resent_after_the_writer_settled_it_takes_one_unit(lua, 
     assert [_order(lua, vid, 42, i)[:3] for i in (7001, 7002)] == [first[:3], second[:3]]  # (stock: the current one)
     assert _order(lua, vid, 42, 7003) == ["already", "2"]
     assert redis_client.hget(keys.voucher(vid), "stock") == b"3"
+
+
+# credits held until durable (issue 19, item 1) --------------------------------------------------------------------
+def test_a_held_credit_is_posted_once_released_by_the_writers_settle_and_taken_back_by_a_rollback(lua, redis_client, uid):
+    _load(lua, uid, balance=0, epoch="e1")
+    assert _apply(lua, uid, "R", 100, 1)[:3] == ["ok", "1", "100"]
+    _apply(lua, uid, "R", 50, 2)
+    _apply(lua, uid, "R", 30, 3)
+    assert redis_client.hget(keys.balance(uid), "held") == b"180"
+    assert _apply(lua, uid, "D", 1, 4)[0] == "insufficient"
+    post = lambda entry_id: lua.run("ledger_post", [keys.balance(uid), keys.held(uid)], [entry_id])  # noqa: E731
+    assert (post(1), post(1)) == (1, 0)  # the broker acknowledged entry 1: posted once
+    assert _settle(lua, uid, 1, 2) == [2, 0]  # entry 2's request died after its ack: the writer's settle posts it
+    assert redis_client.hget(keys.balance(uid), "held") == b"30"
+    assert _apply(lua, uid, "D", 150, 5)[0] == "ok" and _apply(lua, uid, "D", 1, 6)[0] == "insufficient"
+    assert _rollback(lua, uid, 3)[0] == "rolled_back"  # entry 3's publish failed: taken back, never spent
+    assert redis_client.hget(keys.balance(uid), "held") is None and redis_client.hget(keys.balance(uid), "balance") == b"0"
+    assert post(3) == 0 and redis_client.hlen(keys.held(uid)) == 0
+
+
+def test_a_new_load_drops_the_holds_of_a_lost_cache(lua, redis_client, uid):
+    _load(lua, uid, balance=0, epoch="e1")
+    _apply(lua, uid, "R", 100, 1)
+    redis_client.delete(keys.balance(uid))  # the account hash lost (its held credits were in its balance)
+    assert _load(lua, uid, balance=0, epoch="e2") == 1
+    assert redis_client.hlen(keys.held(uid)) == 0 and redis_client.hget(keys.balance(uid), "held") is None

@@ -9,6 +9,7 @@ from helpers import broker_records, invoke_writer, ledger_records, lift_rebuild_
 
 from hotledger import errors, keys
 from hotledger.dal.db import DatabaseUnavailable
+from hotledger.dal.event_keys import record_value
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.redpackets.split import split
@@ -154,12 +155,12 @@ def test_a_claim_rolled_back_but_delivered_late_does_not_cancel_the_next_grab_of
     delivered = []
 
     def acknowledgement_lost(key, event):
-        delivered.append(json.dumps(event).encode())
+        delivered.append(record_value(event))
         raise NotAcknowledged("no acknowledgement in time")
 
     monkeypatch.setattr(redpackets().durability, "publish", acknowledgement_lost)
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})[1]["error"]["code"] == "PUBLISH_FAILED"
-    monkeypatch.setattr(redpackets().durability, "publish", lambda key, event: delivered.append(json.dumps(event).encode()))
+    monkeypatch.setattr(redpackets().durability, "publish", lambda key, event: delivered.append(record_value(event)))
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
     assert status == 200 and body["amount"] == "1.00"
     assert invoke_writer([(0, i, f"rp{packet_id}".encode(), value) for i, value in enumerate(delivered)])["batchItemFailures"] == []
@@ -192,6 +193,40 @@ def test_a_credit_that_failed_is_made_by_the_reconciler_once(api, sql, redis_cli
     assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s", (grabber,)) == ((1,),)
     reconcile_pass(monkeypatch, age_s=0)
     assert sql("SELECT credited FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((1,),)
+
+
+def test_one_grabbers_failing_credit_never_blocks_the_others(api, sql, redis_client, monkeypatch):
+    """Issue 19 item 7: a credit the ledger refuses (a grabber at the balance limit) is recorded and counted, and the
+    writer and the reconciler go on with the other credits, in a stable order."""
+    sender = api.account(balance="10.00")
+    grabbers = [api.account() for _ in range(4)]
+    packet_id = send(api, sender, "4.00", 4)
+    for grabber in grabbers:
+        assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})[0] == 200
+    claims = claim_records(packet_id)  # by item id: the first is the blocked grabber's
+    blocked = sorted(redpackets().pending_claims(packet_id), key=lambda c: c.item_id)[0].user_id
+    others = [g for g in grabbers if g != blocked]
+    ledger = redpackets().ledger
+    recharge = ledger.recharge
+
+    def at_the_limit(user_id, amount, idem_key=None):
+        if user_id == blocked:
+            raise errors.BalanceLimit("the balance would pass the largest allowed")
+        return recharge(user_id, amount, idem_key)
+
+    monkeypatch.setattr(ledger, "recharge", at_the_limit)
+    assert invoke_writer(claims) == {"batchItemFailures": []}
+    invoke_writer(ledger_records(redis_client, others))
+    credited = lambda user_id: sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s", (user_id,))[0][0]  # noqa: E731
+    assert [credited(g) for g in others] == [1, 1, 1]
+    reports = reconcile_pass(monkeypatch, age_s=0)
+    assert sum(r["packets"]["credit_failed"] for r in reports) >= 1, reports
+    assert credited(blocked) == 0
+    assert sql("SELECT user_id FROM t_red_packet_item WHERE packet_id = %s AND credited = 0", (packet_id,)) == ((blocked,),)
+    monkeypatch.setattr(ledger, "recharge", recharge)  # the cause is gone: the next pass credits it
+    reconcile_pass(monkeypatch, age_s=0)
+    invoke_writer(ledger_records(redis_client, [blocked]))
+    assert credited(blocked) == 1
 
 
 def test_a_packet_redis_lost_is_rebuilt_and_late_claims_are_not_handed_out_again(api, sql, redis_client, monkeypatch):

@@ -195,7 +195,7 @@ def test_alarms_cover_what_the_issue_names_and_the_dashboard_every_metric_the_co
     alarms = {n: r["Properties"] for n, r in resources.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
     text = str(alarms)
     for metric in ("OffsetLag", "5XXError", "Latency", "OldestPendingAge", "WriterDeadLettered", "ReconcilerFailedParts",
-                   "DelayDeadLetters", "OnFailureDestinationDeliveredEventCount"):
+                   "CreditFailures", "DelayDeadLetters", "OnFailureDestinationDeliveredEventCount"):
         assert metric in text, metric
     functions = [n for n, r in resources.items() if r["Type"] == "AWS::Lambda::Function" and n != "SetupFunction"]
     for fn in functions:

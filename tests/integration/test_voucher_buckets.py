@@ -146,3 +146,24 @@ def test_stock_shards_out_of_range_are_refused_with_nothing_created(api, sql):
                                                  "stock_shards": shards})
         assert (status, body["error"]["code"]) == (422, "VALIDATION_ERROR"), (shards, body)
     assert sql("SELECT COUNT(*) FROM t_seckill_voucher") == before
+
+
+def test_an_order_the_db_refuses_is_settled_in_its_own_bucket(api, sql, redis_client, own_topic):
+    """Issue 19 item 5: a record the DB refuses for its data was settled with bucket 0's keys, so an order taken from
+    another bucket stayed pending for good, its unit lost and its buyer answered ALREADY_ORDERED."""
+    voucher_id = voucher(api, stock=8, stock_shards=SHARDS)
+    (buyer,) = buyers_homed_at(2, 1)
+    code, body = order(api, voucher_id, buyer)
+    assert code == 200, body
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [2, 2, 1, 2]
+    # the DB refuses this one row for its data (a CHECK the persister does not know of)
+    sql(f"ALTER TABLE t_voucher_order ADD CONSTRAINT chk_refuse_{buyer} CHECK (user_id <> {buyer})")
+    try:
+        assert invoke_writer(broker_records()) == {"batchItemFailures": []}
+    finally:
+        sql(f"ALTER TABLE t_voucher_order DROP CONSTRAINT chk_refuse_{buyer}")
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE offset_no = %s", (int(body["order_id"]),)) == ((1,),)
+    view = api("GET", f"/vouchers/{voucher_id}")[1]
+    assert (view["pending"], view["bucket_stock_left"]) == (0, [2, 2, 2, 2]), view  # settled: its unit given back
+    assert redis_client.hlen(keys.voucher_pending(voucher_id, 2)) == 0
+    assert order(api, voucher_id, buyer)[0] == 200  # the buyer's slot was given back with it

@@ -71,7 +71,8 @@ def test_handlers_never_reach_a_store():
 @pytest.mark.parametrize("script", sorted(LUA.glob("*.lua")), ids=lambda p: p.name)
 def test_each_lua_script_is_prefixed_has_a_header_and_one_typed_wrapper(script):
     assert script.stem.startswith(LUA_PREFIXES), f"{script.name}: prefix it with its feature"
-    header = script.read_text().split("\n")[:40]
+    lines = script.read_text().split("\n")
+    header = lines[:next(i for i, line in enumerate(lines) if not line.startswith("--"))]  # the leading comments
     assert header[0].startswith(f"-- {script.stem}"), f"{script.name}: the header names the script first"
     text = "\n".join(header)
     assert "KEYS[" in text and "Returns" in text.replace("returns", "Returns"), f"{script.name}: header states KEYS and replies"

@@ -72,7 +72,7 @@ class FakeLedgerStore:
         self.charges, self.rollbacks, self.loads, self.updates, self.dropped, self.done = [], [], [], [], [], []
         self.rollback_reply: RollbackReply | Exception = RollbackReply(RollbackStatus.ROLLED_BACK)
         self.to_sync_reply = ToSyncReply(ToSyncStatus.OK)
-        self.reconciled, self.settled, self.forgotten = [], [], []
+        self.reconciled, self.settled, self.forgotten, self.posted = [], [], [], []
         self.commit_error: Exception | None = None
         self.cache_error: Exception | None = None
         self.cursor = object()
@@ -204,6 +204,10 @@ class FakeLedgerStore:
         if isinstance(self.rollback_reply, Exception):
             raise self.rollback_reply
         return self.rollback_reply
+
+    def post_credit(self, user_id, entry_id):
+        self.posted.append(entry_id)
+        return True
 
     def cache_account(self, account, balance, epoch):
         self.loads.append((account.user_id, balance, epoch))

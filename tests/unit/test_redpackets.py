@@ -464,12 +464,13 @@ def test_a_claim_the_writer_stamped_before_the_rollback_stands(w):
 
 @pytest.mark.parametrize("failure", [RedisUnavailable("refused"), errors.ServiceUnavailable("cache"),
                                      errors.ChargeOutcomeUnknown("lost")])
-def test_a_failed_credit_keeps_the_claim_and_ends_the_writers_credits(w, failure):
+def test_a_failed_credit_keeps_the_claim_is_counted_and_the_writer_goes_on_with_the_others(w, failure):
     w.store.add(7, "OPEN", [100, 200])
     w.ledger.recharge_error = failure
     report = w.persister.persist([claim(7, 701, ALICE, 100, grab_id=1), claim(7, 702, BOB, 200, grab_id=2)])
     assert report.applied == 2 and w.store.items[701].user_id == ALICE and w.store.items[702].user_id == BOB
-    assert len(w.ledger.recharges) == 1  # the ledger is down: the reconciler credits both later
+    # one failed credit blocks no other (issue 19 item 7): both tried, both counted, the reconciler retries them
+    assert len(w.ledger.recharges) == 2 and report.credit_failed == 2
 
 
 def test_reading_a_packet_prefers_the_grabs_redis_knows_and_falls_back_to_the_db(w):
@@ -650,10 +651,11 @@ def test_grabs_whose_credit_is_missing_are_credited_with_the_same_key_and_made_o
     assert w.store.credited == {701, 702, 703} and len(w.ledger.recharges) == 2
 
 
-def test_the_first_failing_credit_ends_the_reconciler_credit_step(w):
+def test_a_failing_credit_is_counted_and_the_reconciler_goes_on_with_the_next(w):
     w.store.add(7, "OPEN", [100, 200])
     for item_id, user in ((701, ALICE), (702, BOB)):
         w.store.items[item_id] = replace(w.store.items[item_id], user_id=user, claimed_at=NOW - 61_000)
     w.ledger.recharge_error = RedisUnavailable("refused")
-    assert w.reconciler.run(NOW, age_s=60).credited == 0
-    assert len(w.ledger.recharges) == 1
+    report = w.reconciler.run(NOW, age_s=60)
+    assert (report.credited, report.credit_failed) == (0, 2)
+    assert len(w.ledger.recharges) == 2

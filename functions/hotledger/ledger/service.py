@@ -66,6 +66,7 @@ class Account:
     deduct_type: str
     api_open: bool
     pending_orders: int
+    held_credits: int = 0
 
 
 @dataclass(frozen=True)
@@ -222,15 +223,16 @@ class Ledger:
         if row is None:
             raise errors.AccountNotFound(f"account {user_id} does not exist")
         pending = self.store.pending_count(user_id)
-        balance, version, threshold, flag = row.balance, row.version, row.threshold, row.open_flag
+        balance, version, threshold, flag, held = row.balance, row.version, row.threshold, row.open_flag, 0
         if row.deduct_type == "ASYNC":  # Redis is authoritative: the DB lags by the pending entries
             cached = self.store.cached(user_id)
             if cached is None:
                 self.load_cache(user_id)
                 cached = self.store.cached(user_id)
             if cached is not None:
-                balance, version, threshold, flag = cached.balance, cached.version, cached.threshold, cached.open_flag
-        return Account(user_id, row.user_name, balance, version, threshold, row.deduct_type, flag == "1", pending)
+                balance, version, threshold, flag, held = (cached.balance, cached.version, cached.threshold,
+                                                           cached.open_flag, cached.held)
+        return Account(user_id, row.user_name, balance, version, threshold, row.deduct_type, flag == "1", pending, held)
 
     def patch_account(self, user_id: int, deduct_type: str | None, threshold: int | None, api_open: bool | None) -> Account:
         with self.lock.hold(keys.account_lock(user_id)) as held:
@@ -330,7 +332,8 @@ class Ledger:
             entry = Entry(entry_id, user_id, amount, charges[entry_id].ts, reply.balance, reply.version, kind, reply.epoch,
                           reply.open_flag, idem_key)
             return Outbound(str(user_id), lambda: entry.to_event().model_dump(),
-                            lambda: self._undo(user_id, entry_id, kind, idem_key))
+                            lambda: self._undo(user_id, entry_id, kind, idem_key),
+                            made_durable=(lambda: self.store.post_credit(user_id, entry_id)) if kind == "R" else None)
 
         for _ in range(LOAD_ATTEMPTS):
             entry_id, reply = self.durability.apply(
@@ -379,6 +382,8 @@ class Ledger:
         with contextlib.suppress(NotAcknowledged):
             self.durability.send(str(user_id), entry.to_event().model_dump())
             self.store.mark_answer_done(user_id, idem_key)
+            if entry.kind == "R":
+                self.store.post_credit(user_id, entry_id)
         return True
 
     def _charge_in_db(self, kind: str, user_id: int, amount: int, idem_key: str | None, request: str) -> LedgerResult | None:

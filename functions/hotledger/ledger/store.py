@@ -79,6 +79,7 @@ class CachedAccount:
     version: int
     threshold: int
     open_flag: str
+    held: int = 0  # credits in the balance whose events are not durable yet: not spendable
 
 
 @dataclass(frozen=True)
@@ -359,10 +360,11 @@ class LedgerStore:
 
     # Redis -------------------------------------------------------------------------------------------
     def cached(self, user_id: int) -> CachedAccount | None:
-        balance, version, threshold, flag = self.redis.hmget(keys.balance(user_id), "balance", "v", "threshold", "open")
+        balance, version, threshold, flag, held = self.redis.hmget(keys.balance(user_id), "balance", "v", "threshold",
+                                                                   "open", "held")
         if balance is None:
             return None
-        return CachedAccount(int(balance), int(version), int(threshold), text(flag))
+        return CachedAccount(int(balance), int(version), int(threshold), text(flag), int(held or 0))
 
     def is_cached(self, user_id: int) -> bool:
         return bool(self.redis.exists(keys.balance(user_id)))
@@ -441,7 +443,8 @@ class LedgerStore:
         return ApplyReply.parse(self.lua.run(
             "ledger_apply",
             [keys.balance(c.user_id), keys.entry(c.user_id, c.entry_id), keys.consistency(c.user_id),
-             keys.idempotency(c.user_id, c.idem_key or ""), keys.account_stream(c.user_id), keys.idempotency_quota(c.user_id)],
+             keys.idempotency(c.user_id, c.idem_key or ""), keys.account_stream(c.user_id), keys.idempotency_quota(c.user_id),
+             keys.held(c.user_id)],
             [c.kind, c.amount, c.ts, c.entry_id, self.entry_ttl_s, c.fingerprint, self.idempotency_ttl_s, MAX_BALANCE,
              c.ts - self.idempotency_stale_ms, c.idem_key or "", self.stream_flag, c.user_id,
              "checked" if c.key_checked else "", "1" if c.refusal_final else "", self.max_pending,
@@ -452,13 +455,17 @@ class LedgerStore:
         return RollbackReply.parse(self.lua.run(
             "ledger_rollback", [keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id),
                                 keys.fate(user_id, entry_id), keys.idempotency(user_id, idem_key or ""),
-                                keys.idempotency_quota(user_id)],
+                                keys.idempotency_quota(user_id), keys.held(user_id)],
             [entry_id, self.entry_ttl_s, "1" if is_client_key(idem_key) else ""]))
+
+    def post_credit(self, user_id: int, entry_id: int) -> bool:
+        """ledger_post.lua: the credit's event is durable: release its hold (False: none was held)."""
+        return self.lua.run("ledger_post", [keys.balance(user_id), keys.held(user_id)], [entry_id]) == 1
 
     def cache_account(self, account: AccountRow, balance: int, epoch: str) -> bool:
         """ledger_load.lua: cache the account with this balance unless it is cached already; False when it was.
         `epoch` names this load: every entry charged from it carries it."""
-        return self.lua.run("ledger_load", [keys.balance(account.user_id)],
+        return self.lua.run("ledger_load", [keys.balance(account.user_id), keys.held(account.user_id)],
                             [balance, account.version, account.threshold, account.open_flag, account.deduct_type, epoch]) == 1
 
     def update_cache(self, user_id: int, fields: dict[str, int | str], *, if_older_than: int | None = None) -> bool:
@@ -490,7 +497,8 @@ class LedgerStore:
         pipe = self.lua.pipeline()
         for user_id, events in persisted.items():
             self.lua.run("ledger_settle",
-                         [keys.consistency(user_id), keys.balance(user_id), *(keys.entry(user_id, e.id) for e in events)],
+                         [keys.consistency(user_id), keys.balance(user_id), keys.held(user_id),
+                          *(keys.entry(user_id, e.id) for e in events)],
                          [",".join(sorted({e.epoch for e in events}))], client=pipe)
         return {user_id: SettleReply(removed, flagged == 1) for user_id, (removed, flagged) in zip(persisted, pipe.execute())}
 

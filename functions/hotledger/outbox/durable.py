@@ -48,6 +48,9 @@ class Outbound:
     # takes the change back; True when it stands instead: the writer had it first (ledger: persisted, as the DB
     # decides under the account row lock; vouchers, red packets: claimed in Redis)
     undo: Callable[[], bool]
+    # after the broker's ack: what waited for the change to be durable (ledger credits: their hold is released so
+    # they can be spent). Best effort: the writer's settle does it too, once the change is in the DB
+    made_durable: Callable[[], object] | None = None
 
 
 class Durability:
@@ -106,3 +109,9 @@ class Durability:
                 raise unknown("the broker did not acknowledge it and it could not be taken back") from lost
             if not claimed:  # claimed: the event did arrive and will be persisted
                 raise errors.PublishFailed("the change could not be recorded durably and was not made; retry") from exc
+            return
+        if change.made_durable is not None:
+            try:
+                change.made_durable()
+            except RedisUnavailable:
+                pass  # the change is durable; what waited on it follows when the writer settles it

@@ -37,6 +37,8 @@ class PersistReport:
     # of those dead-lettered, voucher orders and red packet claims whose unit or item the DB gave to another order or
     # grab first: only a Redis loss beyond what a rebuild's hold covers causes it (metric LateChangesRefused)
     late_refused: int = 0
+    # red packet grab credits that failed after the claims' commit (refused, or the ledger down): the reconciler's
+    credit_failed: int = 0
     flagged_accounts: list[int] = field(default_factory=list)
 
     def add(self, other: PersistReport) -> None:
@@ -45,6 +47,7 @@ class PersistReport:
         self.rolled_back += other.rolled_back
         self.dead_lettered += other.dead_lettered
         self.late_refused += other.late_refused
+        self.credit_failed += other.credit_failed
         self.flagged_accounts += other.flagged_accounts
 
 

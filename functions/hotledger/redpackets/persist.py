@@ -77,7 +77,6 @@ class RedPacketPersister:
         self.cache.settle([*fresh, *replayed])
         for e in given_back:  # rare: the API's own put-back did not run (or has not yet); it is idempotent
             self.cache.rollback(e.packet_id, e.grab_id, e.item_id, e.user_id, e.amount)
-        for e in fresh:  # the first failure ends it (the ledger is down): the reconciler credits the rest
-            if not self.credit(e.user_id, e.item_id, e.amount):
-                break
+        for e in fresh:  # a failed credit (refused, or the ledger down) is the reconciler's; the others go on
+            report.credit_failed += not self.credit(e.user_id, e.item_id, e.amount)
         return report

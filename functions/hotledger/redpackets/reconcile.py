@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hotledger import errors
+from hotledger import errors, observability
 from hotledger.dal.budget import Budget
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.redpackets.persist import RedPacketPersister
 from hotledger.redpackets.service import Expiry, RedPackets
 from hotledger.redpackets.store import PacketStore
+
+logger = observability.logger()
 
 PAGE = 500
 
@@ -25,6 +27,7 @@ class PacketReconcileReport:
     compensated: int = 0  # claims whose event was lost, persisted from Redis
     dead_lettered: int = 0  # of those, claims the DB refused (set aside with the reason; they stay pending in Redis)
     credited: int = 0  # grabs whose credit was missing, credited now
+    credit_failed: int = 0  # credits tried and failed this run (refused, or the ledger down): retried next run
     refunded: int = 0  # refunds finished
     rebuilt: int = 0  # expired packets Redis had lost, rebuilt
     next_after: int = 0  # the OPEN packet id the next run continues after; 0: this run reached the last one
@@ -90,6 +93,8 @@ class PacketReconciler:
         for claim in claims:
             if claim.in_ledger:
                 continue
-            if not self.packets.credit_grab(claim.user_id, claim.item_id, claim.amount):
-                break
-            report.credited += 1
+            if self.packets.credit_grab(claim.user_id, claim.item_id, claim.amount):
+                report.credited += 1
+            else:  # one grabber's refused credit (at the balance limit, say) must not hold up the others
+                report.credit_failed += 1
+                logger.warning("grab credit failed", extra={"item_id": claim.item_id, "user_id": claim.user_id})

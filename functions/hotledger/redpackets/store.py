@@ -256,7 +256,8 @@ class PacketStore:
         """Claims the DB holds whose credit is not marked yet; the join reads the ledger's t_pay by credit_key()."""
         rows = db.query("SELECT i.id, i.user_id, i.amount, p.id IS NOT NULL FROM t_red_packet_item i"
                         " LEFT JOIN t_pay p ON p.idem_key = CONCAT(%s, i.id) AND p.user_id = i.user_id"
-                        " WHERE i.credited = 0 AND i.user_id IS NOT NULL AND i.claim_time < %s LIMIT %s",
+                        " WHERE i.credited = 0 AND i.user_id IS NOT NULL AND i.claim_time < %s"
+                        " ORDER BY i.claim_time, i.id LIMIT %s",
                         (CREDIT_KEY_PREFIX, db.to_datetime(claimed_before), limit))
         return [ClaimedItem(item_id, user_id, amount, bool(in_pay)) for item_id, user_id, amount, in_pay in rows]
 

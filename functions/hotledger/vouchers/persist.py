@@ -43,7 +43,8 @@ class VoucherPersister:
         self.db, self.redis, self.outbox = db, redis, outbox
 
     @isolating_refusals(lambda e: (f"v{e.voucher_id}", e.id),
-                        settle_refused=lambda self, e: self.redis.rollback(e.voucher_id, e.id, e.user_id))
+                        settle_refused=lambda self, e: self.redis.rollback(e.voucher_id, e.id, e.user_id, e.bucket,
+                                                                          e.home))
     def persist(self, events: list[VoucherOrderEvent]) -> PersistReport:
         report = PersistReport()
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
