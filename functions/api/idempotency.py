@@ -8,8 +8,10 @@ replayed for 24 h from Redis; the effect underneath happens once. Durable routes
 close, voucher orders of a voucher allowing more than one per user) also keep the recovery point and the answer in the
 DB for good, so a retry after Redis lost the record answers the same; grabs and one-per-user voucher orders rebuild
 their answer from their natural key instead (one grab per packet and user, one order per voucher and user), which costs
-no DB write on their hot path. A 503 that changed nothing (SERVICE_UNAVAILABLE,
-PUBLISH_FAILED, RECOVERING, LOCK_LOST) is no answer: the key may try again. OUTCOME_UNKNOWN is the key's answer (Stripe
+no DB write on their hot path. What changed nothing and may go otherwise on a retry is no answer (errors.is_key_answer,
+one rule for every route): a 503 (SERVICE_UNAVAILABLE, PUBLISH_FAILED, RECOVERING, LOCK_LOST), a 429 (TOO_MANY_PENDING
+from the ledger underneath, a quota), a request still in flight (IDEMPOTENCY_IN_PROGRESS): the key may try again.
+OUTCOME_UNKNOWN is the key's answer (Stripe
 replays its 500s): it names what to look up (the packet, the entry), and running the request again under the key
 could move money or stock a second time (a second packet and debit, a second unit of a voucher)."""
 from __future__ import annotations
@@ -113,7 +115,7 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
     try:
         answer = json_answer(call(), status)
     except errors.DomainError as exc:
-        if exc.status >= 500 and not isinstance(exc, errors.ChargeOutcomeUnknown):
+        if not errors.is_key_answer(exc):
             _abandon(scope, idem_key, begun.token, forget_note)  # nothing changed: not the key's answer, a retry runs again
             raise
         finish(error(exc.status, exc.code, exc.message, **exc.details))

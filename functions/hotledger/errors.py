@@ -65,3 +65,14 @@ TooManyKeys = _error("TooManyKeys", 429, "TOO_MANY_KEYS")
 # authentication and authorization (api.authorization): nothing was changed
 Unauthenticated = _error("Unauthenticated", 401, "UNAUTHENTICATED")
 Forbidden = _error("Forbidden", 403, "FORBIDDEN")
+
+
+def is_key_answer(exc: DomainError) -> bool:
+    """Is this error an Idempotency-Key's answer for good? The one rule for every route (api/idempotency.py `once`,
+    the ledger's own keys): a definitive answer is (a business refusal, a conflict, OUTCOME_UNKNOWN, which names what
+    to look up); what changed nothing and may go otherwise on a retry is not: every 503 but OUTCOME_UNKNOWN, every
+    429 (a backlog or a quota, Stripe's rule for 429s), and a request still in flight under another key."""
+    if isinstance(exc, ChargeOutcomeUnknown):
+        return True
+    return exc.status < 500 and exc.status != 429 and not isinstance(exc, IdempotencyInProgress)
+

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from helpers import invoke_writer, ledger_records
 
 from hotledger import keys
@@ -58,6 +60,28 @@ def test_an_account_with_too_many_pending_entries_refuses_charges_until_the_writ
     # not the key's answer: the same request with the same key charges once the writer caught up
     status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, key)
     assert status == 200 and body["balance"] == "97.00", body
+
+
+@pytest.mark.parametrize("route", ["redpacket", "pay"])
+def test_a_ledger_backlog_refusal_is_never_a_keys_answer_on_any_route(api, redis_client, monkeypatch, route):
+    """Issue 19 item 6: POST /redpackets and /orders/{id}/pay stored the ledger's 429 TOO_MANY_PENDING as the key's
+    answer for good (the README: a 429 is never a key's answer). One rule for every route: the same request under the
+    same key goes through once the writer caught up."""
+    user = api.account(balance="100.00")  # one pending entry: the recharge (no writer runs here)
+    monkeypatch.setattr(ledger_store(), "max_pending", 1, raising=False)
+    key = {"Idempotency-Key": f"k-{uuid.uuid4().hex[:8]}"}
+    if route == "redpacket":
+        call = lambda: api("POST", "/redpackets", {"sender_id": user, "total": "2.00", "count": 2}, key)  # noqa: E731
+    else:
+        status, order = api("POST", "/orders", {"user_id": user, "amount": "3.00", "close_in_s": 3600})
+        assert status == 201, order
+        call = lambda: api("POST", f"/orders/{order['order_id']}/pay", None, key)  # noqa: E731
+    status, body = call()
+    assert (status, body["error"]["code"]) == (429, "TOO_MANY_PENDING"), body
+    assert invoke_writer(ledger_records(redis_client, [user]))["batchItemFailures"] == []
+    status, body = call()
+    assert status in (200, 201) and "error" not in body, body
+    assert api("GET", f"/accounts/{user}")[1]["balance"] in ("98.00", "97.00")
 
 
 def test_a_caller_past_its_idempotency_key_quota_gets_too_many_keys_and_its_keys_still_answer(api, sql, monkeypatch, capfd):
