@@ -58,7 +58,7 @@ def test_reentrant_with_one_token_and_released_by_the_last_unlock(name, redis_cl
     lock.release(name)
     assert not redis_client.exists(lock_key(name))
     other = in_thread(lambda: (lock.acquire(name, wait_ms=0), lock.release(name))[0])
-    assert other.fence == first.fence + 1  # every new owner gets a larger token
+    assert other.fence > first.fence  # every new owner gets a larger token
 
 
 def test_unlock_by_a_non_owner_is_refused(name, redis_client):
@@ -182,7 +182,7 @@ while not out.with_suffix(".go").exists():
     time.sleep(0.01)
 try:
     with ledger().store.transaction() as tx:
-        tx.lock_account(user_id, holding.fence)
+        tx.lock_account(user_id, holding.fence, holding.owner)
         tx.cursor.execute("UPDATE t_account SET balance = 0 WHERE user_id = %s", (user_id,))
     out.write_text("written")
 except errors.FencedOut:
@@ -230,9 +230,12 @@ def test_fencing_tokens_only_grow_across_a_redis_flushall_on_the_sync_charge_pat
     assert (status, body.get("balance")) == (200, "6.00"), body
     after = sql("SELECT fence FROM t_account WHERE user_id = %s", (user_id,))[0][0]
     assert after > before
-    for _ in range(2):  # and the tokens keep rising after the reseed: +1 per new owner
+    for _ in range(2):  # and the tokens keep rising after the reseed, with every new owner
         assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
-    assert sql("SELECT fence, balance FROM t_account WHERE user_id = %s", (user_id,))[0] == (after + 2, 400)
+        fence, balance = sql("SELECT fence, balance FROM t_account WHERE user_id = %s", (user_id,))[0]
+        assert fence > after
+        after = fence
+    assert balance == 400
 
 
 _DEAD_WAITER = """
@@ -276,3 +279,46 @@ def test_a_release_wakes_the_next_live_waiter_not_a_dead_first_one(name, redis_c
     holder.release(name)
     t.join(30)
     assert got["holding"] and got["at"] - released < 0.25  # woken by the release, not by its own refresh
+
+
+# fences only grow (issue 19, item 9) ------------------------------------------------------------------------------
+def test_a_fence_handed_out_again_after_a_failover_is_refused_by_the_db_and_the_next_is_higher(api, redis_client):
+    """A promoted replica that missed the last acquisition (the lock hash and the counter's last INCR) handed the same
+    fence to the next owner, and the DB (t_account.fence) accepted an equal fence from another holder: both wrote."""
+    from hotledger import errors, keys
+    from hotledger.dal.lock import fence_key
+    from hotledger.runtime import ledger_store
+
+    user = api.account(balance="10.00", deduct_type="SYNC")
+    name = keys.account_lock(user)
+    first = make_lock()
+    holding = first.acquire(name)
+    with ledger_store().transaction() as tx:
+        tx.lock_account(user, holding.fence, holding.owner)  # the DB has seen this fence from this holder
+    # the failover: the lock is free again and the counter one behind, as the replica last saw them
+    redis_client.delete(lock_key(name))
+    redis_client.set(fence_key(name), holding.fence - 1)
+    second = make_lock()
+    other = second.acquire(name)
+    assert other.owner != holding.owner and other.fence > holding.fence  # the fence rose all the same
+    with ledger_store().transaction() as tx:  # and had it not: an equal fence from another holder is refused
+        with pytest.raises(errors.FencedOut):
+            tx.lock_account(user, holding.fence, other.owner)
+    with ledger_store().transaction() as tx:  # the same holder's own fence is its own
+        assert tx.lock_account(user, holding.fence, holding.owner) is not None
+    second.release(name)
+    first.watchdog.forget(name, holding.owner)
+
+
+def test_tokens_rise_past_a_counter_ahead_of_the_clock(name, redis_client):
+    """The counter may be ahead of Redis's clock (a clock stepped back, or many owners within a millisecond): each
+    new owner still gets the counter + 1."""
+    from hotledger.dal.lock import fence_key
+
+    redis_client.set(fence_key(name), 5 * 10**15)  # ahead of the clock part (about 1.8e15 now), exact in a Lua double
+    lock = make_lock()
+    fences = []
+    for _ in range(2):
+        fences.append(lock.acquire(name).fence)
+        lock.release(name)
+    assert fences == [5 * 10**15 + 1, 5 * 10**15 + 2]

@@ -278,3 +278,29 @@ def test_one_bad_element_does_not_hold_up_the_reminder_batch(api, sql, monkeypat
     drain()
     assert [m.outer_biz_id for m in inbox().pull(fine, None, 10)] == [fine_order]
     assert sql("SELECT reminded_at IS NOT NULL FROM t_payment_order WHERE id = %s", (gone_order,)) == ((1,),)
+
+
+def test_a_created_order_is_its_keys_answer_when_only_queueing_its_reminder_failed(api, user, monkeypatch, sql, redis_client):
+    """Issue 19 item 4: the row was inserted, then offering the reminder and the close failed (their queue's slot on
+    a shard in failover): the key was given back and its order id forgotten, and the retry created a second order
+    while the first stayed OPEN. The created row is the answer; its reminder is offered again by the reconciler."""
+    from hotledger.dal.redis_store import RedisUnavailable
+    from hotledger.notices.payment_orders import REMINDER_QUEUE
+    from hotledger.runtime import delay_queue
+
+    key = {"Idempotency-Key": f"create-{time.monotonic_ns()}"}
+    request = {"user_id": user, "amount": "3.00", "close_in_s": 3600}
+
+    def queue_unreachable(*args, **kwargs):
+        raise RedisUnavailable("ConnectionError: the queue's shard is failing over")
+
+    monkeypatch.setattr(delay_queue(), "offer", queue_unreachable)
+    first = api("POST", "/orders", request, key)
+    monkeypatch.undo()
+    assert first[0] == 201, first
+    assert api("POST", "/orders", request, key) == first
+    assert sql("SELECT COUNT(*) FROM t_payment_order WHERE user_id = %s", (user,)) == ((1,),)
+    order_id = first[1]["order_id"]
+    assert delay_queue().due_at(REMINDER_QUEUE, order_id) is None
+    assert payment_orders().reoffer_lost_reminders(int(time.time() * 1000)) >= 1  # the reconciler's step
+    assert delay_queue().due_at(REMINDER_QUEUE, order_id) is not None

@@ -53,7 +53,7 @@ class FakeLock:
     def hold(self, name: str):
         self.fence += 1
         self.held.append(name)
-        yield SimpleNamespace(fence=self.fence)
+        yield SimpleNamespace(fence=self.fence, owner="fake-owner")
 
 
 class FakeLedgerStore:
@@ -244,7 +244,7 @@ class FakeLedgerStore:
         return {u: SettleReply(len(events), any(e.epoch == "old" for e in events)) for u, events in persisted.items()}
 
     # LedgerTx
-    def lock_account(self, user_id, fence):
+    def lock_account(self, user_id, fence, owner):
         return self.accounts.get(user_id)
 
     def lock_balance(self, user_id):

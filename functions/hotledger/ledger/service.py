@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, replace
 
 from hotledger import errors, keys
 from hotledger.dal.db import CommitOutcomeUnknown
+from hotledger.dal.lock import Holding
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry, ServiceKey, stored_key
@@ -239,7 +240,7 @@ class Ledger:
             cache_ahead = False  # the cache holds the operator's flag before the DB committed it
             try:
                 with self.store.transaction() as tx:
-                    locked = self._locked_account(tx, user_id, held.fence)
+                    locked = self._locked_account(tx, user_id, held)
                     current_type = locked.deduct_type
                     cached_fields: dict[str, int | str] = {}
                     if deduct_type == "SYNC" and current_type == "ASYNC":
@@ -277,13 +278,13 @@ class Ledger:
         """Cache the account from the DB (create-if-absent) under the account lock. The cached
         balance also counts entries charged in Redis that the DB does not hold yet."""
         with self.lock.hold(keys.account_lock(user_id)) as held, self.store.transaction() as tx:
-            account = self._locked_account(tx, user_id, held.fence)
+            account = self._locked_account(tx, user_id, held)
             balance = expected_cache_balance(tx, self.store, user_id, account.balance)
             self.store.cache_account(account, balance, epoch=str(self.next_id()))
 
     @staticmethod
-    def _locked_account(tx: LedgerTx, user_id: int, fence: int) -> AccountRow:
-        account = tx.lock_account(user_id, fence)
+    def _locked_account(tx: LedgerTx, user_id: int, held: Holding) -> AccountRow:
+        account = tx.lock_account(user_id, held.fence, held.owner)
         if account is None:
             raise errors.AccountNotFound(f"account {user_id} does not exist")
         return account
@@ -400,7 +401,7 @@ class Ledger:
                             raise error
                         return LedgerResult(replayed.entry_id, user_id, amount, replayed.balance, replayed.version,
                                             replayed.mode)
-                account = self._locked_account(tx, user_id, held.fence)
+                account = self._locked_account(tx, user_id, held)
                 if account.deduct_type != "SYNC":
                     self.store.drop_cache(user_id)
                     return None

@@ -509,17 +509,18 @@ class LedgerTx:
     def __init__(self, cursor):
         self.cursor = cursor  # for the outbox's dead letters, written in the same transaction
 
-    def lock_account(self, user_id: int, fence: int) -> AccountRow | None:
-        """Lock the account row, then read it. `fence` is the distributed lock's token: a smaller one than the
-        row has seen means this caller's lease ran out and a newer owner wrote since, so it must not write."""
+    def lock_account(self, user_id: int, fence: int, owner: str) -> AccountRow | None:
+        """Lock the account row, then read it. `fence` is the distributed lock's token, `owner` its holder: a
+        smaller token than the row has seen, or the same one from another holder (handed out twice by a Redis that
+        lost the last acquisition), means a newer owner wrote or may write, so this caller must not."""
         cur = self.cursor
-        cur.execute("SELECT fence FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
+        cur.execute("SELECT fence, fence_owner FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
         seen = cur.fetchone()
-        if seen is not None and seen[0] > fence:
+        if seen is not None and (seen[0] > fence or (seen[0] == fence and seen[1] not in (None, owner))):
             raise errors.FencedOut("this request's hold on the account lock ran out and a newer one wrote first; "
                                    "nothing was changed, retry")
-        if seen is not None and seen[0] < fence:
-            cur.execute("UPDATE t_account SET fence = %s WHERE user_id = %s", (fence, user_id))
+        if seen is not None and (seen[0] < fence or seen[1] is None):
+            cur.execute("UPDATE t_account SET fence = %s, fence_owner = %s WHERE user_id = %s", (fence, owner, user_id))
         cur.execute(_ACCOUNT, (user_id,))
         row = cur.fetchone()
         return None if row is None else AccountRow.of(row)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from hotledger import errors
+from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.ledger.entry import KIND_DEDUCT, ServiceKey
 from hotledger.notices.store import PaymentOrder, PaymentOrderState, PaymentOrderStore
 
@@ -91,7 +92,7 @@ class PaymentOrders:
             raise errors.AccountNotFound(f"account {user_id} does not exist")
         inserted = None if payment_order_id is None else self.store.get_created(payment_order_id)
         if inserted is not None:
-            self._offer(inserted)
+            self._offer_or_leave_to_the_reconciler(inserted)
             return inserted
         payment_order_id, now = payment_order_id or self.ids.next_id(), self.now_ms()
         if reserve is not None:
@@ -100,12 +101,19 @@ class PaymentOrders:
         due = max(now, close_at - self.reminder_before_close_ms)
         payment_order = PaymentOrder(payment_order_id, user_id, amount, PaymentOrderState.OPEN, close_at, due)
         self.store.insert(payment_order)
-        self._offer(payment_order)
+        self._offer_or_leave_to_the_reconciler(payment_order)
         return payment_order
 
-    def _offer(self, payment_order: PaymentOrder) -> None:
-        self.queue.offer(REMINDER_QUEUE, str(payment_order.id), due_at_ms=payment_order.reminder_due_at)
-        self.queue.offer(CLOSE_QUEUE, str(payment_order.id), due_at_ms=payment_order.close_at)
+    def _offer_or_leave_to_the_reconciler(self, payment_order: PaymentOrder) -> None:
+        """Queue the reminder and the close. The inserted row is the request's answer whatever happens here: if Redis
+        cannot take them (the queues' shard failing over), the reconciler offers the reminder again
+        (reoffer_lost_reminders) and closes the order past its close time (close_overdue); never a second order."""
+        try:
+            self.queue.offer(REMINDER_QUEUE, str(payment_order.id), due_at_ms=payment_order.reminder_due_at)
+            self.queue.offer(CLOSE_QUEUE, str(payment_order.id), due_at_ms=payment_order.close_at)
+        except RedisUnavailable:
+            log.warning("payment order created; its reminder and close left to the reconciler",
+                           extra={"payment_order_id": str(payment_order.id)}, exc_info=True)
 
     def get(self, payment_order_id: int) -> PaymentOrder:
         """The payment order, with its reminder's due time while the reminder is queued."""
