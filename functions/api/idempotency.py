@@ -73,8 +73,8 @@ def fingerprint(route: str, body: dict | None) -> str:
 class Attempt:
     """What a resumable request sees (once(..., resumable=True)): whether it took the key over from an attempt that
     died under it or whose Redis record was lost (`retaken`), the recovery point that attempt left (`resumed_from`, None
-    when there was none), `remember` to leave its own before any effect, and whether the request carries a key at
-    all (`keyed`)."""
+    when there was none), `remember` to leave its own before any effect (it raises IDEMPOTENCY_IN_PROGRESS when the
+    key is no longer this request's: nothing may follow), and whether the request carries a key at all (`keyed`)."""
 
     resumed_from: str | None
     remember: Callable[[str], object]
@@ -103,8 +103,12 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
     if begun.status is BeginStatus.RUNNING:
         raise errors.IdempotencyInProgress("the first request with this Idempotency-Key is still in progress")
     if resumable:
-        attempt = Attempt(begun.note, lambda note: store.note(scope, idem_key, begun.token, note, durable, request_fp),
-                          begun.retaken, keyed=True)
+        def remember(note: str) -> None:
+            if not store.note(scope, idem_key, begun.token, note, durable, request_fp):
+                # another attempt took the key over (this one's lease ran out): it alone may act under the key now
+                raise errors.IdempotencyInProgress("this request's hold on its Idempotency-Key ran out and a retry "
+                                                   "took it over; nothing was changed by this request")
+        attempt = Attempt(begun.note, remember, begun.retaken, keyed=True)
         call = lambda: run(attempt)
     else:
         call = run

@@ -235,3 +235,42 @@ def test_a_grab_whose_first_attempt_died_before_its_answer_answers_the_item_it_t
     grabs = api("GET", f"/redpackets/{packet_id}")[1]["grabs"]
     assert grabs == [{"user_id": grabber, "amount": body["amount"]}]
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber}, headers) == (status, body)
+
+
+def test_a_request_that_lost_its_key_while_the_db_stalled_stops_before_a_second_packet(api, sql, monkeypatch):
+    """Issue 19 item 3: the first attempt's recovery point stalled in the DB past its lease; a retry took the key over
+    and sent the packet; the first then went on (remember answered False, unchecked) and sent a second packet,
+    debiting the sender twice. The holder of the lease is the only writer of the key's record and answer."""
+    import threading
+
+    from hotledger import runtime
+    from hotledger.dal import db
+
+    sender = api.account(balance="10.00")
+    headers = key()
+    request = {"sender_id": sender, "total": "4.00", "count": 2}
+    monkeypatch.setattr(runtime.idempotency(), "lease_ms", 300)
+    stalled, go = threading.Event(), threading.Event()
+    execute = db.execute
+
+    def stalling_first_note(statement, args=None, *rest, **kw):
+        if "t_route_key" in statement and "note" in statement and not stalled.is_set():
+            stalled.set()
+            go.wait(10)  # the DB stalls past the lease
+        return execute(statement, args, *rest, **kw)
+
+    monkeypatch.setattr(db, "execute", stalling_first_note)
+    first: list = []
+    attempt = threading.Thread(target=lambda: first.append(api("POST", "/redpackets", request, headers)))
+    attempt.start()
+    assert stalled.wait(10)
+    time.sleep(0.4)  # the first attempt's lease ran out: the retry takes the key over
+    status, body = api("POST", "/redpackets", request, headers)
+    go.set()
+    attempt.join(10)
+    assert status == 201, body
+    # the first attempt either stopped (409: the key is no longer its own) or finished the retry's one packet
+    assert first and (first[0][0] == 409 or first[0] == (status, body)), first
+    assert sql("SELECT COUNT(*) FROM t_red_packet WHERE sender_id = %s", (sender,)) == ((1,),)
+    assert balance(api, sender) == "6.00"  # debited once
+    assert api("POST", "/redpackets", request, headers) == (status, body)

@@ -98,8 +98,11 @@ class FakeStore:
         yield FakeTx(self)
 
     def insert(self, packet_id, sender_id, total, expires_at, items):
+        if packet_id in self.packets:
+            return False
         self.packets[packet_id] = PacketRow(packet_id, sender_id, "CREATING", total, len(items), None, expires_at)
         self.items.update({i: ItemRow(i, packet_id, a) for i, a in items})
+        return True
 
     def mark_failed(self, packet_id):
         self._move(packet_id, "CREATING", "FAILED")

@@ -70,9 +70,12 @@ class Idempotency:
         self.lua, self.ttl_s, self.lease_ms, self.max_keys = lua, ttl_s, lease_ms, max_keys
 
     def begin(self, scope: str, idem_key: str, fingerprint: str, durable: bool = False) -> Begun:
-        token = uuid.uuid4().hex
+        now_ms = int(time.time() * 1000)
+        # the hold's start leads its token, so tokens of one key order as their holds: a later hold (one that took the
+        # key over after this one's lease ran out) sorts after, and the DB row keeps what the latest wrote
+        token = f"{now_ms:013d}{uuid.uuid4().hex[:19]}"
         reply = reply_fields(self.lua.run("idem_begin", [record_key(scope, idem_key), quota_key(scope)],
-                                          [fingerprint, token, int(time.time() * 1000), self.lease_ms, self.ttl_s,
+                                          [fingerprint, token, now_ms, self.lease_ms, self.ttl_s,
                                            self.max_keys]))
         if reply[0] == "retaken":
             return Begun(BeginStatus.NEW, token=token, retaken=True, note=reply[1] or None)
@@ -107,19 +110,28 @@ class Idempotency:
     def note(self, scope: str, idem_key: str, token: str, note: str, durable: bool = False,
              fingerprint: str = "") -> bool:
         """Keep the holder's recovery point (durable: in the DB too, before the effect it names); False when the
-        record is no longer this attempt's."""
-        if durable:
-            db.execute("INSERT INTO t_route_key (scope, idem_key, fingerprint, note) VALUES (%s, %s, %s, %s)"
-                       " ON DUPLICATE KEY UPDATE note = VALUES(note)", (scope, idem_key, fingerprint, note))
-        return reply_fields(self.lua.run("idem_note", [record_key(scope, idem_key)], [token, note]))[0] == "noted"
+        record is no longer this attempt's: the caller must stop before any effect. Redis first, as it holds the
+        lease: an attempt that takes the key over later resumes from this point, whatever the DB write meets."""
+        if reply_fields(self.lua.run("idem_note", [record_key(scope, idem_key)], [token, note]))[0] != "noted":
+            return False
+        if durable:  # a hold that lost the key while this write stalled cannot overwrite its successor's point
+            latest = "(status IS NULL AND (token IS NULL OR VALUES(token) >= token))"
+            db.execute("INSERT INTO t_route_key (scope, idem_key, fingerprint, note, token) VALUES (%s, %s, %s, %s, %s)"
+                       f" ON DUPLICATE KEY UPDATE note = IF({latest}, VALUES(note), note),"
+                       f" token = IF({latest}, VALUES(token), token)", (scope, idem_key, fingerprint, note, token))
+        return True
 
     def finish(self, scope: str, idem_key: str, token: str, status: int, body: str, durable: bool = False,
                fingerprint: str = "") -> bool:
-        """Keep the answer (durable: in the DB first, for good); False when the record is no longer this attempt's."""
+        """Keep the answer (durable: in the DB first, for good); False when the record is no longer this attempt's.
+        In the DB an earlier hold than the row's latest (one that lost the key) writes nothing."""
         if durable:
-            db.execute("INSERT INTO t_route_key (scope, idem_key, fingerprint, status, response) VALUES (%s, %s, %s, %s, %s)"
-                       " ON DUPLICATE KEY UPDATE status = VALUES(status), response = VALUES(response)",
-                       (scope, idem_key, fingerprint, status, body))
+            latest = "(token IS NULL OR VALUES(token) >= token)"
+            db.execute("INSERT INTO t_route_key (scope, idem_key, fingerprint, status, response, token)"
+                       " VALUES (%s, %s, %s, %s, %s, %s)"
+                       f" ON DUPLICATE KEY UPDATE status = IF({latest}, VALUES(status), status),"
+                       f" response = IF({latest}, VALUES(response), response), token = IF({latest}, VALUES(token), token)",
+                       (scope, idem_key, fingerprint, status, body, token))
         return self._keep_answer(scope, idem_key, token, status, body)
 
     def _keep_answer(self, scope: str, idem_key: str, token: str, status: int, body: str) -> bool:

@@ -34,9 +34,10 @@ class PaymentOrder:
 
 class PaymentOrderStore:
     def insert(self, payment_order: PaymentOrder) -> None:
-        """A new payment order, its reminder due at its reminder_due_at."""
+        """A new payment order, its reminder due at its reminder_due_at; nothing when the id is there already (another
+        attempt under the same Idempotency-Key inserted it: the one order is both attempts' answer)."""
         db.execute("INSERT INTO t_payment_order (id, user_id, amount, state, close_at, remind_at)"
-                   " VALUES (%s, %s, %s, %s, %s, %s)",
+                   " VALUES (%s, %s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE id = id",
                    (payment_order.id, payment_order.user_id, payment_order.amount, payment_order.state.value,
                     db.to_datetime(payment_order.close_at), db.to_datetime(payment_order.reminder_due_at)))
 

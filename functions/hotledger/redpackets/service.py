@@ -166,7 +166,9 @@ class RedPackets:
         if reserve is not None:
             reserve(packet_id)
         packet = PacketRow(packet_id, sender_id, "CREATING", total, count, None, self.clock() + expires_in_s * 1000)
-        self.store.insert(packet.packet_id, sender_id, total, packet.expires_at, [(self.next_id(), a) for a in amounts])
+        if not self.store.insert(packet.packet_id, sender_id, total, packet.expires_at, [(self.next_id(), a) for a in amounts]):
+            # an attempt that took the key over while this one stalled inserted it: finish the one packet as it does
+            return self.resume(packet_id, sender_id, total, count, expires_in_s)
         self.debit_and_open(packet)
         return PacketView(packet.packet_id, sender_id, "OPEN", total, count, None, packet.expires_at)
 

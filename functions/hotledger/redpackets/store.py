@@ -147,13 +147,18 @@ class PacketStore:
         with db.transaction() as cur:
             yield PacketTx(cur)
 
-    def insert(self, packet_id: int, sender_id: int, total: int, expires_at: int, items: list[tuple[int, int]]) -> None:
-        """The packet as CREATING with its pre-split items ((item id, amount)), together."""
+    def insert(self, packet_id: int, sender_id: int, total: int, expires_at: int, items: list[tuple[int, int]]) -> bool:
+        """The packet as CREATING with its pre-split items ((item id, amount)), together; False when a packet with
+        this id is there already (another attempt under the same Idempotency-Key inserted it: nothing is added)."""
         with db.transaction() as cur:
             cur.execute("INSERT INTO t_red_packet (id, sender_id, total, item_count, state, expires_at)"
-                        " VALUES (%s, %s, %s, %s, 'CREATING', %s)", (packet_id, sender_id, total, len(items), db.to_datetime(expires_at)))
+                        " VALUES (%s, %s, %s, %s, 'CREATING', %s) ON DUPLICATE KEY UPDATE id = id",
+                        (packet_id, sender_id, total, len(items), db.to_datetime(expires_at)))
+            if cur.rowcount == 0:
+                return False
             cur.execute("INSERT INTO t_red_packet_item (id, packet_id, amount) VALUES "
                         + ",".join("(%d,%d,%d)" % (item_id, packet_id, amount) for item_id, amount in items))
+        return True
 
     @staticmethod
     def mark_failed(packet_id: int) -> None:
