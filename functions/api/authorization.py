@@ -11,6 +11,7 @@ Every route has exactly one rule (tests/unit/test_authorization.py holds the tab
 without a caller is 401 UNAUTHENTICATED, a caller the rule does not admit 403 FORBIDDEN, before the route runs."""
 from __future__ import annotations
 
+import contextvars
 import functools
 import time
 from dataclasses import dataclass
@@ -156,4 +157,15 @@ def admit_request(app) -> Callable[[dict], None] | None:
     route's rule. Returns the check left for the parsed arguments (an end user's ownership), if any."""
     caller = caller_of(app.current_event.request_context.authorizer.get_context())
     owner = admit(rule_of(app), caller, time.time())
+    _end_user.set(owner is not None)
     return None if owner is None else functools.partial(check_owner, owner, caller)
+
+
+# whether this request was admitted as an end user acting on their own account (not by a scope)
+_end_user: contextvars.ContextVar[bool] = contextvars.ContextVar("end_user", default=False)
+
+
+def key_scope(scope: str) -> str:
+    """The Idempotency-Key scope of this request: end users and backends never share one, so a user can neither take
+    a backend's (predictable) keys for the account nor spend that scope's key quota."""
+    return f"user:{scope}" if _end_user.get() else scope

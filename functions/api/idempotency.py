@@ -32,6 +32,7 @@ from hotledger.dal.lock import LockUnavailable
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.runtime import idempotency
 
+from api.authorization import key_scope
 from api.responses import error, json_answer
 
 logger = observability.logger()
@@ -89,6 +90,7 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
     and the answer are kept in the DB too, for good."""
     if idem_key is None:
         return json_answer(run(Attempt(None, lambda note: None)) if resumable else run(), status)
+    scope = key_scope(scope)
     store = idempotency()
     request_fp = fingerprint(route, body)
     begun = store.begin(scope, idem_key, request_fp, durable=durable)

@@ -81,3 +81,29 @@ def test_a_service_cannot_create_or_change_accounts_nor_reopen_what_an_operator_
     assert as_service("POST", f"/accounts/{user_id}/recharge", {"amount": "5.00"})[0] == 200  # its own work, allowed
     account = api("GET", f"/accounts/{user_id}")[1]
     assert account["api_open"] is False and account["threshold"] == "0.00"  # the recharge did not reopen it
+
+
+def test_an_end_user_and_a_backend_never_share_idempotency_keys(api, monkeypatch):
+    """Issue 19 item 10: the backend's keys for an account were the end user's too: a user taking a backend's
+    (predictable) key made the backend's request 409 IDEMPOTENCY_KEY_REUSED, and a user could spend the scope's key
+    quota for everyone on the account."""
+    from hotledger import runtime
+
+    alice = api.account(balance="10.00")
+    voucher = api("POST", "/vouchers", {"title": "t", "stock": 5, "begin_at": 0, "end_at": 4102444800000,
+                                        "per_user_limit": 2})[1]["voucher_id"]
+    sender = api.account(balance="10.00")
+    packet = api("POST", "/redpackets", {"sender_id": sender, "total": "2.00", "count": 2, "expires_in_s": 600})[1]["packet_id"]
+    as_alice = Api(user_id=alice, scopes=())
+    predictable = {"Idempotency-Key": f"grab-{packet}-{alice}"}
+    assert as_alice("POST", f"/vouchers/{voucher}/orders", {"user_id": alice}, predictable)[0] == 200
+    status, body = api("POST", f"/redpackets/{packet}/grab", {"user_id": alice}, predictable)  # the backend's own
+    assert status == 200, body
+    # the quota: a user who spent hers leaves the backend's untouched
+    monkeypatch.setattr(runtime.idempotency(), "max_keys", 2)  # each scope opened one key so far
+    assert as_alice("POST", f"/vouchers/{voucher}/orders", {"user_id": alice}, {"Idempotency-Key": "second"})[0] == 200
+    status, body = as_alice("POST", f"/vouchers/{voucher}/orders", {"user_id": alice}, {"Idempotency-Key": "third"})
+    assert (status, body["error"]["code"]) == (429, "TOO_MANY_KEYS"), body
+    status, body = api("POST", "/redpackets", {"sender_id": alice, "total": "1.00", "count": 1},
+                       {"Idempotency-Key": "the-backends"})
+    assert status == 201, body
