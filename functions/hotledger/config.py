@@ -90,6 +90,10 @@ class Settings:
     max_idempotency_keys: int = 100_000
     # how long an attempt holds its route key: above the API function's timeout, so a live attempt never loses it
     idempotency_lease_ms: int = 60_000
+    # how long the DB keeps an Idempotency-Key's answer (t_idempotency, t_route_key) and a rollback's record
+    # (t_rolled_back): the reconciler prunes older ones in bounded batches. Keep it above the topic's retention, so a
+    # replay from the log's start still meets every rollback record (Stripe keeps keys 24 h)
+    key_retention_days: int = 30
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message
     journeys: str = "password-recovery=1800"
 
@@ -159,6 +163,7 @@ _ENV = {
     "max_pending_entries": "MAX_PENDING_ENTRIES",
     "max_idempotency_keys": "MAX_IDEMPOTENCY_KEYS",
     "idempotency_lease_ms": "IDEMPOTENCY_LEASE_MS",
+    "key_retention_days": "KEY_RETENTION_DAYS",
     "journeys": "JOURNEYS",
 }
 
@@ -215,7 +220,7 @@ def _from_ssm(env) -> dict:
                "stream_batch", "stream_block_ms", "stream_claim_idle_ms", "stream_max_deliveries", "rebuild_hold_s",
                "finished_keys_ttl_s", "delay_visibility_ms", "delay_max_deliveries", "delay_retry_base_ms",
                "delay_retry_cap_ms", "reminder_before_close_s", "inbox_ttl_s", "inbox_max_messages", "journeys",
-               "delay_max_queue_size", "max_pending_entries"}
+               "delay_max_queue_size", "max_pending_entries", "max_idempotency_keys", "key_retention_days"}
     values = {}
     pages = boto3.client("ssm").get_paginator("get_parameters_by_path").paginate(Path=path, Recursive=False)
     for page in pages:

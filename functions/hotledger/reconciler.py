@@ -29,7 +29,7 @@ from hotledger.vouchers.reconcile import VoucherReconciler, VoucherReconcileRepo
 
 log = logging.getLogger(__name__)
 
-PARTS = ("accounts", "vouchers", "packets", "journeys", "reminders", "orders")
+PARTS = ("accounts", "vouchers", "packets", "journeys", "reminders", "orders", "keys")
 
 
 @dataclass
@@ -39,6 +39,7 @@ class ReconcileReport(AccountsReconcileReport):
     journeys: JourneyScanReport = field(default_factory=JourneyScanReport)
     reminders_reoffered: int = 0
     orders_closed: int = 0
+    keys_pruned: int = 0  # key and rollback records past KEY_RETENTION_DAYS deleted this run
     failed_parts: list[str] = field(default_factory=list)  # parts that raised this run (logged with the error)
     part_seconds: dict[str, float] = field(default_factory=dict)  # how long each part took
 
@@ -46,8 +47,11 @@ class ReconcileReport(AccountsReconcileReport):
 class Reconciler:
     def __init__(self, accounts: LedgerReconcile, writer: Writer, age_s: int, vouchers: VoucherReconciler,
                  redpackets: PacketReconciler, journeys, payment_orders, cursors=None, part_items: int = 2**62,
-                 part_s: float = 10.0**9, clock: Callable[[], float] = time.monotonic):
+                 part_s: float = 10.0**9, clock: Callable[[], float] = time.monotonic,
+                 prune_keys: Callable[[int, Budget], dict[str, int]] | None = None, key_retention_ms: int = 0):
+        """prune_keys(older_than_ms, budget): deletes key and rollback records past their retention (dal/retention.py)."""
         self.accounts, self.writer, self.age_s = accounts, writer, age_s
+        self.prune_keys, self.key_retention_ms = prune_keys, key_retention_ms
         self.vouchers, self.redpackets, self.journeys, self.payment_orders = vouchers, redpackets, journeys, payment_orders
         self.cursors, self.part_items, self.part_s, self.clock = cursors, part_items, part_s, clock
 
@@ -79,7 +83,11 @@ class Reconciler:
         def orders(budget: Budget) -> None:
             report.orders_closed = self.payment_orders.close_overdue(now_ms)  # one page: bounded already
 
-        for name, part in zip(PARTS, (accounts, vouchers, packets, journeys, reminders, orders)):
+        def keys(budget: Budget) -> None:
+            if self.prune_keys is not None:
+                report.keys_pruned = sum(self.prune_keys(now_ms - self.key_retention_ms, budget).values())
+
+        for name, part in zip(PARTS, (accounts, vouchers, packets, journeys, reminders, orders, keys)):
             self._part(name, part, report)
         return report
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 
 from hotledger.config import settings
-from hotledger.dal import publisher
+from hotledger.dal import publisher, retention
 from hotledger.dal.cursor import Cursors
 from hotledger.dal.delay_queue import DelayQueue, Drainer
 from hotledger.dal.event_keys import EventKeys
@@ -127,7 +127,8 @@ def reconciler() -> Reconciler:
     voucher_reconciler = VoucherReconciler(vouchers(), writer().persisters[VoucherOrderEvent], VoucherDb(), voucher_redis())
     packets = PacketReconciler(redpackets(), writer().persisters[RedPacketClaimEvent], PacketStore())
     return Reconciler(accounts, writer(), cfg.reconcile_age_s, voucher_reconciler, packets, journeys(),
-                      payment_orders(), Cursors(lua().client), cfg.reconcile_part_items, cfg.reconcile_part_s)
+                      payment_orders(), Cursors(lua().client), cfg.reconcile_part_items, cfg.reconcile_part_s,
+                      prune_keys=retention.prune, key_retention_ms=cfg.key_retention_days * 86_400_000)
 
 
 @functools.lru_cache(maxsize=1)

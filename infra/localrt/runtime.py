@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import importlib
 import json
 import logging
@@ -436,10 +437,9 @@ def _note_signals() -> list:
     return noted
 
 
-def start_msk_pollers(fn: template.Function, bootstrap: str, partitions: list[int]) -> list[int]:
+def start_msk_pollers(fn: template.Function, bootstrap: str, partitions: list[int], handler) -> list[int]:
     """A process per partition, each running that partition's MskPoller (Lambda runs the pollers' invocations side by
     side in execution environments of their own; one process also keeps each partition's writer off the others' GIL)."""
-    handler = _load_handler(fn)
     pids = []
     for partition in partitions:
         pid = os.fork()
@@ -456,6 +456,38 @@ def start_msk_pollers(fn: template.Function, bootstrap: str, partitions: list[in
                 os._exit(0)
         pids.append(pid)
     return pids
+
+
+def start_msk_trigger(fn: template.Function, bootstrap: str) -> int:
+    """A process that waits for the broker, makes the topic, then runs a poller per partition (start_msk_pollers)
+    until it is told to stop: the runtime starts and serves without the broker, as a Lambda does, and its writes answer
+    503 until the broker is there. Exits when a poller does, so the runtime stops as for any child."""
+    handler_module = _load_handler(fn)  # imported before the fork, as the other children's handlers
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    try:
+        signalled = _note_signals()
+        host, port = bootstrap.split(",")[0].rsplit(":", 1)
+        while not signalled and not services.reachable(host, int(port)):
+            time.sleep(0.5)
+        if signalled:
+            os._exit(0)
+        services.ensure_topic(bootstrap, fn.msk["topic"], services.LOCAL_PARTITIONS)
+        partitions = services.topic_partitions(bootstrap, fn.msk["topic"])
+        pollers = start_msk_pollers(fn, bootstrap, partitions, handler_module)
+        log.info("%s: MSK topic %s, %d partitions (a poller each), batch %d, window %.1fs", fn.name, fn.msk["topic"],
+                 len(partitions), fn.msk["batch_size"], fn.msk["window_s"])
+        while not signalled and not any(os.waitpid(p, os.WNOHANG)[0] for p in pollers):
+            time.sleep(0.2)
+        for poller in pollers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(poller, signal.SIGTERM)
+        for poller in pollers:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(poller, 0)
+    finally:
+        os._exit(0)
 
 
 def main(argv=None) -> int:
@@ -497,11 +529,7 @@ def main(argv=None) -> int:
                 # (test stacks, benchmarks) neither share its offsets nor hold members in it (a group with members
                 # refuses the commits of consumers assigned their partitions)
                 fn.msk.update(topic=topic, group_id=f"{fn.msk['group_id']}.{topic}")
-            services.ensure_topic(bootstrap, fn.msk["topic"], services.LOCAL_PARTITIONS)
-            partitions = services.topic_partitions(bootstrap, fn.msk["topic"])
-            children += start_msk_pollers(fn, bootstrap, partitions)
-            log.info("%s: MSK topic %s, %d partitions (a poller each), batch %d, window %.1fs", fn.name, fn.msk["topic"],
-                     len(partitions), fn.msk["batch_size"], fn.msk["window_s"])
+            children.append(start_msk_trigger(fn, bootstrap))
     if issuer is not None:
         issuer.serve_in_thread()
         log.info("local dev issuer %s: tokens with `make token`", dev_issuer.ISSUER)

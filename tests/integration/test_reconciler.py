@@ -97,3 +97,29 @@ def test_sample_scheduled_event_file(reconcile):
     report = handler(json.loads((EVENTS / "reconciler_schedule.json").read_text()), events.LambdaContext("ReconcilerFunction"))
     assert {"pending", "oldest_pending_age_s", "compensated", "corrected", "evicted"} <= set(report)
     assert report["accounts"] >= 1
+
+
+# key records have a retention (issue 19, item 16) -----------------------------------------------------------------
+def test_key_and_rollback_records_past_their_retention_are_pruned_and_younger_ones_kept(api, sql, monkeypatch):
+    from hotledger.runtime import reconciler, settings
+
+    user = api.account(balance="10.00", deduct_type="SYNC")  # a SYNC charge keeps its key's answer in t_idempotency
+    assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, {"Idempotency-Key": "old"})[0] == 200
+    assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, {"Idempotency-Key": "young"})[0] == 200
+    sender = api.account(balance="10.00")
+    assert api("POST", "/redpackets", {"sender_id": sender, "total": "1.00", "count": 1}, {"Idempotency-Key": "old"})[0] == 201
+    days = settings().key_retention_days
+    assert days == 30  # the default
+    for table, column, value in (("t_idempotency", "user_id", user), ("t_route_key", "scope", f"account:{sender}")):
+        sql(f"UPDATE {table} SET create_time = NOW(3) - INTERVAL %s DAY WHERE {column} = %s AND idem_key = 'c:old'"
+            if table == "t_idempotency" else
+            f"UPDATE {table} SET create_time = NOW(3) - INTERVAL %s DAY WHERE {column} = %s AND idem_key = 'old'",
+            (days + 1, value))
+    monkeypatch.setattr(reconciler(), "key_retention_ms", (days + 5) * 86_400_000)  # a longer retention keeps them
+    run_reconciler()
+    assert sql("SELECT COUNT(*) FROM t_idempotency WHERE user_id = %s", (user,)) == ((2,),)
+    monkeypatch.setattr(reconciler(), "key_retention_ms", days * 86_400_000)
+    report = run_reconciler()
+    assert report["keys_pruned"] >= 2
+    assert sql("SELECT idem_key FROM t_idempotency WHERE user_id = %s", (user,)) == (("c:young",),)
+    assert sql("SELECT COUNT(*) FROM t_route_key WHERE scope = %s", (f"account:{sender}",)) == ((0,),)

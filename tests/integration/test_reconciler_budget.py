@@ -46,4 +46,4 @@ def test_a_part_that_raises_does_not_stop_the_others(api, sql, monkeypatch, reco
     report = reconcile()
     assert report["failed_parts"] == ["accounts", "vouchers"]
     assert ran == ["scan", "close_overdue"]
-    assert set(report["part_seconds"]) == {"accounts", "vouchers", "packets", "journeys", "reminders", "orders"}
+    assert set(report["part_seconds"]) == {"accounts", "vouchers", "packets", "journeys", "reminders", "orders", "keys"}

@@ -120,3 +120,27 @@ def test_the_reconciler_sets_a_refused_claim_aside_instead_of_failing_every_run(
         assert _dead_lettered_in_a_packet_pass(monkeypatch) == 1
         assert "uk_packet_user" in dead_letters(sql, second)[0][2] and len(dead_letters(sql, second)) == 1
         assert sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s AND user_id = %s", (packet_id, alice)) == ((first,),)
+
+
+def test_a_pending_entry_the_db_refuses_is_settled_as_refused_in_redis(api, sql, redis_client):
+    """Issue 19 item 5: an entry charged in Redis that the DB refuses for its data was dead-lettered and stayed
+    pending for good (the account's balance in Redis ahead of the DB for ever, its pending count never 0). It is
+    recorded rolled back (never persisted later) and given back in Redis, so Redis == DB; the dead letter and the
+    WriterDeadLettered alarm show it to operators."""
+    user_id = api.account(balance="10.00")
+    assert invoke_writer(ledger_records(redis_client, [user_id])) == {"batchItemFailures": []}
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"})[0] == 200
+    pending = ledger_records(redis_client, [user_id])
+    sql(f"ALTER TABLE t_order ADD CONSTRAINT chk_refuse_{user_id} CHECK (user_id <> {user_id})")
+    try:
+        assert invoke_writer(pending) == {"batchItemFailures": []}
+    finally:
+        sql(f"ALTER TABLE t_order DROP CONSTRAINT chk_refuse_{user_id}")
+    entry_id = json.loads(pending[0][3])["id"]
+    assert dead_letters(sql, entry_id)
+    account = api("GET", f"/accounts/{user_id}")[1]
+    assert (account["pending_orders"], account["balance"]) == (0, "10.00"), account
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((1000,),)
+    assert sql("SELECT COUNT(*) FROM t_rolled_back WHERE change_id = %s", (entry_id,)) == ((1,),)
+    assert invoke_writer(pending) == {"batchItemFailures": []}  # a re-delivery changes nothing
+    assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((0,),)

@@ -103,4 +103,4 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
     assert notices.calls == ["journeys", "reminders", "orders"] and report.orders_closed == 2
     assert (report.accounts, report.next_after, accounts.calls) == (3, 15, [5])
     assert cursors == {"accounts": 15, "packets": 10}  # a failed part keeps its cursor: the next run repeats it
-    assert set(report.part_seconds) == {"accounts", "vouchers", "packets", "journeys", "reminders", "orders"}
+    assert set(report.part_seconds) == {"accounts", "vouchers", "packets", "journeys", "reminders", "orders", "keys"}
