@@ -107,3 +107,109 @@ def test_an_end_user_and_a_backend_never_share_idempotency_keys(api, monkeypatch
     status, body = api("POST", "/redpackets", {"sender_id": alice, "total": "1.00", "count": 1},
                        {"Idempotency-Key": "the-backends"})
     assert status == 201, body
+
+
+# every route rule with every kind of caller (issue 19: close the class) ------------------------------------------
+def _world(api) -> dict:
+    """Entities every route can name, owned by alice (except bob's account): path parameters and request bodies."""
+    alice, bob = api.account(balance="50.00"), api.account(balance="50.00")
+    order_id = api("POST", f"/accounts/{alice}/deduct", {"amount": "1.00"})[1]["order_id"]
+    voucher = api("POST", "/vouchers", {"title": "t", "stock": 50, "begin_at": 0, "end_at": 4102444800000})[1]["voucher_id"]
+    voucher_order = api("POST", f"/vouchers/{voucher}/orders", {"user_id": alice})[1]["order_id"]
+    packet = api("POST", "/redpackets", {"sender_id": bob, "total": "5.00", "count": 5, "expires_in_s": 600})[1]["packet_id"]
+    payment_order = api("POST", "/orders", {"user_id": alice, "amount": "1.00", "close_in_s": 3600})[1]["order_id"]
+    params = {"user_id": alice, "order_id": order_id, "voucher_id": voucher, "packet_id": packet, "account": alice,
+              "queue": "rules-q", "element": "e1", "biz": "password-recovery"}
+    bodies = {
+        ("POST", "/accounts"): {"user_name": "rules-new"}, ("PATCH", "/accounts/<user_id>"): {"threshold": "0.00"},
+        ("POST", "/accounts/<user_id>/recharge"): {"amount": "1.00"}, ("POST", "/accounts/<user_id>/deduct"): {"amount": "1.00"},
+        ("POST", "/vouchers"): {"title": "t2", "stock": 1, "begin_at": 0, "end_at": 4102444800000},
+        ("POST", "/vouchers/<voucher_id>/orders"): {"user_id": alice},
+        ("POST", "/redpackets"): {"sender_id": alice, "total": "1.00", "count": 1},
+        ("POST", "/redpackets/<packet_id>/grab"): {"user_id": alice},
+        ("POST", "/orders"): {"user_id": alice, "amount": "1.00", "close_in_s": 3600},
+        ("POST", "/delay-queues/<queue>/items"): {"element": "e1", "delay_s": 0},
+        ("POST", "/delay-queues/<queue>/take"): {"limit": 1}, ("POST", "/delay-queues/<queue>/ack"): {"receipts": ["1:e1"]},
+        ("POST", "/delay-queues/<queue>/extend"): {"receipts": ["1:e1"], "visibility_ms": 1000},
+        ("POST", "/delay-queues/<queue>/dead-letters/replay"): {"elements": ["e1"]},
+        ("POST", "/inbox/<account>/messages"): {"biz_type": "b", "outer_biz_id": "o1", "title": "t", "content": "c"},
+    }
+    return {"alice": alice, "bob": bob, "params": params, "bodies": bodies, "voucher_order": voucher_order,
+            "payment_order": payment_order}
+
+
+def _state(sql, redis_client, world) -> tuple:
+    """What any accepted request would change: row counts and balances of every table a route writes, and the Redis
+    keys and values of the world's entities (not the whole keyspace: other tests' keys expire meanwhile)."""
+    tables = ("t_account", "t_order", "t_pay", "t_seckill_voucher", "t_voucher_order", "t_red_packet", "t_red_packet_item",
+              "t_payment_order", "t_idempotency", "t_route_key", "t_rolled_back")
+    counts = tuple(sql(f"SELECT COUNT(*) FROM {t}")[0][0] for t in tables)
+    params = world["params"]
+    entities = (str(world["alice"]), str(world["bob"]), f"v{params['voucher_id']}", f"rp{params['packet_id']}",
+                params["queue"], f"account:{world['alice']}", f"account:{world['bob']}")
+    found = sorted({k for entity in entities for k in redis_client.scan_iter(match=f"*{entity}*", count=1000)})
+    lasting = [k for k in found if redis_client.ttl(k) in (-1,) or redis_client.ttl(k) > 60]  # not about to expire
+    return counts, sql("SELECT SUM(balance), SUM(version) FROM t_account"), lasting, [redis_client.dump(k) for k in lasting]
+
+
+S, O, U, X = "service", "operator", "owner", "another user"
+ANYONE = {S, O, U, X}
+# who may call what (README, "Who may call what"), written out independently of authorization.RULES: a rule that
+# drifts from it fails here
+MAY_CALL = {
+    ("POST", "/accounts"): {O}, ("GET", "/accounts/<user_id>"): {S, O, U}, ("PATCH", "/accounts/<user_id>"): {O},
+    ("POST", "/accounts/<user_id>/recharge"): {S}, ("POST", "/accounts/<user_id>/deduct"): {S},
+    ("GET", "/accounts/<user_id>/orders/<order_id>"): {S, O, U},
+    ("POST", "/vouchers"): {O}, ("GET", "/vouchers/<voucher_id>"): ANYONE, ("POST", "/vouchers/<voucher_id>/orders"): {S, U},
+    ("GET", "/vouchers/<voucher_id>/orders/<order_id>"): {S, O, U},
+    ("POST", "/redpackets"): {S}, ("POST", "/redpackets/<packet_id>/grab"): {S, U}, ("GET", "/redpackets/<packet_id>"): ANYONE,
+    ("POST", "/orders"): {S}, ("GET", "/orders/<order_id>"): {S, O, U}, ("POST", "/orders/<order_id>/pay"): {S, U},
+    ("POST", "/orders/<order_id>/close"): {S},
+    ("POST", "/delay-queues/<queue>/items"): {S}, ("DELETE", "/delay-queues/<queue>/items/<element>"): {S},
+    ("GET", "/delay-queues/<queue>"): {S, O}, ("POST", "/delay-queues/<queue>/take"): {S},
+    ("POST", "/delay-queues/<queue>/ack"): {S}, ("POST", "/delay-queues/<queue>/extend"): {S},
+    ("GET", "/delay-queues/<queue>/dead-letters"): {O}, ("POST", "/delay-queues/<queue>/dead-letters/replay"): {O},
+    ("DELETE", "/delay-queues/<queue>/dead-letters/<element>"): {O},
+    ("POST", "/inbox/<account>/messages"): {S}, ("GET", "/inbox/<account>/messages"): {S, U},
+    ("POST", "/journeys/<biz>/<account>/start"): {S}, ("POST", "/journeys/<biz>/<account>/finish"): {S},
+}
+PUBLIC = {("GET", "/openapi.json"), ("GET", "/swagger")}
+
+
+def test_every_route_rule_with_every_kind_of_caller(api, sql, redis_client):
+    """Each route of authorization.RULES tried as the owner, another user, a service, an operator and no one: a
+    caller the rule admits is never answered 401/403; anyone else is (another user's entity named by id answers as
+    a missing one, 404), and nothing changes."""
+    import re
+
+    from api import authorization
+
+    world = _world(api)
+    alice, bob = world["alice"], world["bob"]
+    callers = {"no one": Api(anonymous=True), "owner": Api(user_id=alice, scopes=()),
+               "another user": Api(user_id=bob, scopes=()), "service": Api(scopes=("service",)),
+               "operator": Api(scopes=("admin",))}
+    entity_id = {"/vouchers/<voucher_id>/orders/<order_id>": world["voucher_order"]}
+    tried = 0
+    for (method, rule_path), rule in authorization.RULES.items():
+        params = {**world["params"], "order_id": entity_id.get(rule_path, world["params"]["order_id"])}
+        if rule_path.startswith("/orders/<order_id>"):
+            params["order_id"] = world["payment_order"]
+        path = re.sub(r"<(\w+)>", lambda m: str(params[m.group(1)]), rule_path)
+        body = world["bodies"].get((method, rule_path))
+        assert (method, rule_path) in PUBLIC | set(MAY_CALL), (method, rule_path)  # a new route needs its line
+        for who, as_caller in callers.items():
+            admitted = (method, rule_path) in PUBLIC or who in MAY_CALL.get((method, rule_path), set())
+            before = None if admitted else _state(sql, redis_client, world)
+            status, answer = as_caller(method, path, body)
+            code = answer["error"]["code"] if isinstance(answer, dict) and "error" in answer else None
+            if admitted:
+                assert status not in (401, 403) or code not in ("UNAUTHENTICATED", "FORBIDDEN"), (who, method, path, answer)
+            else:
+                hidden = who == "another user" and rule_path in ("/orders/<order_id>", "/orders/<order_id>/pay",
+                                                                 "/vouchers/<voucher_id>/orders/<order_id>")
+                expected = (404,) if hidden else (401,) if who == "no one" else (403,)
+                assert status in expected, (who, method, path, answer)
+                assert _state(sql, redis_client, world) == before, (who, method, path)
+            tried += 1
+    assert tried == 5 * len(authorization.RULES)
