@@ -93,7 +93,8 @@ def test_a_username_that_is_no_account_id_owns_nothing(authorizer):
 
 
 @pytest.mark.parametrize("case", ["expired", "other key", "other issuer", "other client", "refresh token", "alg none",
-                                  "unknown kid", "garbage", "empty"])
+                                  "unknown kid", "garbage", "empty", "id token other audience", "id token expired",
+                                  "id token other issuer", "no token use"])
 def test_a_token_that_is_not_valid_is_refused(authorizer, case):
     other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     genuine = jwt.decode(dev_issuer.token(scopes=("service",)), options={"verify_signature": False})
@@ -107,6 +108,14 @@ def test_a_token_that_is_not_valid_is_refused(authorizer, case):
         "alg none": lambda: jwt.encode(genuine, None, algorithm="none", headers=header),
         "unknown kid": lambda: jwt.encode(genuine, other_key, algorithm="RS256", headers={"kid": "nope"}),
         "garbage": lambda: "not.a.token",
+        # ID tokens name their app client in aud (access tokens in client_id): each check holds for both kinds
+        "id token other audience": lambda: dev_issuer.token(token_use="id", aud="someone-else", client_id=None,
+                                                            **{"cognito:username": "9"}),
+        "id token expired": lambda: dev_issuer.token(token_use="id", aud=dev_issuer.CLIENT_ID, client_id=None, ttl_s=-1,
+                                                     **{"cognito:username": "9"}),
+        "id token other issuer": lambda: dev_issuer.token(token_use="id", aud=dev_issuer.CLIENT_ID, client_id=None,
+                                                          iss="https://cognito-idp.example/other", **{"cognito:username": "9"}),
+        "no token use": lambda: dev_issuer.token(scopes=("service",), token_use=None),
         "empty": lambda: "",
     }[case]()
     assert refused(authorizer, token)
