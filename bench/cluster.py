@@ -109,13 +109,18 @@ def grabs(client, entities: int, calls: int) -> list[tuple[str, list[str], list]
 WORKLOADS = {"ledger_apply": deducts, "voucher_order": voucher_orders, "redpacket_grab": grabs}
 
 
-def script_costs(target, client, entities: int, calls: int) -> tuple[dict, list[int]]:
-    """usec_per_call of each workload's script on `target` (a RedisServer or RedisCluster, `client` its client), and
-    the script calls each master ran over all workloads."""
+def _getkeys(masters: list[redis.Redis]) -> int:
+    """COMMAND GETKEYS calls the masters served: what a cluster pipeline sends to learn a script's keys."""
+    return sum(m.info("commandstats").get("cmdstat_command|getkeys", {}).get("calls", 0) for m in masters)
+
+
+def script_costs(target, client, entities: int, calls: int) -> tuple[dict, list[int], int]:
+    """usec_per_call of each workload's script on `target` (a RedisServer or RedisCluster, `client` its client), the
+    script calls each master ran over all workloads, and the COMMAND GETKEYS round trips the client made meanwhile."""
     from hotledger.dal.redis_store import Lua
 
     lua, masters = Lua(client, str(REPO / "layers/lua")), _masters(target)
-    costs, per_master = {}, [0] * len(masters)
+    costs, per_master, getkeys_before = {}, [0] * len(masters), _getkeys(masters)
     for script, workload in WORKLOADS.items():
         measured = workload(client, entities, calls)
         client.script_load((REPO / f"layers/lua/{script}.lua").read_text())  # every master: no NOSCRIPT replies counted
@@ -127,7 +132,7 @@ def script_costs(target, client, entities: int, calls: int) -> tuple[dict, list[
         assert ran == calls, f"{script}: {ran} script calls counted for {calls} sent"
         costs[script] = round(sum(d[1] for d in deltas) / ran, 2)
         per_master = [total + d[0] for total, d in zip(per_master, deltas)]
-    return costs, per_master
+    return costs, per_master, _getkeys(masters) - getkeys_before
 
 
 def slots_per_master(cluster: services.RedisCluster) -> list[int]:
@@ -141,9 +146,11 @@ def slots_per_master(cluster: services.RedisCluster) -> list[int]:
 def figures(single: services.RedisServer, cluster: services.RedisCluster, quick: bool) -> dict:
     """Per-script Redis CPU on the single Redis and on the cluster, and how the keys spread over the masters."""
     entities, calls = 60, 5_000 if quick else 20_000
-    single_costs, _ = script_costs(single, single.client(), entities, calls)
-    cluster_costs, per_master = script_costs(cluster, cluster.client(), entities, calls)
+    single_costs, _, _ = script_costs(single, single.client(), entities, calls)
+    cluster_costs, per_master, getkeys = script_costs(cluster, cluster.client(), entities, calls)
     result = {"cluster_masters": len(per_master), "cluster_masters_used": sum(1 for n in per_master if n),
+              # a pipelined script's slot is computed on the client (issue 18): no key lookup on the hot path
+              "cluster_getkeys_per_script_call": round(getkeys / (calls * len(WORKLOADS)), 3),
               "cluster_slots_per_master": slots_per_master(cluster), "cluster_script_calls_per_master": per_master,
               "cluster_busiest_master_vs_mean_ratio": round(max(per_master) * len(per_master) / sum(per_master), 2)}
     for script in WORKLOADS:

@@ -37,7 +37,8 @@ TARGETS = {"async_vs_sync_hot_ratio": (">=", 5), "service_vs_evalsha_ratio": (">
            "writer_batch_vs_row_ratio": (">=", 10), "ack_to_db_lag_p99_ms": ("<=", 300), "redpacket_grabs_per_s": (">=", 40000),
            "seckill_oversell": ("<=", 0), "sharded_voucher_oversell": ("<=", 0),
            "cluster_sharded_voucher_oversell": ("<=", 0), "delay_remove_p99_ms_100k": ("<=", 0.5),
-           "handler_vs_floor_cpu_ratio": ("<=", 1.5), "cluster_masters_used": (">=", 3)}
+           "handler_vs_floor_cpu_ratio": ("<=", 1.5), "cluster_masters_used": (">=", 3),
+           "cluster_getkeys_per_script_call": ("<=", 0)}
 
 
 # --- in-process API invocations (the handler with API Gateway events, as Lambda runs it) -----------------
