@@ -193,7 +193,7 @@ def reconcile_pass(monkeypatch=None, age_s: int | None = None) -> list[dict]:
     suite leaves many entities behind, so one run may not reach a test's own. A part first finishes the pass an
     earlier run left open, then makes one whole pass. Returns the reports of the runs."""
     parts = {"accounts": lambda r: r["next_after"], "vouchers": lambda r: r["vouchers"]["next_after"],
-             "packets": lambda r: r["packets"]["next_after"]}
+             "packets": lambda r: r["packets"]["next_after"], "reminders": lambda r: r["reminders_next_after"]}
     ends_seen = dict.fromkeys(parts, 0)  # 2: the open pass finished, then a whole one
     reports = []
     while min(ends_seen.values()) < 2:
@@ -201,6 +201,24 @@ def reconcile_pass(monkeypatch=None, age_s: int | None = None) -> list[dict]:
         for part, next_after in parts.items():
             ends_seen[part] += not next_after(reports[-1])
     return reports
+
+
+def reconcile_totals(monkeypatch=None, age_s: int | None = None) -> dict:
+    """reconcile_pass, its reports summed (each count over the whole pass, whatever each run's budget covered)."""
+    def add(totals: dict, report: dict) -> dict:
+        for name, value in report.items():
+            if isinstance(value, dict):  # a part's own report (vouchers, packets, journeys)
+                add(totals.setdefault(name, {}), value)
+            elif isinstance(value, float):  # an age: the oldest seen
+                totals[name] = max(totals.get(name, value), value)
+            elif isinstance(value, int) and not isinstance(value, bool) and not name.endswith("next_after"):
+                totals[name] = totals.get(name, 0) + value
+        return totals
+
+    totals: dict = {}
+    for report in reconcile_pass(monkeypatch, age_s):
+        add(totals, report)
+    return totals
 
 
 class LocalService:

@@ -40,6 +40,7 @@ class ReconcileReport(AccountsReconcileReport):
     reminders_reoffered: int = 0
     orders_closed: int = 0
     keys_pruned: int = 0  # key and rollback records past KEY_RETENTION_DAYS deleted this run
+    reminders_next_after: int = 0  # the payment order the next run's reminders part continues after; 0: it reached the last
     failed_parts: list[str] = field(default_factory=list)  # parts that raised this run (logged with the error)
     part_seconds: dict[str, float] = field(default_factory=dict)  # how long each part took
 
@@ -76,9 +77,9 @@ class Reconciler:
             report.journeys = self.journeys.scan(now_ms)  # one page per journey kind: bounded already
 
         def reminders(budget: Budget) -> None:
-            report.reminders_reoffered, after = self.payment_orders.reoffer_lost_reminders_within(
+            report.reminders_reoffered, report.reminders_next_after = self.payment_orders.reoffer_lost_reminders_within(
                 now_ms, budget, self._cursor("reminders"))
-            self._save("reminders", after)
+            self._save("reminders", report.reminders_next_after)
 
         def orders(budget: Budget) -> None:
             report.orders_closed = self.payment_orders.close_overdue(now_ms)  # one page: bounded already

@@ -3,7 +3,7 @@ import json
 
 import pytest
 from helpers import EVENTS, invoke_writer, signed_value
-from helpers import reconcile as run_reconciler
+from helpers import reconcile_totals
 
 from hotledger import keys
 from hotledger.ledger.store import pending_entries
@@ -13,7 +13,8 @@ from infra.localrt import events
 
 @pytest.fixture
 def reconcile(monkeypatch):
-    return lambda age_s=0: run_reconciler(monkeypatch, age_s)
+    """A whole reconciler pass (as many runs as their budgets take: RECONCILE_PART_ITEMS=1 makes it many), summed."""
+    return lambda age_s=0: reconcile_totals(monkeypatch, age_s)
 
 
 def _db_balance(sql, user_id):
@@ -116,10 +117,10 @@ def test_key_and_rollback_records_past_their_retention_are_pruned_and_younger_on
             f"UPDATE {table} SET create_time = NOW(3) - INTERVAL %s DAY WHERE {column} = %s AND idem_key = 'old'",
             (days + 1, value))
     monkeypatch.setattr(reconciler(), "key_retention_ms", (days + 5) * 86_400_000)  # a longer retention keeps them
-    run_reconciler()
+    reconcile_totals()
     assert sql("SELECT COUNT(*) FROM t_idempotency WHERE user_id = %s", (user,)) == ((2,),)
     monkeypatch.setattr(reconciler(), "key_retention_ms", days * 86_400_000)
-    report = run_reconciler()
+    report = reconcile_totals()
     assert report["keys_pruned"] >= 2
     assert sql("SELECT idem_key FROM t_idempotency WHERE user_id = %s", (user,)) == (("c:young",),)
     assert sql("SELECT COUNT(*) FROM t_route_key WHERE scope = %s", (f"account:{sender}",)) == ((0,),)

@@ -12,15 +12,16 @@ BATCH = 500
 
 
 def prune(older_than_ms: int, budget: Budget) -> dict[str, int]:
-    """Delete the records created before `older_than_ms`; table -> rows deleted this run."""
+    """Delete the records created before `older_than_ms`; table -> rows deleted this run. Every table gets at least
+    one batch a run, so a small budget spent on the first cannot starve the others."""
     cutoff, deleted = db.to_datetime(older_than_ms), {}
     for table in TABLES:
         deleted[table] = 0
-        while not budget.exhausted:
-            batch = budget.page(BATCH)
+        while True:
+            batch = max(1, budget.page(BATCH))
             gone = db.execute(f"DELETE FROM {table} WHERE create_time < %s ORDER BY create_time LIMIT {batch}", (cutoff,))
             budget.spend(max(gone, 1))
             deleted[table] += gone
-            if gone < batch:
+            if gone < batch or budget.exhausted:
                 break
     return deleted
