@@ -528,7 +528,9 @@ def main(argv=None) -> int:
                 # a group of its own per topic, as each stack's mapping has: runtimes of other topics on the same broker
                 # (test stacks, benchmarks) neither share its offsets nor hold members in it (a group with members
                 # refuses the commits of consumers assigned their partitions)
-                fn.msk.update(topic=topic, group_id=f"{fn.msk['group_id']}.{topic}")
+                # and its dead-letter topic follows it, as the template's ${KafkaTopic}.dead-letter does
+                fn.msk.update(topic=topic, group_id=f"{fn.msk['group_id']}.{topic}",
+                              dead_letter_topic=fn.msk["dead_letter_topic"] and f"{topic}.dead-letter")
             children.append(start_msk_trigger(fn, bootstrap))
     if issuer is not None:
         issuer.serve_in_thread()

@@ -236,13 +236,14 @@ def _discard_producer() -> None:
             pass
 
 
-def end_offsets() -> dict[int, int]:
-    """partition -> the offset the next record of the topic will get: every record the log holds now is below it.
+def end_offsets(topic: str | None = None) -> dict[int, int]:
+    """partition -> the offset the next record of the topic (the configured one unless given; {} for a topic that
+    does not exist) will get: every record the log holds now is below it.
     ListOffsets(latest) alone is not enough: Tansu answers it with its last batch's base offset + 1 (5 records in
     one batch: end 1), so each non-empty partition is also read from that offset - 1, and the end is past the last
     record found there and at the fetch's high watermark (on Kafka/MSK, one record and the same end)."""
     try:
-        return _producer().end_offsets(settings().kafka_topic)
+        return _producer().end_offsets(topic or settings().kafka_topic)
     except NotAcknowledged as exc:
         raise LogUnreadable(str(exc)) from exc
     except Exception as exc:  # the client's own errors (KafkaException, KafkaError, timeouts): no answer

@@ -13,6 +13,12 @@ or give an item to a second grabber (the first one's claim refused after its 200
   (t_log_watermark, recorded after each batch it applied whole), and the one that sees it reached lifts the hold
   (compare-and-set: a hold started by a later loss stays).
 
+A batch the writer function kept failing on is sent whole, past the trigger's retries, to `<topic>.dead-letter` (the
+template's on-failure destination), and the batches after it move the watermark past it. So a rebuilt entity also
+stays RECOVERING while the dead-letter topic holds a record an operator has not resolved yet (replayed, then marked
+resolved: `resolve_dead_letters`, recorded as that topic's watermark): any entity, not only the dead letter's own,
+as a dead letter is read only to be replayed. Guarantees in the README say so.
+
 With the Redis Streams transport there is no log outside Redis: a change and its event are written by one script
 to one slot, so whatever a loss keeps is a consistent prefix; an entity Redis no longer holds has no event left
 in the stream either. Its rebuild keeps the time hold only.
@@ -36,8 +42,13 @@ def _decode(held: str) -> dict[int, int]:
     return {int(p): int(end) for p, end in (pair.split(":") for pair in held.split(",") if ":" in pair)}
 
 
+def dead_letter_topic(topic: str) -> str:
+    return f"{topic}.dead-letter"
+
+
 class LogHold:
-    def __init__(self, outbox: OutboxStore, end_offsets: Callable[[], dict[int, int]], topic: str, streamed: bool):
+    def __init__(self, outbox: OutboxStore, end_offsets: Callable[[str], dict[int, int]], topic: str, streamed: bool):
+        """end_offsets(topic): partition -> where that topic's log ends (dal/publisher.end_offsets)."""
         self.outbox, self.end_offsets, self.topic = outbox, end_offsets, topic
         self.enabled = not streamed
 
@@ -51,7 +62,7 @@ class LogHold:
         held = self.outbox.log_hold(hold_key)
         if held == AWAITING:
             try:
-                ends = self.end_offsets()
+                ends = self.end_offsets(self.topic)
             except LogUnreadable:
                 return False
             held = self.outbox.swap_log_hold(hold_key, AWAITING, _encode(ends))
@@ -60,4 +71,23 @@ class LogHold:
         applied = self.outbox.applied_offsets(self.topic)
         if any(applied.get(partition, -1) < end - 1 for partition, end in _decode(held).items()):
             return False
+        if self.unresolved_dead_letters():
+            return False
         return self.outbox.swap_log_hold(hold_key, held, "") == ""
+
+    def unresolved_dead_letters(self) -> bool:
+        """Does the dead-letter topic hold records past what an operator resolved? True when it cannot be read."""
+        topic = dead_letter_topic(self.topic)
+        try:
+            ends = self.end_offsets(topic)
+        except LogUnreadable:
+            return True
+        resolved = self.outbox.applied_offsets(topic)
+        return any(resolved.get(partition, -1) < end - 1 for partition, end in ends.items() if end > 0)
+
+    def resolve_dead_letters(self) -> dict[int, int]:
+        """An operator replayed every dead letter the topic holds now (or judged it needs none): mark them resolved, so
+        rebuilt entities may sell again. Returns partition -> the end now resolved."""
+        ends = self.end_offsets(dead_letter_topic(self.topic))
+        self.outbox.record_applied({(dead_letter_topic(self.topic), p): end - 1 for p, end in ends.items() if end > 0})
+        return ends
