@@ -135,6 +135,31 @@ class MixedClients(_ClientThreads):
         return [c for c in self.calls if c.what in what]
 
 
+def every_features_entities(api: LocalService, grabbers: int, packet_expiry_s: int, title: str):
+    """What MixedClients works on, made through the API: payers, a sender, grabbers, a voucher of 150 units and two
+    packets (the second expires after packet_expiry_s: its rest is refunded). Returns (payers, sender, grabbers,
+    voucher id, packet id -> total in cents)."""
+    payers = [_account(api, "1000.00") for _ in range(3)]
+    sender = _account(api, "1000.00")
+    grabber_ids = []
+    for _ in range(grabbers):
+        status, body = api.request("POST", "/accounts", {"user_name": f"g-{time.monotonic_ns()}"})
+        assert status == 201, body
+        grabber_ids.append(body["user_id"])
+    now = int(time.time() * 1000)
+    status, body = api.request("POST", "/vouchers", {"title": title, "stock": 150, "begin_at": now - 1000,
+                                                     "end_at": now + 3_600_000})
+    assert status == 201, body
+    voucher_id = body["voucher_id"]
+    packets = {}
+    for total, count, expires_in_s in (("60.00", 100, 3600), ("20.00", 100, packet_expiry_s)):
+        status, body = api.request("POST", "/redpackets", {"sender_id": sender, "total": total, "count": count,
+                                                           "expires_in_s": expires_in_s})
+        assert status == 201, body
+        packets[body["packet_id"]] = _cents(total)
+    return payers, sender, grabber_ids, voucher_id, packets
+
+
 def _in(values) -> str:
     return ",".join(["%s"] * len(values))
 
@@ -144,24 +169,7 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
     background = stack.service("all-writer-1", "--no-api", REBUILD_HOLD_S="2").start(wait_http=False)
     try:
         ledger = [_account(api, _amount(LEDGER_START)) for _ in range(6)]
-        payers = [_account(api, "1000.00") for _ in range(3)]
-        sender = _account(api, "1000.00")
-        grabbers = []
-        for _ in range(80):
-            status, body = api.request("POST", "/accounts", {"user_name": f"g-{time.monotonic_ns()}"})
-            assert status == 201, body
-            grabbers.append(body["user_id"])
-        now = int(time.time() * 1000)
-        status, body = api.request("POST", "/vouchers", {"title": "chaos", "stock": 150, "begin_at": now - 1000,
-                                                         "end_at": now + 3_600_000})
-        assert status == 201, body
-        voucher_id = body["voucher_id"]
-        packets = {}  # packet id -> total in cents; the second expires during the run: its rest is refunded
-        for total, count, expires_in_s in (("60.00", 100, 3600), ("20.00", 100, 12)):
-            status, body = api.request("POST", "/redpackets", {"sender_id": sender, "total": total, "count": count,
-                                                               "expires_in_s": expires_in_s})
-            assert status == 201, body
-            packets[body["packet_id"]] = _cents(total)
+        payers, sender, grabbers, voucher_id, packets = every_features_entities(api, 80, 12, "chaos")
 
         with MixedClients(api, ledger, payers, list(packets), grabbers, voucher_id) as clients:
             time.sleep(3)

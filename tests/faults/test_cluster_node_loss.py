@@ -21,14 +21,14 @@ import threading
 import time
 from collections import Counter
 
-import pytest
 from helpers import LocalService
 
 from faults.test_chaos_all_features import (
     REFUSALS, TRANSIENT, UNKNOWN, MixedClients, _all_persisted, _amount, _check_balances, _check_ledger, _check_packets,
-    _check_payment_orders, _check_vouchers,
+    _check_payment_orders, _check_vouchers, every_features_entities,
 )
-from faults.test_faults import Stack, _account
+from faults.test_cluster_failover import cluster_stack  # noqa: F401 (fixture)
+from faults.test_faults import _account
 from infra import services
 
 # the checks wait this long for what the background runtime repairs: one reconciler run every minute (template.yaml)
@@ -37,14 +37,6 @@ REPAIR_WAIT_S = 480
 # the writer goes on within this of a replica's promotion (README, Scale out: Failover)
 RECOVERY_BOUND_S = 30
 DELAY_QUEUE = "node-loss"
-
-
-@pytest.fixture
-def cluster_stack(tmp_path):
-    cluster = services.RedisCluster(services.free_cluster_ports(6), tmp_path / "redis-cluster")
-    stack = Stack(tmp_path, cluster).start()
-    yield stack
-    stack.stop()
 
 
 class DelayQueueClient(threading.Thread):
@@ -91,7 +83,7 @@ def _sigkill_master(cluster: services.RedisCluster, victim: services.RedisCluste
     return replica
 
 
-def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):
+def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: F811
     stack, cluster = cluster_stack, cluster_stack.redis
     seed = cluster.nodes[0]
     assert stack.env["REDIS_URL"].endswith(f":{seed.port}")
@@ -101,24 +93,7 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):
     background = stack.service("node-loss-writer", "--no-api", **template_timing).start(wait_http=False)
     try:
         ledger = [_account(api, _amount(5000), deduct_type="SYNC" if i < 3 else "ASYNC") for i in range(12)]
-        payers = [_account(api, "1000.00") for _ in range(3)]
-        sender = _account(api, "1000.00")
-        grabbers = []
-        for _ in range(60):
-            status, body = api.request("POST", "/accounts", {"user_name": f"g-{time.monotonic_ns()}"})
-            assert status == 201, body
-            grabbers.append(body["user_id"])
-        now = int(time.time() * 1000)
-        status, body = api.request("POST", "/vouchers", {"title": "node loss", "stock": 150, "begin_at": now - 1000,
-                                                         "end_at": now + 3_600_000})
-        assert status == 201, body
-        voucher_id = body["voucher_id"]
-        packets = {}
-        for total, count, expires_in_s in (("60.00", 100, 3600), ("20.00", 100, 30)):
-            status, body = api.request("POST", "/redpackets", {"sender_id": sender, "total": total, "count": count,
-                                                               "expires_in_s": expires_in_s})
-            assert status == 201, body
-            packets[body["packet_id"]] = int(total.replace(".", ""))
+        payers, sender, grabbers, voucher_id, packets = every_features_entities(api, 60, 30, "node loss")
         closing = []  # payment orders the delay drainer closes, due while masters are lost
         for _ in range(3):
             status, body = api.request("POST", "/orders", {"user_id": payers[0], "amount": "1.00", "close_in_s": 20})

@@ -167,3 +167,25 @@ def test_an_order_the_db_refuses_is_settled_in_its_own_bucket(api, sql, redis_cl
     assert (view["pending"], view["bucket_stock_left"]) == (0, [2, 2, 2, 2]), view  # settled: its unit given back
     assert redis_client.hlen(keys.voucher_pending(voucher_id, 2)) == 0
     assert order(api, voucher_id, buyer)[0] == 200  # the buyer's slot was given back with it
+
+
+def test_a_failed_publish_gives_the_unit_back_to_its_own_bucket_and_the_buyer_slot(api, monkeypatch):
+    """Multi-bucket vouchers go through every path single-bucket ones do (issue 19): a failed publish of an order
+    taken from a bucket other than 0 gives its unit back there, and the buyer may order again."""
+    from hotledger.dal.publisher import NotAcknowledged
+
+    voucher_id = voucher(api, stock=8, stock_shards=SHARDS)
+    (buyer,) = buyers_homed_at(3, 1)
+
+    def broker_down(key, event):
+        raise NotAcknowledged("no acknowledgement in time")
+
+    monkeypatch.setattr(vouchers().durability, "publish", broker_down)
+    code, body = order(api, voucher_id, buyer)
+    assert code == "PUBLISH_FAILED", body
+    monkeypatch.undo()
+    view = api("GET", f"/vouchers/{voucher_id}")[1]
+    assert (view["bucket_stock_left"], view["pending"]) == ([2, 2, 2, 2], 0), view
+    code, body = order(api, voucher_id, buyer)
+    assert code == 200 and body["seq"] == 1, body  # not counted as bought
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [2, 2, 2, 1]
