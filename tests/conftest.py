@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import lua_replies
 from infra.event_keys import new_keyring
 
 RUN_ID = uuid.uuid4().hex[:8]
@@ -33,6 +34,18 @@ TESTS = Path(__file__).resolve().parent
 UNIT = TESTS / "unit"
 # what each folder needs: unit nothing, integration the servers, e2e and faults real processes for minutes
 FOLDER_MARKS = {"integration": ("integration",), "e2e": ("slow",), "faults": ("slow", "faults")}
+
+
+lua_replies.record()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After a whole default run on one Redis: every status reply a script's header states was produced by a test."""
+    if exitstatus == 0 and not ON_CLUSTER and lua_replies.whole_default_run(session.config):
+        unproduced = lua_replies.missing()
+        if unproduced:
+            print("\nLua replies stated in their script's header that no test produced:", sorted(unproduced))
+            session.exitstatus = 1
 
 
 def pytest_collection_modifyitems(config, items):

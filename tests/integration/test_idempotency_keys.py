@@ -170,6 +170,9 @@ def test_the_record_holds_a_key_in_flight_until_its_lease_ends_and_only_its_hold
     second = record.begin(scope, k, "fp1")
     assert second.status is BeginStatus.NEW
     assert record.finish(scope, k, first.token, 200, '{"late":1}') is False  # the dead attempt cannot answer any more
+    assert record.note(scope, k, first.token, "late") is False  # nor leave a recovery point
+    record.abandon(scope, k, first.token)  # nor give the key back from under its new holder
+    assert record.begin(scope, k, "fp1").status is BeginStatus.RUNNING
     assert record.finish(scope, k, second.token, 201, '{"ok":1}') is True
     replay = record.begin(scope, k, "fp1")
     assert (replay.status, replay.answer_status, replay.body) == (BeginStatus.REPLAY, 201, '{"ok":1}')

@@ -421,3 +421,24 @@ def test_a_packet_redis_lost_hands_out_nothing_until_the_claims_acknowledged_bef
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((0,),)
     assert sql("SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (first, second)) == (
         (first, 100), (second, 0))
+
+
+def test_a_packet_whose_debit_is_not_settled_is_not_open_to_grabs_nor_refunded(api, monkeypatch):
+    """The sender's debit answered OUTCOME_UNKNOWN: the packet stays CREATING until the reconciler settles it; a grab
+    meanwhile is refused PACKET_NOT_OPEN and its expiry waits (redpacket_grab's and redpacket_expire's not_open)."""
+    from hotledger.redpackets.service import Expiry
+
+    sender, grabber = api.account(balance="10.00"), api.account()
+    ledger = redpackets().ledger
+
+    def debit_outcome_unknown(*args, **kwargs):
+        raise errors.ChargeOutcomeUnknown("Redis did not answer the charge")
+
+    monkeypatch.setattr(ledger, "deduct", debit_outcome_unknown)
+    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": "2.00", "count": 2, "expires_in_s": 1})
+    assert (status, body["error"]["code"]) == (503, "OUTCOME_UNKNOWN"), body
+    packet_id = int(body["error"]["packet_id"])
+    monkeypatch.undo()
+    status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
+    assert (status, body["error"]["code"]) == (409, "PACKET_NOT_OPEN"), body
+    assert redpackets().expire(packet_id, redpackets().clock() + 60_000) is Expiry.NOT_YET

@@ -189,3 +189,28 @@ def test_a_failed_publish_gives_the_unit_back_to_its_own_bucket_and_the_buyer_sl
     code, body = order(api, voucher_id, buyer)
     assert code == 200 and body["seq"] == 1, body  # not counted as bought
     assert api("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [2, 2, 2, 1]
+
+
+def test_a_bucket_lost_while_a_buyer_falls_over_to_it_is_rebuilt_held_and_then_sells(api, redis_client, own_topic):
+    """voucher_take's missing, recovering and held replies, and voucher_release's gone: the home bucket is empty, the
+    next bucket Redis lost is rebuilt and waits (the buyer takes the unit from the one after), then its hold is
+    checked against the (empty) log and lifted, and it sells again."""
+    voucher_id = voucher(api, stock=8, stock_shards=SHARDS)
+    at_home_0 = buyers_homed_at(0, 4)
+    assert [order(api, voucher_id, u)[0] for u in at_home_0[:2]] == [200, 200]  # bucket 0 is empty now
+    redis_client.delete(keys.voucher(voucher_id, 1))  # Redis lost bucket 1
+    with scripts_run() as names:
+        code, body = order(api, voucher_id, at_home_0[2])  # bucket 1 missing: rebuilt, recovering; bucket 2 sells
+    assert code == 200, body
+    assert names.count("voucher_take") >= 3
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [0, 2, 1, 2]
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}  # the writer applied the log
+    redis_client.hset(keys.voucher(voucher_id, 1), "hold_until", 0)  # the time hold passed; the log hold remains
+    code, body = order(api, voucher_id, at_home_0[3])  # held: the log is checked, the hold lifted, bucket 1 sells
+    assert code == 200, body
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [0, 1, 1, 2]
+    # the order stands: its away record goes (the writer's settle does this), and a second release finds it gone and
+    # changes nothing in the buyer's slot (a resend, or the reconciler's after the request's own)
+    release = lambda: vouchers().redis.release(voucher_id, 0, int(body["order_id"]), at_home_0[3], give_back=False)  # noqa: E731
+    assert (release(), release()) == (True, False)
+    assert order(api, voucher_id, at_home_0[3])[0] == "ALREADY_ORDERED"

@@ -80,3 +80,13 @@ def test_each_lua_script_is_prefixed_has_a_header_and_one_typed_wrapper(script):
     callers = [p for p in _modules() if run.search(p.read_text())]
     assert len(callers) == 1 and _may_touch_storage(callers[0]), (
         f"{script.name} is run from {[str(p.relative_to(REPO)) for p in callers]}: one typed wrapper in a store or dal")
+
+
+def test_the_lua_reply_check_reads_every_stated_status_reply():
+    """tests/lua_replies.py holds the scripts' headers to the suite: it must find the replies the headers state."""
+    import lua_replies
+
+    stated = lua_replies.stated_replies()
+    assert {("ledger_apply", "insufficient"), ("ledger_apply", "too_many_pending"), ("voucher_take", "held"),
+            ("lock_release", "not_owner"), ("idem_begin", "retaken")} <= stated
+    assert len({script for script, _ in stated}) >= 15
