@@ -277,3 +277,25 @@ def test_a_request_that_lost_its_key_while_the_db_stalled_stops_before_a_second_
     assert sql("SELECT COUNT(*) FROM t_red_packet WHERE sender_id = %s", (sender,)) == ((1,),)
     assert balance(api, sender) == "6.00"  # debited once
     assert api("POST", "/redpackets", request, headers) == (status, body)
+
+
+def test_a_route_key_redis_forgot_is_answered_from_the_db_for_each_kind_of_request(api, redis_client):
+    """The fallbacks after a Redis loss, each answer they can give (issue 19): the DB's record of a route key answers
+    the same request with its first answer, another body or another route under the key 409 IDEMPOTENCY_KEY_REUSED,
+    and nothing is made twice."""
+    from hotledger.dal.idempotency import record_key
+
+    sender = api.account(balance="10.00")
+    headers = key()
+    request = {"sender_id": sender, "total": "2.00", "count": 2}
+    first = api("POST", "/redpackets", request, headers)
+    assert first[0] == 201, first
+    redis_client.delete(record_key(f"account:{sender}", headers["Idempotency-Key"]))  # Redis lost the record
+    assert api("POST", "/redpackets", request, headers) == first  # the same request: the DB's answer
+    redis_client.delete(record_key(f"account:{sender}", headers["Idempotency-Key"]))
+    status, body = api("POST", "/redpackets", {**request, "total": "3.00"}, headers)  # another body
+    assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_KEY_REUSED"), body
+    redis_client.delete(record_key(f"account:{sender}", headers["Idempotency-Key"]))
+    status, body = api("POST", "/orders", {"user_id": sender, "amount": "2.00", "close_in_s": 60}, headers)  # another route
+    assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_KEY_REUSED"), body
+    assert balance(api, sender) == "8.00"  # one packet, one debit
