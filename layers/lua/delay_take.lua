@@ -8,8 +8,9 @@
 -- KEYS[2] dq:taken:{<queue>}       zset: element -> visibility deadline (epoch ms)
 -- KEYS[3] dq:receipt:{<queue>}     hash: taken element -> its current delivery's sequence number
 -- KEYS[4] dq:deliveries:{<queue>}  hash: element -> deliveries so far (kept while taken or dead)
--- KEYS[5] dq:seq:{<queue>}         counter of deliveries (seeded from Redis' clock, 1000 per ms, when missing,
---                                  so a receipt from before a Redis loss never matches a delivery after it)
+-- KEYS[5] dq:seq:{<queue>}         the last delivery sequence handed out; each take starts past the larger of it and
+--                                  Redis' clock (1000 per ms), so a receipt from before a Redis loss, or from a
+--                                  take a promoted replica never saw, never matches a delivery after it
 -- KEYS[6] dq:dead:{<queue>}        zset: dead letter -> when it died (epoch ms)
 -- ARGV[1] now (epoch ms)  ARGV[2] most elements to take  ARGV[3] visibility timeout (ms)
 -- ARGV[4] max deliveries (0: no limit)
@@ -21,11 +22,11 @@ local deadline = now + tonumber(ARGV[3])
 local out, dead = {}, 0
 
 local function next_seq(n)
-  if redis.call('EXISTS', KEYS[5]) == 0 then
-    local t = redis.call('TIME')
-    redis.call('SET', KEYS[5], string.format('%d', tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000))
-  end
-  return redis.call('INCRBY', KEYS[5], n) - n
+  local t = redis.call('TIME')
+  local base = math.max(tonumber(redis.call('GET', KEYS[5]) or '0'),
+                        tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000)
+  redis.call('SET', KEYS[5], string.format('%d', base + n))
+  return base
 end
 
 -- into the taken set with the new deadline, a new receipt each; returns the members taken

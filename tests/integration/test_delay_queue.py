@@ -145,3 +145,27 @@ def test_a_consumer_that_keeps_dying_on_an_element_has_it_dead_lettered_at_take(
     view = api("GET", f"/delay-queues/{queue}")[1]  # offered again: starts afresh, out of the dead letters
     assert (view["size"], view["dead_letters"]) == (1, 0)
     assert api("POST", f"/delay-queues/{queue}/take", {"limit": 10})[1]["elements"][0]["deliveries"] == 1
+
+
+def test_a_receipt_handed_out_before_a_failover_never_matches_a_delivery_after_it(api, queue, redis_client):
+    """Receipts are seeded past what was handed out (issue 19): a replica promoted after missing the last take (the
+    element back to waiting, the delivery counter one take behind) handed the same sequence, so the same receipt,
+    to the next delivery, and the first consumer's late ack removed the new consumer's lease."""
+    from hotledger.dal.delay_queue import due_key, receipt_key, seq_key, taken_key
+
+    api("POST", f"/delay-queues/{queue}/items", {"element": "job", "delay_s": 0})
+    counter_before = int(redis_client.get(seq_key(queue)) or 0)
+    (first,) = api("POST", f"/delay-queues/{queue}/take", {"limit": 1})[1]["elements"]
+    # the failover: the replica never saw that take
+    redis_client.zrem(taken_key(queue), "job")
+    redis_client.hdel(receipt_key(queue), "job")
+    redis_client.zadd(due_key(queue), {"job": first["due_at"]})
+    if counter_before:
+        redis_client.set(seq_key(queue), counter_before)
+    else:
+        redis_client.set(seq_key(queue), int(first["receipt"].split(":")[0]) - 1)
+    (second,) = api("POST", f"/delay-queues/{queue}/take", {"limit": 1})[1]["elements"]
+    assert second["receipt"] != first["receipt"]
+    body = api("POST", f"/delay-queues/{queue}/ack", {"receipts": [first["receipt"]]})[1]
+    assert (body["acknowledged"], body["taken"]) == (0, 1), body  # the late ack is stale: the new lease stands
+    assert api("POST", f"/delay-queues/{queue}/ack", {"receipts": [second["receipt"]]})[1]["acknowledged"] == 1
