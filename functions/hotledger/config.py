@@ -51,7 +51,7 @@ class Settings:
     idempotency_ttl_s: int = 24 * 3600
     reconcile_age_s: int = 300
     # each part of a reconciler run (accounts, vouchers, packets, journeys, reminders, orders) stops after this many
-    # items or seconds, whichever comes first, and the next run continues where it stopped (6 x 8 s < the 60 s timeout)
+    # items or seconds, whichever comes first, and the next run continues where it stopped (7 x 8 s < the 60 s timeout)
     reconcile_part_items: int = 1_000_000
     reconcile_part_s: float = 8.0
     reconcile_page: int = 500
@@ -208,6 +208,16 @@ def _from_secrets(env) -> dict:
     return values
 
 
+# the settings an operator may change under SSM_PARAMETER_PATH without a deploy
+SSM_TUNABLES = frozenset({
+    "publish_timeout_s", "entry_ttl_s", "idempotency_ttl_s", "reconcile_age_s", "reconcile_part_items",
+    "reconcile_part_s", "reconcile_page", "reconcile_pending_limit", "lock_ttl_ms", "lock_wait_ms", "stream_batch",
+    "stream_block_ms", "stream_claim_idle_ms", "stream_max_deliveries", "rebuild_hold_s", "finished_keys_ttl_s",
+    "delay_visibility_ms", "delay_max_deliveries", "delay_retry_base_ms", "delay_retry_cap_ms",
+    "reminder_before_close_s", "inbox_ttl_s", "inbox_max_messages", "journeys", "delay_max_queue_size",
+    "max_pending_entries", "max_idempotency_keys", "key_retention_days"})
+
+
 def _from_ssm(env) -> dict:
     """Tunables under SSM_PARAMETER_PATH, e.g. /hotledger/reconcile_age_s = 120."""
     path = env.get("SSM_PARAMETER_PATH")
@@ -215,18 +225,12 @@ def _from_ssm(env) -> dict:
         return {}
     import boto3
 
-    tunable = {"publish_timeout_s", "entry_ttl_s", "idempotency_ttl_s", "reconcile_age_s", "reconcile_part_items",
-               "reconcile_part_s", "reconcile_page", "reconcile_pending_limit", "lock_ttl_ms", "lock_wait_ms",
-               "stream_batch", "stream_block_ms", "stream_claim_idle_ms", "stream_max_deliveries", "rebuild_hold_s",
-               "finished_keys_ttl_s", "delay_visibility_ms", "delay_max_deliveries", "delay_retry_base_ms",
-               "delay_retry_cap_ms", "reminder_before_close_s", "inbox_ttl_s", "inbox_max_messages", "journeys",
-               "delay_max_queue_size", "max_pending_entries", "max_idempotency_keys", "key_retention_days"}
     values = {}
     pages = boto3.client("ssm").get_paginator("get_parameters_by_path").paginate(Path=path, Recursive=False)
     for page in pages:
         for param in page["Parameters"]:
             name = param["Name"].rsplit("/", 1)[-1]
-            if name in tunable:
+            if name in SSM_TUNABLES:
                 values[name] = _coerce(name, param["Value"])
     return values
 

@@ -151,3 +151,24 @@ def test_a_deduct_key_given_back_by_a_failed_publish_gives_its_count_back(api, m
         assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED"), body
     status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, {"Idempotency-Key": f"q-{uuid.uuid4().hex}"})
     assert status == 200 and body["balance"] == "9.00", body
+
+
+def test_max_idempotency_keys_set_in_the_environment_bounds_a_scopes_new_keys(api, monkeypatch):
+    """Issue 19: MAX_IDEMPOTENCY_KEYS was read but no test changed it and saw the effect (it was missing from the SSM
+    tunables too). Set as the template sets it, the service refuses a scope's next new key with 429 TOO_MANY_KEYS."""
+    from hotledger import runtime
+
+    monkeypatch.setenv("MAX_IDEMPOTENCY_KEYS", "2")
+    runtime.reset()
+    try:
+        assert runtime.idempotency().max_keys == 2
+        sender = api.account(balance="10.00")
+        send = lambda k: api("POST", "/redpackets", {"sender_id": sender, "total": "1.00", "count": 1},  # noqa: E731
+                             {"Idempotency-Key": k})
+        assert [send(k)[0] for k in ("k1", "k2")] == [201, 201]
+        status, body = send("k3")
+        assert (status, body["error"]["code"]) == (429, "TOO_MANY_KEYS"), body
+        assert send("k1")[0] == 201  # its keys still answer
+    finally:
+        monkeypatch.delenv("MAX_IDEMPOTENCY_KEYS")
+        runtime.reset()
