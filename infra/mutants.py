@@ -251,6 +251,25 @@ MUTANTS: list[Mutant] = [
       "if cache.dirty or cache.version < account.version:",
       ["tests/integration/test_reconciler.py", "tests/integration/test_reconciler_convergence.py"],
       "the reconciler corrects a Redis balance that drifted from DB + pending entries"),
+    # ---- issue 19: money edges, round 2 --------------------------------------------------------------------
+    m("py-429-not-a-key-answer", "functions/hotledger/errors.py",
+      "return exc.status < 500 and exc.status != 429 and not isinstance(exc, IdempotencyInProgress)",
+      "return exc.status < 500 and not isinstance(exc, IdempotencyInProgress)", ["tests/integration/test_limits.py"],
+      "a 429 (the ledger's backlog under a route, a quota) is never a key's answer"),
+    m("py-key-scopes-by-caller", "functions/api/authorization.py",
+      'return f"user:{scope}" if _end_user.get() else scope', "return scope", ["tests/integration/test_authorization.py"],
+      "end users and backends never share Idempotency-Key scopes"),
+    m("py-no-existence-oracle", "functions/api/authorization.py", "        if hidden_as is not None:", "        if False:",
+      ["tests/integration/test_authorization.py"], "another user's order named by id answers as a missing one"),
+    m("py-405-allow", "functions/api/app.py", "    if allowed:", "    if False:", ["tests/unit/test_api_edge.py"],
+      "an undeclared method of a route is 405 with Allow"),
+    m("py-key-retention", "functions/hotledger/reconciler.py", "            if self.prune_keys is not None:",
+      "            if False:", ["tests/integration/test_reconciler.py"],
+      "key and rollback records past their retention are pruned"),
+    m("py-refused-entry-settled", "functions/hotledger/ledger/persist.py",
+      "        if not self.store.record_rollback(e.user_id, e.id, e.kind):", "        if False:",
+      ["tests/integration/test_writer_poison.py"], "a pending entry the DB refuses is settled as refused in Redis"),
+
 ]
 
 
