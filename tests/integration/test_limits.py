@@ -172,3 +172,40 @@ def test_max_idempotency_keys_set_in_the_environment_bounds_a_scopes_new_keys(ap
     finally:
         monkeypatch.delenv("MAX_IDEMPOTENCY_KEYS")
         runtime.reset()
+
+
+# every setting reaches what it sets (issue 19): the variable, set as the template sets it, is what the component uses
+WIRING = [
+    ("IDEMPOTENCY_TTL_S", "7200", lambda rt: rt.idempotency().ttl_s),
+    ("LOCK_WAIT_MS", "1234", lambda rt: rt.lock().wait_ms),
+    ("LOCK_TTL_MS", "4321", lambda rt: rt.lock().lease_ms),
+    ("DELAY_VISIBILITY_MS", "4500", lambda rt: rt.delay_queue().visibility_ms),
+    ("DELAY_MAX_DELIVERIES", "7", lambda rt: rt.delay_queue().max_deliveries),
+    ("DELAY_RETRY_BASE_MS", "250", lambda rt: rt.delay_queue().retry_base_ms),
+    ("DELAY_RETRY_CAP_MS", "9000", lambda rt: rt.delay_queue().retry_cap_ms),
+    ("DELAY_MAX_QUEUE_SIZE", "77", lambda rt: rt.delay_queue().max_size),
+    ("INBOX_TTL_S", "600", lambda rt: rt.inbox().ttl_s),
+    ("INBOX_MAX_MESSAGES", "9", lambda rt: rt.inbox().max_messages),
+    ("RECONCILE_PAGE", "33", lambda rt: rt.reconciler().accounts.page),
+    ("RECONCILE_PENDING_LIMIT", "44", lambda rt: rt.reconciler().accounts.pending_limit),
+    ("RECONCILE_PART_ITEMS", "55", lambda rt: rt.reconciler().part_items),
+    ("RECONCILE_PART_S", "6.5", lambda rt: rt.reconciler().part_s),
+    ("RECONCILE_AGE_S", "66", lambda rt: rt.reconciler().age_s),
+    ("KEY_RETENTION_DAYS", "3", lambda rt: rt.reconciler().key_retention_ms // 86_400_000),
+    ("EVENT_KEYS_MAX_AGE_S", "120", lambda rt: rt.event_keys().max_age_s),
+    ("STREAM_BATCH", "12", lambda rt: rt.settings().stream_batch),  # the stream consumer reads it per call
+    ("MAX_IDEMPOTENCY_KEYS", "88", lambda rt: rt.idempotency().max_keys),
+]
+
+
+@pytest.mark.parametrize("variable,value,used", WIRING, ids=[w[0] for w in WIRING])
+def test_a_setting_reaches_the_component_it_sets(monkeypatch, variable, value, used):
+    from hotledger import runtime
+
+    monkeypatch.setenv(variable, value)
+    runtime.reset()
+    try:
+        assert used(runtime) == (float(value) if "." in value else int(value))
+    finally:
+        monkeypatch.delenv(variable)
+        runtime.reset()
