@@ -270,6 +270,10 @@ MUTANTS: list[Mutant] = [
       "        if not self.store.record_rollback(e.user_id, e.id, e.kind):", "        if False:",
       ["tests/integration/test_writer_poison.py"], "a pending entry the DB refuses is settled as refused in Redis"),
 
+    m("py-order-fence-holder", "functions/hotledger/notices/store.py",
+      "if seen is not None and (seen[0] > held.fence or (seen[0] == held.fence and seen[1] not in (None, held.owner))):",
+      "if seen is not None and seen[0] > held.fence:", [I_ORDERS],
+      "an equal lock token from another holder can neither take nor close a payment order"),
 ]
 
 

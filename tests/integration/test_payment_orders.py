@@ -304,3 +304,19 @@ def test_a_created_order_is_its_keys_answer_when_only_queueing_its_reminder_fail
     assert delay_queue().due_at(REMINDER_QUEUE, order_id) is None
     assert payment_orders().reoffer_lost_reminders(int(time.time() * 1000)) >= 1  # the reconciler's step
     assert delay_queue().due_at(REMINDER_QUEUE, order_id) is not None
+
+
+def test_an_equal_fence_from_another_holder_can_neither_take_nor_close_a_payment_order(api, user):
+    """Fences only grow (issue 19, item 9), for payment orders as for accounts: a token handed out twice (a replica
+    that missed the last acquisition) is refused from a holder other than the one that took the row with it."""
+    from hotledger.dal.lock import Holding
+
+    order_id = int(order(api, user))
+    store = payment_orders().store
+    token = 5 * 10**15  # above every token this order's lock handed out
+    first, second = Holding("order", "holder-a", token), Holding("order", "holder-b", token)
+    store.claim(order_id, first)
+    with pytest.raises(errors.FencedOut):
+        store.claim(order_id, second)
+    assert store.mark_closed(order_id, second) is False
+    assert store.mark_closed(order_id, first) is True

@@ -141,15 +141,15 @@ class FakePaymentOrderStore:
         if row.state is OPEN:
             self.rows[payment_order_id] = dataclasses.replace(row, state=state)
 
-    def claim(self, payment_order_id: int, fence: int, paying_at: int | None = None) -> None:
-        if self.fences.get(payment_order_id, 0) > fence:
+    def claim(self, payment_order_id: int, held, paying_at: int | None = None) -> None:
+        if self.fences.get(payment_order_id, 0) > held.fence:
             raise errors.FencedOut("newer owner")
-        self.fences[payment_order_id] = fence
+        self.fences[payment_order_id] = held.fence
         if paying_at is not None:
             self.rows[payment_order_id] = dataclasses.replace(self.rows[payment_order_id], pay_started_at=paying_at)
 
-    def pay_refused(self, payment_order_id: int, fence: int) -> None:
-        if self.fences.get(payment_order_id) == fence:
+    def pay_refused(self, payment_order_id: int, held) -> None:
+        if self.fences.get(payment_order_id) == held.fence:
             self.rows[payment_order_id] = dataclasses.replace(self.rows[payment_order_id], pay_started_at=None)
 
     def _move(self, payment_order_id: int, state: PaymentOrderState) -> bool:
@@ -165,8 +165,8 @@ class FakePaymentOrderStore:
             return True
         return False
 
-    def mark_closed(self, payment_order_id: int, fence: int) -> bool:
-        return self.fences.get(payment_order_id) == fence and self._move(payment_order_id, CLOSED)
+    def mark_closed(self, payment_order_id: int, held) -> bool:
+        return self.fences.get(payment_order_id) == held.fence and self._move(payment_order_id, CLOSED)
 
     def mark_refunded(self, payment_order_id: int, refund_entry_id: int) -> None:
         self.refunded_by[payment_order_id] = refund_entry_id

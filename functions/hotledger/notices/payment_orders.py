@@ -136,7 +136,7 @@ class PaymentOrders:
             if payment_order.state is PaymentOrderState.CLOSED:
                 raise errors.PaymentOrderClosed(f"order {payment_order_id} is closed")
             if payment_order.state is PaymentOrderState.OPEN:
-                self.store.claim(payment_order_id, held.fence, paying_at=self.now_ms())
+                self.store.claim(payment_order_id, held, paying_at=self.now_ms())
                 charge = self._charge_of(payment_order)
                 if charge is not None and self._stands(charge):
                     entry_id = charge.entry_id
@@ -148,7 +148,7 @@ class PaymentOrders:
 
     def _deduct(self, payment_order: PaymentOrder, held, past_close: bool) -> int:
         if past_close and self.now_ms() >= payment_order.close_at:
-            self.store.pay_refused(payment_order.id, held.fence)
+            self.store.pay_refused(payment_order.id, held)
             raise errors.PaymentOrderClosed(f"order {payment_order.id} passed its close time")
         if held.lost.is_set():
             raise errors.FencedOut("this request's hold on the order lock ran out; nothing was charged, retry")
@@ -156,7 +156,7 @@ class PaymentOrders:
             return self.ledger.deduct(payment_order.user_id, payment_order.amount, pay_key(payment_order.id)).entry_id
         except errors.DomainError as exc:
             if exc.status < 500:  # refused (402, 403, 409 ...): nothing charged, a close need not wait for it
-                self.store.pay_refused(payment_order.id, held.fence)
+                self.store.pay_refused(payment_order.id, held)
             raise  # OUTCOME_UNKNOWN and the like: the close waits the horizon out, then finds the charge or none
 
     def _settle_paid(self, payment_order: PaymentOrder, entry_id: int) -> None:
@@ -189,7 +189,7 @@ class PaymentOrders:
             if payment_order.state is PaymentOrderState.PAID:
                 raise errors.PaymentOrderPaid(f"order {payment_order_id} is paid")
             if payment_order.state is PaymentOrderState.OPEN:
-                self.store.claim(payment_order_id, held.fence)
+                self.store.claim(payment_order_id, held)
                 charge = self._charge_of(payment_order)
                 in_flight = (charge is not None and not self._stands(charge)) or (
                     charge is None and payment_order.pay_started_at is not None
@@ -201,7 +201,7 @@ class PaymentOrders:
                     self._settle_paid(payment_order, charge.entry_id)
                     self._unqueue(payment_order_id)
                     raise errors.PaymentOrderPaid(f"order {payment_order_id} is paid (its payment was found)")
-                if not self.store.mark_closed(payment_order_id, held.fence):
+                if not self.store.mark_closed(payment_order_id, held):
                     if self._load(payment_order_id).state is PaymentOrderState.PAID:
                         raise errors.PaymentOrderPaid(f"order {payment_order_id} is paid")
                     raise errors.FencedOut("this request's hold on the order lock ran out and a newer one took the "

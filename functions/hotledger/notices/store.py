@@ -8,6 +8,7 @@ from enum import Enum
 
 from hotledger import errors, keys
 from hotledger.dal import db
+from hotledger.dal.lock import Holding
 from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, text
 
 
@@ -64,26 +65,25 @@ class PaymentOrderStore:
                              reminded=bool(reminded), pay_started_at=None if started is None else db.to_ms(started))
                 for payment_order_id, user_id, amount, state, close_at, reminded, started in rows]
 
-    def claim(self, payment_order_id: int, fence: int, paying_at: int | None = None) -> None:
-        """Take the row for the owner of the payment order's lock with this fencing token (refused with FencedOut
-        when a newer owner took it: this owner's lease ran out), as t_account.fence does for accounts.
-        paying_at: a pay is about to charge (pay_started_at)."""
+    def claim(self, payment_order_id: int, held: Holding, paying_at: int | None = None) -> None:
+        """Take the row for the holder of the payment order's lock under its fencing token (refused with FencedOut
+        when a newer owner took it, or another holder with the same token: handed out twice by a Redis that lost the
+        last acquisition), as t_account.fence does for accounts. paying_at: a pay is about to charge."""
         with db.transaction() as cur:
-            cur.execute("SELECT fence FROM t_payment_order WHERE id = %s FOR UPDATE", (payment_order_id,))
+            cur.execute("SELECT fence, fence_owner FROM t_payment_order WHERE id = %s FOR UPDATE", (payment_order_id,))
             seen = cur.fetchone()
-            if seen is not None and seen[0] > fence:
+            if seen is not None and (seen[0] > held.fence or (seen[0] == held.fence and seen[1] not in (None, held.owner))):
                 raise errors.FencedOut("this request's hold on the order lock ran out and a newer one took the order; "
                                        "nothing was changed, retry")
-            if paying_at is None:
-                cur.execute("UPDATE t_payment_order SET fence = %s WHERE id = %s", (fence, payment_order_id))
-            else:
-                cur.execute("UPDATE t_payment_order SET fence = %s, pay_started_at = %s WHERE id = %s",
-                            (fence, db.to_datetime(paying_at), payment_order_id))
+            cur.execute("UPDATE t_payment_order SET fence = %s, fence_owner = %s,"
+                        " pay_started_at = COALESCE(%s, pay_started_at) WHERE id = %s",
+                        (held.fence, held.owner, None if paying_at is None else db.to_datetime(paying_at),
+                         payment_order_id))
 
-    def pay_refused(self, payment_order_id: int, fence: int) -> None:
+    def pay_refused(self, payment_order_id: int, held: Holding) -> None:
         """The pay's charge was refused (nothing charged): a close need not wait for it."""
-        db.execute("UPDATE t_payment_order SET pay_started_at = NULL WHERE id = %s AND fence = %s",
-                   (payment_order_id, fence))
+        db.execute("UPDATE t_payment_order SET pay_started_at = NULL WHERE id = %s AND fence = %s AND fence_owner = %s",
+                   (payment_order_id, held.fence, held.owner))
 
     def mark_paid(self, payment_order_id: int, deduct_entry_id: int) -> bool:
         """OPEN -> PAID by the ledger deduct entry that paid it; False when it was not OPEN. Not fenced: a charge
@@ -91,11 +91,11 @@ class PaymentOrderStore:
         return db.execute("UPDATE t_payment_order SET state = 'PAID', deduct_order_id = %s WHERE id = %s AND state = 'OPEN'",
                           (deduct_entry_id, payment_order_id)) == 1
 
-    def mark_closed(self, payment_order_id: int, fence: int) -> bool:
-        """OPEN -> CLOSED by the lock owner that took the row with this fencing token; False when it was not OPEN
-        or a newer owner took it."""
-        return db.execute("UPDATE t_payment_order SET state = 'CLOSED' WHERE id = %s AND state = 'OPEN' AND fence = %s",
-                          (payment_order_id, fence)) == 1
+    def mark_closed(self, payment_order_id: int, held: Holding) -> bool:
+        """OPEN -> CLOSED by the lock holder that took the row with its fencing token; False when it was not OPEN
+        or another holder took it."""
+        return db.execute("UPDATE t_payment_order SET state = 'CLOSED' WHERE id = %s AND state = 'OPEN' AND fence = %s"
+                          " AND fence_owner = %s", (payment_order_id, held.fence, held.owner)) == 1
 
     def mark_refunded(self, payment_order_id: int, refund_entry_id: int) -> None:
         """The charge made after the close was given back by this ledger recharge."""
