@@ -117,7 +117,7 @@ def writer() -> Writer:
     return Writer({LedgerEvent: LedgerPersister(ledger_store(), outbox()),
                    VoucherOrderEvent: VoucherPersister(VoucherDb(), voucher_redis(), outbox()),
                    RedPacketClaimEvent: RedPacketPersister(PacketStore(), packet_cache(), outbox(),
-                                                             redpackets().credit_grab)}, outbox())
+                                                             redpackets().credit_grab, redpackets().undo_grab)}, outbox())
 
 
 @functools.lru_cache(maxsize=1)

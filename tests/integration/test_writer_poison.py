@@ -116,10 +116,13 @@ def test_the_reconciler_sets_a_refused_claim_aside_instead_of_failing_every_run(
     invoke_writer(claim_records(packet_id))
     redis_client.hdel(keys.packet_grabbers(packet_id), alice)  # a partial loss in Redis: alice may grab again
     second = grab(api, packet_id, alice)
-    for _ in range(2):
-        assert _dead_lettered_in_a_packet_pass(monkeypatch) == 1
+    for _ in range(2):  # a whole pass each time: the first sets the claim aside, the second finds nothing left
+        _dead_lettered_in_a_packet_pass(monkeypatch)
         assert "uk_packet_user" in dead_letters(sql, second)[0][2] and len(dead_letters(sql, second)) == 1
         assert sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s AND user_id = %s", (packet_id, alice)) == ((first,),)
+        # settled as refused (issue 19 item 5): no longer pending, its item back among the unclaimed
+        assert redis_client.hlen(keys.packet_pending(packet_id)) == 0
+        assert api("GET", f"/redpackets/{packet_id}")[1]["remaining"] == 4
 
 
 def test_a_pending_entry_the_db_refuses_is_settled_as_refused_in_redis(api, sql, redis_client):
@@ -144,3 +147,23 @@ def test_a_pending_entry_the_db_refuses_is_settled_as_refused_in_redis(api, sql,
     assert sql("SELECT COUNT(*) FROM t_rolled_back WHERE change_id = %s", (entry_id,)) == ((1,),)
     assert invoke_writer(pending) == {"batchItemFailures": []}  # a re-delivery changes nothing
     assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((0,),)
+
+
+def test_a_pending_claim_the_db_refuses_is_settled_as_refused_in_redis(api, sql, redis_client):
+    """Issue 19 item 5, red packets: a claim the DB refuses for its data stayed pending in Redis for good. It is settled
+    as refused in its own packet (the item back among the unclaimed, the grab undone, as the DB never took it)."""
+    sender, grabber = api.account(balance="10.00"), api.account()
+    packet_id = send(api, sender, "2.00", 2)
+    item_id = grab(api, packet_id, grabber)
+    claims = claim_records(packet_id)
+    sql(f"ALTER TABLE t_red_packet_item ADD CONSTRAINT chk_refuse_{grabber} CHECK (user_id IS NULL OR user_id <> {grabber})")
+    try:
+        assert invoke_writer(claims) == {"batchItemFailures": []}
+    finally:
+        sql(f"ALTER TABLE t_red_packet_item DROP CONSTRAINT chk_refuse_{grabber}")
+    assert dead_letters(sql, item_id)
+    assert redis_client.hlen(keys.packet_pending(packet_id)) == 0
+    view = api("GET", f"/redpackets/{packet_id}")[1]
+    assert (view["claimed"], view["remaining"]) == (0, 2), view
+    assert sql("SELECT COUNT(*) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == ((0,),)
+    assert grab(api, packet_id, grabber)  # the grab was undone: the grabber may grab again

@@ -279,7 +279,8 @@ class World:
         self.packets = RedPackets(self.store, self.cache, Durability(Settings(), self.publish, lambda: next(ids), run_event_keys()),
                                   lambda: next(ids), self.ledger, self.queue, HOLD_S * 1000,
                                   LogHold(None, dict, "unused", streamed=True), rng=random.Random(3), clock=lambda: NOW)
-        self.persister = RedPacketPersister(self.store, self.cache, self.outbox, self.packets.credit_grab)
+        self.persister = RedPacketPersister(self.store, self.cache, self.outbox, self.packets.credit_grab,
+                                            self.packets.undo_grab)
         self.reconciler = PacketReconciler(self.packets, self.persister, self.store)
 
     def publish(self, key, event):

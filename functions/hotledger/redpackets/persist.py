@@ -43,11 +43,15 @@ def verdict(claim: RedPacketClaimEvent, item: ItemRow | None) -> Verdict:
 
 
 class RedPacketPersister:
-    def __init__(self, store: PacketStore, cache: PacketCache, outbox: OutboxStore, credit: Callable[[int, int, int], bool]):
-        """credit(user id, item id, amount): the grabber's credit through the ledger, False when it failed."""
-        self.store, self.cache, self.outbox, self.credit = store, cache, outbox, credit
+    def __init__(self, store: PacketStore, cache: PacketCache, outbox: OutboxStore, credit: Callable[[int, int, int], bool],
+                 undo_grab: Callable[[int, int, int, int, int], bool]):
+        """credit(user id, item id, amount): the grabber's credit through the ledger, False when it failed.
+        undo_grab(packet id, grab id, item id, user id, amount): takes a grab back (RedPackets.undo_grab), for a claim
+        the DB refuses for its data: it can never be stamped, so it is recorded rolled back and its item put back."""
+        self.store, self.cache, self.outbox, self.credit, self.undo_grab = store, cache, outbox, credit, undo_grab
 
-    @isolating_refusals(lambda e: (f"rp{e.packet_id}", e.item_id))
+    @isolating_refusals(lambda e: (f"rp{e.packet_id}", e.item_id),
+                        settle_refused=lambda self, e: self.undo_grab(e.packet_id, e.grab_id, e.item_id, e.user_id, e.amount))
     def persist(self, events: list[RedPacketClaimEvent]) -> PersistReport:
         report = PersistReport()
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(

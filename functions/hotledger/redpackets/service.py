@@ -247,7 +247,7 @@ class RedPackets:
             claim = RedPacketClaimEvent(type="redpacket_claim", packet_id=packet_id, item_id=reply.item_id, user_id=user_id,
                                         amount=reply.amount, ts=now, grab_id=grab_id)
             return Outbound(f"rp{packet_id}", claim.model_dump,
-                            lambda: self._undo_grab(packet_id, grab_id, reply.item_id, user_id, reply.amount))
+                            lambda: self.undo_grab(packet_id, grab_id, reply.item_id, user_id, reply.amount))
 
         def attempt(grab_id: int) -> GrabReply:
             reply = self.cache.grab(packet_id, user_id, grab_id, now)
@@ -261,7 +261,7 @@ class RedPackets:
             what=f"grab of red packet {packet_id}")
         return Grab(packet_id, reply.item_id, user_id, reply.amount)
 
-    def _undo_grab(self, packet_id: int, grab_id: int, item_id: int, user_id: int, amount: int) -> bool:
+    def undo_grab(self, packet_id: int, grab_id: int, item_id: int, user_id: int, amount: int) -> bool:
         """Take back a grab whose claim the broker did not acknowledge; True when it stands instead. The DB
         decides first, under the locks the writer stamps claims under (stamped already: it stands; otherwise
         rolled back for good), and only then is the item put back in Redis: one winner whatever Redis lost (the
