@@ -63,7 +63,7 @@ class JwksServer(HTTPServer):
     """The issuer's /.well-known/jwks.json on 127.0.0.1 (an ephemeral port unless given). Bound at construction, so
     a process can hand the URL to children it forks before it starts serving (serve_in_thread)."""
 
-    def __init__(self, port: int = 0, directory: Path = _DIR):
+    def __init__(self, port: int = 0, directory: Path = _DIR, cache_control: str | None = None):
         body = json.dumps(key_set(directory)).encode()
         self.fetches = 0  # key set requests served (tests count the authorizer's refetches)
         server = self
@@ -74,6 +74,8 @@ class JwksServer(HTTPServer):
                 server.fetches += found
                 self.send_response(200 if found else 404)
                 self.send_header("Content-Type", "application/json")
+                if cache_control:  # as Cognito's JWKS endpoint may send it
+                    self.send_header("Cache-Control", cache_control)
                 self.send_header("Content-Length", str(len(body) if found else 0))
                 self.end_headers()
                 if found:

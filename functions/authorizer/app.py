@@ -15,8 +15,13 @@ AUTH_CLIENT_IDS (comma-separated app clients whose tokens are accepted), AUTH_SC
 AUTH_ADMIN_GROUP (`admin`)."""
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import re
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 
 import jwt
@@ -66,6 +71,33 @@ class Caller:
 
 
 JWKS_REFETCH_COOLDOWN_S = 60
+_MAX_AGE = re.compile(r"max-age=(\d+)")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None  # the key set is read from its own URL only, as PyJWT does
+
+
+class CachingJwksClient(jwt.PyJWKClient):
+    """PyJWT's client, keeping the key set as long as the issuer's Cache-Control max-age says (never less than the
+    refetch cooldown; its own lifespan when the issuer says nothing). Only the fetch is its own: PyJWT reads no
+    response headers."""
+
+    def fetch_data(self):
+        request = urllib.request.Request(url=self.uri, headers=self.headers)
+        try:
+            with urllib.request.build_opener(_NoRedirect()).open(request, timeout=self.timeout) as response:
+                max_age = _MAX_AGE.search(response.headers.get("Cache-Control") or "")
+                jwk_set = json.load(response)
+        except (urllib.error.URLError, TimeoutError, http.client.HTTPException, ValueError) as exc:
+            raise jwt.PyJWKClientConnectionError(f"the key set could not be read: {exc}") from exc
+        if self.jwk_set_cache is not None:
+            if max_age:
+                self.jwk_set_cache.lifespan = max(int(max_age.group(1)), JWKS_REFETCH_COOLDOWN_S)
+            self.jwk_set_cache.put(jwk_set)  # raises PyJWKSetError for a payload with no usable key
+        self._last_successful_fetch = time.monotonic()
+        return jwk_set
 
 
 class Verifier:
@@ -73,8 +105,8 @@ class Verifier:
         self.settings = settings
         # keys are cached for the container's life; an unknown kid (a rotated pool key) fetches the set again, at
         # most once a minute (PyJWT's cooldown): tokens with made-up kids must not make the authorizer hammer the JWKS
-        self.jwks = jwt.PyJWKClient(settings.jwks_url, cache_keys=True, lifespan=3600, timeout=5,
-                                    cooldown_duration=JWKS_REFETCH_COOLDOWN_S)
+        self.jwks = CachingJwksClient(settings.jwks_url, cache_keys=True, lifespan=3600, timeout=5,
+                                      cooldown_duration=JWKS_REFETCH_COOLDOWN_S)
 
     def verify(self, token: str) -> Caller:
         raw = token.removeprefix("Bearer ").strip()

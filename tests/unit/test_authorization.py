@@ -145,6 +145,20 @@ def test_tokens_with_unknown_kids_refetch_the_key_set_at_most_once_a_minute(monk
     issuer.shutdown()
 
 
+@pytest.mark.parametrize("cache_control,kept_s", [("public, max-age=7200", 7200), ("max-age=5", 60), (None, 3600)])
+def test_the_key_set_is_kept_as_long_as_the_issuers_cache_control_says(cache_control, kept_s):
+    """Issue 19 item 12: cache-control honoured: the key set is kept for the issuer's max-age (never less than the
+    one-minute refetch cooldown), for the client's own lifespan when the issuer says nothing."""
+    from authorizer import app
+
+    issuer = dev_issuer.JwksServer(cache_control=cache_control).serve_in_thread()
+    verifier = app.Verifier(app.Settings(issuer=dev_issuer.ISSUER, jwks_url=issuer.url,
+                                         client_ids=frozenset({dev_issuer.CLIENT_ID})))
+    verifier.verify(dev_issuer.token(scopes=("service",)))
+    assert verifier.jwks.jwk_set_cache.lifespan == kept_s
+    issuer.shutdown()
+
+
 # the API handler's own refusals (no server: they come before any service is asked) -------------------------
 def call(method: str, path: str, body=None, authorizer: dict | None = None) -> tuple[int, dict]:
     from api.app import handler
