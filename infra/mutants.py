@@ -267,7 +267,7 @@ MUTANTS: list[Mutant] = [
       "            if False:", ["tests/integration/test_reconciler.py"],
       "key and rollback records past their retention are pruned"),
     m("py-refused-entry-settled", "functions/hotledger/ledger/persist.py",
-      "        if not self.store.record_rollback(e.user_id, e.id, e.kind):", "        if False:",
+      "settle_refused=lambda self, e: self.store.take_back(e.user_id, e.id, e.kind, e.idem_key))", "settle_refused=None)",
       ["tests/integration/test_writer_poison.py"], "a pending entry the DB refuses is settled as refused in Redis"),
 
     m("py-order-fence-holder", "functions/hotledger/notices/store.py",

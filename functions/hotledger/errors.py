@@ -75,4 +75,3 @@ def is_key_answer(exc: DomainError) -> bool:
     if isinstance(exc, ChargeOutcomeUnknown):
         return True
     return exc.status < 500 and exc.status != 429 and not isinstance(exc, IdempotencyInProgress)
-

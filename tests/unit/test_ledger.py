@@ -113,6 +113,12 @@ class FakeLedgerStore:
         row = self.rows.get(entry_id)
         return StoredDeduct(row[2], row[4]) if row and row[0] == "D" and row[1] == user_id else None
 
+    def take_back(self, user_id, entry_id, kind, idem_key):
+        if self.record_rollback(user_id, entry_id, kind):
+            return True
+        self.rollback(user_id, entry_id, idem_key)
+        return False
+
     def record_rollback(self, user_id, entry_id, kind):
         if self.record_error:
             raise self.record_error

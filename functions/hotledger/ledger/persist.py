@@ -82,14 +82,11 @@ class LedgerPersister:
     def __init__(self, store: LedgerStore, outbox: OutboxStore):
         self.store, self.outbox = store, outbox
 
-    def settle_refused(self, e: LedgerEvent) -> None:
-        """An entry the DB refuses for its data can never be persisted: recorded rolled back (so no later delivery
-        persists it either) and given back in Redis, so the account is not ahead of the DB for good. The dead letter
-        and WriterDeadLettered tell operators that an acknowledged charge was taken back."""
-        if not self.store.record_rollback(e.user_id, e.id, e.kind):
-            self.store.rollback(e.user_id, e.id, e.idem_key)
-
-    @isolating_refusals(lambda e: (str(e.user_id), e.id), settle_refused=lambda self, e: self.settle_refused(e))
+    # an entry the DB refuses for its data can never be persisted: taken back as the API takes one back (recorded rolled
+    # back, so no later delivery persists it, and given back in Redis), so the account is not ahead of the DB for good;
+    # the dead letter and WriterDeadLettered tell operators an acknowledged charge was taken back
+    @isolating_refusals(lambda e: (str(e.user_id), e.id),
+                        settle_refused=lambda self, e: self.store.take_back(e.user_id, e.id, e.kind, e.idem_key))
     def persist(self, events: list[LedgerEvent]) -> PersistReport:
         report = PersistReport()
         unique, report.duplicates = distinct(events, lambda e: e.id)

@@ -363,10 +363,7 @@ class Ledger:
         keys, or all of it), and a rolled-back charge is never persisted, however late or old its event is.
         Precedent: TigerBeetle's two-phase transfers, where voiding a pending transfer and posting it are decided
         by the ledger itself, once (a post after a void fails with pending_transfer_already_voided, for good)."""
-        if self.store.record_rollback(user_id, entry_id, kind):
-            return True
-        self.store.rollback(user_id, entry_id, idem_key)
-        return False
+        return self.store.take_back(user_id, entry_id, kind, idem_key)
 
     def _publish_stale(self, user_id: int, entry_id: int, idem_key: str) -> bool:
         """The first request with this key died before the broker acknowledged its charge: publish the

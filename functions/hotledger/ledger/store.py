@@ -458,6 +458,15 @@ class LedgerStore:
                                 keys.idempotency_quota(user_id), keys.held(user_id)],
             [entry_id, self.entry_ttl_s, "1" if is_client_key(idem_key) else ""]))
 
+    def take_back(self, user_id: int, entry_id: int, kind: str, idem_key: str | None) -> bool:
+        """The DB's verdict first (record_rollback, under the account row lock), then, rolled back, the charge given
+        back in Redis; True when it stands instead (persisted already). The API's rollback and the writer's
+        settling of an entry the DB refuses both take a charge back so."""
+        if self.record_rollback(user_id, entry_id, kind):
+            return True
+        self.rollback(user_id, entry_id, idem_key)
+        return False
+
     def post_credit(self, user_id: int, entry_id: int) -> bool:
         """ledger_post.lua: the credit's event is durable: release its hold (False: none was held)."""
         return self.lua.run("ledger_post", [keys.balance(user_id), keys.held(user_id)], [entry_id]) == 1

@@ -113,7 +113,7 @@ class PaymentOrders:
             self.queue.offer(CLOSE_QUEUE, str(payment_order.id), due_at_ms=payment_order.close_at)
         except RedisUnavailable:
             log.warning("payment order created; its reminder and close left to the reconciler",
-                           extra={"payment_order_id": str(payment_order.id)}, exc_info=True)
+                        extra={"payment_order_id": str(payment_order.id)}, exc_info=True)
 
     def get(self, payment_order_id: int) -> PaymentOrder:
         """The payment order, with its reminder's due time while the reminder is queued."""

@@ -29,7 +29,6 @@ from pydantic import (
     ValidationError,
 )
 
-
 from hotledger.dal.event_keys import EventKeys, Keyring, canonical, signed_part
 
 
