@@ -1,9 +1,10 @@
-"""The API function: API Gateway (REST, proxy) events resolved by one Powertools resolver over the feature routers
-(api.accounts, api.vouchers, api.redpackets, api.notices). Here: the routers' order, the error handlers that turn
+"""The API function: API Gateway (REST, proxy) events resolved by one Powertools resolver over the routers of the
+registered features (hotledger.features: each feature's routes module). Here: the error handlers that turn
 domain, validation and dependency failures into the ErrorResponse body, the OpenAPI document and Swagger UI, and
 the Lambda handler with its request-scoped logging and metrics."""
 from __future__ import annotations
 
+import importlib
 import json
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
@@ -12,11 +13,12 @@ from aws_lambda_powertools.event_handler.middlewares.openapi_validation import O
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from api import accounts, authorization, notices, redpackets, responses, vouchers
+from api import authorization, responses
 from hotledger import errors, observability
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.lock import LockUnavailable
 from hotledger.dal.redis_store import RedisUnavailable
+from hotledger.features import registered
 
 logger = observability.logger()
 metrics = observability.metrics()
@@ -51,10 +53,9 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
 
 app = APIGatewayRestResolver(enable_validation=True)
 app._request_validation_middleware = _AuthorizedJsonBodies()
-app.include_router(accounts.router)  # first: the hot routes (deduct, recharge) are matched before the others
-app.include_router(vouchers.router)
-app.include_router(redpackets.router)
-app.include_router(notices.router)
+for feature in registered():  # the ledger first: the hot routes (deduct, recharge) are matched before the others
+    if feature.routes:
+        app.include_router(importlib.import_module(feature.routes).router)
 
 _error = responses.error
 

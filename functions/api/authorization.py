@@ -7,20 +7,21 @@ The caller comes from the authorizer context API Gateway puts into the request c
 - operators (scope `admin`, or the `admin` group): create and change accounts, create vouchers, dead letters;
 - end users (an account id as username): read their own account, orders, inbox and payment orders, grab red
   packets and order vouchers as themselves, pay their own payment orders.
-Every route has exactly one rule (tests/unit/test_authorization.py holds the table to the routes); a request
+Every route has exactly one rule, declared next to it in its feature's routes module (RULES, collected here;
+tests/unit/test_authorization.py holds the table to the routes); a request
 without a caller is 401 UNAUTHENTICATED, a caller the rule does not admit 403 FORBIDDEN, before the route runs."""
 from __future__ import annotations
 
 import contextvars
 import functools
+import importlib
 import time
 from dataclasses import dataclass
 from typing import Callable
 
+from api.rules import ADMIN, SERVICE, OwnerOf, Rule  # noqa: F401 (SERVICE, ADMIN: the scopes, named here too)
 from hotledger import errors
-from hotledger.runtime import payment_orders, vouchers
-
-SERVICE, ADMIN = "service", "admin"
+from hotledger.features import registered
 
 
 @dataclass(frozen=True)
@@ -40,82 +41,15 @@ def caller_of(context: dict) -> Caller | None:
                   scopes=frozenset(str(context["scopes"]).split()), expires_at=int(context.get("expires_at") or 0))
 
 
-OwnerOf = Callable[[dict], int]  # the account a request acts on, from the route's validated arguments
-
-
-@dataclass(frozen=True)
-class Rule:
-    scopes: frozenset[str] = frozenset()  # a caller holding any of these may call the route
-    owner: OwnerOf | None = None  # an end user may call it for this account when it is theirs
-    public: bool = False  # no caller needed (the API's own description)
-    anyone: bool = False  # any authenticated caller
-
-
-def _path(name: str) -> OwnerOf:
-    return lambda args: args[name]
-
-
-def _body(field: str) -> OwnerOf:
-    return lambda args: getattr(args["request"], field)
-
-
-def _payment_order_owner(args: dict) -> int:
-    return payment_orders().get(args["order_id"]).user_id
-
-
-def _voucher_order_owner(args: dict) -> int:
-    return vouchers().get_order(args["voucher_id"], args["order_id"]).user_id
-
-
-_payment_order_owner.hidden_as = lambda args: errors.PaymentOrderNotFound(f"order {args['order_id']} does not exist")
-_voucher_order_owner.hidden_as = lambda args: errors.OrderNotFound(
-    f"order {args['order_id']} of voucher {args['voucher_id']} does not exist")
-
-
-def _only(*scopes: str, owner: OwnerOf | None = None) -> Rule:
-    return Rule(scopes=frozenset(scopes), owner=owner)
-
-
-RULES: dict[tuple[str, str], Rule] = {
-    ("GET", "/openapi.json"): Rule(public=True),
-    ("GET", "/swagger"): Rule(public=True),
-    # accounts: operators create and change them, services charge them, users read their own
-    ("POST", "/accounts"): _only(ADMIN),
-    ("GET", "/accounts/<user_id>"): _only(SERVICE, ADMIN, owner=_path("user_id")),
-    ("PATCH", "/accounts/<user_id>"): _only(ADMIN),
-    ("POST", "/accounts/<user_id>/recharge"): _only(SERVICE),
-    ("POST", "/accounts/<user_id>/deduct"): _only(SERVICE),
-    ("GET", "/accounts/<user_id>/orders/<order_id>"): _only(SERVICE, ADMIN, owner=_path("user_id")),
-    # flash sales
-    ("POST", "/vouchers"): _only(ADMIN),
-    ("GET", "/vouchers/<voucher_id>"): Rule(anyone=True),
-    ("POST", "/vouchers/<voucher_id>/orders"): _only(SERVICE, owner=_body("user_id")),
-    ("GET", "/vouchers/<voucher_id>/orders/<order_id>"): _only(SERVICE, ADMIN, owner=_voucher_order_owner),
-    # red packets: a service sends for a sender (the sender's money moves), users grab as themselves
-    ("POST", "/redpackets"): _only(SERVICE),
-    ("POST", "/redpackets/<packet_id>/grab"): _only(SERVICE, owner=_body("user_id")),
-    ("GET", "/redpackets/<packet_id>"): Rule(anyone=True),
-    # payment orders: the merchant's backend creates and closes them, the user pays their own
-    ("POST", "/orders"): _only(SERVICE),
-    ("GET", "/orders/<order_id>"): _only(SERVICE, ADMIN, owner=_payment_order_owner),
-    ("POST", "/orders/<order_id>/pay"): _only(SERVICE, owner=_payment_order_owner),
-    ("POST", "/orders/<order_id>/close"): _only(SERVICE),
-    # delay queues are the backend's; their dead letters are the operators'
-    ("POST", "/delay-queues/<queue>/items"): _only(SERVICE),
-    ("DELETE", "/delay-queues/<queue>/items/<element>"): _only(SERVICE),
-    ("GET", "/delay-queues/<queue>"): _only(SERVICE, ADMIN),
-    ("POST", "/delay-queues/<queue>/take"): _only(SERVICE),
-    ("POST", "/delay-queues/<queue>/ack"): _only(SERVICE),
-    ("POST", "/delay-queues/<queue>/extend"): _only(SERVICE),
-    ("GET", "/delay-queues/<queue>/dead-letters"): _only(ADMIN),
-    ("POST", "/delay-queues/<queue>/dead-letters/replay"): _only(ADMIN),
-    ("DELETE", "/delay-queues/<queue>/dead-letters/<element>"): _only(ADMIN),
-    # the inbox: the platform posts, the user reads their own; journeys are the platform's
-    ("POST", "/inbox/<account>/messages"): _only(SERVICE),
-    ("GET", "/inbox/<account>/messages"): _only(SERVICE, owner=_path("account")),
-    ("POST", "/journeys/<biz>/<account>/start"): _only(SERVICE),
-    ("POST", "/journeys/<biz>/<account>/finish"): _only(SERVICE),
-}
+@functools.cache
+def rules() -> dict[tuple[str, str], Rule]:
+    """Every route's rule: the API's own description, then each registered feature's (collected on first use: the
+    routes modules import this one)."""
+    collected = {("GET", "/openapi.json"): Rule(public=True), ("GET", "/swagger"): Rule(public=True)}
+    for feature in registered():
+        if feature.routes:
+            collected.update(importlib.import_module(feature.routes).RULES)
+    return collected
 
 
 def admit(rule: Rule, caller: Caller | None, now_s: float) -> OwnerOf | None:
@@ -144,7 +78,7 @@ def check_owner(owner: OwnerOf, caller: Caller, args: dict) -> None:
 
 def rule_of(app) -> Rule:
     route = app.context["_route"]
-    rule = RULES.get((route.method, route.path))
+    rule = rules().get((route.method, route.path))
     if rule is None:
         # no route matched (the resolver's 404 route, named by the request's path): any caller may learn that;
         # a route of ours without a rule admits no one

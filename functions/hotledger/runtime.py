@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 
 from hotledger.config import settings
-from hotledger.dal import publisher, retention
+from hotledger.dal import publisher
 from hotledger.dal.cursor import Cursors
 from hotledger.dal.delay_queue import DelayQueue, Drainer
 from hotledger.dal.event_keys import EventKeys
@@ -12,16 +12,16 @@ from hotledger.dal.idempotency import Idempotency
 from hotledger.dal.ids import IdGenerator
 from hotledger.dal.lock import DistributedLock
 from hotledger.dal.redis_store import lua, stream_flag
+from hotledger.features import registered
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.service import Ledger
 from hotledger.ledger.store import LedgerStore
 from hotledger.notices.inbox import Inbox
 from hotledger.notices.journeys import Journeys, parse_thresholds
-from hotledger.notices.payment_orders import CLOSE_QUEUE, REMINDER_QUEUE, PaymentOrders
+from hotledger.notices.payment_orders import PaymentOrders
 from hotledger.notices.store import InboxStore, JourneyStore, PaymentOrderStore
 from hotledger.outbox.durable import Durability
-from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
 from hotledger.outbox.log_hold import LogHold
 from hotledger.outbox.store import EventStreams, OutboxStore
 from hotledger.outbox.stream_consumer import StreamConsumer
@@ -29,7 +29,7 @@ from hotledger.outbox.writer import Writer
 from hotledger.reconciler import Reconciler
 from hotledger.redpackets.persist import RedPacketPersister
 from hotledger.redpackets.reconcile import PacketReconciler
-from hotledger.redpackets.service import PACKET_EXPIRY, RedPackets
+from hotledger.redpackets.service import RedPackets
 from hotledger.redpackets.store import PacketCache, PacketStore
 from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
@@ -113,22 +113,49 @@ def log_hold() -> LogHold:
 
 
 @functools.lru_cache(maxsize=1)
+def ledger_persister() -> LedgerPersister:
+    return LedgerPersister(ledger_store(), outbox())
+
+
+@functools.lru_cache(maxsize=1)
+def voucher_persister() -> VoucherPersister:
+    return VoucherPersister(VoucherDb(), voucher_redis(), outbox())
+
+
+@functools.lru_cache(maxsize=1)
+def redpacket_persister() -> RedPacketPersister:
+    return RedPacketPersister(PacketStore(), packet_cache(), outbox(), redpackets().credit_grab, redpackets().undo_grab)
+
+
+@functools.lru_cache(maxsize=1)
 def writer() -> Writer:
-    return Writer({LedgerEvent: LedgerPersister(ledger_store(), outbox()),
-                   VoucherOrderEvent: VoucherPersister(VoucherDb(), voucher_redis(), outbox()),
-                   RedPacketClaimEvent: RedPacketPersister(PacketStore(), packet_cache(), outbox(),
-                                                             redpackets().credit_grab, redpackets().undo_grab)}, outbox())
+    """Every registered feature's persisters, by the event type each persists."""
+    return Writer({event_type: persister for feature in registered() for event_type, persister in feature.persisters().items()},
+                  outbox())
+
+
+@functools.lru_cache(maxsize=1)
+def ledger_reconcile() -> LedgerReconcile:
+    cfg = settings()
+    return LedgerReconcile(ledger_store(), ledger_persister(), cfg.reconcile_page, cfg.reconcile_pending_limit)
+
+
+@functools.lru_cache(maxsize=1)
+def voucher_reconciler() -> VoucherReconciler:
+    return VoucherReconciler(vouchers(), voucher_persister(), VoucherDb(), voucher_redis())
+
+
+@functools.lru_cache(maxsize=1)
+def packet_reconciler() -> PacketReconciler:
+    return PacketReconciler(redpackets(), redpacket_persister(), PacketStore())
 
 
 @functools.lru_cache(maxsize=1)
 def reconciler() -> Reconciler:
+    """Every registered feature's reconcile parts, in the registry's order."""
     cfg = settings()
-    accounts = LedgerReconcile(ledger_store(), writer().persisters[LedgerEvent], cfg.reconcile_page, cfg.reconcile_pending_limit)
-    voucher_reconciler = VoucherReconciler(vouchers(), writer().persisters[VoucherOrderEvent], VoucherDb(), voucher_redis())
-    packets = PacketReconciler(redpackets(), writer().persisters[RedPacketClaimEvent], PacketStore())
-    return Reconciler(accounts, writer(), cfg.reconcile_age_s, voucher_reconciler, packets, journeys(),
-                      payment_orders(), Cursors(lua().client), cfg.reconcile_part_items, cfg.reconcile_part_s,
-                      prune_keys=retention.prune, key_retention_ms=cfg.key_retention_days * 86_400_000)
+    parts = [part for feature in registered() for part in feature.reconcile_parts()]
+    return Reconciler(parts, cfg.reconcile_age_s, Cursors(lua().client), cfg.reconcile_part_items, cfg.reconcile_part_s)
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,9 +183,9 @@ def journeys() -> Journeys:
 
 
 def delay_handlers() -> dict:
-    """The queues the scheduled drainer serves, with their handlers; other queues are served over HTTP."""
-    return {REMINDER_QUEUE: payment_orders().fire_reminders, CLOSE_QUEUE: payment_orders().close_due,
-            PACKET_EXPIRY: redpackets().expire_due}
+    """The queues the scheduled drainer serves (every registered feature's), with their handlers; other queues are
+    served over HTTP."""
+    return {queue: handle for feature in registered() for queue, handle in feature.delay_handlers().items()}
 
 
 def delay_drainer() -> Drainer:
@@ -174,5 +201,7 @@ def reset() -> None:
     from hotledger.config import settings as cached_settings
 
     for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, voucher_redis, vouchers,
-                   redpackets, writer, reconciler, delay_queue, inbox, payment_orders, journeys, lua, cached_settings):
+                   redpackets, ledger_persister, voucher_persister, redpacket_persister, writer, ledger_reconcile,
+                   voucher_reconciler, packet_reconciler, reconciler, delay_queue, inbox, payment_orders, journeys, lua,
+                   cached_settings):
         cached.cache_clear()

@@ -154,7 +154,7 @@ def _state(sql, redis_client, world) -> tuple:
 
 S, O, U, X = "service", "operator", "owner", "another user"
 ANYONE = {S, O, U, X}
-# who may call what (README, "Who may call what"), written out independently of authorization.RULES: a rule that
+# who may call what (README, "Who may call what"), written out independently of authorization.rules(): a rule that
 # drifts from it fails here
 MAY_CALL = {
     ("POST", "/accounts"): {O}, ("GET", "/accounts/<user_id>"): {S, O, U}, ("PATCH", "/accounts/<user_id>"): {O},
@@ -177,7 +177,7 @@ PUBLIC = {("GET", "/openapi.json"), ("GET", "/swagger")}
 
 
 def test_every_route_rule_with_every_kind_of_caller(api, sql, redis_client):
-    """Each route of authorization.RULES tried as the owner, another user, a service, an operator and no one: a
+    """Each route of authorization.rules() tried as the owner, another user, a service, an operator and no one: a
     caller the rule admits is never answered 401/403; anyone else is (another user's entity named by id answers as
     a missing one, 404), and nothing changes."""
     import re
@@ -191,7 +191,7 @@ def test_every_route_rule_with_every_kind_of_caller(api, sql, redis_client):
                "operator": Api(scopes=("admin",))}
     entity_id = {"/vouchers/<voucher_id>/orders/<order_id>": world["voucher_order"]}
     tried = 0
-    for (method, rule_path), rule in authorization.RULES.items():
+    for (method, rule_path), rule in authorization.rules().items():
         params = {**world["params"], "order_id": entity_id.get(rule_path, world["params"]["order_id"])}
         if rule_path.startswith("/orders/<order_id>"):
             params["order_id"] = world["payment_order"]
@@ -212,4 +212,4 @@ def test_every_route_rule_with_every_kind_of_caller(api, sql, redis_client):
                 assert status in expected, (who, method, path, answer)
                 assert _state(sql, redis_client, world) == before, (who, method, path)
             tried += 1
-    assert tried == 5 * len(authorization.RULES)
+    assert tried == 5 * len(authorization.rules())

@@ -3,7 +3,7 @@ continues the next run where it stopped, and a part that raises does not stop th
 import pytest
 from helpers import reconcile as run_reconciler
 
-from hotledger.runtime import reconciler
+from hotledger.runtime import ledger_reconcile, reconciler, voucher_reconciler
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def test_a_run_stops_within_its_budget_and_the_next_continues_where_it_stopped(a
     for _ in range(5):
         api.account()
     total = sql("SELECT COUNT(*) FROM t_user")[0][0]
-    monkeypatch.setattr(reconciler().accounts, "page", 2)
+    monkeypatch.setattr(ledger_reconcile(), "page", 2)
     monkeypatch.setattr(reconciler(), "part_items", 3)
     while reconcile()["next_after"]:  # finish the pass an earlier test may have left open
         pass
@@ -36,13 +36,13 @@ def test_a_part_that_raises_does_not_stop_the_others(api, sql, monkeypatch, reco
     def broken(*args, **kwargs):
         raise RuntimeError("the vouchers part broke")
 
-    monkeypatch.setattr(reconciler().vouchers, "run", broken)
+    monkeypatch.setattr(voucher_reconciler(), "run", broken)
     ran = []
     for name in ("scan", "close_overdue"):
         part = reconciler().journeys if name == "scan" else reconciler().payment_orders
         real = getattr(part, name)
         monkeypatch.setattr(part, name, lambda *a, real=real, name=name, **k: (ran.append(name), real(*a, **k))[1])
-    monkeypatch.setattr(reconciler().accounts, "run", broken)
+    monkeypatch.setattr(ledger_reconcile(), "run", broken)
     report = reconcile()
     assert report["failed_parts"] == ["accounts", "vouchers"]
     assert ran == ["scan", "close_overdue"]

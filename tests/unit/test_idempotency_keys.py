@@ -59,7 +59,8 @@ class FakePackets:
 
 @pytest.fixture
 def world(monkeypatch):
-    from api import idempotency, redpackets
+    from api import idempotency
+    from hotledger.redpackets import routes as redpackets
 
     store, packets = FakeIdempotency(), FakePackets()
     monkeypatch.setattr(idempotency, "idempotency", lambda: store)

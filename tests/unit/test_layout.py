@@ -53,16 +53,22 @@ def test_no_sql_and_no_storage_driver_outside_dal_and_stores(path):
 @pytest.mark.parametrize("path", [p for p in _modules() if _may_touch_storage(p)], ids=lambda p: str(p.relative_to(REPO)))
 def test_stores_and_dal_never_import_upwards(path):
     """A store knows its tables and scripts, never its service; dal knows no feature."""
-    upward = {name for name in _imports(path) if name.startswith(("api", "hotledger.runtime"))
+    upward = {name for name in _imports(path) if name.startswith(("api", "hotledger.runtime", "hotledger.features"))
+              or name.endswith((".routes", ".feature"))
               or (name.startswith("hotledger.") and name.split(".")[1] in FEATURES
                   and not name.endswith((".store", ".events", ".entry")))}
     assert not upward, f"{path.relative_to(REPO)} imports {upward}"
 
 
+def _is_handler(path: Path) -> bool:
+    """functions/<fn>/app.py, functions/api and each feature's routes.py (its API handlers)."""
+    return HOTLEDGER not in path.parents or path.name == "routes.py"
+
+
 def test_handlers_never_reach_a_store():
-    """Handlers (functions/<fn>/app.py, functions/api) never reach a store: they ask the services hotledger.runtime builds."""
+    """Handlers never reach a store: they ask the services hotledger.runtime builds."""
     for path in _modules():
-        if HOTLEDGER in path.parents:
+        if not _is_handler(path):
             continue
         stores = {n for n in _imports(path) if n.endswith(".store")}
         assert not stores, f"{path.relative_to(REPO)} reaches into {stores}"
@@ -90,3 +96,16 @@ def test_the_lua_reply_check_reads_every_stated_status_reply():
     assert {("ledger_apply", "insufficient"), ("ledger_apply", "too_many_pending"), ("voucher_take", "held"),
             ("lock_release", "not_owner"), ("idem_begin", "retaken")} <= stated
     assert len({script for script, _ in stated}) >= 15
+
+
+def test_every_feature_package_is_registered_once_and_only_the_api_imports_its_routes():
+    """A feature is one package and one registration: each <feature>/feature.py is listed in hotledger.features, and
+    its routes module is imported by the API function alone (through the registry), never by a service or the writer."""
+    from hotledger.features import registered
+
+    declared = {p.parent.name for p in HOTLEDGER.glob("*/feature.py")}
+    listed = [f.name for f in registered() if f.routes or f.persisters is not dict or f.reconcile_parts is not tuple]
+    assert declared <= set(listed) and len(listed) == len(set(listed)), (declared, listed)
+    for path in _modules():
+        routes = {n for n in _imports(path) if n.endswith(".routes")}
+        assert not routes, f"{path.relative_to(REPO)} imports {routes}: only api/app.py and api/authorization.py load routes"

@@ -92,15 +92,25 @@ class Cursors(dict):
         self[part] = after
 
 
-def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursors():
+def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursors(monkeypatch):
+    """The parts as the registered features declare them (hotledger.features), over fake services."""
+    from hotledger import runtime
+    from hotledger.dal import retention
+    from hotledger.features import registered
+
     notices, cursors = Notices(), Cursors(accounts=5)
     accounts = Part(AccountsReconcileReport(accounts=3))
     vouchers = Part(VoucherReconcileReport(), fail=True)
     packets = Part(PacketReconcileReport())
-    reconciler = Reconciler(accounts, None, 60, vouchers, packets, notices, notices, cursors)
+    for name, fake in (("ledger_reconcile", accounts), ("voucher_reconciler", vouchers), ("packet_reconciler", packets),
+                       ("payment_orders", notices), ("journeys", notices)):
+        monkeypatch.setattr(runtime, name, lambda fake=fake: fake)
+    monkeypatch.setattr(retention, "prune", lambda older_than_ms, budget: {"keys": 4})
+    reconciler = Reconciler([part for feature in registered() for part in feature.reconcile_parts()], 60, cursors)
     report = reconciler.run(0)
     assert report.failed_parts == ["vouchers", "reminders"]
     assert notices.calls == ["journeys", "reminders", "orders"] and report.orders_closed == 2
     assert (report.accounts, report.next_after, accounts.calls) == (3, 15, [5])
     assert cursors == {"accounts": 15, "packets": 10}  # a failed part keeps its cursor: the next run repeats it
     assert set(report.part_seconds) == {"accounts", "vouchers", "packets", "journeys", "reminders", "orders", "keys"}
+    assert report.keys_pruned == 4

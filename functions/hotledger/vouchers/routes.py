@@ -9,6 +9,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
 from hotledger import errors
+from api.rules import ADMIN, SERVICE, Rule, body_field, only
 from api.responses import UNAVAILABLE, responses
 from hotledger import observability
 from api.schemas import (
@@ -82,3 +83,19 @@ def get_voucher_order(voucher_id: VoucherId, order_id: Annotated[int, Path(gt=0,
     order = vouchers().get_order(voucher_id, order_id)
     return VoucherOrderView(order_id=str(order.order_id), voucher_id=str(voucher_id), user_id=order.user_id,
                             status=order.status).model_dump()
+
+
+def _voucher_order_owner(args: dict) -> int:
+    return vouchers().get_order(args["voucher_id"], args["order_id"]).user_id
+
+
+# another user's order answers as a missing one (no oracle)
+_voucher_order_owner.hidden_as = lambda args: errors.OrderNotFound(
+    f"order {args['order_id']} of voucher {args['voucher_id']} does not exist")
+
+RULES = {
+    ("POST", "/vouchers"): only(ADMIN),
+    ("GET", "/vouchers/<voucher_id>"): Rule(anyone=True),
+    ("POST", "/vouchers/<voucher_id>/orders"): only(SERVICE, owner=body_field("user_id")),
+    ("GET", "/vouchers/<voucher_id>/orders/<order_id>"): only(SERVICE, ADMIN, owner=_voucher_order_owner),
+}

@@ -10,6 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
 from api.idempotency import IdempotencyKey
+from api.rules import ADMIN, SERVICE, only, path_arg
 from api.responses import UNAVAILABLE, json_answer, responses
 from api.schemas import (
     AccountCreated, AccountView, AmountRequest, CreateAccountRequest, DeductResult, OrderView, PatchAccountRequest,
@@ -100,3 +101,15 @@ def _log_charge(what: str, result) -> None:
     # one line per money movement: with the correlation id it ties a request to its entry id
     logger.info(what, extra={"user_id": result.user_id, "entry_id": str(result.entry_id), "amount_minor": result.amount,
                              "balance_minor": result.balance, "version": result.version, "mode": result.mode})
+
+
+# who may call each route (api/authorization.py): operators create and change accounts, services charge them, users
+# read their own
+RULES = {
+    ("POST", "/accounts"): only(ADMIN),
+    ("GET", "/accounts/<user_id>"): only(SERVICE, ADMIN, owner=path_arg("user_id")),
+    ("PATCH", "/accounts/<user_id>"): only(ADMIN),
+    ("POST", "/accounts/<user_id>/recharge"): only(SERVICE),
+    ("POST", "/accounts/<user_id>/deduct"): only(SERVICE),
+    ("GET", "/accounts/<user_id>/orders/<order_id>"): only(SERVICE, ADMIN, owner=path_arg("user_id")),
+}

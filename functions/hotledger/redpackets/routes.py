@@ -8,6 +8,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
+from api.rules import SERVICE, Rule, body_field, only
 from api.responses import UNAVAILABLE, responses
 from hotledger import errors, observability
 from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
@@ -83,3 +84,11 @@ def get_packet(packet_id: PacketId) -> dict:
         refund=None if p.refund is None else format_minor(p.refund),
         grabs=[RedPacketGrab(user_id=user, amount=format_minor(amount)) for user, amount in p.grabs],
     ).model_dump()
+
+
+# a service sends for a sender (the sender's money moves), users grab as themselves
+RULES = {
+    ("POST", "/redpackets"): only(SERVICE),
+    ("POST", "/redpackets/<packet_id>/grab"): only(SERVICE, owner=body_field("user_id")),
+    ("GET", "/redpackets/<packet_id>"): Rule(anyone=True),
+}

@@ -8,6 +8,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
+from api.rules import ADMIN, SERVICE, only, path_arg
 from api.responses import responses
 from hotledger import errors
 from api.schemas import (
@@ -183,3 +184,34 @@ def start_journey(biz: Annotated[str, Path(max_length=64)], account: Account) ->
 def finish_journey(biz: Annotated[str, Path(max_length=64)], account: Account) -> dict:
     journeys().finish(biz, account)
     return {"biz": biz, "account": account, "started_at": None}
+
+
+def _payment_order_owner(args: dict) -> int:
+    return payment_orders().get(args["order_id"]).user_id
+
+
+# another user's order answers as a missing one (no oracle)
+_payment_order_owner.hidden_as = lambda args: errors.PaymentOrderNotFound(f"order {args['order_id']} does not exist")
+
+RULES = {
+    # payment orders: the merchant's backend creates and closes them, the user pays their own
+    ("POST", "/orders"): only(SERVICE),
+    ("GET", "/orders/<order_id>"): only(SERVICE, ADMIN, owner=_payment_order_owner),
+    ("POST", "/orders/<order_id>/pay"): only(SERVICE, owner=_payment_order_owner),
+    ("POST", "/orders/<order_id>/close"): only(SERVICE),
+    # delay queues are the backend's; their dead letters are the operators'
+    ("POST", "/delay-queues/<queue>/items"): only(SERVICE),
+    ("DELETE", "/delay-queues/<queue>/items/<element>"): only(SERVICE),
+    ("GET", "/delay-queues/<queue>"): only(SERVICE, ADMIN),
+    ("POST", "/delay-queues/<queue>/take"): only(SERVICE),
+    ("POST", "/delay-queues/<queue>/ack"): only(SERVICE),
+    ("POST", "/delay-queues/<queue>/extend"): only(SERVICE),
+    ("GET", "/delay-queues/<queue>/dead-letters"): only(ADMIN),
+    ("POST", "/delay-queues/<queue>/dead-letters/replay"): only(ADMIN),
+    ("DELETE", "/delay-queues/<queue>/dead-letters/<element>"): only(ADMIN),
+    # the inbox: the platform posts, the user reads their own; journeys are the platform's
+    ("POST", "/inbox/<account>/messages"): only(SERVICE),
+    ("GET", "/inbox/<account>/messages"): only(SERVICE, owner=path_arg("account")),
+    ("POST", "/journeys/<biz>/<account>/start"): only(SERVICE),
+    ("POST", "/journeys/<biz>/<account>/finish"): only(SERVICE),
+}

@@ -1,0 +1,78 @@
+"""The feature registry: what each feature adds to the API, the writer, the reconciler and the delay drainer, declared
+once in its own package (`<feature>/feature.py`) and listed once below. api/app.py includes every feature's router
+and api/authorization.py its rules; runtime.py builds the writer from every feature's persisters and the drainer
+from every feature's delay handlers; the reconciler runs every feature's parts in this order. Adding a feature is
+one package and one line in FEATURES (docs/adding-a-feature.md walks through holds)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hotledger.dal.budget import Budget
+    from hotledger.reconciler import ReconcileReport
+
+
+
+@dataclass(frozen=True)
+class PartContext:
+    """What one reconciler run gives each part."""
+    now_ms: int
+    age_s: int  # entries charged longer ago than this count as stale (RECONCILE_AGE_S)
+    budget: Budget  # the part's own: it stops at a page boundary when this runs out
+    cursor: int  # where this part stopped last run (0: at the start)
+    report: ReconcileReport  # the part fills its own fields
+
+
+PartRun = Callable[[PartContext], "int | None"]  # returns the cursor to keep for the next run, or None to keep none
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReconcilePart:
+    name: str
+    run: PartRun
+
+
+@dataclass(frozen=True, kw_only=True)
+class Feature:
+    name: str
+    # the module holding its API: `router` (a Powertools Router) and `RULES` ({(method, path): api.rules.Rule});
+    # imported by the API function only (the writer, reconciler and drainers never load Powertools' resolver)
+    routes: str | None = None
+    # built on first use, in the process that needs them (the services come from hotledger.runtime)
+    persisters: Callable[[], dict[type, Any]] = dict  # event class -> its persister (outbox.writer.Persister)
+    reconcile_parts: Callable[[], tuple[ReconcilePart, ...]] = tuple
+    delay_handlers: Callable[[], dict[str, Callable[[list[str]], Any]]] = dict  # queue -> handler of due elements
+
+
+def registered() -> tuple[Feature, ...]:
+    """Every feature, in the order the API matches routes (the hot routes first) and the reconciler runs parts."""
+    from hotledger.ledger.feature import FEATURE as ledger
+    from hotledger.notices.feature import FEATURE as notices
+    from hotledger.redpackets.feature import FEATURE as redpackets
+    from hotledger.vouchers.feature import FEATURE as vouchers
+
+    return (ledger, vouchers, redpackets, notices, KEYS)
+
+
+@dataclass(frozen=True)
+class PruneKeys:
+    """The keys part: Idempotency-Key and rollback records older than retention_ms deleted (dal/retention.py)."""
+
+    retention_ms: int
+
+    def __call__(self, run: PartContext) -> None:
+        from hotledger.dal import retention
+
+        run.report.keys_pruned = sum(retention.prune(run.now_ms - self.retention_ms, run.budget).values())
+
+
+def _prune_keys_part() -> tuple[ReconcilePart, ...]:
+    from hotledger.config import settings
+
+    return (ReconcilePart(name="keys", run=PruneKeys(settings().key_retention_days * 86_400_000)),)
+
+
+# Idempotency-Key and rollback records of every feature, deleted past KEY_RETENTION_DAYS (dal/retention.py)
+KEYS = Feature(name="keys", reconcile_parts=_prune_keys_part)
