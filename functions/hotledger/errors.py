@@ -48,6 +48,12 @@ PacketEmpty = _error("PacketEmpty", 409, "EMPTY")
 PacketExpired = _error("PacketExpired", 409, "EXPIRED")
 TotalTooSmall = _error("TotalTooSmall", 422, "TOTAL_TOO_SMALL")
 
+# history
+InvalidFilter = _error("InvalidFilter", 422, "VALIDATION_ERROR")
+InvalidCursor = _error("InvalidCursor", 422, "INVALID_CURSOR")
+InvalidRange = _error("InvalidRange", 422, "INVALID_RANGE")
+StatementTooLarge = _error("StatementTooLarge", 422, "STATEMENT_TOO_LARGE")
+
 # payment orders, delay queues, journeys
 PaymentOrderNotFound = _error("PaymentOrderNotFound", 404, "ORDER_NOT_FOUND")
 PaymentOrderClosed = _error("PaymentOrderClosed", 409, "ORDER_CLOSED")

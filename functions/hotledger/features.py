@@ -48,15 +48,16 @@ class Feature:
 
 def registered() -> tuple[Feature, ...]:
     """Every feature, in the order the API matches routes (the hot routes first) and the reconciler runs parts."""
+    from hotledger.history.feature import FEATURE as history
     from hotledger.ledger.feature import FEATURE as ledger
     from hotledger.notices.feature import FEATURE as notices
     from hotledger.redpackets.feature import FEATURE as redpackets
     from hotledger.vouchers.feature import FEATURE as vouchers
 
-    return (ledger, vouchers, redpackets, notices, KEYS)
+    return (ledger, history, vouchers, redpackets, notices, KEYS)
 
 
-@dataclass(frozen=True)
+@dataclass
 class PruneKeys:
     """The keys part: Idempotency-Key and rollback records older than retention_ms deleted (dal/retention.py)."""
 

@@ -13,6 +13,8 @@ from hotledger.dal.ids import IdGenerator
 from hotledger.dal.lock import DistributedLock
 from hotledger.dal.redis_store import lua, stream_flag
 from hotledger.features import registered
+from hotledger.history.service import History
+from hotledger.history.store import HistoryStore
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.service import Ledger
@@ -74,6 +76,11 @@ def ledger_store() -> LedgerStore:
 def ledger() -> Ledger:
     next_id = id_generator().next_id
     return Ledger(ledger_store(), durability(), lock(), next_id)
+
+
+@functools.lru_cache(maxsize=1)
+def history() -> History:
+    return History(HistoryStore(), ledger().pending_entries, ledger().account_exists)
 
 
 @functools.lru_cache(maxsize=1)
@@ -200,7 +207,7 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, voucher_redis, vouchers,
+    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, history, voucher_redis, vouchers,
                    redpackets, ledger_persister, voucher_persister, redpacket_persister, writer, ledger_reconcile,
                    voucher_reconciler, packet_reconciler, reconciler, delay_queue, inbox, payment_orders, journeys, lua,
                    cached_settings):

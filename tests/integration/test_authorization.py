@@ -160,6 +160,8 @@ MAY_CALL = {
     ("POST", "/accounts"): {O}, ("GET", "/accounts/<user_id>"): {S, O, U}, ("PATCH", "/accounts/<user_id>"): {O},
     ("POST", "/accounts/<user_id>/recharge"): {S}, ("POST", "/accounts/<user_id>/deduct"): {S},
     ("GET", "/accounts/<user_id>/orders/<order_id>"): {S, O, U},
+    ("GET", "/accounts/<user_id>/entries"): {S, O, U}, ("GET", "/accounts/<user_id>/balance"): {S, O, U},
+    ("GET", "/accounts/<user_id>/statement"): {S, O, U},
     ("POST", "/vouchers"): {O}, ("GET", "/vouchers/<voucher_id>"): ANYONE, ("POST", "/vouchers/<voucher_id>/orders"): {S, U},
     ("GET", "/vouchers/<voucher_id>/orders/<order_id>"): {S, O, U},
     ("POST", "/redpackets"): {S}, ("POST", "/redpackets/<packet_id>/grab"): {S, U}, ("GET", "/redpackets/<packet_id>"): ANYONE,

@@ -116,10 +116,11 @@ def test_key_and_rollback_records_past_their_retention_are_pruned_and_younger_on
             if table == "t_idempotency" else
             f"UPDATE {table} SET create_time = NOW(3) - INTERVAL %s DAY WHERE {column} = %s AND idem_key = 'old'",
             (days + 1, value))
-    monkeypatch.setattr(reconciler(), "key_retention_ms", (days + 5) * 86_400_000)  # a longer retention keeps them
+    prune_keys = next(part.run for part in reconciler().parts if part.name == "keys")
+    monkeypatch.setattr(prune_keys, "retention_ms", (days + 5) * 86_400_000)  # a longer retention keeps them
     reconcile_totals()
     assert sql("SELECT COUNT(*) FROM t_idempotency WHERE user_id = %s", (user,)) == ((2,),)
-    monkeypatch.setattr(reconciler(), "key_retention_ms", days * 86_400_000)
+    monkeypatch.setattr(prune_keys, "retention_ms", days * 86_400_000)
     report = reconcile_totals()
     assert report["keys_pruned"] >= 2
     assert sql("SELECT idem_key FROM t_idempotency WHERE user_id = %s", (user,)) == (("c:young",),)

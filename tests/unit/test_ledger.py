@@ -29,6 +29,7 @@ from hotledger.ledger.store import (
     CacheSnapshot,
     CacheState,
     IdempotentAnswer,
+    LockedAccount,
     ReconcileReply,
     ReconcileStatus,
     RollbackReply,
@@ -80,10 +81,11 @@ class FakeLedgerStore:
         self.rolled: set[int] = set()  # t_rolled_back
         self.record_error: Exception | None = None
         self.undo_steps: list[tuple[str, int]] = []
+        self.booked: list = []  # t_entry
 
     def account_row(self, user_id=USER, **fields) -> AccountRow:
         row = AccountRow(user_id, f"u{user_id}", fields.pop("deduct_type", "ASYNC"), fields.pop("balance", 1000),
-                         fields.pop("version", 1), fields.pop("threshold", 0), fields.pop("open_flag", "1"))
+                         fields.pop("version", 1), fields.pop("threshold", 0), 0, 0, 0, fields.pop("open_flag", "1"))
         self.accounts[user_id] = row
         return row
 
@@ -94,11 +96,11 @@ class FakeLedgerStore:
     # LedgerStore: DB
     @contextlib.contextmanager
     def transaction(self):
-        saved = copy.deepcopy((self.accounts, self.rows, self.answers))
+        saved = copy.deepcopy((self.accounts, self.rows, self.answers, self.booked))
         try:
             yield self
         except BaseException:
-            self.accounts, self.rows, self.answers = saved
+            self.accounts, self.rows, self.answers, self.booked = saved
             raise
         if self.commit_error:
             raise self.commit_error
@@ -257,7 +259,7 @@ class FakeLedgerStore:
         return self.accounts[user_id].balance, self.accounts[user_id].version
 
     def lock_accounts(self, user_ids):
-        return {u: self.accounts[u].version for u in user_ids if u in self.accounts}
+        return {u: LockedAccount(self.accounts[u].version, self.accounts[u].head) for u in user_ids if u in self.accounts}
 
     def stored_entries(self, ids_and_kinds):
         return {i: self.rows[i][1:4] for i, kind in ids_and_kinds if i in self.rows and self.rows[i][0] == kind}
@@ -293,8 +295,13 @@ class FakeLedgerStore:
     def set_open(self, user_id, flag):
         self.accounts[user_id] = replace(self.accounts[user_id], open_flag=flag)
 
-    def insert_sync_entry(self, kind, entry_id, user_id, amount, balance, version, idem_key):
+    def insert_sync_entry(self, kind, entry_id, user_id, amount, balance, version, idem_key, booked):
         self.rows[entry_id] = (kind, user_id, amount, version, balance, "SYNC", idem_key)
+        self.insert_booked([booked])
+        self.accounts[user_id] = replace(self.accounts[user_id], seq=booked.seq, booked_at=booked.booked_at)
+
+    def insert_booked(self, rows):
+        self.booked.extend(rows)
 
     def insert_events(self, events):
         for e in events:
@@ -304,7 +311,8 @@ class FakeLedgerStore:
         for m in moves:
             row = self.accounts[m.user_id]
             self.accounts[m.user_id] = replace(row, balance=row.balance + m.delta, version=max(row.version, m.version),
-                                               open_flag=row.open_flag if m.open_flag is None else m.open_flag)
+                                               open_flag=row.open_flag if m.open_flag is None else m.open_flag,
+                                               seq=m.head.seq, on_hold=m.head.on_hold, booked_at=m.head.booked_at)
 
 
 class FakeOutbox:

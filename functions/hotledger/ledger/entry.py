@@ -64,3 +64,34 @@ class Entry:
             balance_after=self.balance_after, version=self.version, epoch=self.epoch, ts=self.ts,
             open=self.open, idem_key=self.idem_key,
         )
+
+
+@dataclass(frozen=True)
+class LedgerHead:
+    """An account's ledger in the DB as its row holds it: the last seq and what follows from all entries so far."""
+
+    seq: int
+    balance: int
+    on_hold: int  # what active holds keep out of available
+    booked_at: int  # epoch ms of the last entry
+
+    @property
+    def available(self) -> int:
+        return self.balance - self.on_hold
+
+
+@dataclass(frozen=True)
+class Booked:
+    """One t_entry row."""
+
+    user_id: int
+    seq: int
+    entry_id: int
+    type: str
+    amount: int
+    delta: int  # added to the balance
+    balance_after: int
+    available_after: int
+    booked_at: int
+    charged_at: int
+    ref: str | None

@@ -20,8 +20,11 @@ asks the DB when Redis has no record, so the refusal came from a Redis that had 
 """
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
+from hotledger.ledger.book import book
+from hotledger.ledger.entry import LedgerHead
 from hotledger.ledger.service import fingerprint
 from hotledger.ledger.store import AccountMove, IdempotentAnswer, LedgerStore
 from hotledger.outbox.events import LedgerEvent
@@ -38,9 +41,10 @@ def split_by_db(events: list[LedgerEvent],
     return fresh, clashes
 
 
-def account_moves(events: list[LedgerEvent], db_versions: dict[int, int]) -> list[AccountMove]:
-    """Per account: the sum of the deltas, the highest version, and the open flag of the newest entry if it is
-    newer than what the DB has seen (an older one must not undo a later close or reopen)."""
+def account_moves(events: list[LedgerEvent], db_versions: dict[int, int], heads: dict[int, LedgerHead]) -> list[AccountMove]:
+    """Per account: the sum of the deltas, the highest version, the open flag of the newest entry if it is
+    newer than what the DB has seen (an older one must not undo a later close or reopen), and its ledger head after
+    the entries (`heads`, from ledger.book)."""
     delta: dict[int, int] = defaultdict(int)
     latest: dict[int, LedgerEvent] = {}
     for e in events:
@@ -48,8 +52,12 @@ def account_moves(events: list[LedgerEvent], db_versions: dict[int, int]) -> lis
         if e.user_id not in latest or e.version > latest[e.user_id].version:
             latest[e.user_id] = e
     return [AccountMove(user_id, d, latest[user_id].version,
-                        latest[user_id].open if latest[user_id].version > db_versions[user_id] else None)
+                        latest[user_id].open if latest[user_id].version > db_versions[user_id] else None, heads[user_id])
             for user_id, d in delta.items()]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 KEY_TAKEN = "Idempotency-Key already answered by another entry"
@@ -91,7 +99,8 @@ class LedgerPersister:
         report = PersistReport()
         unique, report.duplicates = distinct(events, lambda e: e.id)
         with self.store.transaction() as tx:
-            versions = tx.lock_accounts({e.user_id for e in unique})
+            locked = tx.lock_accounts({e.user_id for e in unique})
+            versions = {user_id: account.version for user_id, account in locked.items()}
             orphans = [e for e in unique if e.user_id not in versions]
             known = [e for e in unique if e.user_id in versions]
             # the DB's rollback records, read under the row locks the API records them under: an entry rolled back
@@ -107,7 +116,9 @@ class LedgerPersister:
             tx.insert_events(fresh)
             tx.remember_answers([(e.user_id, e.idem_key, fingerprint(e.kind, e.user_id, e.amount), answer_of(e))
                                  for e in fresh if e.idem_key is not None])
-            tx.move_accounts(account_moves(fresh, versions))
+            booked, heads = book(fresh, {user_id: account.head for user_id, account in locked.items()}, now_ms())
+            tx.insert_booked(booked)
+            tx.move_accounts(account_moves(fresh, versions, heads))
             dead = [
                 rejected(str(e.user_id), e.id, e, why)
                 for group, why in ((orphans, "account does not exist"), (clashes, "entry id already used by another entry"),

@@ -32,6 +32,7 @@ from hotledger.dal.lock import Holding
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry, ServiceKey, stored_key
+from hotledger.ledger.book import book
 from hotledger.ledger.store import (
     MAX_BALANCE,
     AccountRow,
@@ -44,6 +45,7 @@ from hotledger.ledger.store import (
     ToSyncStatus,
 )
 from hotledger.money import MAX_MINOR, format_minor
+from hotledger.outbox.events import LedgerEvent
 from hotledger.outbox.durable import LOAD_ATTEMPTS, Durability, Outbound
 
 
@@ -215,6 +217,10 @@ class Ledger:
         # inherit a cached balance or pending entries of an account that no longer exists
         self.store.forget_account(user_id)
         return user_id
+
+    def pending_entries(self, user_id: int) -> list[Entry]:
+        """The account's entries charged in Redis and not in the DB yet (none for a SYNC account)."""
+        return self.store.pending_entries(user_id)
 
     def account_exists(self, user_id: int) -> bool:
         return self.store.is_cached(user_id) or self.store.user_exists(user_id)
@@ -412,7 +418,12 @@ class Ledger:
                     tx.set_balance(user_id, balance, version)
                     if flag != account.open_flag:
                         tx.set_open(user_id, flag)
-                    tx.insert_sync_entry(kind, entry_id, user_id, amount, balance, version, idem_key)
+                    now = int(time.time() * 1000)
+                    change = LedgerEvent(type="ledger", id=entry_id, kind=kind, user_id=user_id, amount=amount,
+                                         balance_after=balance, version=version, epoch="", ts=now, open=flag,
+                                         idem_key=idem_key)
+                    (booked,), _ = book([change], {user_id: account.head}, now)
+                    tx.insert_sync_entry(kind, entry_id, user_id, amount, balance, version, idem_key, booked)
                     result = LedgerResult(entry_id, user_id, amount, balance, version, "SYNC")
                     if idem_key:
                         tx.remember_answer(user_id, idem_key, request, asdict(result))

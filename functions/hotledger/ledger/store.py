@@ -24,12 +24,13 @@ from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, stream_flag, text
-from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry, is_client_key
+from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Booked, Entry, LedgerHead, is_client_key
 from hotledger.outbox.events import LedgerEvent
 
 MAX_BALANCE = 9_000_000_000_000_000  # below 2**53: exact in Redis Lua doubles
 ENTRY_TABLES = {KIND_DEDUCT: ("t_order", "amount"), KIND_RECHARGE: ("t_pay", "pay")}  # kind -> (table, amount column)
-_ACCOUNT = ("SELECT u.id, u.user_name, u.deduct_type, a.balance, a.version, a.threshold, u.api_open, u.close_reason"
+_ACCOUNT = ("SELECT u.id, u.user_name, u.deduct_type, a.balance, a.version, a.threshold, a.seq, a.on_hold, a.booked_at,"
+            " u.api_open, u.close_reason"
             " FROM t_user u JOIN t_account a ON a.user_id = u.id WHERE u.id = %s")
 
 
@@ -53,12 +54,27 @@ class AccountRow:
     balance: int
     version: int
     threshold: int
+    seq: int
+    on_hold: int
+    booked_at: int
     open_flag: str
 
     @classmethod
     def of(cls, row) -> AccountRow:
         *fields, api_open, close_reason = row
         return cls(*fields, open_flag(api_open, close_reason))
+
+    @property
+    def head(self) -> LedgerHead:
+        return LedgerHead(self.seq, self.balance, self.on_hold, self.booked_at)
+
+
+@dataclass(frozen=True)
+class LockedAccount:
+    """An account row the writer locked: its highest applied version and its ledger head."""
+
+    version: int
+    head: LedgerHead
 
 
 @dataclass(frozen=True)
@@ -134,6 +150,7 @@ class AccountMove:
     delta: int
     version: int
     open_flag: str | None
+    head: LedgerHead  # the account's ledger after the batch's entries (seq, on_hold and booked_at are written)
 
 
 # script replies --------------------------------------------------------------------------------------------
@@ -539,14 +556,15 @@ class LedgerTx:
         self.cursor.execute("SELECT balance, version FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
         return self.cursor.fetchone()
 
-    def lock_accounts(self, user_ids: set[int]) -> dict[int, int]:
-        """Lock the accounts in id order (no deadlock between writers); user_id -> version of those that exist."""
+    def lock_accounts(self, user_ids: set[int]) -> dict[int, LockedAccount]:
+        """Lock the accounts in id order (no deadlock between writers); user_id -> version and ledger head of those
+        that exist."""
         if not user_ids:
             return {}
         ordered = sorted(user_ids)
-        self.cursor.execute(f"SELECT user_id, version FROM t_account WHERE user_id IN ({_ints(ordered)})"
-                            " ORDER BY user_id FOR UPDATE")
-        return dict(self.cursor.fetchall())
+        self.cursor.execute(f"SELECT user_id, version, seq, balance, on_hold, booked_at FROM t_account"
+                            f" WHERE user_id IN ({_ints(ordered)}) ORDER BY user_id FOR UPDATE")
+        return {row[0]: LockedAccount(row[1], LedgerHead(*row[2:])) for row in self.cursor.fetchall()}
 
     def stored_entries(self, ids_and_kinds: list[tuple[int, str]]) -> dict[int, tuple[int, int, int]]:
         """Entry id -> (user_id, amount, version) for those of the (id, kind) pairs the DB holds
@@ -617,10 +635,25 @@ class LedgerTx:
         self.cursor.execute("UPDATE t_user SET api_open = %s, close_reason = %s WHERE id = %s", (*open_columns(flag), user_id))
 
     def insert_sync_entry(self, kind: str, entry_id: int, user_id: int, amount: int, balance: int, version: int,
-                          idem_key: str | None) -> None:
+                          idem_key: str | None, booked: Booked) -> None:
+        """A SYNC charge: its t_order / t_pay row, its ledger row, and the account's ledger head."""
         self.cursor.execute(
             _insert_entries(kind) + "(%s, %s, %s, %s, %s, 'SYNC', %s, %s)",
             (entry_id, user_id, amount, balance, version, idem_key, datetime.now(timezone.utc).replace(tzinfo=None)))
+        self.insert_booked([booked])
+        self.cursor.execute("UPDATE t_account SET seq = %s, booked_at = %s WHERE user_id = %s",
+                            (booked.seq, booked.booked_at, user_id))
+
+    def insert_booked(self, rows: list[Booked]) -> None:
+        """Ledger rows (t_entry), one statement."""
+        if rows:
+            escape = self.cursor.connection.escape
+            self.cursor.execute(
+                "INSERT INTO t_entry (user_id, seq, entry_id, type, amount, delta, balance_after, available_after,"
+                " booked_at, charged_at, ref) VALUES "
+                + ",".join("(%d,%d,%d,%s,%d,%d,%d,%d,%d,%d,%s)" % (
+                    r.user_id, r.seq, r.entry_id, escape(r.type), r.amount, r.delta, r.balance_after, r.available_after,
+                    r.booked_at, r.charged_at, "NULL" if r.ref is None else escape(r.ref)) for r in rows))
 
     def insert_events(self, events: list[LedgerEvent]) -> None:
         """ASYNC entries, one multi-row INSERT per table."""
@@ -642,9 +675,11 @@ class LedgerTx:
         if not moves:
             return
         self.cursor.execute(
-            "INSERT INTO t_account (user_id, balance, version) VALUES "
-            + ",".join("(%d,%d,%d)" % (m.user_id, m.delta, m.version) for m in moves)
-            + " ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance), version = GREATEST(version, VALUES(version))")
+            "INSERT INTO t_account (user_id, balance, version, seq, on_hold, booked_at) VALUES "
+            + ",".join("(%d,%d,%d,%d,%d,%d)" % (m.user_id, m.delta, m.version, m.head.seq, m.head.on_hold, m.head.booked_at)
+                       for m in moves)
+            + " ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance), version = GREATEST(version, VALUES(version)),"
+              " seq = VALUES(seq), on_hold = VALUES(on_hold), booked_at = VALUES(booked_at)")
         flags = [(m.user_id, open_columns(m.open_flag)) for m in moves if m.open_flag is not None]
         if flags:
             cases = " ".join(["WHEN %s THEN %s"] * len(flags))

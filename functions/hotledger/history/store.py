@@ -1,0 +1,67 @@
+"""The history's storage: reads of the ledger's rows (t_entry, written by ledger.book through the writer and the SYNC
+path). Every read is one indexed range: (user_id, seq) for pages, (user_id, booked_at, seq) for times."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hotledger.dal import db
+
+_COLUMNS = "seq, entry_id, type, amount, delta, balance_after, available_after, booked_at, charged_at, ref"
+
+
+@dataclass(frozen=True)
+class BookedEntry:
+    seq: int
+    entry_id: int
+    type: str
+    amount: int
+    delta: int
+    balance_after: int
+    available_after: int
+    booked_at: int
+    charged_at: int
+    ref: str | None
+
+
+@dataclass(frozen=True)
+class BalanceAt:
+    seq: int  # 0: before the account's first entry
+    balance: int
+    available: int
+    booked_at: int
+
+
+class HistoryStore:
+    def account_exists(self, user_id: int) -> bool:
+        return bool(db.query("SELECT 1 FROM t_account WHERE user_id = %s", (user_id,)))
+
+    def balance_at(self, user_id: int, at_ms: int) -> BalanceAt:
+        """The account after its last entry booked at or before at_ms."""
+        rows = db.query("SELECT seq, balance_after, available_after, booked_at FROM t_entry WHERE user_id = %s"
+                        " AND booked_at <= %s ORDER BY booked_at DESC, seq DESC LIMIT 1", (user_id, at_ms))
+        return BalanceAt(*rows[0]) if rows else BalanceAt(0, 0, 0, 0)
+
+    def first_seq_from(self, user_id: int, since_ms: int) -> int:
+        """The seq of the first entry booked at or after since_ms; past the last when there is none."""
+        rows = db.query("SELECT seq FROM t_entry WHERE user_id = %s AND booked_at >= %s ORDER BY booked_at, seq LIMIT 1",
+                        (user_id, since_ms))
+        return rows[0][0] if rows else 2**62
+
+    def page(self, user_id: int, seq_from: int, seq_to: int, types: tuple[str, ...], limit: int,
+             newest_first: bool = True) -> list[BookedEntry]:
+        """Entries with seq_from <= seq <= seq_to of these types (all when empty), at most `limit`."""
+        where, args = "user_id = %s AND seq BETWEEN %s AND %s", [user_id, seq_from, seq_to]
+        if types:
+            where += f" AND type IN ({','.join(['%s'] * len(types))})"
+            args += list(types)
+        order = "DESC" if newest_first else "ASC"
+        rows = db.query(f"SELECT {_COLUMNS} FROM t_entry WHERE {where} ORDER BY seq {order} LIMIT %s", (*args, limit))
+        return [BookedEntry(*row) for row in rows]
+
+    def booked_ids(self, user_id: int, entry_ids: list[int]) -> set[int]:
+        """Those of the ids the ledger holds already (a pending entry between its commit and its settle)."""
+        if not entry_ids:
+            return set()
+        rows = db.query(f"SELECT entry_id FROM t_entry WHERE user_id = %s AND entry_id IN ({','.join(['%s'] * len(entry_ids))})",
+                        (user_id, *entry_ids))
+        return {row[0] for row in rows}
