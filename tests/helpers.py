@@ -156,7 +156,7 @@ def verified_fields(event: dict) -> dict:
 
     events_, poison = decode([RawRecord("t", 0, 0, None, record_value(event))], run_event_keys())
     assert not poison, poison
-    return events_[0].model_dump()
+    return events_[0].model_dump(exclude_unset=True)
 
 
 def signed_value(event: dict) -> bytes:

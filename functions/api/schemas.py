@@ -87,6 +87,8 @@ class AccountView(BaseModel):
     pending_orders: int = Field(description="charged in Redis, not yet in the DB")
     held_credits: str = Field("0.00", description="credits in the balance whose events are not durable yet (normally for "
                                                   "milliseconds): shown, not spendable until then")
+    held: str = Field("0.00", description="what the account's live holds keep (expired holds never count)")
+    available: str = Field(description="balance - held_credits - held: what deducts and new holds spend from")
 
 
 class DeductResult(BaseModel):

@@ -48,6 +48,18 @@ PacketEmpty = _error("PacketEmpty", 409, "EMPTY")
 PacketExpired = _error("PacketExpired", 409, "EXPIRED")
 TotalTooSmall = _error("TotalTooSmall", 422, "TOTAL_TOO_SMALL")
 
+# holds: how a hold ended is its own code (a capture after a void is not a capture after an expiry)
+HoldNotFound = _error("HoldNotFound", 404, "HOLD_NOT_FOUND")
+HoldCaptured = _error("HoldCaptured", 409, "HOLD_CAPTURED")
+HoldVoided = _error("HoldVoided", 409, "HOLD_VOIDED")
+HoldExpired = _error("HoldExpired", 409, "HOLD_EXPIRED")
+HoldNotDue = _error("HoldNotDue", 409, "HOLD_NOT_DUE")
+CaptureExceedsHold = _error("CaptureExceedsHold", 409, "CAPTURE_EXCEEDS_HOLD")
+# a capture of the hold is not durable yet: the hold cannot end meanwhile; nothing changed, retry (not the key's answer)
+HoldBusy = _error("HoldBusy", 409, "HOLD_BUSY")
+HoldsNeedAsync = _error("HoldsNeedAsync", 409, "HOLDS_NEED_ASYNC")
+ActiveHolds = _error("ActiveHolds", 409, "ACTIVE_HOLDS")
+
 # history
 InvalidFilter = _error("InvalidFilter", 422, "VALIDATION_ERROR")
 InvalidCursor = _error("InvalidCursor", 422, "INVALID_CURSOR")
@@ -77,7 +89,8 @@ def is_key_answer(exc: DomainError) -> bool:
     """Is this error an Idempotency-Key's answer for good? The one rule for every route (api/idempotency.py `once`,
     the ledger's own keys): a definitive answer is (a business refusal, a conflict, OUTCOME_UNKNOWN, which names what
     to look up); what changed nothing and may go otherwise on a retry is not: every 503 but OUTCOME_UNKNOWN, every
-    429 (a backlog or a quota, Stripe's rule for 429s), and a request still in flight under another key."""
+    429 (a backlog or a quota, Stripe's rule for 429s), a request still in flight under another key, and a hold that
+    cannot end until a capture of it is durable (HOLD_BUSY, milliseconds)."""
     if isinstance(exc, ChargeOutcomeUnknown):
         return True
-    return exc.status < 500 and exc.status != 429 and not isinstance(exc, IdempotencyInProgress)
+    return exc.status < 500 and exc.status != 429 and not isinstance(exc, (IdempotencyInProgress, HoldBusy))

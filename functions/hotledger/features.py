@@ -49,12 +49,13 @@ class Feature:
 def registered() -> tuple[Feature, ...]:
     """Every feature, in the order the API matches routes (the hot routes first) and the reconciler runs parts."""
     from hotledger.history.feature import FEATURE as history
+    from hotledger.holds.feature import FEATURE as holds
     from hotledger.ledger.feature import FEATURE as ledger
     from hotledger.notices.feature import FEATURE as notices
     from hotledger.redpackets.feature import FEATURE as redpackets
     from hotledger.vouchers.feature import FEATURE as vouchers
 
-    return (ledger, history, vouchers, redpackets, notices, KEYS)
+    return (ledger, holds, history, vouchers, redpackets, notices, KEYS)
 
 
 @dataclass

@@ -46,7 +46,8 @@ def balance(user_id: int) -> str:
 
 
 def entry(user_id: int, entry_id: int) -> str:
-    """Deduct or recharge not yet persisted: 'amount;ts;balanceAfter;version;kind;epoch;open;idemKey'."""
+    """A change of the account not yet persisted: 'amount;ts;balanceAfter;version;kind;epoch;open;idemKey', and for a
+    hold's change (kind H, C, V or X) ';holdId;released;expiresAt;availableAfter;stateAfter' after it."""
     return f"user:order:{tag(str(user_id))}:{entry_id}"
 
 
@@ -58,6 +59,18 @@ def consistency(user_id: int) -> str:
 def held(user_id: int) -> str:
     """Hash: entry id -> amount of each credit not durable yet (held: in the balance, not spendable)."""
     return f"user:held:{tag(str(user_id))}"
+
+
+def holds(user_id: int) -> str:
+    """Hash: hold id -> 'amount;captured;state;expiresAt;createdAt;description' of the account's holds Redis knows
+    (a terminal one until its last entry is in the DB), and '<hold id>:inflight' -> captures of the hold whose events
+    are not durable yet (no void, expiry or final capture until they are)."""
+    return f"user:holds:{tag(str(user_id))}"
+
+
+def hold_expiry(user_id: int) -> str:
+    """Zset of the account's ACTIVE hold ids, scored by expires_at (ms)."""
+    return f"user:holds:expiry:{tag(str(user_id))}"
 
 
 def fate(user_id: int, entry_id: int) -> str:

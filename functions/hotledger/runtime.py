@@ -15,6 +15,8 @@ from hotledger.dal.redis_store import lua, stream_flag
 from hotledger.features import registered
 from hotledger.history.service import History
 from hotledger.history.store import HistoryStore
+from hotledger.holds.service import Holds
+from hotledger.holds.store import HoldStore
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.service import Ledger
@@ -76,6 +78,13 @@ def ledger_store() -> LedgerStore:
 def ledger() -> Ledger:
     next_id = id_generator().next_id
     return Ledger(ledger_store(), durability(), lock(), next_id)
+
+
+@functools.lru_cache(maxsize=1)
+def holds() -> Holds:
+    cfg = settings()
+    return Holds(HoldStore(lua(), stream_flag(cfg), cfg.entry_ttl_s, cfg.max_pending_entries), durability(), ledger(),
+                 delay_queue(), id_generator().next_id)
 
 
 @functools.lru_cache(maxsize=1)
@@ -207,7 +216,7 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, history, voucher_redis, vouchers,
+    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, holds, history, voucher_redis, vouchers,
                    redpackets, ledger_persister, voucher_persister, redpacket_persister, writer, ledger_reconcile,
                    voucher_reconciler, packet_reconciler, reconciler, delay_queue, inbox, payment_orders, journeys, lua,
                    cached_settings):

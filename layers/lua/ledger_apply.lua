@@ -14,6 +14,9 @@
 --                                      (kind R with the Kafka transport: ledger_post or ledger_settle releases it,
 --                                      ledger_rollback takes it back). A deduct spends balance - held only, so it
 --                                      never spends a credit that is then rolled back (TigerBeetle's pending transfer)
+-- KEYS[8] user:holds:{uid}             hash: hold id -> 'amount;captured;...' (hold_authorize)
+-- KEYS[9] user:holds:expiry:{uid}      zset: ACTIVE hold ids by expires_at: a deduct spends balance - held credits -
+--                                      the live holds (on_hold less those past expires_at, tidied or not)
 -- ARGV[1] kind 'D' | 'R'
 -- ARGV[2] amount in minor units (integer > 0)
 -- ARGV[3] ts, epoch milliseconds
@@ -45,7 +48,7 @@
 --   {'unknown_key'}                    ARGV[13] is not 'checked' and Redis has no record of the Idempotency-Key:
 --                                      look the key up in the DB, then call again with ARGV[13] 'checked'
 --   {'closed', balance, v}             kind D on a closed API
---   {'insufficient', balance, v}       kind D with balance - held - amount < threshold
+--   {'insufficient', balance, v}       kind D with balance - held - live holds - amount < threshold
 --   {'limit', balance, v}              kind R would pass ARGV[8]
 --                                      (a refusal is the key's answer: recorded like a charge, and replayed with
 --                                      the balance and v it was refused at; TigerBeetle's id_already_failed)
@@ -81,7 +84,7 @@ if fingerprint ~= '' then
   end
 end
 
-local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held')
+local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held', 'on_hold')
 if not h[1] then return {'missing'} end
 if h[5] == 'SYNC' then return {'sync'} end
 if fingerprint ~= '' and ARGV[13] ~= 'checked' then return {'unknown_key'} end
@@ -116,7 +119,19 @@ end
 local balance, open = tonumber(h[1]), h[4]
 if kind == 'D' then
   if open ~= '1' then return refuse('closed') end
-  if balance - (tonumber(h[7]) or 0) - amount < tonumber(h[3]) then return refuse('insufficient') end
+  local on_hold = tonumber(h[8]) or 0
+  if on_hold > 0 then  -- only accounts with holds pay for this
+    local expired = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', ts)
+    if #expired > 0 then
+      for _, rec in ipairs(redis.call('HMGET', KEYS[8], unpack(expired))) do
+        if rec then
+          local a, c = string.match(rec, '^(%d+);(%d+);')
+          on_hold = on_hold - (tonumber(a) - tonumber(c))
+        end
+      end
+    end
+  end
+  if balance - (tonumber(h[7]) or 0) - on_hold - amount < tonumber(h[3]) then return refuse('insufficient') end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 then open = 'BALANCE' end
 else

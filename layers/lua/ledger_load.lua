@@ -1,13 +1,21 @@
 -- ledger_load: cache an account from the DB, only if it is not cached already
 -- (a concurrent charge on the cached hash must never be overwritten by an older DB snapshot).
--- KEYS[1] user:balance:{uid}  hash
--- KEYS[2] user:held:{uid}     hash of held credits: dropped with a new load (the DB's balance holds no credit that
---                             is not durable, and the held ones it does not hold yet are not in this balance)
+-- KEYS[1] user:balance:{uid}       hash
+-- KEYS[2] user:held:{uid}          hash of held credits: dropped with a new load (the DB's balance holds no credit that
+--                                  is not durable, and the held ones it does not hold yet are not in this balance)
+-- KEYS[3] user:holds:{uid}         hash of the account's holds: replaced by the ACTIVE holds given here
+-- KEYS[4] user:holds:expiry:{uid}  zset of ACTIVE hold ids by expires_at: replaced likewise
 -- ARGV[1] balance (minor units)  ARGV[2] version  ARGV[3] threshold  ARGV[4] open ('1'|'BALANCE'|'ADMIN')
 -- ARGV[5] mode ('ASYNC'|'SYNC')  ARGV[6] epoch: id of this load, stamped on every entry charged from it
+-- ARGV[7] on_hold: what the ACTIVE holds keep  ARGV[8..] hold id, record, expires_at for each ACTIVE hold
 -- Returns 1 when loaded, 0 when the hash already existed.
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[1], 'balance', ARGV[1], 'v', ARGV[2], 'threshold', ARGV[3],
   'open', ARGV[4], 'mode', ARGV[5], 'epoch', ARGV[6])
+if tonumber(ARGV[7]) > 0 then redis.call('HSET', KEYS[1], 'on_hold', ARGV[7]) end
+for i = 8, #ARGV, 3 do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEYS[4], ARGV[i + 2], ARGV[i])
+end
 return 1

@@ -8,7 +8,10 @@
 -- KEYS[4] user:order:fate:{uid}:<id>    'claimed' (writer) | 'rolledback' (this script)
 -- KEYS[5] user:idem:{uid}:<key>         idempotency record, deleted when it points at this entry
 -- KEYS[6] user:idem:quota:{uid}         string (ledger_apply): a counted record deleted here gives its count back
--- KEYS[7] user:held:{uid}               hash: a held credit taken back here leaves the held total too
+-- KEYS[7] user:held:{uid}               hash: a held credit taken back here leaves the held total too; a capture's
+--                                       'h<hold id>' ends its inflight count
+-- KEYS[8] user:holds:{uid}              hash: a hold's change taken back here is undone in its record
+-- KEYS[9] user:holds:expiry:{uid}       zset: a hold made ACTIVE again goes back in, by its expires_at
 -- ARGV[1] entry id  ARGV[2] fate TTL in seconds  ARGV[3] '1' when the key is counted (a client key), else ''
 -- Returns:
 --   {'gone'}                  nothing left to undo (already given back, or Redis lost it); tombstone set
@@ -18,7 +21,7 @@ redis.call('SET', KEYS[4], 'rolledback', 'EX', ARGV[2])
 local entry = redis.call('GET', KEYS[2])
 if (not entry) or (not redis.call('ZSCORE', KEYS[3], ARGV[1])) then return {'gone'} end
 local fields = {}
-for part in string.gmatch(entry, '[^;]+') do fields[#fields + 1] = part end
+for part in string.gmatch(entry .. ';', '([^;]*);') do fields[#fields + 1] = part end
 local amount, kind = tonumber(fields[1]), fields[5]
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
@@ -28,11 +31,43 @@ if redis.call('HGET', KEYS[5], 'id') == ARGV[1] then
 end
 local held = redis.call('HGET', KEYS[7], ARGV[1])
 redis.call('HDEL', KEYS[7], ARGV[1])
+if held and string.sub(held, 1, 1) == 'h' then
+  local field = string.sub(held, 2) .. ':inflight'
+  if redis.call('HINCRBY', KEYS[8], field, -1) <= 0 then redis.call('HDEL', KEYS[8], field) end
+  held = nil
+end
 local h = redis.call('HMGET', KEYS[1], 'balance', 'open')
 if not h[1] then return {'rolled_back'} end
 if held and redis.call('HINCRBY', KEYS[1], 'held', -tonumber(held)) <= 0 then redis.call('HDEL', KEYS[1], 'held') end
 local open, balance = h[2]
-if kind == 'D' then
+if kind == 'H' or kind == 'C' or kind == 'V' or kind == 'X' then
+  -- a hold's change: its record back to before it. A terminal change waited for every capture before it to be
+  -- durable (hold_change's 'busy'), so nothing after it can depend on it; H is taken back before its id was answered
+  local hold_id, released = fields[9], tonumber(fields[10])
+  local rec = redis.call('HGET', KEYS[8], hold_id)
+  local back = 0  -- what returns to on_hold
+  if kind == 'H' then
+    redis.call('HDEL', KEYS[8], hold_id)
+    redis.call('ZREM', KEYS[9], hold_id)
+    back = -amount
+  elseif rec then
+    local r = {}
+    for part in string.gmatch(rec .. ';', '([^;]*);') do r[#r + 1] = part end
+    local terminal = fields[13] ~= 'ACTIVE'
+    if kind == 'C' then r[2] = string.format('%d', tonumber(r[2]) - amount) end
+    if terminal then
+      r[3] = 'ACTIVE'
+      redis.call('ZADD', KEYS[9], r[4], hold_id)
+      back = kind == 'C' and (amount + released) or amount  -- V, X: amount is what they released
+    elseif r[3] == 'ACTIVE' then
+      back = amount
+    end
+    redis.call('HSET', KEYS[8], hold_id, table.concat(r, ';'))
+  end
+  if kind == 'C' then balance = redis.call('HINCRBY', KEYS[1], 'balance', amount) else balance = tonumber(h[1]) end
+  if back ~= 0 and redis.call('HINCRBY', KEYS[1], 'on_hold', back) <= 0 then redis.call('HDEL', KEYS[1], 'on_hold') end
+  if balance > 0 and open == 'BALANCE' then open = '1' end
+elseif kind == 'D' then
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
 else

@@ -3,8 +3,11 @@
 -- KEYS[1] user:order:consistency:{uid}  zset
 -- KEYS[2] user:balance:{uid}            hash (held: the credits not durable yet)
 -- KEYS[3] user:held:{uid}               hash: entry id -> amount of a held credit; a persisted credit's hold is
---                                       released here (its request may have died before ledger_post)
--- KEYS[4..n] user:order:{uid}:<id>      entry strings of the persisted entries: each becomes
+--                                       released here (its request may have died before ledger_post); or
+--                                       'h<hold id>' of a capture: the hold's inflight count ends here
+-- KEYS[4] user:holds:{uid}              hash: the account's holds; a hold's record leaves once the entry that ended
+--                                       it (state CAPTURED, VOIDED or EXPIRED) is in the DB (read there from then on)
+-- KEYS[5..n] user:order:{uid}:<id>      entry strings of the persisted entries: each becomes
 --                                       'settled;<entry string>' for SETTLED_TTL_S (resend evidence, below); the
 --                                       entry ids (the consistency set's members) are the keys' last part
 -- ARGV[1] comma-separated epochs of the persisted entries
@@ -16,24 +19,35 @@
 -- many times the horizon; only a Redis stalled longer than that with the resend in its input buffer escapes it.
 local SETTLED_TTL_S = 300
 local removed = 0
-if #KEYS > 3 then
+if #KEYS > 4 then
   local ids = {}
-  for i = 4, #KEYS do ids[#ids + 1] = string.match(KEYS[i], ':(%d+)$') end
+  for i = 5, #KEYS do ids[#ids + 1] = string.match(KEYS[i], ':(%d+)$') end
   removed = redis.call('ZREM', KEYS[1], unpack(ids))
   local released = 0
   for _, id in ipairs(ids) do
-    local amount = redis.call('HGET', KEYS[3], id)
-    if amount then
+    local waiting = redis.call('HGET', KEYS[3], id)
+    if waiting then
       redis.call('HDEL', KEYS[3], id)
-      released = released + tonumber(amount)
+      if string.sub(waiting, 1, 1) == 'h' then
+        local field = string.sub(waiting, 2) .. ':inflight'
+        if redis.call('HINCRBY', KEYS[4], field, -1) <= 0 then redis.call('HDEL', KEYS[4], field) end
+      else
+        released = released + tonumber(waiting)
+      end
     end
   end
   if released > 0 and redis.call('HINCRBY', KEYS[2], 'held', -released) <= 0 then redis.call('HDEL', KEYS[2], 'held') end
 end
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   local entry = redis.call('GET', KEYS[i])
   if entry and string.sub(entry, 1, 8) ~= 'settled;' then
     redis.call('SET', KEYS[i], 'settled;' .. entry, 'EX', SETTLED_TTL_S)
+    -- kind;...;holdId at fields 5 and 9, the state after at 13: a hold's last entry in the DB ends its record here
+    local f = {}
+    for part in string.gmatch(entry .. ';', '([^;]*);') do f[#f + 1] = part end
+    if f[9] and f[9] ~= '' and (f[13] == 'CAPTURED' or f[13] == 'VOIDED' or f[13] == 'EXPIRED') then
+      redis.call('HDEL', KEYS[4], f[9], f[9] .. ':inflight')
+    end
   end
 end
 local epoch = redis.call('HGET', KEYS[2], 'epoch')

@@ -312,3 +312,16 @@ def test_a_new_account_never_inherits_what_redis_kept_of_its_id(api, sql, redis_
     assert user_id == next_id
     status, account = api("GET", f"/accounts/{user_id}")
     assert status == 200 and (account["balance"], account["version"], account["pending_orders"]) == ("0.00", 1, 0), account
+
+
+def test_an_account_loaded_again_takes_the_open_flag_of_its_newest_pending_entry(api, redis_client):
+    """A new account starts closed (balance 0); its first recharge reopens it in Redis. Loaded again before the writer
+    persisted the recharge, the cache counts the recharge in its balance and must count it in the open flag too:
+    the DB's 'closed at 0' would refuse every deduct of a funded account until the writer caught up."""
+    from hotledger import keys
+
+    user_id = api.account(balance="5.00")
+    redis_client.delete(keys.balance(user_id))  # lost before the writer ran
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert status == 200, body
+    assert api("GET", f"/accounts/{user_id}")[1]["api_open"] is True

@@ -118,11 +118,14 @@ def _world(api) -> dict:
     voucher_order = api("POST", f"/vouchers/{voucher}/orders", {"user_id": alice})[1]["order_id"]
     packet = api("POST", "/redpackets", {"sender_id": bob, "total": "5.00", "count": 5, "expires_in_s": 600})[1]["packet_id"]
     payment_order = api("POST", "/orders", {"user_id": alice, "amount": "1.00", "close_in_s": 3600})[1]["order_id"]
-    params = {"user_id": alice, "order_id": order_id, "voucher_id": voucher, "packet_id": packet, "account": alice,
+    hold = api("POST", f"/accounts/{alice}/holds", {"amount": "2.00"})[1]["hold_id"]
+    params = {"user_id": alice, "order_id": order_id, "hold_id": hold, "voucher_id": voucher, "packet_id": packet, "account": alice,
               "queue": "rules-q", "element": "e1", "biz": "password-recovery"}
     bodies = {
         ("POST", "/accounts"): {"user_name": "rules-new"}, ("PATCH", "/accounts/<user_id>"): {"threshold": "0.00"},
         ("POST", "/accounts/<user_id>/recharge"): {"amount": "1.00"}, ("POST", "/accounts/<user_id>/deduct"): {"amount": "1.00"},
+        ("POST", "/accounts/<user_id>/holds"): {"amount": "1.00"},
+        ("POST", "/accounts/<user_id>/holds/<hold_id>/capture"): {"amount": "0.01"},
         ("POST", "/vouchers"): {"title": "t2", "stock": 1, "begin_at": 0, "end_at": 4102444800000},
         ("POST", "/vouchers/<voucher_id>/orders"): {"user_id": alice},
         ("POST", "/redpackets"): {"sender_id": alice, "total": "1.00", "count": 1},
@@ -142,7 +145,7 @@ def _state(sql, redis_client, world) -> tuple:
     """What any accepted request would change: row counts and balances of every table a route writes, and the Redis
     keys and values of the world's entities (not the whole keyspace: other tests' keys expire meanwhile)."""
     tables = ("t_account", "t_order", "t_pay", "t_seckill_voucher", "t_voucher_order", "t_red_packet", "t_red_packet_item",
-              "t_payment_order", "t_idempotency", "t_route_key", "t_rolled_back")
+              "t_payment_order", "t_idempotency", "t_route_key", "t_rolled_back", "t_hold", "t_hold_change", "t_entry")
     counts = tuple(sql(f"SELECT COUNT(*) FROM {t}")[0][0] for t in tables)
     params = world["params"]
     entities = (str(world["alice"]), str(world["bob"]), f"v{params['voucher_id']}", f"rp{params['packet_id']}",
@@ -162,6 +165,9 @@ MAY_CALL = {
     ("GET", "/accounts/<user_id>/orders/<order_id>"): {S, O, U},
     ("GET", "/accounts/<user_id>/entries"): {S, O, U}, ("GET", "/accounts/<user_id>/balance"): {S, O, U},
     ("GET", "/accounts/<user_id>/statement"): {S, O, U},
+    ("POST", "/accounts/<user_id>/holds"): {S}, ("POST", "/accounts/<user_id>/holds/<hold_id>/capture"): {S},
+    ("POST", "/accounts/<user_id>/holds/<hold_id>/void"): {S}, ("GET", "/accounts/<user_id>/holds/<hold_id>"): {S, O, U},
+    ("GET", "/accounts/<user_id>/holds"): {S, O, U},
     ("POST", "/vouchers"): {O}, ("GET", "/vouchers/<voucher_id>"): ANYONE, ("POST", "/vouchers/<voucher_id>/orders"): {S, U},
     ("GET", "/vouchers/<voucher_id>/orders/<order_id>"): {S, O, U},
     ("POST", "/redpackets"): {S}, ("POST", "/redpackets/<packet_id>/grab"): {S, U}, ("GET", "/redpackets/<packet_id>"): ANYONE,
@@ -176,6 +182,7 @@ MAY_CALL = {
     ("POST", "/journeys/<biz>/<account>/start"): {S}, ("POST", "/journeys/<biz>/<account>/finish"): {S},
 }
 PUBLIC = {("GET", "/openapi.json"), ("GET", "/swagger")}
+QUERIES = {"/accounts/<user_id>/balance": "?at=0", "/accounts/<user_id>/statement": "?since=0&until=1"}
 
 
 def test_every_route_rule_with_every_kind_of_caller(api, sql, redis_client):
@@ -197,7 +204,7 @@ def test_every_route_rule_with_every_kind_of_caller(api, sql, redis_client):
         params = {**world["params"], "order_id": entity_id.get(rule_path, world["params"]["order_id"])}
         if rule_path.startswith("/orders/<order_id>"):
             params["order_id"] = world["payment_order"]
-        path = re.sub(r"<(\w+)>", lambda m: str(params[m.group(1)]), rule_path)
+        path = re.sub(r"<(\w+)>", lambda m: str(params[m.group(1)]), rule_path) + QUERIES.get(rule_path, "")
         body = world["bodies"].get((method, rule_path))
         assert (method, rule_path) in PUBLIC | set(MAY_CALL), (method, rule_path)  # a new route needs its line
         for who, as_caller in callers.items():

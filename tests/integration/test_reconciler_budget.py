@@ -3,6 +3,7 @@ continues the next run where it stopped, and a part that raises does not stop th
 import pytest
 from helpers import reconcile as run_reconciler
 
+from hotledger import runtime
 from hotledger.runtime import ledger_reconcile, reconciler, voucher_reconciler
 
 
@@ -39,11 +40,12 @@ def test_a_part_that_raises_does_not_stop_the_others(api, sql, monkeypatch, reco
     monkeypatch.setattr(voucher_reconciler(), "run", broken)
     ran = []
     for name in ("scan", "close_overdue"):
-        part = reconciler().journeys if name == "scan" else reconciler().payment_orders
+        part = runtime.journeys() if name == "scan" else runtime.payment_orders()
         real = getattr(part, name)
         monkeypatch.setattr(part, name, lambda *a, real=real, name=name, **k: (ran.append(name), real(*a, **k))[1])
     monkeypatch.setattr(ledger_reconcile(), "run", broken)
     report = reconcile()
     assert report["failed_parts"] == ["accounts", "vouchers"]
     assert ran == ["scan", "close_overdue"]
-    assert set(report["part_seconds"]) == {"accounts", "vouchers", "packets", "journeys", "reminders", "orders", "keys"}
+    assert set(report["part_seconds"]) == {"accounts", "holds", "vouchers", "packets", "journeys", "reminders", "orders",
+                                           "keys"}

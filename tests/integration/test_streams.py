@@ -154,3 +154,21 @@ def test_drainer_skips_on_the_kafka_transport():
     from stream_drainer.app import handler
 
     assert "skipped" in handler(events.scheduled(), events.LambdaContext("StreamDrainerFunction", timeout_s=5))
+
+
+def test_a_holds_changes_travel_through_the_stream_and_are_booked_once(stream_mode, api, sql, redis_client):
+    """hold_authorize and hold_change XADD their events themselves (a description with JSON's special characters
+    included); the consumer books them."""
+    user_id = api.account(balance="30.00")
+    status, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "10.00", "description": 'taxi "7"; \\ é'})
+    assert status == 201, hold
+    assert api("POST", f"/accounts/{user_id}/holds/{hold['hold_id']}/capture", {"amount": "4.00"})[0] == 200
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold['hold_id']}/void")
+    assert status == 200 and body["state"] == "VOIDED"  # no capture waits in the stream transport: durable at once
+    assert drain_once(stream_mode).applied == 4
+    assert sql("SELECT amount, captured, state, description FROM t_hold WHERE id = %s", (int(hold["hold_id"]),)) == (
+        (1000, 400, "VOIDED", 'taxi "7"; \\ é'),)
+    assert sql("SELECT type, delta, balance_after, available_after FROM t_entry WHERE user_id = %s ORDER BY seq",
+               (user_id,)) == (("recharge", 3000, 3000, 3000), ("hold", 0, 3000, 2000), ("capture", -400, 2600, 2000),
+                               ("void", 0, 2600, 2600))
+    assert api("GET", f"/accounts/{user_id}")[1]["available"] == "26.00"

@@ -213,11 +213,14 @@ class FakeLedgerStore:
             raise self.rollback_reply
         return self.rollback_reply
 
-    def post_credit(self, user_id, entry_id):
+    def post(self, user_id, entry_id):
         self.posted.append(entry_id)
         return True
 
-    def cache_account(self, account, balance, epoch):
+    def active_holds(self, user_id):
+        return []
+
+    def cache_account(self, account, balance, epoch, holds):
         self.loads.append((account.user_id, balance, epoch))
         self.cache[account.user_id] = CachedAccount(balance, account.version, account.threshold, account.open_flag)
         return True

@@ -84,6 +84,11 @@ class Notices:
         return 2
 
 
+class NoHolds:
+    def overdue(self, before_ms, after_id, limit):
+        return []
+
+
 class Cursors(dict):
     def get(self, part):
         return super().get(part, 0)
@@ -105,12 +110,14 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
     for name, fake in (("ledger_reconcile", accounts), ("voucher_reconciler", vouchers), ("packet_reconciler", packets),
                        ("payment_orders", notices), ("journeys", notices)):
         monkeypatch.setattr(runtime, name, lambda fake=fake: fake)
+    monkeypatch.setattr(runtime, "holds", lambda: NoHolds())
     monkeypatch.setattr(retention, "prune", lambda older_than_ms, budget: {"keys": 4})
     reconciler = Reconciler([part for feature in registered() for part in feature.reconcile_parts()], 60, cursors)
     report = reconciler.run(0)
     assert report.failed_parts == ["vouchers", "reminders"]
     assert notices.calls == ["journeys", "reminders", "orders"] and report.orders_closed == 2
     assert (report.accounts, report.next_after, accounts.calls) == (3, 15, [5])
-    assert cursors == {"accounts": 15, "packets": 10}  # a failed part keeps its cursor: the next run repeats it
-    assert set(report.part_seconds) == {"accounts", "vouchers", "packets", "journeys", "reminders", "orders", "keys"}
+    assert cursors == {"accounts": 15, "holds": 0, "packets": 10}  # a failed part keeps its cursor: the next run repeats it
+    assert set(report.part_seconds) == {"accounts", "holds", "vouchers", "packets", "journeys", "reminders", "orders",
+                                        "keys"}
     assert report.keys_pruned == 4

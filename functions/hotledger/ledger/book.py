@@ -31,8 +31,16 @@ class Change(Protocol):
     ts: int
     idem_key: str | None
 
+    hold_id: int | None
+
     @property
     def delta(self) -> int: ...
+
+    @property
+    def hold_delta(self) -> int: ...
+
+
+HOLD_TYPES = {"H": "hold", "C": "capture", "V": "void", "X": "expiry"}
 
 
 # the service's own Idempotency-Keys name what caused a charge (redpackets/store.py, notices/payment_orders.py); the
@@ -41,9 +49,11 @@ _SERVICE_KEYS = (("payorderrefund", "payment_refund", "payment_order"), ("payord
                  ("rprefund", "redpacket_refund", "redpacket"))
 
 
-def type_and_ref(kind: str, idem_key: str | None) -> tuple[str, str | None]:
-    """(type, ref) of a deduct or recharge: a payment order's charge and refund, a red packet's debit, credit and
-    refund, or a client's deduct or recharge (ref: its Idempotency-Key)."""
+def type_and_ref(kind: str, idem_key: str | None, hold_id: int | None = None) -> tuple[str, str | None]:
+    """(type, ref) of a change: a hold's (ref: the hold), a payment order's charge and refund, a red packet's debit,
+    credit and refund, or a client's deduct or recharge (ref: its Idempotency-Key)."""
+    if kind in HOLD_TYPES:
+        return HOLD_TYPES[kind], f"hold:{hold_id}"
     plain = "deduct" if kind == KIND_DEDUCT else "recharge"
     if not idem_key:
         return plain, None
@@ -71,8 +81,9 @@ def book(changes: Iterable[Change], heads: dict[int, LedgerHead], now_ms: int) -
         head = heads[user_id]
         booked_at = max(now_ms, head.booked_at)
         for change in sorted(account_changes, key=lambda c: (c.version, c.id)):
-            head = replace(head, seq=head.seq + 1, balance=head.balance + change.delta, booked_at=booked_at)
-            entry_type, ref = type_and_ref(change.kind, change.idem_key)
+            head = replace(head, seq=head.seq + 1, balance=head.balance + change.delta,
+                           on_hold=head.on_hold + change.hold_delta, booked_at=booked_at)
+            entry_type, ref = type_and_ref(change.kind, change.idem_key, change.hold_id)
             rows.append(Booked(user_id, head.seq, change.id, entry_type, change.amount, change.delta,
                                head.balance, head.available, booked_at, change.ts, ref))
         moved[user_id] = head

@@ -47,23 +47,61 @@ class Entry:
     epoch: str  # the cache load it was charged from
     open: str  # the open flag after it: '1', 'BALANCE' or 'ADMIN'
     idem_key: str | None = None
+    hold: HoldChange | None = None  # a hold's change (kinds H, C, V, X)
 
     @classmethod
     def parse(cls, user_id: int, entry_id: int, raw: str) -> Entry:
-        amount, ts, balance_after, version, kind, epoch, open_, *idem_key = raw.split(";")
+        amount, ts, balance_after, version, kind, epoch, open_, *rest = raw.split(";", 13)
+        idem_key = rest[0] if rest and rest[0] else None
+        hold = HoldChange.parse(kind, rest[1:]) if kind in HOLD_KINDS else None
         return cls(entry_id, user_id, int(amount), int(ts), int(balance_after), int(version), kind, epoch, open_,
-                   idem_key[0] if idem_key and idem_key[0] else None)
+                   idem_key, hold)
 
     @property
     def delta(self) -> int:
-        return -self.amount if self.kind == KIND_DEDUCT else self.amount
+        if self.kind in (KIND_DEDUCT, "C"):
+            return -self.amount
+        return self.amount if self.kind == KIND_RECHARGE else 0
 
     def to_event(self) -> LedgerEvent:
+        hold = {} if self.hold is None else {
+            "hold_id": self.hold.hold_id, "released": self.hold.released, "expires_at": self.hold.expires_at,
+            "available_after": self.hold.available_after, "hold_state": self.hold.state,
+            **({"description": self.hold.description} if self.kind == "H" else {"captured_after": self.hold.captured_after})}
         return LedgerEvent(
             type="ledger", id=self.entry_id, kind=self.kind, user_id=self.user_id, amount=self.amount,
             balance_after=self.balance_after, version=self.version, epoch=self.epoch, ts=self.ts,
-            open=self.open, idem_key=self.idem_key,
+            open=self.open, idem_key=self.idem_key, **hold,
         )
+
+    def event(self) -> dict:
+        """The event as published: a deduct's or recharge's without the hold fields (the bytes signed and sent stay
+        what they were)."""
+        return self.to_event().model_dump(exclude_unset=True)
+
+
+HOLD_KINDS = frozenset("HCVX")
+
+
+@dataclass(frozen=True)
+class HoldChange:
+    """The hold fields of an H, C, V or X entry string: holdId;released;expiresAt;availableAfter;stateAfter, then
+    the description (H, may hold ';') or '' and captured after (C, V, X)."""
+
+    hold_id: int
+    released: int
+    expires_at: int
+    available_after: int
+    state: str
+    description: str | None
+    captured_after: int
+
+    @classmethod
+    def parse(cls, kind: str, fields: list[str]) -> HoldChange:
+        hold_id, released, expires_at, available_after, state, tail = fields
+        if kind == "H":
+            return cls(int(hold_id), int(released), int(expires_at), int(available_after), state, tail, 0)
+        return cls(int(hold_id), int(released), int(expires_at), int(available_after), state, None, int(tail[1:]))
 
 
 @dataclass(frozen=True)

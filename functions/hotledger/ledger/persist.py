@@ -23,8 +23,9 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
+from hotledger.holds.store import insert_changes
 from hotledger.ledger.book import book
-from hotledger.ledger.entry import LedgerHead
+from hotledger.ledger.entry import HOLD_KINDS, LedgerHead
 from hotledger.ledger.service import fingerprint
 from hotledger.ledger.store import AccountMove, IdempotentAnswer, LedgerStore
 from hotledger.outbox.events import LedgerEvent
@@ -114,6 +115,7 @@ class LedgerPersister:
             keyed = sorted({(e.user_id, e.idem_key) for e in fresh if e.idem_key is not None})
             fresh, taken = split_by_key(fresh, tx.idempotent_answers(keyed))
             tx.insert_events(fresh)
+            insert_changes(tx.cursor, [e for e in fresh if e.kind in HOLD_KINDS])
             tx.remember_answers([(e.user_id, e.idem_key, fingerprint(e.kind, e.user_id, e.amount), answer_of(e))
                                  for e in fresh if e.idem_key is not None])
             booked, heads = book(fresh, {user_id: account.head for user_id, account in locked.items()}, now_ms())

@@ -43,6 +43,7 @@ def _account_body(account) -> dict:
         user_id=account.user_id, user_name=account.user_name, balance=format_minor(account.balance),
         version=account.version, threshold=format_minor(account.threshold), deduct_type=account.deduct_type,
         api_open=account.api_open, pending_orders=account.pending_orders, held_credits=format_minor(account.held_credits),
+        held=format_minor(account.held), available=format_minor(account.available),
     ).model_dump()
 
 

@@ -32,6 +32,7 @@ from hotledger.dal.lock import Holding
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry, ServiceKey, stored_key
+from hotledger.holds.store import holds_with_pending
 from hotledger.ledger.book import book
 from hotledger.ledger.store import (
     MAX_BALANCE,
@@ -70,6 +71,12 @@ class Account:
     api_open: bool
     pending_orders: int
     held_credits: int = 0
+    held: int = 0  # what live holds keep
+
+    @property
+    def available(self) -> int:
+        """What a deduct or a new hold may spend from (down to the threshold)."""
+        return self.balance - self.held_credits - self.held
 
 
 @dataclass(frozen=True)
@@ -177,12 +184,17 @@ def charged_in_db(kind: str, amount: int, account: AccountRow) -> tuple[int, str
     return balance, after_change(kind, balance, account.open_flag)
 
 
-def expected_cache_balance(tx: LedgerTx, store: LedgerStore, user_id: int, db_balance: int) -> int:
-    """The DB balance plus every change charged in Redis that the DB does not hold yet. Call inside the
+def expected_cache(tx: LedgerTx, store: LedgerStore, account: AccountRow) -> tuple[int, str, list[Entry]]:
+    """(balance, open flag, pending entries) the cache must start from: the DB's, plus every change charged in Redis
+    that the DB does not hold yet; the open flag of the newest of those when it is newer than the DB's version (an
+    operator's close or reopen takes a version of its own, so an older entry's flag never undoes it). Call inside the
     transaction that locked the t_account row, so no writer commits in between."""
-    pending = store.pending_entries(user_id)
+    pending = store.pending_entries(account.user_id)
     in_db = tx.stored_entries([(e.entry_id, e.kind) for e in pending])
-    return db_balance + sum(e.delta for e in pending if e.entry_id not in in_db)
+    missing = [e for e in pending if e.entry_id not in in_db]
+    newest = max(missing, key=lambda e: e.version, default=None)
+    flag = newest.open if newest is not None and newest.version > account.version else account.open_flag
+    return account.balance + sum(e.delta for e in missing), flag, pending
 
 
 def _outcome_unknown(kind: str, user_id: int, entry_id: int, why: str) -> errors.DomainError:
@@ -230,16 +242,17 @@ class Ledger:
         if row is None:
             raise errors.AccountNotFound(f"account {user_id} does not exist")
         pending = self.store.pending_count(user_id)
-        balance, version, threshold, flag, held = row.balance, row.version, row.threshold, row.open_flag, 0
+        balance, version, threshold, flag, held, on_hold = row.balance, row.version, row.threshold, row.open_flag, 0, 0
         if row.deduct_type == "ASYNC":  # Redis is authoritative: the DB lags by the pending entries
             cached = self.store.cached(user_id)
             if cached is None:
                 self.load_cache(user_id)
                 cached = self.store.cached(user_id)
             if cached is not None:
-                balance, version, threshold, flag, held = (cached.balance, cached.version, cached.threshold,
-                                                           cached.open_flag, cached.held)
-        return Account(user_id, row.user_name, balance, version, threshold, row.deduct_type, flag == "1", pending, held)
+                balance, version, threshold, flag, held, on_hold = (cached.balance, cached.version, cached.threshold,
+                                                                    cached.open_flag, cached.held, cached.on_hold)
+        return Account(user_id, row.user_name, balance, version, threshold, row.deduct_type, flag == "1", pending, held,
+                       on_hold)
 
     def patch_account(self, user_id: int, deduct_type: str | None, threshold: int | None, api_open: bool | None) -> Account:
         with self.lock.hold(keys.account_lock(user_id)) as held:
@@ -254,6 +267,8 @@ class Ledger:
                         if switch.status is ToSyncStatus.PENDING:
                             raise errors.PendingOrders(
                                 f"{switch.pending} orders are not in the DB yet; switch to SYNC once pending_orders is 0")
+                        if switch.status is ToSyncStatus.HOLDS:
+                            raise errors.ActiveHolds("the account has ACTIVE holds; switch to SYNC once they ended")
                     if deduct_type is not None:
                         tx.set_deduct_type(user_id, deduct_type)
                     if threshold is not None:
@@ -281,12 +296,14 @@ class Ledger:
         return self.get_account(user_id)
 
     def load_cache(self, user_id: int) -> None:
-        """Cache the account from the DB (create-if-absent) under the account lock. The cached
-        balance also counts entries charged in Redis that the DB does not hold yet."""
+        """Cache the account from the DB (create-if-absent) under the account lock. The cached balance and holds
+        also count the changes made in Redis that the DB does not hold yet."""
         with self.lock.hold(keys.account_lock(user_id)) as held, self.store.transaction() as tx:
             account = self._locked_account(tx, user_id, held)
-            balance = expected_cache_balance(tx, self.store, user_id, account.balance)
-            self.store.cache_account(account, balance, epoch=str(self.next_id()))
+            balance, flag, pending = expected_cache(tx, self.store, account)
+            holds = holds_with_pending(tx.active_holds(user_id), pending)
+            self.store.cache_account(replace(account, open_flag=flag), balance, epoch=str(self.next_id()),
+                                     holds={h.hold_id: (h.record(), h.expires_at, h.amount - h.captured) for h in holds})
 
     @staticmethod
     def _locked_account(tx: LedgerTx, user_id: int, held: Holding) -> AccountRow:
@@ -338,9 +355,9 @@ class Ledger:
                 return None
             entry = Entry(entry_id, user_id, amount, charges[entry_id].ts, reply.balance, reply.version, kind, reply.epoch,
                           reply.open_flag, idem_key)
-            return Outbound(str(user_id), lambda: entry.to_event().model_dump(),
+            return Outbound(str(user_id), entry.event,
                             lambda: self._undo(user_id, entry_id, kind, idem_key),
-                            made_durable=(lambda: self.store.post_credit(user_id, entry_id)) if kind == "R" else None)
+                            made_durable=(lambda: self.store.post(user_id, entry_id)) if kind == "R" else None)
 
         for _ in range(LOAD_ATTEMPTS):
             entry_id, reply = self.durability.apply(
@@ -360,6 +377,15 @@ class Ledger:
                     self.store.mark_answer_done(user_id, idem_key)
             return LedgerResult(entry_id, user_id, amount, reply.balance, reply.version, "ASYNC")
         raise errors.ServiceUnavailable(f"account {user_id} could not be loaded into the cache; retry")
+
+    def take_back(self, user_id: int, entry_id: int, kind: str) -> bool:
+        """Take back a change of another feature on this account (a hold's) whose event was not acknowledged, as a
+        charge is (_undo); True when it stands instead."""
+        return self.store.take_back(user_id, entry_id, kind, None)
+
+    def post(self, user_id: int, entry_id: int) -> bool:
+        """The change's event is durable: release what waited for it (ledger_post)."""
+        return self.store.post(user_id, entry_id)
 
     def _undo(self, user_id: int, entry_id: int, kind: str, idem_key: str | None) -> bool:
         """Take back a charge whose event the broker did not acknowledge; True when it stands instead.
@@ -384,10 +410,10 @@ class Ledger:
             self.store.rollback(user_id, entry_id, idem_key)
             return False
         with contextlib.suppress(NotAcknowledged):
-            self.durability.send(str(user_id), entry.to_event().model_dump())
+            self.durability.send(str(user_id), entry.event())
             self.store.mark_answer_done(user_id, idem_key)
             if entry.kind == "R":
-                self.store.post_credit(user_id, entry_id)
+                self.store.post(user_id, entry_id)
         return True
 
     def _charge_in_db(self, kind: str, user_id: int, amount: int, idem_key: str | None, request: str) -> LedgerResult | None:

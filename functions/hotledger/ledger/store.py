@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,11 +25,14 @@ from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, stream_flag, text
-from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Booked, Entry, LedgerHead, is_client_key
+from hotledger.holds.store import Hold, active_holds
+from hotledger.ledger.entry import HOLD_KINDS, KIND_DEDUCT, KIND_RECHARGE, Booked, Entry, LedgerHead, is_client_key
 from hotledger.outbox.events import LedgerEvent
 
 MAX_BALANCE = 9_000_000_000_000_000  # below 2**53: exact in Redis Lua doubles
-ENTRY_TABLES = {KIND_DEDUCT: ("t_order", "amount"), KIND_RECHARGE: ("t_pay", "pay")}  # kind -> (table, amount column)
+# kind -> (table, amount column): where the writer keeps each booked change by its id (its ledger row is in t_entry)
+ENTRY_TABLES = {KIND_DEDUCT: ("t_order", "amount"), KIND_RECHARGE: ("t_pay", "pay"),
+                **{kind: ("t_hold_change", "amount") for kind in HOLD_KINDS}}
 _ACCOUNT = ("SELECT u.id, u.user_name, u.deduct_type, a.balance, a.version, a.threshold, a.seq, a.on_hold, a.booked_at,"
             " u.api_open, u.close_reason"
             " FROM t_user u JOIN t_account a ON a.user_id = u.id WHERE u.id = %s")
@@ -96,6 +100,7 @@ class CachedAccount:
     threshold: int
     open_flag: str
     held: int = 0  # credits in the balance whose events are not durable yet: not spendable
+    on_hold: int = 0  # what live holds keep (expired ones left out): not spendable
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,7 @@ class RollbackReply:
 class ToSyncStatus(Enum):
     OK = "ok"
     PENDING = "pending"
+    HOLDS = "holds"  # ACTIVE holds keep money on the ASYNC path
 
 
 @dataclass(frozen=True)
@@ -377,11 +383,22 @@ class LedgerStore:
 
     # Redis -------------------------------------------------------------------------------------------
     def cached(self, user_id: int) -> CachedAccount | None:
-        balance, version, threshold, flag, held = self.redis.hmget(keys.balance(user_id), "balance", "v", "threshold",
-                                                                   "open", "held")
+        balance, version, threshold, flag, held, on_hold = self.redis.hmget(
+            keys.balance(user_id), "balance", "v", "threshold", "open", "held", "on_hold")
         if balance is None:
             return None
-        return CachedAccount(int(balance), int(version), int(threshold), text(flag), int(held or 0))
+        return CachedAccount(int(balance), int(version), int(threshold), text(flag), int(held or 0),
+                             self._live_on_hold(user_id, int(on_hold or 0)))
+
+    def _live_on_hold(self, user_id: int, on_hold: int) -> int:
+        """What the ACTIVE holds keep, less those past expires_at (as the scripts count it)."""
+        if on_hold <= 0:
+            return 0
+        expired = self.redis.zrangebyscore(keys.hold_expiry(user_id), "-inf", int(time.time() * 1000))
+        if not expired:
+            return on_hold
+        records = self.redis.hmget(keys.holds(user_id), expired)
+        return on_hold - sum(int(a) - int(c) for a, c, *_ in (text(r).split(";", 2) for r in records if r is not None))
 
     def is_cached(self, user_id: int) -> bool:
         return bool(self.redis.exists(keys.balance(user_id)))
@@ -461,7 +478,7 @@ class LedgerStore:
             "ledger_apply",
             [keys.balance(c.user_id), keys.entry(c.user_id, c.entry_id), keys.consistency(c.user_id),
              keys.idempotency(c.user_id, c.idem_key or ""), keys.account_stream(c.user_id), keys.idempotency_quota(c.user_id),
-             keys.held(c.user_id)],
+             keys.held(c.user_id), keys.holds(c.user_id), keys.hold_expiry(c.user_id)],
             [c.kind, c.amount, c.ts, c.entry_id, self.entry_ttl_s, c.fingerprint, self.idempotency_ttl_s, MAX_BALANCE,
              c.ts - self.idempotency_stale_ms, c.idem_key or "", self.stream_flag, c.user_id,
              "checked" if c.key_checked else "", "1" if c.refusal_final else "", self.max_pending,
@@ -472,7 +489,8 @@ class LedgerStore:
         return RollbackReply.parse(self.lua.run(
             "ledger_rollback", [keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id),
                                 keys.fate(user_id, entry_id), keys.idempotency(user_id, idem_key or ""),
-                                keys.idempotency_quota(user_id), keys.held(user_id)],
+                                keys.idempotency_quota(user_id), keys.held(user_id), keys.holds(user_id),
+                                keys.hold_expiry(user_id)],
             [entry_id, self.entry_ttl_s, "1" if is_client_key(idem_key) else ""]))
 
     def take_back(self, user_id: int, entry_id: int, kind: str, idem_key: str | None) -> bool:
@@ -484,15 +502,21 @@ class LedgerStore:
         self.rollback(user_id, entry_id, idem_key)
         return False
 
-    def post_credit(self, user_id: int, entry_id: int) -> bool:
-        """ledger_post.lua: the credit's event is durable: release its hold (False: none was held)."""
-        return self.lua.run("ledger_post", [keys.balance(user_id), keys.held(user_id)], [entry_id]) == 1
+    def post(self, user_id: int, entry_id: int) -> bool:
+        """ledger_post.lua: the entry's event is durable: release what waited for it, a credit's amount or a capture's
+        inflight count (False: nothing waited)."""
+        return self.lua.run("ledger_post", [keys.balance(user_id), keys.held(user_id), keys.holds(user_id)], [entry_id]) == 1
 
-    def cache_account(self, account: AccountRow, balance: int, epoch: str) -> bool:
-        """ledger_load.lua: cache the account with this balance unless it is cached already; False when it was.
-        `epoch` names this load: every entry charged from it carries it."""
-        return self.lua.run("ledger_load", [keys.balance(account.user_id), keys.held(account.user_id)],
-                            [balance, account.version, account.threshold, account.open_flag, account.deduct_type, epoch]) == 1
+    def cache_account(self, account: AccountRow, balance: int, epoch: str, holds: dict[int, tuple[str, int, int]]) -> bool:
+        """ledger_load.lua: cache the account with this balance and its ACTIVE holds (hold id -> (record, expires_at,
+        what it keeps)) unless it is cached already; False when it was. `epoch` names this load: every entry charged
+        from it carries it."""
+        user_id = account.user_id
+        return self.lua.run("ledger_load", [keys.balance(user_id), keys.held(user_id), keys.holds(user_id),
+                                            keys.hold_expiry(user_id)],
+                            [balance, account.version, account.threshold, account.open_flag, account.deduct_type, epoch,
+                             sum(kept for _, _, kept in holds.values()),
+                             *(x for hold_id, (record, expires_at, _) in holds.items() for x in (hold_id, record, expires_at))]) == 1
 
     def update_cache(self, user_id: int, fields: dict[str, int | str], *, if_older_than: int | None = None) -> bool:
         """ledger_cache_update.lua: set fields of the cached account if it is cached (and, with if_older_than,
@@ -523,7 +547,7 @@ class LedgerStore:
         pipe = self.lua.pipeline()
         for user_id, events in persisted.items():
             self.lua.run("ledger_settle",
-                         [keys.consistency(user_id), keys.balance(user_id), keys.held(user_id),
+                         [keys.consistency(user_id), keys.balance(user_id), keys.held(user_id), keys.holds(user_id),
                           *(keys.entry(user_id, e.id) for e in events)],
                          [",".join(sorted({e.epoch for e in events}))], client=pipe)
         return {user_id: SettleReply(removed, flagged == 1) for user_id, (removed, flagged) in zip(persisted, pipe.execute())}
@@ -570,12 +594,16 @@ class LedgerTx:
         """Entry id -> (user_id, amount, version) for those of the (id, kind) pairs the DB holds
         (t_order for deducts, t_pay for recharges)."""
         found: dict[int, tuple[int, int, int]] = {}
-        for kind, (table, amount_col) in ENTRY_TABLES.items():
-            ids = [entry_id for entry_id, entry_kind in ids_and_kinds if entry_kind == kind]
+        for table, amount_col in set(ENTRY_TABLES.values()):
+            ids = [entry_id for entry_id, entry_kind in ids_and_kinds if ENTRY_TABLES[entry_kind][0] == table]
             if ids:
                 self.cursor.execute(f"SELECT id, user_id, {amount_col}, version FROM {table} WHERE id IN ({_ints(ids)})")
                 found.update((row[0], tuple(row[1:])) for row in self.cursor.fetchall())
         return found
+
+    def active_holds(self, user_id: int) -> list[Hold]:
+        """The account's ACTIVE holds as the DB holds them (under the row lock this transaction took)."""
+        return active_holds(self.cursor, user_id)
 
     def rolled_back(self, entry_ids: list[int]) -> set[int]:
         """Those of the ids the API rolled back for good (t_rolled_back), read under the account row locks the
@@ -656,8 +684,8 @@ class LedgerTx:
                     r.booked_at, r.charged_at, "NULL" if r.ref is None else escape(r.ref)) for r in rows))
 
     def insert_events(self, events: list[LedgerEvent]) -> None:
-        """ASYNC entries, one multi-row INSERT per table."""
-        for kind in ENTRY_TABLES:
+        """ASYNC deducts and recharges, one multi-row INSERT per table (a hold's changes: holds.store)."""
+        for kind in (KIND_DEDUCT, KIND_RECHARGE):
             values = [self._entry_values(e) for e in events if e.kind == kind]
             if values:
                 self.cursor.execute(_insert_entries(kind) + ",".join(values))

@@ -38,7 +38,8 @@ class LedgerEvent(BaseModel):
     model_config = ConfigDict(extra="ignore")
     type: Literal["ledger"]
     id: Annotated[StrictInt, Field(gt=0)]
-    kind: Literal["D", "R"]
+    # D deduct, R recharge; a hold's changes (holds/): H authorize, C capture, V void, X expiry
+    kind: Literal["D", "R", "H", "C", "V", "X"]
     user_id: Annotated[StrictInt, Field(gt=0)]
     amount: Annotated[StrictInt, Field(gt=0)]
     balance_after: StrictInt
@@ -47,10 +48,30 @@ class LedgerEvent(BaseModel):
     ts: StrictInt
     open: str
     idem_key: str | None = None
+    # a hold's change only (left out of a deduct's or recharge's event)
+    hold_id: Annotated[StrictInt, Field(gt=0)] | None = None
+    released: Annotated[StrictInt, Field(ge=0)] = 0  # what a void, expiry or final capture gave back to available
+    expires_at: StrictInt | None = None
+    available_after: StrictInt | None = None
+    hold_state: Literal["ACTIVE", "CAPTURED", "VOIDED", "EXPIRED"] | None = None
+    captured_after: Annotated[StrictInt, Field(ge=0)] | None = None
+    description: Annotated[str, Field(max_length=500)] | None = None
 
     @property
     def delta(self) -> int:
-        return -self.amount if self.kind == "D" else self.amount
+        """What the change adds to the balance: a hold moves only `available`, until a capture takes from the balance."""
+        if self.kind in ("D", "C"):
+            return -self.amount
+        return self.amount if self.kind == "R" else 0
+
+    @property
+    def hold_delta(self) -> int:
+        """What the change adds to what holds keep out of available."""
+        if self.kind == "H":
+            return self.amount
+        if self.kind == "C":
+            return -(self.amount + self.released)
+        return -self.amount if self.kind in ("V", "X") else 0
 
 
 class VoucherOrderEvent(BaseModel):

@@ -1,0 +1,289 @@
+"""Issue 20, holds: authorize, capture (in parts or the rest), void, expire; each a compare-and-set on the hold in
+the account's script, each one ledger entry made durable and booked with the account's next seq. Driven through the
+API handler, the writer and the delay drainer functions on the real Redis, DB and broker."""
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from helpers import Api, invoke_writer, ledger_records
+from infra.localrt import events
+
+from hotledger import keys
+
+
+def _persist(redis_client, *user_ids):
+    assert invoke_writer(ledger_records(redis_client, list(user_ids))) == {"batchItemFailures": []}
+
+
+def _hold(api, user_id, amount="25.00", **fields):
+    status, body = api("POST", f"/accounts/{user_id}/holds", {"amount": amount, **fields})
+    assert status == 201, body
+    return body
+
+
+def _account(api, user_id):
+    return api("GET", f"/accounts/{user_id}")[1]
+
+
+def _drain():
+    from delay_drainer.app import handler
+
+    return handler(events.scheduled(), events.LambdaContext("DelayDrainerFunction", timeout_s=4))
+
+
+def _assert_booked_once_and_adding_up(sql, user_id):
+    """Every change booked once: gapless seq, running balance, and t_account's balance, seq and on_hold agree."""
+    rows = sql("SELECT seq, type, delta, balance_after, available_after FROM t_entry WHERE user_id = %s ORDER BY seq",
+               (user_id,))
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    running = 0
+    for _, _, delta, balance_after, _ in rows:
+        running += delta
+        assert balance_after == running
+    balance, seq, on_hold = sql("SELECT balance, seq, on_hold FROM t_account WHERE user_id = %s", (user_id,))[0]
+    assert (balance, seq) == (running, len(rows)) and rows[-1][4] == balance - on_hold
+    return rows
+
+
+def test_authorize_keeps_money_out_of_available_then_captures_in_parts_and_releases_the_rest(api, redis_client, sql):
+    user_id = api.account(balance="100.00")
+    hold = _hold(api, user_id, "25.00", expires_in_s=900, description="ride 42")
+    assert {k: hold[k] for k in ("user_id", "amount", "captured", "state", "balance", "available", "description")} == {
+        "user_id": user_id, "amount": "25.00", "captured": "0.00", "state": "ACTIVE", "balance": "100.00",
+        "available": "75.00", "description": "ride 42"}
+    assert abs(hold["expires_at"] - (time.time() * 1000 + 900_000)) < 60_000
+    account = _account(api, user_id)
+    assert (account["balance"], account["held"], account["available"]) == ("100.00", "25.00", "75.00")
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "80.00"})  # the balance has it, available not
+    assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
+
+    hold_id = hold["hold_id"]
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "10.00"})
+    assert status == 200 and (body["captured"], body["state"], body["balance"], body["available"]) == (
+        "10.00", "ACTIVE", "90.00", "75.00")
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "16.00"})
+    assert (status, body["error"]["code"]) == (409, "CAPTURE_EXCEEDS_HOLD")
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "5.00", "final": True})
+    assert status == 200 and (body["captured"], body["state"], body["balance"], body["available"], body["remaining"]) == (
+        "15.00", "CAPTURED", "85.00", "85.00", "0.00")
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void")
+    assert (status, body["error"]["code"]) == (409, "HOLD_CAPTURED")
+
+    _persist(redis_client, user_id)
+    assert sql("SELECT amount, captured, state, description FROM t_hold WHERE id = %s", (int(hold_id),)) == (
+        (2500, 1500, "CAPTURED", "ride 42"),)
+    rows = _assert_booked_once_and_adding_up(sql, user_id)
+    assert [(r[1], r[2], r[4]) for r in rows] == [("recharge", 10000, 10000), ("hold", 0, 7500),
+                                                  ("capture", -1000, 7500), ("capture", -500, 8500)]
+    assert _hold_read(api, user_id, hold_id)["state"] == "CAPTURED"  # its record left Redis: read from the DB
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "1.00"})
+    assert (status, body["error"]["code"]) == (409, "HOLD_CAPTURED")
+
+
+def _hold_read(api, user_id, hold_id):
+    status, body = api("GET", f"/accounts/{user_id}/holds/{hold_id}")
+    assert status == 200, body
+    return body
+
+
+def test_a_void_releases_what_is_left_and_nothing_follows_it(api, redis_client, sql):
+    user_id = api.account(balance="30.00")
+    hold_id = _hold(api, user_id, "20.00")["hold_id"]
+    assert api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "5.00"})[0] == 200
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void")
+    assert status == 200 and (body["state"], body["captured"], body["balance"], body["available"]) == (
+        "VOIDED", "5.00", "25.00", "25.00")
+    for path, code in (("capture", "HOLD_VOIDED"), ("void", "HOLD_VOIDED")):
+        status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/{path}", {} if path == "capture" else None)
+        assert (status, body["error"]["code"]) == (409, code)
+    _persist(redis_client, user_id)
+    assert sql("SELECT captured, state FROM t_hold WHERE id = %s", (int(hold_id),)) == ((500, "VOIDED"),)
+    _assert_booked_once_and_adding_up(sql, user_id)
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void")
+    assert (status, body["error"]["code"]) == (409, "HOLD_VOIDED")
+
+
+def test_an_expired_hold_never_counts_and_the_drainer_books_its_expiry_once(api, redis_client, sql):
+    user_id = api.account(balance="10.00")
+    hold_id = _hold(api, user_id, "8.00", expires_in_s=1)["hold_id"]
+    assert _account(api, user_id)["available"] == "2.00"
+    time.sleep(1.05)
+    account = _account(api, user_id)  # nothing tidied yet: the hold counts for nothing all the same
+    assert (account["held"], account["available"]) == ("0.00", "10.00")
+    assert _hold_read(api, user_id, hold_id)["state"] == "EXPIRED"
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "9.00"})
+    assert status == 200, body
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "1.00"})
+    assert (status, body["error"]["code"]) == (409, "HOLD_EXPIRED")
+    _drain()
+    _drain()  # a second drain finds nothing to do
+    _persist(redis_client, user_id)
+    assert sql("SELECT state FROM t_hold WHERE id = %s", (int(hold_id),)) == (("EXPIRED",),)
+    rows = _assert_booked_once_and_adding_up(sql, user_id)
+    assert [r[1] for r in rows].count("expiry") == 1
+    assert sql("SELECT on_hold FROM t_account WHERE user_id = %s", (user_id,)) == ((0,),)
+
+
+def test_the_reconciler_ends_an_expired_hold_whose_delay_element_was_lost(api, redis_client, sql, monkeypatch):
+    from helpers import reconcile_totals
+
+    from hotledger.holds import feature
+
+    user_id = api.account(balance="10.00")
+    hold_id = _hold(api, user_id, "3.00", expires_in_s=1)["hold_id"]
+    _persist(redis_client, user_id)
+    redis_client.zrem("delay:{hold-expiry}", f"{user_id}:{hold_id}")  # lost, whatever the queue's key layout
+    for key in redis_client.scan_iter(match="*hold-expiry*"):
+        if redis_client.type(key) in (b"zset", "zset"):
+            redis_client.zrem(key, f"{user_id}:{hold_id}")
+    monkeypatch.setattr(feature, "EXPIRY_GRACE_MS", 0)
+    time.sleep(1.05)
+    assert reconcile_totals()["holds_expired"] >= 1
+    _persist(redis_client, user_id)
+    assert sql("SELECT state FROM t_hold WHERE id = %s", (int(hold_id),)) == (("EXPIRED",),)
+    _assert_booked_once_and_adding_up(sql, user_id)
+
+
+def test_capture_void_and_expiry_racing_on_one_hold_end_it_exactly_once(api, redis_client, sql):
+    """Many clients at once on one hold: partial captures, final captures, voids. Exactly one change ends it, the
+    captures never pass its amount, and every answered change is booked once."""
+    user_id = api.account(balance="100.00")
+    hold_id = _hold(api, user_id, "50.00")["hold_id"]
+    start = threading.Barrier(12)
+
+    def client(i):
+        start.wait()
+        while True:  # HOLD_BUSY says retry: a capture is still being made durable
+            if i % 4 == 0:
+                answer = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void")
+            else:
+                answer = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "7.00", "final": i % 4 == 1})
+            if answer[0] != 409 or answer[1]["error"]["code"] != "HOLD_BUSY":
+                return answer
+            time.sleep(0.005)
+
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(client, range(12)))
+    ok = [body for status, body in answers if status == 200]
+    enders = [body for body in ok if body["state"] != "ACTIVE"]
+    refused = {body["error"]["code"] for status, body in answers if status != 200}
+    assert len(enders) == 1, answers
+    assert refused <= {"HOLD_CAPTURED", "HOLD_VOIDED", "CAPTURE_EXCEEDS_HOLD"}, refused
+    final = _hold_read(api, user_id, hold_id)
+    assert final["state"] == enders[0]["state"] and _minor(final["captured"]) <= 5000
+    assert _minor(_account(api, user_id)["balance"]) == 10000 - _minor(final["captured"])
+    _persist(redis_client, user_id)
+    assert sql("SELECT captured, state FROM t_hold WHERE id = %s", (int(hold_id),)) == (
+        (_minor(final["captured"]), final["state"]),)
+    _assert_booked_once_and_adding_up(sql, user_id)
+
+
+def _minor(text):
+    whole, _, frac = text.partition(".")
+    return int(whole) * 100 + int(frac)
+
+
+def test_a_key_answers_its_first_answer_and_a_failed_publish_takes_the_hold_back(api, redis_client, sql, monkeypatch):
+    from hotledger.dal.publisher import NotAcknowledged
+    from hotledger.runtime import holds
+
+    user_id = api.account(balance="10.00")
+    key = {"Idempotency-Key": "auth-1"}
+    status, first = api("POST", f"/accounts/{user_id}/holds", {"amount": "4.00"}, key)
+    assert status == 201
+    assert api("POST", f"/accounts/{user_id}/holds", {"amount": "4.00"}, key) == (201, first)
+    status, body = api("POST", f"/accounts/{user_id}/holds", {"amount": "5.00"}, key)
+    assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_KEY_REUSED")
+    assert _account(api, user_id)["held"] == "4.00"
+
+    def broker_down(key_, event):
+        raise NotAcknowledged("no acknowledgement in time")
+
+    monkeypatch.setattr(holds().durability, "publish", broker_down)
+    status, body = api("POST", f"/accounts/{user_id}/holds", {"amount": "3.00"}, {"Idempotency-Key": "auth-2"})
+    assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED")
+    status, body = api("POST", f"/accounts/{user_id}/holds/{first['hold_id']}/capture", {"amount": "1.00"})
+    assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED")
+    assert (_account(api, user_id)["held"], _account(api, user_id)["balance"]) == ("4.00", "10.00")
+    monkeypatch.undo()
+    status, body = api("POST", f"/accounts/{user_id}/holds", {"amount": "3.00"}, {"Idempotency-Key": "auth-2"})
+    assert status == 201 and body["available"] == "3.00"
+    _persist(redis_client, user_id)
+    assert sql("SELECT COUNT(*) FROM t_hold WHERE user_id = %s", (user_id,)) == ((2,),)
+    _assert_booked_once_and_adding_up(sql, user_id)
+
+
+def test_holds_come_back_with_the_account_after_redis_loses_it(api, redis_client, sql):
+    user_id = api.account(balance="20.00")
+    hold_id = _hold(api, user_id, "6.00")["hold_id"]
+    assert api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "1.00"})[0] == 200
+    _persist(redis_client, user_id)
+    redis_client.delete(keys.balance(user_id), keys.holds(user_id), keys.hold_expiry(user_id))
+    account = _account(api, user_id)  # loaded again from the DB
+    assert (account["balance"], account["held"], account["available"]) == ("19.00", "5.00", "14.00")
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {})  # the rest
+    assert status == 200 and (body["captured"], body["state"], body["balance"]) == ("6.00", "CAPTURED", "14.00")
+    _persist(redis_client, user_id)
+    _assert_booked_once_and_adding_up(sql, user_id)
+
+
+def test_holds_and_sync_accounts(api):
+    sync_user = api.account(balance="5.00", deduct_type="SYNC")
+    status, body = api("POST", f"/accounts/{sync_user}/holds", {"amount": "1.00"})
+    assert (status, body["error"]["code"]) == (409, "HOLDS_NEED_ASYNC")
+    user_id = api.account(balance="5.00")
+    _hold(api, user_id, "1.00")
+    status, body = api("PATCH", f"/accounts/{user_id}", {"deduct_type": "SYNC"})
+    assert status == 409 and body["error"]["code"] in ("ACTIVE_HOLDS", "PENDING_ORDERS")
+
+
+@pytest.mark.parametrize("path, body, code", [
+    ("holds", {"amount": "0.00"}, "INVALID_AMOUNT"), ("holds", {"amount": "1.001"}, "INVALID_AMOUNT"),
+    ("holds", {"amount": 5}, "INVALID_AMOUNT"), ("holds", {"amount": "1.00", "expires_in_s": 0}, "VALIDATION_ERROR"),
+    ("holds", {"amount": "1.00", "expires_in_s": 10**9}, "VALIDATION_ERROR"),
+    ("holds", {"amount": "1.00", "extra": 1}, "VALIDATION_ERROR"), ("holds", {}, "MISSING_FIELD"),
+    ("holds/1/capture", {"amount": "-1.00"}, "INVALID_AMOUNT"), ("holds/1/capture", {"final": "yes"}, "VALIDATION_ERROR"),
+])
+def test_bad_hold_requests_get_a_clear_4xx_and_change_nothing(api, sql, path, body, code):
+    user_id = api.account(balance="5.00")
+    status, answer = api("POST", f"/accounts/{user_id}/{path}", body)
+    assert (status, answer["error"]["code"]) == (422, code), answer
+    assert _account(api, user_id)["available"] == "5.00"
+
+
+def test_unknown_holds_and_other_users(api):
+    user_id = api.account(balance="5.00")
+    status, body = api("POST", f"/accounts/{user_id}/holds/12345/capture", {})
+    assert (status, body["error"]["code"]) == (404, "HOLD_NOT_FOUND")
+    hold_id = _hold(api, user_id, "1.00")["hold_id"]
+    assert Api(user_id=user_id, scopes=())("GET", f"/accounts/{user_id}/holds/{hold_id}")[0] == 200
+    assert Api(user_id=user_id + 1, scopes=())("GET", f"/accounts/{user_id}/holds/{hold_id}")[0] == 403
+    assert Api(user_id=user_id, scopes=())("POST", f"/accounts/{user_id}/holds", {"amount": "1.00"})[0] == 403
+    listed = api("GET", f"/accounts/{user_id}/holds?state=ACTIVE")[1]["holds"]
+    assert [h["hold_id"] for h in listed] == [hold_id]
+
+
+def test_the_scripts_other_answers(api, redis_client, monkeypatch):
+    """A closed account, a backlog, a hold not due, an account Redis lost before a capture, a SYNC account."""
+    from hotledger.runtime import holds
+
+    user_id = api.account(balance="5.00")
+    hold_id = int(_hold(api, user_id, "1.00")["hold_id"])
+    assert holds().expire(user_id, hold_id) is False  # not due yet: the drainer offers it again later
+    redis_client.delete(keys.balance(user_id))  # lost: the capture loads the account and tries again
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "0.50"})
+    assert status == 200 and body["captured"] == "0.50", body
+    monkeypatch.setattr(holds().store, "max_pending", 1)
+    for path, body in (("holds", {"amount": "1.00"}), (f"holds/{hold_id}/void", None)):
+        status, answer = api("POST", f"/accounts/{user_id}/{path}", body)
+        assert (status, answer["error"]["code"]) == (429, "TOO_MANY_PENDING"), answer
+    monkeypatch.undo()
+    assert api("PATCH", f"/accounts/{user_id}", {"api_open": False})[0] == 200
+    status, answer = api("POST", f"/accounts/{user_id}/holds", {"amount": "1.00"})
+    assert (status, answer["error"]["code"]) == (403, "API_CLOSED")
+    sync_user = api.account(balance="5.00", deduct_type="SYNC")
+    assert api("GET", f"/accounts/{sync_user}")[0] == 200  # cached, as SYNC
+    status, answer = api("POST", f"/accounts/{sync_user}/holds/{hold_id}/capture", {})
+    assert (status, answer["error"]["code"]) == (409, "HOLDS_NEED_ASYNC")
