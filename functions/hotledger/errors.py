@@ -60,6 +60,11 @@ HoldBusy = _error("HoldBusy", 409, "HOLD_BUSY")
 HoldsNeedAsync = _error("HoldsNeedAsync", 409, "HOLDS_NEED_ASYNC")
 ActiveHolds = _error("ActiveHolds", 409, "ACTIVE_HOLDS")
 
+# refunds
+RefundExceedsCharge = _error("RefundExceedsCharge", 409, "REFUND_EXCEEDS_CHARGE")
+HoldNotEnded = _error("HoldNotEnded", 409, "HOLD_NOT_ENDED")
+RefundsNeedAsync = _error("RefundsNeedAsync", 409, "REFUNDS_NEED_ASYNC")
+
 # history
 InvalidFilter = _error("InvalidFilter", 422, "VALIDATION_ERROR")
 InvalidCursor = _error("InvalidCursor", 422, "INVALID_CURSOR")

@@ -53,9 +53,10 @@ def registered() -> tuple[Feature, ...]:
     from hotledger.ledger.feature import FEATURE as ledger
     from hotledger.notices.feature import FEATURE as notices
     from hotledger.redpackets.feature import FEATURE as redpackets
+    from hotledger.refunds.feature import FEATURE as refunds
     from hotledger.vouchers.feature import FEATURE as vouchers
 
-    return (ledger, holds, history, vouchers, redpackets, notices, KEYS)
+    return (ledger, holds, refunds, history, vouchers, redpackets, notices, KEYS)
 
 
 @dataclass

@@ -73,6 +73,11 @@ def hold_expiry(user_id: int) -> str:
     return f"user:holds:expiry:{tag(str(user_id))}"
 
 
+def refunds(user_id: int) -> str:
+    """Hash: charge id (a deduct's order id or a hold's id) -> what was refunded of it so far."""
+    return f"user:refunds:{tag(str(user_id))}"
+
+
 def fate(user_id: int, entry_id: int) -> str:
     """'claimed' by the writer or 'rolledback' by the API: whichever comes first wins."""
     return f"user:order:fate:{tag(str(user_id))}:{entry_id}"

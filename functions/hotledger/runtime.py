@@ -17,10 +17,12 @@ from hotledger.history.service import History
 from hotledger.history.store import HistoryStore
 from hotledger.holds.service import Holds
 from hotledger.holds.store import HoldStore
+from hotledger.refunds.service import Refunds
+from hotledger.refunds.store import RefundStore
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.service import Ledger
-from hotledger.ledger.store import LedgerStore
+from hotledger.ledger.store import MAX_BALANCE, LedgerStore
 from hotledger.notices.inbox import Inbox
 from hotledger.notices.journeys import Journeys, parse_thresholds
 from hotledger.notices.payment_orders import PaymentOrders
@@ -85,6 +87,13 @@ def holds() -> Holds:
     cfg = settings()
     return Holds(HoldStore(lua(), stream_flag(cfg), cfg.entry_ttl_s, cfg.max_pending_entries), durability(), ledger(),
                  delay_queue(), id_generator().next_id)
+
+
+@functools.lru_cache(maxsize=1)
+def refunds() -> Refunds:
+    cfg = settings()
+    return Refunds(RefundStore(lua(), stream_flag(cfg), cfg.entry_ttl_s, MAX_BALANCE), durability(), ledger(), holds(),
+                   id_generator().next_id)
 
 
 @functools.lru_cache(maxsize=1)
@@ -216,7 +225,7 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, holds, history, voucher_redis, vouchers,
+    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, holds, refunds, history, voucher_redis, vouchers,
                    redpackets, ledger_persister, voucher_persister, redpacket_persister, writer, ledger_reconcile,
                    voucher_reconciler, packet_reconciler, reconciler, delay_queue, inbox, payment_orders, journeys, lua,
                    cached_settings):

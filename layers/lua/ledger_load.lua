@@ -5,12 +5,14 @@
 --                                  is not durable, and the held ones it does not hold yet are not in this balance)
 -- KEYS[3] user:holds:{uid}         hash of the account's holds: replaced by the ACTIVE holds given here
 -- KEYS[4] user:holds:expiry:{uid}  zset of ACTIVE hold ids by expires_at: replaced likewise
+-- KEYS[5] user:refunds:{uid}       hash of refunded totals per charge: dropped (ledger_refund loads each again from
+--                                  the DB and the pending refunds on first use)
 -- ARGV[1] balance (minor units)  ARGV[2] version  ARGV[3] threshold  ARGV[4] open ('1'|'BALANCE'|'ADMIN')
 -- ARGV[5] mode ('ASYNC'|'SYNC')  ARGV[6] epoch: id of this load, stamped on every entry charged from it
 -- ARGV[7] on_hold: what the ACTIVE holds keep  ARGV[8..] hold id, record, expires_at for each ACTIVE hold
 -- Returns 1 when loaded, 0 when the hash already existed.
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 redis.call('HSET', KEYS[1], 'balance', ARGV[1], 'v', ARGV[2], 'threshold', ARGV[3],
   'open', ARGV[4], 'mode', ARGV[5], 'epoch', ARGV[6])
 if tonumber(ARGV[7]) > 0 then redis.call('HSET', KEYS[1], 'on_hold', ARGV[7]) end

@@ -12,6 +12,7 @@
 --                                       'h<hold id>' ends its inflight count
 -- KEYS[8] user:holds:{uid}              hash: a hold's change taken back here is undone in its record
 -- KEYS[9] user:holds:expiry:{uid}       zset: a hold made ACTIVE again goes back in, by its expires_at
+-- KEYS[10] user:refunds:{uid}           hash: charge id -> refunded total; a refund taken back lowers it
 -- ARGV[1] entry id  ARGV[2] fate TTL in seconds  ARGV[3] '1' when the key is counted (a client key), else ''
 -- Returns:
 --   {'gone'}                  nothing left to undo (already given back, or Redis lost it); tombstone set
@@ -70,9 +71,10 @@ if kind == 'H' or kind == 'C' or kind == 'V' or kind == 'X' then
 elseif kind == 'D' then
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
-else
+else  -- a credit: a recharge, or a refund (kind F: its charge's refunded total goes back down too)
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 and open == '1' then open = 'BALANCE' end
+  if kind == 'F' and redis.call('HEXISTS', KEYS[10], fields[9]) == 1 then redis.call('HINCRBY', KEYS[10], fields[9], -amount) end
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'open', open)

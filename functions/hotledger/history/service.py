@@ -18,7 +18,7 @@ from hotledger.ledger.book import type_and_ref
 from hotledger.ledger.entry import Entry
 
 ENTRY_TYPES = frozenset({"opening", "deduct", "recharge", "payment_charge", "payment_refund", "redpacket_debit",
-                         "redpacket_credit", "redpacket_refund", "hold", "capture", "void", "expiry"})
+                         "redpacket_credit", "redpacket_refund", "hold", "capture", "void", "expiry", "refund"})
 STATEMENT_MAX_ENTRIES = 1000
 NEWEST = 2**62  # a seq past any account's last
 
@@ -51,7 +51,8 @@ class HistoryEntry:
 
     @classmethod
     def pending(cls, e: Entry) -> HistoryEntry:
-        entry_type, ref = type_and_ref(e.kind, e.idem_key, e.hold.hold_id if e.hold else None)
+        entry_type, ref = type_and_ref(e.kind, e.idem_key, e.hold.hold_id if e.hold else None,
+                                       f"{e.refund.charge_kind}:{e.refund.charge_id}" if e.refund else None)
         return cls(None, e.entry_id, entry_type, e.amount, e.delta, e.balance_after,
                    e.hold.available_after if e.hold else None, None, e.ts, ref, "pending")
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Protocol
 
-from hotledger.ledger.entry import CLIENT_PREFIX, KIND_DEDUCT, Booked, LedgerHead
+from hotledger.ledger.entry import CLIENT_PREFIX, KIND_DEDUCT, KIND_REFUND, Booked, LedgerHead
 
 
 class Change(Protocol):
@@ -32,6 +32,8 @@ class Change(Protocol):
     idem_key: str | None
 
     hold_id: int | None
+    refund_of: int | None
+    refund_of_kind: str | None
 
     @property
     def delta(self) -> int: ...
@@ -49,11 +51,14 @@ _SERVICE_KEYS = (("payorderrefund", "payment_refund", "payment_order"), ("payord
                  ("rprefund", "redpacket_refund", "redpacket"))
 
 
-def type_and_ref(kind: str, idem_key: str | None, hold_id: int | None = None) -> tuple[str, str | None]:
+def type_and_ref(kind: str, idem_key: str | None, hold_id: int | None = None,
+                 refund_of: str | None = None) -> tuple[str, str | None]:
     """(type, ref) of a change: a hold's (ref: the hold), a payment order's charge and refund, a red packet's debit,
     credit and refund, or a client's deduct or recharge (ref: its Idempotency-Key)."""
     if kind in HOLD_TYPES:
         return HOLD_TYPES[kind], f"hold:{hold_id}"
+    if kind == KIND_REFUND:
+        return "refund", refund_of
     plain = "deduct" if kind == KIND_DEDUCT else "recharge"
     if not idem_key:
         return plain, None
@@ -66,6 +71,11 @@ def type_and_ref(kind: str, idem_key: str | None, hold_id: int | None = None) ->
         return ("redpacket_debit", f"redpacket:{idem_key[2:]}") if kind == KIND_DEDUCT else (
             "redpacket_credit", f"redpacket_item:{idem_key[2:]}")
     return plain, None
+
+
+def refund_ref(change) -> str | None:
+    """What a refund gives back: 'order:<id>' or 'hold:<id>'."""
+    return f"{change.refund_of_kind}:{change.refund_of}" if change.kind == KIND_REFUND else None
 
 
 def book(changes: Iterable[Change], heads: dict[int, LedgerHead], now_ms: int) -> tuple[list[Booked], dict[int, LedgerHead]]:
@@ -83,7 +93,7 @@ def book(changes: Iterable[Change], heads: dict[int, LedgerHead], now_ms: int) -
         for change in sorted(account_changes, key=lambda c: (c.version, c.id)):
             head = replace(head, seq=head.seq + 1, balance=head.balance + change.delta,
                            on_hold=head.on_hold + change.hold_delta, booked_at=booked_at)
-            entry_type, ref = type_and_ref(change.kind, change.idem_key, change.hold_id)
+            entry_type, ref = type_and_ref(change.kind, change.idem_key, change.hold_id, refund_ref(change))
             rows.append(Booked(user_id, head.seq, change.id, entry_type, change.amount, change.delta,
                                head.balance, head.available, booked_at, change.ts, ref))
         moved[user_id] = head

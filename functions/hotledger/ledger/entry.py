@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from hotledger.outbox.events import LedgerEvent
 
-KIND_DEDUCT, KIND_RECHARGE = "D", "R"
+KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND = "D", "R", "F"
 
 
 class ServiceKey(str):
@@ -48,30 +48,35 @@ class Entry:
     open: str  # the open flag after it: '1', 'BALANCE' or 'ADMIN'
     idem_key: str | None = None
     hold: HoldChange | None = None  # a hold's change (kinds H, C, V, X)
+    refund: RefundOf | None = None  # a refund (kind F)
 
     @classmethod
     def parse(cls, user_id: int, entry_id: int, raw: str) -> Entry:
         amount, ts, balance_after, version, kind, epoch, open_, *rest = raw.split(";", 13)
         idem_key = rest[0] if rest and rest[0] else None
         hold = HoldChange.parse(kind, rest[1:]) if kind in HOLD_KINDS else None
+        refund = RefundOf.parse(rest[1:]) if kind == KIND_REFUND else None
         return cls(entry_id, user_id, int(amount), int(ts), int(balance_after), int(version), kind, epoch, open_,
-                   idem_key, hold)
+                   idem_key, hold, refund)
 
     @property
     def delta(self) -> int:
         if self.kind in (KIND_DEDUCT, "C"):
             return -self.amount
-        return self.amount if self.kind == KIND_RECHARGE else 0
+        return self.amount if self.kind in (KIND_RECHARGE, KIND_REFUND) else 0
 
     def to_event(self) -> LedgerEvent:
-        hold = {} if self.hold is None else {
+        extra = {} if self.hold is None else {
             "hold_id": self.hold.hold_id, "released": self.hold.released, "expires_at": self.hold.expires_at,
             "available_after": self.hold.available_after, "hold_state": self.hold.state,
             **({"description": self.hold.description} if self.kind == "H" else {"captured_after": self.hold.captured_after})}
+        if self.refund is not None:
+            extra = {"refund_of": self.refund.charge_id, "refund_of_kind": self.refund.charge_kind,
+                    "refunded_after": self.refund.refunded_after, "reason": self.refund.reason}
         return LedgerEvent(
             type="ledger", id=self.entry_id, kind=self.kind, user_id=self.user_id, amount=self.amount,
             balance_after=self.balance_after, version=self.version, epoch=self.epoch, ts=self.ts,
-            open=self.open, idem_key=self.idem_key, **hold,
+            open=self.open, idem_key=self.idem_key, **extra,
         )
 
     def event(self) -> dict:
@@ -81,6 +86,21 @@ class Entry:
 
 
 HOLD_KINDS = frozenset("HCVX")
+
+
+@dataclass(frozen=True)
+class RefundOf:
+    """The refund fields of an F entry string: chargeId;chargeKind;refundedAfter;reason (may hold ';')."""
+
+    charge_id: int
+    charge_kind: str  # 'order' | 'hold'
+    refunded_after: int
+    reason: str
+
+    @classmethod
+    def parse(cls, fields: list[str]) -> RefundOf:
+        charge_id, charge_kind, refunded_after, *reason = fields
+        return cls(int(charge_id), charge_kind, int(refunded_after), ";".join(reason))
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,11 @@ from collections import defaultdict
 
 from hotledger.holds.store import insert_changes
 from hotledger.ledger.book import book
-from hotledger.ledger.entry import HOLD_KINDS, LedgerHead
+from hotledger.ledger.entry import HOLD_KINDS, KIND_REFUND, LedgerHead
 from hotledger.ledger.service import fingerprint
 from hotledger.ledger.store import AccountMove, IdempotentAnswer, LedgerStore
 from hotledger.outbox.events import LedgerEvent
+from hotledger.refunds.store import insert_refunds
 from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.writer import PersistReport, distinct, isolating_refusals, rejected
 
@@ -116,6 +117,7 @@ class LedgerPersister:
             fresh, taken = split_by_key(fresh, tx.idempotent_answers(keyed))
             tx.insert_events(fresh)
             insert_changes(tx.cursor, [e for e in fresh if e.kind in HOLD_KINDS])
+            insert_refunds(tx.cursor, [e for e in fresh if e.kind == KIND_REFUND])
             tx.remember_answers([(e.user_id, e.idem_key, fingerprint(e.kind, e.user_id, e.amount), answer_of(e))
                                  for e in fresh if e.idem_key is not None])
             booked, heads = book(fresh, {user_id: account.head for user_id, account in locked.items()}, now_ms())

@@ -26,12 +26,12 @@ from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, stream_flag, text
 from hotledger.holds.store import Hold, active_holds
-from hotledger.ledger.entry import HOLD_KINDS, KIND_DEDUCT, KIND_RECHARGE, Booked, Entry, LedgerHead, is_client_key
+from hotledger.ledger.entry import HOLD_KINDS, KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND, Booked, Entry, LedgerHead, is_client_key
 from hotledger.outbox.events import LedgerEvent
 
 MAX_BALANCE = 9_000_000_000_000_000  # below 2**53: exact in Redis Lua doubles
 # kind -> (table, amount column): where the writer keeps each booked change by its id (its ledger row is in t_entry)
-ENTRY_TABLES = {KIND_DEDUCT: ("t_order", "amount"), KIND_RECHARGE: ("t_pay", "pay"),
+ENTRY_TABLES = {KIND_DEDUCT: ("t_order", "amount"), KIND_RECHARGE: ("t_pay", "pay"), KIND_REFUND: ("t_refund", "amount"),
                 **{kind: ("t_hold_change", "amount") for kind in HOLD_KINDS}}
 _ACCOUNT = ("SELECT u.id, u.user_name, u.deduct_type, a.balance, a.version, a.threshold, a.seq, a.on_hold, a.booked_at,"
             " u.api_open, u.close_reason"
@@ -490,7 +490,7 @@ class LedgerStore:
             "ledger_rollback", [keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id),
                                 keys.fate(user_id, entry_id), keys.idempotency(user_id, idem_key or ""),
                                 keys.idempotency_quota(user_id), keys.held(user_id), keys.holds(user_id),
-                                keys.hold_expiry(user_id)],
+                                keys.hold_expiry(user_id), keys.refunds(user_id)],
             [entry_id, self.entry_ttl_s, "1" if is_client_key(idem_key) else ""]))
 
     def take_back(self, user_id: int, entry_id: int, kind: str, idem_key: str | None) -> bool:
@@ -513,7 +513,7 @@ class LedgerStore:
         from it carries it."""
         user_id = account.user_id
         return self.lua.run("ledger_load", [keys.balance(user_id), keys.held(user_id), keys.holds(user_id),
-                                            keys.hold_expiry(user_id)],
+                                            keys.hold_expiry(user_id), keys.refunds(user_id)],
                             [balance, account.version, account.threshold, account.open_flag, account.deduct_type, epoch,
                              sum(kept for _, _, kept in holds.values()),
                              *(x for hold_id, (record, expires_at, _) in holds.items() for x in (hold_id, record, expires_at))]) == 1

@@ -38,8 +38,9 @@ class LedgerEvent(BaseModel):
     model_config = ConfigDict(extra="ignore")
     type: Literal["ledger"]
     id: Annotated[StrictInt, Field(gt=0)]
-    # D deduct, R recharge; a hold's changes (holds/): H authorize, C capture, V void, X expiry
-    kind: Literal["D", "R", "H", "C", "V", "X"]
+    # D deduct, R recharge, F refund of a charge (refunds/); a hold's changes (holds/): H authorize, C capture, V void,
+    # X expiry
+    kind: Literal["D", "R", "F", "H", "C", "V", "X"]
     user_id: Annotated[StrictInt, Field(gt=0)]
     amount: Annotated[StrictInt, Field(gt=0)]
     balance_after: StrictInt
@@ -56,13 +57,18 @@ class LedgerEvent(BaseModel):
     hold_state: Literal["ACTIVE", "CAPTURED", "VOIDED", "EXPIRED"] | None = None
     captured_after: Annotated[StrictInt, Field(ge=0)] | None = None
     description: Annotated[str, Field(max_length=500)] | None = None
+    # a refund only: the charge it gives back (a deduct's order id or a hold's id) and that charge's refunded total
+    refund_of: Annotated[StrictInt, Field(gt=0)] | None = None
+    refund_of_kind: Literal["order", "hold"] | None = None
+    refunded_after: Annotated[StrictInt, Field(gt=0)] | None = None
+    reason: Annotated[str, Field(max_length=500)] | None = None
 
     @property
     def delta(self) -> int:
         """What the change adds to the balance: a hold moves only `available`, until a capture takes from the balance."""
         if self.kind in ("D", "C"):
             return -self.amount
-        return self.amount if self.kind == "R" else 0
+        return self.amount if self.kind in ("R", "F") else 0
 
     @property
     def hold_delta(self) -> int:

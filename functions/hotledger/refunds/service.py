@@ -1,0 +1,105 @@
+"""Refunds: give back part or all of one charge (a deduct's order, or what a hold captured), in as many refunds as
+wanted, never more than was charged in total.
+
+A refund is a credit of the account, made by ledger_refund.lua in the account's slot in the same step that checks and
+raises the charge's refunded total, so concurrent refunds and retries cannot pass the charge (Blnk's users met refunds
+that were not idempotent and raced). Like every credit it is spendable once its event is durable. A charge not yet
+persisted can be refunded: its amount comes from Redis until the writer books it. The refunded total per charge is
+loaded into Redis on first use from the DB plus the refunds still on their way to it.
+
+With an Idempotency-Key (api.idempotency `once`, durable) a refund happens once and its retry answers the first
+answer; a retry of a request that died resumes from the refund id it left."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hotledger import errors
+from hotledger.ledger.entry import KIND_REFUND, Entry, RefundOf
+from hotledger.outbox.durable import Durability, Outbound
+from hotledger.refunds.store import Refund, RefundReply, RefundStatus, RefundStore
+
+ORDER, HOLD = "order", "hold"
+
+
+@dataclass(frozen=True)
+class RefundResult:
+    refund: Refund
+    balance: int | None  # None: replayed from the DB (a resumed request whose refund stood)
+
+
+class Refunds:
+    def __init__(self, store: RefundStore, durability: Durability, ledger, holds, next_id: Callable[[], int],
+                 clock: Callable[[], int] = lambda: int(time.time() * 1000)):
+        """ledger: the accounts' service (the charge, loads, take-backs, pending entries); holds: the holds' service."""
+        self.store, self.durability, self.ledger, self.holds = store, durability, ledger, holds
+        self.next_id, self.clock = next_id, clock
+
+    def refund(self, user_id: int, charge_kind: str, charge_id: int, amount: int, reason: str, remember=None,
+               resumed_from: str | None = None) -> RefundResult:
+        if resumed_from is not None:
+            stood = self.store.stored(user_id, int(resumed_from)) or self._pending(user_id, int(resumed_from))
+            if stood is not None:
+                return RefundResult(stood, None)
+        charged = self._charged(user_id, charge_kind, charge_id)
+        now = self.clock()
+        known: list[int | None] = [None]
+
+        def attempt(refund_id: int) -> RefundReply:
+            if remember is not None:
+                remember(str(refund_id))
+            reply = self.store.refund(user_id, refund_id, amount, now, charge_id, charge_kind, charged, known[0], reason)
+            if reply.status is RefundStatus.UNKNOWN_TOTAL:
+                known[0] = self._refunded_so_far(user_id, charge_id)
+                reply = self.store.refund(user_id, refund_id, amount, now, charge_id, charge_kind, charged, known[0],
+                                          reason)
+            return reply
+
+        def outbound(refund_id: int, reply: RefundReply) -> Outbound:
+            entry = Entry(refund_id, user_id, amount, now, reply.balance, reply.version, KIND_REFUND, reply.epoch,
+                          reply.open_flag, None, refund=RefundOf(charge_id, charge_kind, reply.refunded, reason))
+            return Outbound(str(user_id), entry.event, lambda: self.ledger.take_back(user_id, refund_id, KIND_REFUND),
+                            made_durable=lambda: self.ledger.post(user_id, refund_id))
+
+        refund_id, reply = self.durability.apply(
+            attempt, reload=lambda: self.ledger.load_cache(user_id), refusal=self._refusal, outbound=outbound,
+            unknown=lambda i, why: errors.ChargeOutcomeUnknown(
+                f"{why}: refund {i} may or may not be made; look at GET /accounts/{user_id}/entries before retrying (or "
+                "retry with the same Idempotency-Key)", entry_id=str(i)),
+            what="refund")
+        return RefundResult(Refund(refund_id, user_id, charge_id, charge_kind, amount, reply.refunded), reply.balance)
+
+    def _charged(self, user_id: int, charge_kind: str, charge_id: int) -> int:
+        """What the charge took (raises ORDER_NOT_FOUND / HOLD_NOT_FOUND for one that is not this account's)."""
+        if charge_kind == ORDER:
+            return self.ledger.get_deduct(user_id, charge_id).amount
+        hold = self.holds.get(user_id, charge_id)
+        if hold.state == "ACTIVE":
+            raise errors.HoldNotEnded("capture the rest or void the hold before refunding what it captured")
+        if hold.captured == 0:
+            raise errors.RefundExceedsCharge("the hold captured nothing: there is nothing to refund")
+        return hold.captured
+
+    def _refunded_so_far(self, user_id: int, charge_id: int) -> int:
+        """The DB's total plus the refunds of this charge still on their way to it."""
+        in_db, booked = self.store.refunded_in_db(charge_id)
+        return in_db + sum(e.amount for e in self.ledger.pending_entries(user_id)
+                           if e.refund is not None and e.refund.charge_id == charge_id and e.entry_id not in booked)
+
+    def _pending(self, user_id: int, refund_id: int) -> Refund | None:
+        for e in self.ledger.pending_entries(user_id):
+            if e.entry_id == refund_id and e.refund is not None:
+                return Refund(refund_id, user_id, e.refund.charge_id, e.refund.charge_kind, e.amount, e.refund.refunded_after)
+        return None
+
+    @staticmethod
+    def _refusal(reply: RefundReply) -> errors.DomainError | None:
+        if reply.status is RefundStatus.EXCEEDS:
+            return errors.RefundExceedsCharge(f"{reply.refunded} of the {reply.charged} minor units charged were refunded "
+                                              "already: this refund would pass the charge")
+        if reply.status is RefundStatus.LIMIT:
+            return errors.BalanceLimit("the refund would take the balance past its largest value")
+        if reply.status is RefundStatus.SYNC:
+            return errors.RefundsNeedAsync("refunds work on ASYNC accounts: this account is SYNC")
+        return None

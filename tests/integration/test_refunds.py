@@ -1,0 +1,143 @@
+"""Issue 20, refunds: part or all of one charge (a deduct's order, what a hold captured), in as many refunds as
+wanted, never more than was charged in total, under any concurrency and retry; a refund is a credit, spendable once
+durable. Through the API handler and the writer function on the real Redis, DB and broker."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from helpers import invoke_writer, ledger_records
+
+from hotledger import keys
+
+
+def _persist(redis_client, *user_ids):
+    assert invoke_writer(ledger_records(redis_client, list(user_ids))) == {"batchItemFailures": []}
+
+
+def _deduct(api, user_id, amount):
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})
+    assert status == 200, body
+    return body["order_id"]
+
+
+def _refund(api, user_id, order_id, amount, headers=None, what="orders"):
+    return api("POST", f"/accounts/{user_id}/{what}/{order_id}/refunds", {"amount": amount, "reason": "support"}, headers)
+
+
+def test_partial_refunds_up_to_the_charge_and_not_a_cent_more(api, redis_client, sql):
+    user_id = api.account(balance="20.00")
+    order_id = _deduct(api, user_id, "10.00")  # not persisted yet: refundable all the same
+    status, body = _refund(api, user_id, order_id, "4.00")
+    assert status == 201 and {k: body[k] for k in ("order_id", "amount", "refunded_total", "balance")} == {
+        "order_id": order_id, "amount": "4.00", "refunded_total": "4.00", "balance": "14.00"}
+    assert _refund(api, user_id, order_id, "6.00")[1]["refunded_total"] == "10.00"
+    status, body = _refund(api, user_id, order_id, "0.01")
+    assert (status, body["error"]["code"]) == (409, "REFUND_EXCEEDS_CHARGE")
+    account = api("GET", f"/accounts/{user_id}")[1]
+    assert (account["balance"], account["held_credits"]) == ("20.00", "0.00")  # durable: spendable
+    _persist(redis_client, user_id)
+    assert sql("SELECT SUM(amount), COUNT(*) FROM t_refund WHERE charge_id = %s", (int(order_id),)) == ((1000, 2),)
+    entries = sql("SELECT type, delta, ref FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,))
+    assert [e for e in entries if e[0] == "refund"] == [("refund", 400, f"order:{order_id}"),
+                                                        ("refund", 600, f"order:{order_id}")]
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((2000,),)
+
+
+def test_refunds_racing_up_to_the_charge_never_pass_it(api, redis_client, sql):
+    user_id = api.account(balance="50.00")
+    order_id = _deduct(api, user_id, "10.00")
+    start = threading.Barrier(16)
+
+    def client(i):
+        start.wait()
+        return _refund(api, user_id, order_id, "1.00", {"Idempotency-Key": f"race-{i % 13}"})
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(client, range(16)))
+    made = {body["refund_id"] for status, body in answers if status == 201}
+    refused = [body["error"]["code"] for status, body in answers if status != 201]
+    assert len(made) == 10, answers  # 13 keys, three of them sent twice: each key refunds once at most
+    assert set(refused) <= {"REFUND_EXCEEDS_CHARGE", "IDEMPOTENCY_IN_PROGRESS"}, refused
+    _persist(redis_client, user_id)
+    assert sql("SELECT SUM(amount) FROM t_refund WHERE charge_id = %s", (int(order_id),)) == ((1000,),)
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "50.00"
+
+
+def test_a_key_refunds_once_and_a_failed_publish_refunds_nothing(api, monkeypatch):
+    from hotledger.dal.publisher import NotAcknowledged
+    from hotledger.runtime import refunds
+
+    user_id = api.account(balance="20.00")
+    order_id = _deduct(api, user_id, "5.00")
+    key = {"Idempotency-Key": "refund-1"}
+    first = _refund(api, user_id, order_id, "2.00", key)
+    assert first[0] == 201 and _refund(api, user_id, order_id, "2.00", key) == first
+    status, body = _refund(api, user_id, order_id, "3.00", key)
+    assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_KEY_REUSED")
+
+    def broker_down(key_, event):
+        raise NotAcknowledged("no acknowledgement in time")
+
+    monkeypatch.setattr(refunds().durability, "publish", broker_down)
+    status, body = _refund(api, user_id, order_id, "3.00", {"Idempotency-Key": "refund-2"})
+    assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED")
+    monkeypatch.undo()
+    status, body = _refund(api, user_id, order_id, "3.00", {"Idempotency-Key": "refund-2"})
+    assert status == 201 and body["refunded_total"] == "5.00"  # the failed one left nothing behind
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "20.00"
+
+
+def test_the_refunded_total_survives_redis_losing_the_account(api, redis_client, sql):
+    user_id = api.account(balance="20.00")
+    order_id = _deduct(api, user_id, "8.00")
+    assert _refund(api, user_id, order_id, "5.00")[0] == 201
+    _persist(redis_client, user_id)
+    redis_client.delete(keys.balance(user_id), keys.refunds(user_id))
+    status, body = _refund(api, user_id, order_id, "3.01")
+    assert (status, body["error"]["code"]) == (409, "REFUND_EXCEEDS_CHARGE")
+    assert _refund(api, user_id, order_id, "3.00")[1]["refunded_total"] == "8.00"
+
+
+def test_what_a_hold_captured_is_refundable_once_it_ended(api, redis_client, sql):
+    user_id = api.account(balance="30.00")
+    status, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "10.00"})
+    hold_id = hold["hold_id"]
+    status, body = _refund(api, user_id, hold_id, "1.00", what="holds")
+    assert (status, body["error"]["code"]) == (409, "HOLD_NOT_ENDED")
+    assert api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "6.00", "final": True})[0] == 200
+    status, body = _refund(api, user_id, hold_id, "6.00", what="holds")
+    assert status == 201 and body["hold_id"] == hold_id and body["balance"] == "30.00"
+    assert _refund(api, user_id, hold_id, "0.01", what="holds")[1]["error"]["code"] == "REFUND_EXCEEDS_CHARGE"
+    _persist(redis_client, user_id)
+    assert sql("SELECT ref FROM t_entry WHERE user_id = %s AND type = 'refund'", (user_id,)) == ((f"hold:{hold_id}",),)
+
+
+def test_another_accounts_order_and_bad_input(api):
+    alice, bob = api.account(balance="5.00"), api.account(balance="5.00")
+    order_id = _deduct(api, alice, "1.00")
+    status, body = _refund(api, bob, order_id, "1.00")
+    assert (status, body["error"]["code"]) == (404, "ORDER_NOT_FOUND")
+    for body, code in (({"amount": "0.00"}, "INVALID_AMOUNT"), ({"amount": "1.00", "reason": 5}, "VALIDATION_ERROR"),
+                       ({}, "MISSING_FIELD"), ({"amount": "1.00", "x": 1}, "VALIDATION_ERROR")):
+        status, answer = api("POST", f"/accounts/{alice}/orders/{order_id}/refunds", body)
+        assert (status, answer["error"]["code"]) == (422, code), answer
+    assert api("GET", f"/accounts/{alice}")[1]["balance"] == "4.00"
+
+
+def test_refunds_need_an_async_account(api):
+    user_id = api.account(balance="5.00", deduct_type="SYNC")
+    order_id = _deduct(api, user_id, "1.00")
+    status, body = _refund(api, user_id, order_id, "1.00")
+    assert (status, body["error"]["code"]) == (409, "REFUNDS_NEED_ASYNC")
+
+
+@pytest.mark.parametrize("charged", ["1.00"])
+def test_a_refund_over_the_balance_limit_is_refused(api, charged, monkeypatch):
+    from hotledger.runtime import refunds
+
+    user_id = api.account(balance="5.00")
+    order_id = _deduct(api, user_id, charged)
+    monkeypatch.setattr(refunds().store, "max_balance", 400)
+    status, body = _refund(api, user_id, order_id, "1.00")
+    assert (status, body["error"]["code"]) == (422, "BALANCE_LIMIT")
