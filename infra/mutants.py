@@ -41,6 +41,7 @@ U_PACKETS = "tests/unit/test_redpackets.py"
 U_NOTICES = "tests/unit/test_notices.py"
 I_LUA = "tests/integration/test_lua_scripts.py"
 I_ORDERS = "tests/integration/test_payment_orders.py"
+I_HOLDS = "tests/integration/test_holds.py"
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ MUTANTS: list[Mutant] = [
     m("py-sync-closed", LEDGER_SERVICE, '        if account.open_flag != "1":\n            return ApplyReply(ApplyStatus.CLOSED',
       '        if False:\n            return ApplyReply(ApplyStatus.CLOSED', [U_LEDGER, "tests/integration/test_api_handler.py"],
       "a SYNC deduct on a closed API is refused"),
-    m("py-sync-insufficient", LEDGER_SERVICE, "if account.balance - amount < account.threshold:", "if False:",
+    m("py-sync-insufficient", LEDGER_SERVICE, "if account.balance - on_hold - amount < account.threshold:", "if False:",
       [U_LEDGER, "tests/integration/test_api_handler.py"],
       "a SYNC deduct never takes the balance below the threshold"),
     m("py-sync-limit", LEDGER_SERVICE, "elif account.balance + amount > MAX_BALANCE:", "elif False:",
@@ -275,6 +276,27 @@ MUTANTS: list[Mutant] = [
       "if seen is not None and (seen[0] > held.fence or (seen[0] == held.fence and seen[1] not in (None, held.owner))):",
       "if seen is not None and seen[0] > held.fence:", [I_ORDERS],
       "an equal lock token from another holder can neither take nor close a payment order"),
+    # ---- issue 20: holds, refunds, the ledger's numbering -------------------------------------------------------
+    m("lua-deduct-ignores-holds", LEDGER_APPLY,
+      "if balance - (tonumber(h[7]) or 0) - on_hold - amount < tonumber(h[3]) then return refuse('insufficient') end",
+      "if balance - (tonumber(h[7]) or 0) - amount < tonumber(h[3]) then return refuse('insufficient') end",
+      [I_HOLDS], "a deduct spends available only: what holds keep is not spendable"),
+    m("lua-hold-authorize-overdraws", "layers/lua/hold_authorize.lua",
+      "if balance - (tonumber(h[7]) or 0) - live - amount < tonumber(h[3]) then return {'insufficient', h[1], h[2]} end",
+      "if false then return {'insufficient', h[1], h[2]} end", [I_HOLDS],
+      "a hold is refused like a deduct, against available"),
+    m("lua-hold-capture-over", "layers/lua/hold_change.lua",
+      "if take > remaining then return {'exceeds', string.format('%d', remaining)} end", "",
+      [I_HOLDS], "a capture never takes more than the hold has left"),
+    m("lua-hold-expired-captured", "layers/lua/hold_change.lua",
+      "elseif now >= expires_at then\n  return {'expired'}", "elseif false then\n  return {'expired'}",
+      [I_HOLDS], "a hold past expires_at is neither captured nor voided"),
+    m("lua-refund-over-charge", "layers/lua/ledger_refund.lua",
+      "if refunded + amount > tonumber(ARGV[9]) then", "if false then",
+      ["tests/integration/test_refunds.py"], "refunds of a charge never pass what was charged"),
+    m("py-seq-gap", "functions/hotledger/ledger/book.py",
+      "head = replace(head, seq=head.seq + 1,", "head = replace(head, seq=head.seq + 2,",
+      ["tests/integration/test_history.py", "tests/unit/test_book.py"], "an account's entries are numbered without gaps"),
 ]
 
 

@@ -57,13 +57,10 @@ HoldNotDue = _error("HoldNotDue", 409, "HOLD_NOT_DUE")
 CaptureExceedsHold = _error("CaptureExceedsHold", 409, "CAPTURE_EXCEEDS_HOLD")
 # a capture of the hold is not durable yet: the hold cannot end meanwhile; nothing changed, retry (not the key's answer)
 HoldBusy = _error("HoldBusy", 409, "HOLD_BUSY")
-HoldsNeedAsync = _error("HoldsNeedAsync", 409, "HOLDS_NEED_ASYNC")
-ActiveHolds = _error("ActiveHolds", 409, "ACTIVE_HOLDS")
 
 # refunds
 RefundExceedsCharge = _error("RefundExceedsCharge", 409, "REFUND_EXCEEDS_CHARGE")
 HoldNotEnded = _error("HoldNotEnded", 409, "HOLD_NOT_ENDED")
-RefundsNeedAsync = _error("RefundsNeedAsync", 409, "REFUNDS_NEED_ASYNC")
 
 # history
 InvalidFilter = _error("InvalidFilter", 422, "VALIDATION_ERROR")

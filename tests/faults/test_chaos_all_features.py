@@ -19,9 +19,10 @@ from faults.test_faults import Stack, _account, _ClientThreads, stack  # noqa: F
 LEDGER_START = 5000  # cents on each ledger account: small, so refusals (402, 403 API_CLOSED) happen
 REFUSALS = {(402, "INSUFFICIENT_BALANCE"), (403, "API_CLOSED"), (422, "BALANCE_LIMIT"), (409, "SOLD_OUT"),
             (409, "ALREADY_ORDERED"), (409, "ALREADY_GRABBED"), (409, "EMPTY"), (409, "EXPIRED"),
-            (409, "ORDER_CLOSED"), (409, "ORDER_PAID")}
+            (409, "ORDER_CLOSED"), (409, "ORDER_PAID"), (409, "HOLD_CAPTURED"), (409, "HOLD_VOIDED"),
+            (409, "CAPTURE_EXCEEDS_HOLD")}
 TRANSIENT = {(503, "PUBLISH_FAILED"), (503, "SERVICE_UNAVAILABLE"), (503, "RECOVERING"), (503, "LOCK_LOST"),
-             (409, "IDEMPOTENCY_IN_PROGRESS"), (429, "TOO_MANY_PENDING")}
+             (409, "IDEMPOTENCY_IN_PROGRESS"), (429, "TOO_MANY_PENDING"), (409, "HOLD_BUSY")}
 UNKNOWN = (503, "OUTCOME_UNKNOWN")
 
 
@@ -71,11 +72,13 @@ class MixedClients(_ClientThreads):
     """Threads over every feature until stopped; every request carries an Idempotency-Key, is retried with it once
     when its answer changed nothing or is not known, and a third of the definitive answers are asked again."""
 
-    EVERY_FEATURE = ("charge", "charge", "buy", "grab", "payment_order")  # a thread each
+    EVERY_FEATURE = ("charge", "charge", "buy", "grab", "payment_order", "hold")  # a thread each
 
     def __init__(self, api: LocalService, ledger: list[int], payers: list[int], packets: list[str], grabbers: list[int],
-                 voucher_id: str, steps: tuple[str, ...] = EVERY_FEATURE, calls: list[Call] | None = None):
+                 voucher_id: str, steps: tuple[str, ...] = EVERY_FEATURE, calls: list[Call] | None = None,
+                 holders: list[int] = ()):
         self.api, self.ledger, self.payers, self.packets, self.grabbers = api, ledger, payers, packets, grabbers
+        self.holders = list(holders)
         self.voucher_id = voucher_id
         self.calls: list[Call] = [] if calls is None else calls  # given: a later run's calls join an earlier run's
         self.lock = threading.Lock()
@@ -131,6 +134,23 @@ class MixedClients(_ClientThreads):
         for action in actions:
             self._call(rng, action, "POST", f"/orders/{order_id}/{action}", order_id=order_id)
 
+    def _hold(self, rng, n):
+        """Authorize, then capture in parts, capture the rest, or void."""
+        if not self.holders:
+            return False
+        user_id = rng.choice(self.holders)
+        authorized = self._call(rng, "authorize", "POST", f"/accounts/{user_id}/holds",
+                                {"amount": _amount(rng.randint(100, 1500)), "expires_in_s": 3600}, user_id=user_id)
+        if not authorized.acked:
+            return
+        hold_id = authorized.acked[0]["hold_id"]
+        for action in rng.choice([["capture"], ["capture", "capture"], ["capture", "rest"], ["void"], ["capture", "void"]]):
+            if action == "void":
+                self._call(rng, "void", "POST", f"/accounts/{user_id}/holds/{hold_id}/void", None, hold_id=hold_id)
+            else:
+                body = {} if action == "rest" else {"amount": _amount(rng.randint(1, 400)), "final": rng.random() < 0.3}
+                self._call(rng, "capture", "POST", f"/accounts/{user_id}/holds/{hold_id}/capture", body, hold_id=hold_id)
+
     def of(self, *what: str) -> list[Call]:
         return [c for c in self.calls if c.what in what]
 
@@ -169,9 +189,10 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
     background = stack.service("all-writer-1", "--no-api", REBUILD_HOLD_S="2").start(wait_http=False)
     try:
         ledger = [_account(api, _amount(LEDGER_START)) for _ in range(6)]
+        holders = [_account(api, "100.00") for _ in range(3)]
         payers, sender, grabbers, voucher_id, packets = every_features_entities(api, 80, 12, "chaos")
 
-        with MixedClients(api, ledger, payers, list(packets), grabbers, voucher_id) as clients:
+        with MixedClients(api, ledger, payers, list(packets), grabbers, voucher_id, holders=holders) as clients:
             time.sleep(3)
             background.kill()
             time.sleep(2)
@@ -193,7 +214,7 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
         allowed = REFUSALS | TRANSIENT | {UNKNOWN, (0, None), (200, None), (201, None)}
         print("answers:", sorted(answers.items()))
         assert {(s, code) for _, s, code in answers} <= allowed, answers
-        for what in ("deduct", "recharge", "order", "grab", "create", "pay", "close"):
+        for what in ("deduct", "recharge", "order", "grab", "create", "pay", "close", "authorize", "capture", "void"):
             assert answers[(what, 200, None)] + answers[(what, 201, None)] > 0, (what, answers)
 
         # same-key retries of every charge, after Redis lost its records: the DB's t_idempotency answers
@@ -205,7 +226,9 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
         _check_vouchers(stack, api, clients, voucher_id, 150)
         _check_packets(stack, api, clients, packets, sender)
         _check_payment_orders(stack, clients)
+        _check_holds(stack, api, clients)
         _check_balances(stack, api, ledger + payers + [sender] + grabbers)
+        _check_ledger_rows(stack, ledger + payers + [sender] + grabbers + holders)
     finally:
         api.stop()
         background.stop()
@@ -407,3 +430,57 @@ def _check_balances(servers: Stack, api: LocalService, accounts: list[int], wait
         return True
 
     LocalService.wait_until(agree, wait_s, "DB balances = their entries and Redis = DB for every account", 1.0)
+
+
+def _check_holds(servers: Stack, api: LocalService, clients: MixedClients, wait_s: float = 90) -> None:
+    """Every acknowledged authorize, capture and void in the DB exactly once, with what it answered; each hold's
+    captured total is the sum of its booked captures and never more than its amount; a hold's final state is the one
+    its ending answer gave; Redis keeps for the holders what the DB says the ACTIVE holds keep."""
+    acked = [c for c in clients.of("authorize", "capture", "void") if c.acked]
+    ids = sorted({int(b["entry_id"]) for c in acked for b in c.acked})
+
+    def booked():
+        return servers.sql(f"SELECT COUNT(*) FROM t_hold_change WHERE id IN ({_in(ids)})", ids)[0][0] == len(ids)
+
+    LocalService.wait_until(booked, wait_s, "every acknowledged change of a hold booked", 1.0)
+    for call in acked:
+        entry_ids = {b["entry_id"] for b in call.acked}
+        assert len(entry_ids) == 1, call.answers  # a retry under the key answers the first answer
+        entry_id = int(entry_ids.pop())
+        (kind, amount, hold_id), = servers.sql("SELECT kind, amount, hold_id FROM t_hold_change WHERE id = %s", (entry_id,))
+        assert kind == {"authorize": "H", "capture": "C", "void": "V"}[call.what], (call.answers, kind)
+        if call.what == "capture" and call.body.get("amount"):
+            assert amount == _cents(call.body["amount"]), (call.answers, amount)
+        if call.what != "authorize" and call.acked[0]["state"] != "ACTIVE":
+            state = servers.sql("SELECT state FROM t_hold WHERE id = %s", (hold_id,))[0][0]
+            assert state == call.acked[0]["state"], (call.answers, state)
+    for hold_id, amount, captured, state in servers.sql(
+            f"SELECT id, amount, captured, state FROM t_hold WHERE user_id IN ({_in(clients.holders)})", clients.holders):
+        captures = servers.sql("SELECT COALESCE(SUM(amount), 0) FROM t_hold_change WHERE hold_id = %s AND kind = 'C'",
+                               (hold_id,))[0][0]
+        assert captured == captures <= amount, (hold_id, amount, captured, captures, state)
+    for user_id in clients.holders:
+        (on_hold,), = servers.sql("SELECT on_hold FROM t_account WHERE user_id = %s", (user_id,))
+        active = servers.sql("SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s AND state = 'ACTIVE'",
+                             (user_id,))[0][0]
+        assert on_hold == active, (user_id, on_hold, active)
+        LocalService.wait_until(lambda: api.request("GET", f"/accounts/{user_id}")[1]["held"] == _amount(active), wait_s,
+                                "Redis holds what the DB's ACTIVE holds keep", 1.0)
+    print("hold answers:", Counter((c.what, c.answers[-1][0]) for c in clients.of("authorize", "capture", "void")))
+
+
+def _check_ledger_rows(servers: Stack, accounts: list[int]) -> None:
+    """The one ledger: every booked change of every account has exactly one t_entry row; seq is gapless from 1; each
+    balance_after is the one before plus the delta; the last is t_account's balance and seq."""
+    for user_id in accounts:
+        rows = servers.sql("SELECT seq, entry_id, delta, balance_after FROM t_entry WHERE user_id = %s ORDER BY seq",
+                           (user_id,))
+        assert [r[0] for r in rows] == list(range(1, len(rows) + 1)), (user_id, [r[0] for r in rows])
+        changes = sum(servers.sql(f"SELECT COUNT(*) FROM {table} WHERE user_id = %s", (user_id,))[0][0]
+                      for table in ("t_order", "t_pay", "t_hold_change", "t_refund"))
+        assert len(rows) == changes == len({r[1] for r in rows}), (user_id, len(rows), changes)
+        running = 0
+        for _, _, delta, balance_after in rows:
+            running += delta
+            assert balance_after == running, (user_id, rows)
+        assert servers.sql("SELECT balance, seq FROM t_account WHERE user_id = %s", (user_id,))[0] == (running, len(rows))

@@ -58,6 +58,8 @@ def test_authorize_keeps_money_out_of_available_then_captures_in_parts_and_relea
     assert (account["balance"], account["held"], account["available"]) == ("100.00", "25.00", "75.00")
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "80.00"})  # the balance has it, available not
     assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
+    status, body = api("POST", f"/accounts/{user_id}/holds", {"amount": "75.01"})  # a hold cannot overdraw either
+    assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
 
     hold_id = hold["hold_id"]
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "10.00"})
@@ -229,14 +231,50 @@ def test_holds_come_back_with_the_account_after_redis_loses_it(api, redis_client
     _assert_booked_once_and_adding_up(sql, user_id)
 
 
-def test_holds_and_sync_accounts(api):
-    sync_user = api.account(balance="5.00", deduct_type="SYNC")
-    status, body = api("POST", f"/accounts/{sync_user}/holds", {"amount": "1.00"})
-    assert (status, body["error"]["code"]) == (409, "HOLDS_NEED_ASYNC")
-    user_id = api.account(balance="5.00")
-    _hold(api, user_id, "1.00")
+def test_holds_on_a_sync_account_are_decided_and_booked_in_the_db(api, sql):
+    user_id = api.account(balance="100.00", deduct_type="SYNC")
+    hold_id = _hold(api, user_id, "25.00")["hold_id"]
+    account = _account(api, user_id)
+    assert (account["balance"], account["held"], account["available"]) == ("100.00", "25.00", "75.00")
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "80.00"})
+    assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "10.00"})
+    assert status == 200 and (body["captured"], body["state"], body["balance"], body["available"]) == (
+        "10.00", "ACTIVE", "90.00", "75.00")
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "16.00"})
+    assert (status, body["error"]["code"]) == (409, "CAPTURE_EXCEEDS_HOLD")
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "5.00", "final": True})
+    assert status == 200 and (body["state"], body["balance"], body["available"]) == ("CAPTURED", "85.00", "85.00")
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void")
+    assert (status, body["error"]["code"]) == (409, "HOLD_CAPTURED")
+    assert sql("SELECT captured, state FROM t_hold WHERE id = %s", (int(hold_id),)) == ((1500, "CAPTURED"),)
+    rows = _assert_booked_once_and_adding_up(sql, user_id)  # booked at once: no writer involved
+    assert [r[1] for r in rows] == ["recharge", "hold", "capture", "capture"]
+
+    short = _hold(api, user_id, "5.00", expires_in_s=1)["hold_id"]
+    time.sleep(1.05)
+    assert _account(api, user_id)["available"] == "85.00"  # expired: counts for nothing before it is tidied
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "85.00"})
+    assert status == 200, body
+    _drain()
+    assert sql("SELECT state FROM t_hold WHERE id = %s", (int(short),)) == (("EXPIRED",),)
+    _assert_booked_once_and_adding_up(sql, user_id)
+
+
+def test_a_hold_carries_over_a_switch_to_sync_and_back(api, redis_client, sql):
+    user_id = api.account(balance="30.00")
+    hold_id = _hold(api, user_id, "10.00")["hold_id"]
+    _persist(redis_client, user_id)
     status, body = api("PATCH", f"/accounts/{user_id}", {"deduct_type": "SYNC"})
-    assert status == 409 and body["error"]["code"] in ("ACTIVE_HOLDS", "PENDING_ORDERS")
+    assert status == 200 and (body["held"], body["available"]) == ("10.00", "20.00")
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "4.00"})
+    assert status == 200 and (body["captured"], body["balance"]) == ("4.00", "26.00")
+    assert api("PATCH", f"/accounts/{user_id}", {"deduct_type": "ASYNC"})[0] == 200
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {})  # the rest, in Redis again
+    assert status == 200 and (body["captured"], body["state"], body["balance"]) == ("10.00", "CAPTURED", "20.00")
+    _persist(redis_client, user_id)
+    assert sql("SELECT captured, state FROM t_hold WHERE id = %s", (int(hold_id),)) == ((1000, "CAPTURED"),)
+    _assert_booked_once_and_adding_up(sql, user_id)
 
 
 @pytest.mark.parametrize("path, body, code", [
@@ -284,6 +322,6 @@ def test_the_scripts_other_answers(api, redis_client, monkeypatch):
     status, answer = api("POST", f"/accounts/{user_id}/holds", {"amount": "1.00"})
     assert (status, answer["error"]["code"]) == (403, "API_CLOSED")
     sync_user = api.account(balance="5.00", deduct_type="SYNC")
-    assert api("GET", f"/accounts/{sync_user}")[0] == 200  # cached, as SYNC
+    assert api("GET", f"/accounts/{sync_user}")[0] == 200  # cached, as SYNC: the script sends the change to the DB
     status, answer = api("POST", f"/accounts/{sync_user}/holds/{hold_id}/capture", {})
-    assert (status, answer["error"]["code"]) == (409, "HOLDS_NEED_ASYNC")
+    assert (status, answer["error"]["code"]) == (404, "HOLD_NOT_FOUND")  # not this account's hold

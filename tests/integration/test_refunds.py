@@ -125,11 +125,17 @@ def test_another_accounts_order_and_bad_input(api):
     assert api("GET", f"/accounts/{alice}")[1]["balance"] == "4.00"
 
 
-def test_refunds_need_an_async_account(api):
+def test_refunds_of_a_sync_account_are_decided_and_booked_in_the_db(api, sql):
     user_id = api.account(balance="5.00", deduct_type="SYNC")
-    order_id = _deduct(api, user_id, "1.00")
-    status, body = _refund(api, user_id, order_id, "1.00")
-    assert (status, body["error"]["code"]) == (409, "REFUNDS_NEED_ASYNC")
+    order_id = _deduct(api, user_id, "3.00")
+    status, body = _refund(api, user_id, order_id, "2.00")
+    assert status == 201 and (body["refunded_total"], body["balance"]) == ("2.00", "4.00")
+    status, body = _refund(api, user_id, order_id, "1.01")
+    assert (status, body["error"]["code"]) == (409, "REFUND_EXCEEDS_CHARGE")
+    assert _refund(api, user_id, order_id, "1.00")[1]["refunded_total"] == "3.00"
+    assert sql("SELECT SUM(amount) FROM t_refund WHERE charge_id = %s", (int(order_id),)) == ((300,),)
+    assert sql("SELECT type, delta, balance_after FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,)) == (
+        ("recharge", 500, 500), ("deduct", -300, 200), ("refund", 200, 400), ("refund", 100, 500))
 
 
 @pytest.mark.parametrize("charged", ["1.00"])

@@ -220,6 +220,12 @@ class FakeLedgerStore:
     def active_holds(self, user_id):
         return []
 
+    def live_on_hold(self, account, now_ms):
+        return 0
+
+    def live_on_hold_in_db(self, account):
+        return 0
+
     def cache_account(self, account, balance, epoch, holds):
         self.loads.append((account.user_id, balance, epoch))
         self.cache[account.user_id] = CachedAccount(balance, account.version, account.threshold, account.open_flag)

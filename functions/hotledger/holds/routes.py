@@ -24,7 +24,7 @@ HoldId = Annotated[int, Path(gt=0, lt=2**63)]
 HoldState = Annotated[str | None, Query(pattern="^(ACTIVE|CAPTURED|VOIDED|EXPIRED)$")]
 _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND or HOLD_NOT_FOUND")
 _ENDED = "HOLD_CAPTURED, HOLD_VOIDED or HOLD_EXPIRED: the hold ended so already; HOLD_BUSY: a capture is still being " \
-         "recorded, retry; HOLDS_NEED_ASYNC; "
+         "recorded, retry; "
 
 
 class AuthorizeRequest(BaseModel):
@@ -52,6 +52,7 @@ class HoldAnswer(BaseModel):
     description: str
     balance: str | None = Field(description="the account's balance after this request (null on reads)")
     available: str | None = Field(description="balance - held credits - active holds after this request (null on reads)")
+    entry_id: str | None = Field(description="the ledger entry this request made (its history entry; null on reads)")
 
 
 class HoldsPage(BaseModel):
@@ -66,13 +67,14 @@ def _answer(view: HoldView) -> dict:
             "remaining": format_minor(h.amount - h.captured if h.state == "ACTIVE" else 0), "state": h.state,
             "expires_at": h.expires_at, "created_at": h.created_at, "description": h.description,
             "balance": None if view.balance is None else format_minor(view.balance),
-            "available": None if view.available is None else format_minor(view.available)}
+            "available": None if view.available is None else format_minor(view.available),
+            "entry_id": None if view.entry_id is None else str(view.entry_id)}
 
 
 @router.post("/accounts/<user_id>/holds", status_code=201, responses=responses(
     201, HoldAnswer, "authorized: the amount left `available` at once", _NOT_FOUND, UNAVAILABLE, KEY_CONFLICT,
     TOO_MANY_KEYS, (402, "INSUFFICIENT_BALANCE: available - amount would fall below the threshold"), (403, "API_CLOSED"),
-    (409, "HOLDS_NEED_ASYNC: the account is SYNC; " + KEY_CONFLICT[1])))
+    (409, KEY_CONFLICT[1])))
 def authorize(user_id: UserId, request: Annotated[AuthorizeRequest, Body()], idempotency_key: RouteKey = None):
     def run(attempt):
         view = holds().authorize(user_id, request.amount, request.expires_in_s, request.description, attempt.remember,

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hotledger import errors
-from hotledger.holds.store import ACTIVE, CAPTURE, EXPIRE, VOID, Hold, HoldReply, HoldStatus, HoldStore
+from hotledger.holds.store import (
+    ACTIVE, CAPTURE, EXPIRE, VOID, Hold, HoldReply, HoldStatus, HoldStore, insert_changes, lock_hold,
+)
 from hotledger.ledger.entry import Entry, HoldChange
+from hotledger.ledger.service import after_change
 from hotledger.money import MAX_MINOR
 from hotledger.outbox.durable import Durability, Outbound
+from hotledger.outbox.events import LedgerEvent
 
 HOLD_EXPIRY = "hold-expiry"  # delay queue of 'user_id:hold_id' elements, due at the hold's expires_at
 EXPIRY_RETRY_MS = 1_000
@@ -41,6 +45,7 @@ class HoldView:
     hold: Hold
     balance: int | None = None  # the account after the request (None: read from the DB, no change made now)
     available: int | None = None
+    entry_id: int | None = None  # the ledger entry the request made (None on reads and resumed requests)
 
 
 class Holds:
@@ -75,9 +80,27 @@ class Holds:
                           None, HoldChange(hold_id, 0, expires_at, reply.available, ACTIVE, description, 0))
             return self._outbound(entry)
 
-        hold_id, reply = self._apply(user_id, attempt, outbound, "hold")
-        self._schedule_expiry(user_id, hold_id, expires_at)
-        return HoldView(made[hold_id], reply.balance, reply.available)
+        def in_db(tx, account, now_ms: int) -> LedgerEvent:
+            available = account.balance - tx.live_on_hold(account, now_ms)
+            if account.open_flag != "1":
+                raise errors.ApiClosed("the account's API is closed")
+            if available - amount < account.threshold:
+                raise errors.InsufficientBalance("available - amount would fall below the account's threshold")
+            made[hold_id] = Hold(hold_id, user_id, amount, 0, ACTIVE, expires_at, now, description)
+            return LedgerEvent(type="ledger", id=hold_id, kind="H", user_id=user_id, amount=amount,
+                               balance_after=account.balance, version=account.version + 1, epoch="", ts=now,
+                               open=account.open_flag, hold_id=hold_id, expires_at=expires_at,
+                               available_after=available - amount, hold_state=ACTIVE, description=description)
+
+        while True:
+            hold_id, reply = self._apply(user_id, attempt, outbound, "hold")
+            if reply.status is HoldStatus.SYNC:
+                change = self.ledger.change_in_db(user_id, hold_id, in_db, insert_changes)
+                if change is None:
+                    continue  # ASYNC after all: the stale cache was dropped
+                reply = HoldReply(HoldStatus.OK, change.balance_after, change.version, available=change.available_after)
+            self._schedule_expiry(user_id, hold_id, expires_at)
+            return HoldView(made[hold_id], reply.balance, reply.available, hold_id)
 
     # capture, void, expire ----------------------------------------------------------------------------------------
     def capture(self, user_id: int, hold_id: int, amount: int | None, final: bool, remember=None,
@@ -129,9 +152,36 @@ class Holds:
                                                             reply.state, None, reply.captured))
             return self._outbound(entry, waits=op == CAPTURE and reply.state == ACTIVE)
 
-        _, reply = self._apply(user_id, attempt, outbound, "hold change", hold_id)
+        def in_db(tx, account, now_ms: int) -> LedgerEvent:
+            hold = lock_hold(tx.cursor, user_id, hold_id)
+            if hold is None:
+                raise errors.HoldNotFound(f"hold {hold_id} of account {user_id} does not exist")
+            take, released, state = transition(op, hold, amount, final, now_ms)
+            live = tx.live_on_hold(account, now_ms)
+            change_amount = take if op == CAPTURE else released
+            return LedgerEvent(type="ledger", id=entry_id_of[0], kind=op, user_id=user_id, amount=change_amount,
+                               balance_after=account.balance - take, version=account.version + 1, epoch="", ts=now_ms,
+                               open=after_change("D", account.balance - take, account.open_flag) if take else account.open_flag,
+                               hold_id=hold_id, released=released, expires_at=hold.expires_at,
+                               available_after=account.balance - take - (live - take - released), hold_state=state,
+                               captured_after=hold.captured + take)
+
+        entry_id_of: list[int] = [0]
+        while True:
+            entry_id, reply = self._apply(user_id, attempt, outbound, "hold change", hold_id)
+            if reply.status is not HoldStatus.SYNC:
+                break
+            entry_id_of[0] = entry_id
+            change = self.ledger.change_in_db(user_id, entry_id, in_db, insert_changes)
+            if change is not None:
+                reply = HoldReply(HoldStatus.OK, change.balance_after, change.version, available=change.available_after,
+                                  amount=change.amount, captured=change.captured_after, state=change.hold_state,
+                                  released=change.released)
+                break
         hold = self.store.cached(user_id, hold_id) or self.store.stored(user_id, hold_id)
-        return HoldView(hold, reply.balance, reply.available)
+        # as this change left it: a later change by another request may have moved it since
+        return HoldView(replace(hold, captured=reply.captured, state=reply.state), reply.balance, reply.available,
+                        entry_id)
 
     # reads ------------------------------------------------------------------------------------------------------
     def get(self, user_id: int, hold_id: int) -> Hold:
@@ -152,7 +202,7 @@ class Holds:
     def _apply(self, user_id: int, attempt, outbound, what: str, hold_id: int | None = None) -> tuple[int, HoldReply]:
         return self.durability.apply(
             attempt, reload=lambda: self.ledger.load_cache(user_id), refusal=lambda r: self._refusal(user_id, hold_id, r),
-            outbound=outbound,
+            outbound=self._outbound_of(outbound),
             unknown=lambda i, why: errors.ChargeOutcomeUnknown(
                 f"{why}: the {what} {i} may or may not be made; look at GET /accounts/{user_id}/holds before "
                 "retrying (or retry with the same Idempotency-Key)", entry_id=str(i)),
@@ -163,7 +213,7 @@ class Holds:
         if status is HoldStatus.OK:
             return None
         if status is HoldStatus.SYNC:
-            return errors.HoldsNeedAsync("holds work on ASYNC accounts: this account is SYNC (PATCH deduct_type to ASYNC)")
+            return None  # the DB decides (Ledger.change_in_db)
         if status is HoldStatus.INSUFFICIENT:
             return errors.InsufficientBalance("available - amount would fall below the account's threshold")
         if status is HoldStatus.CLOSED:
@@ -185,6 +235,9 @@ class Holds:
         if stored is not None and stored.state in ENDED:
             return ENDED[stored.state](f"hold {hold_id} is {stored.state.lower()} already")
         return errors.HoldNotFound(f"hold {hold_id} of account {user_id} does not exist")
+
+    def _outbound_of(self, outbound):
+        return lambda change_id, reply: outbound(change_id, reply) if reply.status is HoldStatus.OK else None
 
     def _outbound(self, entry: Entry, waits: bool = False) -> Outbound:
         """waits: a partial capture, whose hold may not end before it is durable (ledger_post ends its inflight count)."""
@@ -213,3 +266,22 @@ class Holds:
         state = self._state(hold)
         return hold if state == hold.state else Hold(hold.hold_id, hold.user_id, hold.amount, hold.captured, state,
                                                      hold.expires_at, hold.created_at, hold.description)
+
+
+def transition(op: str, hold: Hold, amount: int, final: bool, now_ms: int) -> tuple[int, int, str]:
+    """hold_change.lua's rules for the SYNC path: (what is captured, what is released, the state after), or the
+    refusal raised. A SYNC change is durable when it commits, so no capture is ever in flight (no HOLD_BUSY)."""
+    if hold.state != ACTIVE:
+        raise ENDED[hold.state](f"hold {hold.hold_id} is {hold.state.lower()} already")
+    if op == EXPIRE and now_ms < hold.expires_at:
+        raise errors.HoldNotDue("the hold has not expired yet")
+    if op != EXPIRE and now_ms >= hold.expires_at:
+        raise errors.HoldExpired(f"hold {hold.hold_id} expired")
+    remaining = hold.amount - hold.captured
+    take = (amount or remaining) if op == CAPTURE else 0
+    if take > remaining:
+        raise errors.CaptureExceedsHold(f"only {remaining} minor units are left on the hold")
+    terminal = op != CAPTURE or final or take == remaining
+    if not terminal:
+        return take, 0, ACTIVE
+    return take, remaining - take, {VOID: "VOIDED", EXPIRE: "EXPIRED"}.get(op, "CAPTURED")

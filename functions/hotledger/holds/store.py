@@ -166,6 +166,20 @@ def active_holds(cursor, user_id: int) -> list[Hold]:
     return [Hold(*row) for row in cursor.fetchall()]
 
 
+def expired_on_hold(cursor, user_id: int, now_ms: int) -> int:
+    """What the account's ACTIVE holds past expires_at still keep in the DB (not tidied yet: they count for nothing)."""
+    cursor.execute("SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s AND state = 'ACTIVE'"
+                   " AND expires_at <= %s", (user_id, now_ms))
+    return int(cursor.fetchone()[0])
+
+
+def lock_hold(cursor, user_id: int, hold_id: int) -> Hold | None:
+    """The hold, its row locked until the transaction ends (the SYNC path's compare-and-set)."""
+    cursor.execute(_HOLD + " WHERE id = %s AND user_id = %s FOR UPDATE", (hold_id, user_id))
+    row = cursor.fetchone()
+    return None if row is None else Hold(*row)
+
+
 def holds_with_pending(stored: list[Hold], pending: list[Entry]) -> list[Hold]:
     """The DB's ACTIVE holds with the hold changes charged in Redis and not in the DB yet applied, in version order;
     the ACTIVE ones after them. This is what a cache load puts back in Redis (as ledger.service.expected_cache for money)."""

@@ -166,12 +166,13 @@ def stored_reply(seen: IdempotentAnswer, request: str) -> ApplyReply:
                       mode=answer["mode"])
 
 
-def refused_in_db(kind: str, amount: int, account: AccountRow) -> ApplyReply | None:
-    """ledger_apply.lua's refusals for a SYNC account (with the balance and version refused at); None: allowed."""
+def refused_in_db(kind: str, amount: int, account: AccountRow, on_hold: int = 0) -> ApplyReply | None:
+    """ledger_apply.lua's refusals for a SYNC account (with the balance and version refused at); None: allowed.
+    on_hold: what the account's live holds keep."""
     if kind == KIND_DEDUCT:
         if account.open_flag != "1":
             return ApplyReply(ApplyStatus.CLOSED, balance=account.balance, version=account.version)
-        if account.balance - amount < account.threshold:
+        if account.balance - on_hold - amount < account.threshold:
             return ApplyReply(ApplyStatus.INSUFFICIENT, balance=account.balance, version=account.version)
     elif account.balance + amount > MAX_BALANCE:
         return ApplyReply(ApplyStatus.LIMIT, balance=account.balance, version=account.version)
@@ -242,7 +243,8 @@ class Ledger:
         if row is None:
             raise errors.AccountNotFound(f"account {user_id} does not exist")
         pending = self.store.pending_count(user_id)
-        balance, version, threshold, flag, held, on_hold = row.balance, row.version, row.threshold, row.open_flag, 0, 0
+        balance, version, threshold, flag, held = row.balance, row.version, row.threshold, row.open_flag, 0
+        on_hold = self.store.live_on_hold_in_db(row)
         if row.deduct_type == "ASYNC":  # Redis is authoritative: the DB lags by the pending entries
             cached = self.store.cached(user_id)
             if cached is None:
@@ -267,8 +269,6 @@ class Ledger:
                         if switch.status is ToSyncStatus.PENDING:
                             raise errors.PendingOrders(
                                 f"{switch.pending} orders are not in the DB yet; switch to SYNC once pending_orders is 0")
-                        if switch.status is ToSyncStatus.HOLDS:
-                            raise errors.ActiveHolds("the account has ACTIVE holds; switch to SYNC once they ended")
                     if deduct_type is not None:
                         tx.set_deduct_type(user_id, deduct_type)
                     if threshold is not None:
@@ -378,6 +378,28 @@ class Ledger:
             return LedgerResult(entry_id, user_id, amount, reply.balance, reply.version, "ASYNC")
         raise errors.ServiceUnavailable(f"account {user_id} could not be loaded into the cache; retry")
 
+    def change_in_db(self, user_id: int, entry_id: int, decide, record) -> LedgerEvent | None:
+        """The SYNC path of another feature's change (a hold's, a refund), as a SYNC charge: under the account lock and
+        row lock, decide(tx, account, now_ms) checks the feature's rules on the DB's account and returns the change (or
+        raises its refusal); the change is booked with the account's next seq, record(cursor, [change]) writes the
+        feature's rows, the account row moves, all in one transaction. None when the account is ASYNC after all (the
+        stale cache is dropped: the caller goes the Redis way)."""
+        with self.lock.hold(keys.account_lock(user_id)) as held, _commit_outcome_of("change", user_id, entry_id):
+            with self.store.transaction() as tx:
+                account = self._locked_account(tx, user_id, held)
+                if account.deduct_type != "SYNC":
+                    self.store.drop_cache(user_id)
+                    return None
+                now = int(time.time() * 1000)
+                change = decide(tx, account, now)
+                (booked,), heads = book([change], {user_id: account.head}, now)
+                record(tx.cursor, [change])
+                tx.book_change(account, booked, heads[user_id], change.open)
+        with contextlib.suppress(RedisUnavailable):  # a cache left behind is corrected by the reconciler (older version)
+            self.store.update_cache(user_id, {"balance": booked.balance_after, "v": account.version + 1,
+                                              "open": change.open}, if_older_than=account.version + 1)
+        return change
+
     def take_back(self, user_id: int, entry_id: int, kind: str) -> bool:
         """Take back a change of another feature on this account (a hold's) whose event was not acknowledged, as a
         charge is (_undo); True when it stands instead."""
@@ -434,7 +456,7 @@ class Ledger:
                 if account.deduct_type != "SYNC":
                     self.store.drop_cache(user_id)
                     return None
-                refused = refused_in_db(kind, amount, account)
+                refused = refused_in_db(kind, amount, account, tx.live_on_hold(account, int(time.time() * 1000)))
                 if refused is not None:  # changes nothing but the key's record: its answer for good
                     if refusal_is_answer(idem_key):
                         tx.remember_answer(user_id, idem_key, request, refusal_answer(refused))

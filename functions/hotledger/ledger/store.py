@@ -25,7 +25,7 @@ from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, stream_flag, text
-from hotledger.holds.store import Hold, active_holds
+from hotledger.holds.store import Hold, active_holds, expired_on_hold
 from hotledger.ledger.entry import HOLD_KINDS, KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND, Booked, Entry, LedgerHead, is_client_key
 from hotledger.outbox.events import LedgerEvent
 
@@ -244,7 +244,6 @@ class RollbackReply:
 class ToSyncStatus(Enum):
     OK = "ok"
     PENDING = "pending"
-    HOLDS = "holds"  # ACTIVE holds keep money on the ASYNC path
 
 
 @dataclass(frozen=True)
@@ -400,6 +399,13 @@ class LedgerStore:
         records = self.redis.hmget(keys.holds(user_id), expired)
         return on_hold - sum(int(a) - int(c) for a, c, *_ in (text(r).split(";", 2) for r in records if r is not None))
 
+    def live_on_hold_in_db(self, account: AccountRow) -> int:
+        """What the account's holds keep as the DB knows them, less those past expires_at (a SYNC account's)."""
+        if account.on_hold <= 0:
+            return 0
+        with db.transaction() as cur:
+            return account.on_hold - expired_on_hold(cur, account.user_id, int(time.time() * 1000))
+
     def is_cached(self, user_id: int) -> bool:
         return bool(self.redis.exists(keys.balance(user_id)))
 
@@ -532,7 +538,8 @@ class LedgerStore:
 
     def switch_to_sync(self, user_id: int) -> ToSyncReply:
         """ledger_to_sync.lua: mark the cached account SYNC unless entries still wait for the DB."""
-        return ToSyncReply.parse(self.lua.run("ledger_to_sync", [keys.balance(user_id), keys.consistency(user_id)], []))
+        return ToSyncReply.parse(self.lua.run("ledger_to_sync", [keys.balance(user_id), keys.consistency(user_id),
+                                                                 keys.holds(user_id), keys.hold_expiry(user_id)], []))
 
     def reconcile_cache(self, user_id: int, *, epoch: str, drift: int, db_version: int) -> ReconcileReply:
         """ledger_reconcile.lua: add `drift` to the cached balance (an adjusting entry: charges made since the
@@ -604,6 +611,19 @@ class LedgerTx:
     def active_holds(self, user_id: int) -> list[Hold]:
         """The account's ACTIVE holds as the DB holds them (under the row lock this transaction took)."""
         return active_holds(self.cursor, user_id)
+
+    def live_on_hold(self, account: AccountRow, now_ms: int) -> int:
+        """What the account's holds keep, less those past expires_at (as the scripts count it)."""
+        return account.on_hold - expired_on_hold(self.cursor, account.user_id, now_ms) if account.on_hold > 0 else 0
+
+    def book_change(self, account: AccountRow, booked: Booked, head: LedgerHead, open_flag: str) -> None:
+        """A SYNC change of another feature (a hold's, a refund): its ledger row and the account row after it."""
+        self.insert_booked([booked])
+        self.cursor.execute("UPDATE t_account SET balance = %s, version = version + 1, seq = %s, on_hold = %s,"
+                            " booked_at = %s WHERE user_id = %s",
+                            (head.balance, head.seq, head.on_hold, head.booked_at, account.user_id))
+        if open_flag != account.open_flag:
+            self.set_open(account.user_id, open_flag)
 
     def rolled_back(self, entry_ids: list[int]) -> set[int]:
         """Those of the ids the API rolled back for good (t_rolled_back), read under the account row locks the

@@ -22,7 +22,7 @@ metrics = observability.metrics()
 UserId = Annotated[int, Path(gt=0, lt=2**31)]
 ChargeId = Annotated[int, Path(gt=0, lt=2**63)]
 _REFUSED = (409, "REFUND_EXCEEDS_CHARGE: more than was charged would be refunded in total; HOLD_NOT_ENDED; "
-                 "REFUNDS_NEED_ASYNC; " + KEY_CONFLICT[1])
+                 + KEY_CONFLICT[1])
 
 
 class RefundRequest(BaseModel):

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hotledger import errors
-from hotledger.ledger.entry import KIND_REFUND, Entry, RefundOf
+from hotledger.ledger.entry import KIND_RECHARGE, KIND_REFUND, Entry, RefundOf
+from hotledger.ledger.service import after_change
 from hotledger.outbox.durable import Durability, Outbound
-from hotledger.refunds.store import Refund, RefundReply, RefundStatus, RefundStore
+from hotledger.outbox.events import LedgerEvent
+from hotledger.refunds.store import Refund, RefundReply, RefundStatus, RefundStore, insert_refunds, refunded_in_tx
 
 ORDER, HOLD = "order", "hold"
 
@@ -62,13 +64,32 @@ class Refunds:
             return Outbound(str(user_id), entry.event, lambda: self.ledger.take_back(user_id, refund_id, KIND_REFUND),
                             made_durable=lambda: self.ledger.post(user_id, refund_id))
 
-        refund_id, reply = self.durability.apply(
-            attempt, reload=lambda: self.ledger.load_cache(user_id), refusal=self._refusal, outbound=outbound,
-            unknown=lambda i, why: errors.ChargeOutcomeUnknown(
-                f"{why}: refund {i} may or may not be made; look at GET /accounts/{user_id}/entries before retrying (or "
-                "retry with the same Idempotency-Key)", entry_id=str(i)),
-            what="refund")
-        return RefundResult(Refund(refund_id, user_id, charge_id, charge_kind, amount, reply.refunded), reply.balance)
+        def in_db(tx, account, now_ms: int) -> LedgerEvent:
+            refunded = refunded_in_tx(tx.cursor, charge_id)  # every refund of the charge waits for this row lock
+            if refunded + amount > charged:
+                raise self._refusal(RefundReply(RefundStatus.EXCEEDS, refunded=refunded, charged=charged))
+            if account.balance + amount > self.store.max_balance:
+                raise errors.BalanceLimit("the refund would take the balance past its largest value")
+            return LedgerEvent(type="ledger", id=refund_id, kind=KIND_REFUND, user_id=user_id, amount=amount,
+                               balance_after=account.balance + amount, version=account.version + 1, epoch="", ts=now_ms,
+                               open=after_change(KIND_RECHARGE, account.balance + amount, account.open_flag),
+                               refund_of=charge_id, refund_of_kind=charge_kind, refunded_after=refunded + amount,
+                               reason=reason)
+
+        while True:
+            refund_id, reply = self.durability.apply(
+                attempt, reload=lambda: self.ledger.load_cache(user_id), refusal=self._refusal,
+                outbound=lambda i, r: outbound(i, r) if r.status is RefundStatus.OK else None,
+                unknown=lambda i, why: errors.ChargeOutcomeUnknown(
+                    f"{why}: refund {i} may or may not be made; look at GET /accounts/{user_id}/entries before retrying "
+                    "(or retry with the same Idempotency-Key)", entry_id=str(i)),
+                what="refund")
+            if reply.status is RefundStatus.SYNC:
+                change = self.ledger.change_in_db(user_id, refund_id, in_db, insert_refunds)
+                if change is None:
+                    continue  # ASYNC after all: the stale cache was dropped
+                reply = RefundReply(RefundStatus.OK, change.balance_after, refunded=change.refunded_after)
+            return RefundResult(Refund(refund_id, user_id, charge_id, charge_kind, amount, reply.refunded), reply.balance)
 
     def _charged(self, user_id: int, charge_kind: str, charge_id: int) -> int:
         """What the charge took (raises ORDER_NOT_FOUND / HOLD_NOT_FOUND for one that is not this account's)."""
@@ -100,6 +121,4 @@ class Refunds:
                                               "already: this refund would pass the charge")
         if reply.status is RefundStatus.LIMIT:
             return errors.BalanceLimit("the refund would take the balance past its largest value")
-        if reply.status is RefundStatus.SYNC:
-            return errors.RefundsNeedAsync("refunds work on ASYNC accounts: this account is SYNC")
-        return None
+        return None  # OK, or SYNC: the DB decides (Ledger.change_in_db)

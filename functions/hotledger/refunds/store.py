@@ -80,6 +80,12 @@ class RefundStore:
         return Refund(*rows[0], None) if rows else None
 
 
+def refunded_in_tx(cursor, charge_id: int) -> int:
+    """The charge's refunded total, in the caller's transaction (the SYNC path, under the account row lock)."""
+    cursor.execute("SELECT COALESCE(SUM(amount), 0) FROM t_refund WHERE charge_id = %s", (charge_id,))
+    return int(cursor.fetchone()[0])
+
+
 def insert_refunds(cursor, events) -> None:
     """The writer's part for a batch's refunds (kind F, new to the DB): their t_refund rows."""
     if events:
