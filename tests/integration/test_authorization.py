@@ -126,6 +126,8 @@ def _world(api) -> dict:
         ("POST", "/accounts/<user_id>/recharge"): {"amount": "1.00"}, ("POST", "/accounts/<user_id>/deduct"): {"amount": "1.00"},
         ("POST", "/accounts/<user_id>/holds"): {"amount": "1.00"},
         ("POST", "/accounts/<user_id>/holds/<hold_id>/capture"): {"amount": "0.01"},
+        ("POST", "/accounts/<user_id>/orders/<order_id>/refunds"): {"amount": "0.01"},
+        ("POST", "/accounts/<user_id>/holds/<hold_id>/refunds"): {"amount": "0.01"},
         ("POST", "/vouchers"): {"title": "t2", "stock": 1, "begin_at": 0, "end_at": 4102444800000},
         ("POST", "/vouchers/<voucher_id>/orders"): {"user_id": alice},
         ("POST", "/redpackets"): {"sender_id": alice, "total": "1.00", "count": 1},
@@ -145,7 +147,7 @@ def _state(sql, redis_client, world) -> tuple:
     """What any accepted request would change: row counts and balances of every table a route writes, and the Redis
     keys and values of the world's entities (not the whole keyspace: other tests' keys expire meanwhile)."""
     tables = ("t_account", "t_order", "t_pay", "t_seckill_voucher", "t_voucher_order", "t_red_packet", "t_red_packet_item",
-              "t_payment_order", "t_idempotency", "t_route_key", "t_rolled_back", "t_hold", "t_hold_change", "t_entry")
+              "t_payment_order", "t_idempotency", "t_route_key", "t_rolled_back", "t_hold", "t_hold_change", "t_entry", "t_refund")
     counts = tuple(sql(f"SELECT COUNT(*) FROM {t}")[0][0] for t in tables)
     params = world["params"]
     entities = (str(world["alice"]), str(world["bob"]), f"v{params['voucher_id']}", f"rp{params['packet_id']}",
@@ -168,6 +170,7 @@ MAY_CALL = {
     ("POST", "/accounts/<user_id>/holds"): {S}, ("POST", "/accounts/<user_id>/holds/<hold_id>/capture"): {S},
     ("POST", "/accounts/<user_id>/holds/<hold_id>/void"): {S}, ("GET", "/accounts/<user_id>/holds/<hold_id>"): {S, O, U},
     ("GET", "/accounts/<user_id>/holds"): {S, O, U},
+    ("POST", "/accounts/<user_id>/orders/<order_id>/refunds"): {S}, ("POST", "/accounts/<user_id>/holds/<hold_id>/refunds"): {S},
     ("POST", "/vouchers"): {O}, ("GET", "/vouchers/<voucher_id>"): ANYONE, ("POST", "/vouchers/<voucher_id>/orders"): {S, U},
     ("GET", "/vouchers/<voucher_id>/orders/<order_id>"): {S, O, U},
     ("POST", "/redpackets"): {S}, ("POST", "/redpackets/<packet_id>/grab"): {S, U}, ("GET", "/redpackets/<packet_id>"): ANYONE,
