@@ -114,12 +114,14 @@ def evalsha_redis_benchmark(redis_port: int, clients: int, requests: int) -> flo
     from hotledger.dal.redis_store import lua as runner
 
     lua = runner()
-    lua.run("ledger_load", ["user:balance:{777}", "user:held:{777}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
+    lua.run("ledger_load", ["user:balance:{777}", "user:held:{777}", "user:holds:{777}", "user:holds:expiry:{777}",
+                                  "user:refunds:{777}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench", 0])
     sha = lua.sha("ledger_apply")
     lua.client.script_load((REPO / "layers/lua/ledger_apply.lua").read_text())
     cmd = ["redis-benchmark", "-p", str(redis_port), "-c", str(clients), "-n", str(requests), "-r", "1000000000", "-q",
-           "evalsha", sha, "7", "user:balance:{777}", "user:order:{777}:__rand_int__", "user:order:consistency:{777}",
-           "user:idem:{777}:", "events:unused:{777}", "user:idem:quota:{777}", "user:held:{777}",
+           "evalsha", sha, "9", "user:balance:{777}", "user:order:{777}:__rand_int__", "user:order:consistency:{777}",
+           "user:idem:{777}:", "events:unused:{777}", "user:idem:quota:{777}", "user:held:{777}", "user:holds:{777}",
+           "user:holds:expiry:{777}",
            "D", "1", "1700000000000", "__rand_int__", "604800", "", "86400",
            "9000000000000000", "0", "", "", "777"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -133,7 +135,8 @@ def redispy_worker(stop_at: float, out) -> None:
     while time.monotonic() < stop_at:
         n += 1
         lua.run("ledger_apply", ["user:balance:{778}", f"user:order:{{778}}:{os.getpid()}-{n}", "user:order:consistency:{778}",
-                                 "user:idem:{778}:", "events:unused:{778}", "user:idem:quota:{778}", "user:held:{778}"],
+                                 "user:idem:{778}:", "events:unused:{778}", "user:idem:quota:{778}", "user:held:{778}",
+                                 "user:holds:{778}", "user:holds:expiry:{778}"],
                 ["D", 1, 1_700_000_000_000, f"{os.getpid()}{n}", 604800, "", 86400, 9_000_000_000_000_000, 0, "", "", 778])
     out.put(n)
 
@@ -141,7 +144,8 @@ def redispy_worker(stop_at: float, out) -> None:
 def evalsha_redispy(procs: int, seconds: float) -> float:
     from hotledger.dal.redis_store import lua
 
-    lua().run("ledger_load", ["user:balance:{778}", "user:held:{778}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench"])
+    lua().run("ledger_load", ["user:balance:{778}", "user:held:{778}", "user:holds:{778}", "user:holds:expiry:{778}",
+                                  "user:refunds:{778}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench", 0])
     stop_at = time.monotonic() + seconds + 1.5
     total = sum(gather(redispy_worker, [(stop_at,)] * procs, seconds + 1.5 + START_ALLOWANCE_S))
     return round(total / (seconds + 0.5), 1)  # workers start about a second late: a slight underestimate

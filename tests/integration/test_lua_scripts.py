@@ -22,13 +22,14 @@ def uid():
 
 
 def _load(lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASYNC", epoch="e1"):
-    return lua.run("ledger_load", keys=[keys.balance(uid), keys.held(uid)], args=[balance, version, threshold, open_, mode, epoch])
+    return lua.run("ledger_load", keys=[keys.balance(uid), keys.held(uid), keys.holds(uid), keys.hold_expiry(uid),
+                                        keys.refunds(uid)], args=[balance, version, threshold, open_, mode, epoch, 0])
 
 
 def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0, key_checked=True, refusal_final=True):
     reply = lua.run("ledger_apply",
         keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid), keys.idempotency(uid, idem),
-              keys.account_stream(uid), keys.idempotency_quota(uid), keys.held(uid)],
+              keys.account_stream(uid), keys.idempotency_quota(uid), keys.held(uid), keys.holds(uid), keys.hold_expiry(uid)],
         args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE, stale_before,
               "", "", uid, "checked" if key_checked else "", "1" if refusal_final else ""],
     )
@@ -38,7 +39,8 @@ def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_bef
 def test_all_keys_of_an_account_share_one_cluster_slot():
     uid = 42
     slots = {key_slot(k.encode()) for k in (keys.balance(uid), keys.entry(uid, 1), keys.consistency(uid),
-                                            keys.fate(uid, 1), keys.idempotency(uid, "x"), keys.idempotency_quota(uid))}
+                                            keys.fate(uid, 1), keys.idempotency(uid, "x"), keys.idempotency_quota(uid),
+                                            keys.held(uid), keys.holds(uid), keys.hold_expiry(uid), keys.refunds(uid))}
     assert len(slots) == 1
 
 
@@ -74,7 +76,7 @@ def test_deduct_to_zero_closes_and_recharge_reopens(lua, redis_client, uid):
     assert _apply(lua, uid, "D", 1, 2) == ["closed", "0", "6"]
     assert _apply(lua, uid, "R", 50, 3)[5] == "1"
     assert _apply(lua, uid, "D", 50, 4)[0] == "insufficient"  # the credit is held until its event is durable
-    assert lua.run("ledger_post", [keys.balance(uid), keys.held(uid)], [3]) == 1
+    assert lua.run("ledger_post", [keys.balance(uid), keys.held(uid), keys.holds(uid)], [3]) == 1
     assert _apply(lua, uid, "D", 50, 4)[0] == "ok"
 
 
@@ -170,7 +172,7 @@ def test_a_stale_pending_idempotency_record_replays_the_charge(lua, redis_client
 def _rollback(lua, uid, entry_id, idem="k"):
     reply = lua.run("ledger_rollback", keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid),
                                keys.fate(uid, entry_id), keys.idempotency(uid, idem), keys.idempotency_quota(uid),
-                               keys.held(uid)],
+                               keys.held(uid), keys.holds(uid), keys.hold_expiry(uid), keys.refunds(uid)],
                    args=[entry_id, 3600, ""])
     return [x.decode() if isinstance(x, bytes) else x for x in reply]
 
@@ -222,10 +224,10 @@ def test_settle_removes_entries_and_flags_foreign_epochs(lua, redis_client, uid)
     _load(lua, uid, balance=100, epoch="new")
     _apply(lua, uid, "D", 10, 1)
     _apply(lua, uid, "D", 10, 2)
-    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), keys.entry(uid, 1)], args=["new"]) == [1, 0]
+    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), keys.holds(uid), keys.entry(uid, 1)], args=["new"]) == [1, 0]
     assert redis_client.get(keys.entry(uid, 1)).startswith(b"settled;")  # resend evidence only, not pending
     assert redis_client.hget(keys.balance(uid), "dirty") is None
-    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), keys.entry(uid, 2)], args=["new,old"]) == [1, 1]
+    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), keys.holds(uid), keys.entry(uid, 2)], args=["new,old"]) == [1, 1]
     assert redis_client.hget(keys.balance(uid), "dirty") == b"1"
 
 
@@ -257,9 +259,9 @@ def test_hash_update_never_creates_and_respects_versions(lua, redis_client, uid)
 def test_mode_to_sync_waits_for_pending_entries(lua, redis_client, uid):
     _load(lua, uid, balance=100)
     _apply(lua, uid, "D", 10, 1)
-    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.consistency(uid)], []) == [b"pending", 1]
+    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.consistency(uid), keys.holds(uid), keys.hold_expiry(uid)], []) == [b"pending", 1]
     redis_client.zrem(keys.consistency(uid), "1")
-    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.consistency(uid)], []) == [b"ok"]
+    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.consistency(uid), keys.holds(uid), keys.hold_expiry(uid)], []) == [b"ok"]
     assert redis_client.hget(keys.balance(uid), "mode") == b"SYNC"
 
 
@@ -285,7 +287,8 @@ def test_unknown_redis_error_is_not_swallowed(lua, uid):
 
 # resend after settle (issue 10, item 5) ---------------------------------------------------------------------------
 def _settle(lua, uid, *entry_ids, epoch="e1"):
-    return lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), *(keys.entry(uid, i) for i in entry_ids)],
+    return lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), keys.holds(uid),
+                                          *(keys.entry(uid, i) for i in entry_ids)],
                    args=[epoch])
 
 
@@ -372,7 +375,7 @@ def test_a_held_credit_is_posted_once_released_by_the_writers_settle_and_taken_b
     _apply(lua, uid, "R", 30, 3)
     assert redis_client.hget(keys.balance(uid), "held") == b"180"
     assert _apply(lua, uid, "D", 1, 4)[0] == "insufficient"
-    post = lambda entry_id: lua.run("ledger_post", [keys.balance(uid), keys.held(uid)], [entry_id])  # noqa: E731
+    post = lambda entry_id: lua.run("ledger_post", [keys.balance(uid), keys.held(uid), keys.holds(uid)], [entry_id])  # noqa: E731
     assert (post(1), post(1)) == (1, 0)  # the broker acknowledged entry 1: posted once
     assert _settle(lua, uid, 1, 2) == [2, 0]  # entry 2's request died after its ack: the writer's settle posts it
     assert redis_client.hget(keys.balance(uid), "held") == b"30"
