@@ -325,3 +325,17 @@ def test_an_account_loaded_again_takes_the_open_flag_of_its_newest_pending_entry
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
     assert status == 200, body
     assert api("GET", f"/accounts/{user_id}")[1]["api_open"] is True
+
+
+def test_an_operators_close_of_an_account_redis_lost_outranks_its_entries_still_pending(api, redis_client, sql):
+    """The account's hash is lost while its entries still wait for the writer; an operator closes it (not cached: the
+    version is set in the DB). The close must take a version above those entries, or the next load (and the writer)
+    would take the newest entry's open flag over it and reopen the account."""
+    from hotledger import keys
+
+    user_id = api.account(balance="5.00")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+    redis_client.delete(keys.balance(user_id))
+    assert api("PATCH", f"/accounts/{user_id}", {"api_open": False})[0] == 200
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert (status, body["error"]["code"]) == (403, "API_CLOSED")

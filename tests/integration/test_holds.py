@@ -310,6 +310,8 @@ def test_the_scripts_other_answers(api, redis_client, monkeypatch):
     user_id = api.account(balance="5.00")
     hold_id = int(_hold(api, user_id, "1.00")["hold_id"])
     assert holds().expire(user_id, hold_id) is False  # not due yet: the drainer offers it again later
+    known = holds().store.cached(user_id, hold_id)
+    assert holds().store.adopt(known) == "known"  # hold_adopt never doubles a hold Redis has
     redis_client.delete(keys.balance(user_id))  # lost: the capture loads the account and tries again
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "0.50"})
     assert status == 200 and body["captured"] == "0.50", body
@@ -318,6 +320,8 @@ def test_the_scripts_other_answers(api, redis_client, monkeypatch):
         status, answer = api("POST", f"/accounts/{user_id}/{path}", body)
         assert (status, answer["error"]["code"]) == (429, "TOO_MANY_PENDING"), answer
     monkeypatch.undo()
+    redis_client.delete(keys.balance(user_id))
+    assert holds().store.adopt(known) == "missing"  # nothing cached: nothing to put it into
     assert api("PATCH", f"/accounts/{user_id}", {"api_open": False})[0] == 200
     status, answer = api("POST", f"/accounts/{user_id}/holds", {"amount": "1.00"})
     assert (status, answer["error"]["code"]) == (403, "API_CLOSED")
@@ -325,3 +329,28 @@ def test_the_scripts_other_answers(api, redis_client, monkeypatch):
     assert api("GET", f"/accounts/{sync_user}")[0] == 200  # cached, as SYNC: the script sends the change to the DB
     status, answer = api("POST", f"/accounts/{sync_user}/holds/{hold_id}/capture", {})
     assert (status, answer["error"]["code"]) == (404, "HOLD_NOT_FOUND")  # not this account's hold
+
+
+def test_a_hold_redis_lost_before_its_authorize_was_booked_is_ended_by_the_reconciler(api, redis_client, sql, monkeypatch):
+    """Authorized, then Redis loses the account before the writer books the authorize: the account is loaded again
+    without it, the authorize is booked after. Past its expiry (and the grace) the reconciler puts it back and ends it:
+    the DB's hold does not stay ACTIVE for good, and what it kept is released exactly once."""
+    from helpers import reconcile_totals
+
+    from hotledger.holds import feature
+
+    user_id = api.account(balance="10.00")
+    _persist(redis_client, user_id)
+    hold_id = _hold(api, user_id, "4.00", expires_in_s=1)["hold_id"]
+    late = ledger_records(redis_client, [user_id])  # the authorize's event, still on its way
+    redis_client.delete(keys.balance(user_id), keys.holds(user_id), keys.hold_expiry(user_id), keys.consistency(user_id))
+    assert _account(api, user_id)["held"] == "0.00"  # loaded again: Redis does not know the hold
+    assert invoke_writer(late) == {"batchItemFailures": []}
+    assert sql("SELECT state FROM t_hold WHERE id = %s", (int(hold_id),)) == (("ACTIVE",),)
+    monkeypatch.setattr(feature, "EXPIRY_GRACE_MS", 0)
+    time.sleep(1.05)
+    assert reconcile_totals()["holds_expired"] >= 1
+    _persist(redis_client, user_id)
+    assert sql("SELECT state FROM t_hold WHERE id = %s", (int(hold_id),)) == (("EXPIRED",),)
+    _assert_booked_once_and_adding_up(sql, user_id)
+    assert sql("SELECT on_hold FROM t_account WHERE user_id = %s", (user_id,)) == ((0,),)

@@ -27,7 +27,7 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
             if not due:
                 return 0
             for user_id, hold_id in due:
-                ended += holds.expire(user_id, hold_id)
+                ended += holds.expire(user_id, hold_id, adopt=True)
             run.budget.spend(len(due))
             after = due[-1][1]
             run.report.holds_expired = ended

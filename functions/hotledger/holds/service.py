@@ -118,14 +118,22 @@ class Holds:
             if not self.expire(int(user_id), int(hold_id)):
                 self.queue.offer(HOLD_EXPIRY, element, delay_ms=EXPIRY_RETRY_MS)
 
-    def expire(self, user_id: int, hold_id: int) -> bool:
+    def expire(self, user_id: int, hold_id: int, adopt: bool = False) -> bool:
         """True when the hold has ended (now or before) or is unknown; False to try again later (a capture of it is in
-        flight, or it is not due yet)."""
+        flight, or it is not due yet). adopt (the reconciler, past expires_at and a grace): a hold the DB has ACTIVE
+        that Redis lost is put back first, so its expiry is booked like any other."""
         try:
             self._change(EXPIRE, user_id, hold_id, 0, False, None, None)
         except (errors.HoldBusy, errors.HoldNotDue):
             return False
-        except (errors.HoldNotFound, errors.HoldCaptured, errors.HoldVoided, errors.HoldExpired):
+        except errors.HoldNotFound:
+            stored = self.store.stored(user_id, hold_id)
+            if adopt and stored is not None and stored.state == ACTIVE:
+                self.ledger.load_cache(user_id)  # no-op when cached
+                if self.store.adopt(stored) == "adopted":
+                    return self.expire(user_id, hold_id)
+            return True
+        except (errors.HoldCaptured, errors.HoldVoided, errors.HoldExpired):
             return True
         return True
 

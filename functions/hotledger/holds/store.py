@@ -115,6 +115,12 @@ class HoldStore:
             [op, amount or "", "1" if final else "", ts, entry_id, hold_id, self.entry_ttl_s, self.stream_flag, user_id,
              self.max_pending]))
 
+    def adopt(self, hold: Hold) -> str:
+        """hold_adopt.lua: the DB's ACTIVE hold back into the cached account ('adopted', 'known' or 'missing')."""
+        return reply_fields(self.lua.run(
+            "hold_adopt", [keys.balance(hold.user_id), keys.holds(hold.user_id), keys.hold_expiry(hold.user_id)],
+            [hold.hold_id, hold.record(), hold.expires_at, hold.amount - hold.captured]))[0]
+
     def cached(self, user_id: int, hold_id: int) -> Hold | None:
         raw = self.redis.hget(keys.holds(user_id), str(hold_id))
         return None if raw is None else Hold.of_record(user_id, hold_id, raw.decode() if isinstance(raw, bytes) else raw)

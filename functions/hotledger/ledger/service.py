@@ -283,7 +283,9 @@ class Ledger:
                         tx.set_open(user_id, flag)
                         cache_ahead = True
                         version = self.store.set_cached_open(user_id, flag, locked.version)
-                        tx.raise_version(user_id, version or locked.version + 1)
+                        if version is None:  # not cached: above the entries Redis still holds for the DB too
+                            version = max([locked.version, *(e.version for e in self.store.pending_entries(user_id))]) + 1
+                        tx.raise_version(user_id, version)
             except Exception:
                 if cache_ahead:  # the DB did not take it: drop the cache, the next read reloads it from the DB
                     with contextlib.suppress(RedisUnavailable):
