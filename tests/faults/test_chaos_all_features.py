@@ -456,13 +456,13 @@ def _check_holds(servers: Stack, api: LocalService, clients: MixedClients, wait_
             assert state == call.acked[0]["state"], (call.answers, state)
     for hold_id, amount, captured, state in servers.sql(
             f"SELECT id, amount, captured, state FROM t_hold WHERE user_id IN ({_in(clients.holders)})", clients.holders):
-        captures = servers.sql("SELECT COALESCE(SUM(amount), 0) FROM t_hold_change WHERE hold_id = %s AND kind = 'C'",
-                               (hold_id,))[0][0]
+        captures = int(servers.sql("SELECT COALESCE(SUM(amount), 0) FROM t_hold_change WHERE hold_id = %s AND kind = 'C'",
+                                   (hold_id,))[0][0])
         assert captured == captures <= amount, (hold_id, amount, captured, captures, state)
     for user_id in clients.holders:
         (on_hold,), = servers.sql("SELECT on_hold FROM t_account WHERE user_id = %s", (user_id,))
-        active = servers.sql("SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s AND state = 'ACTIVE'",
-                             (user_id,))[0][0]
+        active = int(servers.sql("SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s"
+                                 " AND state = 'ACTIVE'", (user_id,))[0][0])
         assert on_hold == active, (user_id, on_hold, active)
         LocalService.wait_until(lambda: api.request("GET", f"/accounts/{user_id}")[1]["held"] == _amount(active), wait_s,
                                 "Redis holds what the DB's ACTIVE holds keep", 1.0)
