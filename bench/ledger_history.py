@@ -1,6 +1,6 @@
 """Issue 20's figures: holds on the hot path, history and balances at any depth of a long ledger.
 
-- `hold_authorize_lua_p99_ms_1000_holds`: one hold_authorize.lua call's round trip (client side, ms) on an account
+- `hold_authorize_lua_p99_ms_1000_holds`: one authorize's hold_change.lua call round trip (client side, ms) on an account
   holding 1,000 live holds (and 100 expired ones the drainer has not tidied: the script leaves those out itself);
   `deduct_lua_p99_ms_1000_holds` the same for ledger_apply.lua. Warm-up calls are left out.
 - `deduct_script_vs_before_holds_ratio`: ledger_apply.lua calls/s now over the script as it was before holds

@@ -1,8 +1,12 @@
--- hold_change: one transition of a hold, a compare-and-set on its state in the account's slot: capture (part or
--- the rest), void, or expire. One ledger entry of kind C (capture: the balance goes down by what is captured), V
--- (void) or X (expiry); V and X release what is left, as does a final capture.
--- KEYS[1] user:balance:{uid}           hash: balance, v, open, mode, epoch, ts, held, on_hold
--- KEYS[2] user:order:{uid}:<entry id>  this change's entry string (keys.entry)
+-- hold_change: one change of a hold, a compare-and-set on its state in the account's slot: authorize (H: what it
+-- holds leaves `available` = balance - held credits - live holds at once, the balance stays), capture (C: the balance
+-- goes down by what is captured, in parts or the rest), void (V) or expire (X); V, X and a final capture release what
+-- is left. Each is one ledger entry. All keys share the {uid} hash tag (one Redis Cluster slot).
+-- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts, held, on_hold (what the
+--                                      ACTIVE holds keep, expired ones included until they are tidied)
+-- KEYS[2] user:order:{uid}:<entry id>  this change's entry string (keys.entry: the ledger's 8 fields, then
+--                                      holdId;released;expiresAt;availableAfter;stateAfter, then the description (H)
+--                                      or '' and the captured total after (C, V, X)); an authorize's id is the hold's
 -- KEYS[3] user:order:consistency:{uid} zset: entry ids not yet in the DB
 -- KEYS[4] user:holds:{uid}             hash: hold id -> 'amount;captured;state;expiresAt;createdAt;description',
 --                                      '<hold id>:inflight' -> captures not durable yet
@@ -10,13 +14,17 @@
 -- KEYS[6] user:held:{uid}              hash: entry id -> what waits for the entry to be durable ('h<hold id>' for a
 --                                      capture: ledger_post, ledger_settle and ledger_rollback end its inflight count)
 -- KEYS[7] events:{s<n>}                the event stream (written only when ARGV[8] is 'stream')
--- ARGV[1] 'C' | 'V' | 'X'  ARGV[2] capture amount ('' or '0': the rest; V, X: '')  ARGV[3] '1': a final capture
--- ARGV[4] ts, epoch ms  ARGV[5] entry id  ARGV[6] hold id  ARGV[7] entry key TTL in seconds  ARGV[8] 'stream' | ''
--- ARGV[9] user id  ARGV[10] most pending entries ('' or '0': no bound)
+-- ARGV[1] 'H' | 'C' | 'V' | 'X'  ARGV[2] amount (H: > 0; C: '' or '0' for the rest; V, X: '')  ARGV[3] '1': a final C
+-- ARGV[4] ts, epoch ms  ARGV[5] entry id  ARGV[6] hold id (H: the entry id)  ARGV[7] entry key TTL in seconds
+-- ARGV[8] 'stream' | ''  ARGV[9] user id  ARGV[10] most pending entries ('' or '0': no bound)
+-- ARGV[11] H: expires_at, epoch ms  ARGV[12] H: description (any text)
 -- Returns one of:
 --   {'missing'}                       no cached account: load it, then retry
---   {'sync'}                          a SYNC account: change the hold in the DB instead
---   {'not_found'}                     Redis holds no such hold (look in the DB: it may have ended and been settled)
+--   {'sync'}                          a SYNC account: the DB decides instead
+--   {'closed', balance, v}            H on a closed API
+--   {'insufficient', balance, v}      H with available - amount below the threshold
+--   {'not_found'}                     C, V, X: Redis holds no such hold (look in the DB: it may have ended and been
+--                                     settled)
 --   {'ended', state}                  the hold is CAPTURED, VOIDED or EXPIRED already: nothing changed
 --   {'expired'}                       C or V on a hold past its expires_at: nothing changed (the expiry releases it)
 --   {'not_due'}                       X on a hold not past its expires_at yet: nothing changed
@@ -24,8 +32,7 @@
 --   {'busy'}                          V, X or a final C while a capture's event is not durable yet: retry shortly
 --   {'too_many_pending'}              the account's entries are not reaching the DB: nothing changed
 --   {'ok', balance, v, epoch, open, available, amount, captured, state, released, expires_at}  changed; also when
---                                     KEYS[2] exists
---                                     (a resend after a lost reply: answered as it was, nothing changed twice)
+--                                     KEYS[2] exists (a resend after a lost reply: answered as it was, nothing twice)
 local op, ts, entry_id, hold_id = ARGV[1], ARGV[4], ARGV[5], ARGV[6]
 
 local function fields_of(s)
@@ -35,53 +42,79 @@ local function fields_of(s)
   return f
 end
 
+-- what the ACTIVE holds keep, less those past expires_at: an expired hold never counts, tidied or not
+local function live(on_hold)
+  if on_hold <= 0 then return 0 end
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ts)
+  if #expired > 0 then
+    for _, rec in ipairs(redis.call('HMGET', KEYS[4], unpack(expired))) do
+      if rec then
+        local a, c = string.match(rec, '^(%d+);(%d+);')
+        on_hold = on_hold - (tonumber(a) - tonumber(c))
+      end
+    end
+  end
+  return on_hold
+end
+
 local applied = redis.call('GET', KEYS[2])
 if applied then
   local f = fields_of(applied)
-  return {'ok', f[3], f[4], f[6], f[7], f[12], f[1], f[15], f[13], f[10], f[11]}
+  return {'ok', f[3], f[4], f[6], f[7], f[12], f[1], op == 'H' and '0' or f[15], f[13], f[10], f[11]}
 end
 
-local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'open', 'mode', 'epoch', 'held', 'on_hold')
+local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held', 'on_hold')
 if not h[1] then return {'missing'} end
-if h[4] == 'SYNC' then return {'sync'} end
-local rec = redis.call('HGET', KEYS[4], hold_id)
-if not rec then return {'not_found'} end
-local r = fields_of(rec)
-local amount, captured, state, expires_at = tonumber(r[1]), tonumber(r[2]), r[3], tonumber(r[4])
-if state ~= 'ACTIVE' then return {'ended', state} end
-local now = tonumber(ts)
-if op == 'X' then
-  if now < expires_at then return {'not_due'} end
-elseif now >= expires_at then
-  return {'expired'}
-end
-local remaining = amount - captured
-local take, terminal = 0, op ~= 'C'
-if op == 'C' then
-  take = tonumber(ARGV[2]) or 0
-  if take == 0 then take = remaining end
-  if take > remaining then return {'exceeds', string.format('%d', remaining)} end
-  terminal = ARGV[3] == '1' or take == remaining
-end
-if terminal and (tonumber(redis.call('HGET', KEYS[4], hold_id .. ':inflight')) or 0) > 0 then return {'busy'} end
+if h[5] == 'SYNC' then return {'sync'} end
+local balance, held, now = tonumber(h[1]), tonumber(h[7]) or 0, tonumber(ts)
 local max_pending = tonumber(ARGV[10] or '') or 0
-if max_pending > 0 and redis.call('ZCARD', KEYS[3]) >= max_pending then return {'too_many_pending'} end
 
-captured = captured + take
-local released = terminal and (amount - captured) or 0
-local new_state = state
-if terminal then new_state = (op == 'V' and 'VOIDED') or (op == 'X' and 'EXPIRED') or 'CAPTURED' end
-local balance, open = tonumber(h[1]), h[3]
+local amount, captured, state, expires_at, r
+local take, released, terminal, new_state = 0, 0, false, 'ACTIVE'
+if op == 'H' then
+  amount, captured, expires_at = tonumber(ARGV[2]), 0, ARGV[11]
+  if h[4] ~= '1' then return {'closed', h[1], h[2]} end
+  if balance - held - live(tonumber(h[8]) or 0) - amount < tonumber(h[3]) then return {'insufficient', h[1], h[2]} end
+  if max_pending > 0 and redis.call('ZCARD', KEYS[3]) >= max_pending then return {'too_many_pending'} end
+  r = {ARGV[2], '0', 'ACTIVE', expires_at, ts, ARGV[12]}
+else
+  local rec = redis.call('HGET', KEYS[4], hold_id)
+  if not rec then return {'not_found'} end
+  r = fields_of(rec)
+  amount, captured, state, expires_at = tonumber(r[1]), tonumber(r[2]), r[3], r[4]
+  if state ~= 'ACTIVE' then return {'ended', state} end
+  if op == 'X' then
+    if now < tonumber(expires_at) then return {'not_due'} end
+  elseif now >= tonumber(expires_at) then
+    return {'expired'}
+  end
+  local remaining = amount - captured
+  terminal = op ~= 'C'
+  if op == 'C' then
+    take = tonumber(ARGV[2]) or 0
+    if take == 0 then take = remaining end
+    if take > remaining then return {'exceeds', string.format('%d', remaining)} end
+    terminal = ARGV[3] == '1' or take == remaining
+  end
+  if terminal and (tonumber(redis.call('HGET', KEYS[4], hold_id .. ':inflight')) or 0) > 0 then return {'busy'} end
+  if max_pending > 0 and redis.call('ZCARD', KEYS[3]) >= max_pending then return {'too_many_pending'} end
+  captured = captured + take
+  released = terminal and (amount - captured) or 0
+  if terminal then new_state = (op == 'V' and 'VOIDED') or (op == 'X' and 'EXPIRED') or 'CAPTURED' end
+  r[2], r[3] = string.format('%d', captured), new_state
+end
+
+local open = h[4]
 if take > 0 then
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -take)
   if balance <= 0 and open == '1' then open = 'BALANCE' end
 end
-local on_hold = redis.call('HINCRBY', KEYS[1], 'on_hold', -(take + released))
+local on_hold = redis.call('HINCRBY', KEYS[1], 'on_hold', op == 'H' and amount or -(take + released))
 if on_hold <= 0 then redis.call('HDEL', KEYS[1], 'on_hold') end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'ts', ts, 'open', open)
-r[2], r[3] = string.format('%d', captured), new_state
 redis.call('HSET', KEYS[4], hold_id, table.concat(r, ';'))
+if op == 'H' then redis.call('ZADD', KEYS[5], expires_at, hold_id) end
 if terminal then redis.call('ZREM', KEYS[5], hold_id) end
 local streamed = ARGV[8] == 'stream'
 if op == 'C' and not terminal and not streamed then  -- durable only once the broker has it: no terminal change before
@@ -89,31 +122,21 @@ if op == 'C' and not terminal and not streamed then  -- durable only once the br
   redis.call('HINCRBY', KEYS[4], hold_id .. ':inflight', 1)
 end
 
--- available after: the balance less held credits and the live holds (expired ones never count)
-local live = math.max(on_hold, 0)
-if live > 0 then
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ts)
-  if #expired > 0 then
-    for _, other in ipairs(redis.call('HMGET', KEYS[4], unpack(expired))) do
-      if other then
-        local a, c = string.match(other, '^(%d+);(%d+);')
-        live = live - (tonumber(a) - tonumber(c))
-      end
-    end
-  end
-end
-local entry_amount = op == 'C' and take or released
+local entry_amount = (op == 'H' and amount) or (op == 'C' and take) or released
 local balance_s, v_s = string.format('%d', balance), string.format('%d', v)
-local available_s = string.format('%d', balance - (tonumber(h[6]) or 0) - live)
+local available_s = string.format('%d', balance - held - live(math.max(on_hold, 0)))
 local amount_s, released_s, captured_s = string.format('%d', entry_amount), string.format('%d', released), r[2]
-redis.call('SET', KEYS[2], table.concat({amount_s, ts, balance_s, v_s, op, h[5], open, '', hold_id, released_s, r[4],
-  available_s, new_state, '', captured_s}, ';'), 'EX', ARGV[7])
+local tail = op == 'H' and {ARGV[12]} or {'', captured_s}
+redis.call('SET', KEYS[2], table.concat({amount_s, ts, balance_s, v_s, op, h[6], open, '', hold_id, released_s, expires_at,
+  available_s, new_state, unpack(tail)}, ';'), 'EX', ARGV[7])
 redis.call('ZADD', KEYS[3], ts, entry_id)
 if streamed then
+  -- numbers are spliced as their decimal strings: a 63-bit id never passes through a Lua double
   redis.call('XADD', KEYS[7], '*', 'e', '{"type":"ledger","id":' .. entry_id .. ',"kind":"' .. op .. '","user_id":'
     .. ARGV[9] .. ',"amount":' .. amount_s .. ',"balance_after":' .. balance_s .. ',"version":' .. v_s .. ',"epoch":"'
-    .. h[5] .. '","ts":' .. ts .. ',"open":"' .. open .. '","idem_key":null,"hold_id":' .. hold_id .. ',"released":'
-    .. released_s .. ',"expires_at":' .. r[4] .. ',"available_after":' .. available_s .. ',"hold_state":"' .. new_state
-    .. '","captured_after":' .. captured_s .. '}')
+    .. h[6] .. '","ts":' .. ts .. ',"open":"' .. open .. '","idem_key":null,"hold_id":' .. hold_id .. ',"released":'
+    .. released_s .. ',"expires_at":' .. expires_at .. ',"available_after":' .. available_s .. ',"hold_state":"'
+    .. new_state .. '",' .. (op == 'H' and ('"description":' .. cjson.encode(ARGV[12])) or ('"captured_after":' .. captured_s))
+    .. '}')
 end
-return {'ok', balance_s, v_s, h[5], open, available_s, amount_s, captured_s, new_state, released_s, r[4]}
+return {'ok', balance_s, v_s, h[6], open, available_s, amount_s, captured_s, new_state, released_s, expires_at}

@@ -354,3 +354,22 @@ def test_a_hold_redis_lost_before_its_authorize_was_booked_is_ended_by_the_recon
     assert sql("SELECT state FROM t_hold WHERE id = %s", (int(hold_id),)) == (("EXPIRED",),)
     _assert_booked_once_and_adding_up(sql, user_id)
     assert sql("SELECT on_hold FROM t_account WHERE user_id = %s", (user_id,)) == ((0,),)
+
+
+def test_a_hold_ends_only_once_its_captures_are_durable(api, redis_client, sql, monkeypatch):
+    """A capture's answer waits for the broker; what follows the ack (ledger_post) ends its inflight count. Until then
+    (here: the post after the ack did not happen) a void answers HOLD_BUSY and changes nothing; the writer's settle of
+    the capture ends the count, and the void goes through."""
+    from hotledger.runtime import holds
+
+    user_id = api.account(balance="20.00")
+    hold_id = _hold(api, user_id, "10.00")["hold_id"]
+    monkeypatch.setattr(holds().ledger, "post", lambda user_id_, entry_id: False)
+    assert api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "3.00"})[0] == 200
+    monkeypatch.undo()
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void", None, {"Idempotency-Key": "void-1"})
+    assert (status, body["error"]["code"]) == (409, "HOLD_BUSY")
+    assert _hold_read(api, user_id, hold_id)["state"] == "ACTIVE"
+    _persist(redis_client, user_id)
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void", None, {"Idempotency-Key": "void-1"})
+    assert status == 200 and (body["state"], body["captured"]) == ("VOIDED", "3.00")  # HOLD_BUSY was not the key's answer

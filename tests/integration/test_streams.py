@@ -157,7 +157,7 @@ def test_drainer_skips_on_the_kafka_transport():
 
 
 def test_a_holds_changes_travel_through_the_stream_and_are_booked_once(stream_mode, api, sql, redis_client):
-    """hold_authorize and hold_change XADD their events themselves (a description with JSON's special characters
+    """hold_change XADDs its events itself (a description with JSON's special characters
     included); the consumer books them."""
     user_id = api.account(balance="30.00")
     status, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "10.00", "description": 'taxi "7"; \\ é'})

@@ -1,4 +1,4 @@
-"""The holds' storage: typed wrappers of hold_authorize.lua and hold_change.lua, and the SQL of t_hold (each hold as
+"""The holds' storage: the typed wrapper of hold_change.lua (authorize, capture, void, expire), and the SQL of t_hold (each hold as
 the DB knows it) and t_hold_change (each booked change of a hold, the writer's duplicate check).
 
 A hold's record in Redis (keys.holds): 'amount;captured;state;expiresAt;createdAt;description'."""
@@ -13,7 +13,7 @@ from hotledger.dal.redis_store import Lua, reply_fields
 from hotledger.ledger.entry import Entry
 
 ACTIVE, CAPTURED, VOIDED, EXPIRED = "ACTIVE", "CAPTURED", "VOIDED", "EXPIRED"
-CAPTURE, VOID, EXPIRE = "C", "V", "X"
+AUTHORIZE, CAPTURE, VOID, EXPIRE = "H", "C", "V", "X"
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class HoldStatus(Enum):
 
 @dataclass(frozen=True)
 class HoldReply:
-    """hold_authorize.lua's or hold_change.lua's answer. OK: the account after it (balance, version, epoch, open flag,
+    """hold_change.lua's answer. OK: the account after it (balance, version, epoch, open flag,
     available) and, for a change, what the entry moved and the hold after it. ENDED: the state it ended in;
     EXCEEDS: what is left to capture."""
 
@@ -100,20 +100,18 @@ class HoldStore:
 
     # Redis --------------------------------------------------------------------------------------------------
     def authorize(self, user_id: int, hold_id: int, amount: int, ts: int, expires_at: int, description: str) -> HoldReply:
-        return HoldReply.parse(self.lua.run(
-            "hold_authorize",
-            [keys.balance(user_id), keys.entry(user_id, hold_id), keys.consistency(user_id), keys.holds(user_id),
-             keys.hold_expiry(user_id), keys.account_stream(user_id)],
-            [amount, ts, hold_id, expires_at, self.entry_ttl_s, self.stream_flag, user_id, description, self.max_pending]))
+        return self.change(AUTHORIZE, user_id, hold_id, hold_id, ts, amount, expires_at=expires_at,
+                           description=description)
 
-    def change(self, op: str, user_id: int, hold_id: int, entry_id: int, ts: int, amount: int = 0,
-               final: bool = False) -> HoldReply:
+    def change(self, op: str, user_id: int, hold_id: int, entry_id: int, ts: int, amount: int = 0, final: bool = False,
+               expires_at: int = 0, description: str = "") -> HoldReply:
+        """hold_change.lua: one change of a hold (AUTHORIZE with its expires_at and description, CAPTURE, VOID, EXPIRE)."""
         return HoldReply.parse(self.lua.run(
             "hold_change",
             [keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id), keys.holds(user_id),
              keys.hold_expiry(user_id), keys.held(user_id), keys.account_stream(user_id)],
             [op, amount or "", "1" if final else "", ts, entry_id, hold_id, self.entry_ttl_s, self.stream_flag, user_id,
-             self.max_pending]))
+             self.max_pending, expires_at, description]))
 
     def adopt(self, hold: Hold) -> str:
         """hold_adopt.lua: the DB's ACTIVE hold back into the cached account ('adopted', 'known' or 'missing')."""
