@@ -464,7 +464,8 @@ def _check_holds(servers: Stack, api: LocalService, clients: MixedClients, wait_
         active = int(servers.sql("SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s"
                                  " AND state = 'ACTIVE'", (user_id,))[0][0])
         assert on_hold == active, (user_id, on_hold, active)
-        LocalService.wait_until(lambda: api.request("GET", f"/accounts/{user_id}")[1]["held"] == _amount(active), wait_s,
+        LocalService.wait_until(lambda user_id=user_id, active=active: api.request("GET", f"/accounts/{user_id}")[1]["held"]
+                                == _amount(active), wait_s,
                                 "Redis holds what the DB's ACTIVE holds keep", 1.0)
     print("hold answers:", Counter((c.what, c.answers[-1][0]) for c in clients.of("authorize", "capture", "void")))
 
