@@ -373,3 +373,22 @@ def test_a_hold_ends_only_once_its_captures_are_durable(api, redis_client, sql, 
     _persist(redis_client, user_id)
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void", None, {"Idempotency-Key": "void-1"})
     assert status == 200 and (body["state"], body["captured"]) == ("VOIDED", "3.00")  # HOLD_BUSY was not the key's answer
+
+
+def test_hold_changes_whose_events_were_lost_are_booked_by_the_reconciler_from_redis(api, redis_client, sql, monkeypatch):
+    """The broker acknowledged and then lost the events (or the writer never got them): the reconciler persists the
+    pending entries from their Redis entry strings, hold fields included, and books them once."""
+    from helpers import reconcile_totals
+
+    user_id = api.account(balance="20.00")
+    hold_id = _hold(api, user_id, "8.00", description="lost; then found")["hold_id"]
+    assert api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "3.00", "final": True})[0] == 200
+    order = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[1]["order_id"]
+    assert api("POST", f"/accounts/{user_id}/orders/{order}/refunds", {"amount": "0.50", "reason": "a;b"})[0] == 201
+    reconcile_totals(monkeypatch, age_s=0)
+    assert sql("SELECT amount, captured, state, description FROM t_hold WHERE id = %s", (int(hold_id),)) == (
+        (800, 300, "CAPTURED", "lost; then found"),)
+    assert sql("SELECT amount, reason FROM t_refund WHERE charge_id = %s", (int(order),)) == ((50, "a;b"),)
+    rows = _assert_booked_once_and_adding_up(sql, user_id)
+    assert [r[1] for r in rows] == ["recharge", "hold", "capture", "deduct", "refund"]
+    assert _account(api, user_id)["pending_orders"] == 0
