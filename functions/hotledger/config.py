@@ -94,6 +94,8 @@ class Settings:
     # (t_rolled_back): the reconciler prunes older ones in bounded batches. Keep it above the topic's retention, so a
     # replay from the log's start still meets every rollback record (Stripe keeps keys 24 h)
     key_retention_days: int = 30
+    # "1": webhook endpoints may also be http://127.0.0.1 or http://localhost (local receivers; never in AWS)
+    webhook_allow_local: str = "0"
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message
     journeys: str = "password-recovery=1800"
 
@@ -164,6 +166,7 @@ _ENV = {
     "max_idempotency_keys": "MAX_IDEMPOTENCY_KEYS",
     "idempotency_lease_ms": "IDEMPOTENCY_LEASE_MS",
     "key_retention_days": "KEY_RETENTION_DAYS",
+    "webhook_allow_local": "WEBHOOK_ALLOW_LOCAL",
     "journeys": "JOURNEYS",
 }
 

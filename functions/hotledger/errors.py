@@ -62,6 +62,11 @@ HoldBusy = _error("HoldBusy", 409, "HOLD_BUSY")
 RefundExceedsCharge = _error("RefundExceedsCharge", 409, "REFUND_EXCEEDS_CHARGE")
 HoldNotEnded = _error("HoldNotEnded", 409, "HOLD_NOT_ENDED")
 
+# webhooks
+WebhookEndpointNotFound = _error("WebhookEndpointNotFound", 404, "WEBHOOK_ENDPOINT_NOT_FOUND")
+InvalidWebhookUrl = _error("InvalidWebhookUrl", 422, "INVALID_WEBHOOK_URL")
+InvalidWebhookTypes = _error("InvalidWebhookTypes", 422, "VALIDATION_ERROR")
+
 # history
 InvalidFilter = _error("InvalidFilter", 422, "VALIDATION_ERROR")
 InvalidCursor = _error("InvalidCursor", 422, "INVALID_CURSOR")

@@ -55,8 +55,9 @@ def registered() -> tuple[Feature, ...]:
     from hotledger.redpackets.feature import FEATURE as redpackets
     from hotledger.refunds.feature import FEATURE as refunds
     from hotledger.vouchers.feature import FEATURE as vouchers
+    from hotledger.webhooks.feature import FEATURE as webhooks
 
-    return (ledger, holds, refunds, history, vouchers, redpackets, notices, KEYS)
+    return (ledger, holds, refunds, history, vouchers, redpackets, notices, webhooks, KEYS)
 
 
 @dataclass

@@ -41,6 +41,8 @@ from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
 from hotledger.vouchers.service import Vouchers
 from hotledger.vouchers.store import VoucherDb, VoucherRedis
+from hotledger.webhooks.service import Webhooks
+from hotledger.webhooks.store import WebhookStore
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,6 +96,11 @@ def refunds() -> Refunds:
     cfg = settings()
     return Refunds(RefundStore(lua(), stream_flag(cfg), cfg.entry_ttl_s, MAX_BALANCE), durability(), ledger(), holds(),
                    id_generator().next_id)
+
+
+@functools.lru_cache(maxsize=1)
+def webhooks() -> Webhooks:
+    return Webhooks(WebhookStore(), settings().webhook_allow_local == "1")
 
 
 @functools.lru_cache(maxsize=1)
@@ -225,7 +232,7 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, holds, refunds, history, voucher_redis, vouchers,
+    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, holds, refunds, webhooks, history, voucher_redis, vouchers,
                    redpackets, ledger_persister, voucher_persister, redpacket_persister, writer, ledger_reconcile,
                    voucher_reconciler, packet_reconciler, reconciler, delay_queue, inbox, payment_orders, journeys, lua,
                    cached_settings):

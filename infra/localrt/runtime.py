@@ -505,6 +505,7 @@ def main(argv=None) -> int:
     functions = template.load(Path(args.template))
     if not (os.environ.get("EVENT_KEYS") or os.environ.get("EVENT_KEYS_SECRET_ARN")):
         os.environ["EVENT_KEYS"] = local_keyring()  # the dev keyring in .state/, as the stack's secret is in AWS
+    os.environ.setdefault("WEBHOOK_ALLOW_LOCAL", "1")  # local receivers (http://127.0.0.1) may be webhook endpoints
     authorizer = template.api_authorizer(Path(args.template))
     issuer = None
     if authorizer is not None and not args.no_api and "AUTH_ISSUER" not in os.environ:

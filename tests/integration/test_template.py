@@ -173,7 +173,7 @@ def test_the_writer_trigger_gives_up_on_a_poison_batch_into_a_topic_that_keeps_w
 
 def test_scheduled_functions_never_overlap_their_own_retries():
     stack = cfn.Stack(expanded(), {"EventTransport": "redis-stream"})
-    scheduled = {"ReconcilerFunction", "StreamDrainerFunction", "DelayDrainerFunction"}
+    scheduled = {"ReconcilerFunction", "StreamDrainerFunction", "DelayDrainerFunction", "WebhookSenderFunction"}
     assert scheduled <= set(stack.functions())
     for name in scheduled:
         assert stack.resources[name]["Properties"]["ReservedConcurrentExecutions"] == 1

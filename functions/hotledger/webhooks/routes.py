@@ -1,0 +1,144 @@
+"""Webhook endpoint routes: register, read, change, rotate the secret, remove; deliveries and replays."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from api.responses import responses
+from api.rules import ADMIN, SERVICE, only
+from hotledger.runtime import webhooks
+from hotledger.webhooks.service import ROTATION_OVERLAP_S
+
+router = Router()
+EndpointId = Annotated[int, Path(gt=0, lt=2**63)]
+_NOT_FOUND = (404, "WEBHOOK_ENDPOINT_NOT_FOUND")
+_BAD = (422, "INVALID_WEBHOOK_URL: not https, or a private, loopback, link-local or metadata address; VALIDATION_ERROR")
+Url = Annotated[StrictStr, Field(min_length=8, max_length=2048)]
+Types = Annotated[list[StrictStr], Field(min_length=1, max_length=32)]
+
+
+class EndpointRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: Url
+    event_types: Types
+    description: Annotated[StrictStr, Field(max_length=500)] = ""
+
+
+class EndpointPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: Url | None = None
+    event_types: Types | None = None
+    description: Annotated[StrictStr, Field(max_length=500)] | None = None
+    enabled: StrictBool | None = None
+
+
+class RotateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    overlap_s: Annotated[StrictInt, Field(ge=0, le=7 * 86_400)] = ROTATION_OVERLAP_S
+
+
+class ReplayRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    since_seq: Annotated[StrictInt, Field(gt=0)] | None = None
+    since: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="epoch ms: events booked since then")
+    user_id: Annotated[StrictInt, Field(gt=0, lt=2**31)] | None = Field(None, description="one account's events only")
+
+
+class EndpointView(BaseModel):
+    endpoint_id: str
+    url: str
+    event_types: list[str]
+    description: str
+    enabled: bool
+    failing: bool = Field(description="an event was dead-lettered after 3 days of retries")
+    secret: str | None = Field(None, description="whsec_<base64>: in the answer to create and rotate-secret only")
+
+
+class DeliveryView(BaseModel):
+    event_id: str
+    type: str
+    user_id: int
+    seq: int
+    prev_seq: int | None
+    state: str = Field(description="PENDING, DELIVERED or DEAD")
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    next_attempt_at: int
+    created_at: int
+    delivered_at: int | None
+
+
+def _view(e, secret: str | None = None) -> dict:
+    return {"endpoint_id": str(e.endpoint_id), "url": e.url, "event_types": list(e.event_types),
+            "description": e.description, "enabled": e.enabled, "failing": e.failing,
+            **({"secret": secret} if secret else {})}
+
+
+def _delivery(d) -> dict:
+    return {"event_id": d.event_id, "type": d.type, "user_id": d.user_id, "seq": d.seq, "prev_seq": d.prev_seq,
+            "state": d.state, "attempts": d.attempts, "last_status": d.last_status, "last_error": d.last_error,
+            "next_attempt_at": d.next_attempt_at, "created_at": d.created_at, "delivered_at": d.delivered_at}
+
+
+@router.post("/webhook-endpoints", status_code=201, responses=responses(201, EndpointView, "registered, with its secret", _BAD))
+def create_endpoint(request: Annotated[EndpointRequest, Body()]) -> dict:
+    endpoint, secret = webhooks().create(request.url, request.event_types, request.description)
+    return _view(endpoint, secret)
+
+
+@router.get("/webhook-endpoints", responses=responses(200, list[EndpointView], "every endpoint"))
+def list_endpoints() -> list:
+    return [_view(e) for e in webhooks().list()]
+
+
+@router.get("/webhook-endpoints/<endpoint_id>", responses=responses(200, EndpointView, "the endpoint", _NOT_FOUND))
+def get_endpoint(endpoint_id: EndpointId) -> dict:
+    return _view(webhooks().get(endpoint_id))
+
+
+@router.patch("/webhook-endpoints/<endpoint_id>", responses=responses(200, EndpointView, "changed", _NOT_FOUND, _BAD))
+def patch_endpoint(endpoint_id: EndpointId, request: Annotated[EndpointPatch, Body()]) -> dict:
+    return _view(webhooks().update(endpoint_id, request.url, request.event_types, request.description, request.enabled))
+
+
+@router.post("/webhook-endpoints/<endpoint_id>/rotate-secret", responses=responses(
+    200, EndpointView, "the new secret; the old one signs too until the overlap ends", _NOT_FOUND))
+def rotate_secret(endpoint_id: EndpointId, request: Annotated[RotateRequest, Body()]) -> dict:
+    secret = webhooks().rotate(endpoint_id, request.overlap_s)
+    return _view(webhooks().get(endpoint_id), secret)
+
+
+@router.delete("/webhook-endpoints/<endpoint_id>", responses=responses(204, None, "removed", _NOT_FOUND))
+def delete_endpoint(endpoint_id: EndpointId):
+    webhooks().delete(endpoint_id)
+    return Response(status_code=204, body="")
+
+
+@router.get("/webhook-endpoints/<endpoint_id>/deliveries", responses=responses(
+    200, list[DeliveryView], "the endpoint's deliveries, newest first", _NOT_FOUND))
+def list_deliveries(endpoint_id: EndpointId, state: Annotated[str | None, Query(pattern="^(PENDING|DELIVERED|DEAD)$")] = None,
+                    limit: Annotated[int, Query(gt=0, le=500)] = 100) -> list:
+    return [_delivery(d) for d in webhooks().deliveries(endpoint_id, state, limit)]
+
+
+@router.post("/webhook-endpoints/<endpoint_id>/replay", responses=responses(
+    200, dict, "how many deliveries are sent again, in order", _NOT_FOUND))
+def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -> dict:
+    return {"replayed": webhooks().replay(endpoint_id, request.since_seq, request.since, request.user_id)}
+
+
+# operators and services manage endpoints; end users none
+RULES = {
+    ("POST", "/webhook-endpoints"): only(SERVICE, ADMIN), ("GET", "/webhook-endpoints"): only(SERVICE, ADMIN),
+    ("GET", "/webhook-endpoints/<endpoint_id>"): only(SERVICE, ADMIN),
+    ("PATCH", "/webhook-endpoints/<endpoint_id>"): only(SERVICE, ADMIN),
+    ("POST", "/webhook-endpoints/<endpoint_id>/rotate-secret"): only(SERVICE, ADMIN),
+    ("DELETE", "/webhook-endpoints/<endpoint_id>"): only(SERVICE, ADMIN),
+    ("GET", "/webhook-endpoints/<endpoint_id>/deliveries"): only(SERVICE, ADMIN),
+    ("POST", "/webhook-endpoints/<endpoint_id>/replay"): only(SERVICE, ADMIN),
+}

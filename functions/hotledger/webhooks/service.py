@@ -1,0 +1,214 @@
+"""Webhooks: endpoints subscribe to event types; every durable change of a subscribed type is delivered to them,
+signed per Standard Webhooks 1.0, in order per account per endpoint, with retries for 3 days.
+
+- Events come from the durable log only: a delivery row is written in the transaction that books the ledger entry
+  (webhooks.store.enqueue), never on the request path, so an event exists exactly when its change is in the DB.
+- Each carries event_id (stable: the receiver's de-duplication key), type, the account's seq and prev_seq (the seq of
+  the previous event of that account for that endpoint): a receiver checks the order and sees a gap.
+- Headers webhook-id, webhook-timestamp and webhook-signature ('v1,<base64 HMAC-SHA256 of id.timestamp.body>'; during
+  a secret rotation's overlap one signature per secret, space-separated); secrets are 'whsec_<base64>'.
+- In order per account per endpoint: only the first PENDING delivery of an account for an endpoint is sent; a retry
+  holds back the ones after it (of that account and endpoint alone). Each endpoint is sent to by its own worker with a
+  short timeout, so a slow or dead endpoint never delays the others (nor the writer: it only wrote rows).
+- Retries: exponential backoff with jitter, from 5 s up to an hour, for 3 days; then the event is dead-lettered (DEAD)
+  and the endpoint flagged `failing`. GET .../deliveries shows attempts and answers; POST .../replay sends again.
+- Where it may send: https only (http://127.0.0.1 and localhost too with WEBHOOK_ALLOW_LOCAL, for local receivers), and
+  never to a host that resolves to a private, loopback, link-local, reserved or metadata address, checked at
+  delivery time too (DNS can change after the endpoint was registered).
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import random
+import secrets
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+from hotledger import errors
+from hotledger.webhooks.events import ALL_TYPES
+from hotledger.webhooks.store import Delivery, Endpoint, WebhookStore, by_endpoint
+
+RETRY_FOR_MS = 3 * 86_400_000
+FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
+SEND_TIMEOUT_S = 5.0
+ROTATION_OVERLAP_S = 86_400
+TOLERANCE_S = 300  # what receivers allow between webhook-timestamp and their clock (the standard's 5 minutes)
+
+
+def new_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def signatures(event_id: str, timestamp: int, body: str, keys: list[str]) -> str:
+    """Standard Webhooks 1.0: 'v1,<base64(HMAC-SHA256(secret, id.timestamp.body))>' per secret, space-separated."""
+    signed = f"{event_id}.{timestamp}.{body}".encode()
+    return " ".join("v1," + base64.b64encode(hmac.new(base64.b64decode(key.removeprefix("whsec_")), signed,
+                                                      hashlib.sha256).digest()).decode() for key in keys)
+
+
+def next_attempt(attempts: int, now_ms: int, created_at: int) -> int | None:
+    """When to try again after `attempts` failed ones (exponential, full jitter on the upper half), or None past 3 days."""
+    delay = min(LONGEST_RETRY_MS, FIRST_RETRY_MS * 2 ** min(attempts, 20))
+    at = now_ms + int(delay / 2 + random.random() * delay / 2)
+    return at if at < created_at + RETRY_FOR_MS else None
+
+
+def check_url(url: str, allow_local: bool, resolve: Callable = socket.getaddrinfo) -> None:
+    """Refuses (InvalidWebhookUrl) what the endpoint may not be: not https (but local http with allow_local), or a
+    host resolving to a private, loopback, link-local, reserved, multicast or metadata address."""
+    parts = urlsplit(url)
+    local = allow_local and parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost")
+    if parts.scheme != "https" and not local:
+        raise errors.InvalidWebhookUrl("an endpoint's url is https (http://127.0.0.1 only for local receivers)")
+    if not parts.hostname or parts.username or parts.password:
+        raise errors.InvalidWebhookUrl("an endpoint's url names a host, without credentials")
+    if local:
+        return
+    try:
+        addresses = {info[4][0] for info in resolve(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)}
+    except (OSError, UnicodeError) as exc:
+        raise errors.InvalidWebhookUrl(f"{parts.hostname} does not resolve") from exc
+    for address in addresses:
+        ip = ipaddress.ip_address(address.split("%")[0])
+        if not ip.is_global or ip.is_multicast or address in ("169.254.169.254", "fd00:ec2::254"):
+            raise errors.InvalidWebhookUrl(f"{parts.hostname} resolves to {address}, which is not a public address")
+
+
+class Webhooks:
+    def __init__(self, store: WebhookStore, allow_local: bool,
+                 clock: Callable[[], int] = lambda: int(time.time() * 1000)):
+        self.store, self.allow_local, self.clock = store, allow_local, clock
+
+    # endpoints ----------------------------------------------------------------------------------------------------
+    def create(self, url: str, event_types: list[str], description: str) -> tuple[Endpoint, str]:
+        check_url(url, self.allow_local)
+        types = _types(event_types)
+        secret = new_secret()
+        return self.get(self.store.create(url, types, description, secret, self.clock())), secret
+
+    def get(self, endpoint_id: int) -> Endpoint:
+        found = self.store.endpoint(endpoint_id)
+        if found is None:
+            raise errors.WebhookEndpointNotFound(f"webhook endpoint {endpoint_id} does not exist")
+        return found
+
+    def list(self) -> list[Endpoint]:
+        return self.store.endpoints()
+
+    def update(self, endpoint_id: int, url: str | None, event_types: list[str] | None, description: str | None,
+               enabled: bool | None) -> Endpoint:
+        self.get(endpoint_id)
+        fields: dict = {}
+        if url is not None:
+            check_url(url, self.allow_local)
+            fields["url"] = url
+        if event_types is not None:
+            fields["event_types"] = _types(event_types)
+        if description is not None:
+            fields["description"] = description
+        if enabled is not None:
+            fields["enabled"] = int(enabled)
+            if enabled:
+                fields["failing"] = 0
+        self.store.update(endpoint_id, **fields)
+        return self.get(endpoint_id)
+
+    def rotate(self, endpoint_id: int, overlap_s: int) -> str:
+        self.get(endpoint_id)
+        secret = new_secret()
+        self.store.rotate(endpoint_id, secret, self.clock() + overlap_s * 1000)
+        return secret
+
+    def delete(self, endpoint_id: int) -> None:
+        self.get(endpoint_id)
+        self.store.update(endpoint_id, deleted=1, enabled=0)
+
+    def deliveries(self, endpoint_id: int, state: str | None, limit: int) -> list[Delivery]:
+        self.get(endpoint_id)
+        return self.store.deliveries(endpoint_id, state, limit)
+
+    def replay(self, endpoint_id: int, since_seq: int | None, since_ms: int | None, user_id: int | None) -> int:
+        self.get(endpoint_id)
+        return self.store.replay(endpoint_id, self.clock(), since_seq, since_ms, user_id)
+
+    # sending ------------------------------------------------------------------------------------------------------
+    def send_due(self, batch: int = 200, seconds: float = 50.0, idle_wait_s: float | None = None) -> dict[str, int]:
+        """Passes until nothing due is left (with idle_wait_s: waiting that long and looking again) or `seconds` ran
+        out: each pass sends every due delivery that is first in its account's order for its endpoint (the next one is
+        first in the next pass), each endpoint by its own worker. Returns counts of delivered, retried and
+        dead-lettered."""
+        counts = {"delivered": 0, "retried": 0, "dead": 0}
+        stop_at = time.monotonic() + seconds
+        while time.monotonic() < stop_at:
+            due = by_endpoint(self.store.due(self.clock(), batch))
+            if not due:
+                if idle_wait_s is None:
+                    break
+                time.sleep(idle_wait_s)
+                continue
+            endpoints = {e.endpoint_id: e for e in self.store.endpoints() if e.endpoint_id in due}
+            sent = 0
+            with ThreadPoolExecutor(max_workers=min(16, len(due))) as pool:
+                for outcomes in pool.map(lambda item: self._send_endpoint(endpoints.get(item[0]), item[1]), due.items()):
+                    for outcome in outcomes:
+                        counts[outcome] += 1
+                        sent += outcome == "delivered"
+            if not sent and idle_wait_s is None:
+                break  # what is left waits for its next attempt
+            if not sent:
+                time.sleep(idle_wait_s)
+        return counts
+
+    def _send_endpoint(self, endpoint: Endpoint | None, deliveries: list[Delivery]) -> list[str]:
+        if endpoint is None or not endpoint.enabled:
+            return []  # deleted or disabled: its deliveries wait (replay or enable sends them)
+        return [self._send(endpoint, d) for d in deliveries]
+
+    def _send(self, endpoint: Endpoint, d: Delivery) -> str:
+        now = self.clock()
+        timestamp = now // 1000
+        status, error = None, ""
+        try:
+            check_url(endpoint.url, self.allow_local)
+            request = urllib.request.Request(endpoint.url, data=d.payload.encode(), method="POST", headers={
+                "content-type": "application/json", "webhook-id": d.event_id, "webhook-timestamp": str(timestamp),
+                "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
+                "user-agent": "hotledger-webhooks/1"})
+            with _NO_REDIRECTS.open(request, timeout=SEND_TIMEOUT_S) as answer:
+                status = answer.status
+        except urllib.error.HTTPError as exc:
+            status, error = exc.code, f"HTTP {exc.code}"
+        except (urllib.error.URLError, OSError, errors.InvalidWebhookUrl) as exc:
+            error = str(getattr(exc, "reason", exc)) or type(exc).__name__
+        if status is not None and 200 <= status < 300:
+            self.store.delivered(d, status, self.clock())
+            return "delivered"
+        retry_at = next_attempt(d.attempts, self.clock(), d.created_at)
+        self.store.failed(d, status, error or f"HTTP {status}", retry_at)
+        return "retried" if retry_at else "dead"
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect could lead to an address the endpoint check refused: a 3xx counts as a failed attempt."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_RefuseRedirects)
+
+
+def _types(event_types: list[str]) -> list[str]:
+    unknown = sorted(set(event_types) - ALL_TYPES)
+    if unknown or not event_types:
+        raise errors.InvalidWebhookTypes(f"event_types: unknown {', '.join(unknown) or '(none given)'}; known: "
+                                         f"{', '.join(sorted(ALL_TYPES))}")
+    return sorted(set(event_types))

@@ -1,0 +1,169 @@
+"""The webhooks' storage: endpoints (t_webhook_endpoint) and deliveries (t_webhook_delivery), and `enqueue`, the part
+of the booking transaction that writes a delivery for each subscribed endpoint."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from hotledger.dal import db
+from hotledger.ledger.entry import Booked
+from hotledger.webhooks.events import EVENT_TYPES, event_id, payload
+
+PENDING, DELIVERED, DEAD = "PENDING", "DELIVERED", "DEAD"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    endpoint_id: int
+    url: str
+    event_types: tuple[str, ...]
+    description: str
+    secret: str
+    previous_secret: str | None
+    previous_until: int | None
+    enabled: bool
+    failing: bool
+    created_at: int
+
+    def secrets(self, now_ms: int) -> list[str]:
+        """The secrets a delivery is signed with now: the current one, and the previous one during its overlap."""
+        return [self.secret] + ([self.previous_secret] if self.previous_secret and (self.previous_until or 0) > now_ms else [])
+
+
+@dataclass(frozen=True)
+class Delivery:
+    endpoint_id: int
+    user_id: int
+    seq: int
+    prev_seq: int | None
+    event_id: str
+    type: str
+    payload: str
+    state: str
+    attempts: int
+    next_attempt_at: int
+    last_status: int | None
+    last_error: str | None
+    created_at: int
+    delivered_at: int | None
+
+
+_ENDPOINT = ("SELECT id, url, event_types, description, secret, previous_secret, previous_until, enabled, failing,"
+             " created_at FROM t_webhook_endpoint")
+_DELIVERY = ("SELECT endpoint_id, user_id, seq, prev_seq, event_id, type, payload, state, attempts, next_attempt_at,"
+             " last_status, last_error, created_at, delivered_at FROM t_webhook_delivery")
+
+
+def _endpoint(row) -> Endpoint:
+    id_, url, types, description, secret, previous, until, enabled, failing, created = row
+    return Endpoint(id_, url, tuple(t for t in types.split(",") if t), description, secret, previous, until,
+                    bool(enabled), bool(failing), created)
+
+
+def enqueue(cursor, rows: list[Booked]) -> None:
+    """In the transaction that books `rows`: one PENDING delivery per row and enabled endpoint subscribed to its type,
+    with the previous seq of that account for that endpoint."""
+    if not rows:
+        return
+    cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE enabled = 1 AND deleted = 0")
+    endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
+    wanted = [(id_, r) for id_, types in endpoints for r in rows if EVENT_TYPES.get(r.type) in types]
+    if not wanted:
+        return
+    users, ids = sorted({r.user_id for _, r in wanted}), sorted({id_ for id_, _ in wanted})
+    cursor.execute(f"SELECT endpoint_id, user_id, MAX(seq) FROM t_webhook_delivery WHERE endpoint_id IN"
+                   f" ({','.join(['%s'] * len(ids))}) AND user_id IN ({','.join(['%s'] * len(users))})"
+                   " GROUP BY endpoint_id, user_id", (*ids, *users))
+    last: dict[tuple[int, int], int] = {(e, u): s for e, u, s in cursor.fetchall()}
+    values = []
+    for endpoint_id, r in sorted(wanted, key=lambda w: (w[0], w[1].user_id, w[1].seq)):
+        prev = last.get((endpoint_id, r.user_id))
+        values.append((endpoint_id, r.user_id, r.seq, prev, event_id(r), EVENT_TYPES[r.type], payload(r, prev),
+                       r.booked_at, r.booked_at))
+        last[(endpoint_id, r.user_id)] = r.seq
+    cursor.executemany(
+        "INSERT IGNORE INTO t_webhook_delivery (endpoint_id, user_id, seq, prev_seq, event_id, type, payload, state,"
+        " next_attempt_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s)", values)
+
+
+class WebhookStore:
+    # endpoints ----------------------------------------------------------------------------------------------------
+    def create(self, url: str, event_types: list[str], description: str, secret: str, now_ms: int) -> int:
+        with db.transaction() as cur:
+            cur.execute("INSERT INTO t_webhook_endpoint (url, event_types, description, secret, created_at)"
+                        " VALUES (%s, %s, %s, %s, %s)", (url, ",".join(event_types), description, secret, now_ms))
+            return cur.lastrowid
+
+    def endpoint(self, endpoint_id: int) -> Endpoint | None:
+        rows = db.query(_ENDPOINT + " WHERE id = %s AND deleted = 0", (endpoint_id,))
+        return _endpoint(rows[0]) if rows else None
+
+    def endpoints(self) -> list[Endpoint]:
+        return [_endpoint(row) for row in db.query(_ENDPOINT + " WHERE deleted = 0 ORDER BY id")]
+
+    def update(self, endpoint_id: int, **fields) -> None:
+        columns = {"url": "url", "event_types": "event_types", "description": "description", "enabled": "enabled",
+                   "failing": "failing", "deleted": "deleted"}
+        sets = [(columns[name], ",".join(value) if name == "event_types" else value) for name, value in fields.items()]
+        if sets:
+            db.execute(f"UPDATE t_webhook_endpoint SET {', '.join(f'{c} = %s' for c, _ in sets)} WHERE id = %s",
+                       (*(v for _, v in sets), endpoint_id))
+
+    def rotate(self, endpoint_id: int, secret: str, previous_until: int) -> None:
+        db.execute("UPDATE t_webhook_endpoint SET previous_secret = secret, previous_until = %s, secret = %s"
+                   " WHERE id = %s", (previous_until, secret, endpoint_id))
+
+    # deliveries ---------------------------------------------------------------------------------------------------
+    def due(self, now_ms: int, limit: int) -> list[Delivery]:
+        """PENDING deliveries due now that are the first PENDING one of their account for their endpoint (in order)."""
+        return [Delivery(*row) for row in db.query(
+            _DELIVERY + " d WHERE state = 'PENDING' AND next_attempt_at <= %s AND NOT EXISTS (SELECT 1 FROM"
+            " t_webhook_delivery e WHERE e.endpoint_id = d.endpoint_id AND e.user_id = d.user_id AND e.state = 'PENDING'"
+            " AND e.seq < d.seq) ORDER BY next_attempt_at LIMIT %s", (now_ms, limit))]
+
+    def delivered(self, d: Delivery, status: int, now_ms: int) -> None:
+        db.execute("UPDATE t_webhook_delivery SET state = 'DELIVERED', attempts = attempts + 1, last_status = %s,"
+                   " last_error = NULL, delivered_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s",
+                   (status, now_ms, d.endpoint_id, d.user_id, d.seq))
+
+    def failed(self, d: Delivery, status: int | None, error: str, next_attempt_at: int | None) -> None:
+        """Another attempt at next_attempt_at, or (None) dead-lettered and the endpoint flagged failing."""
+        with db.transaction() as cur:
+            cur.execute("UPDATE t_webhook_delivery SET attempts = attempts + 1, last_status = %s, last_error = %s,"
+                        " state = %s, next_attempt_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s",
+                        (status, error[:500], PENDING if next_attempt_at else DEAD, next_attempt_at or d.next_attempt_at,
+                         d.endpoint_id, d.user_id, d.seq))
+            if next_attempt_at is None:
+                cur.execute("UPDATE t_webhook_endpoint SET failing = 1 WHERE id = %s", (d.endpoint_id,))
+
+    def deliveries(self, endpoint_id: int, state: str | None, limit: int) -> list[Delivery]:
+        where, args = "WHERE endpoint_id = %s", [endpoint_id]
+        if state:
+            where += " AND state = %s"
+            args.append(state)
+        return [Delivery(*row) for row in db.query(f"{_DELIVERY} {where} ORDER BY created_at DESC, seq DESC LIMIT %s",
+                                                   (*args, limit))]
+
+    def replay(self, endpoint_id: int, now_ms: int, since_seq: int | None, since_ms: int | None,
+               user_id: int | None) -> int:
+        """Deliveries of the endpoint from since_seq (of user_id's account, or every account's) or booked since since_ms
+        become PENDING again, due now, in their order; returns how many."""
+        where, args = "endpoint_id = %s", [endpoint_id]
+        if since_seq is not None:
+            where += " AND seq >= %s"
+            args.append(since_seq)
+        if since_ms is not None:
+            where += " AND created_at >= %s"
+            args.append(since_ms)
+        if user_id is not None:
+            where += " AND user_id = %s"
+            args.append(user_id)
+        return db.execute(f"UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s"
+                          f" WHERE {where}", (now_ms, *args))
+
+
+def by_endpoint(deliveries: list[Delivery]) -> dict[int, list[Delivery]]:
+    grouped: dict[int, list[Delivery]] = defaultdict(list)
+    for d in deliveries:
+        grouped[d.endpoint_id].append(d)
+    return grouped

@@ -1,0 +1,28 @@
+"""EventBridge-scheduled webhook sender (rate 1 minute, 60 s timeout): sends the due deliveries the writer and the SYNC
+path wrote with their bookings (hotledger.webhooks), in order per account per endpoint, until shortly before its
+timeout. In the VPC (it reads the DB); the endpoints are reached through the VPC's NAT (PrivateEgress=nat).
+Metrics: WebhooksDelivered, WebhooksRetried, WebhooksDeadLettered (alarm on > 0: an endpoint failed for 3 days)."""
+from __future__ import annotations
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from hotledger import observability
+from hotledger.runtime import webhooks
+
+logger = observability.logger()
+metrics = observability.metrics()
+tracer = observability.tracer()
+STOP_BEFORE_TIMEOUT_MS = 8000  # a pass's sends (5 s timeout each, per endpoint in parallel) end before the timeout
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict, context) -> dict:
+    seconds = max(1.0, (context.get_remaining_time_in_millis() - STOP_BEFORE_TIMEOUT_MS) / 1000)
+    counts = webhooks().send_due(seconds=seconds, idle_wait_s=1.0)  # a new event goes out within about a second
+    metrics.add_metric(name="WebhooksDelivered", unit=MetricUnit.Count, value=counts["delivered"])
+    metrics.add_metric(name="WebhooksRetried", unit=MetricUnit.Count, value=counts["retried"])
+    metrics.add_metric(name="WebhooksDeadLettered", unit=MetricUnit.Count, value=counts["dead"])
+    logger.info("webhooks sent", extra=counts)
+    return counts

@@ -1,0 +1,170 @@
+"""Issue 21, webhooks: every durable change of a subscribed type is delivered, signed per Standard Webhooks 1.0
+(verified here with the `standardwebhooks` package receivers use, not with our code), in order per account per
+endpoint with seq and prev_seq, retried, dead-lettered after 3 days; never for a change that is not durable; a slow or
+failing endpoint holds back only its own events. Through the API handler, the writer and the real DB."""
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from standardwebhooks import Webhook
+
+from helpers import Api, invoke_writer, ledger_records
+
+
+class Receiver:
+    """A local endpoint: records what it got; answers `status`."""
+
+    def __init__(self, status: int = 204):
+        self.status, self.got = status, []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["content-length"])).decode()
+                receiver.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(receiver.status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def events(self, secret: str) -> list[dict]:
+        """Every delivery verified as a receiver would (a 5-minute tolerance), parsed."""
+        return [Webhook(secret).verify(body, headers) for headers, body in self.got]
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def local_hooks(monkeypatch):
+    from hotledger.runtime import webhooks
+
+    monkeypatch.setattr(webhooks(), "allow_local", True)
+    receivers = []
+    yield lambda status=204: receivers.append(Receiver(status)) or receivers[-1]
+    for r in receivers:
+        r.close()
+
+
+def _endpoint(api, url, types):
+    status, body = api("POST", "/webhook-endpoints", {"url": url, "event_types": types, "description": "t"})
+    assert status == 201, body
+    return body
+
+
+def _persist(redis_client, user_id):
+    assert invoke_writer(ledger_records(redis_client, [user_id])) == {"batchItemFailures": []}
+
+
+def _send():
+    from hotledger.runtime import webhooks
+
+    return webhooks().send_due()
+
+
+def test_durable_changes_are_delivered_signed_in_order_and_only_once_durable(api, redis_client, local_hooks):
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted", "recharge.persisted"])
+    assert endpoint["secret"].startswith("whsec_")
+    user_id = api.account(balance="10.00")
+    for amount in ("1.00", "2.00"):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
+    _send()
+    assert receiver.got == []  # acknowledged, not in the DB yet: no event
+    _persist(redis_client, user_id)
+    _send()
+    events = [e for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id]
+    assert [(e["type"], e["data"]["amount"], e["data"]["seq"], e["data"]["prev_seq"]) for e in events] == [
+        ("recharge.persisted", "10.00", 1, None), ("charge.persisted", "1.00", 2, 1), ("charge.persisted", "2.00", 3, 2)]
+    assert len({h["webhook-id"] for h, _ in receiver.got}) == len(receiver.got)
+    _persist(redis_client, user_id)  # a replayed batch books nothing, so nothing is sent twice
+    _send()
+    assert len([1 for h, b in receiver.got if json.loads(b)["data"]["user_id"] == user_id]) == 3
+    status, deliveries = api("GET", f"/webhook-endpoints/{endpoint['endpoint_id']}/deliveries?state=DELIVERED")
+    assert status == 200 and {d["seq"] for d in deliveries if d["user_id"] == user_id} == {1, 2, 3}
+
+
+def test_a_failing_endpoint_retries_in_order_and_holds_back_only_its_own_events(api, redis_client, local_hooks, monkeypatch):
+    from hotledger.runtime import webhooks
+
+    broken, healthy = local_hooks(500), local_hooks()
+    failing = _endpoint(api, broken.url, ["charge.persisted"])
+    working = _endpoint(api, healthy.url, ["charge.persisted"])
+    user_id = api.account(balance="10.00", deduct_type="SYNC")  # booked at once: SYNC changes are events too
+    for amount in ("1.00", "2.00"):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
+    _send()
+    assert [e["data"]["seq"] for e in healthy.events(working["secret"]) if e["data"]["user_id"] == user_id] == [2, 3]
+    # seq 3 waits behind seq 2, which failed (and may have been retried once already if the pass was slow)
+    assert {json.loads(b)["data"]["seq"] for _, b in broken.got if json.loads(b)["data"]["user_id"] == user_id} == {2}
+    status, deliveries = api("GET", f"/webhook-endpoints/{failing['endpoint_id']}/deliveries")
+    mine = {d["seq"]: d for d in deliveries if d["user_id"] == user_id}
+    assert (mine[2]["state"], mine[2]["last_status"]) == ("PENDING", 500) and mine[2]["attempts"] >= 1
+    assert mine[3]["attempts"] == 0  # waits behind seq 2 of its account
+    tried = len(broken.got)
+    _send()
+    assert len(broken.got) == tried  # not due yet: backoff
+
+    clock = webhooks().clock
+    with monkeypatch.context() as later:
+        later.setattr(webhooks(), "clock", lambda: clock() + 4 * 86_400_000)  # past the 3 days of retries
+        _send()
+    status, deliveries = api("GET", f"/webhook-endpoints/{failing['endpoint_id']}/deliveries?state=DEAD")
+    assert {d["seq"] for d in deliveries if d["user_id"] == user_id} >= {2}
+    assert api("GET", f"/webhook-endpoints/{failing['endpoint_id']}")[1]["failing"] is True
+
+    broken.status = 204
+    status, body = api("POST", f"/webhook-endpoints/{failing['endpoint_id']}/replay", {"since_seq": 1, "user_id": user_id})
+    assert status == 200 and body["replayed"] >= 2
+    _send()
+    _send()
+    last_two = [Webhook(failing["secret"]).verify(body, headers) for headers, body in broken.got[-2:]]
+    assert [e["data"]["seq"] for e in last_two] == [2, 3]
+
+
+def test_a_rotated_secret_signs_alongside_the_old_one_for_the_overlap(api, redis_client, local_hooks):
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["recharge.persisted"])
+    status, rotated = api("POST", f"/webhook-endpoints/{endpoint['endpoint_id']}/rotate-secret", {"overlap_s": 3600})
+    assert status == 200 and rotated["secret"] != endpoint["secret"]
+    user_id = api.account(balance="1.00")
+    _persist(redis_client, user_id)
+    _send()
+    headers, body = next((h, b) for h, b in receiver.got if json.loads(b)["data"]["user_id"] == user_id)
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (endpoint["secret"], rotated["secret"]):
+        assert Webhook(secret).verify(body, headers)["type"] == "recharge.persisted"
+
+
+@pytest.mark.parametrize("url, allow_local", [
+    ("http://10.0.0.5/x", True), ("https://127.0.0.1/x", True), ("https://localhost/x", True),
+    ("https://169.254.169.254/latest", True), ("http://127.0.0.1:9/x", False), ("ftp://example.com/x", True),
+    ("https://user:pw@example.com/x", True),
+])
+def test_endpoints_never_point_inside(api, monkeypatch, url, allow_local):
+    from hotledger.runtime import webhooks
+
+    monkeypatch.setattr(webhooks(), "allow_local", allow_local)
+    status, body = api("POST", "/webhook-endpoints", {"url": url, "event_types": ["charge.persisted"]})
+    assert (status, body["error"]["code"]) == (422, "INVALID_WEBHOOK_URL"), body
+
+
+def test_endpoint_management_and_its_refusals(api, local_hooks):
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["hold.expired"])
+    path = f"/webhook-endpoints/{endpoint['endpoint_id']}"
+    status, body = api("PATCH", path, {"event_types": ["hold.expired", "refund.persisted"], "enabled": False})
+    assert status == 200 and (body["event_types"], body["enabled"]) == (["hold.expired", "refund.persisted"], False)
+    assert "secret" not in api("GET", path)[1]
+    assert endpoint["endpoint_id"] in {e["endpoint_id"] for e in api("GET", "/webhook-endpoints")[1]}
+    status, body = api("POST", "/webhook-endpoints", {"url": receiver.url, "event_types": ["nope"]})
+    assert (status, body["error"]["code"]) == (422, "VALIDATION_ERROR")
+    assert api("DELETE", path)[0] == 204
+    assert api("GET", path)[1]["error"]["code"] == "WEBHOOK_ENDPOINT_NOT_FOUND"
+    assert Api(user_id=1, scopes=())("GET", "/webhook-endpoints")[0] == 403
