@@ -12,9 +12,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, HTTPServer
 import uuid
 from pathlib import Path
 
@@ -287,3 +289,34 @@ def voucher(api, stock=5, begin_at=None, end_at=None, **fields) -> int:
                                              "end_at": end_at or now + 3_600_000, **fields})
     assert status == 201, body
     return int(body["voucher_id"])
+
+
+class Receiver:
+    """A local webhook endpoint (tests of webhooks and balance monitors): records what it got; answers `status`."""
+
+    def __init__(self, status: int = 204):
+        self.status, self.got = status, []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["content-length"])).decode()
+                receiver.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(receiver.status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def events(self, secret: str) -> list[dict]:
+        """Every delivery verified as a receiver would (a 5-minute tolerance), parsed."""
+        from standardwebhooks import Webhook
+
+        return [Webhook(secret).verify(body, headers) for headers, body in self.got]
+
+    def close(self):
+        self.server.shutdown()

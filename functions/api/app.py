@@ -134,7 +134,7 @@ def domain_error(exc: errors.DomainError) -> Response:
     return _error(exc.status, exc.code, exc.message, **exc.details)
 
 
-_AMOUNT_FIELDS = {"amount", "threshold", "total"}
+_AMOUNT_FIELDS = {"amount", "threshold", "total", "below", "above", "rearm_above", "rearm_below"}
 
 
 @app.exception_handler(RequestUnsupportedContentType)

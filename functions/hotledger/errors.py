@@ -67,6 +67,10 @@ WebhookEndpointNotFound = _error("WebhookEndpointNotFound", 404, "WEBHOOK_ENDPOI
 InvalidWebhookUrl = _error("InvalidWebhookUrl", 422, "INVALID_WEBHOOK_URL")
 InvalidWebhookTypes = _error("InvalidWebhookTypes", 422, "VALIDATION_ERROR")
 
+# balance monitors
+MonitorNotFound = _error("MonitorNotFound", 404, "MONITOR_NOT_FOUND")
+InvalidMonitor = _error("InvalidMonitor", 422, "INVALID_MONITOR")
+
 # history
 InvalidFilter = _error("InvalidFilter", 422, "VALIDATION_ERROR")
 InvalidCursor = _error("InvalidCursor", 422, "INVALID_CURSOR")

@@ -51,13 +51,14 @@ def registered() -> tuple[Feature, ...]:
     from hotledger.history.feature import FEATURE as history
     from hotledger.holds.feature import FEATURE as holds
     from hotledger.ledger.feature import FEATURE as ledger
+    from hotledger.monitors.feature import FEATURE as monitors
     from hotledger.notices.feature import FEATURE as notices
     from hotledger.redpackets.feature import FEATURE as redpackets
     from hotledger.refunds.feature import FEATURE as refunds
     from hotledger.vouchers.feature import FEATURE as vouchers
     from hotledger.webhooks.feature import FEATURE as webhooks
 
-    return (ledger, holds, refunds, history, vouchers, redpackets, notices, webhooks, KEYS)
+    return (ledger, holds, refunds, history, vouchers, redpackets, notices, webhooks, monitors, KEYS)
 
 
 @dataclass

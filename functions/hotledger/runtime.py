@@ -23,6 +23,8 @@ from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.service import Ledger
 from hotledger.ledger.store import MAX_BALANCE, LedgerStore
+from hotledger.monitors.service import Monitors
+from hotledger.monitors.store import MonitorStore
 from hotledger.notices.inbox import Inbox
 from hotledger.notices.journeys import Journeys, parse_thresholds
 from hotledger.notices.payment_orders import PaymentOrders
@@ -101,6 +103,11 @@ def refunds() -> Refunds:
 @functools.lru_cache(maxsize=1)
 def webhooks() -> Webhooks:
     return Webhooks(WebhookStore(), settings().webhook_allow_local == "1")
+
+
+@functools.lru_cache(maxsize=1)
+def monitors() -> Monitors:
+    return Monitors(MonitorStore(), inbox(), ledger().account_exists)
 
 
 @functools.lru_cache(maxsize=1)
@@ -232,7 +239,7 @@ def reset() -> None:
     """Forget every cached service and setting (tests switching configuration)."""
     from hotledger.config import settings as cached_settings
 
-    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, holds, refunds, webhooks, history, voucher_redis, vouchers,
+    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, holds, refunds, webhooks, monitors, history, voucher_redis, vouchers,
                    redpackets, ledger_persister, voucher_persister, redpacket_persister, writer, ledger_reconcile,
                    voucher_reconciler, packet_reconciler, reconciler, delay_queue, inbox, payment_orders, journeys, lua,
                    cached_settings):

@@ -119,12 +119,13 @@ def _world(api) -> dict:
     packet = api("POST", "/redpackets", {"sender_id": bob, "total": "5.00", "count": 5, "expires_in_s": 600})[1]["packet_id"]
     payment_order = api("POST", "/orders", {"user_id": alice, "amount": "1.00", "close_in_s": 3600})[1]["order_id"]
     hold = api("POST", f"/accounts/{alice}/holds", {"amount": "2.00"})[1]["hold_id"]
-    params = {"user_id": alice, "order_id": order_id, "hold_id": hold, "endpoint_id": 1, "voucher_id": voucher, "packet_id": packet, "account": alice,
+    params = {"user_id": alice, "order_id": order_id, "hold_id": hold, "endpoint_id": 1, "monitor_id": 1, "voucher_id": voucher, "packet_id": packet, "account": alice,
               "queue": "rules-q", "element": "e1", "biz": "password-recovery"}
     bodies = {
         ("POST", "/accounts"): {"user_name": "rules-new"}, ("PATCH", "/accounts/<user_id>"): {"threshold": "0.00"},
         ("POST", "/accounts/<user_id>/recharge"): {"amount": "1.00"}, ("POST", "/accounts/<user_id>/deduct"): {"amount": "1.00"},
         ("POST", "/accounts/<user_id>/holds"): {"amount": "1.00"},
+        ("POST", "/accounts/<user_id>/monitors"): {"below": "1.00"},
         ("POST", "/webhook-endpoints"): {"url": "http://10.1.1.1/", "event_types": ["charge.persisted"]},
         ("PATCH", "/webhook-endpoints/<endpoint_id>"): {"description": "d"},
         ("POST", "/webhook-endpoints/<endpoint_id>/rotate-secret"): {}, ("POST", "/webhook-endpoints/<endpoint_id>/replay"): {},
@@ -150,7 +151,7 @@ def _state(sql, redis_client, world) -> tuple:
     """What any accepted request would change: row counts and balances of every table a route writes, and the Redis
     keys and values of the world's entities (not the whole keyspace: other tests' keys expire meanwhile)."""
     tables = ("t_account", "t_order", "t_pay", "t_seckill_voucher", "t_voucher_order", "t_red_packet", "t_red_packet_item",
-              "t_payment_order", "t_idempotency", "t_route_key", "t_rolled_back", "t_hold", "t_hold_change", "t_entry", "t_refund", "t_webhook_endpoint", "t_webhook_delivery")
+              "t_payment_order", "t_idempotency", "t_route_key", "t_rolled_back", "t_hold", "t_hold_change", "t_entry", "t_refund", "t_webhook_endpoint", "t_webhook_delivery", "t_balance_monitor")
     counts = tuple(sql(f"SELECT COUNT(*) FROM {t}")[0][0] for t in tables)
     params = world["params"]
     entities = (str(world["alice"]), str(world["bob"]), f"v{params['voucher_id']}", f"rp{params['packet_id']}",
@@ -177,6 +178,8 @@ MAY_CALL = {
     ("GET", "/webhook-endpoints/<endpoint_id>"): {S, O}, ("PATCH", "/webhook-endpoints/<endpoint_id>"): {S, O},
     ("POST", "/webhook-endpoints/<endpoint_id>/rotate-secret"): {S, O}, ("DELETE", "/webhook-endpoints/<endpoint_id>"): {S, O},
     ("GET", "/webhook-endpoints/<endpoint_id>/deliveries"): {S, O}, ("POST", "/webhook-endpoints/<endpoint_id>/replay"): {S, O},
+    ("POST", "/accounts/<user_id>/monitors"): {S, O, U}, ("GET", "/accounts/<user_id>/monitors"): {S, O, U},
+    ("DELETE", "/accounts/<user_id>/monitors/<monitor_id>"): {S, O, U},
     ("POST", "/accounts/<user_id>/orders/<order_id>/refunds"): {S}, ("POST", "/accounts/<user_id>/holds/<hold_id>/refunds"): {S},
     ("POST", "/vouchers"): {O}, ("GET", "/vouchers/<voucher_id>"): ANYONE, ("POST", "/vouchers/<voucher_id>/orders"): {S, U},
     ("GET", "/vouchers/<voucher_id>/orders/<order_id>"): {S, O, U},

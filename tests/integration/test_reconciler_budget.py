@@ -48,4 +48,4 @@ def test_a_part_that_raises_does_not_stop_the_others(api, sql, monkeypatch, reco
     assert report["failed_parts"] == ["accounts", "vouchers"]
     assert ran == ["scan", "close_overdue"]
     assert set(report["part_seconds"]) == {"accounts", "holds", "vouchers", "packets", "journeys", "reminders", "orders",
-                                           "keys"}
+                                           "alerts", "keys"}

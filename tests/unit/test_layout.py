@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 FUNCTIONS = REPO / "functions"
 HOTLEDGER = FUNCTIONS / "hotledger"
 LUA = REPO / "layers" / "lua"
-FEATURES = ("ledger", "holds", "refunds", "history", "webhooks", "vouchers", "redpackets", "notices", "outbox")
+FEATURES = ("ledger", "holds", "refunds", "history", "webhooks", "monitors", "vouchers", "redpackets", "notices", "outbox")
 LUA_PREFIXES = ("ledger_", "hold_", "voucher_", "redpacket_", "delay_", "inbox_", "journey_", "lock_", "outbox_", "ids_", "idem_")
 SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE)\b.*\b(FROM|INTO|SET|VALUES)\b", re.I | re.S)
 

@@ -88,6 +88,9 @@ class NoHolds:
     def overdue(self, before_ms, after_id, limit):
         return []
 
+    def post_alerts(self, budget):
+        return 0
+
 
 class Cursors(dict):
     def get(self, part):
@@ -111,6 +114,7 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
                        ("payment_orders", notices), ("journeys", notices)):
         monkeypatch.setattr(runtime, name, lambda fake=fake: fake)
     monkeypatch.setattr(runtime, "holds", lambda: NoHolds())
+    monkeypatch.setattr(runtime, "monitors", lambda: NoHolds())
     monkeypatch.setattr(retention, "prune", lambda older_than_ms, budget: {"keys": 4})
     reconciler = Reconciler([part for feature in registered() for part in feature.reconcile_parts()], 60, cursors)
     report = reconciler.run(0)
@@ -119,5 +123,5 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
     assert (report.accounts, report.next_after, accounts.calls) == (3, 15, [5])
     assert cursors == {"accounts": 15, "holds": 0, "packets": 10}  # a failed part keeps its cursor: the next run repeats it
     assert set(report.part_seconds) == {"accounts", "holds", "vouchers", "packets", "journeys", "reminders", "orders",
-                                        "keys"}
+                                        "alerts", "keys"}
     assert report.keys_pruned == 4

@@ -26,6 +26,7 @@ from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, stream_flag, text
 from hotledger.holds.store import Hold, active_holds, expired_on_hold
+from hotledger.monitors.store import judge
 from hotledger.webhooks.store import enqueue
 from hotledger.ledger.entry import HOLD_KINDS, KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND, Booked, Entry, LedgerHead, is_client_key
 from hotledger.outbox.events import LedgerEvent
@@ -694,9 +695,10 @@ class LedgerTx:
                             (booked.seq, booked.booked_at, user_id))
 
     def insert_booked(self, rows: list[Booked]) -> None:
-        """Ledger rows (t_entry), one statement, and their webhook deliveries in the same transaction (webhooks.store):
-        an event exists exactly when its change is booked."""
-        enqueue(self.cursor, rows)
+        """Ledger rows (t_entry), one statement, with what follows from them in the same transaction: the balance
+        monitors' crossings (monitors.store) and the webhook deliveries (webhooks.store). An event exists exactly when
+        its change is booked."""
+        enqueue(self.cursor, rows, judge(self.cursor, rows))
         if rows:
             escape = self.cursor.connection.escape
             self.cursor.execute(

@@ -16,7 +16,8 @@ EVENT_TYPES = {
     "redpacket_debit": "redpacket.sent", "redpacket_credit": "redpacket.grab_credited",
     "redpacket_refund": "redpacket.refunded", "opening": "account.opened",
 }
-ALL_TYPES = frozenset(EVENT_TYPES.values())
+BALANCE_TYPES = {"below": "balance.below", "above": "balance.above"}  # a balance monitor's crossing
+ALL_TYPES = frozenset(EVENT_TYPES.values()) | frozenset(BALANCE_TYPES.values())
 
 
 def event_id(booked: Booked) -> str:
@@ -33,4 +34,18 @@ def payload(booked: Booked, prev_seq: int | None) -> str:
                  "balance_change": format_minor(booked.delta), "balance_after": format_minor(booked.balance_after),
                  "available_after": format_minor(booked.available_after), "ref": booked.ref,
                  "charged_at": booked.charged_at},
+    }, separators=(",", ":"))
+
+
+def alert_event_id(alert) -> str:
+    return f"evt_m{alert.monitor_id}_{alert.seq}"
+
+
+def alert_payload(alert, prev_seq: int | None) -> str:
+    """A balance monitor's crossing: the entry (seq) whose booking took the balance past the line."""
+    return json.dumps({
+        "type": BALANCE_TYPES[alert.direction], "timestamp": alert.at,
+        "data": {"event_id": alert_event_id(alert), "user_id": alert.user_id, "seq": alert.seq, "prev_seq": prev_seq,
+                 "monitor_id": str(alert.monitor_id), "threshold": format_minor(alert.threshold),
+                 "balance": format_minor(alert.balance)},
     }, separators=(",", ":"))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from hotledger.dal import db
 from hotledger.ledger.entry import Booked
-from hotledger.webhooks.events import EVENT_TYPES, event_id, payload
+from hotledger.webhooks.events import BALANCE_TYPES, EVENT_TYPES, alert_event_id, alert_payload, event_id, payload
 
 PENDING, DELIVERED, DEAD = "PENDING", "DELIVERED", "DEAD"
 
@@ -60,30 +60,35 @@ def _endpoint(row) -> Endpoint:
                     bool(enabled), bool(failing), created)
 
 
-def enqueue(cursor, rows: list[Booked]) -> None:
-    """In the transaction that books `rows`: one PENDING delivery per row and enabled endpoint subscribed to its type,
-    with the previous seq of that account for that endpoint."""
+def enqueue(cursor, rows: list[Booked], alerts: list = ()) -> None:
+    """In the transaction that books `rows` (and judged the balance monitors' `alerts` of them): one PENDING delivery
+    per event and enabled endpoint subscribed to its type, with the previous seq of that account for that endpoint."""
     if not rows:
         return
     cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE enabled = 1 AND deleted = 0")
     endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
-    wanted = [(id_, r) for id_, types in endpoints for r in rows if EVENT_TYPES.get(r.type) in types]
+    # (user, seq, sub_seq, type, at, its id and body given the previous seq): a crossing follows its entry's event
+    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, lambda prev, r=r: (event_id(r), payload(r, prev)))
+              for r in rows] + [
+        (a.user_id, a.seq, 1, BALANCE_TYPES[a.direction], a.at, lambda prev, a=a: (alert_event_id(a), alert_payload(a, prev)))
+        for a in alerts]
+    wanted = [(id_, e) for id_, types in endpoints for e in events if e[3] in types]
     if not wanted:
         return
-    users, ids = sorted({r.user_id for _, r in wanted}), sorted({id_ for id_, _ in wanted})
+    users, ids = sorted({e[0] for _, e in wanted}), sorted({id_ for id_, _ in wanted})
     cursor.execute(f"SELECT endpoint_id, user_id, MAX(seq) FROM t_webhook_delivery WHERE endpoint_id IN"
                    f" ({','.join(['%s'] * len(ids))}) AND user_id IN ({','.join(['%s'] * len(users))})"
                    " GROUP BY endpoint_id, user_id", (*ids, *users))
     last: dict[tuple[int, int], int] = {(e, u): s for e, u, s in cursor.fetchall()}
     values = []
-    for endpoint_id, r in sorted(wanted, key=lambda w: (w[0], w[1].user_id, w[1].seq)):
-        prev = last.get((endpoint_id, r.user_id))
-        values.append((endpoint_id, r.user_id, r.seq, prev, event_id(r), EVENT_TYPES[r.type], payload(r, prev),
-                       r.booked_at, r.booked_at))
-        last[(endpoint_id, r.user_id)] = r.seq
+    for endpoint_id, (user_id, seq, sub_seq, type_, at, body) in sorted(wanted, key=lambda w: (w[0], *w[1][:3])):
+        prev = last.get((endpoint_id, user_id))
+        id_, text = body(prev)
+        values.append((endpoint_id, user_id, seq, sub_seq, prev, id_, type_, text, at, at))
+        last[(endpoint_id, user_id)] = seq
     cursor.executemany(
-        "INSERT IGNORE INTO t_webhook_delivery (endpoint_id, user_id, seq, prev_seq, event_id, type, payload, state,"
-        " next_attempt_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s)", values)
+        "INSERT IGNORE INTO t_webhook_delivery (endpoint_id, user_id, seq, sub_seq, prev_seq, event_id, type, payload,"
+        " state, next_attempt_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s)", values)
 
 
 class WebhookStore:
@@ -119,20 +124,22 @@ class WebhookStore:
         return [Delivery(*row) for row in db.query(
             _DELIVERY + " d WHERE state = 'PENDING' AND next_attempt_at <= %s AND NOT EXISTS (SELECT 1 FROM"
             " t_webhook_delivery e WHERE e.endpoint_id = d.endpoint_id AND e.user_id = d.user_id AND e.state = 'PENDING'"
-            " AND e.seq < d.seq) ORDER BY next_attempt_at LIMIT %s", (now_ms, limit))]
+            " AND (e.seq < d.seq OR (e.seq = d.seq AND e.sub_seq < d.sub_seq))) ORDER BY next_attempt_at LIMIT %s",
+            (now_ms, limit))]
 
     def delivered(self, d: Delivery, status: int, now_ms: int) -> None:
         db.execute("UPDATE t_webhook_delivery SET state = 'DELIVERED', attempts = attempts + 1, last_status = %s,"
-                   " last_error = NULL, delivered_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s",
-                   (status, now_ms, d.endpoint_id, d.user_id, d.seq))
+                   " last_error = NULL, delivered_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s AND event_id = %s",
+                   (status, now_ms, d.endpoint_id, d.user_id, d.seq, d.event_id))
 
     def failed(self, d: Delivery, status: int | None, error: str, next_attempt_at: int | None) -> None:
         """Another attempt at next_attempt_at, or (None) dead-lettered and the endpoint flagged failing."""
         with db.transaction() as cur:
             cur.execute("UPDATE t_webhook_delivery SET attempts = attempts + 1, last_status = %s, last_error = %s,"
-                        " state = %s, next_attempt_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s",
-                        (status, error[:500], PENDING if next_attempt_at else DEAD, next_attempt_at or d.next_attempt_at,
-                         d.endpoint_id, d.user_id, d.seq))
+                        " state = %s, next_attempt_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s"
+                        " AND event_id = %s", (status, error[:500], PENDING if next_attempt_at else DEAD,
+                                               next_attempt_at or d.next_attempt_at, d.endpoint_id, d.user_id, d.seq,
+                                               d.event_id))
             if next_attempt_at is None:
                 cur.execute("UPDATE t_webhook_endpoint SET failing = 1 WHERE id = %s", (d.endpoint_id,))
 

@@ -1,0 +1,79 @@
+"""Balance monitor routes: POST/GET /accounts/{id}/monitors, DELETE /accounts/{id}/monitors/{monitor_id}."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from api.responses import responses
+from api.rules import ADMIN, SERVICE, only, path_arg
+from api.schemas import Threshold
+from hotledger.money import format_minor
+from hotledger.runtime import monitors
+
+router = Router()
+UserId = Annotated[int, Path(gt=0, lt=2**31)]
+_NOT_FOUND = (404, "ACCOUNT_NOT_FOUND or MONITOR_NOT_FOUND")
+
+
+class MonitorRequest(BaseModel):
+    """Either below (with rearm_above, default: below) or above (with rearm_below, default: above)."""
+    model_config = ConfigDict(extra="forbid")
+    below: Threshold | None = None
+    rearm_above: Threshold | None = None
+    above: Threshold | None = None
+    rearm_below: Threshold | None = None
+
+    @model_validator(mode="after")
+    def one_direction(self):
+        one_way = (self.below is None) != (self.above is None)
+        mixed = (self.below is not None and self.rearm_below is not None) or (
+            self.above is not None and self.rearm_above is not None)
+        if not one_way or mixed:
+            raise ValueError("give below (and rearm_above) or above (and rearm_below)")
+        return self
+
+
+class MonitorView(BaseModel):
+    monitor_id: str
+    user_id: int
+    direction: str = Field(description="below or above")
+    threshold: str
+    rearm: str = Field(description="the line the balance goes back past to arm it again")
+    armed: bool = Field(description="false after it fired, until the balance is back past the re-arm line")
+
+
+def _view(m) -> dict:
+    return {"monitor_id": str(m.monitor_id), "user_id": m.user_id, "direction": m.direction,
+            "threshold": format_minor(m.threshold), "rearm": format_minor(m.rearm), "armed": m.armed}
+
+
+@router.post("/accounts/<user_id>/monitors", status_code=201, responses=responses(
+    201, MonitorView, "watching: one balance.below / balance.above event and inbox message per crossing", _NOT_FOUND,
+    (422, "INVALID_MONITOR: the re-arm line on the wrong side, or too many monitors; VALIDATION_ERROR")))
+def create_monitor(user_id: UserId, request: Annotated[MonitorRequest, Body()]) -> dict:
+    if request.below is not None:
+        return _view(monitors().create(user_id, "below", request.below, request.rearm_above))
+    return _view(monitors().create(user_id, "above", request.above, request.rearm_below))
+
+
+@router.get("/accounts/<user_id>/monitors", responses=responses(200, list[MonitorView], "the account's monitors", _NOT_FOUND))
+def list_monitors(user_id: UserId) -> list:
+    return [_view(m) for m in monitors().list(user_id)]
+
+
+@router.delete("/accounts/<user_id>/monitors/<monitor_id>", responses=responses(204, None, "removed", _NOT_FOUND))
+def delete_monitor(user_id: UserId, monitor_id: Annotated[int, Path(gt=0, lt=2**63)]):
+    monitors().delete(user_id, monitor_id)
+    return Response(status_code=204, body="")
+
+
+# users watch their own balance; services and operators any account's
+RULES = {
+    ("POST", "/accounts/<user_id>/monitors"): only(SERVICE, ADMIN, owner=path_arg("user_id")),
+    ("GET", "/accounts/<user_id>/monitors"): only(SERVICE, ADMIN, owner=path_arg("user_id")),
+    ("DELETE", "/accounts/<user_id>/monitors/<monitor_id>"): only(SERVICE, ADMIN, owner=path_arg("user_id")),
+}
