@@ -137,8 +137,8 @@ def main() -> int:
 
     with run.environment():
         real_stdout = sys.stdout
-        run._quiet()  # the handler prints its EMF metrics line per invocation
-        call = run._api()
+        run.clients.quiet()  # the handler prints its EMF metrics line per invocation
+        call = run.clients.api()
         found = figures(call, deducts)
         if args.profile:
             profile(call, deducts, args.profile)

@@ -71,3 +71,14 @@ def test_progress_prints_a_line_per_stage_and_times_them():
 def test_the_machine_and_commit_are_recorded():
     assert len(report.machine()["load_average"]) == 3
     assert set(report.commit()) == {"commit", "dirty"}
+
+
+def test_cost_per_million_adds_its_lines_from_named_prices():
+    from bench import cost
+
+    lines = cost.per_million(api_ms=20.0, api_gb=0.5, writer_s_per_row=0.001, writer_gb=0.5, rows=2, events=2)
+    assert lines["api_gateway"] == cost.API_GATEWAY_REST_PER_MILLION
+    assert lines["api_function"] == round(cost.LAMBDA_PER_MILLION_REQUESTS + 1e6 * 0.5 * 0.02 * cost.LAMBDA_ARM_PER_GB_S, 3)
+    assert lines["writer_function"] == round(1e6 * 2 * 0.001 * 0.5 * cost.LAMBDA_ARM_PER_GB_S, 3)
+    assert lines["total"] == round(sum(v for k, v in lines.items() if k != "total"), 2)
+    assert cost.template_memory_gb("ApiFunction") > 0
