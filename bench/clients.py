@@ -75,6 +75,8 @@ def deduct_worker(user_ids: list[int], ready, window, seconds: float, warm_up_s:
             pause = next_at - time.time()
             if pause > 0:
                 time.sleep(pause)
+            elif pause < -1 / rate_per_s:  # behind: the slots missed are dropped, never made up in a burst
+                next_at = time.time()
         started = time.time()
         if started >= stop_at:
             break

@@ -143,7 +143,7 @@ class CommitObserver(threading.Thread):
 
     def __init__(self, acks):
         super().__init__(daemon=True)
-        self.acks, self.outstanding, self.lags = acks, {}, []
+        self.acks, self.outstanding, self.lags, self.handed_over = acks, {}, [], []
         self.load_done = threading.Event()
         self.drain_deadline = None
 
@@ -180,6 +180,7 @@ class CommitObserver(threading.Thread):
             except queue.Empty:
                 return
             self.outstanding[entry_id] = acked
+            self.handed_over.append(time.time() * 1000 - acked)
 
 
 def lag_at(user_ids: list[int], procs: int, rate: int, seconds: float) -> dict:
@@ -198,7 +199,10 @@ def lag_at(user_ids: list[int], procs: int, rate: int, seconds: float) -> dict:
     return {"offered_per_s": rate, "achieved_per_s": stats.rate(run["ok"], *run["window"]),
             "p50_ms": stats.percentile(lags, 0.5, 1), "p99_ms": stats.percentile(lags, 0.99, 1),
             "max_ms": round(max(lags), 1) if lags else None, "samples": len(lags),
-            "not_persisted": len(observer.outstanding), "failed": run["failed"], "late_s": run["late"]}
+            "not_persisted": len(observer.outstanding), "failed": run["failed"], "late_s": run["late"],
+            # how long an ack took to reach the observer (the queue between processes): were it long, the lag would
+            # be over by as much
+            "handover_p99_ms": stats.percentile(observer.handed_over, 0.99, 1)}
 
 
 def persisting(user_ids: list[int], timeout_s: float = 180) -> None:
