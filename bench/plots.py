@@ -31,13 +31,13 @@ def write(results: dict, out_dir: Path) -> list[Path]:
     latency = results.get("latency") or {}
     if latency:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for route, found in latency.items():
+        for number, (route, found) in enumerate(latency.items()):
             steps = found["steps"]
             for q, style in (("p50_ms", "--"), ("p99_ms", "-")):
                 points = [(s["offered_per_s"], s[q]) for s in steps if s[q] is not None]
                 if points:
-                    ax.plot(*zip(*points), style, marker="o", label=f"{route} {q[:-3]}")
-        ax.axhline(50, color="grey", linewidth=0.8)
+                    ax.plot(*zip(*points), style, marker="o", color=f"C{number}", label=f"{route} {q[:-3]}")
+        ax.axhline(50, color="grey", linewidth=0.8, label="50 ms (the knee)")
         ax.set_xlabel("offered requests/s (open loop, HTTP)")
         ax.set_ylabel("latency ms")
         ax.set_yscale("log")
