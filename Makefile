@@ -80,9 +80,10 @@ deploy: build
 	  .tools/bin/sam deploy --guided --config-env $(ENV); \
 	fi
 
-## benchmarks (figures, not assertions): writes bench/results.json
+## benchmarks (figures, never assertions): writes bench/results.json (each figure's unit, samples and baseline; the
+## commit and the machine's load) and PNG charts beside it; a progress line per stage on stderr. QUICK=1: a few minutes
 bench: setup services
-	$(PY) bench/run.py
+	$(PY) bench/run.py $(if $(QUICK),--quick)
 
 down:
 	$(PY) infra/services.py down

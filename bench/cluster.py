@@ -1,7 +1,6 @@
 """Redis Cluster figures (issue 12), side by side with the single Redis of the same bench run:
 
-- `cluster_masters_used`: how many masters of a private 3-master cluster the bench's keys reached, the slots each
-  master serves and each master's share of the script calls (keys land by hash tag, so a spread, not a split);
+- `cluster_getkeys_per_script_call`: the key lookups a pipelined script costs the client (0 since issue 18);
 - Redis CPU per call of each hot-path script (usec_per_call of EVALSHA from INFO commandstats, summed over the
   masters): EVALSHA is one stat for every script, so each script's workload runs alone and the delta is read.
 
@@ -137,24 +136,14 @@ def script_costs(target, client, entities: int, calls: int) -> tuple[dict, list[
     return costs, per_master, _getkeys(masters) - getkeys_before
 
 
-def slots_per_master(cluster: services.RedisCluster) -> list[int]:
-    ranges = cluster.node(cluster.master_ports()[0]).client().execute_command("CLUSTER", "SLOTS")
-    slots: dict[int, int] = {}
-    for start_slot, end_slot, master, *_ in ranges:
-        slots[int(master[1])] = slots.get(int(master[1]), 0) + end_slot - start_slot + 1
-    return [slots.get(port, 0) for port in cluster.master_ports()]
-
-
 def figures(single: services.RedisServer, cluster: services.RedisCluster, quick: bool) -> dict:
     """Per-script Redis CPU on the single Redis and on the cluster, and how the keys spread over the masters."""
     entities, calls = 60, 5_000 if quick else 20_000
     single_costs, _, _ = script_costs(single, single.client(), entities, calls)
     cluster_costs, per_master, getkeys = script_costs(cluster, cluster.client(), entities, calls)
-    result = {"cluster_masters": len(per_master), "cluster_masters_used": sum(1 for n in per_master if n),
-              # a pipelined script's slot is computed on the client (issue 18): no key lookup on the hot path
-              "cluster_getkeys_per_script_call": round(getkeys / (calls * len(WORKLOADS)), 3),
-              "cluster_slots_per_master": slots_per_master(cluster), "cluster_script_calls_per_master": per_master,
-              "cluster_busiest_master_vs_mean_ratio": round(max(per_master) * len(per_master) / sum(per_master), 2)}
+    # the keys' spread over the masters (CRC16 of fixed ids) is not a figure: it cannot come out otherwise
+    # a pipelined script's slot is computed on the client (issue 18): no key lookup on the hot path
+    result = {"cluster_getkeys_per_script_call": round(getkeys / (calls * len(WORKLOADS)), 3)}
     for script in WORKLOADS:
         result[f"{script}_redis_usec_per_call_single"] = single_costs[script]
         result[f"{script}_redis_usec_per_call_cluster"] = cluster_costs[script]

@@ -102,15 +102,15 @@ def main() -> int:
     # the DB schema and topic of a bench run (and a private Redis, unused with --redis-url or --cluster)
     with run.environment() as (_, _, state):
         real_stdout = sys.stdout
-        run._quiet()
+        run.clients.quiet()
         if args.cluster:
             with run.private_cluster(state) as cluster:
-                result = on_cluster(run._api(), cluster, args.procs, args.seconds, args.shards, args.quick)
+                result = on_cluster(run.clients.api(), cluster, args.procs, args.seconds, args.shards, args.quick)
         else:
             if args.redis_url:
                 os.environ["REDIS_URL"] = args.redis_url
                 runtime.reset()  # the run's settings were read with its private Redis
-            result = figures(run._api(), args.procs, args.seconds, args.shards, args.quick)
+            result = figures(run.clients.api(), args.procs, args.seconds, args.shards, args.quick)
         sys.stdout = real_stdout
     print(json.dumps(result, indent=2))
     oversold = [name for name, value in result.items() if name.endswith("sharded_voucher_oversell") and value]

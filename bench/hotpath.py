@@ -70,7 +70,7 @@ def floor_loop(user_id: int, payloads: list[str]) -> float:
     client, sha = lua.client, lua.sha("ledger_apply")
     balance, consistency = keys.balance(user_id), keys.consistency(user_id)
     idem, stream, quota = keys.idempotency(user_id, ""), keys.account_stream(user_id), keys.idempotency_quota(user_id)
-    held = keys.held(user_id)
+    held, holds, hold_expiry = keys.held(user_id), keys.holds(user_id), keys.hold_expiry(user_id)
     next_id = int(time.time() * 1000) << 22  # ids above any the handler's generator hands out in this run
     started = time.process_time()
     for payload in payloads:
@@ -79,7 +79,7 @@ def floor_loop(user_id: int, payloads: list[str]) -> float:
         next_id += 1
         ts = int(time.time() * 1000)
         status, entry_id, balance_after, version, epoch, open_flag = client.evalsha(
-            sha, 7, balance, keys.entry(user_id, next_id), consistency, idem, stream, quota, held,
+            sha, 9, balance, keys.entry(user_id, next_id), consistency, idem, stream, quota, held, holds, hold_expiry,
             "D", amount, ts, next_id, 604800, "", 86400, 9_000_000_000_000_000, ts - 15000, "", "", user_id)
         publish(str(user_id), {"type": "ledger", "id": next_id, "kind": "D", "user_id": user_id, "amount": amount,
                                "balance_after": int(balance_after), "version": int(version), "epoch": epoch.decode(),
@@ -137,8 +137,8 @@ def main() -> int:
 
     with run.environment():
         real_stdout = sys.stdout
-        run._quiet()  # the handler prints its EMF metrics line per invocation
-        call = run._api()
+        run.clients.quiet()  # the handler prints its EMF metrics line per invocation
+        call = run.clients.api()
         found = figures(call, deducts)
         if args.profile:
             profile(call, deducts, args.profile)

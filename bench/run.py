@@ -1,7 +1,10 @@
-"""hotledger benchmarks: figures, never assertions. Writes bench/results.json and prints a table.
+"""hotledger benchmarks: figures, never assertions. Writes bench/results.json, PNG charts beside it, and prints a table.
 
 Everything runs side by side in one run on this machine: a private Redis (its own port), the schema
-`hotledger_bench`, a fresh topic of the local partitions on the configured broker. Usage (from the repo root, or `make bench`):
+`hotledger_bench`, a fresh topic of the local partitions on the configured broker. Every figure is counted in its
+measured window only (workers spawned, imported and warmed up before it opens), names its baseline measured in the
+same run, its unit and its sample count; the run records its commit and the machine's load before and after. One
+progress line per stage goes to stderr. Usage (from the repo root, or `make bench`):
     PYTHONPATH=functions:. .venv/bin/python bench/run.py [--quick] [--procs N] [--seconds T]
 """
 from __future__ import annotations
@@ -10,16 +13,12 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from http.client import HTTPConnection
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,85 +27,94 @@ sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
 from infra import services  # noqa: E402
 from infra.event_keys import local_keyring  # noqa: E402
 from infra.migrate import migrate  # noqa: E402
+
+import clients  # noqa: E402
+import report  # noqa: E402
+import stats  # noqa: E402
 from workers import START_ALLOWANCE_S, gather  # noqa: E402
 
-import writer_speed  # noqa: E402
-
 HOT_BALANCE = "90000000000.00"
-TARGETS = {"async_vs_sync_hot_ratio": (">=", 5), "service_vs_evalsha_ratio": (">=", 0.2), "writer_rows_per_s": (">=", 50000),
-           "writer_batch_vs_row_ratio": (">=", 10), "ack_to_db_lag_p99_ms": ("<=", 300), "redpacket_grabs_per_s": (">=", 40000),
-           "seckill_oversell": ("<=", 0), "sharded_voucher_oversell": ("<=", 0),
+LAG_RATES = (200, 500, 1000)
+TARGETS = {"async_vs_sync_hot_ratio": (">=", 5), "hot_account_failed_requests": ("<=", 0),
+           "writer_rows_per_s": (">=", 50000), "writer_not_persisted": ("<=", 0), "writer_left_pending": ("<=", 0),
+           **{f"ack_to_commit_lag_p99_ms_at_{r}_per_s": ("<=", 300) for r in LAG_RATES},
+           **{f"lag_not_persisted_at_{r}_per_s": ("<=", 0) for r in LAG_RATES},
+           "redpacket_grabs_per_s": (">=", 40000), "seckill_oversell": ("<=", 0), "seckill_unsold": ("<=", 0),
+           "seckill_attempts_refused": ("<=", 0), "sharded_voucher_oversell": ("<=", 0),
            "cluster_sharded_voucher_oversell": ("<=", 0), "delay_remove_p99_ms_100k": ("<=", 0.5),
-           "handler_vs_floor_cpu_ratio": ("<=", 1.5), "cluster_masters_used": (">=", 3),
-           "cluster_getkeys_per_script_call": ("<=", 0)}
+           "handler_vs_floor_cpu_ratio": ("<=", 1.5), "cluster_getkeys_per_script_call": ("<=", 0)}
+
+# figure -> the figure it is compared with (measured in the same run); a ratio's baseline is its denominator
+BASELINES = {
+    "async_deduct_per_s": "sync_deduct_baseline_per_s", "async_vs_sync_hot_ratio": "sync_deduct_baseline_per_s",
+    "redispy_evalsha_per_s": "evalsha_per_s",
+    "handler_cpu_us_per_deduct": "floor_cpu_us_per_deduct", "handler_vs_floor_cpu_ratio": "floor_cpu_us_per_deduct",
+    "handler_cpu_us_per_recharge": "handler_cpu_us_per_deduct", "recharge_vs_deduct_cpu_ratio": "handler_cpu_us_per_deduct",
+    "writer_rows_per_s": "writer_rows_per_s_1_partition", "writer_partitions_vs_1_ratio": "writer_rows_per_s_1_partition",
+    "seckill_attempts_per_s": "seckill_db_attempts_per_s", "seckill_vs_db_ratio": "seckill_db_attempts_per_s",
+    "redpacket_grabs_per_s": "redpacket_seed_script_grabs_per_s",
+    "redpacket_vs_seed_script_ratio": "redpacket_seed_script_grabs_per_s",
+    "stream_orders_persisted_per_s": "kafka_orders_persisted_per_s", "stream_vs_kafka_ratio": "kafka_orders_persisted_per_s",
+    "hot_voucher_buckets_vs_1_ratio": "hot_voucher_1_bucket_attempts_per_s",
+    "cluster_hot_voucher_buckets_vs_1_ratio": "cluster_hot_voucher_1_bucket_attempts_per_s",
+    "delay_remove_p99_ms_100k": "redisson_remove_p99_ms_100k", "delay_remove_p50_ms_100k": "redisson_remove_p50_ms_100k",
+    "delay_remove_vs_redisson_ratio": "redisson_remove_p99_ms_100k",
+    "lock_contended_acquire_release_per_s": "spin_lock_contended_acquire_release_per_s",
+    "lock_commands_per_contended_acquire": "spin_lock_commands_per_contended_acquire",
+    **{f"{s}_cluster_vs_single_cpu_ratio": f"{s}_redis_usec_per_call_single" for s in ("ledger_apply", "voucher_order", "redpacket_grab")},
+    **{f"{s}_redis_usec_per_call_cluster": f"{s}_redis_usec_per_call_single" for s in ("ledger_apply", "voucher_order", "redpacket_grab")},
+}
 
 
-# --- in-process API invocations (the handler with API Gateway events, as Lambda runs it) -----------------
-def _api():
-    from api.app import handler
-
-    from infra.localrt import events
-
-    context = events.LambdaContext("ApiFunction")
-
-    def call(method: str, path: str, body=None) -> tuple[int, dict]:
-        response = handler(events.api_gateway_proxy(method, path, json.dumps(body) if body is not None else None,
-                                                     authorizer=backend_caller()), context)
-        return response["statusCode"], json.loads(response["body"])
-
-    return call
+def unit_of(name: str) -> str:
+    for suffix, unit in (("_per_s", "1/s"), ("_ms", "ms"), ("_ms_100k", "ms"), ("_ratio", "ratio"), ("_late_s", "s"),
+                         ("_usec_per_call_single", "µs"), ("_usec_per_call_cluster", "µs"), ("_us_per_deduct", "µs"),
+                         ("_us_per_recharge", "µs"), ("_bytes", "B"), ("_usd", "USD")):
+        if name.endswith(suffix):
+            return unit
+    if "_per_s_" in name:
+        return "1/s"
+    return "count"
 
 
-def backend_caller() -> dict:
-    """The caller the benchmarks act as: the backend with both scopes, as the authorizer passes it."""
-    from infra import dev_issuer
-
-    return dev_issuer.caller_context(None, ("service", "admin"))
+def add_all(figures: report.Figures, found: dict, samples: int | None = None, measures: str = "") -> None:
+    for name, value in found.items():
+        figures.add(name, value, unit_of(name), samples=samples, baseline=BASELINES.get(name), measures=measures)
 
 
-def _quiet() -> None:
-    """Workers print EMF lines per invocation; in a benchmark they only cost terminal time."""
-    sys.stdout = open(os.devnull, "w")
-
-
-def deduct_worker(user_ids: list[int], stop_at: float, rate_per_s: float, out) -> None:
-    _quiet()
-    call = _api()
-    latencies, acks, i = [], [], 0
-    next_at = time.monotonic()
-    while time.monotonic() < stop_at:
-        if rate_per_s:
-            next_at += 1 / rate_per_s
-            time.sleep(max(0.0, next_at - time.monotonic()))
-        user_id = user_ids[i % len(user_ids)]
-        i += 1
-        started = time.perf_counter()
-        status, body = call("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})
-        latencies.append((time.perf_counter() - started) * 1000)
-        if status == 200:
-            acks.append((int(body["order_id"]), time.time() * 1000))
-    out.put((latencies, acks))
-
-
-def run_workers(procs: int, user_ids: list[int], seconds: float, rate_per_s: float = 0) -> tuple[list[float], list]:
-    stop_at = time.monotonic() + seconds + 3  # spawn and import take about a second
-    results = gather(deduct_worker, [(user_ids, stop_at, rate_per_s / procs if rate_per_s else 0)] * procs,
-                     seconds + 3 + START_ALLOWANCE_S)
-    return [x for lat, _ in results for x in lat], [x for _, ack in results for x in ack]
-
-
-def _pct(values: list[float], q: float) -> float:
-    return round(statistics.quantiles(values, n=1000)[int(q * 1000) - 1], 2) if len(values) > 10 else float("nan")
-
-
-def hot_account_throughput(call, procs: int, seconds: float, mode: str) -> dict:
+# --- the hot account: ASYNC against the SYNC path and the lean DB baseline, all behind the same handler -----------
+def hot_account(call, procs: int, seconds: float, mode: str, baseline: str | None = None) -> dict:
     status, body = call("POST", "/accounts", {"user_name": f"hot-{mode}-{uuid.uuid4().hex[:8]}", "deduct_type": mode})
     user_id = body["user_id"]
-    call("POST", f"/accounts/{user_id}/recharge", {"amount": HOT_BALANCE})
-    started = time.time()
-    latencies, acks = run_workers(procs, [user_id], seconds)
-    window = [a for a in acks if a[1] / 1000 >= started + 3]  # only the measured window (after warm-up)
-    return {"per_s": round(len(window) / seconds, 1), "p50_ms": _pct(latencies, 0.5), "p99_ms": _pct(latencies, 0.99)}
+    assert call("POST", f"/accounts/{user_id}/recharge", {"amount": HOT_BALANCE})[0] == 200
+    run = clients.deducts(procs, [user_id], seconds, baseline=baseline)
+    return {"per_s": stats.rate(run["ok"], *run["window"]), "ok": run["ok"], "failed": run["failed"],
+            "p50_ms": stats.percentile(run["latencies"], 0.5), "p99_ms": stats.percentile(run["latencies"], 0.99),
+            "samples": len(run["latencies"]), "late_s": run["late"]}
+
+
+def hot_account_figures(figures: report.Figures, call, procs: int, seconds: float) -> None:
+    runs = {"async": hot_account(call, procs, seconds, "ASYNC"), "sync": hot_account(call, procs, seconds, "SYNC"),
+            "db": hot_account(call, procs, seconds, "SYNC", baseline="deduct")}
+    what = {"async": "ASYNC deducts of one hot account through api.app.handler in-process (publish + broker ack)",
+            "sync": "SYNC deducts of one hot account through the same handler: the product's DB path (account lock, "
+                    "one transaction)",
+            "db": "lean SYNC baseline: the same handler, the deduct one DB round trip (a stored procedure: row lock, "
+                  "entry, commit; bench/baselines.py)"}
+    for key, run in runs.items():
+        name = {"async": "async_deduct", "sync": "sync_deduct", "db": "db_deduct"}[key]
+        figures.add(f"{name}_per_s", run["per_s"], "1/s", run["ok"], BASELINES.get(f"{name}_per_s"), what[key])
+        figures.add(f"{name}_p50_ms", run["p50_ms"], "ms", run["samples"], None, what[key])
+        figures.add(f"{name}_p99_ms", run["p99_ms"], "ms", run["samples"], None, what[key])
+    best = max(("sync", "db"), key=lambda k: runs[k]["per_s"])
+    figures.add("sync_deduct_baseline_per_s", runs[best]["per_s"], "1/s", runs[best]["ok"], None,
+                f"the better of the SYNC path and the lean DB baseline: here {'sync_deduct_per_s' if best == 'sync' else 'db_deduct_per_s'}")
+    figures.add("async_vs_sync_hot_ratio", stats.ratio(runs["async"]["per_s"], runs[best]["per_s"]), "ratio", None,
+                "sync_deduct_baseline_per_s", "ASYNC over the best SYNC baseline")
+    figures.add("hot_account_failed_requests", sum(r["failed"] for r in runs.values()), "count", None, None,
+                "answers other than 200 in the three windows")
+    figures.add("hot_account_workers_late_s", max(r["late_s"] for r in runs.values()), "s", None, None,
+                "how late the latest worker was for its window (more than 0: that rate is low)")
 
 
 # --- raw Redis ceilings ------------------------------------------------------------------------------------
@@ -128,135 +136,193 @@ def evalsha_redis_benchmark(redis_port: int, clients: int, requests: int) -> flo
     return float(re.findall(r"([\d.]+) requests per second", out)[-1])
 
 
-def redispy_worker(stop_at: float, out) -> None:
+def redispy_worker(start_at: float, stop_at: float, out) -> None:
     from hotledger.dal.redis_store import lua as runner
 
-    lua, n = runner(), 0
-    while time.monotonic() < stop_at:
+    lua, n, counted = runner(), 0, 0
+    while (now := time.monotonic()) < stop_at:
         n += 1
         lua.run("ledger_apply", ["user:balance:{778}", f"user:order:{{778}}:{os.getpid()}-{n}", "user:order:consistency:{778}",
                                  "user:idem:{778}:", "events:unused:{778}", "user:idem:quota:{778}", "user:held:{778}",
                                  "user:holds:{778}", "user:holds:expiry:{778}"],
                 ["D", 1, 1_700_000_000_000, f"{os.getpid()}{n}", 604800, "", 86400, 9_000_000_000_000_000, 0, "", "", 778])
-    out.put(n)
+        counted += now >= start_at
+    out.put(counted)
 
 
-def evalsha_redispy(procs: int, seconds: float) -> float:
+def evalsha_redispy(procs: int, seconds: float) -> tuple[float, int]:
     from hotledger.dal.redis_store import lua
 
     lua().run("ledger_load", ["user:balance:{778}", "user:held:{778}", "user:holds:{778}", "user:holds:expiry:{778}",
-                                  "user:refunds:{778}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench", 0])
-    stop_at = time.monotonic() + seconds + 1.5
-    total = sum(gather(redispy_worker, [(stop_at,)] * procs, seconds + 1.5 + START_ALLOWANCE_S))
-    return round(total / (seconds + 0.5), 1)  # workers start about a second late: a slight underestimate
+                              "user:refunds:{778}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench", 0])
+    start_at = time.monotonic() + 5  # spawned and imported
+    total = sum(gather(redispy_worker, [(start_at, start_at + seconds)] * procs, 5 + seconds + START_ALLOWANCE_S))
+    return round(total / seconds, 1), total
 
 
-# --- over the local HTTP port ------------------------------------------------------------------------------
-def http_client(port: int, user_id: int, stop_at: float, threads: int, out) -> None:
-    counts = [0] * threads
-    body = json.dumps({"amount": "0.01"})
-    from infra import dev_issuer
-
-    headers = {"Content-Type": "application/json", "Authorization": "Bearer " + dev_issuer.token(scopes=("service",))}
-
-    def loop(i: int) -> None:
-        while time.monotonic() < stop_at:
-            conn = HTTPConnection("127.0.0.1", port, timeout=30)
-            conn.request("POST", f"/accounts/{user_id}/deduct", body, headers)
-            if conn.getresponse().status == 200:
-                counts[i] += 1
-            conn.close()
-
-    pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    out.put(sum(counts))
+def ceiling_figures(figures: report.Figures, redis_port: int, procs: int, quick: bool, seconds: float) -> None:
+    requests = 50_000 if quick else 200_000
+    figures.add("evalsha_per_s", evalsha_redis_benchmark(redis_port, procs, requests), "1/s", requests, None,
+                "ledger_apply.lua alone from redis-benchmark (C), one round trip each: Redis's ceiling for the script")
+    per_s, calls = evalsha_redispy(procs, seconds)
+    figures.add("redispy_evalsha_per_s", per_s, "1/s", calls, "evalsha_per_s",
+                "the same script from redis-py, one process per client: what Python clients get of the ceiling")
 
 
-def http_throughput(call, env: dict, procs: int, seconds: float, log_dir: Path) -> float:
-    status, body = call("POST", "/accounts", {"user_name": f"http-{uuid.uuid4().hex[:8]}"})
-    user_id = body["user_id"]
-    call("POST", f"/accounts/{user_id}/recharge", {"amount": HOT_BALANCE})
-    port = services.free_port()
-    runtime = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--port", str(port), "--no-msk", "--no-schedules"],
-                               cwd=REPO, env={**env, "HOTLEDGER_API_WORKERS": str(procs)},
-                               stdout=open(log_dir / "http-runtime.log", "wb"), stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while not services.reachable("127.0.0.1", port) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(2)  # workers import the handler
-        stop_at = time.monotonic() + seconds
-        total = sum(gather(http_client, [(port, user_id, stop_at, 8)] * 2, seconds + START_ALLOWANCE_S))
-        return round(total / seconds, 1)
-    finally:
-        runtime.terminate()
-        runtime.wait()
+# --- the writer and the lag, latency over HTTP ---------------------------------------------------------------
+def writer_figures(figures: report.Figures, env: dict, procs: int, quick: bool, state: Path) -> dict:
+    import writer_speed
+
+    rows = 3_000 if quick else 12_000
+    one = writer_speed.writer_rows_per_s(env, procs, 1, rows, state)
+    many = writer_speed.writer_rows_per_s(env, procs, services.LOCAL_PARTITIONS, rows, state)
+    what = (f"{rows} ASYNC deducts, one account each, charged through the handler onto a topic of N partitions, then "
+            "read by the local runtime's pollers, persisted and settled: from the first rows committed to the last "
+            "entry settled")
+    figures.add("writer_rows_per_s_1_partition", one["per_s"], "1/s", one["samples"], None, what + " (N = 1)")
+    figures.add("writer_rows_per_s", many["per_s"], "1/s", many["samples"], "writer_rows_per_s_1_partition",
+                what + f" (N = {services.LOCAL_PARTITIONS}, in total)")
+    figures.add("writer_rows_per_s_per_partition", many["per_partition_per_s"], "1/s", many["samples"],
+                "writer_rows_per_s_1_partition", f"writer_rows_per_s over its {services.LOCAL_PARTITIONS} partitions")
+    figures.add("writer_partitions_vs_1_ratio", stats.ratio(many["per_s"], one["per_s"]), "ratio", None,
+                "writer_rows_per_s_1_partition", "the same work on N partitions against 1")
+    figures.add("writer_not_persisted", one["not_persisted"] + many["not_persisted"], "count", 2 * rows, None,
+                "charged rows not in the DB when the wait ended (must be 0)")
+    figures.add("writer_left_pending", one["left_pending"] + many["left_pending"], "count", 2 * rows, None,
+                "entries still pending in Redis when the wait ended (must be 0)")
+    return {"1": one, str(services.LOCAL_PARTITIONS): many}
 
 
-# --- the writer ---------------------------------------------------------------------------------------------
-def writer_throughput(call, rows: int, single_rows: int, accounts: int) -> dict:
-    from hotledger.outbox.events import LedgerEvent
-    from hotledger.runtime import id_generator, writer
+def lag_figures(figures: report.Figures, env: dict, procs: int, quick: bool, state: Path) -> dict:
+    import writer_speed
 
-    user_ids = [call("POST", "/accounts", {"user_name": f"w-{uuid.uuid4().hex[:10]}"})[1]["user_id"] for _ in range(accounts)]
-    ids = id_generator()
-
-    def events(n: int) -> list[LedgerEvent]:
-        return [LedgerEvent(type="ledger", id=ids.next_id(), kind="R", user_id=user_ids[i % len(user_ids)], amount=100,
-                            balance_after=100, version=i + 2, epoch="bench", ts=int(time.time() * 1000), open="1")
-                for i in range(n)]
-
-    batch_events, single_events, batch = events(rows), events(single_rows), writer_speed.template_batch_size()
-    started = time.perf_counter()
-    for i in range(0, rows, batch):
-        writer().persist(batch_events[i:i + batch])
-    batch_rate = rows / (time.perf_counter() - started)
-    started = time.perf_counter()
-    for event in single_events:
-        writer().persist([event])
-    single_rate = single_rows / (time.perf_counter() - started)
-    return {"writer_persist_rows_per_s": round(batch_rate, 1), "writer_row_per_txn_per_s": round(single_rate, 1),
-            "writer_batch_vs_row_ratio": round(batch_rate / single_rate, 2)}
+    rates = LAG_RATES[:2] if quick else LAG_RATES
+    found = writer_speed.lag_figures(env, procs, list(rates), 4 if quick else 15, state)
+    what = ("deducts over 100 accounts paced at the offered rate (in-process handler calls), persisted by the local "
+            "runtime's pollers as they come: ack to the row seen committed (an upper bound, at most "
+            f"{writer_speed.POLL_S * 1000:.0f} ms over)")
+    for rate, lag in found.items():
+        figures.add(f"achieved_deducts_per_s_at_{rate}_per_s", lag["achieved_per_s"], "1/s", lag["samples"], None,
+                    f"acknowledged deducts in the window when {rate}/s were offered")
+        figures.add(f"ack_to_commit_lag_p50_ms_at_{rate}_per_s", lag["p50_ms"], "ms", lag["samples"], None, what)
+        figures.add(f"ack_to_commit_lag_p99_ms_at_{rate}_per_s", lag["p99_ms"], "ms", lag["samples"], None, what)
+        figures.add(f"lag_not_persisted_at_{rate}_per_s", lag["not_persisted"], "count", lag["samples"] + lag["not_persisted"],
+                    None, f"acknowledged deducts not seen committed {writer_speed.DRAIN_S:.0f} s after the load ended (must be 0)")
+    return found
 
 
-def sale_figures(call, cfg, redis_port: int, args, seconds: float, env: dict, log_dir: Path) -> dict:
+def latency_figures(figures: report.Figures, call, env: dict, procs: int, quick: bool, state: Path) -> dict:
+    import latency
+
+    rates = [100, 300] if quick else [100, 200, 400, 800]
+    seconds = 3 if quick else 8
+    found = latency.figures(call, env, procs, rates, seconds, state)
+    for route, result in found.items():
+        figures.add(f"http_{route}_knee_offered_per_s", result["knee_offered_per_s"], "1/s",
+                    sum(s["samples"] for s in result["steps"]), None,
+                    f"the lowest offered rate (of {rates}) whose p99 passed {latency.KNEE_MS:.0f} ms over HTTP, open loop; "
+                    "None: none did")
+        low = result["steps"][0]
+        figures.add(f"http_{route}_p99_ms_at_{rates[0]}_per_s", low["p99_ms"], "ms", low["samples"], None,
+                    f"p99 over HTTP at {rates[0]} offered/s (open loop, from when each request was due)")
+        figures.add(f"http_{route}_errors", sum(s["errors"] for s in result["steps"]), "count",
+                    sum(s["samples"] + s["errors"] for s in result["steps"]), None, "non-2xx, refused or timed out, all steps")
+    return found
+
+
+# --- flash sales, red packets, transports -------------------------------------------------------------------
+def sale_figures(figures: report.Figures, call, redis_port: int, procs: int, quick: bool, seconds: float) -> None:
     import hot_voucher
     import sale
 
-    figures = sale.seckill_service(call, args.procs, seconds, stock=5_000 if args.quick else 20_000)
-    figures.update(hot_voucher.figures(call, args.procs, seconds, 4, args.quick))
-    db = {"host": cfg.db_host, "port": cfg.db_port, "user": cfg.db_user, "password": cfg.db_password, "database": cfg.db_name}
-    figures.update(sale.seckill_db_baseline(call, db, args.procs, seconds, stock=5_000 if args.quick else 20_000))
-    figures["seckill_vs_db_ratio"] = round(figures["seckill_attempts_per_s"] / figures["seckill_db_locks_attempts_per_s"], 2)
-    figures["seckill_script_per_s"] = sale.seckill_script(redis_port, args.procs, 50_000 if args.quick else 200_000)
-    figures["seckill_script_vs_db_ratio"] = round(figures["seckill_script_per_s"] / figures["seckill_db_locks_attempts_per_s"], 2)
-    figures.update(sale.redpacket_script(redis_port, 20, 100_000 if args.quick else 500_000))
-    figures.update(sale.redpacket_service(call, args.procs, 400 if args.quick else 2_000))
-    orders = 2_000 if args.quick else 10_000
-    kafka = sale.transport_orders_per_s(env, "kafka", args.procs, orders, log_dir / "transport-kafka.log")
-    stream = sale.transport_orders_per_s(env, "redis-stream", args.procs, orders, log_dir / "transport-stream.log")
-    figures.update(kafka_orders_persisted_per_s=kafka, stream_orders_persisted_per_s=stream,
-                   stream_vs_kafka_ratio=round(stream / kafka, 2))
-    return figures
+    service, db = sale.seckill_service(call, procs, seconds), sale.seckill_db(call, procs, seconds)
+    figures.add("seckill_attempts_per_s", service["attempts_per_s"], "1/s", service["attempts"], "seckill_db_attempts_per_s",
+                "voucher orders through the handler, a new buyer each, on a stock that outlasts the window")
+    figures.add("seckill_db_attempts_per_s", db["attempts_per_s"], "1/s", db["attempts"], None,
+                "the same sale behind the same handler, each order one DB round trip holding the row lock through its "
+                "commit (bench/baselines.py)")
+    figures.add("seckill_vs_db_ratio", stats.ratio(service["attempts_per_s"], db["attempts_per_s"]), "ratio", None,
+                "seckill_db_attempts_per_s", "like clients with like: the same handler processes on both sides")
+    figures.add("seckill_attempts_refused", service["refused"] + db["refused"], "count", service["attempts"] + db["attempts"],
+                None, "attempts answered other than 200 in either window (the stock outlasts them: must be 0)")
+    figures.add("seckill_workers_late_s", max(service["late_s"], db["late_s"]), "s", None, None,
+                "how late the latest worker was for its window")
+    stock = 2_000 if quick else 10_000
+    sold = hot_voucher.oversell(call, procs, 1, stock, 700_000_000)
+    figures.add("seckill_oversell", sold["sharded_voucher_oversell"], "count", sold["sharded_voucher_orders"], None,
+                f"a one-bucket sale of {stock} hammered with twice as many attempts: orders past the stock plus stock "
+                "below 0 (must be 0)")
+    figures.add("seckill_unsold", sold["sharded_voucher_unsold"], "count", stock, None,
+                "units left when the hammering ended (must be 0: the sale sold out, so the oversell figure could fail)")
+    requests = 50_000 if quick else 200_000
+    figures.add("seckill_script_per_s", sale.seckill_script(redis_port, procs, requests), "1/s", requests, None,
+                "voucher_order.lua alone from redis-benchmark: Redis's ceiling for the script, no baseline")
+    grabs = 100_000 if quick else 500_000
+    add_all(figures, sale.redpacket_script(redis_port, 20, grabs), samples=grabs,
+            measures="grab scripts from redis-benchmark, 20 clients: ours against the seed's script, same client")
+    add_all(figures, sale.redpacket_service(call, procs, 400 if quick else 2_000),
+            measures="grabs through the handler (account check, grab, claim publish, credit), over the workers' union span")
+    add_all(figures, hot_voucher.figures(call, procs, seconds, 4, quick),
+            measures="one voucher's sale over 1 vs N stock buckets through the handler (bench/hot_voucher.py)")
 
 
-def delay_lock_figures(args, seconds: float) -> dict:
+def transport_figures(figures: report.Figures, procs: int, quick: bool, env: dict, state: Path) -> None:
+    import sale
+
+    orders = 2_000 if quick else 10_000
+    kafka = sale.transport_orders_per_s(env, "kafka", procs, orders, state / "transport-kafka.log")
+    stream = sale.transport_orders_per_s(env, "redis-stream", procs, orders, state / "transport-stream.log")
+    what = f"{orders} voucher orders end to end: from the workers' start to the last one in the DB"
+    figures.add("kafka_orders_persisted_per_s", kafka, "1/s", orders, None, what + " (MSK pollers)")
+    figures.add("stream_orders_persisted_per_s", stream, "1/s", orders, "kafka_orders_persisted_per_s", what + " (Redis Streams)")
+    figures.add("stream_vs_kafka_ratio", stats.ratio(stream, kafka), "ratio", None, "kafka_orders_persisted_per_s", "")
+
+
+def delay_lock_figures(figures: report.Figures, procs: int, quick: bool, seconds: float) -> None:
     import delay_lock
 
     from hotledger.runtime import lua as runner
 
     lua = runner()
-    figures = delay_lock.delay_remove(lua.client, lua, 100_000, 2_000 if args.quick else 10_000, 50 if args.quick else 200)
-    figures.update(delay_lock.delay_drain(lua.client, lua, 20_000 if args.quick else 100_000))
-    figures.update(delay_lock.lock_figures(lua, args.procs, seconds))
-    return figures
+    removes = 2_000 if quick else 10_000
+    add_all(figures, delay_lock.delay_remove(lua.client, lua, 100_000, removes, 50 if quick else 200), samples=removes,
+            measures="remove a random element of a 100,000-element queue: ours vs a Redisson re-implementation")
+    drained = 20_000 if quick else 100_000
+    add_all(figures, delay_lock.delay_drain(lua.client, lua, drained), samples=drained,
+            measures="drain (take 500 per script, acknowledge), then lateness of 2,000 elements due over 4 s")
+    add_all(figures, delay_lock.lock_figures(lua, procs, seconds))
 
 
 # the hot voucher's buckets on the 3-master cluster: 8 reach all 3 masters for most voucher ids (4 would in 64%)
 CLUSTER_VOUCHER_SHARDS = 8
+
+
+def cluster_figures(figures: report.Figures, call, redis_server, procs: int, quick: bool, seconds: float, state: Path) -> None:
+    """On a private Redis Cluster: per-script Redis CPU on it and on the run's Redis, the key lookups a pipelined
+    script costs, and the hot voucher's 1 bucket vs N buckets through the handler."""
+    import cluster
+    import hot_voucher
+
+    with private_cluster(state) as redis_cluster:
+        add_all(figures, cluster.figures(redis_server, redis_cluster, quick),
+                measures="INFO commandstats EVALSHA usec over calls, each script's workload alone, pipelines of 200")
+        add_all(figures, hot_voucher.on_cluster(call, redis_cluster, procs, seconds, CLUSTER_VOUCHER_SHARDS, quick),
+                measures="the hot voucher through the handler on a private 3-master cluster")
+
+
+def memory_figures(figures: report.Figures, quick: bool, state: Path) -> dict:
+    import memory
+
+    n = 20_000 if quick else 100_000
+    server = services.RedisServer(services.free_port(), state / "redis-memory").start()
+    try:
+        found = memory.figures(server.client(), n)
+    finally:
+        server.stop()
+    for entity, size in found.items():
+        figures.add(f"memory_{entity}_bytes", size["bytes"], "B", n, None,
+                    f"INFO used_memory delta over {n:,} of them on an empty Redis, per {entity.replace('_', ' ')}")
+    return found
 
 
 @contextlib.contextmanager
@@ -270,18 +336,6 @@ def private_cluster(state: Path):
     finally:
         redis_cluster.stop()
         shutil.rmtree(state / "redis-cluster", ignore_errors=True)
-
-
-def cluster_figures(call, redis_server, args, seconds: float, state: Path) -> dict:
-    """On a private Redis Cluster: per-script Redis CPU on it and on the run's Redis, the keys' spread, and the hot
-    voucher's 1 bucket vs N buckets through the handler."""
-    import cluster
-    import hot_voucher
-
-    with private_cluster(state) as redis_cluster:
-        figures = cluster.figures(redis_server, redis_cluster, args.quick)
-        figures.update(hot_voucher.on_cluster(call, redis_cluster, args.procs, seconds, CLUSTER_VOUCHER_SHARDS, args.quick))
-    return figures
 
 
 @contextlib.contextmanager
@@ -319,126 +373,106 @@ def environment(schema: str = "hotledger_bench"):
         shutil.rmtree(state / "redis", ignore_errors=True)
 
 
+STAGES = ["hot account: ASYNC, SYNC and the lean DB baseline", "hot path CPU", "Redis ceilings",
+          "latency over HTTP", "writer on its real path", "ack to commit lag", "flash sale and red packets",
+          "transports", "delay queue and lock", "Redis Cluster", "memory per entity", "cost and plots"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short runs (about a minute in all)")
+    parser.add_argument("--quick", action="store_true", help="short runs (a few minutes in all)")
     parser.add_argument("--procs", type=int, default=8, help="client concurrency: worker processes / redis-benchmark clients")
-    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--seconds", type=float, default=None, help="each throughput window")
+    parser.add_argument("--only", default="", help="comma-separated stage numbers to run (developing a stage): "
+                        + "; ".join(f"{i} {name}" for i, name in enumerate(STAGES, 1)))
     args = parser.parse_args()
+    only = {int(n) for n in args.only.split(",") if n}
     seconds = args.seconds or (3 if args.quick else 10)
+    machine_before = report.machine()
+    progress = report.Progress(len(only) if only else len(STAGES))
+    figures = report.Figures()
+    extra: dict = {}
     with environment() as (cfg, redis_server, state):
+        import baselines
+        import cost
         import hotpath
+
+        baselines.install()  # the DB baselines' stored procedures, in the run's schema
 
         full_env = {**os.environ}
         real_stdout = sys.stdout
-        _quiet()
-        call = _api()
-        figures: dict = {}
-        asyn = hot_account_throughput(call, args.procs, seconds, "ASYNC")
-        sync = hot_account_throughput(call, args.procs, seconds, "SYNC")
-        figures.update(async_deduct_per_s=asyn["per_s"], sync_deduct_per_s=sync["per_s"],
-                       async_vs_sync_hot_ratio=round(asyn["per_s"] / max(sync["per_s"], 0.1), 2),
-                       async_deduct_p50_ms=asyn["p50_ms"], async_deduct_p99_ms=asyn["p99_ms"],
-                       sync_deduct_p50_ms=sync["p50_ms"], sync_deduct_p99_ms=sync["p99_ms"])
-        figures.update(hotpath.figures(call, 1_000 if args.quick else 5_000))
-        figures["evalsha_per_s"] = evalsha_redis_benchmark(redis_server.port, args.procs, 50_000 if args.quick else 200_000)
-        figures["redispy_evalsha_per_s"] = evalsha_redispy(args.procs, seconds)
-        figures["service_vs_evalsha_ratio"] = round(figures["async_deduct_per_s"] / figures["evalsha_per_s"], 4)
-        figures["http_deduct_per_s"] = http_throughput(call, full_env, args.procs, seconds, state)
-        figures.update(writer_throughput(call, 5_000 if args.quick else 20_000, 500 if args.quick else 2_000, 200))
-        figures["writer_persist_rows_per_s_20_accounts"] = writer_throughput(call, 5_000 if args.quick else 20_000, 100, 20)["writer_persist_rows_per_s"]
-        figures.update(writer_speed.figures(call, run_workers, _pct, full_env, args.procs, args.quick, state))
-        figures.update(sale_figures(call, cfg, redis_server.port, args, seconds, full_env, state))
-        figures.update(delay_lock_figures(args, seconds))
-        figures.update(cluster_figures(call, redis_server, args, seconds, state))
+        clients.quiet()
+        call = clients.api()
+        def cost_and_plots() -> None:
+            written = figures.entries.get("writer_rows_per_s_per_partition", {}).get("value")
+            extra["cost"] = cost.figures(extra.get("latency", {}), written)
+            for route in cost.WORK:
+                if extra["cost"].get(route):
+                    figures.add(f"cost_per_million_{route}_usd", extra["cost"][route]["total"], "USD", None, None,
+                                f"request-driven AWS cost (bench/cost.py, list prices of {cost.PRICES_AS_OF})")
+
+        steps = [
+            lambda: hot_account_figures(figures, call, args.procs, seconds),
+            lambda: add_all(figures, hotpath.figures(call, 1_000 if args.quick else 5_000),
+                            measures="CPU per warm in-process deduct: the handler against a floor doing only the "
+                                     "unskippable work"),
+            lambda: ceiling_figures(figures, redis_server.port, args.procs, args.quick, seconds),
+            lambda: extra.update(latency=latency_figures(figures, call, full_env, args.procs, args.quick, state)),
+            lambda: extra.update(writer=writer_figures(figures, full_env, args.procs, args.quick, state)),
+            lambda: extra.update(lag=lag_figures(figures, full_env, args.procs, args.quick, state)),
+            lambda: sale_figures(figures, call, redis_server.port, args.procs, args.quick, seconds),
+            lambda: transport_figures(figures, args.procs, args.quick, full_env, state),
+            lambda: delay_lock_figures(figures, args.procs, args.quick, seconds),
+            lambda: cluster_figures(figures, call, redis_server, args.procs, args.quick, seconds, state),
+            lambda: extra.update(memory=memory_figures(figures, args.quick, state)),
+            cost_and_plots,
+        ]
+        for number, (name, step) in enumerate(zip(STAGES, steps), 1):
+            if only and number not in only:
+                continue
+            progress.stage(name)
+            step()
         sys.stdout = real_stdout
+    machine = {**machine_before, "load_average_before": machine_before.pop("load_average"),
+               "load_average_after": list(os.getloadavg())}
+    machine.pop("load_average", None)
+    values = figures.values()
     results = {
-        "figures": figures,
-        "targets": {name: {"target": f"{op} {value}", "met": (figures[name] >= value) if op == ">=" else (figures[name] <= value)}
-                    for name, (op, value) in TARGETS.items()},
-        "bound_by": BOUND_BY,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "client_concurrency": args.procs, "seconds_per_run": seconds, "quick": args.quick,
+        "command": " ".join(["bench/run.py", *sys.argv[1:]]),
+        "stages_run": sorted(only) if only else "all",
+        **report.commit(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine,
+        "client_concurrency": args.procs, "seconds_per_window": seconds, "quick": args.quick,
+        "targets": report.target_verdicts(values, TARGETS),
+        "figures": figures.entries,
+        **extra,
     }
-    (REPO / "bench" / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    out = REPO / "bench" / "results.json"
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    import plots
+
+    results["plots"] = [str(p.relative_to(REPO)) for p in plots.write(results, out.parent)]
+    results["stage_seconds"] = progress.finish()
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print_table(results)
     return 0
 
 
-BOUND_BY = {
-    "async_deduct_per_s": "CPU: about 1.1 ms of CPU per deduct on 2 cores: the handler process 0.75-0.8 ms (Powertools "
-                          "resolve, validation, logging and metrics ~0.5 ms, redis-py EVALSHA ~0.13 ms, confluent-kafka "
-                          "send+ack ~0.12 ms), the broker ~0.23 ms, Redis ~0.1 ms; one request in flight per process, as in Lambda",
-    "handler_cpu_us_per_deduct": "one warm in-process ASYNC deduct through api.app.handler: the floor's work plus the "
-                                 "ledger service's own code and Powertools (resolve and its OpenAPI validation middleware, "
-                                 "Logger context, Metrics and the EMF line); bench/hotpath.py --profile N shows where",
-    "floor_cpu_us_per_deduct": "json.loads of the event, one EVALSHA via redis-py, produce + wait for the ack, json.dumps "
-                               "of the answer: what no handler can skip; both figures count librdkafka's threads too",
-    "handler_vs_floor_cpu_ratio": "Powertools' per-request cost dominates the rest: its validation middleware alone "
-                                  "(path, query, header and cookie passes, body model, response) is about as much as "
-                                  "the resolver, Logger and Metrics together; medians of alternating 100-deduct chunks",
-    "handler_cpu_us_per_recharge": "one warm in-process ASYNC recharge through api.app.handler, in the same alternating "
-                                   "chunks: a deduct's work plus posting the credit's hold after the ack (ledger_post.lua)",
-    "recharge_vs_deduct_cpu_ratio": "what holding a credit until it is durable adds to a recharge: one more script call "
-                                    "(the deduct checks balance - held in the same HMGET it made before)",
-    "sync_deduct_per_s": "the hot row: lock + transaction + commit (fsync) serialize every deduct of one account",
-    "evalsha_per_s": "Redis single thread running the script; the physical ceiling",
-    "http_deduct_per_s": "the same CPU as in-process plus HTTP parsing and a TCP connection per request",
-    "writer_rows_per_s": "one writer process per partition (6) side by side, each its partition's batches of the template's "
-                         "BatchSize (accounts split among them), 20 batches each: the writer's handler on MSK events, so "
-                         "JSON decode, the event model and the MAC check (over the record's own bytes) count; then one "
-                         "transaction and the settle scripts, one per account (single-slot, Cluster-safe), pipelined. "
-                         "The 2 cores are the bound: writer_rows_per_s_1_writer is the same work in one process",
-    "writer_persist_rows_per_s": "the persister alone (no decode), one process, batches over 200 accounts",
-    "writer_persist_rows_per_s_20_accounts": "as above with 20 accounts per batch: fewer per-account Redis scripts",
-    "writer_row_per_txn_per_s": "a commit (fsync) and four round trips per row",
-    "ack_to_db_lag_p99_ms": "the local runtime's pollers, one process per partition, each delivering its partition's records "
-                            "as they come (50 ms collection, window 0 s): the fetch wait plus one small batch transaction; "
-                            "on 2 cores the pollers and the clients share the CPU, so fewer deducts are achieved than asked",
-    "achieved_deducts_per_s": "the same CPU bound as async_deduct_per_s, with the writer and the broker busy too",
-    "seckill_attempts_per_s": "CPU of the handler processes, as for deducts; sold-out attempts skip the publish",
-    "seckill_db_locks_attempts_per_s": "the voucher row lock: every attempt holds it through a commit (fsync)",
-    "redpacket_grabs_per_s": "one round trip per grab (redis-benchmark, 20 clients, as the seed measured): Redis's "
-                             "single thread and redis-benchmark share the 2 cores; pipelined, the script itself goes faster",
-    "seckill_vs_db_ratio": "the service figure carries the whole Lambda handler (Powertools, publish + ack) per attempt; "
-                           "the DB baseline is bare pymysql: seckill_script_vs_db_ratio compares the two mechanisms alone",
-    "redpacket_service_grabs_per_s": "per grab: account check, grab script, claim publish, then the credit (a recharge with "
-                                     "its own publish): about twice a deduct's work",
-    "cluster_masters_used": "60 accounts, 60 vouchers and 60 packets, each its own hash tag: CRC16 places them on the "
-                            "masters, so the spread is the hash's, not a plan (cluster_script_calls_per_master)",
-    "cluster_hot_voucher_buckets_vs_1_ratio": "the hot voucher through the handler on the private 3-master cluster, 1 "
-                                              "bucket vs N (cluster_hot_voucher_bucket_masters of the 3 reached): the "
-                                              "handler processes, the broker's acks and the three Redis processes share "
-                                              "2 cores, so one master's thread is not what a sale waits on here: the "
-                                              "ratio moves with the machine's load, both ways, not with the buckets "
-                                              "(an attempt costs the same in either). Buckets move a sale's script calls "
-                                              "off one master; that scales only where masters and clients have CPUs of "
-                                              "their own, which this machine cannot show",
-    "cluster_sharded_voucher_oversell": "N buckets on different masters hammered past their stock: orders answered "
-                                        "beyond the stock plus units any bucket sold below 0; must be 0",
-    "ledger_apply_redis_usec_per_call_single": "INFO commandstats usec of EVALSHA over its calls, this script's workload "
-                                               "alone (pipelines of 200); the cluster figure sums the masters' deltas",
-    "stream_vs_kafka_ratio": "end to end incl. persisting; the stream transport saves the publish round trip and the broker",
-    "delay_remove_p99_ms_100k": "one EVALSHA round trip from redis-py: ZREM of the element itself is O(log n)",
-    "redisson_remove_p99_ms_100k": "the list scan: LINDEX + struct.unpack over up to 100,000 entries, O(n)",
-    "delay_drain_per_s": "batches of 500 taken in one script each, then one ZREM to acknowledge",
-    "delay_fire_lateness_p99_ms": "the drainer sleeps until the earliest due time (woken by offers that publish an earlier one); "
-                                  "the rest is a round trip and Python's timer",
-    "lock_contended_acquire_release_per_s": "8 processes on one lock holding it 1 ms each: every release wakes all "
-                                            "waiters (one pub/sub message), one wins",
-}
-
-
 def print_table(results: dict) -> None:
+    machine = results["machine"]
     print(f"\nhotledger bench ({'quick' if results['quick'] else 'full'}; {results['client_concurrency']} clients; "
-          f"{results['machine']['cpus']} CPUs)")
-    print(f"{'figure':34} {'value':>12}  target")
-    for name, value in results["figures"].items():
+          f"{machine['cpus']} CPUs; load {machine['load_average_before'][0]:.2f} -> {machine['load_average_after'][0]:.2f}; "
+          f"commit {(results['commit'] or '')[:10]}{' +changes' if results['dirty'] else ''})")
+    print(f"{'figure':46} {'value':>12} {'unit':>6} {'samples':>8}  baseline / target")
+    for name, entry in results["figures"].items():
         target = results["targets"].get(name)
-        verdict = f"{target['target']} ({'met' if target['met'] else 'NOT met'})" if target else ""
-        print(f"{name:34} {value!s:>12}  {verdict}")
-    print("\nwritten to bench/results.json")
+        notes = [entry["baseline"] or ""]
+        if target:
+            notes.append(f"{target['target']} ({'met' if target['met'] else 'NOT met'})")
+        print(f"{name:46} {entry['value']!s:>12} {entry['unit']:>6} {entry['samples'] if entry['samples'] is not None else '':>8}  "
+              f"{' '.join(n for n in notes if n)}")
+    print("\nwritten to bench/results.json" + "".join(f", {p}" for p in results.get("plots", [])))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Flash-sale and red-packet benchmarks (called by bench/run.py; figures, never assertions).
 
-- seckill: attempts/s through the API handler (Lambda's one-request-per-process model) on one voucher,
-  every attempt a new buyer, against the same sale done with DB row locks only (SELECT ... FOR UPDATE,
-  INSERT, UPDATE stock, COMMIT per attempt) by the same number of processes in the same run.
+- seckill: attempts/s through the API handler (Lambda's one-request-per-process model) on one voucher whose stock
+  outlasts the window, every attempt a new buyer, against the same sale behind the same handler done in the DB
+  (bench/baselines.py: one stored-procedure round trip holds the row lock through its commit), same processes,
+  same run; and `seckill_oversell`, a sale hammered past its stock until it is sold out (bench/hot_voucher.py).
 - red packets: the grab script alone on one Redis (redis-benchmark EVALSHA, as the seed measured its
   script with 20 threads), against the seed's own script in the same run; and grabs/s through the handler.
 - transports: end-to-end persisted voucher orders/s through Kafka (MSK consumer) and Redis Streams (drainer).
@@ -72,6 +73,12 @@ def open_window(start_at: float) -> float:
 def _order_worker(transport: str, voucher_id: str, first_user: int, start_at: float, stop_at: float, max_attempts: int,
                   out) -> None:
     call = _handler_call(transport)
+    if isinstance(start_at, tuple):  # (Barrier, shared window, seconds): the window opens once every worker is ready
+        import clients
+
+        ready, window, seconds = start_at
+        start, stop = clients.open_window(ready, window, seconds, clients.WARM_UP_S)
+        start_at, stop_at = time.monotonic() + (start - time.time()), time.monotonic() + (stop - time.time())
     late = open_window(start_at)
     codes: dict = {}
     attempts = 0
@@ -84,11 +91,14 @@ def _order_worker(transport: str, voucher_id: str, first_user: int, start_at: fl
 
 
 def orders_window(voucher_id: str, procs: int, first_user: int, seconds: float, warmup: float) -> tuple[dict, float]:
-    """`procs` buyers ordering as fast as they can for `seconds` once `warmup` s passed: their answers' codes, and
-    how late the latest of them was for the window."""
-    start_at = time.monotonic() + warmup
-    results = gather(_order_worker, [("kafka", voucher_id, first_user + 10_000_000 * i, start_at, start_at + seconds, 10**9)
-                                     for i in range(procs)], warmup + seconds + START_ALLOWANCE_S)
+    """`procs` buyers ordering as fast as they can for `seconds` once every one of them is spawned, imported and
+    warmed up (bench/clients.py open_window; `warmup` only bounds the wait): their answers' codes, and how late the
+    latest of them was for the window."""
+    import clients
+
+    ready, window = clients.barrier(procs)
+    results = gather(_order_worker, [("kafka", voucher_id, first_user + 10_000_000 * i, (ready, window, seconds), None, 10**9)
+                                     for i in range(procs)], warmup + seconds + 2 * START_ALLOWANCE_S)
     return _merge([codes for codes, _ in results]), max(late for _, late in results)
 
 
@@ -107,47 +117,32 @@ def create_voucher(call, stock: int) -> str:
     return body["voucher_id"]
 
 
-def seckill_service(call, procs: int, seconds: float, stock: int) -> dict:
-    voucher_id = create_voucher(call, stock)
+def seckill_service(call, procs: int, seconds: float) -> dict:
+    """Attempts/s on a voucher whose stock outlasts the window: every attempt a sale."""
+    voucher_id = create_voucher(call, 10**7)
     codes, late = orders_window(voucher_id, procs, 10_000_000, seconds, warmup=8.0)  # spawn and import, on a shared machine
-    status, view = call("GET", f"/vouchers/{voucher_id}", None)
-    return {"seckill_attempts_per_s": round(sum(codes.values()) / seconds, 1), "seckill_workers_late_s": round(late, 2),
-            "seckill_orders": codes.get(200, 0),
-            "seckill_stock": stock, "seckill_oversell": max(0, codes.get(200, 0) - stock) + max(0, -view["stock_left"])}
+    return {"attempts_per_s": round(sum(codes.values()) / seconds, 1), "attempts": sum(codes.values()),
+            "refused": sum(n for code, n in codes.items() if code != 200), "late_s": round(late, 2)}
 
 
-def _db_sale_worker(db: dict, voucher_id: int, first_user: int, start_at: float, stop_at: float, out) -> None:
-    import pymysql
+def _db_order_worker(*args) -> None:
+    import baselines
 
-    conn = pymysql.connect(**db, autocommit=False)
-    late = open_window(start_at)
-    attempts = sold = 0
-    with conn.cursor() as cur:
-        while time.monotonic() < stop_at:
-            user = first_user + attempts
-            attempts += 1
-            cur.execute("SELECT stock FROM t_seckill_voucher WHERE id = %s FOR UPDATE", (voucher_id,))
-            (stock,) = cur.fetchone()
-            cur.execute("SELECT 1 FROM t_voucher_order WHERE voucher_id = %s AND user_id = %s", (voucher_id, user))
-            if stock > 0 and not cur.fetchone():
-                cur.execute("INSERT INTO t_voucher_order (id, voucher_id, user_id, seq, create_time) VALUES (%s, %s, %s, 1, NOW(3))",
-                            (user * 1000 + voucher_id % 1000, voucher_id, user))
-                cur.execute("UPDATE t_seckill_voucher SET stock = stock - 1 WHERE id = %s AND stock > 0", (voucher_id,))
-                sold += 1
-            conn.commit()
-    out.put({"attempts": attempts, "sold": sold, "late": late})
+    baselines.patch("sale")
+    _order_worker(*args)
 
 
-def seckill_db_baseline(call, db: dict, procs: int, seconds: float, stock: int) -> dict:
-    voucher_id = int(create_voucher(call, stock))
-    warmup = 3.0
-    start_at = time.monotonic() + warmup
-    results = gather(_db_sale_worker, [(db, voucher_id, 50_000_000 * (i + 1), start_at, start_at + seconds) for i in range(procs)],
-                     warmup + seconds + START_ALLOWANCE_S)
-    attempts = sum(r["attempts"] for r in results)
-    return {"seckill_db_locks_attempts_per_s": round(attempts / seconds, 1),
-            "seckill_db_locks_workers_late_s": round(max(r["late"] for r in results), 2),
-            "seckill_db_locks_oversell": max(0, sum(r["sold"] for r in results) - stock)}
+def seckill_db(call, procs: int, seconds: float) -> dict:
+    """The same sale behind the same handler, the order one DB round trip (bench/baselines.py bench_sale)."""
+    import clients
+
+    voucher_id = create_voucher(call, 10**7)
+    ready, window = clients.barrier(procs)
+    results = gather(_db_order_worker, [("kafka", voucher_id, 50_000_000 * (i + 1), (ready, window, seconds), None, 10**9)
+                                        for i in range(procs)], seconds + 2 * START_ALLOWANCE_S)
+    codes = _merge([c for c, _ in results])
+    return {"attempts_per_s": round(sum(codes.values()) / seconds, 1), "attempts": sum(codes.values()),
+            "refused": sum(n for code, n in codes.items() if code != 200), "late_s": round(max(late for _, late in results), 2)}
 
 
 def _redis_benchmark(port: int, clients: int, requests: int, *command: str, pipeline: int = 1) -> float:
@@ -218,7 +213,7 @@ def _grab_worker(packet_id: str, grabbers: list[int], out) -> None:
         status, body = call("POST", f"/redpackets/{packet_id}/grab", {"user_id": user})
         code = 200 if status == 200 else body["error"]["code"]
         codes[code] = codes.get(code, 0) + 1
-    out.put((codes, time.monotonic() - started))
+    out.put((codes, (started, time.monotonic())))
 
 
 def redpacket_service(call, procs: int, grabs: int) -> dict:
@@ -229,7 +224,9 @@ def redpacket_service(call, procs: int, grabs: int) -> dict:
     packet_id = call("POST", "/redpackets", {"sender_id": sender, "total": f"{grabs}.00", "count": grabs})[1]["packet_id"]
     results = gather(_grab_worker, [(packet_id, users[i::procs]) for i in range(procs)], ATTEMPTS_BOUND_S)
     codes = _merge([c for c, _ in results])
-    return {"redpacket_service_grabs_per_s": round(codes.get(200, 0) / max(t for _, t in results), 1)}
+    # over the union of the workers' spans (the first start to the last end), not one worker's
+    span = max(end for _, (_, end) in results) - min(start for _, (start, _) in results)
+    return {"redpacket_service_grabs_per_s": round(codes.get(200, 0) / span, 1), "redpacket_service_grabs": codes.get(200, 0)}
 
 
 def transport_orders_per_s(env: dict, transport: str, procs: int, orders: int, log_path: Path) -> float:
@@ -256,10 +253,10 @@ def transport_orders_per_s(env: dict, transport: str, procs: int, orders: int, l
     writer = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--no-api"], cwd=REPO, env=writer_env,
                               stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
     try:
-        time.sleep(8)  # consumer group join / first drainer run
-        started = time.monotonic()
+        # consumer group join / first drainer run, and the workers spawned and imported: the clock starts after
+        started = time.monotonic() + 10
         gather(_order_worker, [(transport, voucher_id, 70_000_000 * (i + 1), started, started + ATTEMPTS_BOUND_S, orders // procs)
-                               for i in range(procs)], ATTEMPTS_BOUND_S + START_ALLOWANCE_S)
+                               for i in range(procs)], 10 + ATTEMPTS_BOUND_S + START_ALLOWANCE_S)
         expected = (orders // procs) * procs
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -1,25 +1,27 @@
-"""The writer's speed, partitions side by side: figures, never assertions.
+"""The writer on its real path, and the lag from an acknowledged charge to its DB commit at fixed rates: figures, never
+assertions.
 
-- writer rows/s with 1 writer and with one per partition (LOCAL_PARTITIONS, each in a process of its own as the event
-  source mapping's pollers invoke their own function instances): the writer's Lambda handler given MSK events of
-  signed ledger events (decode, MAC check, persist: one transaction per batch, then the Redis settle), batches of the
-  template's BatchSize over 200 accounts; an account's events all go to one partition, as the publisher keys them;
-- the ack->DB lag p50/p99 at the bench's offered load: deducts acknowledged by the API (ASYNC), persisted by the
-  local runtime's pollers over the broker, the lag read from t_order.persist_time.
-Runs on the bench's own Redis, schema and topic (bench/run.py's environment; alone, the schema
-hotledger_bench_writer). Alone (from the repo root):
-    PYTHONPATH=functions:. .venv/bin/python bench/writer_speed.py [--quick] [--profile]
+- writer rows/s, 1 partition (one poller, one writer) against LOCAL_PARTITIONS side by side, the same work in both:
+  `rows` ASYNC deducts charged through the API handler (so each entry is pending in Redis and its event, signed, on
+  the broker), one account per row; then the local runtime's MSK pollers read them from the broker, the writer
+  persists them (one transaction per batch) and settles them in Redis. Timed from the first rows seen committed to
+  the last entry settled (nothing pending in Redis): rows/s in total and per partition.
+- ack -> commit lag at fixed offered rates (deducts over 100 accounts, paced, in-process handler calls), the local
+  runtime's pollers persisting as they come: every deduct acknowledged in the window is followed until an observer
+  sees its row committed (polling the DB, POLL_S apart: the lag is an upper bound, at most POLL_S over), with the
+  achieved rate and the count not committed within DRAIN_S (must be 0).
+Runs on bench/run.py's Redis, schema and topic; alone (from the repo root):
+    PYTHONPATH=functions:. .venv/bin/python bench/writer_speed.py [--quick]
 """
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
-import multiprocessing as mp
 import os
-import pstats
+import queue
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,158 +29,216 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
 
+import clients  # noqa: E402
+import stats  # noqa: E402
 from workers import START_ALLOWANCE_S, gather  # noqa: E402
 
-TOPIC = "hotledger.bench.writer"
+POLL_S = 0.01
+DRAIN_S = 60.0
+LAG_ACCOUNTS = 100
 
 
 def template_batch_size() -> int:
-    """The writer's MSK BatchSize in template.yaml: the bench writes batches as large as the deployment's."""
+    """The writer's MSK BatchSize in template.yaml."""
     from infra.localrt.template import load
 
     return next(f.msk["batch_size"] for f in load(REPO / "template.yaml") if f.name == "WriterFunction")
 
 
-def msk_batches(partition: int, user_ids: list[int], rows: int, batch: int, first_version: int) -> list[dict]:
-    """MSK events of `rows` signed ledger events over user_ids (one partition's accounts), `batch` records each."""
-    from hotledger.dal.event_keys import record_value
-    from hotledger.outbox.events import LedgerEvent, signed
-    from hotledger.runtime import event_keys, id_generator
-
-    from infra.localrt import events
-
-    keyring, ids, now = event_keys().keyring(), id_generator(), int(time.time() * 1000)
-    records = []
-    for i in range(rows):
-        user_id = user_ids[i % len(user_ids)]
-        event = LedgerEvent(type="ledger", id=ids.next_id(), kind="R", user_id=user_id, amount=100, balance_after=100,
-                            version=first_version + i, epoch="bench", ts=now, open="1")
-        value = record_value(signed(event.model_dump(), keyring))  # as the service publishes it
-        records.append((partition, i, str(user_id).encode(), value, now))
-    return [events.msk(TOPIC, records[i:i + batch]) for i in range(0, rows, batch)]
-
-
-def _writer_process(warm_up: dict, batches: list[dict], start, profile: bool, out) -> None:
-    """One partition's writer: its own process, warmed up (imports, connections), then, once every writer is ready,
-    its batches one after another. Hands back (started, ended)."""
-    sys.stdout = open(os.devnull, "w")  # the handler prints an EMF line per invocation
-    from writer.app import handler
-
-    from infra.localrt.events import LambdaContext
-
-    context = LambdaContext("WriterFunction")
-    handler(warm_up, context)
-    start.wait(timeout=START_ALLOWANCE_S)
-    started = time.time()
-    profiler = cProfile.Profile() if profile else None
-    if profiler:
-        profiler.enable()
-    for event in batches:
-        handler(event, context)
-    ended = time.time()
-    if profiler:
-        profiler.disable()
-        profiler.dump_stats(str(REPO / ".state" / f"writer-{os.getpid()}.prof"))
-    out.put((started, ended))
-
-
-def writer_rows_per_s(call, writers: int, rows_per_writer: int, accounts: int, profile: bool = False) -> float:
-    """Rows/s of `writers` processes side by side, each persisting its partition's batches; accounts split among them."""
-    user_ids = [call("POST", "/accounts", {"user_name": f"ws-{uuid.uuid4().hex[:10]}"})[1]["user_id"] for _ in range(accounts)]
-    batch = template_batch_size()
-    start = mp.get_context("spawn").Barrier(writers)  # gather spawns the workers
-    args = []
-    for p in range(writers):
-        mine = user_ids[p::writers]
-        args.append((msk_batches(p, mine[:1], 1, 1, 2)[0], msk_batches(p, mine, rows_per_writer, batch, 3), start, profile))
-    spans = gather(_writer_process, args, 2 * START_ALLOWANCE_S)
-    return round(writers * rows_per_writer / (max(e for _, e in spans) - min(s for s, _ in spans)), 1)
-
-
-def ack_to_db_lag(call, run_workers, pct, env: dict, procs: int, seconds: float, rate: float, log_dir: Path) -> dict:
-    """Deducts at `rate`/s over 100 accounts through the API (in-process, ASYNC); the local runtime's pollers persist
-    them from the broker; the lag of each deduct acknowledged after a 3 s ramp, ack -> t_order.persist_time."""
+def bulk_accounts(n: int, balance: int) -> list[int]:
+    """n ASYNC accounts holding `balance` minor units, open, made in the DB directly (a setup, not a figure): their first
+    charge loads them into Redis as any account's does."""
     from hotledger.dal import db
 
-    user_ids = []
-    for _ in range(100):
-        user_id = call("POST", "/accounts", {"user_name": f"lag-{uuid.uuid4().hex[:10]}"})[1]["user_id"]
-        call("POST", f"/accounts/{user_id}/recharge", {"amount": "1000000.00"})
-        user_ids.append(user_id)
-    writer_proc = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--no-api", "--no-schedules"], cwd=REPO,
-                                   env=env, stdout=open(log_dir / "writer-runtime.log", "wb"), stderr=subprocess.STDOUT)
+    prefix = f"bw-{uuid.uuid4().hex[:8]}-"
+    for start in range(0, n, 2000):
+        names = [f"{prefix}{i}" for i in range(start, min(n, start + 2000))]
+        with db.transaction() as cur:
+            cur.execute("INSERT INTO t_user (user_name, api_open, close_reason, deduct_type) VALUES "
+                        + ",".join(["(%s, 1, NULL, 'ASYNC')"] * len(names)), names)
+    with db.transaction() as cur:
+        cur.execute("INSERT INTO t_account (user_id, balance, version, threshold) SELECT id, %s, 1, 0 FROM t_user"
+                    " WHERE user_name LIKE %s", (balance, prefix + "%"))
+    return [row[0] for row in db.query("SELECT id FROM t_user WHERE user_name LIKE %s ORDER BY id", (prefix + "%",))]
+
+
+def _charge_worker(user_ids: list[int], out) -> None:
+    clients.quiet()
+    call = clients.api()
+    ok = sum(call("POST", f"/accounts/{u}/deduct", {"amount": "0.01"})[0] == 200 for u in user_ids)
+    out.put(ok)
+
+
+def runtime(env: dict, log_path: Path, *flags: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", *flags], cwd=REPO, env=env,
+                            stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
     try:
-        time.sleep(8)  # the pollers start and take the setup events
-        started = time.time()
-        latencies, acks = run_workers(procs, user_ids, seconds, rate)
-        window = [a for a in acks if a[1] / 1000 >= started + 3]
-        pending = {order_id: acked for order_id, acked in window}
-        deadline, persisted = time.monotonic() + 120, {}
-        while time.monotonic() < deadline and len(persisted) < len(pending):
-            time.sleep(1)
-            chunk = [i for i in pending if i not in persisted]
-            for i in range(0, len(chunk), 5000):
-                part = chunk[i:i + 5000]
-                rows = db.query(f"SELECT id, UNIX_TIMESTAMP(persist_time) * 1000 FROM t_order WHERE id IN ({','.join(['%s'] * len(part))})", part)
-                persisted.update((row[0], float(row[1])) for row in rows)
-        lags = [persisted[i] - pending[i] for i in persisted]
-        missing = [i for i in pending if i not in persisted]
-        return {"target_deducts_per_s": rate, "achieved_deducts_per_s": round(len(window) / seconds, 1),
-                "ack_to_db_lag_p50_ms": pct(lags, 0.5), "ack_to_db_lag_p99_ms": pct(lags, 0.99),
-                "ack_to_db_lag_max_ms": round(max(lags), 1) if lags else None, "not_persisted": len(missing),
-                **(where_missing(missing, user_ids) if missing else {})}
-    finally:
-        writer_proc.terminate()
-        writer_proc.wait()
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
-def rows_per_run(quick: bool, writers: int) -> int:
-    """Rows of one run: each writer persists 20 batches (quick: 5), a sustained rate rather than a burst of a few
-    batches whose processes' start and descheduling on 2 shared cores weigh as much as their work."""
-    return writers * template_batch_size() * (5 if quick else 20)
-
-
-def where_missing(entry_ids: list[int], user_ids: list[int]) -> dict:
-    """Where acknowledged deducts the DB did not get within the wait are: still pending in Redis (the reconciler
-    persists them after RECONCILE_AGE_S; this run has no schedules), and on the topic or not (not: the broker lost a
-    record it acknowledged; on it: the pollers did not deliver it)."""
-    from kafka import KafkaConsumer, TopicPartition
-
+def writer_rows_per_s(env: dict, procs: int, partitions: int, rows: int, log_dir: Path) -> dict:
+    """`rows` deducts, one account each, charged through the handler onto a topic of `partitions` partitions, then
+    persisted and settled by the local runtime's pollers and writer."""
     from hotledger import keys
     from hotledger.config import settings
+    from hotledger.dal import db
     from hotledger.dal.redis_store import lua
 
-    client, cfg = lua().client, settings()
-    pending = sum(any(client.exists(keys.entry(u, i)) for u in user_ids) for i in entry_ids)
-    reader = KafkaConsumer(bootstrap_servers=cfg.kafka_bootstrap.split(","), enable_auto_commit=False)
-    try:
-        partitions = [TopicPartition(cfg.kafka_topic, p) for p in reader.partitions_for_topic(cfg.kafka_topic) or ()]
-        reader.assign(partitions)
-        reader.seek_to_beginning()
-        wanted, found, quiet = {str(i).encode() for i in entry_ids}, {}, 0
-        while quiet < 5:  # 5 empty polls in a row: read to the end
-            polled = reader.poll(timeout_ms=500, max_records=10_000)
-            quiet = 0 if polled else quiet + 1
-            for records in polled.values():
-                for r in records:
-                    found.update((w, f"{r.partition}:{r.offset}") for w in wanted if b'"id":' + w in r.value)
-    finally:
-        reader.close()
-    return {"not_persisted_pending_in_redis": pending, "not_persisted_on_topic": sorted(found.values()),
-            "not_persisted_ids": entry_ids[:10]}
-
-
-def figures(call, run_workers, pct, env: dict, procs: int, quick: bool, log_dir: Path, profile: bool = False) -> dict:
     from infra import services
 
-    partitions = services.LOCAL_PARTITIONS
-    one = writer_rows_per_s(call, 1, rows_per_run(quick, 1), 200, profile)
-    side_by_side = writer_rows_per_s(call, partitions, rows_per_run(quick, partitions) // partitions, 200, profile)
-    out = {"writer_batch_rows": template_batch_size(), "writer_partitions": partitions,
-           "writer_rows_per_s_1_writer": one, "writer_rows_per_s": side_by_side,
-           "writer_partitions_vs_1_ratio": round(side_by_side / one, 2)}
-    out.update(ack_to_db_lag(call, run_workers, pct, env, procs, 5 if quick else 15, 2000, log_dir))
-    return out
+    cfg = settings()
+    topic = f"{cfg.kafka_topic}.writer{partitions}.{uuid.uuid4().hex[:6]}"
+    services.ensure_topic(cfg.kafka_bootstrap, topic, partitions)
+    user_ids = bulk_accounts(rows, 1_000_000)
+    previous = os.environ["KAFKA_TOPIC"]
+    os.environ["KAFKA_TOPIC"] = topic  # the spawned charging workers publish there
+    try:
+        charged = sum(gather(_charge_worker, [(user_ids[i::procs],) for i in range(procs)], 600 + START_ALLOWANCE_S))
+    finally:
+        os.environ["KAFKA_TOPIC"] = previous
+    lo, hi = user_ids[0], user_ids[-1]
+    client = lua().client
+
+    def committed() -> int:
+        return db.query("SELECT COUNT(*) FROM t_order WHERE user_id BETWEEN %s AND %s", (lo, hi))[0][0]
+
+    def pending() -> int:
+        pipe = client.pipeline(transaction=False)
+        for u in user_ids:
+            pipe.zcard(keys.consistency(u))
+        return sum(pipe.execute())
+
+    proc = runtime({**env, "KAFKA_TOPIC": topic}, log_dir / f"writer-{partitions}.log", "--no-api", "--no-schedules")
+    try:
+        deadline = time.monotonic() + 300
+        first = first_count = None
+        while time.monotonic() < deadline:
+            now, count = time.monotonic(), committed()
+            if first is None and count:
+                first, first_count = now, count
+            if count >= charged:
+                break
+            time.sleep(0.05)
+        while time.monotonic() < deadline and pending():
+            time.sleep(0.05)
+        ended, left = time.monotonic(), pending()
+        count = committed()
+    finally:
+        stop(proc)
+    measured = count - (first_count or 0)
+    per_s = round(measured / (ended - first), 1) if first is not None and ended > first else None
+    return {"rows": charged, "per_s": per_s, "per_partition_per_s": round(per_s / partitions, 1) if per_s else None,
+            "samples": measured, "not_persisted": charged - count, "left_pending": left}
+
+
+class CommitObserver(threading.Thread):
+    """Follows acknowledged deducts (id, ack ms) from a queue until it sees each row committed in t_order."""
+
+    def __init__(self, acks):
+        super().__init__(daemon=True)
+        self.acks, self.outstanding, self.lags, self.handed_over = acks, {}, [], []
+        self.load_done = threading.Event()
+        self.drain_deadline = None
+
+    def run(self) -> None:
+        import pymysql
+
+        from hotledger.config import settings
+
+        cfg = settings()
+        conn = pymysql.connect(host=cfg.db_host, port=cfg.db_port, user=cfg.db_user, password=cfg.db_password,
+                               database=cfg.db_name, autocommit=True)
+        with conn.cursor() as cur:
+            while True:
+                self._take_acks()
+                if self.load_done.is_set():
+                    if self.drain_deadline is None:
+                        self.drain_deadline = time.monotonic() + DRAIN_S
+                    if not self.outstanding or time.monotonic() > self.drain_deadline:
+                        break
+                ids = list(self.outstanding)
+                asked = time.time() * 1000  # a row seen now was committed before this read began
+                for i in range(0, len(ids), 2000):
+                    part = ids[i:i + 2000]
+                    cur.execute(f"SELECT id FROM t_order WHERE id IN ({','.join(['%s'] * len(part))})", part)
+                    for (entry_id,) in cur.fetchall():
+                        self.lags.append(asked - self.outstanding.pop(entry_id))
+                time.sleep(POLL_S)
+        conn.close()
+
+    def _take_acks(self) -> None:
+        while True:
+            try:
+                entry_id, acked = self.acks.get_nowait()
+            except queue.Empty:
+                return
+            self.outstanding[entry_id] = acked
+            self.handed_over.append(time.time() * 1000 - acked)
+
+
+def lag_at(user_ids: list[int], procs: int, rate: int, seconds: float) -> dict:
+    import multiprocessing as mp
+
+    acks = mp.get_context("spawn").Queue()
+    observer = CommitObserver(acks)
+    observer.start()
+    try:
+        run = clients.deducts(procs, user_ids, seconds, rate_per_s=rate, acks=acks)
+    finally:
+        time.sleep(0.5)  # the queue's feeder threads hand over the last acks
+        observer.load_done.set()
+        observer.join(DRAIN_S + 30)
+    lags = observer.lags
+    return {"offered_per_s": rate, "achieved_per_s": stats.rate(run["ok"], *run["window"]),
+            "p50_ms": stats.percentile(lags, 0.5, 1), "p99_ms": stats.percentile(lags, 0.99, 1),
+            "max_ms": round(max(lags), 1) if lags else None, "samples": len(lags),
+            "not_persisted": len(observer.outstanding), "failed": run["failed"], "late_s": run["late"],
+            # how long an ack took to reach the observer (the queue between processes): were it long, the lag would
+            # be over by as much
+            "handover_p99_ms": stats.percentile(observer.handed_over, 0.99, 1)}
+
+
+def persisting(user_ids: list[int], timeout_s: float = 180) -> None:
+    """Wait until the pollers persist: a deduct on every account (so every partition) is committed."""
+    from hotledger.dal import db
+
+    lo, hi = min(user_ids), max(user_ids)
+    charged = sum(gather(_charge_worker, [(user_ids,)], 120 + START_ALLOWANCE_S))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if db.query("SELECT COUNT(*) FROM t_order WHERE user_id BETWEEN %s AND %s", (lo, hi))[0][0] >= charged:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the pollers did not persist {charged} deducts in {timeout_s:.0f} s")
+
+
+def lag_figures(env: dict, procs: int, rates: list[int], seconds: float, log_dir: Path) -> dict:
+    """The local runtime's pollers (one process per partition of the run's topic) persisting as deducts come."""
+    from hotledger.config import settings
+
+    from infra import services
+
+    cfg = settings()
+    # a topic of its own: what earlier steps published is not this figure's work
+    topic = f"{cfg.kafka_topic}.lag.{uuid.uuid4().hex[:6]}"
+    services.ensure_topic(cfg.kafka_bootstrap, topic, services.LOCAL_PARTITIONS)
+    user_ids = bulk_accounts(LAG_ACCOUNTS, 10**12)
+    previous = os.environ["KAFKA_TOPIC"]
+    os.environ["KAFKA_TOPIC"] = topic  # the spawned clients publish there
+    proc = runtime({**env, "KAFKA_TOPIC": topic}, log_dir / "lag-runtime.log", "--no-api", "--no-schedules")
+    try:
+        persisting(user_ids)
+        return {rate: lag_at(user_ids, procs, rate, seconds) for rate in rates}
+    finally:
+        os.environ["KAFKA_TOPIC"] = previous
+        stop(proc)
 
 
 def main() -> int:
@@ -186,29 +246,20 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--procs", type=int, default=8, help="API client processes for the lag's offered load")
-    parser.add_argument("--profile", action="store_true", help="cProfile each writer process: .state/writer-<pid>.prof")
-    parser.add_argument("--no-lag", action="store_true", help="the writer figures alone")
+    parser.add_argument("--procs", type=int, default=8)
     args = parser.parse_args()
+    from infra import services
+
     with run.environment("hotledger_bench_writer") as (_cfg, _redis, state):
         env = {**os.environ}
         real_stdout = sys.stdout
-        run._quiet()
-        call = run._api()
-        if args.no_lag:
-            from infra import services
-
-            partitions = services.LOCAL_PARTITIONS
-            result = {"writer_rows_per_s_1_writer": writer_rows_per_s(call, 1, rows_per_run(args.quick, 1), 200, args.profile),
-                      "writer_rows_per_s": writer_rows_per_s(call, partitions, rows_per_run(args.quick, partitions) // partitions,
-                                                             200, args.profile)}
-        else:
-            result = figures(call, run.run_workers, run._pct, env, args.procs, args.quick, state, args.profile)
+        clients.quiet()
+        rows = 2_000 if args.quick else 12_000
+        result = {"1": writer_rows_per_s(env, args.procs, 1, rows, state),
+                  str(services.LOCAL_PARTITIONS): writer_rows_per_s(env, args.procs, services.LOCAL_PARTITIONS, rows, state),
+                  "lag": lag_figures(env, args.procs, [200] if args.quick else [200, 500, 1000], 4 if args.quick else 15, state)}
         sys.stdout = real_stdout
     print(json.dumps(result, indent=2))
-    if args.profile:
-        stats = pstats.Stats(*[str(p) for p in (REPO / ".state").glob("writer-*.prof")])
-        stats.sort_stats("cumulative").print_stats(45)
     return 0
 
 

@@ -636,8 +636,11 @@ class LedgerTx:
         return {row[0] for row in self.cursor.fetchall()}
 
     def idempotent_answer(self, user_id: int, idem_key: str) -> IdempotentAnswer | None:
-        """The first answer given for this key, locked until the transaction ends."""
-        self.cursor.execute("SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s FOR UPDATE",
+        """The first answer given for this key, read under the account's row lock (taken here first), as every writer
+        of an account's answers holds it: the key is not locked itself, since a locking read of a key not there yet
+        locked the gap around it, and SYNC charges of other accounts inserting their keys there waited or deadlocked."""
+        self.cursor.execute("SELECT 1 FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
+        self.cursor.execute("SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s",
                             (user_id, idem_key))
         seen = self.cursor.fetchone()
         return None if seen is None else IdempotentAnswer(seen[0], json.loads(seen[1]))

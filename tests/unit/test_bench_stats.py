@@ -1,0 +1,84 @@
+"""bench/stats.py and bench/report.py: the benchmarks' arithmetic and bookkeeping (never a figure's value: figures are
+never asserted)."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from bench import report, stats
+
+
+def test_a_percentile_needs_enough_samples_to_exist():
+    assert stats.percentile(list(range(99)), 0.99) is None  # 99 samples: no p99, not the maximum passed off as one
+    assert stats.percentile(list(range(1, 101)), 0.99) == 99
+    assert stats.percentile(list(range(1, 1001)), 0.999) == 999
+    assert stats.percentile(list(range(1, 1000)), 0.999) is None
+    assert stats.percentile([5.0, 1.0, 3.0], 0.5) == 3.0
+
+
+def test_only_samples_started_in_the_window_count():
+    samples = [(0.5, 10.0), (1.0, 20.0), (2.5, 30.0), (3.0, 40.0)]
+    assert stats.in_window(samples, 1.0, 3.0) == [(1.0, 20.0), (2.5, 30.0)]
+
+
+def test_a_rate_is_over_its_window():
+    assert stats.rate(300, 10.0, 13.0) == 100.0
+    with pytest.raises(ValueError):
+        stats.rate(1, 5.0, 5.0)
+
+
+def test_the_knee_is_the_lowest_offered_rate_past_the_limit():
+    assert stats.knee([(400, 80.0), (100, 12.0), (200, 49.0)]) == 400
+    assert stats.knee([(100, 12.0), (200, None)]) == 200  # every request of a step failed: past it
+    assert stats.knee([(100, 12.0), (200, 30.0)]) is None  # above the range tried
+
+
+def test_entities_per_gib_and_ratios():
+    assert stats.per_gib(1024) == 1 << 20
+    with pytest.raises(ValueError):
+        stats.per_gib(0)
+    assert stats.ratio(10, 4) == 2.5
+    assert stats.ratio(None, 4) is None and stats.ratio(3, 0) is None
+
+
+def test_figures_carry_unit_samples_and_baseline_and_are_recorded_once():
+    figures = report.Figures()
+    figures.add("a_per_s", 10.0, "1/s", samples=100, baseline="b_per_s", measures="a")
+    assert figures.entries["a_per_s"] == {"value": 10.0, "unit": "1/s", "samples": 100, "baseline": "b_per_s", "measures": "a"}
+    assert figures.values() == {"a_per_s": 10.0}
+    with pytest.raises(KeyError):
+        figures.add("a_per_s", 11.0, "1/s")
+
+
+def test_a_figure_not_measured_has_not_met_its_target():
+    verdicts = report.target_verdicts({"x": 5, "y": None, "z": 1}, {"x": (">=", 5), "y": ("<=", 1), "z": ("<=", 0), "w": (">=", 1)})
+    assert verdicts == {"x": {"target": ">= 5", "met": True}, "y": {"target": "<= 1", "met": False},
+                        "z": {"target": "<= 0", "met": False}}
+
+
+def test_progress_prints_a_line_per_stage_and_times_them():
+    out = io.StringIO()
+    progress = report.Progress(2, stream=out)
+    progress.stage("first")
+    progress.stage("second")
+    took = progress.finish()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("bench [1/2] first") and lines[1].startswith("bench [2/2] second")
+    assert set(took) == {"first", "second"}
+
+
+def test_the_machine_and_commit_are_recorded():
+    assert len(report.machine()["load_average"]) == 3
+    assert set(report.commit()) == {"commit", "dirty"}
+
+
+def test_cost_per_million_adds_its_lines_from_named_prices():
+    from bench import cost
+
+    lines = cost.per_million(api_ms=20.0, api_gb=0.5, writer_s_per_row=0.001, writer_gb=0.5, rows=2, events=2)
+    assert lines["api_gateway"] == cost.API_GATEWAY_REST_PER_MILLION
+    assert lines["api_function"] == round(cost.LAMBDA_PER_MILLION_REQUESTS + 1e6 * 0.5 * 0.02 * cost.LAMBDA_ARM_PER_GB_S, 3)
+    assert lines["writer_function"] == round(1e6 * 2 * 0.001 * 0.5 * cost.LAMBDA_ARM_PER_GB_S, 3)
+    assert lines["total"] == round(sum(v for k, v in lines.items() if k != "total"), 2)
+    assert cost.template_memory_gb("ApiFunction") > 0
