@@ -42,7 +42,10 @@ TARGETS = {"async_vs_sync_hot_ratio": (">=", 5), "hot_account_failed_requests": 
            "redpacket_grabs_per_s": (">=", 40000), "seckill_oversell": ("<=", 0), "seckill_unsold": ("<=", 0),
            "seckill_attempts_refused": ("<=", 0), "sharded_voucher_oversell": ("<=", 0),
            "cluster_sharded_voucher_oversell": ("<=", 0), "delay_remove_p99_ms_100k": ("<=", 0.5),
-           "handler_vs_floor_cpu_ratio": ("<=", 1.5), "cluster_getkeys_per_script_call": ("<=", 0)}
+           "handler_vs_floor_cpu_ratio": ("<=", 1.5), "cluster_getkeys_per_script_call": ("<=", 0),
+           # issue 20: holds, history and balances at depth, what holds cost every deduct
+           "hold_authorize_lua_p99_ms_1000_holds": ("<=", 0.3), "history_page_p99_ms_1m_entries": ("<=", 50),
+           "balance_at_p99_ms_1m_entries": ("<=", 20), "deduct_script_vs_before_holds_ratio": (">=", 0.95)}
 
 # figure -> the figure it is compared with (measured in the same run); a ratio's baseline is its denominator
 BASELINES = {
@@ -373,9 +376,22 @@ def environment(schema: str = "hotledger_bench"):
         shutil.rmtree(state / "redis", ignore_errors=True)
 
 
+def ledger_history_figures(figures: report.Figures, quick: bool) -> None:
+    import ledger_history
+
+    found = ledger_history.figures(quick)
+    measures = ledger_history.__doc__.split("\n\n")[0]
+    for name, value in found["figures"].items():
+        unit = "ratio" if name.endswith("_ratio") else "us" if "_usec_" in name else "ms"
+        samples = found["samples"].get("holds" if "lua" in name else "history")
+        figures.add(name, value, unit, None if name.endswith("_ratio") else samples,
+                    "deduct script before holds (git show)" if name.endswith("_ratio") else None, measures)
+
+
 STAGES = ["hot account: ASYNC, SYNC and the lean DB baseline", "hot path CPU", "Redis ceilings",
           "latency over HTTP", "writer on its real path", "ack to commit lag", "flash sale and red packets",
-          "transports", "delay queue and lock", "Redis Cluster", "memory per entity", "cost and plots"]
+          "transports", "delay queue and lock", "Redis Cluster", "memory per entity", "holds and history",
+          "cost and plots"]
 
 
 def main() -> int:
@@ -425,6 +441,7 @@ def main() -> int:
             lambda: delay_lock_figures(figures, args.procs, args.quick, seconds),
             lambda: cluster_figures(figures, call, redis_server, args.procs, args.quick, seconds, state),
             lambda: extra.update(memory=memory_figures(figures, args.quick, state)),
+            lambda: ledger_history_figures(figures, args.quick),
             cost_and_plots,
         ]
         for number, (name, step) in enumerate(zip(STAGES, steps), 1):

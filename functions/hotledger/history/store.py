@@ -37,8 +37,10 @@ class HistoryStore:
 
     def balance_at(self, user_id: int, at_ms: int) -> BalanceAt:
         """The account after its last entry booked at or before at_ms."""
-        rows = db.query("SELECT seq, balance_after, available_after, booked_at FROM t_entry WHERE user_id = %s"
-                        " AND booked_at <= %s ORDER BY booked_at DESC, seq DESC LIMIT 1", (user_id, at_ms))
+        # the time index, always: for an early `at` the optimizer would otherwise walk the primary key back from the
+        # newest entry (a bench p99 of 200 ms at 100,000 entries)
+        rows = db.query("SELECT seq, balance_after, available_after, booked_at FROM t_entry FORCE INDEX (idx_entry_booked)"
+                        " WHERE user_id = %s AND booked_at <= %s ORDER BY booked_at DESC, seq DESC LIMIT 1", (user_id, at_ms))
         return BalanceAt(*rows[0]) if rows else BalanceAt(0, 0, 0, 0)
 
     def first_seq_from(self, user_id: int, since_ms: int) -> int:
