@@ -19,7 +19,8 @@ def json_answer(body: dict, status: int = 200) -> Response:
 
 
 def responses(ok_status: int, ok_model, ok_text: str, *errors_: tuple[int, str]) -> dict:
-    answers = {ok_status: {"description": ok_text, "content": {"application/json": {"model": ok_model}}}}
+    answers = {ok_status: {"description": ok_text, "content": {"application/json": {"model": ok_model}}}
+               if ok_model is not None else {"description": ok_text}}  # None: no body (a 204)
     for status, text in ((503, "SERVICE_UNAVAILABLE: Redis, the DB or the broker is unavailable; nothing was changed"), *errors_):
         answers[status] = {"description": text, "content": {"application/json": {"model": ErrorResponse}}}
     return answers
