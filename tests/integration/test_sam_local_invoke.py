@@ -16,7 +16,8 @@ sys.path.insert(0, str(REPO / "tests"))
 import cfn  # noqa: E402
 
 SAMPLES = {"WriterFunction": "writer_msk", "ReconcilerFunction": "reconciler_schedule",
-           "StreamDrainerFunction": "stream_drainer_schedule", "DelayDrainerFunction": "delay_drainer_schedule"}
+           "StreamDrainerFunction": "stream_drainer_schedule", "DelayDrainerFunction": "delay_drainer_schedule",
+           "WebhookSenderFunction": "webhook_sender_schedule"}
 
 
 def test_env_json_has_a_local_value_for_every_variable_of_every_function():
