@@ -4,7 +4,7 @@ PY := .venv/bin/python
 export PYTHONPATH := functions:.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: up up-cluster setup services migrate serve token test test-unit test-cluster mutants lint build deploy bench down clean resolve-dead-letters
+.PHONY: up up-cluster setup services migrate serve token test test-unit test-cluster mutants lint build deploy bench down clean resolve-dead-letters ops
 
 ## set everything up and run the service: API on :3000, the MSK-triggered writer, the scheduled reconciler
 up: setup services migrate serve
@@ -48,6 +48,11 @@ CLUSTER_RUN := HOTLEDGER_TEST_REDIS=cluster $(PY) -m pytest -m "not single_redis
 	--ignore=tests/integration/test_template.py --ignore=tests/integration/test_sam_local_invoke.py
 test-cluster: setup services
 	$(CLUSTER_RUN) tests/faults/test_cluster_failover.py tests/faults/test_cluster_node_loss.py
+
+## the operators' console: dead letters and their replays, an account in Redis vs the DB, the reconciler's parts, the
+## operators' log, key rotations (ARGS="--help"; ARGS="--stack hotledger-dev ..." against a deployed stack)
+ops: setup
+	@$(PY) -m infra.ops $(ARGS)
 
 ## after replaying the writer's dead-letter topic (<topic>.dead-letter): mark its records resolved, so vouchers and
 ## red packets rebuilt after a Redis loss sell again (they stay RECOVERING while an unresolved dead letter exists)

@@ -154,3 +154,21 @@ def own_topic(settings, monkeypatch):
     yield topic
     monkeypatch.setenv("KAFKA_TOPIC", settings.kafka_topic)
     runtime.reset()
+
+
+@pytest.fixture
+def local_hooks(monkeypatch):
+    """Local webhook receivers (helpers.Receiver) the webhooks may deliver to: local_hooks(status) starts one."""
+    from helpers import Receiver
+
+    from hotledger.runtime import webhooks
+
+    monkeypatch.setattr(webhooks(), "allow_local", True)
+    receivers = []
+    yield lambda status=204: receivers.append(Receiver(status)) or receivers[-1]
+    for r in receivers:
+        r.close()
+        # its endpoints go too: an endpoint left pointing at a closed port would be tried by every later test's sends
+        for endpoint in webhooks().list():
+            if endpoint.url == r.url:
+                webhooks().delete(endpoint.endpoint_id)

@@ -41,6 +41,12 @@ def caller_of(context: dict) -> Caller | None:
                   scopes=frozenset(str(context["scopes"]).split()), expires_at=int(context.get("expires_at") or 0))
 
 
+def principal_of(event) -> str:
+    """Who made the request, as the authorizer named them (principalId: the token's subject), for the logs of what
+    operators did."""
+    return str((event.request_context.authorizer.get_context() or {}).get("principalId") or "unknown")
+
+
 @functools.cache
 def rules() -> dict[tuple[str, str], Rule]:
     """Every route's rule: the API's own description, then each registered feature's (collected on first use: the

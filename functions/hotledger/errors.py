@@ -91,6 +91,9 @@ QueueFull = _error("QueueFull", 429, "QUEUE_FULL")
 TooManyPending = _error("TooManyPending", 429, "TOO_MANY_PENDING")
 TooManyKeys = _error("TooManyKeys", 429, "TOO_MANY_KEYS")
 
+# the operators' console
+InvalidDeadLetterId = _error("InvalidDeadLetterId", 422, "INVALID_DEAD_LETTER_ID")
+
 # authentication and authorization (api.authorization): nothing was changed
 Unauthenticated = _error("Unauthenticated", 401, "UNAUTHENTICATED")
 Forbidden = _error("Forbidden", 403, "FORBIDDEN")

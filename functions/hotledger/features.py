@@ -53,12 +53,13 @@ def registered() -> tuple[Feature, ...]:
     from hotledger.ledger.feature import FEATURE as ledger
     from hotledger.monitors.feature import FEATURE as monitors
     from hotledger.notices.feature import FEATURE as notices
+    from hotledger.ops.feature import FEATURE as ops
     from hotledger.redpackets.feature import FEATURE as redpackets
     from hotledger.refunds.feature import FEATURE as refunds
     from hotledger.vouchers.feature import FEATURE as vouchers
     from hotledger.webhooks.feature import FEATURE as webhooks
 
-    return (ledger, holds, refunds, history, vouchers, redpackets, notices, webhooks, monitors, KEYS)
+    return (ledger, holds, refunds, history, vouchers, redpackets, notices, webhooks, monitors, ops, KEYS)
 
 
 @dataclass

@@ -199,5 +199,10 @@ def reconcile_cursor(part: str) -> str:
     return f"reconcile:cursor:{tag(f'reconcile-{part}')}"
 
 
+def reconcile_runs() -> str:
+    """Hash: part -> its last run as JSON (when, how long, failed or not, what it found), for operators."""
+    return "reconcile:runs:{reconcile}"
+
+
 # the worker-id leases and their counter: global, so one home slot ({idgen}) on a cluster
 IDGEN_WORKER_PREFIX = "idgen:{idgen}:worker:"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from hotledger.dal.budget import Budget
 from hotledger.features import PartContext, ReconcilePart
@@ -58,7 +58,7 @@ class Reconciler:
         return report
 
     def _part(self, part: ReconcilePart, now_ms: int, report: ReconcileReport) -> None:
-        started = self.clock()
+        started, before = self.clock(), _flat(asdict(report))
         try:
             after = part.run(PartContext(now_ms, self.age_s, Budget(self.part_items, self.part_s, self.clock),
                                          self._cursor(part.name), report))
@@ -68,6 +68,19 @@ class Reconciler:
             log.exception("reconciler part failed; the other parts go on", extra={"part": part.name})
             report.failed_parts.append(part.name)
         report.part_seconds[part.name] = round(self.clock() - started, 3)
+        self._record(part.name, now_ms, report, before)
+
+    def _record(self, part: str, now_ms: int, report: ReconcileReport, before: dict) -> None:
+        """The part's last run for operators: what it changed in the report is what it found."""
+        if self.cursors is None:
+            return
+        found = {name: value for name, value in _flat(asdict(report)).items()
+                 if value != before.get(name) and name not in ("failed_parts", f"part_seconds.{part}")}
+        try:
+            self.cursors.record_run(part, {"at_ms": now_ms, "seconds": report.part_seconds[part],
+                                           "failed": part in report.failed_parts, "findings": found})
+        except Exception:  # a record for operators only: its loss never fails the run
+            log.warning("reconciler part's run not recorded", extra={"part": part}, exc_info=True)
 
     def _cursor(self, part: str) -> int:
         return self.cursors.get(part) if self.cursors is not None else 0
@@ -75,3 +88,14 @@ class Reconciler:
     def _save(self, part: str, after: int) -> None:
         if self.cursors is not None:
             self.cursors.set(part, after)
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    """A report's fields as name -> value, nested reports' fields as 'vouchers.rebuilt' and so on."""
+    flat = {}
+    for name, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat

@@ -34,6 +34,8 @@ from hotledger.outbox.log_hold import LogHold
 from hotledger.outbox.store import EventStreams, OutboxStore
 from hotledger.outbox.stream_consumer import StreamConsumer
 from hotledger.outbox.writer import Writer
+from hotledger.ops.service import Operations, Transport
+from hotledger.ops.store import OpsLog
 from hotledger.reconciler import Reconciler
 from hotledger.redpackets.persist import RedPacketPersister
 from hotledger.redpackets.reconcile import PacketReconciler
@@ -231,16 +233,25 @@ def delay_drainer() -> Drainer:
     return Drainer(delay_queue(), delay_handlers())
 
 
+@functools.lru_cache(maxsize=1)
+def operations() -> Operations:
+    cfg = settings()
+    client = lua().client
+    transport = Transport(streamed=cfg.event_transport == "redis-stream", topic=cfg.kafka_topic,
+                          republish=publisher.republish, read=publisher.read, shards=cfg.stream_shards,
+                          append_to_stream=lambda stream, value: client.xadd(stream, {"e": value}))
+    return Operations(outbox=outbox(), streams=EventStreams(client, cfg.stream_group), webhooks=webhooks(),
+                      delay_queue=delay_queue(), delay_queues=lambda: sorted(delay_handlers()), ledger_store=ledger_store(),
+                      cursors=Cursors(client), part_names=lambda: [part.name for part in reconciler().parts],
+                      transport=transport, lua=lua(), ops_log=OpsLog())
+
+
 def stream_consumer(name: str) -> StreamConsumer:
     return StreamConsumer(EventStreams(lua().client, settings().stream_group), writer(), settings(), name)
 
 
 def reset() -> None:
-    """Forget every cached service and setting (tests switching configuration)."""
-    from hotledger.config import settings as cached_settings
-
-    for cached in (outbox, log_hold, event_keys, id_generator, idempotency, lock, ledger_store, ledger, holds, refunds, webhooks, monitors, history, voucher_redis, vouchers,
-                   redpackets, ledger_persister, voucher_persister, redpacket_persister, writer, ledger_reconcile,
-                   voucher_reconciler, packet_reconciler, reconciler, delay_queue, inbox, payment_orders, journeys, lua,
-                   cached_settings):
+    """Forget every cached service and setting (tests switching configuration): every cached factory of this module,
+    found rather than listed, so a new one is never left out."""
+    for cached in [value for value in globals().values() if hasattr(value, "cache_clear")]:
         cached.cache_clear()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers import LocalService
+from helpers import REPO, LocalService
 
 from infra import services
 
@@ -139,3 +141,38 @@ def test_a_recharge_published_straight_to_the_topic_is_dead_lettered_by_the_msk_
     service.wait_until(lambda: _persisted(service, user_id, order["order_id"]), 60, "the genuine deduct persisted")
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((900,),)  # before: 1,000,009.00
     assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s", (user_id,)) == ((1,),)
+
+
+def _ops(service, *args: str) -> subprocess.CompletedProcess:
+    """`hotledger ops` against this runtime, as an operator runs it (`make ops ARGS=...`)."""
+    return subprocess.run([sys.executable, "-m", "infra.ops", "--api", service.base, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+
+
+def test_the_operators_console_over_http(service):
+    """Issue 21: `hotledger ops` through the admin routes of the local runtime (its dev issuer's admin token)."""
+    status, body = service.request("POST", "/accounts", {"user_name": f"e2e-ops-{os.getpid()}"})
+    user_id = body["user_id"]
+    assert service.request("POST", f"/accounts/{user_id}/recharge", {"amount": "5.00"})[0] == 200
+    service.wait_until(lambda: service.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0, 60, "persisted")
+
+    shown = _ops(service, "--json", "account", str(user_id))
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert (view["db"]["balance"], view["redis"]["balance"], view["pending"], view["agrees"]) == (500, 500, [], True)
+    table = _ops(service, "account", str(user_id))
+    assert table.returncode == 0 and f"account {user_id}: agrees" in table.stdout, table.stdout + table.stderr
+
+    service.wait_until(lambda: all(p["last_run"] for p in json.loads(_ops(service, "--json", "reconciler").stdout)), 60,
+                       "every reconciler part to have run on the schedule")
+    assert _ops(service, "reconciler").returncode == 0
+    listed = _ops(service, "--json", "dead-letters")
+    assert listed.returncode == 0 and set(json.loads(listed.stdout)) == {"writer", "topic", "stream", "webhook", "delay"}
+    replayed = _ops(service, "--json", "replay", "webhook")
+    assert replayed.returncode == 0, replayed.stderr
+    assert _ops(service, "--json", "log").returncode == 0
+
+    refused = _ops(service, "--token", "not-a-token", "reconciler")
+    assert refused.returncode == 1 and "401 UNAUTHENTICATED" in refused.stderr
+    bad = _ops(service, "account", "0")
+    assert bad.returncode == 2 and "Invalid value" in bad.stderr  # refused before any call

@@ -142,6 +142,7 @@ def _world(api) -> dict:
         ("POST", "/delay-queues/<queue>/extend"): {"receipts": ["1:e1"], "visibility_ms": 1000},
         ("POST", "/delay-queues/<queue>/dead-letters/replay"): {"elements": ["e1"]},
         ("POST", "/inbox/<account>/messages"): {"biz_type": "b", "outer_biz_id": "o1", "title": "t", "content": "c"},
+        ("POST", "/ops/dead-letters/replay"): {"source": "stream", "ids": ["0:1-1"]},
     }
     return {"alice": alice, "bob": bob, "params": params, "bodies": bodies, "voucher_order": voucher_order,
             "payment_order": payment_order}
@@ -193,6 +194,8 @@ MAY_CALL = {
     ("DELETE", "/delay-queues/<queue>/dead-letters/<element>"): {O},
     ("POST", "/inbox/<account>/messages"): {S}, ("GET", "/inbox/<account>/messages"): {S, U},
     ("POST", "/journeys/<biz>/<account>/start"): {S}, ("POST", "/journeys/<biz>/<account>/finish"): {S},
+    ("GET", "/ops/dead-letters"): {O}, ("POST", "/ops/dead-letters/replay"): {O}, ("GET", "/ops/accounts/<user_id>"): {O},
+    ("GET", "/ops/reconciler"): {O}, ("GET", "/ops/log"): {O},
 }
 PUBLIC = {("GET", "/openapi.json"), ("GET", "/swagger")}
 QUERIES = {"/accounts/<user_id>/balance": "?at=0", "/accounts/<user_id>/statement": "?since=0&until=1"}

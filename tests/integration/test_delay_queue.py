@@ -116,6 +116,8 @@ def test_a_poison_element_is_retried_with_backoff_then_dead_lettered_and_later_q
 
     status, body = api("POST", f"/delay-queues/{REMINDER_QUEUE}/dead-letters/replay", {"elements": [poison, "nope"]})
     assert (status, body) == (200, {"replayed": [poison], "not_found": ["nope"]})
+    logged = [line for line in api("GET", "/ops/log?limit=50")[1] if line["action"] == "replay.delay"]
+    assert logged[0]["detail"] == {"queue": REMINDER_QUEUE, "replayed": [poison], "not_found": ["nope"]}  # who, what
     assert dq.contains(REMINDER_QUEUE, poison) and dq.due_at(REMINDER_QUEUE, poison) <= int(time.time() * 1000)
     report = drain()  # replayed with its count reset: three more deliveries, then dead again
     assert report["queues"][REMINDER_QUEUE]["failures"] == 3 and report["queues"][REMINDER_QUEUE]["dead_lettered"] == 1

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import Api
+
 from hotledger import keys
 from infra.localrt import events
 
@@ -139,6 +141,19 @@ def test_an_entry_that_keeps_failing_alone_goes_to_the_dead_letter_stream(stream
     assert len(dead) == 1 and b"a bug this event triggers" in dead[0][1][b"error"]
     assert stream_length(redis_client) == 0
     assert recharge_ids
+
+    # the bug fixed, an operator replays it (issue 21's console): back in its stream once, persisted once
+    monkeypatch.setattr(writer(), "persist", real_persist)
+    operator = Api(scopes=("admin",))
+    status, listed = operator("GET", "/ops/dead-letters?source=stream")
+    dead_id = f"{shard}:{dead[0][0].decode()}"
+    assert status == 200 and dead_id in [d["id"] for d in listed["stream"]], listed
+    for outcome in ({"replayed": [dead_id], "skipped": {}}, {"replayed": [], "skipped": {
+            dead_id: "not a dead entry (replayed already, or no such entry)"}}):
+        assert operator("POST", "/ops/dead-letters/replay", {"source": "stream", "ids": [dead_id]}) == (200, outcome)
+    assert redis_client.xlen(keys.dead_stream(shard)) == 0 and stream_length(redis_client) == 1
+    assert drain_once(stream_mode).applied == 1
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((500,),)
 
 
 def test_drainer_function_with_a_scheduled_event(stream_mode, api, sql):

@@ -147,6 +147,10 @@ def test_every_function_that_publishes_may_read_where_the_log_ends():
         if cfn.allowed(statements, "kafka-cluster:WriteData", topic):
             publishers.append(function)
             assert cfn.allowed(statements, "kafka-cluster:ReadData", topic), function
+            # the hold also waits while the dead-letter topic holds unresolved records, read the same way (denied,
+            # it counts as unresolved for good), and the operators' console reads them to replay them
+            for action in ("kafka-cluster:DescribeTopic", "kafka-cluster:ReadData"):
+                assert cfn.allowed(statements, action, f"{topic}.dead-letter"), (function, action)
     assert {"ApiFunction", "ReconcilerFunction"} <= set(publishers)
 
 

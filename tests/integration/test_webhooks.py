@@ -7,18 +7,7 @@ import json
 import pytest
 from standardwebhooks import Webhook
 
-from helpers import Api, Receiver, invoke_writer, ledger_records
-
-
-@pytest.fixture
-def local_hooks(monkeypatch):
-    from hotledger.runtime import webhooks
-
-    monkeypatch.setattr(webhooks(), "allow_local", True)
-    receivers = []
-    yield lambda status=204: receivers.append(Receiver(status)) or receivers[-1]
-    for r in receivers:
-        r.close()
+from helpers import Api, invoke_writer, ledger_records
 
 
 def _endpoint(api, url, types):

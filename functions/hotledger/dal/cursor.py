@@ -1,11 +1,15 @@
-"""Where each part of a scheduled run stopped, kept in Redis between runs. Losing it (a Redis loss) restarts a part
-from its first item: work is repeated, never skipped."""
+"""What each part of a scheduled run leaves for the next one and for operators, kept in Redis between runs: where it
+stopped (its cursor; the next run continues after it) and its last run (when, how long, whether it failed, what it
+found). Losing them (a Redis loss) restarts a part from its first item, work repeated, never skipped, and empties the
+console's view of past runs until the next one."""
 from __future__ import annotations
+
+import json
 
 import redis
 
 from hotledger import keys
-from hotledger.dal.redis_store import redis_errors_translated
+from hotledger.dal.redis_store import redis_errors_translated, text
 
 
 @redis_errors_translated
@@ -19,3 +23,10 @@ class Cursors:
 
     def set(self, part: str, after: int) -> None:
         self.client.set(keys.reconcile_cursor(part), after)
+
+    def record_run(self, part: str, run: dict) -> None:
+        """The part's last run: {at_ms, seconds, failed, findings} (JSON), replacing the one before."""
+        self.client.hset(keys.reconcile_runs(), part, json.dumps(run, separators=(",", ":"), default=str))
+
+    def last_runs(self) -> dict[str, dict]:
+        return {text(part): json.loads(raw) for part, raw in self.client.hgetall(keys.reconcile_runs()).items()}

@@ -18,6 +18,7 @@ import importlib.util
 import os
 import threading
 import time
+from dataclasses import dataclass
 
 from hotledger.config import Settings, settings
 from hotledger.dal.event_keys import record_value
@@ -253,8 +254,58 @@ def end_offsets(topic: str | None = None) -> dict[int, int]:
 def publish(key: str, event: dict) -> None:
     """Send and wait for the broker's acknowledgement. A signed event goes in the layout its MAC is checked in
     (dal/event_keys.py record_value)."""
+    _send(settings().kafka_topic, key.encode(), record_value(event))
+
+
+def republish(topic: str, key: bytes | None, value: bytes) -> None:
+    """An operator's replay: a record's bytes as they were (a signed event keeps its MAC), acknowledged or raised."""
+    _send(topic, key or b"", value)
+
+
+def _send(topic: str, key: bytes, value: bytes) -> None:
     try:
-        _producer().send(settings().kafka_topic, key.encode(), record_value(event))
+        _producer().send(topic, key, value)
     except NotAcknowledged:
         _discard_producer()
         raise
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: dict[str, str]
+
+
+def read(topic: str, since: dict[int, int], limit: int) -> list[LogRecord]:
+    """Up to `limit` records of the topic at or past since[partition] (0 where absent), in partition then offset
+    order: what an operator looks at and replays (the dead-letter topic), never the hot path, so kafka-python
+    whichever client publishes. {} for a topic that does not exist. Raises LogUnreadable."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    cfg = settings()
+    reader = KafkaConsumer(**kafka_python_connection(cfg), request_timeout_ms=int(cfg.publish_timeout_s * 1000) + 1,
+                           enable_auto_commit=False, auto_offset_reset="earliest", consumer_timeout_ms=0)
+    try:
+        partitions = sorted(reader.partitions_for_topic(topic) or ())
+        tps = [TopicPartition(topic, p) for p in partitions]
+        ends = reader.end_offsets(tps) if tps else {}
+        found: list[LogRecord] = []
+        for tp in tps:
+            start = max(since.get(tp.partition, 0), reader.beginning_offsets([tp])[tp])
+            if start >= ends[tp] or len(found) >= limit:
+                continue
+            reader.assign([tp])
+            reader.seek(tp, start)
+            deadline = time.monotonic() + cfg.publish_timeout_s
+            while reader.position(tp) < ends[tp] and len(found) < limit and time.monotonic() < deadline:
+                for record in reader.poll(timeout_ms=200, max_records=limit - len(found)).get(tp, []):
+                    found.append(LogRecord(tp.partition, record.offset, record.key, record.value,
+                                           {k: (v or b"").decode(errors="replace") for k, v in record.headers or []}))
+        return found[:limit]
+    except Exception as exc:  # the client's own errors: no answer
+        raise LogUnreadable(repr(exc)) from exc
+    finally:
+        reader.close()

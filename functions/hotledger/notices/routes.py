@@ -7,6 +7,7 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
+from api.authorization import principal_of
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
 from api.rules import ADMIN, SERVICE, only, path_arg
 from api.responses import responses
@@ -19,7 +20,7 @@ from api.schemas import (
 from hotledger.dal.delay_queue import QueueFull
 from hotledger.money import format_minor
 from hotledger.notices.payment_orders import PaymentOrder
-from hotledger.runtime import delay_handlers, delay_queue, inbox, journeys, payment_orders
+from hotledger.runtime import delay_handlers, delay_queue, inbox, journeys, operations, payment_orders
 
 router = Router()
 Queue = Annotated[QueueName, Path()]
@@ -101,8 +102,10 @@ def dead_letters(queue: Queue, limit: Annotated[int, Query(gt=0, le=1000)] = 100
     200, DeadLetterReplayResult, "queued again, due now"))
 def replay_dead_letters(queue: Queue, request: Annotated[DeadLetterReplayRequest, Body()]) -> dict:
     done = delay_queue().replay_dead(queue, request.elements)
-    return DeadLetterReplayResult(replayed=[e for e, ok in zip(request.elements, done) if ok],
-                                  not_found=[e for e, ok in zip(request.elements, done) if not ok]).model_dump()
+    result = DeadLetterReplayResult(replayed=[e for e, ok in zip(request.elements, done) if ok],
+                                    not_found=[e for e, ok in zip(request.elements, done) if not ok]).model_dump()
+    operations().record(principal_of(router.current_event), "replay.delay", {"queue": queue, **result})
+    return result
 
 
 @router.delete("/delay-queues/<queue>/dead-letters/<element>", responses=responses(

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hotledger.dal.publisher import LogUnreadable
+from hotledger.dal.topics import dead_letter_topic
 from hotledger.outbox.store import OutboxStore
 
 AWAITING = "await"  # the rebuild's end of the log is not read yet
@@ -40,10 +41,6 @@ def _encode(ends: dict[int, int]) -> str:
 
 def _decode(held: str) -> dict[int, int]:
     return {int(p): int(end) for p, end in (pair.split(":") for pair in held.split(",") if ":" in pair)}
-
-
-def dead_letter_topic(topic: str) -> str:
-    return f"{topic}.dead-letter"
 
 
 class LogHold:

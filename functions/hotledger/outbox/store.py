@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import redis
 
+from hotledger import keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, redis_errors_translated, text
 from hotledger.outbox.events import PoisonRecord
@@ -42,6 +43,28 @@ class OutboxStore:
         with db.transaction() as cur:
             return self.dead_letter(cur, records)
 
+    @staticmethod
+    def dead_letters(limit: int, before_id: int | None = None) -> list[DeadLetter]:
+        """The writer's dead letters, newest first (before_id: those older than it)."""
+        where, args = ("WHERE id < %s", (before_id,)) if before_id else ("", ())
+        return [DeadLetter(*row) for row in db.query(f"{_DEAD_LETTER} {where} ORDER BY id DESC LIMIT %s", (*args, limit))]
+
+    @staticmethod
+    def dead_letters_by_id(ids: list[int]) -> list[DeadLetter]:
+        if not ids:
+            return []
+        return [DeadLetter(*row) for row in db.query(f"{_DEAD_LETTER} WHERE id IN ({','.join(['%s'] * len(ids))})"
+                                                     " ORDER BY id", ids)]
+
+    @staticmethod
+    def unreplayed_dead_letters(limit: int) -> list[DeadLetter]:
+        return [DeadLetter(*row) for row in db.query(f"{_DEAD_LETTER} WHERE replayed_at IS NULL AND topic <> %s"
+                                                     " ORDER BY id LIMIT %s", (REJECTED_TOPIC, limit))]
+
+    @staticmethod
+    def mark_replayed(dead_letter_id: int, now_ms: int) -> None:
+        db.execute("UPDATE t_dead_letter SET replayed_at = %s WHERE id = %s", (now_ms, dead_letter_id))
+
     # the log watermark and the hold of rebuilt entities --------------------------------------------------
     @staticmethod
     def record_applied(offsets: dict[tuple[str, int], int]) -> None:
@@ -68,6 +91,33 @@ class OutboxStore:
         return text(self.lua.run("outbox_hold_swap", [hold_key], [read, new]))
 
 
+# persisters' own refusals (outbox.writer.rejected): records that decoded and verified but the DB refused; their
+# changes were settled as refused (given back in Redis), so they are final, never replayed
+REJECTED_TOPIC = "rejected-entries"
+_DEAD_LETTER = ("SELECT id, topic, partition_no, offset_no, record_key, record_value, error, create_time, replayed_at"
+                " FROM t_dead_letter")
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record the writer set aside (t_dead_letter): where it came from, its bytes, why, and when it was replayed."""
+
+    dead_letter_id: int
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    error: str
+    created_at: object  # datetime
+    replayed_at: int | None
+
+    @property
+    def final(self) -> bool:
+        """Refused by the DB after it verified: its change was given back, a replay could only repeat the refusal."""
+        return self.topic == REJECTED_TOPIC
+
+
 @dataclass(frozen=True)
 class StreamEntry:
     """One event in a Redis Stream: its entry id ('ms-seq'), the event bytes, and how often it was delivered."""
@@ -81,6 +131,16 @@ class StreamEntry:
         """The entry id as one number (ms * 1000 + seq), the dead letters' offset."""
         millis, seq = self.entry_id.split("-")
         return int(millis) * 1000 + int(seq)
+
+
+@dataclass(frozen=True)
+class DeadStreamEntry:
+    """An entry the stream consumer set aside (events:dead:{s<n>}): its id there, its id in the stream, why, its bytes."""
+
+    entry_id: str
+    stream_entry_id: str
+    error: str
+    value: bytes
 
 
 def _entries(raw) -> list[StreamEntry]:
@@ -140,6 +200,15 @@ class EventStreams:
 
     def dead_letter(self, dead_stream: str, entry: StreamEntry, error: str) -> None:
         self.redis.xadd(dead_stream, {"e": entry.value, "id": entry.entry_id, "error": error[:1024]})
+
+    def dead_entries(self, dead_stream: str, count: int) -> list[DeadStreamEntry]:
+        return [DeadStreamEntry(text(entry_id), text(fields.get(b"id")) or "", text(fields.get(b"error")) or "",
+                                fields.get(b"e", b"")) for entry_id, fields in self.redis.xrange(dead_stream, count=count)]
+
+    def revive(self, lua: Lua, shard: int, dead_entry_id: str) -> str | None:
+        """A dead entry appended to its stream again (outbox_stream_revive.lua); None when it is not there."""
+        revived = lua.run("outbox_stream_revive", [keys.dead_stream(shard), keys.stream(shard)], [dead_entry_id])
+        return text(revived) if revived else None
 
     def forget_idle_consumers(self, streams: list[str], keep: str, idle_ms: int) -> int:
         """Drop the consumers idle longer than idle_ms with nothing pending (each drainer run is its own consumer)."""

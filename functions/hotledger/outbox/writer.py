@@ -22,9 +22,8 @@ from typing import Protocol
 
 from hotledger.dal import db
 from hotledger.outbox.events import PoisonRecord
-from hotledger.outbox.store import OutboxStore
+from hotledger.outbox.store import REJECTED_TOPIC, OutboxStore
 
-REJECTED_TOPIC = "rejected-entries"
 log = logging.getLogger(__name__)
 
 

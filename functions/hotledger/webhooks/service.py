@@ -139,6 +139,15 @@ class Webhooks:
         self.get(endpoint_id)
         return self.store.replay(endpoint_id, self.clock(), since_seq, since_ms, user_id)
 
+    def dead_letters(self, limit: int) -> list[Delivery]:
+        return self.store.dead(limit)
+
+    def replay_dead(self, endpoint_id: int | None) -> int:
+        """Dead-lettered deliveries sent again, in their order (once: a second replay finds none)."""
+        if endpoint_id is not None:
+            self.get(endpoint_id)
+        return self.store.revive_dead(endpoint_id, self.clock())
+
     # sending ------------------------------------------------------------------------------------------------------
     def send_due(self, batch: int = 200, seconds: float = 50.0, idle_wait_s: float | None = None) -> dict[str, int]:
         """Passes until nothing due is left (with idle_wait_s: waiting that long and looking again) or `seconds` ran

@@ -169,6 +169,26 @@ class WebhookStore:
                           f" WHERE {where}", (now_ms, *args))
 
 
+    def dead(self, limit: int) -> list[Delivery]:
+        """Every endpoint's dead-lettered deliveries, newest first."""
+        return [Delivery(*row) for row in db.query(f"{_DELIVERY} WHERE state = 'DEAD' ORDER BY created_at DESC, seq DESC"
+                                                   " LIMIT %s", (limit,))]
+
+    def revive_dead(self, endpoint_id: int | None, now_ms: int) -> int:
+        """The dead-lettered deliveries (of one endpoint, or of every one) PENDING again, due now, their endpoints no
+        longer flagged failing; returns how many. A second call finds none: a replay is done once."""
+        where, args = ("state = 'DEAD'", ()) if endpoint_id is None else ("state = 'DEAD' AND endpoint_id = %s", (endpoint_id,))
+        with db.transaction() as cur:
+            cur.execute(f"SELECT DISTINCT endpoint_id FROM t_webhook_delivery WHERE {where} FOR UPDATE", args)
+            endpoints = [row[0] for row in cur.fetchall()]
+            revived = cur.execute(f"UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s"
+                                  f" WHERE {where}", (now_ms, *args))
+            if endpoints:
+                cur.execute("UPDATE t_webhook_endpoint SET failing = 0 WHERE id IN (" + ",".join(["%s"] * len(endpoints))
+                            + ")", endpoints)
+            return revived
+
+
 def by_endpoint(deliveries: list[Delivery]) -> dict[int, list[Delivery]]:
     grouped: dict[int, list[Delivery]] = defaultdict(list)
     for d in deliveries:
