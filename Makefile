@@ -4,7 +4,7 @@ PY := .venv/bin/python
 export PYTHONPATH := functions:.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: up up-cluster setup services migrate serve token test test-unit test-cluster mutants lint build deploy bench down clean resolve-dead-letters ops
+.PHONY: up up-cluster setup services migrate serve token test test-unit test-cluster mutants lint build deploy bench down clean resolve-dead-letters ops lock
 
 ## set everything up and run the service: API on :3000, the MSK-triggered writer, the scheduled reconciler
 up: setup services migrate serve
@@ -67,6 +67,13 @@ test-unit: setup
 ## applied to a scratch copy and its narrow tests run; fails on any survivor. Minutes; ONLY=<id> runs one.
 mutants: setup services
 	$(PY) infra/mutants.py $(if $(ONLY),--only $(ONLY))
+
+## the locks with hashes, from requirements-dev.txt (this machine's Python) and functions/requirements.txt (the layer:
+## python3.13 on arm64); every install reads them (infra/setup.sh, sam build)
+lock: setup
+	.venv/bin/uv pip compile requirements-dev.txt --python-version 3.11 --generate-hashes --no-header -q -o requirements-dev.lock
+	.venv/bin/uv pip compile functions/requirements.txt --python-version 3.13 --python-platform aarch64-manylinux_2_28 \
+	  --generate-hashes --no-header -q -o functions/requirements.lock
 
 lint:
 	.venv/bin/cfn-lint --include-checks I -- template.yaml

@@ -22,10 +22,11 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.requirements.sha
-want=$(cat requirements-dev.txt functions/requirements.txt | sha256sum | cut -d' ' -f1)
+want=$(sha256sum requirements-dev.lock | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -r requirements-dev.txt
+  # the lock pins every package with its hashes (make lock): the same versions on every machine, nothing swapped
+  .venv/bin/pip install -q --require-hashes --no-deps -r requirements-dev.lock
   echo "$want" > "$stamp"
 fi
 
