@@ -46,14 +46,15 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def delay_remove(client, lua, elements: int, ours_removes: int, redisson_removes: int) -> dict:
-    from hotledger.dal.delay_queue import DelayQueue, due_key, offer_keys
+    from hotledger.dal.delay_queue import DelayQueue
+    from hotledger import keys
 
     queue, rng = f"bench-{uuid.uuid4().hex[:6]}", random.Random(1)
     names = [f"order-{i:08d}" for i in range(elements)]
     base = int(time.time() * 1000) + 86_400_000
     pipe = client.pipeline(transaction=False)
     for i, name in enumerate(names):
-        lua.run("delay_offer", offer_keys(queue), [name, base + i], client=pipe)
+        lua.run("delay_offer", keys.delay_offer_keys(queue), [name, base + i], client=pipe)
         if i % 10_000 == 9_999:
             pipe.execute()
     pipe.execute()
@@ -63,7 +64,7 @@ def delay_remove(client, lua, elements: int, ours_removes: int, redisson_removes
         started = time.perf_counter()
         dq.remove(queue, name)
         ours.append((time.perf_counter() - started) * 1000)
-    client.delete(due_key(queue))
+    client.delete(keys.delay_due(queue))
 
     rkeys = [f"redisson:{{{queue}}}", f"redisson_delay_queue_timeout:{{{queue}}}", f"redisson_delay_queue:{{{queue}}}",
              f"redisson_delay_queue_channel:{{{queue}}}"]
@@ -85,13 +86,14 @@ def delay_remove(client, lua, elements: int, ours_removes: int, redisson_removes
 
 
 def delay_drain(client, lua, elements: int) -> dict:
-    from hotledger.dal.delay_queue import DelayQueue, Drainer, offer_keys
+    from hotledger.dal.delay_queue import DelayQueue, Drainer
+    from hotledger import keys
 
     queue = f"bench-drain-{uuid.uuid4().hex[:6]}"
     now = int(time.time() * 1000)
     pipe = client.pipeline(transaction=False)
     for i in range(elements):
-        lua.run("delay_offer", offer_keys(queue), [f"e{i}", now - 1], client=pipe)
+        lua.run("delay_offer", keys.delay_offer_keys(queue), [f"e{i}", now - 1], client=pipe)
     pipe.execute()
     drainer = Drainer(DelayQueue(lua), {queue: lambda batch: None}, batch=500)
     started = time.perf_counter()

@@ -53,7 +53,7 @@ def _apply(uid: int, n: int, kind: str = "D", idem: str = "") -> tuple:
 def figures(client, n: int) -> dict:
     """bytes per entity for each kind, over `n` of each, on `client` (an empty Redis of its own)."""
     from hotledger import keys
-    from hotledger.dal.delay_queue import offer_keys
+    from hotledger import keys
     from hotledger.dal.redis_store import Lua
 
     lua = Lua(client, str(REPO / "layers/lua"))
@@ -104,7 +104,7 @@ def figures(client, n: int) -> dict:
         for i in range(n)]))
     found["hold"] = round(-freed, 1)
     queue = "bench-memory"
-    measure("delay_element", lambda: _run(lua, client, [("delay_offer", offer_keys(queue), [f"order-{i:09d}", 2**41 + i, 0])
+    measure("delay_element", lambda: _run(lua, client, [("delay_offer", keys.delay_offer_keys(queue), [f"order-{i:09d}", 2**41 + i, 0])
                                                         for i in range(n)]))
     voucher = 990_000_001
     client.hset(keys.voucher(voucher), mapping={"stock": 10**12, "begin": 0, "end": 2**50, "limit": 1, "epoch": "bench",

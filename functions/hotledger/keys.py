@@ -1,4 +1,4 @@
-"""Redis key layout. Every key a script touches carries its entity's hash tag, so each script's keys land
+"""Redis key layout: every key of the service is built here. Every key a script touches carries its entity's hash tag, so each script's keys land
 in one Redis Cluster slot: {uid} for an account, {v<id>} for a voucher, {rp<id>} for a red packet.
 
 With EVENT_TRANSPORT=redis-stream the scripts also XADD to an event stream, which must share the slot:
@@ -191,6 +191,68 @@ def inbox_biz(account: int, biz_type: str, outer_biz_id: str) -> str:
 def journeys(biz: str) -> str:
     """Zset: account -> when its journey started (epoch ms)."""
     return f"journey:{tag(f'journey-{biz}')}"
+
+
+# the delay queue (dal/delay_queue.py): a client's queue is its own slot, tagged by its name --------------------
+def delay_due(queue: str) -> str:
+    """Zset: element -> when it is due (epoch ms)."""
+    return f"dq:due:{{{queue}}}"
+
+
+def delay_taken(queue: str) -> str:
+    """Zset: taken element -> its visibility deadline (epoch ms)."""
+    return f"dq:taken:{{{queue}}}"
+
+
+def delay_channel(queue: str) -> str:
+    """Pub/sub channel: an offer earlier than the queue's earliest due time wakes the drainers."""
+    return f"dq:earliest:{{{queue}}}"
+
+
+def delay_receipts(queue: str) -> str:
+    """Hash: taken element -> its current delivery's sequence number (its receipt)."""
+    return f"dq:receipt:{{{queue}}}"
+
+
+def delay_deliveries(queue: str) -> str:
+    """Hash: element -> how often it was delivered."""
+    return f"dq:deliveries:{{{queue}}}"
+
+
+def delay_seq(queue: str) -> str:
+    """String: the last delivery sequence handed out."""
+    return f"dq:seq:{{{queue}}}"
+
+
+def delay_dead(queue: str) -> str:
+    """Zset: element -> when it was dead-lettered."""
+    return f"dq:dead:{{{queue}}}"
+
+
+def delay_offer_keys(queue: str) -> list[str]:
+    """delay_offer.lua's KEYS (for callers that pipeline the script themselves)."""
+    return [delay_due(queue), delay_channel(queue), delay_taken(queue), delay_deliveries(queue), delay_dead(queue)]
+
+
+# the fenced lock (dal/lock.py): a lock is its own slot, tagged by its name --------------------------------------
+def lock(name: str) -> str:
+    """Hash: owner -> hold count (reentrant), '#fence' -> the holder's token; the lease is the key's TTL."""
+    return f"lock:{{{name}}}"
+
+
+def lock_fence(name: str) -> str:
+    """String: the last fencing token given for the lock."""
+    return f"lock:fence:{{{name}}}"
+
+
+def lock_channel(name: str) -> str:
+    """Pub/sub channel: the lock was released (waiters try again)."""
+    return f"lock:released:{{{name}}}"
+
+
+def lock_waiters(name: str) -> str:
+    """Zset: waiting owner -> until when it counts as waiting (epoch ms); a release wakes one of them, not all."""
+    return f"lock:waiters:{{{name}}}"
 
 
 # the scheduled reconciler -------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from hotledger.dal.delay_queue import dead_key, deliveries_key, due_key, offer_keys, receipt_key, taken_key
+from hotledger import keys
 from hotledger.runtime import delay_queue, lua
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,10 +48,10 @@ def test_hundred_thousand_elements_drainer_killed_mid_drain(sql, redis_client):
     base = int(time.time() * 1000) + 8000  # room for the setup below
     due = {f"e{i}": base + i * 6000 // 100_000 for i in range(100_000)}  # due over 6 s
     runner = lua()
-    remove_keys = [due_key(queue), taken_key(queue), receipt_key(queue), deliveries_key(queue), dead_key(queue)]
+    remove_keys = [keys.delay_due(queue), keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue), keys.delay_dead(queue)]
     pipe = redis_client.pipeline(transaction=False)
     for element, at in due.items():
-        runner.run("delay_offer", offer_keys(queue), [element, at], client=pipe)
+        runner.run("delay_offer", keys.delay_offer_keys(queue), [element, at], client=pipe)
     pipe.execute()
     removed = set(rng.sample(sorted(due), 10_000))
     for element in removed:
@@ -59,7 +59,7 @@ def test_hundred_thousand_elements_drainer_killed_mid_drain(sql, redis_client):
     assert pipe.execute() == [1] * 10_000
     for element in rng.sample(sorted(set(due) - removed), 10_000):  # re-offered: one entry, due time moved
         due[element] = base + rng.randrange(0, 8000)
-        runner.run("delay_offer", offer_keys(queue), [element, due[element]], client=pipe)
+        runner.run("delay_offer", keys.delay_offer_keys(queue), [element, due[element]], client=pipe)
     assert [added for added, _ in pipe.execute()] == [0] * 10_000
     expected = {e: at for e, at in due.items() if e not in removed}
     assert delay_queue().size(queue) == (90_000, 0)
@@ -92,5 +92,5 @@ def test_hundred_thousand_elements_drainer_killed_mid_drain(sql, redis_client):
     redelivered = [deliveries for _, _, deliveries in found if deliveries > 1]
     assert len(redelivered) <= 500 and set(redelivered) <= {2}
     assert delay_queue().size(queue) == (0, 0) and delay_queue().stats(queue).dead == 0
-    assert redis_client.hlen(deliveries_key(queue)) == 0 and redis_client.hlen(receipt_key(queue)) == 0
+    assert redis_client.hlen(keys.delay_deliveries(queue)) == 0 and redis_client.hlen(keys.delay_receipts(queue)) == 0
     sql(f"DROP TABLE {table}")

@@ -153,19 +153,19 @@ def test_a_receipt_handed_out_before_a_failover_never_matches_a_delivery_after_i
     """Receipts are seeded past what was handed out (issue 19): a replica promoted after missing the last take (the
     element back to waiting, the delivery counter one take behind) handed the same sequence, so the same receipt,
     to the next delivery, and the first consumer's late ack removed the new consumer's lease."""
-    from hotledger.dal.delay_queue import due_key, receipt_key, seq_key, taken_key
+    from hotledger import keys
 
     api("POST", f"/delay-queues/{queue}/items", {"element": "job", "delay_s": 0})
-    counter_before = int(redis_client.get(seq_key(queue)) or 0)
+    counter_before = int(redis_client.get(keys.delay_seq(queue)) or 0)
     (first,) = api("POST", f"/delay-queues/{queue}/take", {"limit": 1})[1]["elements"]
     # the failover: the replica never saw that take
-    redis_client.zrem(taken_key(queue), "job")
-    redis_client.hdel(receipt_key(queue), "job")
-    redis_client.zadd(due_key(queue), {"job": first["due_at"]})
+    redis_client.zrem(keys.delay_taken(queue), "job")
+    redis_client.hdel(keys.delay_receipts(queue), "job")
+    redis_client.zadd(keys.delay_due(queue), {"job": first["due_at"]})
     if counter_before:
-        redis_client.set(seq_key(queue), counter_before)
+        redis_client.set(keys.delay_seq(queue), counter_before)
     else:
-        redis_client.set(seq_key(queue), int(first["receipt"].split(":")[0]) - 1)
+        redis_client.set(keys.delay_seq(queue), int(first["receipt"].split(":")[0]) - 1)
     (second,) = api("POST", f"/delay-queues/{queue}/take", {"limit": 1})[1]["elements"]
     assert second["receipt"] != first["receipt"]
     body = api("POST", f"/delay-queues/{queue}/ack", {"receipts": [first["receipt"]]})[1]

@@ -15,7 +15,8 @@ import pymysql
 import pytest
 import redis
 
-from hotledger.dal.lock import DistributedLock, LockUnavailable, NotLockOwner, lock_key
+from hotledger.dal.lock import DistributedLock, LockUnavailable, NotLockOwner
+from hotledger import keys
 from hotledger.dal.redis_store import Lua, RedisOutcomeUnknown, RedisUnavailable
 from hotledger.runtime import lua
 
@@ -51,12 +52,12 @@ def in_thread(fn):
 def test_reentrant_with_one_token_and_released_by_the_last_unlock(name, redis_client):
     lock = make_lock()
     first, again = lock.acquire(name), lock.acquire(name)
-    assert first.fence == again.fence and redis_client.hget(lock_key(name), lock.owner()) == b"2"
+    assert first.fence == again.fence and redis_client.hget(keys.lock(name), lock.owner()) == b"2"
     lock.release(name)
     with pytest.raises(LockUnavailable):
         in_thread(lambda: lock.acquire(name, wait_ms=0))  # another owner: still held
     lock.release(name)
-    assert not redis_client.exists(lock_key(name))
+    assert not redis_client.exists(keys.lock(name))
     other = in_thread(lambda: (lock.acquire(name, wait_ms=0), lock.release(name))[0])
     assert other.fence > first.fence  # every new owner gets a larger token
 
@@ -68,7 +69,7 @@ def test_unlock_by_a_non_owner_is_refused(name, redis_client):
         in_thread(lambda: lock.release(name))
     with pytest.raises(NotLockOwner):
         make_lock().release(name)  # another process
-    assert redis_client.hget(lock_key(name), lock.owner()) == b"1"
+    assert redis_client.hget(keys.lock(name), lock.owner()) == b"1"
     lock.release(name)
 
 
@@ -130,9 +131,9 @@ def test_watchdog_renews_while_held_and_stops_on_unlock(name, redis_client):
     lock = make_lock(lease_ms=300)
     lock.acquire(name)
     time.sleep(1.0)  # three leases
-    assert redis_client.exists(lock_key(name)) and lock.watchdog.watching() == [name]
+    assert redis_client.exists(keys.lock(name)) and lock.watchdog.watching() == [name]
     lock.release(name)
-    assert lock.watchdog.watching() == [] and not redis_client.exists(lock_key(name))
+    assert lock.watchdog.watching() == [] and not redis_client.exists(keys.lock(name))
 
 
 def test_watchdog_forgets_a_lock_whose_release_could_not_reach_redis(name, redis_client, monkeypatch):
@@ -148,7 +149,7 @@ def test_watchdog_forgets_a_lock_whose_release_could_not_reach_redis(name, redis
         lock.release(name)
     assert lock.watchdog.watching() == []
     time.sleep(0.6)
-    assert not redis_client.exists(lock_key(name))  # the lease ran out by itself
+    assert not redis_client.exists(keys.lock(name))  # the lease ran out by itself
 
 
 def test_a_failed_renewal_is_reported_to_the_owner(name, redis_client):
@@ -156,7 +157,7 @@ def test_a_failed_renewal_is_reported_to_the_owner(name, redis_client):
     reported = []
     lock = make_lock(lease_ms=300, on_lost=reported.append)
     holding = lock.acquire(name)
-    redis_client.delete(lock_key(name))  # e.g. a failover lost it
+    redis_client.delete(keys.lock(name))  # e.g. a failover lost it
     assert holding.lost.wait(2) and [h.name for h in reported] == [name]
     with pytest.raises(Exception, match="ran out"):
         holding.ensure_held()
@@ -249,7 +250,7 @@ lock().acquire(sys.argv[1], wait_ms=20_000)  # gives up before the live waiter b
 def test_a_release_wakes_the_next_live_waiter_not_a_dead_first_one(name, redis_client):
     """Issue 10 item 15: a waiter killed while queued stayed first in line until its give-up time; a release woke
     only it, and the live waiters slept on until the holder's lease would have ended."""
-    from hotledger.dal.lock import waiters_key
+    from hotledger import keys
 
     holder = make_lock(lease_ms=20_000)
     holder.acquire(name)
@@ -257,9 +258,9 @@ def test_a_release_wakes_the_next_live_waiter_not_a_dead_first_one(name, redis_c
                              env={**os.environ, "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"})
     try:
         deadline = time.monotonic() + 30
-        while redis_client.zcard(waiters_key(name)) < 1 and time.monotonic() < deadline:
+        while redis_client.zcard(keys.lock_waiters(name)) < 1 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert redis_client.zcard(waiters_key(name)) == 1
+        assert redis_client.zcard(keys.lock_waiters(name)) == 1
     finally:
         child.kill()  # SIGKILL: it dies queued, first in line
         child.wait(10)
@@ -286,7 +287,7 @@ def test_a_fence_handed_out_again_after_a_failover_is_refused_by_the_db_and_the_
     """A promoted replica that missed the last acquisition (the lock hash and the counter's last INCR) handed the same
     fence to the next owner, and the DB (t_account.fence) accepted an equal fence from another holder: both wrote."""
     from hotledger import errors, keys
-    from hotledger.dal.lock import fence_key
+    from hotledger import keys
     from hotledger.runtime import ledger_store
 
     user = api.account(balance="10.00", deduct_type="SYNC")
@@ -296,8 +297,8 @@ def test_a_fence_handed_out_again_after_a_failover_is_refused_by_the_db_and_the_
     with ledger_store().transaction() as tx:
         tx.lock_account(user, holding.fence, holding.owner)  # the DB has seen this fence from this holder
     # the failover: the lock is free again and the counter one behind, as the replica last saw them
-    redis_client.delete(lock_key(name))
-    redis_client.set(fence_key(name), holding.fence - 1)
+    redis_client.delete(keys.lock(name))
+    redis_client.set(keys.lock_fence(name), holding.fence - 1)
     second = make_lock()
     other = second.acquire(name)
     assert other.owner != holding.owner and other.fence > holding.fence  # the fence rose all the same
@@ -313,9 +314,9 @@ def test_a_fence_handed_out_again_after_a_failover_is_refused_by_the_db_and_the_
 def test_tokens_rise_past_a_counter_ahead_of_the_clock(name, redis_client):
     """The counter may be ahead of Redis's clock (a clock stepped back, or many owners within a millisecond): each
     new owner still gets the counter + 1."""
-    from hotledger.dal.lock import fence_key
+    from hotledger import keys
 
-    redis_client.set(fence_key(name), 5 * 10**15)  # ahead of the clock part (about 1.8e15 now), exact in a Lua double
+    redis_client.set(keys.lock_fence(name), 5 * 10**15)  # ahead of the clock part (about 1.8e15 now), exact in a Lua double
     lock = make_lock()
     fences = []
     for _ in range(2):

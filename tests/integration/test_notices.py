@@ -217,7 +217,7 @@ def test_order_close_reminder_fires_once_for_open_orders_only(api, monkeypatch):
 
 
 def test_reminders_redis_lost_are_offered_again_and_fire_once(api, redis_client, monkeypatch):
-    from hotledger.dal.delay_queue import due_key, taken_key
+    from hotledger import keys
     from helpers import reconcile_totals
 
     from hotledger.runtime import payment_orders
@@ -232,7 +232,7 @@ def test_reminders_redis_lost_are_offered_again_and_fire_once(api, redis_client,
     # Redis loses the queue and the inboxes (their messages and idempotency records)
     inbox_keys = list(redis_client.scan_iter(match=f"inbox:*{{inbox{reminded}}}*", count=1000))  # every master's
     assert inbox_keys
-    redis_client.delete(due_key("order-close-reminder"), taken_key("order-close-reminder"), *inbox_keys)
+    redis_client.delete(keys.delay_due("order-close-reminder"), keys.delay_taken("order-close-reminder"), *inbox_keys)
 
     assert reconcile_totals()["reminders_reoffered"] >= 2  # a whole pass, whatever each run's budget
     assert api("GET", f"/orders/{later_order['order_id']}")[1]["reminder_due_at"] == later_order["reminder_due_at"]
@@ -246,13 +246,13 @@ def test_reminders_redis_lost_are_offered_again_and_fire_once(api, redis_client,
 
 
 def test_orders_still_open_at_their_close_time_are_closed(api, redis_client):
-    from hotledger.dal.delay_queue import due_key
+    from hotledger import keys
     from reconciler.app import handler as reconcile
 
     user = api.account(balance="10.00")
     closing, paid, lost = (api("POST", "/orders", {"user_id": user, "amount": "1.00", "close_in_s": 1})[1] for _ in range(3))
     assert api("POST", f"/orders/{paid['order_id']}/pay")[0] == 200
-    redis_client.zrem(due_key("order-close"), lost["order_id"])  # Redis lost this one's close
+    redis_client.zrem(keys.delay_due("order-close"), lost["order_id"])  # Redis lost this one's close
     time.sleep(max(0.0, (max(o["close_at"] for o in (closing, paid, lost)) - now_ms()) / 1000) + 0.05)
     drain_reminders()
     assert api("GET", f"/orders/{closing['order_id']}")[1]["state"] == "CLOSED"

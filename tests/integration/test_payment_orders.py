@@ -10,7 +10,7 @@ import time
 import pytest
 
 from hotledger import errors
-from hotledger.dal.lock import lock_key
+from hotledger import keys
 from hotledger.runtime import ledger, payment_orders
 from infra.localrt import events
 
@@ -97,14 +97,14 @@ def test_a_crash_between_the_charge_and_paid_then_close_settles_it_as_paid(api, 
 
 
 def test_the_close_queue_and_the_reconciler_settle_a_charged_open_order_as_paid(api, user, monkeypatch, redis_client):
-    from hotledger.dal.delay_queue import due_key
+    from hotledger import keys
 
     queued, lost = order(api, user, close_in_s=1), order(api, user, close_in_s=1)
     for order_id in (queued, lost):
         crash_once(monkeypatch, payment_orders().store, "mark_paid", before=True)
         with pytest.raises(Crash):
             api("POST", f"/orders/{order_id}/pay")
-    redis_client.zrem(due_key("order-close"), lost)  # Redis lost this one's close: the reconciler's close_overdue
+    redis_client.zrem(keys.delay_due("order-close"), lost)  # Redis lost this one's close: the reconciler's close_overdue
     monkeypatch.setattr(payment_orders(), "pay_horizon_ms", 0)  # the close time is long after the pay
     time.sleep(1.1)
     drain()
@@ -172,7 +172,7 @@ def _lose_lease_then(name: str, action):
     """The holder's lease runs out (the key expires), another process takes the lock and runs `action`."""
     from hotledger.runtime import lock
 
-    lock().redis.delete(lock_key(name))
+    lock().redis.delete(keys.lock(name))
     answers = []
     thread = threading.Thread(target=lambda: answers.append(action()))
     thread.start()

@@ -17,9 +17,9 @@ ENTITY_KEYS = {
     "red packet": lambda: [keys.packet(9), keys.packet_unclaimed(9), keys.packet_grabbers(9), keys.packet_pending(9),
                            keys.packet_fate(9, 2), keys.packet_stream(9)],
     "inbox": lambda: [keys.inbox_index(4), keys.inbox_message(4, "m"), keys.inbox_biz(4, "pay", "o-1")],
-    "delay queue": lambda: [*delay_queue.offer_keys("q"), delay_queue.receipt_key("q"), delay_queue.seq_key("q")],
-    "lock": lambda: [lock.lock_key("account-7"), lock.fence_key("account-7"), lock.channel("account-7"),
-                     lock.waiters_key("account-7")],
+    "delay queue": lambda: [*keys.delay_offer_keys("q"), keys.delay_receipts("q"), keys.delay_seq("q")],
+    "lock": lambda: [keys.lock("account-7"), keys.lock_fence("account-7"), keys.lock_channel("account-7"),
+                     keys.lock_waiters("account-7")],
     "worker-id leases": lambda: [keys.IDGEN_WORKER_PREFIX + "next", keys.IDGEN_WORKER_PREFIX + "5"],
 }
 

@@ -4,7 +4,8 @@ import pytest
 
 from hotledger import errors
 from hotledger.config import build_settings
-from hotledger.dal.delay_queue import DelayQueue, QueueFull, offer_keys
+from hotledger.dal.delay_queue import DelayQueue, QueueFull
+from hotledger import keys
 from hotledger.ledger.service import BUSINESS_REFUSALS, refusal
 from hotledger.ledger.store import ApplyReply, ApplyStatus
 
@@ -41,7 +42,7 @@ def test_only_bounded_offers_carry_the_bound_and_a_full_answer_raises():
     queue = DelayQueue(lua, max_size=5)
     assert queue.offer("q", "e", due_at_ms=1000) is True and lua.calls[-1][2][-1] == 0  # the service's own offers
     assert queue.offer("q", "e", due_at_ms=1000, bounded=True) is True and lua.calls[-1][2][-1] == 5
-    assert lua.calls[-1][1] == offer_keys("q")
+    assert lua.calls[-1][1] == keys.delay_offer_keys("q")
     lua.reply = [b"full", 5]
     with pytest.raises(QueueFull):
         queue.offer("q", "e2", due_at_ms=1000, bounded=True)

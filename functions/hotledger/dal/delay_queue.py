@@ -25,6 +25,7 @@ from enum import Enum
 
 import redis
 
+from hotledger import keys
 from hotledger.dal.redis_store import Lua, RedisUnavailable, redis_errors_translated, shard_subscription, text, wait_for_message
 
 log = logging.getLogger(__name__)
@@ -37,37 +38,12 @@ def canonical(element) -> str:
     return element if isinstance(element, str) else json.dumps(element, sort_keys=True, separators=(",", ":"))
 
 
-def due_key(queue: str) -> str:
-    return f"dq:due:{{{queue}}}"
 
 
-def taken_key(queue: str) -> str:
-    return f"dq:taken:{{{queue}}}"
 
 
-def channel(queue: str) -> str:
-    return f"dq:earliest:{{{queue}}}"
 
 
-def receipt_key(queue: str) -> str:
-    return f"dq:receipt:{{{queue}}}"
-
-
-def deliveries_key(queue: str) -> str:
-    return f"dq:deliveries:{{{queue}}}"
-
-
-def seq_key(queue: str) -> str:
-    return f"dq:seq:{{{queue}}}"
-
-
-def dead_key(queue: str) -> str:
-    return f"dq:dead:{{{queue}}}"
-
-
-def offer_keys(queue: str) -> list[str]:
-    """delay_offer.lua's KEYS (for callers that pipeline the script themselves)."""
-    return [due_key(queue), channel(queue), taken_key(queue), deliveries_key(queue), dead_key(queue)]
 
 
 def receipt(sequence: int, element: str) -> str:
@@ -125,7 +101,7 @@ def _ms(score) -> int:
 
 
 def delay_offer(lua: Lua, queue: str, element: str, due_at_ms: int, bound: int = 0) -> Offered:
-    added, earliest = lua.run("delay_offer", offer_keys(queue), [element, due_at_ms, bound])
+    added, earliest = lua.run("delay_offer", keys.delay_offer_keys(queue), [element, due_at_ms, bound])
     if text(added) == "full":
         return Offered(False, NO_TIME, full=True)
     return Offered(added == 1, _ms(earliest))
@@ -133,14 +109,14 @@ def delay_offer(lua: Lua, queue: str, element: str, due_at_ms: int, bound: int =
 
 def delay_remove(lua: Lua, queue: str, element: str) -> bool:
     """True when the element was there (waiting or taken)."""
-    return lua.run("delay_remove", [due_key(queue), taken_key(queue), receipt_key(queue), deliveries_key(queue),
-                                    dead_key(queue)], [element]) == 1
+    return lua.run("delay_remove", [keys.delay_due(queue), keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue),
+                                    keys.delay_dead(queue)], [element]) == 1
 
 
 def delay_take(lua: Lua, queue: str, now_ms: int, limit: int, visibility_ms: int, max_deliveries: int = 0) -> Taken:
     elements, earliest, deadline, dead = lua.run(
-        "delay_take", [due_key(queue), taken_key(queue), receipt_key(queue), deliveries_key(queue), seq_key(queue),
-                       dead_key(queue)], [now_ms, limit, visibility_ms, max_deliveries])
+        "delay_take", [keys.delay_due(queue), keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue), keys.delay_seq(queue),
+                       keys.delay_dead(queue)], [now_ms, limit, visibility_ms, max_deliveries])
     taken = []
     for i in range(0, len(elements), 4):
         element = text(elements[i])
@@ -157,12 +133,12 @@ def _pairs(receipts: list[str]) -> list[str]:
 
 def delay_ack(lua: Lua, queue: str, receipts: list[str]) -> list[bool]:
     """Per receipt: True when acknowledged, False when stale (a later delivery holds it, or it is not taken)."""
-    replies = lua.run("delay_ack", [taken_key(queue), receipt_key(queue), deliveries_key(queue)], _pairs(receipts))
+    replies = lua.run("delay_ack", [keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue)], _pairs(receipts))
     return [r == 1 for r in replies]
 
 
 def delay_extend(lua: Lua, queue: str, receipts: list[str], deadline_ms: int) -> list[bool]:
-    replies = lua.run("delay_extend", [taken_key(queue), receipt_key(queue)], [deadline_ms, *_pairs(receipts)])
+    replies = lua.run("delay_extend", [keys.delay_taken(queue), keys.delay_receipts(queue)], [deadline_ms, *_pairs(receipts)])
     return [r == 1 for r in replies]
 
 
@@ -174,14 +150,14 @@ class RetryOutcome(Enum):
 
 def delay_retry(lua: Lua, queue: str, receipts: list[str], now_ms: int, base_ms: int, cap_ms: int,
                 max_deliveries: int) -> list[RetryOutcome]:
-    replies = lua.run("delay_retry", [taken_key(queue), receipt_key(queue), deliveries_key(queue), dead_key(queue)],
+    replies = lua.run("delay_retry", [keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue), keys.delay_dead(queue)],
                       [now_ms, base_ms, cap_ms, max_deliveries, *_pairs(receipts)])
     return [RetryOutcome(int(r)) for r in replies]
 
 
 def delay_dead(lua: Lua, queue: str, action: str, elements: list[str], now_ms: int) -> list[bool]:
     """action 'replay' (queued again, due now, count reset) or 'drop'; per element: True when it was a dead letter."""
-    replies = lua.run("delay_dead", [dead_key(queue), deliveries_key(queue), due_key(queue), channel(queue)],
+    replies = lua.run("delay_dead", [keys.delay_dead(queue), keys.delay_deliveries(queue), keys.delay_due(queue), keys.delay_channel(queue)],
                       [action, now_ms, *elements])
     return [r == 1 for r in replies]
 
@@ -231,25 +207,25 @@ class DelayQueue:
         """The elements neither waiting nor taken (one pipelined round trip)."""
         pipe = self.redis.pipeline(transaction=False)
         for element in elements:
-            pipe.zscore(due_key(queue), canonical(element))
-            pipe.zscore(taken_key(queue), canonical(element))
+            pipe.zscore(keys.delay_due(queue), canonical(element))
+            pipe.zscore(keys.delay_taken(queue), canonical(element))
         scores = pipe.execute()
         return [e for e, due, taken in zip(elements, scores[0::2], scores[1::2]) if due is None and taken is None]
 
     def due_at(self, queue: str, element) -> int | None:
-        score = self.redis.zscore(due_key(queue), canonical(element))
+        score = self.redis.zscore(keys.delay_due(queue), canonical(element))
         return None if score is None else int(score)
 
     def size(self, queue: str) -> tuple[int, int]:
         """(waiting, taken and not acknowledged)."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zcard(due_key(queue))
-        pipe.zcard(taken_key(queue))
+        pipe.zcard(keys.delay_due(queue))
+        pipe.zcard(keys.delay_taken(queue))
         waiting, taken = pipe.execute()
         return waiting, taken
 
     def earliest(self, queue: str) -> int | None:
-        head = self.redis.zrange(due_key(queue), 0, 0, withscores=True)
+        head = self.redis.zrange(keys.delay_due(queue), 0, 0, withscores=True)
         return int(head[0][1]) if head else None
 
     def drain(self, queue: str, now_ms: int, limit: int) -> Taken:
@@ -272,10 +248,10 @@ class DelayQueue:
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadLetter]:
         """The oldest first."""
-        dead = self.redis.zrange(dead_key(queue), 0, limit - 1, withscores=True)
+        dead = self.redis.zrange(keys.delay_dead(queue), 0, limit - 1, withscores=True)
         if not dead:
             return []
-        counts = self.redis.hmget(deliveries_key(queue), [member for member, _ in dead])
+        counts = self.redis.hmget(keys.delay_deliveries(queue), [member for member, _ in dead])
         return [DeadLetter(text(member), int(score), int(count or 0)) for (member, score), count in zip(dead, counts)]
 
     def replay_dead(self, queue: str, elements: list[str], now_ms: int | None = None) -> list[bool]:
@@ -288,17 +264,17 @@ class DelayQueue:
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zcard(due_key(queue))
-        pipe.zcard(taken_key(queue))
-        pipe.zcard(dead_key(queue))
-        pipe.zrange(due_key(queue), 0, 0, withscores=True)
+        pipe.zcard(keys.delay_due(queue))
+        pipe.zcard(keys.delay_taken(queue))
+        pipe.zcard(keys.delay_dead(queue))
+        pipe.zrange(keys.delay_due(queue), 0, 0, withscores=True)
         waiting, taken, dead, head = pipe.execute()
         lag = max(0, now - int(head[0][1])) if head else 0
         return QueueStats(waiting, taken, dead, lag)
 
     def wake_signals(self, queues: list[str]):
         """A sharded pub/sub subscription to the queues' earliest-due channels (an offer publishes an earlier due time)."""
-        return shard_subscription(self.redis, [channel(name) for name in queues])
+        return shard_subscription(self.redis, [keys.delay_channel(name) for name in queues])
 
 
 Handler = Callable[[list[str]], None]

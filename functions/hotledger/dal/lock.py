@@ -33,6 +33,7 @@ from enum import Enum
 
 import redis
 
+from hotledger import keys
 from hotledger.dal.redis_store import Lua, RedisUnavailable, reply_fields, shard_subscription, wait_for_message
 
 log = logging.getLogger(__name__)
@@ -50,20 +51,8 @@ class NotLockOwner(Exception):
     """A release by someone who does not hold the lock: refused."""
 
 
-def lock_key(name: str) -> str:
-    return f"lock:{{{name}}}"
 
 
-def fence_key(name: str) -> str:
-    return f"lock:fence:{{{name}}}"
-
-
-def channel(name: str) -> str:
-    return f"lock:released:{{{name}}}"
-
-
-def waiters_key(name: str) -> str:
-    return f"lock:waiters:{{{name}}}"
 
 
 class AcquireStatus(Enum):
@@ -97,18 +86,18 @@ class ReleaseStatus(Enum):
 
 def lock_acquire(lua: Lua, name: str, owner: str, lease_ms: int, queued_until: int) -> AcquireReply:
     """queued_until: until when the caller counts as waiting (epoch ms), 0 when it will not wait (not queued)."""
-    return AcquireReply.parse(lua.run("lock_acquire", [lock_key(name), fence_key(name), waiters_key(name)],
+    return AcquireReply.parse(lua.run("lock_acquire", [keys.lock(name), keys.lock_fence(name), keys.lock_waiters(name)],
                                       [owner, lease_ms, queued_until]))
 
 
 def lock_release(lua: Lua, name: str, owner: str, now_ms: int) -> ReleaseStatus:
-    return ReleaseStatus(reply_fields(lua.run("lock_release", [lock_key(name), channel(name), waiters_key(name)],
+    return ReleaseStatus(reply_fields(lua.run("lock_release", [keys.lock(name), keys.lock_channel(name), keys.lock_waiters(name)],
                                               [owner, now_ms]))[0])
 
 
 def lock_renew(lua: Lua, name: str, owner: str, lease_ms: int) -> bool:
     """False when the owner no longer holds the lock (lease expired, taken over)."""
-    return lua.run("lock_renew", [lock_key(name)], [owner, lease_ms]) == 1
+    return lua.run("lock_renew", [keys.lock(name)], [owner, lease_ms]) == 1
 
 
 @dataclass
@@ -191,7 +180,7 @@ class DistributedLock:
             reply = self._try(name, owner, gives_up_at)
             if reply is None:
                 return self._hold(name, owner)
-            pubsub = shard_subscription(self.redis, [channel(name)])
+            pubsub = shard_subscription(self.redis, [keys.lock_channel(name)])
             try:
                 self.commands += 1
                 while True:
