@@ -8,6 +8,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from fakes import FakeOutbox
 
 from helpers import run_event_keys, verified_fields
 from hotledger import errors, keys
@@ -322,18 +323,6 @@ class FakeLedgerStore:
             self.accounts[m.user_id] = replace(row, balance=row.balance + m.delta, version=max(row.version, m.version),
                                                open_flag=row.open_flag if m.open_flag is None else m.open_flag,
                                                seq=m.head.seq, on_hold=m.head.on_hold, booked_at=m.head.booked_at)
-
-
-class FakeOutbox:
-    def __init__(self, rolled_back: set[str] = frozenset()):
-        self.rolled_back, self.dead = rolled_back, []
-
-    def claim(self, groups):
-        return [[key not in self.rolled_back for key in group] for group in groups]
-
-    def dead_letter(self, cur, records):
-        self.dead += records
-        return len(records)
 
 
 class Ids:

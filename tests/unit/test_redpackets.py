@@ -8,9 +8,10 @@ import random
 from dataclasses import replace
 
 import pytest
+from fakes import FakeOutbox
 
 from helpers import run_event_keys, verified_fields
-from hotledger import errors
+from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.publisher import NotAcknowledged
@@ -254,19 +255,6 @@ class FakeQueue:
 
     def offer(self, queue, element, due_at_ms=None, delay_ms=None):
         self.offers.append((queue, element, due_at_ms, delay_ms))
-
-
-class FakeOutbox:
-    def __init__(self):
-        self.rolled_back_first: set[int] = set()  # grab ids the API rolled back before the writer's claim
-        self.dead: list = []
-
-    def claim(self, groups):
-        return [[not key.endswith(tuple(f":{g}" for g in self.rolled_back_first)) for key in group] for group in groups]
-
-    def dead_letter(self, cur, records):
-        self.dead += records
-        return len(records)
 
 
 class World:
@@ -513,7 +501,7 @@ def test_the_persister_stamps_fresh_claims_and_dead_letters_what_can_never_apply
 
 def test_the_persister_skips_a_grab_the_api_rolled_back_first(w):
     w.store.add(7, "OPEN", [100])
-    w.outbox.rolled_back_first = {1}
+    w.outbox.rolled_back = {keys.packet_fate(7, 1)}
     report = w.persister.persist([claim(7, 701, ALICE, 100, grab_id=1)])
     assert (report.applied, report.rolled_back) == (0, 1) and w.store.items[701].user_id is None
 

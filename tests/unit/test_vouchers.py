@@ -7,6 +7,7 @@ import contextlib
 import itertools
 
 import pytest
+from fakes import FakeOutbox
 
 from helpers import run_event_keys, verified_fields
 from hotledger import errors, keys
@@ -177,18 +178,6 @@ class FakeRedis:
 
     def expire(self, voucher_id, ttl_s, bucket=0):
         self.expired.append((voucher_id, ttl_s))
-
-
-class FakeOutbox:
-    def __init__(self, rolled_back=()):
-        self.rolled_back, self.dead = set(rolled_back), []
-
-    def claim(self, groups):
-        return [[key not in self.rolled_back for key in group] for group in groups]
-
-    def dead_letter(self, cur, records):
-        self.dead += records
-        return len(records)
 
 
 class Broker:

@@ -6,25 +6,13 @@ import contextlib
 
 import pymysql
 import pytest
+from fakes import FakeOutbox
 
 from hotledger import keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
 from hotledger.outbox.writer import REJECTED_TOPIC, PersistReport, Writer, dedupe_and_claim, isolating_refusals
-
-
-class FakeOutbox:
-    def __init__(self, rolled_back=frozenset()):
-        self.rolled_back, self.claims, self.dead = rolled_back, [], []
-
-    def claim(self, groups):
-        self.claims.append(groups)
-        return [[key not in self.rolled_back for key in group] for group in groups]
-
-    def dead_letter_alone(self, records):
-        self.dead += records
-        return len(records)
 
 
 class RecordingPersister:
