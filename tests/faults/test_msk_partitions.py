@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import copy
 import threading
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from infra import services
 from infra.localrt import template
-from infra.localrt.runtime import MskPoller
+from infra.localrt.msk import MskPoller
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from infra import services
 from infra.localrt import template
-from infra.localrt.runtime import MskPoller
+from infra.localrt.msk import MskPoller
 
 REPO = Path(__file__).resolve().parents[2]
 POISON = b"poison"
