@@ -1,32 +1,43 @@
 # hotledger: the two commands are `make up` (set up and serve locally) and `make test` (the whole suite).
+# `make help` lists every target from its `##` comment.
 SHELL := /bin/bash
 PY := .venv/bin/python
 export PYTHONPATH := functions:.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: up up-cluster setup services migrate serve token test test-unit test-cluster mutants lint build deploy bench down clean resolve-dead-letters ops lock
+.PHONY: help up up-cluster setup tools services migrate serve token test test-unit test-cluster mutants lock lint docs build deploy destroy bench down clean resolve-dead-letters ops
 
-## set everything up and run the service: API on :3000, the MSK-triggered writer, the scheduled reconciler
+## list the targets with what each does
+help:
+	@awk '/^## /{doc = doc (doc ? " " : "") substr($$0, 4); next} /^[a-z][a-z-]*:/{if (doc) {split($$0, t, ":"); printf "  %-22s %s\n", t[1], doc}; doc = ""; next} {doc = ""}' $(MAKEFILE_LIST)
+
+## set up and serve in the foreground until Ctrl-C: API on :3000, the writer's pollers, the scheduled functions
 up: setup services migrate serve
 
-## install what is missing: apt packages, .venv, the SAM CLI (.tools)
+## install what serving needs when missing: apt packages (root or sudo), the project venv .venv
 setup:
 	bash infra/setup.sh
+
+## the SAM CLI in its own venv .tools (build, deploy, lint, destroy and the template tests need it)
+tools:
+	bash infra/install_sam.sh
 
 ## start Redis, MariaDB and the Kafka-protocol broker when they are not reachable; create the topic
 services:
 	$(PY) infra/services.py up
 
+## apply the schema migrations (idempotent)
 migrate:
 	$(PY) infra/migrate.py
 
-## the same service on a local Redis Cluster: 3 masters with one replica each on 127.0.0.1:7000-7005, API on :3000
 CLUSTER_URL := redis+cluster://127.0.0.1:7000
+## the same service on a local Redis Cluster: 3 masters with one replica each on 127.0.0.1:7000-7005, API on :3000
 up-cluster: setup
 	$(PY) infra/services.py up-cluster
 	$(PY) infra/migrate.py
 	REDIS_URL=$(CLUSTER_URL) $(PY) -m infra.localrt.runtime --port $${PORT:-3000}
 
+## the local runtime alone, in the foreground (Ctrl-C stops it); PORT=3000 by default
 serve:
 	$(PY) -m infra.localrt.runtime --port $${PORT:-3000}
 
@@ -36,7 +47,7 @@ token:
 
 ## the whole suite: template lint + sam build, Lua, handlers, writer, reconciler, e2e over HTTP, faults; then the
 ## cluster subset (below) again on a private Redis Cluster
-test: setup services
+test: setup tools services
 	$(PY) -m pytest
 	$(CLUSTER_RUN)
 
@@ -46,6 +57,7 @@ test: setup services
 ## tests/faults (each starts its own single Redis), and the template tests (no Redis)
 CLUSTER_RUN := HOTLEDGER_TEST_REDIS=cluster $(PY) -m pytest -m "not single_redis" tests/integration tests/e2e \
 	--ignore=tests/integration/test_template.py --ignore=tests/integration/test_sam_local_invoke.py
+## the cluster run alone (CLUSTER_RUN above), then the failover and node-loss tests
 test-cluster: setup services
 	$(CLUSTER_RUN) tests/faults/test_cluster_failover.py tests/faults/test_cluster_node_loss.py
 
@@ -75,16 +87,17 @@ lock: setup
 	.venv/bin/uv pip compile functions/requirements.txt --python-version 3.13 --python-platform aarch64-manylinux_2_28 \
 	  --generate-hashes --no-header -q -o functions/requirements.lock
 
-lint:
+## lint the template: cfn-lint and sam validate --lint
+lint: setup tools
 	.venv/bin/cfn-lint --include-checks I -- template.yaml
 	AWS_DEFAULT_REGION=us-east-1 .tools/bin/sam validate --lint
 
 ## build: the functions' code, one dependencies layer cross-built for python3.13 arm64 (functions/Makefile)
-build: setup
+build: setup tools
 	PATH="$(CURDIR)/.tools/bin:$$PATH" .tools/bin/sam build
 
-## deploy to AWS: ENV=dev (default) or prod (samconfig.toml); guided the first time an environment is deployed
 ENV ?= dev
+## deploy to AWS: ENV=dev (default) or prod (samconfig.toml); guided the first time an environment is deployed
 deploy: build
 	@if .tools/bin/sam list stack-outputs --stack-name hotledger-$(ENV) >/dev/null 2>&1; then \
 	  .tools/bin/sam deploy --config-env $(ENV); \
@@ -97,8 +110,19 @@ deploy: build
 bench: setup services
 	$(PY) bench/run.py $(if $(QUICK),--quick)
 
+## tear the stack hotledger-$(ENV) down (sam delete; asks first). Redis and Aurora leave final snapshots and the
+## secrets, the user pool and the API Gateway logging role stay, by their DeletionPolicy (docs/operations.md)
+destroy: tools
+	.tools/bin/sam delete --stack-name hotledger-$(ENV)
+
+## regenerate the generated tables of docs/ (routes, error codes, settings) from the code
+docs: setup
+	$(PY) infra/gen_docs.py
+
+## stop the local servers `make up` started
 down:
 	$(PY) infra/services.py down
 
+## remove build output and local state (.aws-sam, .state)
 clean:
 	rm -rf .aws-sam .state

@@ -1,7 +1,7 @@
 """Cost per million deducts, red-packet grabs and voucher orders on AWS: the template's resources (Lambda memory and
 architecture), the run's measured durations, and list prices as named constants with the date they were read.
 
-What varies with requests only (the stack's fixed monthly cost is in the README's Deploy section). The API function is
+What varies with requests only (the stack's fixed monthly cost is in docs/operations.md, Cost). The API function is
 billed for the wall time of a request: taken as the HTTP p50 at the lowest offered rate of `make bench` (the local
 runtime's own HTTP and authorizer time included, so an upper estimate); the writer for its batch time per row, from
 the writer's rows/s per partition (one poller each). Numbers that are estimates, not measurements, say so.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# us-east-1 on-demand list prices, as read for the README's cost table (its commit of 2026-11-24); this machine has no
+# us-east-1 on-demand list prices, as read for the cost tables in docs/ (its commit of 2026-11-24); this machine has no
 # network to read them again: check them on the AWS pricing pages before relying on a total
 PRICES_AS_OF = "2026-11-24"
 API_GATEWAY_REST_PER_MILLION = 3.50

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install what is missing on a fresh Debian machine: system packages, the project venv, the SAM CLI
-# (in its own venv, it pins its own boto3). Idempotent; fast when everything is already there.
+# Install what serving needs when it is missing on a Debian machine: system packages and the project venv.
+# Idempotent; fast when everything is already there. The SAM CLI (build, deploy, lint) is infra/install_sam.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,8 +13,13 @@ command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need_apt+=(mariad
 command -v make >/dev/null || need_apt+=(make)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+  as_root=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: run as root, or install: ${need_apt[*]}" >&2; exit 1; }
+    as_root=(sudo)
+  fi
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
   # Debian starts packaged servers itself under systemd; without it we start our own (infra/services.py)
 fi
 
@@ -30,4 +35,3 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-bash infra/install_sam.sh

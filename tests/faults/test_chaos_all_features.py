@@ -203,7 +203,7 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
             stack.pause_redis(7)  # past a request's Redis timeouts and retries
             time.sleep(2)
             # Redis and the broker losing the same in-flight change is the one double fault the design does not
-            # survive (README, Guarantees): what the broker lost is persisted by the reconciler before Redis goes
+            # survive (docs/guarantees.md): what the broker lost is persisted by the reconciler before Redis goes
             acked_before = [c for c in list(clients.calls) if c.acked and c.what in ("deduct", "recharge", "order", "grab")]
             LocalService.wait_until(lambda: _all_persisted(stack, acked_before), 60, "what the broker lost to be persisted", 0.5)
             stack.redis.kill()

@@ -34,7 +34,7 @@ from infra import services
 # the checks wait this long for what the background runtime repairs: one reconciler run every minute (template.yaml)
 # goes through its parts one budget at a time, and an entry is the reconciler's only after RECONCILE_AGE_S (300 s)
 REPAIR_WAIT_S = 480
-# the writer goes on within this of a replica's promotion (README, Scale out: Failover)
+# the writer goes on within this of a replica's promotion (docs/guarantees.md, Redis failover)
 RECOVERY_BOUND_S = 30
 DELAY_QUEUE = "node-loss"
 

@@ -414,7 +414,7 @@ def test_flash_sale_and_red_packet_under_kills_lose_and_double_nothing(stack):
             time.sleep(4)
             # what the broker lost (events before its restart, and after it those a consumer skipped because the
             # offsets started over) is persisted from Redis by the reconciler before Redis fails in turn: losing
-            # both first is the one double fault this design does not survive (see the README)
+            # both first is the one double fault this design does not survive (docs/guarantees.md)
             orders_before, grabs_before = list(clients.orders), list(clients.grabs)
 
             def broker_losses_persisted():

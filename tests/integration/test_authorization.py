@@ -164,7 +164,7 @@ def _state(sql, redis_client, world) -> tuple:
 
 S, O, U, X = "service", "operator", "owner", "another user"
 ANYONE = {S, O, U, X}
-# who may call what (README, "Who may call what"), written out independently of authorization.rules(): a rule that
+# who may call what (docs/api.md, "Who may call what"), written out independently of authorization.rules(): a rule that
 # drifts from it fails here
 MAY_CALL = {
     ("POST", "/accounts"): {O}, ("GET", "/accounts/<user_id>"): {S, O, U}, ("PATCH", "/accounts/<user_id>"): {O},

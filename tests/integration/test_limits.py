@@ -65,7 +65,7 @@ def test_an_account_with_too_many_pending_entries_refuses_charges_until_the_writ
 @pytest.mark.parametrize("route", ["redpacket", "pay"])
 def test_a_ledger_backlog_refusal_is_never_a_keys_answer_on_any_route(api, redis_client, monkeypatch, route):
     """Issue 19 item 6: POST /redpackets and /orders/{id}/pay stored the ledger's 429 TOO_MANY_PENDING as the key's
-    answer for good (the README: a 429 is never a key's answer). One rule for every route: the same request under the
+    answer for good (docs/api.md: a 429 is never a key's answer). One rule for every route: the same request under the
     same key goes through once the writer caught up."""
     user = api.account(balance="100.00")  # one pending entry: the recharge (no writer runs here)
     monkeypatch.setattr(ledger_store(), "max_pending", 1, raising=False)

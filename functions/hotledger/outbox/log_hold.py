@@ -17,7 +17,7 @@ A batch the writer function kept failing on is sent whole, past the trigger's re
 template's on-failure destination), and the batches after it move the watermark past it. So a rebuilt entity also
 stays RECOVERING while the dead-letter topic holds a record an operator has not resolved yet (replayed, then marked
 resolved: `resolve_dead_letters`, recorded as that topic's watermark): any entity, not only the dead letter's own,
-as a dead letter is read only to be replayed. Guarantees in the README say so.
+as a dead letter is read only to be replayed. docs/guarantees.md says so.
 
 With the Redis Streams transport there is no log outside Redis: a change and its event are written by one script
 to one slot, so whatever a loss keeps is a consistent prefix; an entity Redis no longer holds has no event left
