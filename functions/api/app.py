@@ -99,6 +99,8 @@ def openapi_json() -> str:
                 if operation.get("requestBody"):
                     operation["responses"]["400"] = malformed
                     operation["responses"]["415"] = not_json
+    doc["webhooks"] = {name: item for feature in registered() if feature.routes
+                       for name, item in getattr(importlib.import_module(feature.routes), "OPENAPI_WEBHOOKS", {}).items()}
     for unused in ("HTTPValidationError", "ValidationError"):
         doc["components"]["schemas"].pop(unused, None)
     return json.dumps(_exact_bounds(doc))

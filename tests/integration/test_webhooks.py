@@ -48,6 +48,27 @@ def test_durable_changes_are_delivered_signed_in_order_and_only_once_durable(api
     assert status == 200 and {d["seq"] for d in deliveries if d["user_id"] == user_id} == {1, 2, 3}
 
 
+def test_every_delivery_is_what_the_openapi_documents_for_its_type(api, redis_client, local_hooks):
+    """The OpenAPI document's `webhooks` section (built from the models the bodies are made with) is what arrives."""
+    import jsonschema
+
+    from api.app import openapi_json
+
+    documented = json.loads(openapi_json())["webhooks"]
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted", "recharge.persisted", "balance.below"])
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{user_id}/monitors", {"below": "5.00"})[0] == 201
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "6.00"})[0] == 200
+    _send()
+    mine = [e for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id]
+    assert sorted(e["type"] for e in mine) == ["balance.below", "charge.persisted", "recharge.persisted"]
+    for event in mine:
+        post = documented[event["type"]]["post"]
+        jsonschema.validate(event, post["requestBody"]["content"]["application/json"]["schema"])
+        assert {p["name"] for p in post["parameters"]} == {"webhook-id", "webhook-timestamp", "webhook-signature"}
+
+
 def test_a_failing_endpoint_retries_in_order_and_holds_back_only_its_own_events(api, redis_client, local_hooks, monkeypatch):
     from hotledger.runtime import webhooks
 

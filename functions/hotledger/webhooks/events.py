@@ -3,7 +3,9 @@ account's seq and the seq of the previous event of that account for the same end
 order and see a gap (Stripe's receivers cannot)."""
 from __future__ import annotations
 
-import json
+from typing import Literal
+
+from pydantic import BaseModel, Field
 
 from hotledger.ledger.entry import Booked
 from hotledger.money import format_minor
@@ -20,6 +22,61 @@ BALANCE_TYPES = {"below": "balance.below", "above": "balance.above"}  # a balanc
 ALL_TYPES = frozenset(EVENT_TYPES.values()) | frozenset(BALANCE_TYPES.values())
 
 
+# what each ledger entry type means to a receiver (the OpenAPI document's `webhooks` section)
+MEANING = {
+    "charge.persisted": "a deduct is in the ledger", "recharge.persisted": "a recharge is in the ledger",
+    "refund.persisted": "a refund of a charge or a captured hold is in the ledger",
+    "hold.authorized": "a hold was placed", "hold.captured": "a hold was captured (in part or the rest)",
+    "hold.voided": "a hold was voided", "hold.expired": "a hold expired uncaptured",
+    "payment_order.paid": "a payment order was paid from the balance",
+    "payment_order.refunded": "a payment order's payment was given back",
+    "redpacket.sent": "a red packet's total left the sender's balance",
+    "redpacket.grab_credited": "a red packet grab was credited to the grabber",
+    "redpacket.refunded": "what a red packet's grabbers left was given back to its sender",
+    "account.opened": "the account's opening balance",
+    "balance.below": "the balance crossed a monitor's line downwards (once per crossing, re-armed past rearm_above)",
+    "balance.above": "the balance crossed a monitor's line upwards (once per crossing, re-armed below rearm_below)",
+}
+
+
+class EntryEventData(BaseModel):
+    event_id: str = Field(description="stable across retries and replays: the receiver's de-duplication key")
+    user_id: int
+    seq: int = Field(description="the entry's place in the account's ledger: gapless, rising")
+    prev_seq: int | None = Field(description="seq of the previous event of this account sent to this endpoint (null: the "
+                                             "first); a receiver that has not seen it missed one")
+    entry_id: str
+    entry_type: str = Field(description="the ledger's type of the entry (deduct, recharge, refund, hold, capture, ...)")
+    amount: str = Field(description="decimal string")
+    balance_change: str = Field(description="decimal string, signed: what the entry added to the balance")
+    balance_after: str
+    available_after: str = Field(description="the balance less what holds and credits not yet durable keep")
+    ref: str | None = Field(description="the entry's reference: the hold, order, packet or refund it belongs to")
+    charged_at: int = Field(description="when the API accepted the change (epoch ms)")
+
+
+class EntryEvent(BaseModel):
+    type: Literal[tuple(EVENT_TYPES.values())]  # type: ignore[valid-type]
+    timestamp: int = Field(description="when the entry was booked in the DB (epoch ms)")
+    data: EntryEventData
+
+
+class BalanceEventData(BaseModel):
+    event_id: str = Field(description="stable across retries and replays: the receiver's de-duplication key")
+    user_id: int
+    seq: int = Field(description="the entry whose booking crossed the line")
+    prev_seq: int | None = Field(description="seq of the previous event of this account sent to this endpoint")
+    monitor_id: str
+    threshold: str = Field(description="the monitor's line, a decimal string")
+    balance: str = Field(description="the balance after the crossing entry, a decimal string")
+
+
+class BalanceEvent(BaseModel):
+    type: Literal[tuple(BALANCE_TYPES.values())]  # type: ignore[valid-type]
+    timestamp: int = Field(description="when the crossing entry was booked (epoch ms)")
+    data: BalanceEventData
+
+
 def event_id(booked: Booked) -> str:
     """Stable across retries and replays: the receiver's de-duplication key."""
     return f"evt_{booked.entry_id}"
@@ -27,14 +84,12 @@ def event_id(booked: Booked) -> str:
 
 def payload(booked: Booked, prev_seq: int | None) -> str:
     """The body as sent (and signed): Standard Webhooks' {type, timestamp, data}."""
-    return json.dumps({
-        "type": EVENT_TYPES[booked.type], "timestamp": booked.booked_at,
-        "data": {"event_id": event_id(booked), "user_id": booked.user_id, "seq": booked.seq, "prev_seq": prev_seq,
-                 "entry_id": str(booked.entry_id), "entry_type": booked.type, "amount": format_minor(booked.amount),
-                 "balance_change": format_minor(booked.delta), "balance_after": format_minor(booked.balance_after),
-                 "available_after": format_minor(booked.available_after), "ref": booked.ref,
-                 "charged_at": booked.charged_at},
-    }, separators=(",", ":"))
+    return EntryEvent(type=EVENT_TYPES[booked.type], timestamp=booked.booked_at, data=EntryEventData(
+        event_id=event_id(booked), user_id=booked.user_id, seq=booked.seq, prev_seq=prev_seq,
+        entry_id=str(booked.entry_id), entry_type=booked.type, amount=format_minor(booked.amount),
+        balance_change=format_minor(booked.delta), balance_after=format_minor(booked.balance_after),
+        available_after=format_minor(booked.available_after), ref=booked.ref, charged_at=booked.charged_at),
+    ).model_dump_json()
 
 
 def alert_event_id(alert) -> str:
@@ -43,9 +98,7 @@ def alert_event_id(alert) -> str:
 
 def alert_payload(alert, prev_seq: int | None) -> str:
     """A balance monitor's crossing: the entry (seq) whose booking took the balance past the line."""
-    return json.dumps({
-        "type": BALANCE_TYPES[alert.direction], "timestamp": alert.at,
-        "data": {"event_id": alert_event_id(alert), "user_id": alert.user_id, "seq": alert.seq, "prev_seq": prev_seq,
-                 "monitor_id": str(alert.monitor_id), "threshold": format_minor(alert.threshold),
-                 "balance": format_minor(alert.balance)},
-    }, separators=(",", ":"))
+    return BalanceEvent(type=BALANCE_TYPES[alert.direction], timestamp=alert.at, data=BalanceEventData(
+        event_id=alert_event_id(alert), user_id=alert.user_id, seq=alert.seq, prev_seq=prev_seq,
+        monitor_id=str(alert.monitor_id), threshold=format_minor(alert.threshold), balance=format_minor(alert.balance)),
+    ).model_dump_json()

@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from api.responses import responses
 from api.rules import ADMIN, SERVICE, only
 from hotledger.runtime import webhooks
-from hotledger.webhooks.service import ROTATION_OVERLAP_S
+from hotledger.webhooks.events import BALANCE_TYPES, EVENT_TYPES, MEANING, BalanceEvent, EntryEvent
+from hotledger.webhooks.service import ROTATION_OVERLAP_S, SEND_TIMEOUT_S
 
 router = Router()
 EndpointId = Annotated[int, Path(gt=0, lt=2**63)]
@@ -24,7 +25,7 @@ Types = Annotated[list[StrictStr], Field(min_length=1, max_length=32)]
 class EndpointRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: Url
-    event_types: Types
+    event_types: Types = Field(description="what to receive; see the document's `webhooks` section for each type")
     description: Annotated[StrictStr, Field(max_length=500)] = ""
 
 
@@ -131,6 +132,31 @@ def list_deliveries(endpoint_id: EndpointId, state: Annotated[str | None, Query(
 def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -> dict:
     return {"replayed": webhooks().replay(endpoint_id, request.since_seq, request.since, request.user_id)}
 
+
+DELIVERY = (
+    "Signed per Standard Webhooks 1.0: `webhook-id` (the event_id), `webhook-timestamp` (unix seconds) and "
+    "`webhook-signature` (`v1,<base64 HMAC-SHA256 of \"<id>.<timestamp>.<body>\">` with the endpoint's `whsec_` secret; "
+    "two space-separated signatures while a rotated secret overlaps): verify with any Standard Webhooks library, with a "
+    "5-minute tolerance. Sent only once the change is durable in the DB, and for every such change of a subscribed type; "
+    "in order per account per endpoint (`seq`, `prev_seq`: a gap is visible), at least once (de-duplicate on "
+    f"`event_id`). Any 2xx answer acknowledges; anything else, or no answer in {SEND_TIMEOUT_S:g} s, is retried with "
+    "exponential backoff "
+    "and jitter for 3 days, later events of that account waiting behind it; then the event is dead-lettered and the "
+    "endpoint flagged `failing` (operators replay it).")
+_HEADERS = [{"name": name, "in": "header", "required": True, "schema": {"type": "string"}, "description": text}
+            for name, text in (("webhook-id", "the event_id"), ("webhook-timestamp", "unix seconds of this attempt"),
+                               ("webhook-signature", "v1,<base64 signature>[ v1,<base64 signature>]"))]
+
+
+def _webhook(event_type: str, model) -> dict:
+    return {"post": {"summary": f"{event_type}: {MEANING[event_type]}", "description": DELIVERY, "parameters": _HEADERS,
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}},
+                     "responses": {"2XX": {"description": "received: not sent again"}}}}
+
+
+# the OpenAPI document's `webhooks` section: what an endpoint receives, per event type (api/app.py adds it)
+OPENAPI_WEBHOOKS = {**{t: _webhook(t, EntryEvent) for t in EVENT_TYPES.values()},
+                    **{t: _webhook(t, BalanceEvent) for t in BALANCE_TYPES.values()}}
 
 # operators and services manage endpoints; end users none
 RULES = {
