@@ -12,7 +12,7 @@ from hotledger import keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent, VoucherOrderEvent
-from hotledger.outbox.writer import REJECTED_TOPIC, PersistReport, Writer, dedupe_and_claim, isolating_refusals
+from hotledger.outbox.writer import REJECTED_TOPIC, PersistReport, Writer, dedupe_and_claim, persist_isolating, rejected
 
 
 class RecordingPersister:
@@ -76,8 +76,11 @@ class RefusingPersister:
         self.outbox, self.refused, self.failure = FakeOutbox(), set(refused), failure
         self.applied, self.calls = [], 0
 
-    @isolating_refusals(lambda e: (str(e.user_id), e.id))
     def persist(self, events):
+        return persist_isolating(self._attempt, events, lambda e, why: rejected(str(e.user_id), e.id, e, why), self.outbox,
+                                 lambda e: None)
+
+    def _attempt(self, events):
         self.calls += 1
         if any(e.id in self.refused for e in events):
             raise self.failure

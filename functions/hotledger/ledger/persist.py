@@ -27,11 +27,12 @@ from hotledger.holds.store import insert_changes
 from hotledger.ledger.book import book
 from hotledger.ledger.entry import HOLD_KINDS, KIND_REFUND, LedgerHead
 from hotledger.ledger.service import fingerprint
-from hotledger.ledger.store import AccountMove, IdempotentAnswer, LedgerStore
+from hotledger.ledger.store import AccountMove, IdempotentAnswer, LedgerStore, LockedAccount
 from hotledger.outbox.events import LedgerEvent
 from hotledger.refunds.store import insert_refunds
 from hotledger.outbox.store import OutboxStore
-from hotledger.outbox.writer import PersistReport, distinct, isolating_refusals, rejected
+from hotledger.outbox.persister import BatchPersister, Judged
+from hotledger.outbox.writer import PersistReport, distinct
 
 
 def split_by_db(events: list[LedgerEvent],
@@ -88,57 +89,68 @@ def split_by_key(events: list[LedgerEvent], answers: dict[tuple[int, str], Idemp
     return kept, taken
 
 
-class LedgerPersister:
+class LedgerPersister(BatchPersister[LedgerEvent]):
+    """The template's steps for ledger entries (outbox/persister.py); no fate claims (the module's docstring says why)."""
+
     def __init__(self, store: LedgerStore, outbox: OutboxStore):
         self.store, self.outbox = store, outbox
 
-    # an entry the DB refuses for its data can never be persisted: taken back as the API takes one back (recorded rolled
-    # back, so no later delivery persists it, and given back in Redis), so the account is not ahead of the DB for good;
-    # the dead letter and WriterDeadLettered tell operators an acknowledged charge was taken back
-    @isolating_refusals(lambda e: (str(e.user_id), e.id),
-                        settle_refused=lambda self, e: self.store.take_back(e.user_id, e.id, e.kind, e.idem_key))
-    def persist(self, events: list[LedgerEvent]) -> PersistReport:
-        report = PersistReport()
+    def claim(self, events: list[LedgerEvent], report: PersistReport) -> list[LedgerEvent]:
         unique, report.duplicates = distinct(events, lambda e: e.id)
-        with self.store.transaction() as tx:
-            locked = tx.lock_accounts({e.user_id for e in unique})
-            versions = {user_id: account.version for user_id, account in locked.items()}
-            orphans = [e for e in unique if e.user_id not in versions]
-            known = [e for e in unique if e.user_id in versions]
-            # the DB's rollback records, read under the row locks the API records them under: an entry rolled back
-            # there is skipped
-            undone = tx.rolled_back([e.id for e in known])
-            given_back = [e for e in known if e.id in undone]
-            known = [e for e in known if e.id not in undone]
-            report.rolled_back = len(given_back)
-            fresh, clashes = split_by_db(known, tx.stored_entries([(e.id, e.kind) for e in known]))
-            report.duplicates += len(known) - len(fresh) - len(clashes)
-            keyed = sorted({(e.user_id, e.idem_key) for e in fresh if e.idem_key is not None})
-            fresh, taken = split_by_key(fresh, tx.idempotent_answers(keyed))
-            tx.insert_events(fresh)
-            insert_changes(tx.cursor, [e for e in fresh if e.kind in HOLD_KINDS])
-            insert_refunds(tx.cursor, [e for e in fresh if e.kind == KIND_REFUND])
-            tx.remember_answers([(e.user_id, e.idem_key, fingerprint(e.kind, e.user_id, e.amount), answer_of(e))
-                                 for e in fresh if e.idem_key is not None])
-            booked, heads = book(fresh, {user_id: account.head for user_id, account in locked.items()}, now_ms())
-            tx.insert_booked(booked)
-            tx.move_accounts(account_moves(fresh, versions, heads))
-            dead = [
-                rejected(str(e.user_id), e.id, e, why)
-                for group, why in ((orphans, "account does not exist"), (clashes, "entry id already used by another entry"),
-                                   (taken, KEY_TAKEN))
-                for e in group
-            ]
-            report.dead_lettered = self.outbox.dead_letter(tx.cursor, dead)
-        report.applied = len(fresh)
-        report.flagged_accounts = self._settle(known)
-        for e in given_back:  # the API gave it back already, unless its give-back failed (or has not run yet): idempotent
-            self.store.rollback(e.user_id, e.id, e.idem_key)
-        return report
+        return unique
 
-    def _settle(self, events: list[LedgerEvent]) -> list[int]:
-        """Drop persisted entries from Redis; returns accounts flagged for the reconciler."""
+    def transaction(self):
+        return self.store.transaction()
+
+    def lock(self, tx, events: list[LedgerEvent]) -> dict[int, LockedAccount]:
+        return tx.lock_accounts({e.user_id for e in events})
+
+    def rolled_back(self, tx, locked: dict[int, LockedAccount], events: list[LedgerEvent]) -> set[int]:
+        # the DB's rollback records, read under the row locks the API records them under
+        return tx.rolled_back([e.id for e in events if e.user_id in locked])
+
+    def judge(self, tx, locked: dict[int, LockedAccount], events: list[LedgerEvent]) -> Judged[LedgerEvent]:
+        orphans = [e for e in events if e.user_id not in locked]
+        known = [e for e in events if e.user_id in locked]
+        fresh, clashes = split_by_db(known, tx.stored_entries([(e.id, e.kind) for e in known]))
+        keyed = sorted({(e.user_id, e.idem_key) for e in fresh if e.idem_key is not None})
+        fresh, taken = split_by_key(fresh, tx.idempotent_answers(keyed))
+        refused = {e.id for e in fresh + clashes + taken}
+        return Judged(fresh=fresh, replayed=[e for e in known if e.id not in refused],
+                      dead=[(e, why) for group, why in ((orphans, "account does not exist"),
+                                                        (clashes, "entry id already used by another entry"),
+                                                        (taken, KEY_TAKEN)) for e in group])
+
+    def write(self, tx, locked: dict[int, LockedAccount], fresh: list[LedgerEvent]) -> None:
+        tx.insert_events(fresh)
+        insert_changes(tx.cursor, [e for e in fresh if e.kind in HOLD_KINDS])
+        insert_refunds(tx.cursor, [e for e in fresh if e.kind == KIND_REFUND])
+        tx.remember_answers([(e.user_id, e.idem_key, fingerprint(e.kind, e.user_id, e.amount), answer_of(e))
+                             for e in fresh if e.idem_key is not None])
+        booked, heads = book(fresh, {user_id: account.head for user_id, account in locked.items()}, now_ms())
+        tx.insert_booked(booked)
+        tx.move_accounts(account_moves(fresh, {user_id: account.version for user_id, account in locked.items()}, heads))
+
+    def settle(self, locked: dict[int, LockedAccount], judged: Judged[LedgerEvent], report: PersistReport) -> None:
+        """Drop the entries of existing accounts from Redis (persisted, replayed, or dead-lettered for good); the
+        accounts the settle flags are the reconciler's."""
         by_user: dict[int, list[LedgerEvent]] = defaultdict(list)
-        for e in events:
-            by_user[e.user_id].append(e)
-        return [user_id for user_id, reply in self.store.settle(by_user).items() if reply.flagged]
+        for e in [*judged.fresh, *judged.replayed, *(e for e, _ in judged.dead)]:
+            if e.user_id in locked:
+                by_user[e.user_id].append(e)
+        report.flagged_accounts = [user_id for user_id, reply in self.store.settle(by_user).items() if reply.flagged]
+
+    def give_back(self, e: LedgerEvent) -> None:
+        self.store.rollback(e.user_id, e.id, e.idem_key)
+
+    def settle_refused(self, e: LedgerEvent) -> None:
+        # an entry the DB refuses for its data can never be persisted: taken back as the API takes one back (recorded
+        # rolled back, so no later delivery persists it, and given back in Redis), so the account is not ahead of the
+        # DB for good; the dead letter and WriterDeadLettered tell operators an acknowledged charge was taken back
+        self.store.take_back(e.user_id, e.id, e.kind, e.idem_key)
+
+    def id_of(self, e: LedgerEvent) -> int:
+        return e.id
+
+    def dead_letter_id(self, e: LedgerEvent) -> tuple[str, int]:
+        return str(e.user_id), e.id

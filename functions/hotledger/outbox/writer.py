@@ -13,7 +13,6 @@ can never apply. Every persister keeps the same contract:
 """
 from __future__ import annotations
 
-import functools
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -78,34 +77,21 @@ def dedupe_and_claim(outbox: OutboxStore, events: list, event_id, slot_of, fate_
     return claimed, repeats, len(unique) - len(claimed)
 
 
-def isolating_refusals(dead_letter_id: Callable[[object], tuple[str, int]],
-                       settle_refused: Callable[[object, object], object] | None = None):
-    """Decorates a persister's `persist(events)` (the persister has `outbox`) so that one record the DB refuses
-    for its data (db.refused: a unique key, a NOT NULL, a CHECK, a value out of range) cannot fail its batch
-    forever: the failed batch is split in halves and each half persisted on its own, down to the records the DB
-    refuses alone; each of those is dead-lettered once with the DB's reason (keyed by dead_letter_id(event): the
-    (key, id) of the persister's own dead letters), then settle_refused(persister, event), if given, settles it in
-    Redis as refused (idempotent: a re-delivery settles it again, changing nothing), as the persister settles the
-    records it refuses itself, so Redis == DB. The rest is applied exactly once: every half is its own
-    transaction and persisting is idempotent, so a re-delivery of the batch changes nothing.
+def persist_isolating(persist: Callable[[list], PersistReport], events: list,
+                      reject: Callable[[object, str], PoisonRecord], outbox: OutboxStore,
+                      settle_refused: Callable[[object], object]) -> PersistReport:
+    """persist(events), so that one record the DB refuses for its data (db.refused: a unique key, a NOT NULL, a CHECK,
+    a value out of range) cannot fail its batch forever: the failed batch is split in halves and each half persisted on
+    its own, down to the records the DB refuses alone; each of those is dead-lettered once with the DB's reason
+    (reject(event, why): the persister's own dead letter), then settle_refused(event) settles it in Redis as refused
+    (idempotent: a re-delivery settles it again, changing nothing), as the persister settles the records it refuses
+    itself, so Redis == DB. The rest is applied exactly once: every half is its own transaction and persisting is
+    idempotent, so a re-delivery of the batch changes nothing.
     Any other failure raises and the whole batch is retried: a transient one (DB or Redis unavailable, lock wait,
     deadlock) or a fault in the code, which must not set good records aside.
     Precedents: AWS Lambda's BisectBatchOnFunctionError for Kafka/Kinesis sources (split the failing batch,
     isolate the record), Kafka Connect's errors.tolerance with a dead letter queue (per-record, with the reason
     in the headers); unlike Lambda's, only a refusal of the data bisects."""
-    def decorate(persist):
-        @functools.wraps(persist)
-        def persist_isolating(self, events: list) -> PersistReport:
-            settle = (lambda event: settle_refused(self, event)) if settle_refused else (lambda event: None)
-            return _persist_isolating(lambda batch: persist(self, batch), events,
-                                      lambda event, why: rejected(*dead_letter_id(event), event, why), self.outbox, settle)
-        return persist_isolating
-    return decorate
-
-
-def _persist_isolating(persist: Callable[[list], PersistReport], events: list,
-                       reject: Callable[[object, str], PoisonRecord], outbox: OutboxStore,
-                       settle: Callable[[object], object]) -> PersistReport:
     try:
         return persist(events)
     except Exception as exc:  # noqa: BLE001 - only a refusal of the data is kept from raising
@@ -115,11 +101,11 @@ def _persist_isolating(persist: Callable[[list], PersistReport], events: list,
     if len(events) == 1:
         log.error("record refused by the DB, dead-lettered: %s", why)
         report = PersistReport(dead_lettered=outbox.dead_letter_alone([reject(events[0], why)]))
-        settle(events[0])
+        settle_refused(events[0])
         return report
     half = len(events) // 2
-    report = _persist_isolating(persist, events[:half], reject, outbox, settle)
-    report.add(_persist_isolating(persist, events[half:], reject, outbox, settle))
+    report = persist_isolating(persist, events[:half], reject, outbox, settle_refused)
+    report.add(persist_isolating(persist, events[half:], reject, outbox, settle_refused))
     return report
 
 

@@ -20,7 +20,8 @@ from enum import Enum
 from hotledger import keys
 from hotledger.outbox.events import RedPacketClaimEvent
 from hotledger.outbox.store import OutboxStore
-from hotledger.outbox.writer import PersistReport, dedupe_and_claim, isolating_refusals, rejected
+from hotledger.outbox.persister import BatchPersister, Judged
+from hotledger.outbox.writer import PersistReport, dedupe_and_claim
 from hotledger.redpackets.store import ItemRow, PacketCache, PacketStore
 
 
@@ -42,7 +43,9 @@ def verdict(claim: RedPacketClaimEvent, item: ItemRow | None) -> Verdict:
     return Verdict.FRESH
 
 
-class RedPacketPersister:
+class RedPacketPersister(BatchPersister[RedPacketClaimEvent]):
+    """The template's steps for red packet claims (outbox/persister.py), with the grabbers' credits after the commit."""
+
     def __init__(self, store: PacketStore, cache: PacketCache, outbox: OutboxStore, credit: Callable[[int, int, int], bool],
                  undo_grab: Callable[[int, int, int, int, int], bool]):
         """credit(user id, item id, amount): the grabber's credit through the ledger, False when it failed.
@@ -50,37 +53,51 @@ class RedPacketPersister:
         the DB refuses for its data: it can never be stamped, so it is recorded rolled back and its item put back."""
         self.store, self.cache, self.outbox, self.credit, self.undo_grab = store, cache, outbox, credit, undo_grab
 
-    @isolating_refusals(lambda e: (f"rp{e.packet_id}", e.item_id),
-                        settle_refused=lambda self, e: self.undo_grab(e.packet_id, e.grab_id, e.item_id, e.user_id, e.amount))
-    def persist(self, events: list[RedPacketClaimEvent]) -> PersistReport:
-        report = PersistReport()
+    def claim(self, events: list[RedPacketClaimEvent], report: PersistReport) -> list[RedPacketClaimEvent]:
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
             self.outbox, events, lambda e: e.grab_id, lambda e: e.packet_id, lambda p, e: keys.packet_fate(p, e.grab_id))
-        fresh, replayed, dead = [], [], []
-        with self.store.transaction() as tx:
-            items = tx.lock_for_claims([e.packet_id for e in claimed], [e.item_id for e in claimed])
-            # rolled back for good in the DB (under the item locks the API records it under): skipped whatever
-            # Redis says (its tombstone lost, or expired before a replay)
-            undone = tx.rolled_back([e.grab_id for e in claimed])
-            given_back = [e for e in claimed if e.grab_id in undone]
-            claimed = [e for e in claimed if e.grab_id not in undone]
-            report.rolled_back += len(given_back)
-            for e in claimed:
-                judged = verdict(e, items.get(e.item_id))
-                if judged is Verdict.FRESH:
-                    fresh.append(e)
-                elif judged is Verdict.DUPLICATE:
-                    replayed.append(e)
-                else:
-                    dead.append(rejected(f"rp{e.packet_id}", e.item_id, e, judged.value))
-                    report.late_refused += judged is Verdict.TAKEN
-            tx.stamp_claims(fresh)
-            report.dead_lettered = self.outbox.dead_letter(tx.cursor, dead)
-        report.applied = len(fresh)
-        report.duplicates += len(replayed)
-        self.cache.settle([*fresh, *replayed])
-        for e in given_back:  # rare: the API's own put-back did not run (or has not yet); it is idempotent
-            self.cache.rollback(e.packet_id, e.grab_id, e.item_id, e.user_id, e.amount)
-        for e in fresh:  # a failed credit (refused, or the ledger down) is the reconciler's; the others go on
+        return claimed
+
+    def transaction(self):
+        return self.store.transaction()
+
+    def lock(self, tx, events: list[RedPacketClaimEvent]) -> dict[int, ItemRow]:
+        return tx.lock_for_claims([e.packet_id for e in events], [e.item_id for e in events])
+
+    def rolled_back(self, tx, locked: dict[int, ItemRow], events: list[RedPacketClaimEvent]) -> set[int]:
+        return tx.rolled_back([e.grab_id for e in events])
+
+    def judge(self, tx, locked: dict[int, ItemRow], events: list[RedPacketClaimEvent]) -> Judged[RedPacketClaimEvent]:
+        judged: Judged[RedPacketClaimEvent] = Judged()
+        for e in events:
+            found = verdict(e, locked.get(e.item_id))
+            if found is Verdict.FRESH:
+                judged.fresh.append(e)
+            elif found is Verdict.DUPLICATE:
+                judged.replayed.append(e)
+            else:
+                judged.dead.append((e, found.value))
+                judged.late += found is Verdict.TAKEN
+        return judged
+
+    def write(self, tx, locked: dict[int, ItemRow], fresh: list[RedPacketClaimEvent]) -> None:
+        tx.stamp_claims(fresh)
+
+    def settle(self, locked: dict[int, ItemRow], judged: Judged[RedPacketClaimEvent], report: PersistReport) -> None:
+        self.cache.settle([*judged.fresh, *judged.replayed])
+
+    def give_back(self, e: RedPacketClaimEvent) -> None:
+        self.cache.rollback(e.packet_id, e.grab_id, e.item_id, e.user_id, e.amount)
+
+    def settle_refused(self, e: RedPacketClaimEvent) -> None:
+        self.undo_grab(e.packet_id, e.grab_id, e.item_id, e.user_id, e.amount)
+
+    def after_commit(self, judged: Judged[RedPacketClaimEvent], report: PersistReport) -> None:
+        for e in judged.fresh:  # a failed credit (refused, or the ledger down) is the reconciler's; the others go on
             report.credit_failed += not self.credit(e.user_id, e.item_id, e.amount)
-        return report
+
+    def id_of(self, e: RedPacketClaimEvent) -> int:
+        return e.grab_id
+
+    def dead_letter_id(self, e: RedPacketClaimEvent) -> tuple[str, int]:
+        return f"rp{e.packet_id}", e.item_id

@@ -8,7 +8,7 @@ apply, nor can one of an unknown voucher, nor one beyond the DB stock (the DB ne
 happens only after Redis lost state and oversold): those are dead-lettered, and after the commit settled in Redis as
 refused (voucher_rollback: out of the pending hash, the unit and the buyer's slot given back, as the DB never took
 them), so Redis == DB and the reconciler does not meet them again; so is an order the DB refuses on its own for its
-data (isolating_refusals bisects it out of its batch and dead-letters it). After the commit the orders leave
+data (outbox.writer.persist_isolating bisects it out of its batch and dead-letters it). After the commit the orders leave
 Redis's pending hash (voucher_settle), handed the DB version the commit produced so an order taken before a
 rebuild is counted into the rebuilt stock exactly once. Stock buckets: an order moves its voucher's stock (the judge)
 and its bucket's (t_voucher_bucket); it is claimed, settled and given back in its unit's bucket, and its buyer's away
@@ -21,7 +21,8 @@ from collections import Counter
 from hotledger import keys
 from hotledger.outbox.events import VoucherOrderEvent
 from hotledger.outbox.store import OutboxStore
-from hotledger.outbox.writer import PersistReport, dedupe_and_claim, isolating_refusals, rejected
+from hotledger.outbox.persister import BatchPersister, Judged
+from hotledger.outbox.writer import PersistReport, dedupe_and_claim
 from hotledger.vouchers.store import OrderRow, Slot, StockRow, VoucherDb, VoucherRedis
 
 UNKNOWN_VOUCHER = "voucher does not exist"
@@ -34,52 +35,61 @@ def _slot(e: VoucherOrderEvent) -> Slot:
     return e.voucher_id, e.user_id, e.seq
 
 
-def _dead(e: VoucherOrderEvent, why: str):
-    return rejected(f"v{e.voucher_id}", e.id, e, why)
+class VoucherPersister(BatchPersister[VoucherOrderEvent]):
+    """The template's steps for voucher orders (outbox/persister.py)."""
 
-
-class VoucherPersister:
     def __init__(self, db: VoucherDb, redis: VoucherRedis, outbox: OutboxStore):
         self.db, self.redis, self.outbox = db, redis, outbox
 
-    @isolating_refusals(lambda e: (f"v{e.voucher_id}", e.id),
-                        settle_refused=lambda self, e: self.redis.rollback(e.voucher_id, e.id, e.user_id, e.bucket,
-                                                                          e.home))
-    def persist(self, events: list[VoucherOrderEvent]) -> PersistReport:
-        report = PersistReport()
+    def claim(self, events: list[VoucherOrderEvent], report: PersistReport) -> list[VoucherOrderEvent]:
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
             self.outbox, events, lambda e: e.id, lambda e: (e.voucher_id, e.bucket),
             lambda slot, e: keys.voucher_fate(e.voucher_id, e.id, e.bucket))
-        with self.db.transaction() as cur:
-            stocks = self.db.lock_stocks(cur, {e.voucher_id for e in claimed})
-            dead = [_dead(e, UNKNOWN_VOUCHER) for e in claimed if e.voucher_id not in stocks]
-            known = [e for e in claimed if e.voucher_id in stocks]
-            # rolled back for good in the DB (under the row locks the API records it under): skipped whatever
-            # Redis says (its tombstone lost, or expired before a replay)
-            undone = self.db.rolled_back(cur, [e.id for e in known])
-            given_back = [e for e in known if e.id in undone]
-            known = [e for e in known if e.id not in undone]
-            report.rolled_back += len(given_back)
-            duplicates, clashes, candidates = self._split_by_id(known, self.db.orders_by_id(cur, [e.id for e in known]))
-            fresh, taken = self._split_by_slot(candidates, self.db.slot_holders(cur, [_slot(e) for e in candidates]))
-            accepted, sold_out = self._within_stock(fresh, stocks)
-            sold = Counter((e.voucher_id, e.bucket) for e in accepted)
-            self.db.insert_orders(cur, accepted)
-            self.db.take_stock(cur, sold)
-            refused = {e.id: e for e in clashes + taken + sold_out}
-            dead += [_dead(e, ID_CLASH) for e in clashes] + [_dead(e, SLOT_TAKEN) for e in taken]
-            dead += [_dead(e, SOLD_OUT_IN_DB) for e in sold_out]
-            report.dead_lettered = self.outbox.dead_letter(cur, dead)
-        report.late_refused = len(taken) + len(sold_out)
-        report.duplicates += len(duplicates)
-        report.applied = len(accepted)
-        self.redis.settle({v: stocks[v].version + 1 for v, _bucket in sold}, accepted)
+        return claimed
+
+    def transaction(self):
+        return self.db.transaction()
+
+    def cursor_of(self, tx):
+        return tx  # VoucherDb's transaction is the cursor itself
+
+    def lock(self, tx, events: list[VoucherOrderEvent]) -> dict[int, StockRow]:
+        return self.db.lock_stocks(tx, {e.voucher_id for e in events})
+
+    def rolled_back(self, tx, locked: dict[int, StockRow], events: list[VoucherOrderEvent]) -> set[int]:
+        return self.db.rolled_back(tx, [e.id for e in events if e.voucher_id in locked])
+
+    def judge(self, tx, locked: dict[int, StockRow], events: list[VoucherOrderEvent]) -> Judged[VoucherOrderEvent]:
+        unknown = [e for e in events if e.voucher_id not in locked]
+        known = [e for e in events if e.voucher_id in locked]
+        duplicates, clashes, candidates = self._split_by_id(known, self.db.orders_by_id(tx, [e.id for e in known]))
+        fresh, taken = self._split_by_slot(candidates, self.db.slot_holders(tx, [_slot(e) for e in candidates]))
+        accepted, sold_out = self._within_stock(fresh, locked)
+        return Judged(fresh=accepted, replayed=duplicates, refused=clashes + taken + sold_out,
+                      late=len(taken) + len(sold_out),
+                      dead=[(e, why) for group, why in ((unknown, UNKNOWN_VOUCHER), (clashes, ID_CLASH),
+                                                        (taken, SLOT_TAKEN), (sold_out, SOLD_OUT_IN_DB)) for e in group])
+
+    def write(self, tx, locked: dict[int, StockRow], fresh: list[VoucherOrderEvent]) -> None:
+        self.db.insert_orders(tx, fresh)
+        self.db.take_stock(tx, Counter((e.voucher_id, e.bucket) for e in fresh))
+
+    def settle(self, locked: dict[int, StockRow], judged: Judged[VoucherOrderEvent], report: PersistReport) -> None:
+        # handed the DB version the commit produced, so an order taken before a rebuild is counted into the rebuilt
+        # stock exactly once
+        self.redis.settle({e.voucher_id: locked[e.voucher_id].version + 1 for e in judged.fresh}, judged.fresh)
         # a re-delivered order was counted by the settle of the commit that inserted it (or, if that settle was
         # lost, by the reconciler): version 0 keeps it from being counted again
-        self.redis.settle({}, duplicates)
-        for e in given_back + list(refused.values()):  # given back: rare, the API's own give-back did not run (or
-            self.redis.rollback(e.voucher_id, e.id, e.user_id, e.bucket, e.home)  # has not yet); both are idempotent
-        return report
+        self.redis.settle({}, judged.replayed)
+
+    def give_back(self, e: VoucherOrderEvent) -> None:
+        self.redis.rollback(e.voucher_id, e.id, e.user_id, e.bucket, e.home)
+
+    def id_of(self, e: VoucherOrderEvent) -> int:
+        return e.id
+
+    def dead_letter_id(self, e: VoucherOrderEvent) -> tuple[str, int]:
+        return f"v{e.voucher_id}", e.id
 
     @staticmethod
     def _split_by_id(events: list[VoucherOrderEvent], stored: dict[int, OrderRow]):
