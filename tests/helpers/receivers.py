@@ -1,0 +1,36 @@
+"""A local webhook receiver (a real HTTP server) for the webhook and balance-monitor tests."""
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+
+class Receiver:
+    """A local webhook endpoint (tests of webhooks and balance monitors): records what it got; answers `status`."""
+
+    def __init__(self, status: int = 204):
+        self.status, self.got = status, []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["content-length"])).decode()
+                receiver.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(receiver.status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def events(self, secret: str) -> list[dict]:
+        """Every delivery verified as a receiver would (a 5-minute tolerance), parsed."""
+        from standardwebhooks import Webhook
+
+        return [Webhook(secret).verify(body, headers) for headers, body in self.got]
+
+    def close(self):
+        self.server.shutdown()
