@@ -68,7 +68,7 @@ def floor_loop(user_id: int, payloads: list[str]) -> float:
 
     lua = runner()
     client, sha = lua.client, lua.sha("ledger_apply")
-    balance, consistency = keys.balance(user_id), keys.consistency(user_id)
+    balance, consistency = keys.balance(user_id), keys.pending(user_id)
     idem, stream, quota = keys.idempotency(user_id, ""), keys.account_stream(user_id), keys.idempotency_quota(user_id)
     held, holds, hold_expiry = keys.held(user_id), keys.holds(user_id), keys.hold_expiry(user_id)
     next_id = int(time.time() * 1000) << 22  # ids above any the handler's generator hands out in this run

@@ -105,7 +105,7 @@ def deduct_vs_before_holds(rounds: int, calls: int) -> float:
 
     def old_apply():
         entry_id, ts = next_id(), int(time.time() * 1000)
-        old(keys=[keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id),
+        old(keys=[keys.balance(user_id), keys.entry(user_id, entry_id), keys.pending(user_id),
                   keys.idempotency(user_id, ""), keys.account_stream(user_id), keys.idempotency_quota(user_id),
                   keys.held(user_id)],
             args=["D", 1, ts, entry_id, 600, "", 86400, 9_000_000_000_000_000, ts, "", "", user_id, "", "", "", ""])

@@ -3,7 +3,7 @@ on a private empty Redis of the run), over n: what an ElastiCache node's memory 
 dataset only: no replication buffers, fragmentation or reserved memory). Entities:
 
 - account: a cached account (ledger_load: balance hash, held hash);
-- pending entry: an ASYNC deduct waiting for the writer (entry string with its TTL, consistency-set member);
+- pending entry: an ASYNC deduct waiting for the writer (entry string with its TTL, pending-set member);
 - settled entry: what an entry leaves once the writer settled it, kept for resend evidence (SETTLED_TTL_S);
 - idempotency record: what a charge with an Idempotency-Key adds to one without;
 - hold: what a recharge's held credit adds to a deduct's entry (ledger_post releases it once durable);

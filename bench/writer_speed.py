@@ -112,7 +112,7 @@ def writer_rows_per_s(env: dict, procs: int, partitions: int, rows: int, log_dir
     def pending() -> int:
         pipe = client.pipeline(transaction=False)
         for u in user_ids:
-            pipe.zcard(keys.consistency(u))
+            pipe.zcard(keys.pending(u))
         return sum(pipe.execute())
 
     proc = runtime({**env, "KAFKA_TOPIC": topic}, log_dir / f"writer-{partitions}.log", "--no-api", "--no-schedules")

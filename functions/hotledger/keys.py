@@ -51,8 +51,9 @@ def entry(user_id: int, entry_id: int) -> str:
     return f"user:order:{tag(str(user_id))}:{entry_id}"
 
 
-def consistency(user_id: int) -> str:
-    """Zset of entry ids charged in Redis and not yet in the DB, scored by time (ms)."""
+def pending(user_id: int) -> str:
+    """Zset of entry ids charged in Redis and not yet in the DB, scored by time (ms): the account's pending set, as
+    vouchers and red packets have theirs. The key keeps its first name: deployed caches hold pending entries under it."""
     return f"user:order:consistency:{tag(str(user_id))}"
 
 

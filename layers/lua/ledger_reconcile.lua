@@ -1,6 +1,6 @@
 -- ledger_reconcile: correct the cached balance by an adjusting amount (the drift), never by overwriting it.
 -- The caller holds the account's DB row lock (no writer commits meanwhile) and computed the drift from one atomic
--- snapshot of the hash and the consistency set: drift = DB balance + pending entries the DB lacks - cached balance.
+-- snapshot of the hash and the pending set: drift = DB balance + pending entries the DB lacks - cached balance.
 -- Charges and rollbacks made since the snapshot moved the cached balance and the pending set by the same amount,
 -- so the drift still holds and adding it converges however hot the account is (TigerBeetle: balances change only
 -- by posted amounts; a correction is one more posting). Only a reload of the hash (another epoch) or a switch to

@@ -1,4 +1,4 @@
--- ledger_settle: after the DB commit, drop persisted entries from the consistency set and flag the account
+-- ledger_settle: after the DB commit, drop persisted entries from the pending set and flag the account
 -- when an entry was charged from an earlier cache load (Redis lost writes): the reconciler corrects it.
 -- KEYS[1] user:order:consistency:{uid}  zset
 -- KEYS[2] user:balance:{uid}            hash (held: the credits not durable yet)
@@ -9,7 +9,7 @@
 --                                       it (state CAPTURED, VOIDED or EXPIRED) is in the DB (read there from then on)
 -- KEYS[5..n] user:order:{uid}:<id>      entry strings of the persisted entries: each becomes
 --                                       'settled;<entry string>' for SETTLED_TTL_S (resend evidence, below); the
---                                       entry ids (the consistency set's members) are the keys' last part
+--                                       entry ids (the pending set's members) are the keys' last part
 -- ARGV[1] comma-separated epochs of the persisted entries
 -- Returns {removed from the zset, 1 if the account was flagged dirty else 0}.
 -- Resend evidence: redis-py resends a ledger_apply whose reply was lost, up to RETRY_HORIZON_S (dal/redis_store.py,

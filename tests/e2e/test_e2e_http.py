@@ -71,7 +71,7 @@ def test_thousand_parallel_deducts_on_five_hundred(service, sql, redis_client):
     assert service.request("GET", f"/accounts/{user_id}")[1]["balance"] == "0.00"
     service.wait_until(lambda: sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,))[0][0] == 500, 90,
                        "500 orders in the DB")
-    service.wait_until(lambda: redis_client.zcard(keys.consistency(user_id)) == 0, 30, "nothing pending")
+    service.wait_until(lambda: redis_client.zcard(keys.pending(user_id)) == 0, 30, "nothing pending")
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((0,),)
 
 

@@ -94,7 +94,7 @@ def test_switching_to_sync_waits_for_pending_orders(api, redis_client):
     assert status == 409 and body["error"]["code"] == "PENDING_ORDERS"
     from hotledger import keys
 
-    redis_client.delete(keys.consistency(user_id))  # as if the writer had persisted everything
+    redis_client.delete(keys.pending(user_id))  # as if the writer had persisted everything
     assert api("PATCH", f"/accounts/{user_id}", {"deduct_type": "SYNC"})[1]["deduct_type"] == "SYNC"
 
 
@@ -307,7 +307,7 @@ def test_a_new_account_never_inherits_what_redis_kept_of_its_id(api, sql, redis_
                      (settings.db_name,))[0]
     redis_client.hset(keys.balance(next_id), mapping={"balance": 123456, "v": 180, "threshold": 0, "open": "1",
                                                       "mode": "ASYNC", "epoch": "old", "ts": 1})
-    redis_client.zadd(keys.consistency(next_id), {"77": 1})
+    redis_client.zadd(keys.pending(next_id), {"77": 1})
     user_id = api.account()
     assert user_id == next_id
     status, account = api("GET", f"/accounts/{user_id}")

@@ -116,7 +116,7 @@ def test_seq_stays_gapless_and_unique_across_a_redis_loss_and_a_sync_switch(api,
     _persist(redis_client, user_id)
     assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
     late = ledger_records(redis_client, [user_id])  # still in the broker when Redis loses the account
-    redis_client.delete(keys.balance(user_id), keys.consistency(user_id), keys.held(user_id))
+    redis_client.delete(keys.balance(user_id), keys.pending(user_id), keys.held(user_id))
     assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})[0] == 200  # charged from a fresh load
     _persist(redis_client, user_id)
     assert invoke_writer(late) == {"batchItemFailures": []}

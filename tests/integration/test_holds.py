@@ -343,7 +343,7 @@ def test_a_hold_redis_lost_before_its_authorize_was_booked_is_ended_by_the_recon
     _persist(redis_client, user_id)
     hold_id = _hold(api, user_id, "4.00", expires_in_s=1)["hold_id"]
     late = ledger_records(redis_client, [user_id])  # the authorize's event, still on its way
-    redis_client.delete(keys.balance(user_id), keys.holds(user_id), keys.hold_expiry(user_id), keys.consistency(user_id))
+    redis_client.delete(keys.balance(user_id), keys.holds(user_id), keys.hold_expiry(user_id), keys.pending(user_id))
     assert _account(api, user_id)["held"] == "0.00"  # loaded again: Redis does not know the hold
     assert invoke_writer(late) == {"batchItemFailures": []}
     assert sql("SELECT state FROM t_hold WHERE id = %s", (int(hold_id),)) == (("ACTIVE",),)

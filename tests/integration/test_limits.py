@@ -48,7 +48,7 @@ def test_an_account_with_too_many_pending_entries_refuses_charges_until_the_writ
     monkeypatch.setattr(ledger_store(), "max_pending", 3, raising=False)
     for n in range(2):
         assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"})[0] == 200
-    assert redis_client.zcard(keys.consistency(user)) == 3
+    assert redis_client.zcard(keys.pending(user)) == 3
     key = {"Idempotency-Key": f"k-{uuid.uuid4().hex[:8]}"}
     for route, headers in (("deduct", key), ("deduct", None), ("recharge", None)):
         status, body = api("POST", f"/accounts/{user}/{route}", {"amount": "1.00"}, headers)
@@ -56,7 +56,7 @@ def test_an_account_with_too_many_pending_entries_refuses_charges_until_the_writ
     account = api("GET", f"/accounts/{user}")[1]
     assert (account["balance"], account["version"], account["pending_orders"]) == ("98.00", 4, 3)  # nothing changed
     assert invoke_writer(ledger_records(redis_client, [user]))["batchItemFailures"] == []
-    assert redis_client.zcard(keys.consistency(user)) == 0
+    assert redis_client.zcard(keys.pending(user)) == 0
     # not the key's answer: the same request with the same key charges once the writer caught up
     status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, key)
     assert status == 200 and body["balance"] == "97.00", body

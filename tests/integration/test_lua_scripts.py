@@ -28,7 +28,7 @@ def _load(lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASY
 
 def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0, key_checked=True, refusal_final=True):
     reply = lua.run("ledger_apply",
-        keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid), keys.idempotency(uid, idem),
+        keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.pending(uid), keys.idempotency(uid, idem),
               keys.account_stream(uid), keys.idempotency_quota(uid), keys.held(uid), keys.holds(uid), keys.hold_expiry(uid)],
         args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE, stale_before,
               "", "", uid, "checked" if key_checked else "", "1" if refusal_final else ""],
@@ -38,7 +38,7 @@ def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_bef
 
 def test_all_keys_of_an_account_share_one_cluster_slot():
     uid = 42
-    slots = {key_slot(k.encode()) for k in (keys.balance(uid), keys.entry(uid, 1), keys.consistency(uid),
+    slots = {key_slot(k.encode()) for k in (keys.balance(uid), keys.entry(uid, 1), keys.pending(uid),
                                             keys.fate(uid, 1), keys.idempotency(uid, "x"), keys.idempotency_quota(uid),
                                             keys.held(uid), keys.holds(uid), keys.hold_expiry(uid), keys.refunds(uid))}
     assert len(slots) == 1
@@ -58,7 +58,7 @@ def test_deduct_ok_writes_entry_zset_and_bumps_version(lua, redis_client, uid):
     _load(lua, uid, balance=10_000, version=5, epoch="ep")
     assert _apply(lua, uid, "D", 1234, 77) == ["ok", "77", "8766", "6", "ep", "1"]
     assert redis_client.get(keys.entry(uid, 77)).decode().split(";")[0::2] == ["1234", "8766", "D", "1"]
-    assert redis_client.zscore(keys.consistency(uid), "77") is not None
+    assert redis_client.zscore(keys.pending(uid), "77") is not None
     assert 0 < redis_client.ttl(keys.entry(uid, 77)) <= 3600
 
 
@@ -67,7 +67,7 @@ def test_deduct_below_threshold_is_refused_and_changes_nothing(lua, redis_client
     assert _apply(lua, uid, "D", 701, 1) == ["insufficient", "1000", "5"]
     assert _apply(lua, uid, "D", 700, 2)[0] == "ok"
     assert redis_client.hget(keys.balance(uid), "balance") == b"300"
-    assert redis_client.zcard(keys.consistency(uid)) == 1
+    assert redis_client.zcard(keys.pending(uid)) == 1
 
 
 def test_deduct_to_zero_closes_and_recharge_reopens(lua, redis_client, uid):
@@ -129,7 +129,7 @@ def test_a_refusal_is_the_keys_answer_and_replayed_as_first_given(lua, redis_cli
     redis_client.hset(keys.balance(uid), mapping=then)  # the charge would pass now
     assert _apply(lua, uid, kind, amount, 2, fingerprint="fp", key_checked=False) == refused
     assert _apply(lua, uid, kind, amount + 1, 3, fingerprint="fp-other") == ["conflict"]
-    assert redis_client.zcard(keys.consistency(uid)) == 0 and redis_client.ttl(keys.idempotency(uid, "k")) > 0
+    assert redis_client.zcard(keys.pending(uid)) == 0 and redis_client.ttl(keys.idempotency(uid, "k")) > 0
     assert _apply(lua, uid, kind, amount, 4, idem="other")[0] == "ok"  # without a key: decided afresh
 
 
@@ -157,7 +157,7 @@ def test_a_resent_call_charges_once(lua, redis_client, uid):
     assert first == ["ok", "1", "900", "6", "e1", "1"]
     assert _apply(lua, uid, "D", 100, 1) == first
     assert redis_client.hmget(keys.balance(uid), "balance", "v") == [b"900", b"6"]
-    assert redis_client.zcard(keys.consistency(uid)) == 1
+    assert redis_client.zcard(keys.pending(uid)) == 1
 
 
 def test_a_stale_pending_idempotency_record_replays_the_charge(lua, redis_client, uid):
@@ -170,7 +170,7 @@ def test_a_stale_pending_idempotency_record_replays_the_charge(lua, redis_client
 
 
 def _rollback(lua, uid, entry_id, idem="k"):
-    reply = lua.run("ledger_rollback", keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.consistency(uid),
+    reply = lua.run("ledger_rollback", keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.pending(uid),
                                keys.fate(uid, entry_id), keys.idempotency(uid, idem), keys.idempotency_quota(uid),
                                keys.held(uid), keys.holds(uid), keys.hold_expiry(uid), keys.refunds(uid)],
                    args=[entry_id, 3600, ""])
@@ -184,7 +184,7 @@ def test_rollback_refunds_tombstones_and_frees_the_idempotency_key(lua, redis_cl
     assert redis_client.hget(keys.balance(uid), "open") == b"1"
     assert redis_client.get(keys.fate(uid, 9)) == b"rolledback"
     assert not redis_client.exists(keys.entry(uid, 9), keys.idempotency(uid, "k"))
-    assert redis_client.zcard(keys.consistency(uid)) == 0
+    assert redis_client.zcard(keys.pending(uid)) == 0
     assert _rollback(lua, uid, 9) == ["gone"]
 
 
@@ -224,10 +224,10 @@ def test_settle_removes_entries_and_flags_foreign_epochs(lua, redis_client, uid)
     _load(lua, uid, balance=100, epoch="new")
     _apply(lua, uid, "D", 10, 1)
     _apply(lua, uid, "D", 10, 2)
-    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), keys.holds(uid), keys.entry(uid, 1)], args=["new"]) == [1, 0]
+    assert lua.run("ledger_settle", keys=[keys.pending(uid), keys.balance(uid), keys.held(uid), keys.holds(uid), keys.entry(uid, 1)], args=["new"]) == [1, 0]
     assert redis_client.get(keys.entry(uid, 1)).startswith(b"settled;")  # resend evidence only, not pending
     assert redis_client.hget(keys.balance(uid), "dirty") is None
-    assert lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), keys.holds(uid), keys.entry(uid, 2)], args=["new,old"]) == [1, 1]
+    assert lua.run("ledger_settle", keys=[keys.pending(uid), keys.balance(uid), keys.held(uid), keys.holds(uid), keys.entry(uid, 2)], args=["new,old"]) == [1, 1]
     assert redis_client.hget(keys.balance(uid), "dirty") == b"1"
 
 
@@ -259,9 +259,9 @@ def test_hash_update_never_creates_and_respects_versions(lua, redis_client, uid)
 def test_mode_to_sync_waits_for_pending_entries(lua, redis_client, uid):
     _load(lua, uid, balance=100)
     _apply(lua, uid, "D", 10, 1)
-    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.consistency(uid), keys.holds(uid), keys.hold_expiry(uid)], []) == [b"pending", 1]
-    redis_client.zrem(keys.consistency(uid), "1")
-    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.consistency(uid), keys.holds(uid), keys.hold_expiry(uid)], []) == [b"ok"]
+    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.pending(uid), keys.holds(uid), keys.hold_expiry(uid)], []) == [b"pending", 1]
+    redis_client.zrem(keys.pending(uid), "1")
+    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.pending(uid), keys.holds(uid), keys.hold_expiry(uid)], []) == [b"ok"]
     assert redis_client.hget(keys.balance(uid), "mode") == b"SYNC"
 
 
@@ -287,7 +287,7 @@ def test_unknown_redis_error_is_not_swallowed(lua, uid):
 
 # resend after settle (issue 10, item 5) ---------------------------------------------------------------------------
 def _settle(lua, uid, *entry_ids, epoch="e1"):
-    return lua.run("ledger_settle", keys=[keys.consistency(uid), keys.balance(uid), keys.held(uid), keys.holds(uid),
+    return lua.run("ledger_settle", keys=[keys.pending(uid), keys.balance(uid), keys.held(uid), keys.holds(uid),
                                           *(keys.entry(uid, i) for i in entry_ids)],
                    args=[epoch])
 
@@ -304,7 +304,7 @@ def test_a_call_resent_after_the_writer_settled_it_charges_once(lua, redis_clien
     assert _settle(lua, uid, 1) == [1, 0]
     assert _apply(lua, uid, "D", 1000, 1) == first
     assert redis_client.hmget(keys.balance(uid), "balance", "v") == [b"9000", b"6"]
-    assert redis_client.zcard(keys.consistency(uid)) == 0  # nothing pending: the settled entry is not counted again
+    assert redis_client.zcard(keys.pending(uid)) == 0  # nothing pending: the settled entry is not counted again
     # the evidence outlives the client's longest resend many times over, then leaves
     assert RETRY_HORIZON_S * 5 < redis_client.ttl(keys.entry(uid, 1)) <= 3600
     assert _settle(lua, uid, 1) == [0, 0]  # a second settle (re-delivery) keeps the evidence as it is

@@ -31,7 +31,7 @@ def test_stale_pending_entries_are_compensated_exactly_once(api, sql, redis_clie
     assert report["compensated"] >= 3
     assert _db_balance(sql, user_id) == 2000
     assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((2,),)
-    assert redis_client.zcard(keys.consistency(user_id)) == 0
+    assert redis_client.zcard(keys.pending(user_id)) == 0
     assert [api("GET", f"/accounts/{user_id}/orders/{i}")[1]["status"] for i in ids] == ["PERSISTED"] * 2
     reconcile(age_s=0)
     assert _db_balance(sql, user_id) == 2000
@@ -43,7 +43,7 @@ def test_cache_that_lost_writes_is_restored_from_the_db(api, sql, redis_client, 
     api("POST", f"/accounts/{user_id}/deduct", {"amount": "10.00"})
     in_flight = [(0, i, b"k", signed_value(e.to_event().model_dump()))
                  for i, e in enumerate(sorted(pending_entries(redis_client, user_id), key=lambda e: e.version))]
-    redis_client.delete(keys.balance(user_id), keys.consistency(user_id))
+    redis_client.delete(keys.balance(user_id), keys.pending(user_id))
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "0.00"  # reloaded from the DB: nothing persisted yet
     assert api("POST", f"/accounts/{user_id}/recharge", {"amount": "5.00"})[0] == 200
     invoke_writer(in_flight)  # the in-flight events arrive after the reload

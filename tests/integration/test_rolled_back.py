@@ -160,7 +160,7 @@ def test_a_charge_the_db_rolled_back_that_redis_kept_is_given_back_by_the_reconc
     reconcile_pass(monkeypatch, age_s=0)  # the stale pending entry goes through the persister: the DB says rolled back
     assert persisted(sql, user_id) == (0, 1000)
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
-    assert redis_client.zcard(keys.consistency(user_id)) == 0
+    assert redis_client.zcard(keys.pending(user_id)) == 0
 
 
 def test_a_key_retry_after_the_db_rolled_back_its_charge_charges_once(api, redis_client, sql, monkeypatch,

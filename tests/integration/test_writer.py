@@ -26,7 +26,7 @@ def test_batch_is_persisted_once_and_replays_change_nothing(api, redis_client, s
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((9400,),)
     assert sql("SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s", (user_id,)) == ((3, 600),)
     assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s", (user_id,)) == ((1,),)
-    assert redis_client.zcard(keys.consistency(user_id)) == 0
+    assert redis_client.zcard(keys.pending(user_id)) == 0
     stamps = {json.loads(value)["id"]: json.loads(value)["ts"] for *_, value in records}
     for entry_id, created in sql("SELECT id, create_time FROM t_order WHERE user_id = %s", (user_id,)):
         # the charge's time, in UTC, to the millisecond

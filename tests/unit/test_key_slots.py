@@ -10,7 +10,7 @@ from hotledger import config, keys
 from hotledger.dal import delay_queue, lock
 
 ENTITY_KEYS = {
-    "account": lambda: [keys.balance(7), keys.entry(7, 11), keys.consistency(7), keys.fate(7, 11),
+    "account": lambda: [keys.balance(7), keys.entry(7, 11), keys.pending(7), keys.fate(7, 11),
                         keys.idempotency(7, "k"), keys.account_stream(7)],
     "voucher": lambda: [keys.voucher(3), keys.voucher_buyers(3), keys.voucher_pending(3), keys.voucher_fate(3, 5),
                         keys.voucher_stream(3)],

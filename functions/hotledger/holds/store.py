@@ -108,7 +108,7 @@ class HoldStore:
         """hold_change.lua: one change of a hold (AUTHORIZE with its expires_at and description, CAPTURE, VOID, EXPIRE)."""
         return HoldReply.parse(self.lua.run(
             "hold_change",
-            [keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id), keys.holds(user_id),
+            [keys.balance(user_id), keys.entry(user_id, entry_id), keys.pending(user_id), keys.holds(user_id),
              keys.hold_expiry(user_id), keys.held(user_id), keys.account_stream(user_id)],
             [op, amount or "", "1" if final else "", ts, entry_id, hold_id, self.entry_ttl_s, self.stream_flag, user_id,
              self.max_pending, expires_at, description]))

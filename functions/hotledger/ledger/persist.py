@@ -9,7 +9,7 @@ is given back in Redis if still pending there. The API records a rollback under 
 the entry is not persisted, and only then gives the charge back in Redis (LedgerService._undo), so a rollback and a
 commit never both win, and a Redis claim of the entries (as the voucher and red packet persisters take) would
 decide nothing the DB does not: the writer takes none, a script call per account and batch saved. After the commit
-the entries leave the consistency set (ledger_settle.lua, one call per account, pipelined).
+the entries leave the pending set (ledger_settle.lua, one call per account, pipelined).
 
 An entry with an Idempotency-Key writes the key's answer (t_idempotency) in the same transaction, so the key is
 answered from the DB once Redis forgot it (expired after a day, lost, or the account went SYNC). A key holds one

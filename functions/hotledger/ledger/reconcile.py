@@ -5,7 +5,7 @@
 - Per account the Redis reads are bounded: the pending count, the oldest pending charge and at most `pending_limit`
   stale ids; an account with more pending entries than that is not corrected this run (`deferred`), its oldest
   stale entries are still persisted, `pending_limit` per run.
-- Entries left in an account's consistency set longer than the reconcile age (the event was lost or the
+- Entries left in an account's pending set longer than the reconcile age (the event was lost or the
   writer is stuck) are persisted from their Redis entry strings through the ledger persister (exactly once);
   an id whose entry string expired has nothing left to persist from and leaves the set.
 - An ASYNC account whose cache is behind the DB (version lower, balance not equal to DB + pending, or flagged

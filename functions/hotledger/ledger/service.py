@@ -1,6 +1,6 @@
 """Accounts, deducts and recharges.
 
-ASYNC accounts are charged by one Lua script on Redis (balance, entry string, consistency set and
+ASYNC accounts are charged by one Lua script on Redis (balance, entry string, pending set and
 idempotency record in one step), then the change is made durable (Durability.apply: the event is
 published and the answer given only after the broker acknowledged it; a failed publish is rolled back
 in Redis and tombstoned so the writer never persists it). SYNC accounts are charged in one DB

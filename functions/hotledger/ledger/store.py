@@ -280,7 +280,7 @@ class ReconcileReply:
 
 @dataclass(frozen=True)
 class SettleReply:
-    removed: int  # entry ids dropped from the consistency set
+    removed: int  # entry ids dropped from the pending set
     flagged: bool  # an entry was charged from an earlier cache load: the reconciler corrects the account
 
 
@@ -291,8 +291,8 @@ def settled(raw) -> bool:
 
 
 def pending_entries(client, user_id: int) -> list[Entry]:
-    """Entries in the consistency set whose entry string still exists."""
-    ids = [int(text(m)) for m in client.zrange(keys.consistency(user_id), 0, -1)]
+    """Entries in the pending set whose entry string still exists."""
+    ids = [int(text(m)) for m in client.zrange(keys.pending(user_id), 0, -1)]
     if not ids:
         return []
     raws = client.mget([keys.entry(user_id, i) for i in ids])
@@ -420,10 +420,10 @@ class LedgerStore:
 
     def forget_account(self, user_id: int) -> None:
         """Drop the cached balance and the pending set of this account id."""
-        self.redis.delete(keys.balance(user_id), keys.consistency(user_id))
+        self.redis.delete(keys.balance(user_id), keys.pending(user_id))
 
     def pending_count(self, user_id: int) -> int:
-        return self.redis.zcard(keys.consistency(user_id))
+        return self.redis.zcard(keys.pending(user_id))
 
     def pending_entries(self, user_id: int) -> list[Entry]:
         return pending_entries(self.redis, user_id)
@@ -432,18 +432,18 @@ class LedgerStore:
         """The cached balance and up to `limit` pending ids, read atomically (MULTI); None when not cached."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.hmget(keys.balance(user_id), "balance", "epoch", "mode")
-        pipe.zrange(keys.consistency(user_id), 0, limit - 1)
-        pipe.zcard(keys.consistency(user_id))
+        pipe.zrange(keys.pending(user_id), 0, limit - 1)
+        pipe.zcard(keys.pending(user_id))
         (balance, epoch, mode), ids, total = pipe.execute()
         if balance is None:
             return None
         return CacheSnapshot(int(balance), text(epoch) or "", text(mode) or "", [int(text(m)) for m in ids], total)
 
     def still_pending(self, user_id: int, entry_ids: list[int]) -> set[int]:
-        """Those of the ids that are in the account's consistency set now."""
+        """Those of the ids that are in the account's pending set now."""
         pipe = self.redis.pipeline(transaction=False)
         for entry_id in entry_ids:
-            pipe.zscore(keys.consistency(user_id), entry_id)
+            pipe.zscore(keys.pending(user_id), entry_id)
         return {i for i, score in zip(entry_ids, pipe.execute()) if score is not None}
 
     def entry(self, user_id: int, entry_id: int) -> Entry | None:
@@ -459,7 +459,7 @@ class LedgerStore:
         return found, [i for i, raw in zip(entry_ids, raws) if raw is None]
 
     def forget_pending(self, user_id: int, entry_ids: list[int]) -> None:
-        self.redis.zrem(keys.consistency(user_id), *entry_ids)
+        self.redis.zrem(keys.pending(user_id), *entry_ids)
 
     def mark_answer_done(self, user_id: int, idem_key: str) -> None:
         """The charge answered for this Idempotency-Key is durable: a retry replays it without publishing again."""
@@ -471,9 +471,9 @@ class LedgerStore:
         pipe = self.lua.pipeline()
         for user_id in user_ids:
             pipe.hmget(keys.balance(user_id), "balance", "v", "dirty")
-            pipe.zcard(keys.consistency(user_id))
-            pipe.zrange(keys.consistency(user_id), 0, 0, withscores=True)
-            pipe.zrangebyscore(keys.consistency(user_id), "-inf", f"({stale_before_ms}", start=0, num=limit)
+            pipe.zcard(keys.pending(user_id))
+            pipe.zrange(keys.pending(user_id), 0, 0, withscores=True)
+            pipe.zrangebyscore(keys.pending(user_id), "-inf", f"({stale_before_ms}", start=0, num=limit)
         replies = pipe.execute()
         return [CacheState(None if balance is None else int(balance), None if version is None else int(version),
                            dirty is not None, count, oldest[0][1] if oldest else None, [int(text(m)) for m in stale])
@@ -484,7 +484,7 @@ class LedgerStore:
         """ledger_apply.lua: charge an ASYNC account in Redis."""
         return ApplyReply.parse(self.lua.run(
             "ledger_apply",
-            [keys.balance(c.user_id), keys.entry(c.user_id, c.entry_id), keys.consistency(c.user_id),
+            [keys.balance(c.user_id), keys.entry(c.user_id, c.entry_id), keys.pending(c.user_id),
              keys.idempotency(c.user_id, c.idem_key or ""), keys.account_stream(c.user_id), keys.idempotency_quota(c.user_id),
              keys.held(c.user_id), keys.holds(c.user_id), keys.hold_expiry(c.user_id)],
             [c.kind, c.amount, c.ts, c.entry_id, self.entry_ttl_s, c.fingerprint, self.idempotency_ttl_s, MAX_BALANCE,
@@ -495,7 +495,7 @@ class LedgerStore:
     def rollback(self, user_id: int, entry_id: int, idem_key: str | None) -> RollbackReply:
         """ledger_rollback.lua: give back in Redis a charge the DB recorded as rolled back (record_rollback)."""
         return RollbackReply.parse(self.lua.run(
-            "ledger_rollback", [keys.balance(user_id), keys.entry(user_id, entry_id), keys.consistency(user_id),
+            "ledger_rollback", [keys.balance(user_id), keys.entry(user_id, entry_id), keys.pending(user_id),
                                 keys.fate(user_id, entry_id), keys.idempotency(user_id, idem_key or ""),
                                 keys.idempotency_quota(user_id), keys.held(user_id), keys.holds(user_id),
                                 keys.hold_expiry(user_id), keys.refunds(user_id)],
@@ -540,7 +540,7 @@ class LedgerStore:
 
     def switch_to_sync(self, user_id: int) -> ToSyncReply:
         """ledger_to_sync.lua: mark the cached account SYNC unless entries still wait for the DB."""
-        return ToSyncReply.parse(self.lua.run("ledger_to_sync", [keys.balance(user_id), keys.consistency(user_id),
+        return ToSyncReply.parse(self.lua.run("ledger_to_sync", [keys.balance(user_id), keys.pending(user_id),
                                                                  keys.holds(user_id), keys.hold_expiry(user_id)], []))
 
     def reconcile_cache(self, user_id: int, *, epoch: str, drift: int, db_version: int) -> ReconcileReply:
@@ -556,7 +556,7 @@ class LedgerStore:
         pipe = self.lua.pipeline()
         for user_id, events in persisted.items():
             self.lua.run("ledger_settle",
-                         [keys.consistency(user_id), keys.balance(user_id), keys.held(user_id), keys.holds(user_id),
+                         [keys.pending(user_id), keys.balance(user_id), keys.held(user_id), keys.holds(user_id),
                           *(keys.entry(user_id, e.id) for e in events)],
                          [",".join(sorted({e.epoch for e in events}))], client=pipe)
         return {user_id: SettleReply(removed, flagged == 1) for user_id, (removed, flagged) in zip(persisted, pipe.execute())}

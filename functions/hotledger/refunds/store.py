@@ -64,7 +64,7 @@ class RefundStore:
                known_refunded: int | None, reason: str) -> RefundReply:
         return RefundReply.parse(self.lua.run(
             "ledger_refund",
-            [keys.balance(user_id), keys.entry(user_id, refund_id), keys.consistency(user_id), keys.refunds(user_id),
+            [keys.balance(user_id), keys.entry(user_id, refund_id), keys.pending(user_id), keys.refunds(user_id),
              keys.held(user_id), keys.account_stream(user_id)],
             [amount, ts, refund_id, self.entry_ttl_s, self.stream_flag, user_id, charge_id, charge_kind, charged,
              "" if known_refunded is None else known_refunded, self.max_balance, reason]))
