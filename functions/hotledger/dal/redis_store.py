@@ -5,6 +5,8 @@ RedisUnavailable (the command cannot have run: nothing changed) or RedisOutcomeU
 answer lost: it may have run). Each feature's store wraps its scripts in typed methods over Lua.run."""
 from __future__ import annotations
 
+from typing import Any, overload
+
 import functools
 import threading
 import time
@@ -32,6 +34,7 @@ class RedisCommandError(RedisOutcomeUnknown):
 
 
 def translate(exc: redis.RedisError) -> RedisUnavailable:
+    kind: type[RedisUnavailable]
     if isinstance(exc, redis.ResponseError):
         kind = RedisCommandError
     else:
@@ -248,7 +251,12 @@ def expire_once(client: redis.Redis, names: list[str], ttl_s: int) -> None:
     pipe.execute()
 
 
-def text(value) -> str | None:
+@overload
+def text(value: bytes | str) -> str: ...
+@overload
+def text(value: None) -> None: ...
+def text(value):
+    """A Redis reply as text (redis-py answers bytes); None stays None (a missing key or field)."""
     return value.decode() if isinstance(value, bytes) else value
 
 
@@ -285,6 +293,6 @@ def wait_for_message(pubsub, timeout_s: float, addressed_to: str | None = None) 
     return False
 
 
-def reply_fields(raw) -> list[str]:
+def reply_fields(raw) -> list[Any]:
     """A script's array reply as text: [status, field, ...] (integers as their decimal text)."""
     return [str(x) if isinstance(x, int) else text(x) for x in raw]
