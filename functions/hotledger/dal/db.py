@@ -103,7 +103,7 @@ def connection() -> pymysql.connections.Connection:
     cfg = settings()
     source, rotated = getattr(_local, "rotated", (None, None))
     try:
-        conn, used = connect_rotating(rotated if source is cfg else cfg)
+        conn, used = connect_rotating(rotated if source is cfg and rotated is not None else cfg)
     except pymysql.err.OperationalError as exc:
         raise DatabaseUnavailable(str(exc)) from exc
     _local.conn = conn

@@ -16,6 +16,8 @@ redis-py's errors.
 """
 from __future__ import annotations
 
+from typing import cast
+
 import json
 import logging
 import time
@@ -191,7 +193,7 @@ class DelayQueue:
         holding max_size elements (waiting + taken) raises QueueFull."""
         if (due_at_ms is None) == (delay_ms is None):
             raise ValueError("give exactly one of due_at_ms and delay_ms")
-        due = due_at_ms if due_at_ms is not None else int(time.time() * 1000) + delay_ms
+        due = due_at_ms if due_at_ms is not None else int(time.time() * 1000) + (delay_ms or 0)
         offered = delay_offer(self.lua, queue, canonical(element), due, self.max_size if bounded else 0)
         if offered.full:
             raise QueueFull(f"queue {queue!r} holds {self.max_size} elements")
@@ -248,7 +250,7 @@ class DelayQueue:
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadLetter]:
         """The oldest first."""
-        dead = self.redis.zrange(keys.delay_dead(queue), 0, limit - 1, withscores=True)
+        dead = cast("list[tuple[bytes, float]]", self.redis.zrange(keys.delay_dead(queue), 0, limit - 1, withscores=True))
         if not dead:
             return []
         counts = self.redis.hmget(keys.delay_deliveries(queue), [member for member, _ in dead])

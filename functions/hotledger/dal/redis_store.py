@@ -189,7 +189,7 @@ class AttemptsKeptCluster(redis.RedisCluster):
             finally:
                 keep()
 
-        manager.initialize = initialize_keeping_seed
+        setattr(manager, "initialize", initialize_keeping_seed)  # redis-py's own, wrapped
         keep()
 
     def execute_command(self, *args, **kwargs):
@@ -243,7 +243,7 @@ def stream_flag(cfg: Settings) -> str:
     return "stream" if cfg.event_transport == "redis-stream" else ""
 
 
-def expire_once(client: redis.Redis, names: list[str], ttl_s: int) -> None:
+def expire_once(client: redis.Redis | redis.RedisCluster, names: list[str], ttl_s: int) -> None:
     """Give keys a TTL unless they have one (EXPIRE NX), so repeating this does not push it back."""
     pipe = client.pipeline(transaction=False)
     for name in names:

@@ -154,7 +154,7 @@ class HoldStore:
 
     def stored_page(self, user_id: int, state: str | None, after_id: int, limit: int) -> list[Hold]:
         """The account's holds the DB knows, newest first, below after_id (0: from the newest)."""
-        where, args = "WHERE user_id = %s AND id < %s", [user_id, after_id or 2**63 - 1]
+        where, args = "WHERE user_id = %s AND id < %s", [user_id, after_id or 2**63 - 1]  # type: list[object]
         if state:
             where += " AND state = %s"
             args.append(state)
@@ -188,13 +188,14 @@ def holds_with_pending(stored: list[Hold], pending: list[Entry]) -> list[Hold]:
     """The DB's ACTIVE holds with the hold changes charged in Redis and not in the DB yet applied, in version order;
     the ACTIVE ones after them. This is what a cache load puts back in Redis (as ledger.service.expected_cache for money)."""
     holds = {h.hold_id: h for h in stored}
-    for e in sorted((e for e in pending if e.hold is not None), key=lambda e: e.version):
+    changes = sorted(((e, e.hold) for e in pending if e.hold is not None), key=lambda pair: pair[0].version)
+    for e, change in changes:
         if e.kind == "H":
-            holds[e.hold.hold_id] = Hold(e.hold.hold_id, e.user_id, e.amount, 0, ACTIVE, e.hold.expires_at, e.ts,
-                                         e.hold.description or "")
-        elif e.hold.hold_id in holds:
-            h = holds[e.hold.hold_id]
-            holds[h.hold_id] = Hold(h.hold_id, h.user_id, h.amount, e.hold.captured_after, e.hold.state, h.expires_at,
+            holds[change.hold_id] = Hold(change.hold_id, e.user_id, e.amount, 0, ACTIVE, change.expires_at, e.ts,
+                                         change.description or "")
+        elif change.hold_id in holds:
+            h = holds[change.hold_id]
+            holds[h.hold_id] = Hold(h.hold_id, h.user_id, h.amount, change.captured_after, change.state, h.expires_at,
                                     h.created_at, h.description)
     return [h for h in holds.values() if h.state == ACTIVE]
 

@@ -32,7 +32,7 @@ def stored_key(idem_key: str | None) -> str | None:
 def is_client_key(stored: str | None) -> bool:
     """Whether a stored key is a client's: those count against MAX_IDEMPOTENCY_KEYS (a client can mint any number);
     the service's own keys are one per packet, item or payment order, bounded by those."""
-    return bool(stored) and stored.startswith(CLIENT_PREFIX)
+    return stored is not None and stored.startswith(CLIENT_PREFIX)
 
 
 @dataclass(frozen=True)

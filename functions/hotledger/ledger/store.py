@@ -11,6 +11,8 @@ Redis (tagged {uid}: one slot per account) and one typed wrapper per ledger_*.lu
 """
 from __future__ import annotations
 
+from typing import cast
+
 import contextlib
 import json
 import time
@@ -67,8 +69,9 @@ class AccountRow:
 
     @classmethod
     def of(cls, row) -> AccountRow:
-        *fields, api_open, close_reason = row
-        return cls(*fields, open_flag(api_open, close_reason))
+        user_id, user_name, deduct_type, balance, version, threshold, seq, on_hold, booked_at, api_open, reason = row
+        return cls(user_id, user_name, deduct_type, balance, version, threshold, seq, on_hold, booked_at,
+                   open_flag(api_open, reason))
 
     @property
     def head(self) -> LedgerHead:
@@ -384,21 +387,22 @@ class LedgerStore:
 
     # Redis -------------------------------------------------------------------------------------------
     def cached(self, user_id: int) -> CachedAccount | None:
-        balance, version, threshold, flag, held, on_hold = self.redis.hmget(
-            keys.balance(user_id), "balance", "v", "threshold", "open", "held", "on_hold")
+        fields = cast("list[bytes | None]", self.redis.hmget(keys.balance(user_id), "balance", "v", "threshold", "open",
+                                                             "held", "on_hold"))
+        balance, version, threshold, flag, held, on_hold = fields
         if balance is None:
             return None
-        return CachedAccount(int(balance), int(version), int(threshold), text(flag), int(held or 0),
+        return CachedAccount(int(balance), int(version or 0), int(threshold or 0), text(flag or b""), int(held or 0),
                              self._live_on_hold(user_id, int(on_hold or 0)))
 
     def _live_on_hold(self, user_id: int, on_hold: int) -> int:
         """What the ACTIVE holds keep, less those past expires_at (as the scripts count it)."""
         if on_hold <= 0:
             return 0
-        expired = self.redis.zrangebyscore(keys.hold_expiry(user_id), "-inf", int(time.time() * 1000))
+        expired = cast("list[bytes]", self.redis.zrangebyscore(keys.hold_expiry(user_id), "-inf", int(time.time() * 1000)))
         if not expired:
             return on_hold
-        records = self.redis.hmget(keys.holds(user_id), expired)
+        records = cast("list[bytes | None]", self.redis.hmget(keys.holds(user_id), expired))
         return on_hold - sum(int(a) - int(c) for a, c, *_ in (text(r).split(";", 2) for r in records if r is not None))
 
     def live_on_hold_in_db(self, account: AccountRow) -> int:

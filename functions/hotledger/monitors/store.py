@@ -21,6 +21,12 @@ class Monitor:
     armed: bool
 
 
+def _monitor(row) -> Monitor:
+    """A t_balance_monitor row (id, user_id, direction, threshold, rearm, armed)."""
+    monitor_id, user_id, direction, threshold, rearm, armed = row
+    return Monitor(monitor_id, user_id, direction, threshold, rearm, bool(armed))
+
+
 @dataclass(frozen=True)
 class Alert:
     monitor_id: int
@@ -48,7 +54,7 @@ def judge(cursor, rows: list[Booked]) -> list[Alert]:
         return []
     cursor.execute("SELECT id, user_id, direction, threshold, rearm, armed FROM t_balance_monitor WHERE deleted = 0 AND"
                    f" user_id IN ({','.join(['%s'] * len(users))}) FOR UPDATE", users)
-    monitors = [Monitor(*row[:5], bool(row[5])) for row in cursor.fetchall()]
+    monitors = [_monitor(row) for row in cursor.fetchall()]
     if not monitors:
         return []
     by_user: dict[int, list[Booked]] = defaultdict(list)
@@ -87,7 +93,7 @@ class MonitorStore:
             return Monitor(cur.lastrowid, user_id, direction, threshold, rearm, armed)
 
     def monitors(self, user_id: int) -> list[Monitor]:
-        return [Monitor(*row[:5], bool(row[5])) for row in db.query(
+        return [_monitor(row) for row in db.query(
             "SELECT id, user_id, direction, threshold, rearm, armed FROM t_balance_monitor WHERE user_id = %s"
             " AND deleted = 0 ORDER BY id", (user_id,))]
 

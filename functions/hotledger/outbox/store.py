@@ -3,6 +3,8 @@ dead-letter table, the writer's log watermark (t_log_watermark) with the log hol
 (outbox_hold_swap.lua), and the Redis Streams transport's consumer-group calls."""
 from __future__ import annotations
 
+from typing import cast
+
 from dataclasses import dataclass
 
 import redis
@@ -84,7 +86,8 @@ class OutboxStore:
 
     def log_hold(self, hold_key: str) -> str:
         """The hold_log field of a rebuilt entity's hash ('' when it has no log hold)."""
-        return text(self.lua.client.hget(hold_key, "hold_log") or b"")
+        held = cast("bytes | None", self.lua.client.hget(hold_key, "hold_log"))
+        return text(held or b"")
 
     def swap_log_hold(self, hold_key: str, read: str, new: str) -> str:
         """Set hold_log from `read` to `new` ('': lift the hold), only if it still holds `read`; returns what it holds."""
@@ -183,12 +186,14 @@ class EventStreams:
 
     def reclaim(self, stream: str, consumer: str, min_idle_ms: int, count: int) -> list[StreamEntry]:
         """Entries other consumers left pending longer than min_idle_ms, now this consumer's, with their delivery counts."""
-        _, raw, _ = self.redis.xautoclaim(stream, self.group, consumer, min_idle_time=min_idle_ms, count=count)
+        claimed = cast(list, self.redis.xautoclaim(stream, self.group, consumer, min_idle_time=min_idle_ms, count=count))
+        _, raw, _ = claimed
         entries = _entries(raw)
         if not entries:
             return []
-        counts = {text(p["message_id"]): p["times_delivered"] for p in self.redis.xpending_range(
-            stream, self.group, min=entries[0].entry_id, max=entries[-1].entry_id, count=len(entries), consumername=consumer)}
+        pending: list[dict] = self.redis.xpending_range(stream, self.group, min=entries[0].entry_id,
+                                                       max=entries[-1].entry_id, count=len(entries), consumername=consumer)
+        counts: dict[str, int] = {text(p["message_id"]): p["times_delivered"] for p in pending}
         return [StreamEntry(e.entry_id, e.value, counts.get(e.entry_id, 0)) for e in entries]
 
     def ack(self, stream: str, entry_ids: list[str]) -> None:
@@ -202,8 +207,9 @@ class EventStreams:
         self.redis.xadd(dead_stream, {"e": entry.value, "id": entry.entry_id, "error": error[:1024]})
 
     def dead_entries(self, dead_stream: str, count: int) -> list[DeadStreamEntry]:
+        found = cast("list[tuple[bytes, dict[bytes, bytes]]]", self.redis.xrange(dead_stream, count=count))
         return [DeadStreamEntry(text(entry_id), text(fields.get(b"id")) or "", text(fields.get(b"error")) or "",
-                                fields.get(b"e", b"")) for entry_id, fields in self.redis.xrange(dead_stream, count=count)]
+                                fields.get(b"e", b"")) for entry_id, fields in found]
 
     def revive(self, lua: Lua, shard: int, dead_entry_id: str) -> str | None:
         """A dead entry appended to its stream again (outbox_stream_revive.lua); None when it is not there."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -113,7 +113,7 @@ class Writer:
     def __init__(self, persisters: dict[type, Persister], outbox: OutboxStore):
         self.persisters, self.outbox = persisters, outbox
 
-    def persist(self, events: list, poison: list[PoisonRecord] = (),
+    def persist(self, events: list, poison: Sequence[PoisonRecord] = (),
                 applied: dict[tuple[str, int], int] | None = None) -> PersistReport:
         """`applied`: (topic, partition) -> the batch's last offset, recorded as the log watermark once every
         persister committed (after them, not within: the watermark can only lag what is applied, never lead it;

@@ -77,7 +77,10 @@ class RefundStore:
     def stored(self, user_id: int, refund_id: int) -> Refund | None:
         rows = db.query("SELECT id, user_id, charge_id, charge_kind, amount FROM t_refund WHERE id = %s AND user_id = %s",
                         (refund_id, user_id))
-        return Refund(*rows[0], None) if rows else None
+        if not rows:
+            return None
+        refund_id, owner, charge_id, charge_kind, amount = rows[0]
+        return Refund(refund_id, owner, charge_id, charge_kind, amount, None)
 
 
 def refunded_in_tx(cursor, charge_id: int) -> int:

@@ -225,7 +225,7 @@ class VoucherDb:
     def take_stock(cur, sold: Counter[tuple[int, int]]) -> None:
         """Move each voucher's DB stock, and each of its buckets', down by the orders sold ((voucher id, bucket) ->
         orders); the voucher's version rises by one per call."""
-        per_voucher = Counter()
+        per_voucher: Counter[int] = Counter()
         for (voucher_id, bucket), n in sold.items():
             per_voucher[voucher_id] += n
             cur.execute("UPDATE t_voucher_bucket SET stock = stock - %s WHERE voucher_id = %s AND bucket = %s",
