@@ -82,6 +82,19 @@ def drain(timeout_s: int = 4) -> dict:
     return handler(events.scheduled(), events.LambdaContext("DelayDrainerFunction", timeout_s=timeout_s))
 
 
+def drain_until_dead(queue: str, runs: int = 10) -> dict:
+    """Drainer runs until one dead-letters an element of `queue`: a run's window is short and other tests' due
+    elements share it, so three deliveries with their backoff may span more than one run. Returns the queue's counts
+    over those runs."""
+    total = {"failures": 0, "dead_lettered": 0, "redeliveries": 0}
+    for _ in range(runs):
+        seen = drain()["queues"].get(queue, {})
+        total = {name: total[name] + seen.get(name, 0) for name in total}
+        if total["dead_lettered"]:
+            break
+    return total
+
+
 def emf_records(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{") and '"_aws"' in line]
 
@@ -99,14 +112,13 @@ def test_a_poison_element_is_retried_with_backoff_then_dead_lettered_and_later_q
     dq.offer(REMINDER_QUEUE, poison, delay_ms=0)  # first queue served; int(poison) raises in fire_reminders
     dq.offer(CLOSE_QUEUE, missing_order, delay_ms=0)  # a later queue: closing an unknown order is a no-op
     capsys.readouterr()
-    report = drain()
+    reminders = drain_until_dead(REMINDER_QUEUE)
     assert not dq.contains(CLOSE_QUEUE, missing_order)  # the later queue was served
-    reminders = report["queues"][REMINDER_QUEUE]
     assert (reminders["failures"], reminders["dead_lettered"], reminders["redeliveries"]) == (3, 1, 2)
     assert not dq.contains(REMINDER_QUEUE, poison)  # neither waiting nor taken: a dead letter
     records = emf_records(capsys.readouterr().out)
     per_queue = {r["queue"]: r for r in records if "queue" in r}
-    assert per_queue[REMINDER_QUEUE]["DelayDeadLetters"][0] >= 1 and per_queue[REMINDER_QUEUE]["DelayRedeliveries"][0] == 2
+    assert per_queue[REMINDER_QUEUE]["DelayDeadLetters"][0] >= 1  # the last run's record: the dead letter waits
     assert {"DelayQueueDepth", "DelayOldestDueLagMs", "DelayDeadLettered"} <= per_queue[CLOSE_QUEUE].keys()
 
     status, body = api("GET", f"/delay-queues/{REMINDER_QUEUE}/dead-letters")
@@ -119,8 +131,8 @@ def test_a_poison_element_is_retried_with_backoff_then_dead_lettered_and_later_q
     logged = [line for line in api("GET", "/ops/log?limit=50")[1] if line["action"] == "replay.delay"]
     assert logged[0]["detail"] == {"queue": REMINDER_QUEUE, "replayed": [poison], "not_found": ["nope"]}  # who, what
     assert dq.contains(REMINDER_QUEUE, poison) and dq.due_at(REMINDER_QUEUE, poison) <= int(time.time() * 1000)
-    report = drain()  # replayed with its count reset: three more deliveries, then dead again
-    assert report["queues"][REMINDER_QUEUE]["failures"] == 3 and report["queues"][REMINDER_QUEUE]["dead_lettered"] == 1
+    again = drain_until_dead(REMINDER_QUEUE)  # replayed with its count reset: three more deliveries, then dead again
+    assert (again["failures"], again["dead_lettered"]) == (3, 1)
 
     status, body = api("DELETE", f"/delay-queues/{REMINDER_QUEUE}/dead-letters/{poison}")
     assert status == 200 and poison not in [d["element"] for d in body["dead_letters"]]
