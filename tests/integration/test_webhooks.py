@@ -101,6 +101,9 @@ def test_a_failing_endpoint_retries_in_order_and_holds_back_only_its_own_events(
     broken.status = 204
     status, body = api("POST", f"/webhook-endpoints/{failing['endpoint_id']}/replay", {"since_seq": 1, "user_id": user_id})
     assert status == 200 and body["replayed"] >= 2
+    (logged,) = [line for line in api("GET", "/ops/log?limit=50")[1] if line["action"] == "replay.webhook-endpoint"
+                 and line["detail"]["endpoint_id"] == failing["endpoint_id"]]
+    assert logged["detail"]["user_id"] == user_id and logged["actor"]  # who sent what again
     _send()
     _send()
     last_two = [Webhook(failing["secret"]).verify(body, headers) for headers, body in broken.got[-2:]]

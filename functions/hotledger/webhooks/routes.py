@@ -8,9 +8,10 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from api.authorization import principal_of
 from api.responses import responses
 from api.rules import ADMIN, SERVICE, only
-from hotledger.runtime import webhooks
+from hotledger.runtime import operations, webhooks
 from hotledger.webhooks.events import BALANCE_TYPES, EVENT_TYPES, MEANING, BalanceEvent, EntryEvent
 from hotledger.webhooks.service import ROTATION_OVERLAP_S, SEND_TIMEOUT_S
 
@@ -130,7 +131,10 @@ def list_deliveries(endpoint_id: EndpointId, state: Annotated[str | None, Query(
 @router.post("/webhook-endpoints/<endpoint_id>/replay", responses=responses(
     200, dict, "how many deliveries are sent again, in order", _NOT_FOUND))
 def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -> dict:
-    return {"replayed": webhooks().replay(endpoint_id, request.since_seq, request.since, request.user_id)}
+    replayed = webhooks().replay(endpoint_id, request.since_seq, request.since, request.user_id)
+    operations().record(principal_of(router.current_event), "replay.webhook-endpoint",
+                        {"endpoint_id": str(endpoint_id), **request.model_dump(exclude_none=True), "replayed": replayed})
+    return {"replayed": replayed}
 
 
 DELIVERY = (
