@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
+import typing
 import re
 import sys
 from pathlib import Path
@@ -258,17 +258,29 @@ def _default(value) -> str:
 def settings_table() -> str:
     from hotledger import config
 
-    fields = dataclasses.fields(config.Settings)
-    undescribed = {f.name for f in fields} - set(SETTING_WHAT)
-    unknown = set(SETTING_WHAT) - {f.name for f in fields}
+    fields = config.Settings.model_fields
+    undescribed = set(fields) - set(SETTING_WHAT)
+    unknown = set(SETTING_WHAT) - set(fields)
     if undescribed or unknown:
         raise SystemExit(f"gen_docs: describe the new settings {sorted(undescribed)} in SETTING_WHAT "
                          f"(and drop the ones config.py no longer has: {sorted(unknown)})")
-    lines = ["| variable | default | SSM tunable | what |", "|---|---|---|---|"]
-    for f in fields:
-        ssm = f"`{f.name}`" if f.name in config.SSM_TUNABLES else ""
-        lines.append(f"| `{config._ENV[f.name]}` | {_default(f.default)} | {ssm} | {_cell(SETTING_WHAT[f.name])} |")
+    lines = ["| variable | values | default | SSM tunable | what |", "|---|---|---|---|---|"]
+    for name, f in fields.items():
+        ssm = f"`{name}`" if name in config.SSM_TUNABLES else ""
+        lines.append(f"| `{config.ENV[name]}` | {_values(f)} | {_default(f.default)} | {ssm} | {_cell(SETTING_WHAT[name])} |")
     return "\n".join(lines)
+
+
+def _values(field) -> str:
+    """What a setting accepts, from its type and range in the settings model."""
+    kind = field.annotation
+    choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else ()
+    if choices:
+        return " or ".join(f"`{c}`" for c in choices)
+    name = {int: "integer", float: "number", str: "text"}.get(kind, "text")
+    bounds = [f"{symbol} {getattr(m, attr)}" for m in field.metadata
+              for attr, symbol in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤")) if hasattr(m, attr)]
+    return f"{name} {', '.join(bounds)}".strip()
 
 
 SECTIONS = {  # name -> (file, the table's text)

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
-from dataclasses import replace
 from pathlib import Path
 
 from hotledger import observability
-from hotledger.config import settings
+from hotledger.config import settings, with_values
 from hotledger.dal import db, schema, topics
 
 logger = observability.logger()
@@ -24,11 +23,11 @@ def run(env=os.environ) -> dict:
     if cfg.event_transport == "kafka":
         if env.get("MSK_CLUSTER_ARN"):
             out["BootstrapBrokers"] = topics.bootstrap_brokers(env["MSK_CLUSTER_ARN"])
-        created = topics.ensure_topics(replace(cfg, kafka_bootstrap=out["BootstrapBrokers"]),
+        created = topics.ensure_topics(with_values(cfg, kafka_bootstrap=out["BootstrapBrokers"]),
                                        [cfg.kafka_topic, topics.dead_letter_topic(cfg.kafka_topic)],
                                        int(env.get("KAFKA_PARTITIONS", "6")))
         out["TopicsCreated"] = ",".join(created)
-    conn = db.connect(replace(cfg, db_name=""))  # the database itself may not exist yet
+    conn = db.connect(with_values(cfg, db_name=""))  # the database itself may not exist yet
     try:
         out["MigrationsApplied"] = ",".join(schema.migrate(conn, cfg.db_name, Path(env.get("MIGRATIONS_DIR", "/opt"))))
     finally:

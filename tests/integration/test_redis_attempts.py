@@ -6,7 +6,6 @@ is closed, so redis-py's resends are refused. The last attempt says "connection 
 ran: the answer must be 503 OUTCOME_UNKNOWN naming the change, never "nothing changed"."""
 from __future__ import annotations
 
-import dataclasses
 import select
 import socket
 import threading
@@ -15,6 +14,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from hotledger.config import with_values
 from hotledger.dal.redis_store import Lua, connect
 
 NOW_MS = int(time.time() * 1000)
@@ -88,7 +88,7 @@ def proxy(settings):
 
 def proxied_lua(settings, proxy: DropAfterScript) -> Lua:
     url = urlparse(settings.redis_url)
-    cfg = dataclasses.replace(settings, redis_url=url._replace(netloc=f"127.0.0.1:{proxy.port}").geturl())
+    cfg = with_values(settings, redis_url=url._replace(netloc=f"127.0.0.1:{proxy.port}").geturl())
     return Lua(connect(cfg), cfg.lua_dir)
 
 

@@ -58,7 +58,7 @@ def test_every_setting_is_in_the_configuration_doc():
     from hotledger import config
 
     configuration = doc("configuration.md")
-    missing = [var for var in config._ENV.values() if f"`{var}`" not in configuration]
+    missing = [var for var in config.ENV.values() if f"`{var}`" not in configuration]
     assert missing == []
 
 

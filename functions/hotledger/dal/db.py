@@ -9,12 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from dataclasses import replace
 from datetime import datetime, timezone
 
 import pymysql
 
-from hotledger.config import Settings, db_credentials, secret_value, settings
+from hotledger.config import Settings, db_credentials, secret_value, settings, with_values
 
 _local = threading.local()
 
@@ -87,7 +86,7 @@ def connect_rotating(cfg: Settings) -> tuple[pymysql.connections.Connection, Set
     except pymysql.err.OperationalError as exc:
         if not (cfg.db_secret_arn and exc.args and exc.args[0] == ACCESS_DENIED):
             raise
-    fresh = replace(cfg, **db_credentials(secret_value(cfg.db_secret_arn, cfg.secrets_max_age_s, fresh=True), os.environ))
+    fresh = with_values(cfg, **db_credentials(secret_value(cfg.db_secret_arn, cfg.secrets_max_age_s, fresh=True), os.environ))
     return connect(fresh), fresh
 
 
