@@ -204,7 +204,7 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
             time.sleep(2)
             # Redis and the broker losing the same in-flight change is the one double fault the design does not
             # survive (docs/guarantees.md): what the broker lost is persisted by the reconciler before Redis goes
-            acked_before = [c for c in list(clients.calls) if c.acked and c.what in ("deduct", "recharge", "order", "grab")]
+            acked_before = [c for c in list(clients.calls) if c.acked and c.what in MONEY_AND_STOCK]
             LocalService.wait_until(lambda: _all_persisted(stack, acked_before), 60, "what the broker lost to be persisted", 0.5)
             stack.redis.kill()
             stack.redis.restart()
@@ -234,17 +234,27 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
         background.stop()
 
 
+# the acknowledged calls that change money or stock: a pay charges the payer, a hold's change is a ledger entry
+MONEY_AND_STOCK = ("deduct", "recharge", "order", "grab", "pay", "authorize", "capture", "void")
+
+
 def _all_persisted(servers: Stack, calls: list[Call]) -> bool:
-    ids = {"deduct": [], "recharge": [], "order": []}
-    grabs = []
+    ids = {"deduct": [], "recharge": [], "order": [], "hold": []}
+    grabs, pays = [], []
     for c in calls:
         if c.what == "grab":
             grabs.append((int(c.acked[0]["item_id"]), c.acked[0]["user_id"]))
-        else:
+        elif c.what == "pay":
+            pays.append(f"payorder{c.about['order_id']}")
+        elif c.what in ("authorize", "capture", "void"):
+            ids["hold"].append(int(c.acked[0]["entry_id"]))
+        elif c.what in ids:
             ids[c.what].append(int(c.acked[0]["order_id" if c.what != "recharge" else "pay_id"]))
-    for what, table in (("deduct", "t_order"), ("recharge", "t_pay"), ("order", "t_voucher_order")):
-        if ids[what] and servers.sql(f"SELECT COUNT(*) FROM {table} WHERE id IN ({_in(ids[what])})", ids[what])[0][0] != len(ids[what]):
+    for what, table in (("deduct", "t_order"), ("recharge", "t_pay"), ("order", "t_voucher_order"), ("hold", "t_hold_change")):
+        if ids[what] and servers.sql(f"SELECT COUNT(*) FROM {table} WHERE id IN ({_in(ids[what])})", ids[what])[0][0] != len(set(ids[what])):
             return False
+    if pays and servers.sql(f"SELECT COUNT(DISTINCT idem_key) FROM t_order WHERE idem_key IN ({_in(pays)})", pays)[0][0] != len(set(pays)):
+        return False
     if grabs:
         items = [i for i, _ in grabs]
         claimed = set(servers.sql(f"SELECT id, user_id FROM t_red_packet_item WHERE id IN ({_in(items)})", items))
