@@ -54,7 +54,7 @@ def _funded_account(balance: int) -> int:
 
 
 def hold_figures(samples: int) -> dict:
-    from hotledger.ledger.store import Charge
+    from hotledger.ledger.rows import Charge
     from hotledger.runtime import holds, id_generator, ledger
 
     store, next_id = holds().store, id_generator().next_id
@@ -90,7 +90,7 @@ def deduct_vs_before_holds(rounds: int, calls: int) -> float:
     """Calls/s of ledger_apply.lua now over the script before holds: alternating rounds, the median of each."""
     from hotledger import keys
     from hotledger.dal.redis_store import lua
-    from hotledger.ledger.store import Charge
+    from hotledger.ledger.rows import Charge
     from hotledger.runtime import id_generator, ledger
 
     before = subprocess.run(["git", "show", f"{BEFORE_HOLDS}:layers/lua/ledger_apply.lua"], cwd=REPO, check=True,

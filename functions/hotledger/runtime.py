@@ -22,7 +22,8 @@ from hotledger.refunds.store import RefundStore
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.service import Ledger
-from hotledger.ledger.store import MAX_BALANCE, LedgerStore
+from hotledger.ledger.rows import MAX_BALANCE
+from hotledger.ledger.store import LedgerStore
 from hotledger.monitors.service import Monitors
 from hotledger.monitors.store import MonitorStore
 from hotledger.notices.inbox import Inbox

@@ -11,7 +11,7 @@ import pytest
 from helpers import invoke_writer, ledger_records, signed_value
 from hotledger import keys
 from hotledger.dal.publisher import NotAcknowledged
-from hotledger.ledger.store import MAX_BALANCE
+from hotledger.ledger.rows import MAX_BALANCE
 
 
 def forget_account(redis_client, user_id: int) -> None:

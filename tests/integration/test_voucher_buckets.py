@@ -12,7 +12,7 @@ from helpers import broker_records, invoke_writer, lift_rebuild_hold, reconcile,
 
 from hotledger import keys
 from hotledger.runtime import vouchers
-from hotledger.vouchers.store import home_bucket
+from hotledger.vouchers.rows import home_bucket
 
 SHARDS = 4
 _users = itertools.count(5_000_000)

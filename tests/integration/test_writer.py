@@ -6,7 +6,7 @@ from helpers import EVENTS, invoke_writer, ledger_records, signed_value
 
 from hotledger import keys
 from hotledger.dal.event_keys import EventKeys
-from hotledger.ledger.store import RollbackStatus
+from hotledger.ledger.replies import RollbackStatus
 from hotledger.runtime import ledger
 
 

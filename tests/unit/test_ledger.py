@@ -20,26 +20,8 @@ from hotledger.ledger.entry import Entry, ServiceKey, stored_key
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.service import Ledger, after_change, fingerprint, refusal
-from hotledger.ledger.store import (
-    MAX_BALANCE,
-    AccountBalance,
-    AccountRow,
-    ApplyReply,
-    ApplyStatus,
-    CachedAccount,
-    CacheSnapshot,
-    CacheState,
-    IdempotentAnswer,
-    LockedAccount,
-    ReconcileReply,
-    ReconcileStatus,
-    RollbackReply,
-    RollbackStatus,
-    SettleReply,
-    StoredDeduct,
-    ToSyncReply,
-    ToSyncStatus,
-)
+from hotledger.ledger.replies import ApplyReply, ApplyStatus, ReconcileReply, ReconcileStatus, RollbackReply, RollbackStatus, SettleReply, ToSyncReply, ToSyncStatus
+from hotledger.ledger.rows import MAX_BALANCE, AccountBalance, AccountRow, CachedAccount, CacheSnapshot, CacheState, IdempotentAnswer, LockedAccount, StoredDeduct
 from hotledger.outbox.durable import Durability
 from hotledger.outbox.writer import PersistReport
 

@@ -7,7 +7,7 @@ from hotledger.config import build_settings
 from hotledger.dal.delay_queue import DelayQueue, QueueFull
 from hotledger import keys
 from hotledger.ledger.service import BUSINESS_REFUSALS, refusal
-from hotledger.ledger.store import ApplyReply, ApplyStatus
+from hotledger.ledger.replies import ApplyReply, ApplyStatus
 
 
 def test_too_many_pending_is_a_retryable_429_not_the_keys_answer():

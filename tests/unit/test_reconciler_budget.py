@@ -2,7 +2,7 @@
 other's failures. No server: the parts and the cursor store are fakes."""
 from hotledger.dal.budget import Budget
 from hotledger.ledger.reconcile import AccountsReconcileReport, LedgerReconcile
-from hotledger.ledger.store import AccountBalance, CacheState
+from hotledger.ledger.rows import AccountBalance, CacheState
 from hotledger.notices.journeys import JourneyScanReport
 from hotledger.reconciler import Reconciler
 from hotledger.redpackets.reconcile import PacketReconcileReport

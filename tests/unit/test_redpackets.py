@@ -24,15 +24,8 @@ from hotledger.redpackets.persist import RedPacketPersister
 from hotledger.redpackets.reconcile import PacketReconciler
 from hotledger.redpackets.service import EXPIRY_RETRY_MS, PACKET_EXPIRY, Expiry, RedPackets
 from hotledger.redpackets.split import split
-from hotledger.redpackets.store import (
-    ClaimedItem,
-    ExpireReply,
-    ExpireStatus,
-    GrabReply,
-    GrabStatus,
-    ItemRow,
-    PacketRow,
-)
+from hotledger.redpackets.replies import ExpireReply, ExpireStatus, GrabReply, GrabStatus
+from hotledger.redpackets.rows import ClaimedItem, ItemRow, PacketRow
 
 NOW = 1_800_000_000_000
 HOLD_S = 10

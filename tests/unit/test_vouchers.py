@@ -22,17 +22,8 @@ from hotledger.outbox.writer import PersistReport
 from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
 from hotledger.vouchers.service import VoucherOrder, Vouchers
-from hotledger.vouchers.store import (
-    OrderReply,
-    OrderRow,
-    OrderStatus,
-    ReconcileReply,
-    ReconcileStatus,
-    SettleReply,
-    StockRow,
-    VoucherRow,
-    VoucherSnapshot,
-)
+from hotledger.vouchers.replies import OrderReply, OrderStatus, ReconcileReply, ReconcileStatus, SettleReply
+from hotledger.vouchers.rows import OrderRow, StockRow, VoucherRow, VoucherSnapshot
 
 NOW = 1_700_000_000_000
 NO_LOG_HOLD = LogHold(None, dict, "unused", streamed=True)  # rebuilds hold by time only; the log hold is in tests/integration

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from hotledger import errors
-from hotledger.holds.store import (
-    ACTIVE, CAPTURE, EXPIRE, VOID, Hold, HoldReply, HoldStatus, HoldStore, insert_changes, lock_hold,
-)
+from hotledger.holds.replies import HoldReply, HoldStatus
+from hotledger.holds.rows import Hold
+from hotledger.holds.store import ACTIVE, CAPTURE, EXPIRE, VOID, HoldStore
+from hotledger.holds.tx import insert_changes, lock_hold
 from hotledger.ledger.entry import Entry, HoldChange
 from hotledger.ledger.service import after_change
 from hotledger.money import MAX_MINOR

@@ -4,93 +4,17 @@ the DB knows it) and t_hold_change (each booked change of a hold, the writer's d
 A hold's record in Redis (keys.holds): 'amount;captured;state;expiresAt;createdAt;description'."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-
 from hotledger import keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, reply_fields
+from hotledger.holds.replies import HoldReply
+from hotledger.holds.rows import ACTIVE, Hold
+from hotledger.holds.tx import HOLD_SELECT
 from hotledger.ledger.entry import Entry
 
-ACTIVE, CAPTURED, VOIDED, EXPIRED = "ACTIVE", "CAPTURED", "VOIDED", "EXPIRED"
+
+
 AUTHORIZE, CAPTURE, VOID, EXPIRE = "H", "C", "V", "X"
-
-
-@dataclass(frozen=True)
-class Hold:
-    hold_id: int
-    user_id: int
-    amount: int
-    captured: int
-    state: str
-    expires_at: int
-    created_at: int
-    description: str
-
-    def record(self) -> str:
-        """As keys.holds keeps it."""
-        return f"{self.amount};{self.captured};{self.state};{self.expires_at};{self.created_at};{self.description}"
-
-    @classmethod
-    def of_record(cls, user_id: int, hold_id: int, raw: str) -> Hold:
-        amount, captured, state, expires_at, created_at, description = raw.split(";", 5)
-        return cls(hold_id, user_id, int(amount), int(captured), state, int(expires_at), int(created_at), description)
-
-
-class HoldStatus(Enum):
-    OK = "ok"
-    MISSING = "missing"
-    SYNC = "sync"
-    CLOSED = "closed"
-    INSUFFICIENT = "insufficient"
-    TOO_MANY_PENDING = "too_many_pending"
-    NOT_FOUND = "not_found"
-    ENDED = "ended"
-    EXPIRED = "expired"
-    NOT_DUE = "not_due"
-    EXCEEDS = "exceeds"
-    BUSY = "busy"
-
-
-@dataclass(frozen=True)
-class HoldReply:
-    """hold_change.lua's answer. OK: the account after it (balance, version, epoch, open flag,
-    available) and, for a change, what the entry moved and the hold after it. ENDED: the state it ended in;
-    EXCEEDS: what is left to capture."""
-
-    status: HoldStatus
-    balance: int = 0
-    version: int = 0
-    epoch: str = ""
-    open_flag: str = ""
-    available: int = 0
-    amount: int = 0
-    captured: int = 0
-    state: str = ""
-    released: int = 0
-    expires_at: int = 0
-    remaining: int = 0
-
-    @property
-    def missing(self) -> bool:
-        return self.status is HoldStatus.MISSING
-
-    @classmethod
-    def parse(cls, raw) -> HoldReply:
-        status, *rest = reply_fields(raw)
-        status = HoldStatus(status)
-        if status is HoldStatus.OK:
-            balance, version, epoch, open_flag, available, *change = rest
-            amount, captured, state, released, expires_at = change or ("0", "0", ACTIVE, "0", "0")
-            return cls(status, int(balance), int(version), epoch, open_flag, int(available), int(amount), int(captured),
-                       state, int(released), int(expires_at))
-        if status in (HoldStatus.CLOSED, HoldStatus.INSUFFICIENT):
-            return cls(status, balance=int(rest[0]), version=int(rest[1]))
-        if status is HoldStatus.ENDED:
-            return cls(status, state=rest[0])
-        if status is HoldStatus.EXCEEDS:
-            return cls(status, remaining=int(rest[0]))
-        return cls(status)
 
 
 class HoldStore:
@@ -149,7 +73,7 @@ class HoldStore:
 
     # DB -----------------------------------------------------------------------------------------------------
     def stored(self, user_id: int, hold_id: int) -> Hold | None:
-        rows = db.query(_HOLD + " WHERE id = %s AND user_id = %s", (hold_id, user_id))
+        rows = db.query(HOLD_SELECT + " WHERE id = %s AND user_id = %s", (hold_id, user_id))
         return Hold(*rows[0]) if rows else None
 
     def stored_page(self, user_id: int, state: str | None, after_id: int, limit: int) -> list[Hold]:
@@ -158,30 +82,7 @@ class HoldStore:
         if state:
             where += " AND state = %s"
             args.append(state)
-        return [Hold(*row) for row in db.query(f"{_HOLD} {where} ORDER BY id DESC LIMIT %s", (*args, limit))]
-
-
-_HOLD = "SELECT id, user_id, amount, captured, state, expires_at, created_at, COALESCE(description, '') FROM t_hold"
-
-
-def active_holds(cursor, user_id: int) -> list[Hold]:
-    """The account's ACTIVE holds as the DB holds them (in the caller's transaction, under the account row lock)."""
-    cursor.execute(_HOLD + " WHERE user_id = %s AND state = 'ACTIVE'", (user_id,))
-    return [Hold(*row) for row in cursor.fetchall()]
-
-
-def expired_on_hold(cursor, user_id: int, now_ms: int) -> int:
-    """What the account's ACTIVE holds past expires_at still keep in the DB (not tidied yet: they count for nothing)."""
-    cursor.execute("SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s AND state = 'ACTIVE'"
-                   " AND expires_at <= %s", (user_id, now_ms))
-    return int(cursor.fetchone()[0])
-
-
-def lock_hold(cursor, user_id: int, hold_id: int) -> Hold | None:
-    """The hold, its row locked until the transaction ends (the SYNC path's compare-and-set)."""
-    cursor.execute(_HOLD + " WHERE id = %s AND user_id = %s FOR UPDATE", (hold_id, user_id))
-    row = cursor.fetchone()
-    return None if row is None else Hold(*row)
+        return [Hold(*row) for row in db.query(f"{HOLD_SELECT} {where} ORDER BY id DESC LIMIT %s", (*args, limit))]
 
 
 def holds_with_pending(stored: list[Hold], pending: list[Entry]) -> list[Hold]:
@@ -198,34 +99,3 @@ def holds_with_pending(stored: list[Hold], pending: list[Entry]) -> list[Hold]:
             holds[h.hold_id] = Hold(h.hold_id, h.user_id, h.amount, change.captured_after, change.state, h.expires_at,
                                     h.created_at, h.description)
     return [h for h in holds.values() if h.state == ACTIVE]
-
-
-def insert_changes(cursor, events) -> None:
-    """The writer's part for a batch's hold changes (kinds H, C, V, X; new to the DB): t_hold_change rows and t_hold
-    brought up to date. Order-independent: an authorize sets what the hold is, a capture adds to what is captured,
-    the change that ends a hold sets its final state; each change is applied once (the writer skips booked ids)."""
-    if not events:
-        return
-    cursor.execute(
-        "INSERT INTO t_hold_change (id, user_id, hold_id, kind, amount, released, version, create_time) VALUES "
-        + ",".join("(%d,%d,%d,'%s',%d,%d,%d,FROM_UNIXTIME(%d/1000))" % (
-            e.id, e.user_id, e.hold_id, e.kind, e.amount, e.released, e.version, e.ts) for e in events))
-    escape = cursor.connection.escape
-    for e in events:
-        if e.kind == "H":
-            cursor.execute(
-                "INSERT INTO t_hold (id, user_id, amount, captured, state, expires_at, created_at, description) VALUES "
-                "(%d,%d,%d,0,'ACTIVE',%d,%d,%s)" % (e.hold_id, e.user_id, e.amount, e.expires_at, e.ts,
-                                                     escape(e.description or ""))
-                + " ON DUPLICATE KEY UPDATE amount = VALUES(amount), expires_at = VALUES(expires_at),"
-                  " created_at = VALUES(created_at), description = VALUES(description)")
-        else:
-            captured = e.amount if e.kind == "C" else 0
-            ended = e.hold_state if e.hold_state != ACTIVE else None
-            cursor.execute(
-                "INSERT INTO t_hold (id, user_id, amount, captured, state, expires_at, created_at, ended_at) VALUES "
-                "(%d,%d,0,%d,'%s',%d,0,%s)" % (e.hold_id, e.user_id, captured, ended or ACTIVE, e.expires_at or 0,
-                                               "NULL" if ended is None else "%d" % e.ts)
-                + " ON DUPLICATE KEY UPDATE captured = captured + VALUES(captured),"
-                  " state = IF(VALUES(state) <> 'ACTIVE', VALUES(state), state),"
-                  " ended_at = COALESCE(VALUES(ended_at), ended_at)")

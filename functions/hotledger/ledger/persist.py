@@ -23,13 +23,14 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from hotledger.holds.store import insert_changes
+from hotledger.holds.tx import insert_changes
 from hotledger.ledger.book import book
 from hotledger.ledger.entry import HOLD_KINDS, KIND_REFUND, LedgerHead
 from hotledger.ledger.service import fingerprint
-from hotledger.ledger.store import AccountMove, IdempotentAnswer, LedgerStore, LockedAccount
+from hotledger.ledger.rows import AccountMove, IdempotentAnswer, LockedAccount
+from hotledger.ledger.store import LedgerStore
 from hotledger.outbox.events import LedgerEvent
-from hotledger.refunds.store import insert_refunds
+from hotledger.refunds.tx import insert_refunds
 from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.persister import BatchPersister, Judged
 from hotledger.outbox.writer import PersistReport, distinct

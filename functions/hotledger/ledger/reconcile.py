@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 from hotledger.dal.budget import Budget
 from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE
-from hotledger.ledger.store import AccountBalance, CacheState, LedgerStore, ReconcileStatus
+from hotledger.ledger.replies import ReconcileStatus
+from hotledger.ledger.rows import AccountBalance, CacheState
+from hotledger.ledger.store import LedgerStore
 from hotledger.outbox.writer import Persister
 
 PAGE = 500

@@ -34,17 +34,10 @@ from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry, ServiceKey, stored_key
 from hotledger.holds.store import holds_with_pending
 from hotledger.ledger.book import book
-from hotledger.ledger.store import (
-    MAX_BALANCE,
-    AccountRow,
-    ApplyReply,
-    ApplyStatus,
-    Charge,
-    IdempotentAnswer,
-    LedgerStore,
-    LedgerTx,
-    ToSyncStatus,
-)
+from hotledger.ledger.replies import ApplyReply, ApplyStatus, ToSyncStatus
+from hotledger.ledger.rows import MAX_BALANCE, AccountRow, Charge, IdempotentAnswer
+from hotledger.ledger.store import LedgerStore
+from hotledger.ledger.tx import LedgerTx
 from hotledger.money import MAX_MINOR, format_minor
 from hotledger.outbox.events import LedgerEvent
 from hotledger.outbox.durable import LOAD_ATTEMPTS, Durability, Outbound

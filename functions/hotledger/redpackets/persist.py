@@ -22,7 +22,8 @@ from hotledger.outbox.events import RedPacketClaimEvent
 from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.persister import BatchPersister, Judged
 from hotledger.outbox.writer import PersistReport, dedupe_and_claim
-from hotledger.redpackets.store import ItemRow, PacketCache, PacketStore
+from hotledger.redpackets.rows import ItemRow
+from hotledger.redpackets.store import PacketCache, PacketStore
 
 
 class Verdict(Enum):

@@ -37,17 +37,9 @@ from hotledger.outbox.durable import Durability, Outbound
 from hotledger.outbox.events import RedPacketClaimEvent
 from hotledger.outbox.log_hold import LogHold
 from hotledger.redpackets.split import split
-from hotledger.redpackets.store import (
-    ExpireStatus,
-    GrabReply,
-    GrabStatus,
-    PacketCache,
-    PacketRow,
-    PacketStore,
-    credit_key,
-    debit_key,
-    refund_key,
-)
+from hotledger.redpackets.replies import ExpireStatus, GrabReply, GrabStatus
+from hotledger.redpackets.rows import PacketRow
+from hotledger.redpackets.store import PacketCache, PacketStore, credit_key, debit_key, refund_key
 
 PACKET_EXPIRY = "redpacket-expiry"
 EXPIRY_RETRY_MS = 2000

@@ -12,18 +12,21 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
-from enum import Enum
 
 from hotledger import keys
 from hotledger.dal import db
-from hotledger.dal.redis_store import Lua, expire_once, redis_errors_translated, reply_fields, text
+from hotledger.dal.redis_store import Lua, expire_once, redis_errors_translated, text
 from hotledger.ledger.entry import ServiceKey
 from hotledger.outbox.events import RedPacketClaimEvent
+from hotledger.redpackets.replies import ExpireReply, GrabReply
+from hotledger.redpackets.rows import ClaimedItem, ItemRow, PacketRow
+from hotledger.redpackets.tx import PacketTx, _marks
 
 # The Idempotency-Keys of the packet's moves through the ledger. t_pay rows carry them, which is how the
 # reconciler tells a credit or a refund that was made from one that was not.
 CREDIT_KEY_PREFIX = "rp"
+
+
 DEBIT_KEY_PREFIX = "rp"  # the debit is in t_order, the credits in t_pay: one prefix, two tables
 
 
@@ -37,108 +40,6 @@ def credit_key(item_id: int) -> ServiceKey:
 
 def refund_key(packet_id: int) -> ServiceKey:
     return ServiceKey(f"rprefund{packet_id}")
-
-
-# DB ------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PacketRow:
-    """One t_red_packet row (expires_at in epoch ms; refund is set once the refund began)."""
-
-    packet_id: int
-    sender_id: int
-    state: str  # CREATING | OPEN | FAILED | REFUNDING | REFUNDED
-    total: int
-    count: int
-    refund: int | None
-    expires_at: int
-
-
-@dataclass(frozen=True)
-class ItemRow:
-    """One t_red_packet_item row; user_id and claimed_at (epoch ms) are set once its claim is persisted."""
-
-    item_id: int
-    packet_id: int
-    amount: int
-    user_id: int | None = None
-    claimed_at: int | None = None
-    refunded: bool = False
-
-
-@dataclass(frozen=True)
-class ClaimedItem:
-    """A grab the DB holds whose credit is not marked yet; in_ledger: t_pay has the credit's row."""
-
-    item_id: int
-    user_id: int
-    amount: int
-    in_ledger: bool
-
-
-def _marks(n: int) -> str:
-    return ",".join(["%s"] * n)
-
-
-class PacketTx:
-    """The statements that run while rows stay locked, inside PacketStore.transaction()."""
-
-    def __init__(self, cur):
-        self.cursor = cur  # for the outbox's dead letters, written in the same transaction
-
-    def packet_for_update(self, packet_id: int) -> tuple[str, int] | None:
-        """Lock the packet row: (state, expires_at ms), None when there is no such packet."""
-        self.cursor.execute("SELECT state, expires_at FROM t_red_packet WHERE id = %s FOR UPDATE", (packet_id,))
-        row = self.cursor.fetchone()
-        return None if row is None else (row[0], db.to_ms(row[1]))
-
-    def items(self, packet_id: int) -> list[ItemRow]:
-        self.cursor.execute("SELECT id, amount, user_id, claim_time FROM t_red_packet_item WHERE packet_id = %s ORDER BY id",
-                            (packet_id,))
-        return [ItemRow(i, packet_id, a, user, None if at is None else db.to_ms(at)) for i, a, user, at in self.cursor.fetchall()]
-
-    def lock_for_claims(self, packet_ids: list[int], item_ids: list[int]) -> dict[int, ItemRow]:
-        """Share-lock the packets (in id order), then lock the items: item id -> row for those that exist."""
-        if not item_ids:
-            return {}
-        # a shared lock on the packets orders the claims' commit against a rebuild (which holds the row
-        # exclusively from its DB read until Redis holds the result)
-        ordered = sorted(set(packet_ids))
-        self.cursor.execute(f"SELECT id FROM t_red_packet WHERE id IN ({_marks(len(ordered))}) ORDER BY id LOCK IN SHARE MODE",
-                            ordered)
-        self.cursor.execute(f"SELECT id, packet_id, amount, user_id, claim_time, refunded FROM t_red_packet_item WHERE id IN"
-                            f" ({_marks(len(item_ids))}) ORDER BY id FOR UPDATE", item_ids)
-        return {i: ItemRow(i, packet_id, amount, user, None if at is None else db.to_ms(at), bool(refunded))
-                for i, packet_id, amount, user, at, refunded in self.cursor.fetchall()}
-
-    def record_rollback(self, packet_id: int, item_id: int, grab_id: int, user_id: int) -> bool:
-        """The DB's verdict on a grab whose claim the broker did not acknowledge, under the locks the writer
-        stamps claims under (lock_for_claims: the packet shared, then the item): False when it is now rolled back
-        for good (t_rolled_back: never stamped, whatever Redis kept and however late its event); True when the
-        writer stamped the item with this grabber first (the grab stands)."""
-        item = self.lock_for_claims([packet_id], [item_id]).get(item_id)
-        if item is not None and item.user_id == user_id:
-            return True
-        self.cursor.execute("INSERT IGNORE INTO t_rolled_back (change_id, feature, owner_id) VALUES (%s, 'redpacket', %s)",
-                            (grab_id, packet_id))
-        return False
-
-    def rolled_back(self, grab_ids: list[int]) -> set[int]:
-        """Those of the grabs rolled back for good, read under the item locks the caller holds."""
-        if not grab_ids:
-            return set()
-        self.cursor.execute(f"SELECT change_id FROM t_rolled_back WHERE change_id IN ({_marks(len(grab_ids))})", grab_ids)
-        return {row[0] for row in self.cursor.fetchall()}
-
-    def stamp_claims(self, claims: list[RedPacketClaimEvent]) -> None:
-        """Give each item its grabber and claim time, in one statement (only items nobody holds)."""
-        if not claims:
-            return
-        # every value is a validated int: formatted directly (a batch may hold thousands of claims)
-        self.cursor.execute("UPDATE t_red_packet_item SET user_id = CASE id "
-                            + " ".join("WHEN %d THEN %d" % (c.item_id, c.user_id) for c in claims)
-                            + " END, claim_time = CASE id "
-                            + " ".join("WHEN %d THEN FROM_UNIXTIME(%d/1000)" % (c.item_id, c.ts) for c in claims)
-                            + " END WHERE id IN (%s) AND user_id IS NULL" % ",".join("%d" % c.item_id for c in claims))
 
 
 class PacketStore:
@@ -275,70 +176,6 @@ class PacketStore:
 # Redis ---------------------------------------------------------------------------------------------------
 def packet_keys(packet_id: int) -> list[str]:
     return [keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id)]
-
-
-class GrabStatus(Enum):
-    OK = "ok"
-    MISSING = "missing"
-    NOT_OPEN = "not_open"
-    EXPIRED = "expired"
-    RECOVERING = "recovering"
-    HELD = "held"  # rebuilt and waiting for the writer's log watermark: this caller checks it (outbox/log_hold.py)
-    ALREADY = "already"
-    EMPTY = "empty"
-
-
-@dataclass(frozen=True)
-class GrabReply:
-    """redpacket_grab.lua's answer: the item (OK, ALREADY), the packet state (NOT_OPEN) or the retry time (RECOVERING)."""
-
-    status: GrabStatus
-    item_id: int = 0
-    amount: int = 0
-    detail: str = ""
-
-    @property
-    def missing(self) -> bool:
-        return self.status is GrabStatus.MISSING
-
-    @classmethod
-    def parse(cls, raw) -> GrabReply:
-        status, *rest = reply_fields(raw)
-        status = GrabStatus(status)
-        if status in (GrabStatus.OK, GrabStatus.ALREADY):
-            return cls(status, item_id=int(rest[0]), amount=int(rest[1]))
-        return cls(status, detail=rest[0] if rest else "")
-
-
-class ExpireStatus(Enum):
-    MISSING = "missing"
-    OPEN = "open"  # not expired yet
-    NOT_OPEN = "not_open"  # CREATING or FAILED
-    EXPIRED = "expired"  # closed to grabs now or before
-
-
-@dataclass(frozen=True)
-class ExpireReply:
-    """redpacket_expire.lua's answer; when EXPIRED, how many claims are still on their way to the DB, the end of
-    the time hold after a rebuild (epoch ms) and its log hold ('': none)."""
-
-    status: ExpireStatus
-    state: str = ""
-    claims_pending: int = 0
-    hold_until: int = 0
-    hold_log: str = ""
-
-    @property
-    def missing(self) -> bool:
-        return self.status is ExpireStatus.MISSING
-
-    @classmethod
-    def parse(cls, raw) -> ExpireReply:
-        status, *rest = reply_fields(raw)
-        status = ExpireStatus(status)
-        if status is ExpireStatus.EXPIRED:
-            return cls(status, claims_pending=int(rest[0]), hold_until=int(rest[1]), hold_log=rest[2])
-        return cls(status, state=rest[0] if rest else "")
 
 
 @redis_errors_translated

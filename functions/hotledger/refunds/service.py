@@ -20,7 +20,10 @@ from hotledger.ledger.entry import KIND_RECHARGE, KIND_REFUND, Entry, RefundOf
 from hotledger.ledger.service import after_change
 from hotledger.outbox.durable import Durability, Outbound
 from hotledger.outbox.events import LedgerEvent
-from hotledger.refunds.store import Refund, RefundReply, RefundStatus, RefundStore, insert_refunds, refunded_in_tx
+from hotledger.refunds.replies import RefundReply, RefundStatus
+from hotledger.refunds.rows import Refund
+from hotledger.refunds.store import RefundStore
+from hotledger.refunds.tx import insert_refunds, refunded_in_tx
 
 ORDER, HOLD = "order", "hold"
 

@@ -1,58 +1,11 @@
 """The refunds' storage: the typed wrapper of ledger_refund.lua and the SQL of t_refund."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-
 from hotledger import keys
 from hotledger.dal import db
-from hotledger.dal.redis_store import Lua, reply_fields
-
-
-class RefundStatus(Enum):
-    OK = "ok"
-    MISSING = "missing"
-    SYNC = "sync"
-    UNKNOWN_TOTAL = "unknown_total"
-    EXCEEDS = "exceeds"
-    LIMIT = "limit"
-
-
-@dataclass(frozen=True)
-class RefundReply:
-    status: RefundStatus
-    balance: int = 0
-    version: int = 0
-    epoch: str = ""
-    open_flag: str = ""
-    refunded: int = 0  # the charge's refunded total after the refund (EXCEEDS: before it)
-    charged: int = 0
-
-    @property
-    def missing(self) -> bool:
-        return self.status is RefundStatus.MISSING
-
-    @classmethod
-    def parse(cls, raw) -> RefundReply:
-        status, *rest = reply_fields(raw)
-        status = RefundStatus(status)
-        if status is RefundStatus.OK:
-            return cls(status, int(rest[0]), int(rest[1]), rest[2], rest[3], int(rest[4]))
-        if status is RefundStatus.EXCEEDS:
-            return cls(status, refunded=int(rest[0]), charged=int(rest[1]))
-        if status is RefundStatus.LIMIT:
-            return cls(status, balance=int(rest[0]), version=int(rest[1]))
-        return cls(status)
-
-
-@dataclass(frozen=True)
-class Refund:
-    refund_id: int
-    user_id: int
-    charge_id: int
-    charge_kind: str
-    amount: int
-    refunded_after: int | None  # the charge's refunded total after it (None: read from the DB, not kept there)
+from hotledger.dal.redis_store import Lua
+from hotledger.refunds.replies import RefundReply
+from hotledger.refunds.rows import Refund
 
 
 class RefundStore:
@@ -81,20 +34,3 @@ class RefundStore:
             return None
         refund_id, owner, charge_id, charge_kind, amount = rows[0]
         return Refund(refund_id, owner, charge_id, charge_kind, amount, None)
-
-
-def refunded_in_tx(cursor, charge_id: int) -> int:
-    """The charge's refunded total, in the caller's transaction (the SYNC path, under the account row lock)."""
-    cursor.execute("SELECT COALESCE(SUM(amount), 0) FROM t_refund WHERE charge_id = %s", (charge_id,))
-    return int(cursor.fetchone()[0])
-
-
-def insert_refunds(cursor, events) -> None:
-    """The writer's part for a batch's refunds (kind F, new to the DB): their t_refund rows."""
-    if events:
-        escape = cursor.connection.escape
-        cursor.execute(
-            "INSERT INTO t_refund (id, user_id, charge_id, charge_kind, amount, version, reason, create_time) VALUES "
-            + ",".join("(%d,%d,%d,%s,%d,%d,%s,FROM_UNIXTIME(%d/1000))" % (
-                e.id, e.user_id, e.refund_of, escape(e.refund_of_kind), e.amount, e.version, escape(e.reason or ""), e.ts)
-                for e in events))

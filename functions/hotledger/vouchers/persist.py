@@ -23,7 +23,8 @@ from hotledger.outbox.events import VoucherOrderEvent
 from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.persister import BatchPersister, Judged
 from hotledger.outbox.writer import PersistReport, dedupe_and_claim
-from hotledger.vouchers.store import OrderRow, Slot, StockRow, VoucherDb, VoucherRedis
+from hotledger.vouchers.rows import OrderRow, Slot, StockRow
+from hotledger.vouchers.store import VoucherDb, VoucherRedis
 
 UNKNOWN_VOUCHER = "voucher does not exist"
 ID_CLASH = "order id already used by another order"

@@ -11,18 +11,16 @@ dry:<k>), its buyers (user id -> orders taken, for the buyers whose home it is),
 from __future__ import annotations
 
 import contextlib
-import zlib
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from enum import Enum
 
 from hotledger import keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, expire_once, redis_errors_translated, reply_fields, text
 from hotledger.outbox.events import VoucherOrderEvent
+from hotledger.vouchers.replies import OrderReply, ReconcileReply, SettleReply
+from hotledger.vouchers.rows import AwayOrder, OrderRow, Slot, StockRow, VoucherRow, VoucherSnapshot
 
-Slot = tuple[int, int, int]
 """(voucher id, user id, seq): the buyer's n-th order of a voucher, held by at most one order."""
 
 
@@ -30,69 +28,10 @@ def voucher_keys(voucher_id: int, bucket: int = 0) -> list[str]:
     return [keys.voucher(voucher_id, bucket), keys.voucher_buyers(voucher_id, bucket), keys.voucher_pending(voucher_id, bucket)]
 
 
-def home_bucket(user_id: int, shards: int) -> int:
-    """The bucket holding a buyer's record (orders taken) and trying first to sell to them: stable for the sale."""
-    return zlib.crc32(str(user_id).encode()) % shards
-
 
 def bucket_shares(stock: int, shards: int) -> list[int]:
     """The stock split over the buckets as evenly as possible (the first ones take the remainder)."""
     return [stock // shards + (1 if k < stock % shards else 0) for k in range(shards)]
-
-
-# ---------------------------------------------------------------------------------------------------- DB rows
-@dataclass(frozen=True)
-class VoucherRow:
-    voucher_id: int
-    title: str
-    initial_stock: int
-    stock: int  # left in the DB: initial stock - orders persisted
-    per_user_limit: int
-    begin_at: int  # epoch ms
-    end_at: int
-    stock_shards: int = 1
-
-
-@dataclass(frozen=True)
-class VoucherSnapshot:
-    """What voucher_load puts into Redis, read with the voucher row locked (no writer commit in between)."""
-
-    stock: int
-    begin_at: int
-    end_at: int
-    per_user_limit: int
-    version: int  # the row's version: orders committed later are not in `stock`
-    buyers: dict[int, int] = field(default_factory=dict)  # user id -> orders persisted
-    bucket_stocks: tuple[int, ...] = ()  # bucket -> its stock left in the DB (empty: one bucket holding `stock`)
-
-    @property
-    def shards(self) -> int:
-        return max(1, len(self.bucket_stocks))
-
-    def bucket_stock(self, bucket: int) -> int:
-        return self.bucket_stocks[bucket] if self.bucket_stocks else self.stock
-
-    def bucket_buyers(self, bucket: int) -> dict[int, int]:
-        """The buyers whose home is this bucket."""
-        return {user: n for user, n in self.buyers.items() if home_bucket(user, self.shards) == bucket}
-
-
-@dataclass(frozen=True)
-class StockRow:
-    stock: int
-    version: int
-
-
-@dataclass(frozen=True)
-class OrderRow:
-    order_id: int
-    voucher_id: int
-    user_id: int
-    seq: int
-
-    @property
-    def slot(self) -> Slot:
-        return self.voucher_id, self.user_id, self.seq
 
 
 def _in(values: list) -> str:
@@ -234,101 +173,10 @@ class VoucherDb:
             cur.execute("UPDATE t_seckill_voucher SET stock = stock - %s, version = version + 1 WHERE id = %s", (n, voucher_id))
 
 
-# ---------------------------------------------------------------------------------------------- script replies
-class OrderStatus(Enum):
-    OK = "ok"
-    MISSING = "missing"
-    RECOVERING = "recovering"
-    HELD = "held"  # rebuilt and waiting for the writer's log watermark: this caller checks it (outbox/log_hold.py)
-    NOT_STARTED = "not_started"
-    ENDED = "ended"
-    SOLD_OUT = "sold_out"
-    ALREADY = "already"
-    AWAY = "away"  # the home bucket is empty: the buyer's slot is reserved there, the unit is to come from `probes`
-
-
-@dataclass(frozen=True)
-class OrderReply:
-    """voucher_order.lua's (and voucher_take.lua's) answer. `seq`/`epoch`/`bucket` when OK (the unit's bucket);
-    `seq`/`probes` when AWAY; `at` is the begin, end or retry time of a refusal."""
-
-    status: OrderStatus
-    seq: int = 0
-    epoch: str = ""
-    at: str = ""
-    bucket: int = 0
-    probes: tuple[int, ...] = ()
-
-    @property
-    def missing(self) -> bool:
-        return self.status is OrderStatus.MISSING
-
-    @classmethod
-    def parse(cls, raw) -> OrderReply:
-        status, *rest = reply_fields(raw)
-        status = OrderStatus(status)
-        if status is OrderStatus.OK:
-            return cls(status, seq=int(rest[0]), epoch=rest[1], bucket=int(rest[3]))
-        if status is OrderStatus.AWAY:
-            return cls(status, seq=int(rest[0]), probes=tuple(int(b) for b in rest[1:]))
-        return cls(status, at=rest[0] if rest and status is not OrderStatus.ALREADY else "")
-
-    @classmethod
-    def parse_take(cls, raw, seq: int, bucket: int) -> OrderReply:
-        status, *rest = reply_fields(raw)
-        status = OrderStatus(status)
-        if status is OrderStatus.OK:
-            return cls(status, seq=seq, epoch=rest[0], bucket=bucket)
-        return cls(status, at=rest[0] if rest else "", bucket=bucket)
-
-
-@dataclass(frozen=True)
-class SettleReply:
-    """voucher_settle.lua's answer for one voucher."""
-
-    removed: int  # orders dropped from pending
-    counted_late: int  # orders of an earlier load, counted into the rebuilt stock now
-
-
-class ReconcileStatus(Enum):
-    MISSING = "missing"
-    SAME = "same"
-    CORRECTED = "corrected"
-
-
-@dataclass(frozen=True)
-class ReconcileReply:
-    """voucher_reconcile.lua's answer: the Redis stock found and the one it holds now."""
-
-    status: ReconcileStatus
-    stock_before: int = 0
-    stock_after: int = 0
-
-    @classmethod
-    def parse(cls, raw) -> ReconcileReply:
-        status, *rest = reply_fields(raw)
-        status = ReconcileStatus(status)
-        if status is ReconcileStatus.SAME:
-            return cls(status, int(rest[0]), int(rest[0]))
-        if status is ReconcileStatus.CORRECTED:
-            return cls(status, int(rest[0]), int(rest[1]))
-        return cls(status)
-
-
 def _pending_order(voucher_id: int, order_id, value, bucket: int) -> VoucherOrderEvent:
     user_id, seq, ts, epoch, *home = text(value).split(";")  # 'home' absent: taken before stock buckets, bucket 0
     return VoucherOrderEvent(type="voucher_order", id=int(order_id), voucher_id=voucher_id, user_id=int(user_id),
                              seq=int(seq), ts=int(ts), epoch=epoch, bucket=bucket, home=int(home[0]) if home else bucket)
-
-
-@dataclass(frozen=True)
-class AwayOrder:
-    """A buyer's slot reserved in the home bucket while the unit is taken from another one."""
-
-    order_id: int
-    user_id: int
-    seq: int
-    ts: int
 
 
 def _settle_roles(e: VoucherOrderEvent) -> list[tuple[int, str]]:

@@ -1,0 +1,122 @@
+"""Ledger: the typed replies of its Lua scripts and their parsers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from hotledger.dal.redis_store import reply_fields, text
+
+
+# script replies --------------------------------------------------------------------------------------------
+class ApplyStatus(Enum):
+    OK = "ok"
+    REPLAY = "replay"
+    MISSING = "missing"
+    SYNC = "sync"
+    UNKNOWN_KEY = "unknown_key"  # Redis has no record of the Idempotency-Key: look it up in the DB first
+    CLOSED = "closed"
+    INSUFFICIENT = "insufficient"
+    LIMIT = "limit"
+    CONFLICT = "conflict"
+    IN_PROGRESS = "in_progress"
+    TOO_MANY_PENDING = "too_many_pending"  # the account holds its most entries not yet in the DB: retry later
+    TOO_MANY_KEYS = "too_many_keys"  # the account opened its most client keys this window: a new one waits for the next
+
+
+@dataclass(frozen=True)
+class ApplyReply:
+    """ledger_apply.lua's answer. OK: the new entry's balance after, version, cache epoch and open flag.
+    REPLAY: the first answer for the Idempotency-Key (entry_id, balance, version, the mode that charged it) and
+    whether its event is known durable (`done`). CLOSED / INSUFFICIENT / LIMIT carry the balance and version the
+    charge was refused at (the refusal may be the replayed first answer for its key)."""
+
+    status: ApplyStatus
+    entry_id: int = 0
+    balance: int = 0
+    version: int = 0
+    epoch: str = ""
+    open_flag: str = ""
+    done: bool = False
+    mode: str = "ASYNC"
+
+    @property
+    def missing(self) -> bool:
+        return self.status is ApplyStatus.MISSING
+
+    @classmethod
+    def parse(cls, raw) -> ApplyReply:
+        status, *rest = reply_fields(raw)
+        status = ApplyStatus(status)
+        if status is ApplyStatus.OK:
+            return cls(status, int(rest[0]), int(rest[1]), int(rest[2]), rest[3], rest[4])
+        if status is ApplyStatus.REPLAY:
+            return cls(status, int(rest[0]), int(rest[1]), int(rest[2]), done=rest[3] == "done")
+        if status in (ApplyStatus.CLOSED, ApplyStatus.INSUFFICIENT, ApplyStatus.LIMIT):
+            return cls(status, balance=int(rest[0]), version=int(rest[1]))
+        return cls(status)
+
+
+class RollbackStatus(Enum):
+    GONE = "gone"  # nothing left to undo (rolled back or persisted already)
+    ROLLED_BACK = "rolled_back"
+
+
+@dataclass(frozen=True)
+class RollbackReply:
+    """ledger_rollback.lua's answer; balance/version after the money went back (None when the hash was lost)."""
+
+    status: RollbackStatus
+    balance: int | None = None
+    version: int | None = None
+
+    @classmethod
+    def parse(cls, raw) -> RollbackReply:
+        status, *rest = reply_fields(raw)
+        return cls(RollbackStatus(status), *(int(x) for x in rest))
+
+
+class ToSyncStatus(Enum):
+    OK = "ok"
+    PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class ToSyncReply:
+    """ledger_to_sync.lua's answer: PENDING with how many entries still wait for the DB."""
+
+    status: ToSyncStatus
+    pending: int = 0
+
+    @classmethod
+    def parse(cls, raw) -> ToSyncReply:
+        status, *rest = reply_fields(raw)
+        return cls(ToSyncStatus(status), *(int(x) for x in rest))
+
+
+class ReconcileStatus(Enum):
+    OK = "ok"  # corrected
+    SAME = "same"  # already right
+    CHANGED = "changed"  # the cache was reloaded (or vanished, or turned SYNC) since the snapshot: next run
+
+
+@dataclass(frozen=True)
+class ReconcileReply:
+    status: ReconcileStatus
+    version: int | None = None  # the new cached version when OK
+
+    @classmethod
+    def parse(cls, raw) -> ReconcileReply:
+        status, *rest = reply_fields(raw)
+        return cls(ReconcileStatus(status), *(int(x) for x in rest))
+
+
+@dataclass(frozen=True)
+class SettleReply:
+    removed: int  # entry ids dropped from the pending set
+    flagged: bool  # an entry was charged from an earlier cache load: the reconciler corrects the account
+
+
+def settled(raw) -> bool:
+    """ledger_settle keeps a persisted entry's string as 'settled;<entry string>' for a while, as resend evidence
+    for ledger_apply: it is no pending entry."""
+    return text(raw).startswith("settled;")
