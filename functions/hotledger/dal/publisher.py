@@ -254,7 +254,12 @@ def end_offsets(topic: str | None = None) -> dict[int, int]:
 def publish(key: str, event: dict) -> None:
     """Send and wait for the broker's acknowledgement. A signed event goes in the layout its MAC is checked in
     (dal/event_keys.py record_value)."""
-    _send(settings().kafka_topic, key.encode(), record_value(event))
+    publish_record(key, record_value(event))
+
+
+def publish_record(key: str, value: bytes) -> None:
+    """Send a record value already in its layout (a signed event's bytes) and wait for the broker's acknowledgement."""
+    _send(settings().kafka_topic, key.encode(), value)
 
 
 def republish(topic: str, key: bytes | None, value: bytes) -> None:
