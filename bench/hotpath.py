@@ -113,7 +113,7 @@ def floor_loop(user_id: int, payloads: list[tuple[str, str]]) -> float:
     from hotledger import keys
     from hotledger.config import settings
     from hotledger.dal.event_keys import canonical
-    from hotledger.dal.publisher import publish_record
+    from hotledger.dal.publisher import publish
     from hotledger.dal.redis_store import lua as runner
     from hotledger.ledger.store import MAX_BALANCE
     from hotledger.runtime import event_keys
@@ -143,7 +143,7 @@ def floor_loop(user_id: int, payloads: list[tuple[str, str]]) -> float:
                              "balance_after": int(balance_after), "version": int(version), "epoch": epoch.decode(),
                              "ts": ts, "open": open_flag.decode(), "idem_key": None})
         mac = hmac.digest(keyring.key, covered, hashlib.sha256).hex()
-        publish_record(partition_key, b"%s,\"kid\":%s,\"mac\":\"%s\"}" % (covered[:-1], kid, mac.encode()))
+        publish(partition_key, b"%s,\"kid\":%s,\"mac\":\"%s\"}" % (covered[:-1], kid, mac.encode()))
         json.dumps({"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": json.dumps(
             {"order_id": str(next_id), "user_id": user_id, "amount": "0.01", "balance": str(balance_after), "version": int(version),
              "mode": "ASYNC"})})
