@@ -162,7 +162,7 @@ PARTS = (
     ("metrics (EMF)", ("/metrics/",)),
     ("tracer (X-Ray)", ("/tracing/", "aws_xray_sdk/")),
     ("authorization", ("api/authorization.py",)),
-    ("request validation", ("openapi_validation", "/openapi/", "api/app.py", "api/schemas.py")),
+    ("request validation", ("openapi_validation", "/openapi/", "api/app.py", "api/route_args.py", "api/schemas.py")),
     ("resolver (match, event, answer)", ("/event_handler/", "/data_classes/")),
     ("ledger route and service", ("hotledger/", "api/")),
     ("runtime: event json.loads, answer json.dumps", ("bench/hotpath.py",)),

@@ -14,6 +14,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupp
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from api import authorization, responses
+from api.route_args import RouteArgs
 from hotledger import errors, observability
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.lock import LockUnavailable
@@ -34,14 +35,18 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
 
     def handler(self, app, next_middleware):
         owner_check = authorization.admit_request(app)
-        if owner_check is None:
+        if owner_check is not None:
+            def owned(parsed, route=next_middleware):
+                owner_check(parsed.context.get("_route_args", {}))
+                return route(parsed)
+
+            next_middleware = owned
+        hot = _HOT_ROUTES.get(id(app.context["_route"]))
+        args = hot.parse(app.current_event.raw_event, app.context["_route_args"]) if hot is not None else None
+        if args is None:
             return super().handler(app, next_middleware)
-
-        def owned(parsed):
-            owner_check(parsed.context.get("_route_args", {}))
-            return next_middleware(parsed)
-
-        return super().handler(app, owned)
+        app.context["_route_args"] = args
+        return next_middleware(app)
 
     def _get_body(self, app):
         content_type = (app.current_event.headers.get("content-type") or "").strip()
@@ -53,9 +58,15 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
 
 app = APIGatewayRestResolver(enable_validation=True)
 app._request_validation_middleware = _AuthorizedJsonBodies()
+_hot_paths: set[tuple[str, str]] = set()
 for feature in registered():  # the ledger first: the hot routes (deduct, recharge) are matched before the others
     if feature.routes:
-        app.include_router(importlib.import_module(feature.routes).router)
+        routes_module = importlib.import_module(feature.routes)
+        app.include_router(routes_module.router)
+        _hot_paths |= getattr(routes_module, "HOT_ROUTES", set())
+# route -> its arguments' one-step validation (api/route_args.py), for the routes every charge takes
+_HOT_ROUTES = {id(route): RouteArgs(f"{route.method} {route.path}", route.dependant)
+               for route in (*app._static_routes, *app._dynamic_routes) if (route.method, route.path) in _hot_paths}
 
 _error = responses.error
 
