@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -196,11 +197,25 @@ def route_not_found(exc: NotFoundError) -> Response:
     return _error(404, "ROUTE_NOT_FOUND", "no such route")
 
 
-@logger.inject_lambda_context(clear_state=True)
-@metrics.log_metrics
-@tracer.capture_lambda_handler
-def handler(event: dict, context) -> dict:
+def resolve_request(event: dict, context) -> dict:
     # the REST API's request id is the correlation id: read directly, not through a JMESPath query per request
     logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))
     metrics.add_metric(name="ApiRequests", unit=MetricUnit.Count, value=1)
     return app.resolve(event, context)
+
+
+_traced = tracer.capture_lambda_handler(resolve_request)
+_first_invocation = True
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def handler(event: dict, context) -> dict:
+    # X-Ray keeps only sampled traces (the default rule: one a second, then 5%): the subsegments of an unsampled
+    # invocation are never sent, so it skips building them. The first invocation is traced whatever its header, for
+    # its ColdStart annotation.
+    global _first_invocation
+    if _first_invocation or "Sampled=0" not in os.environ.get("_X_AMZN_TRACE_ID", ""):
+        _first_invocation = False
+        return _traced(event, context)
+    return resolve_request(event, context)

@@ -6,6 +6,7 @@ import itertools
 import json
 
 import pytest
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 from aws_lambda_powertools.event_handler.middlewares.openapi_validation import OpenAPIRequestValidationMiddleware
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 
@@ -32,13 +33,15 @@ def _event(route: str, user_id: str, key, content_type, body: str) -> dict:
 
 def _generic(app, route, event: dict, route_args: dict):
     """The arguments Powertools' validator gives the route, or the error it raises."""
-    app.current_event = app._to_proxy_event(event)
+    BaseRouter.current_event = app._to_proxy_event(event)  # where resolve() puts it (the class: every router sees it)
     app.context.clear()
     app.append_context(_route=route, _route_args=dict(route_args))
     try:
         return OpenAPIRequestValidationMiddleware().handler(app, lambda parsed: parsed.context["_route_args"])
     except (RequestValidationError, RequestUnsupportedContentType) as exc:
         return exc
+    finally:
+        app.context.clear()  # the resolver keeps its context across requests: leave none behind
 
 
 @pytest.mark.parametrize("route_name", ["deduct", "recharge"])
