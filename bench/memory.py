@@ -53,7 +53,6 @@ def _apply(uid: int, n: int, kind: str = "D", idem: str = "") -> tuple:
 def figures(client, n: int) -> dict:
     """bytes per entity for each kind, over `n` of each, on `client` (an empty Redis of its own)."""
     from hotledger import keys
-    from hotledger import keys
     from hotledger.dal.redis_store import Lua
 
     lua = Lua(client, str(REPO / "layers/lua"))

@@ -52,6 +52,8 @@ BASELINES = {
     "async_deduct_per_s": "sync_deduct_baseline_per_s", "async_vs_sync_hot_ratio": "sync_deduct_baseline_per_s",
     "redispy_evalsha_per_s": "evalsha_per_s",
     "handler_cpu_us_per_deduct": "floor_cpu_us_per_deduct", "handler_vs_floor_cpu_ratio": "floor_cpu_us_per_deduct",
+    "handler_cpu_us_per_deduct_without_hiredis": "floor_cpu_us_per_deduct_without_hiredis",
+    "handler_vs_floor_cpu_ratio_without_hiredis": "floor_cpu_us_per_deduct_without_hiredis",
     "handler_cpu_us_per_recharge": "handler_cpu_us_per_deduct", "recharge_vs_deduct_cpu_ratio": "handler_cpu_us_per_deduct",
     "writer_rows_per_s": "writer_rows_per_s_1_partition", "writer_partitions_vs_1_ratio": "writer_rows_per_s_1_partition",
     "seckill_attempts_per_s": "seckill_db_attempts_per_s", "seckill_vs_db_ratio": "seckill_db_attempts_per_s",
@@ -72,6 +74,7 @@ BASELINES = {
 def unit_of(name: str) -> str:
     for suffix, unit in (("_per_s", "1/s"), ("_ms", "ms"), ("_ms_100k", "ms"), ("_ratio", "ratio"), ("_late_s", "s"),
                          ("_usec_per_call_single", "µs"), ("_usec_per_call_cluster", "µs"), ("_us_per_deduct", "µs"),
+                         ("_us_per_deduct_without_hiredis", "µs"), ("_ratio_without_hiredis", "ratio"),
                          ("_us_per_recharge", "µs"), ("_bytes", "B"), ("_usd", "USD")):
         if name.endswith(suffix):
             return unit
@@ -388,6 +391,15 @@ def ledger_history_figures(figures: report.Figures, quick: bool) -> None:
                     "deduct script before holds (git show)" if name.endswith("_ratio") else None, measures)
 
 
+def hotpath_figures(figures: report.Figures, extra: dict, deducts: int) -> None:
+    import hotpath
+
+    found = hotpath.all_figures(deducts)
+    extra["handler_breakdown_us"] = found.pop("handler_breakdown_us")
+    add_all(figures, found, samples=deducts, measures="CPU per warm in-process deduct at the template's settings: the "
+                                                      "handler against a floor doing only the unskippable work")
+
+
 STAGES = ["hot account: ASYNC, SYNC and the lean DB baseline", "hot path CPU", "Redis ceilings",
           "latency over HTTP", "writer on its real path", "ack to commit lag", "flash sale and red packets",
           "transports", "delay queue and lock", "Redis Cluster", "memory per entity", "holds and history",
@@ -411,8 +423,6 @@ def main() -> int:
     with environment() as (cfg, redis_server, state):
         import baselines
         import cost
-        import hotpath
-
         baselines.install()  # the DB baselines' stored procedures, in the run's schema
 
         full_env = {**os.environ}
@@ -429,9 +439,7 @@ def main() -> int:
 
         steps = [
             lambda: hot_account_figures(figures, call, args.procs, seconds),
-            lambda: add_all(figures, hotpath.figures(call, 1_000 if args.quick else 5_000),
-                            measures="CPU per warm in-process deduct: the handler against a floor doing only the "
-                                     "unskippable work"),
+            lambda: hotpath_figures(figures, extra, 1_000 if args.quick else 5_000),
             lambda: ceiling_figures(figures, redis_server.port, args.procs, args.quick, seconds),
             lambda: extra.update(latency=latency_figures(figures, call, full_env, args.procs, args.quick, state)),
             lambda: extra.update(writer=writer_figures(figures, full_env, args.procs, args.quick, state)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -14,6 +15,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupp
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from api import authorization, responses
+from api.route_args import RouteArgs
 from hotledger import errors, observability
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.lock import LockUnavailable
@@ -34,14 +36,18 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
 
     def handler(self, app, next_middleware):
         owner_check = authorization.admit_request(app)
-        if owner_check is None:
+        if owner_check is not None:
+            def owned(parsed, route=next_middleware):
+                owner_check(parsed.context.get("_route_args", {}))
+                return route(parsed)
+
+            next_middleware = owned
+        hot = _HOT_ROUTES.get(id(app.context["_route"]))
+        args = hot.parse(app.current_event.raw_event, app.context["_route_args"]) if hot is not None else None
+        if args is None:
             return super().handler(app, next_middleware)
-
-        def owned(parsed):
-            owner_check(parsed.context.get("_route_args", {}))
-            return next_middleware(parsed)
-
-        return super().handler(app, owned)
+        app.context["_route_args"] = args
+        return next_middleware(app)
 
     def _get_body(self, app):
         content_type = (app.current_event.headers.get("content-type") or "").strip()
@@ -53,9 +59,15 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
 
 app = APIGatewayRestResolver(enable_validation=True)
 app._request_validation_middleware = _AuthorizedJsonBodies()
+_hot_paths: set[tuple[str, str]] = set()
 for feature in registered():  # the ledger first: the hot routes (deduct, recharge) are matched before the others
     if feature.routes:
-        app.include_router(importlib.import_module(feature.routes).router)
+        routes_module = importlib.import_module(feature.routes)
+        app.include_router(routes_module.router)
+        _hot_paths |= getattr(routes_module, "HOT_ROUTES", set())
+# route -> its arguments' one-step validation (api/route_args.py), for the routes every charge takes
+_HOT_ROUTES = {id(route): RouteArgs(f"{route.method} {route.path}", route.dependant)
+               for route in (*app._static_routes, *app._dynamic_routes) if (route.method, route.path) in _hot_paths}
 
 _error = responses.error
 
@@ -187,11 +199,25 @@ def route_not_found(exc: NotFoundError) -> Response:
     return _error(404, "ROUTE_NOT_FOUND", "no such route")
 
 
-@logger.inject_lambda_context(clear_state=True)
-@metrics.log_metrics
-@tracer.capture_lambda_handler
-def handler(event: dict, context) -> dict:
+def resolve_request(event: dict, context) -> dict:
     # the REST API's request id is the correlation id: read directly, not through a JMESPath query per request
     logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))
     metrics.add_metric(name="ApiRequests", unit=MetricUnit.Count, value=1)
     return app.resolve(event, context)
+
+
+_traced = tracer.capture_lambda_handler(resolve_request)
+_first_invocation = True
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def handler(event: dict, context) -> dict:
+    # X-Ray keeps only sampled traces (the default rule: one a second, then 5%): the subsegments of an unsampled
+    # invocation are never sent, so it skips building them. The first invocation is traced whatever its header, for
+    # its ColdStart annotation.
+    global _first_invocation
+    if _first_invocation or "Sampled=0" not in os.environ.get("_X_AMZN_TRACE_ID", ""):
+        _first_invocation = False
+        return _traced(event, context)
+    return resolve_request(event, context)

@@ -1,8 +1,8 @@
 """The API function driven with API Gateway REST proxy events (no HTTP), against real Redis, DB and broker."""
 import json
-import uuid
 import os
 import signal
+import uuid
 
 import pytest
 
@@ -221,7 +221,7 @@ def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, 
 
         monkeypatch.setattr(store, "apply", redis_stalls_then_charge)
     else:
-        def ack_times_out_and_redis_stalls(key: str, event: dict) -> None:
+        def ack_times_out_and_redis_stalls(key: str, value: bytes) -> None:
             redis_stalls()
             raise NotAcknowledged("no acknowledgement in time")
 
@@ -257,14 +257,14 @@ def test_a_retry_after_the_first_request_died_republishes_its_charge(api, monkey
     user_id = api.account(balance="10.00")
     headers = {"Idempotency-Key": "died-mid-publish"}
 
-    def process_dies(key: str, event: dict) -> None:
+    def process_dies(key: str, value: bytes) -> None:
         raise RuntimeError("the process died here")
 
     monkeypatch.setattr(durability, "publish", process_dies)
     with pytest.raises(RuntimeError):
         api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)
     published = []
-    monkeypatch.setattr(durability, "publish", lambda key, event: published.append(event))
+    monkeypatch.setattr(durability, "publish", lambda key, value: published.append(json.loads(value)))
     assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)[1]["error"]["code"] == "IDEMPOTENCY_IN_PROGRESS"
     monkeypatch.setattr(store, "idempotency_stale_ms", 0)
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)

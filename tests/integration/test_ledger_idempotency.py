@@ -103,7 +103,7 @@ def test_a_publish_failure_is_not_the_keys_answer(api, monkeypatch):
     user_id = api.account(balance="10.00")
     headers = {"Idempotency-Key": "retry-after-503"}
 
-    def broker_down(key, event):
+    def broker_down(key, value):
         raise NotAcknowledged("no acknowledgement in time")
 
     monkeypatch.setattr(ledger().durability, "publish", broker_down)

@@ -139,7 +139,7 @@ def test_a_deduct_key_given_back_by_a_failed_publish_gives_its_count_back(api, m
     from hotledger.dal.publisher import NotAcknowledged
     from hotledger.runtime import ledger
 
-    def broker_down(key, event):
+    def broker_down(key, value):
         raise NotAcknowledged("no acknowledgement in time")
 
     monkeypatch.setattr(ledger_store(), "max_keys", 1, raising=False)

@@ -95,7 +95,7 @@ def test_a_publish_failure_is_counted(api, output, monkeypatch):
     from hotledger.dal.publisher import NotAcknowledged
     from hotledger.runtime import ledger
 
-    def broker_down(key: str, event: dict) -> None:
+    def broker_down(key: str, value: bytes) -> None:
         raise NotAcknowledged("no acknowledgement in time")
 
     user_id = api.account(balance="1.00")

@@ -2,7 +2,6 @@
 replay idempotent and logged with its operator; an account as the DB and Redis hold it; the reconciler parts' last
 runs. Through the API handler, the writer handler, the real broker, Redis and DB; admin scope only."""
 import json
-import os
 
 import pytest
 from confluent_kafka import Producer

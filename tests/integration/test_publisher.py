@@ -43,7 +43,7 @@ def _consume(bootstrap: str, topic: str, count: int) -> list:
 def test_acknowledged_events_are_on_the_topic(client):
     broker, topic = client
     for i in range(3):
-        publisher.publish("42", {"n": i})
+        publisher.publish("42", json.dumps({"n": i}).encode())
     records = _consume(broker.bootstrap, topic, 3)
     assert [json.loads(r.value)["n"] for r in records] == [0, 1, 2]
     assert {r.key for r in records} == {b"42"} and len({r.partition for r in records}) == 1
@@ -51,11 +51,11 @@ def test_acknowledged_events_are_on_the_topic(client):
 
 def test_dead_broker_fails_within_the_timeout_and_a_restarted_one_is_used(client):
     broker, topic = client
-    publisher.publish("1", {"n": 0})
+    publisher.publish("1", json.dumps({"n": 0}).encode())
     broker.kill()
     started = time.monotonic()
     with pytest.raises(publisher.NotAcknowledged):
-        publisher.publish("1", {"n": 1})
+        publisher.publish("1", json.dumps({"n": 1}).encode())
     # bounded by PUBLISH_TIMEOUT_S (2 s), not the clients' defaults of a minute or more; slack for a busy machine
     assert time.monotonic() - started < 15
     broker.restart()
@@ -63,7 +63,7 @@ def test_dead_broker_fails_within_the_timeout_and_a_restarted_one_is_used(client
     deadline = time.monotonic() + 30
     while True:
         try:
-            publisher.publish("1", {"n": 2})
+            publisher.publish("1", json.dumps({"n": 2}).encode())
             break
         except publisher.NotAcknowledged:
             assert time.monotonic() < deadline, "the publisher never recovered"

@@ -1,15 +1,13 @@
 """Red packets through the API handler, the writer (MSK events) and the reconciler (EventBridge events)."""
-import json
 import random
 import threading
 import time
 
 import pytest
-from helpers import broker_records, invoke_writer, ledger_records, lift_rebuild_hold, reconcile, reconcile_pass, records
+from helpers import broker_records, invoke_writer, ledger_records, lift_rebuild_hold, reconcile_pass, records
 
 from hotledger import errors, keys
 from hotledger.dal.db import DatabaseUnavailable
-from hotledger.dal.event_keys import record_value
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.redpackets.split import split
@@ -134,7 +132,7 @@ def test_a_failed_publish_puts_the_packet_back(api, monkeypatch):
     sender, grabber = api.account(balance="10.00"), api.account()
     packet_id = send(api, sender, "1.00", 1)
 
-    def broker_down(key, event):
+    def broker_down(key, value):
         raise NotAcknowledged("no acknowledgement in time")
 
     monkeypatch.setattr(redpackets().durability, "publish", broker_down)
@@ -154,13 +152,13 @@ def test_a_claim_rolled_back_but_delivered_late_does_not_cancel_the_next_grab_of
     packet_id = send(api, sender, "1.00", 1)
     delivered = []
 
-    def acknowledgement_lost(key, event):
-        delivered.append(record_value(event))
+    def acknowledgement_lost(key, value):
+        delivered.append(value)
         raise NotAcknowledged("no acknowledgement in time")
 
     monkeypatch.setattr(redpackets().durability, "publish", acknowledgement_lost)
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})[1]["error"]["code"] == "PUBLISH_FAILED"
-    monkeypatch.setattr(redpackets().durability, "publish", lambda key, event: delivered.append(record_value(event)))
+    monkeypatch.setattr(redpackets().durability, "publish", lambda key, value: delivered.append(value))
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
     assert status == 200 and body["amount"] == "1.00"
     assert invoke_writer([(0, i, f"rp{packet_id}".encode(), value) for i, value in enumerate(delivered)])["batchItemFailures"] == []

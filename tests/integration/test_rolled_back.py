@@ -3,6 +3,8 @@ late or old its event is (issue 10, items 7 and 9), through the API handler, the
 Redis, DB and broker. The publish is made to time out after the broker really took the event ("timed out but
 arrived"), the case where the event reaches the writer after the API rolled the charge back.
 """
+import json
+
 import pytest
 from helpers import invoke_writer, ledger_records, records
 from hotledger import keys
@@ -18,8 +20,9 @@ def _unacknowledged(monkeypatch, service):
         durability = service().durability
         real, taken = durability.publish, []
 
-        def publish(key, event):
-            real(key, event)
+        def publish(key, value):
+            real(key, value)
+            event = json.loads(value)
             taken.append(event)
             publish.then(event)
             raise NotAcknowledged("no acknowledgement in time")
@@ -134,7 +137,7 @@ def redis_cannot_give_back(monkeypatch):
     from hotledger.dal.redis_store import RedisUnavailable
     from hotledger.runtime import ledger
 
-    def broker_down(key, event):
+    def broker_down(key, value):
         raise NotAcknowledged("no acknowledgement in time")
 
     def unreachable(*args):

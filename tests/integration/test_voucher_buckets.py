@@ -177,7 +177,7 @@ def test_a_failed_publish_gives_the_unit_back_to_its_own_bucket_and_the_buyer_sl
     voucher_id = voucher(api, stock=8, stock_shards=SHARDS)
     (buyer,) = buyers_homed_at(3, 1)
 
-    def broker_down(key, event):
+    def broker_down(key, value):
         raise NotAcknowledged("no acknowledgement in time")
 
     monkeypatch.setattr(vouchers().durability, "publish", broker_down)

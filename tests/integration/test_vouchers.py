@@ -87,7 +87,7 @@ def test_a_failed_publish_gives_the_unit_back(api, monkeypatch):
 
     voucher_id = voucher(api, stock=1)
 
-    def broker_down(key, event):
+    def broker_down(key, value):
         raise NotAcknowledged("no acknowledgement in time")
 
     monkeypatch.setattr(vouchers().durability, "publish", broker_down)

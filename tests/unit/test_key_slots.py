@@ -7,7 +7,6 @@ import pytest
 from redis.crc import key_slot
 
 from hotledger import config, keys
-from hotledger.dal import delay_queue, lock
 
 ENTITY_KEYS = {
     "account": lambda: [keys.balance(7), keys.entry(7, 11), keys.pending(7), keys.fate(7, 11),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import pytest
 from fakes import FakeOutbox
 
 from helpers import run_event_keys, verified_fields
-from hotledger import errors, keys
+from hotledger import errors
 from hotledger.config import Settings
 from hotledger.dal.db import CommitOutcomeUnknown, DatabaseUnavailable
 from hotledger.dal.publisher import NotAcknowledged
@@ -328,7 +329,7 @@ def published():
 
 def make_ledger(store, published, transport="kafka", publish=None):
     ids = Ids()
-    durability = Durability(Settings(event_transport=transport), publish or (lambda key, event: published.append(event)), ids,
+    durability = Durability(Settings(event_transport=transport), publish or (lambda key, value: published.append(json.loads(value))), ids,
                             run_event_keys())
     return Ledger(store, durability, FakeLock(), ids)
 
@@ -432,7 +433,7 @@ def test_a_replay_whose_entry_is_persisted_already_publishes_nothing(ledger, sto
 
 
 def test_a_replay_whose_republish_fails_leaves_the_entry_to_the_reconciler(store, published):
-    def broker_down(key, event):
+    def broker_down(key, value):
         raise NotAcknowledged("no ack")
 
     ledger = make_ledger(store, published, publish=broker_down)
@@ -477,7 +478,7 @@ def test_an_unreachable_redis_means_nothing_was_charged(ledger, store):
     assert not isinstance(raised.value, (RedisOutcomeUnknown, errors.DomainError))  # the API answers 503, not OUTCOME_UNKNOWN
 
 
-def broker_down(key, event):
+def broker_down(key, value):
     raise NotAcknowledged("no acknowledgement in time")
 
 
@@ -493,8 +494,8 @@ def test_a_publish_failure_is_undone_and_answered_publish_failed(store, publishe
 
 def test_a_publish_failure_whose_entry_the_writer_persisted_first_stands(store, published):
     """The DB decides (under the account row lock): persisted first, the charge stands whatever Redis says."""
-    def arrived_and_persisted(key, event):
-        store.rows[event["id"]] = ("D", USER, 100, 2, 900, "ASYNC", None)
+    def arrived_and_persisted(key, value):
+        store.rows[json.loads(value)["id"]] = ("D", USER, 100, 2, 900, "ASYNC", None)
         raise NotAcknowledged("no acknowledgement in time")
 
     ledger = make_ledger(store, published, publish=arrived_and_persisted)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import random
 from dataclasses import replace
 
@@ -264,10 +265,10 @@ class World:
                                             self.packets.undo_grab)
         self.reconciler = PacketReconciler(self.packets, self.persister, self.store)
 
-    def publish(self, key, event):
+    def publish(self, key, value):
         if self.publish_error:
             raise self.publish_error
-        self.published.append((key, event))
+        self.published.append((key, json.loads(value)))
 
 
 @pytest.fixture

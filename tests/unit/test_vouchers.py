@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 
 import pytest
 from fakes import FakeOutbox
@@ -175,10 +176,10 @@ class Broker:
     def __init__(self, fails=False):
         self.fails, self.sent = fails, []
 
-    def __call__(self, key, event):
+    def __call__(self, key, value):
         if self.fails:
             raise NotAcknowledged("no acknowledgement in time")
-        self.sent.append((key, event))
+        self.sent.append((key, json.loads(value)))
 
 
 def service(db=None, redis=None, broker=None):

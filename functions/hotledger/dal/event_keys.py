@@ -36,7 +36,12 @@ def record_value(event: dict) -> bytes:
     body = canonical(fields)
     if "kid" not in event:
         return body
-    return b"%s,\"kid\":%s,\"mac\":\"%s\"}" % (body[:-1], canonical(event["kid"]), event["mac"].encode())
+    return with_signature(body, event["kid"], event["mac"])
+
+
+def with_signature(covered: bytes, kid: str, mac: str) -> bytes:
+    """The record's bytes for the canonical JSON `covered` and its signature: `kid` and `mac` appended last."""
+    return b"%s,\"kid\":%s,\"mac\":\"%s\"}" % (covered[:-1], canonical(kid), mac.encode())
 
 
 def signed_part(value: bytes) -> tuple[str, str, bytes] | None:
@@ -81,14 +86,19 @@ class Keyring:
 class EventKeys:
     def __init__(self, secret_id: str | None, inline: str | None, max_age_s: int):
         self.secret_id, self.inline, self.max_age_s = secret_id, inline, max_age_s
+        self._read: tuple[object, Keyring] | None = None  # the last value read and its keyring: parsed once per value
 
     def keyring(self, fresh: bool = False) -> Keyring:
-        """The current keyring; `fresh` reads the secret again instead of the cached one."""
+        """The current keyring; `fresh` reads the secret again instead of the cached one (Powertools keeps the
+        secret's value for max_age_s; each value is parsed once, not once per signed event)."""
         if self.secret_id:
             from aws_lambda_powertools.utilities import parameters
 
-            return Keyring.parse(parameters.get_secret(self.secret_id, transform="json", max_age=self.max_age_s,
-                                                       force_fetch=fresh))
-        if self.inline:
-            return Keyring.parse(json.loads(self.inline))
-        raise NoEventKeys("set EVENT_KEYS_SECRET_ARN (Secrets Manager) or EVENT_KEYS (the keyring JSON)")
+            value = parameters.get_secret(self.secret_id, transform="json", max_age=self.max_age_s, force_fetch=fresh)
+        elif self.inline:
+            value = self.inline
+        else:
+            raise NoEventKeys("set EVENT_KEYS_SECRET_ARN (Secrets Manager) or EVENT_KEYS (the keyring JSON)")
+        if self._read is None or self._read[0] is not value:
+            self._read = (value, Keyring.parse(json.loads(value) if isinstance(value, str) else value))
+        return self._read[1]

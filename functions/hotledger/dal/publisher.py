@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 
 from hotledger.config import Settings, settings
-from hotledger.dal.event_keys import record_value
 
 _lock = threading.Lock()
 _current = None
@@ -251,10 +250,10 @@ def end_offsets(topic: str | None = None) -> dict[int, int]:
         raise LogUnreadable(repr(exc)) from exc
 
 
-def publish(key: str, event: dict) -> None:
-    """Send and wait for the broker's acknowledgement. A signed event goes in the layout its MAC is checked in
-    (dal/event_keys.py record_value)."""
-    _send(settings().kafka_topic, key.encode(), record_value(event))
+def publish(key: str, value: bytes) -> None:
+    """Send a record value (a signed event in the layout its MAC is checked in: outbox/events.py signed_value) and
+    wait for the broker's acknowledgement."""
+    _send(settings().kafka_topic, key.encode(), value)
 
 
 def republish(topic: str, key: bytes | None, value: bytes) -> None:

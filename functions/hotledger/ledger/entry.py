@@ -66,23 +66,24 @@ class Entry:
         return self.amount if self.kind in (KIND_RECHARGE, KIND_REFUND) else 0
 
     def to_event(self) -> LedgerEvent:
-        extra = {} if self.hold is None else {
-            "hold_id": self.hold.hold_id, "released": self.hold.released, "expires_at": self.hold.expires_at,
-            "available_after": self.hold.available_after, "hold_state": self.hold.state,
-            **({"description": self.hold.description} if self.kind == "H" else {"captured_after": self.hold.captured_after})}
-        if self.refund is not None:
-            extra = {"refund_of": self.refund.charge_id, "refund_of_kind": self.refund.charge_kind,
-                    "refunded_after": self.refund.refunded_after, "reason": self.refund.reason}
-        return LedgerEvent(
-            type="ledger", id=self.entry_id, kind=self.kind, user_id=self.user_id, amount=self.amount,
-            balance_after=self.balance_after, version=self.version, epoch=self.epoch, ts=self.ts,
-            open=self.open, idem_key=self.idem_key, **extra,
-        )
+        return LedgerEvent(**self.event())
 
     def event(self) -> dict:
         """The event as published: a deduct's or recharge's without the hold fields (the bytes signed and sent stay
-        what they were)."""
-        return self.to_event().model_dump(exclude_unset=True)
+        what they were). Its fields are LedgerEvent's, from this entry's typed values: a charge does not build and
+        dump the model to publish them (the writer validates every event it reads)."""
+        fields = {"type": "ledger", "id": self.entry_id, "kind": self.kind, "user_id": self.user_id, "amount": self.amount,
+                  "balance_after": self.balance_after, "version": self.version, "epoch": self.epoch, "ts": self.ts,
+                  "open": self.open, "idem_key": self.idem_key}
+        if self.hold is not None:
+            fields.update({"hold_id": self.hold.hold_id, "released": self.hold.released, "expires_at": self.hold.expires_at,
+                           "available_after": self.hold.available_after, "hold_state": self.hold.state})
+            fields.update({"description": self.hold.description} if self.kind == "H"
+                          else {"captured_after": self.hold.captured_after})
+        if self.refund is not None:
+            fields.update({"refund_of": self.refund.charge_id, "refund_of_kind": self.refund.charge_kind,
+                           "refunded_after": self.refund.refunded_after, "reason": self.refund.reason})
+        return fields
 
 
 HOLD_KINDS = frozenset("HCVX")

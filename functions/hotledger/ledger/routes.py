@@ -104,6 +104,9 @@ def _log_charge(what: str, result) -> None:
                              "balance_minor": result.balance, "version": result.version, "mode": result.mode})
 
 
+# the routes every charge takes: their path, header and body validated in one precompiled step (api/route_args.py)
+HOT_ROUTES = {("POST", "/accounts/<user_id>/recharge"), ("POST", "/accounts/<user_id>/deduct")}
+
 # who may call each route (api/authorization.py): operators create and change accounts, services charge them, users
 # read their own
 RULES = {

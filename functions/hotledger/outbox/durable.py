@@ -25,7 +25,7 @@ from hotledger.dal import db
 from hotledger.dal.event_keys import EventKeys
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable, stream_flag
-from hotledger.outbox.events import signed
+from hotledger.outbox.events import signed_value
 
 LOAD_ATTEMPTS = 3
 
@@ -54,7 +54,7 @@ class Outbound:
 
 
 class Durability:
-    def __init__(self, cfg: Settings, publish: Callable[[str, dict], None], next_id: Callable[[], int], keys: EventKeys):
+    def __init__(self, cfg: Settings, publish: Callable[[str, bytes], None], next_id: Callable[[], int], keys: EventKeys):
         self.streamed = cfg.event_transport == "redis-stream"
         self.stream_flag = stream_flag(cfg)
         self.publish = publish
@@ -67,7 +67,7 @@ class Durability:
             keyring = self.keys.keyring()
         except Exception as exc:  # noqa: BLE001 - no key (Secrets Manager unreachable, none configured): nothing was sent
             raise NotAcknowledged(f"the event could not be signed: {exc!r}") from exc
-        self.publish(key, signed(event, keyring))
+        self.publish(key, signed_value(event, keyring))
 
     def apply(self, attempt: Callable[[int], Reply], *, reload: Callable[[], None],
               refusal: Callable[[Reply], errors.DomainError | None], outbound: Callable[[int, Reply], Outbound | None],
