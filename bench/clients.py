@@ -19,7 +19,7 @@ WARM_UP_S = 2.0
 
 def quiet() -> None:
     """Workers print EMF lines per invocation; in a benchmark they only cost terminal time."""
-    sys.stdout = open(os.devnull, "w")
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the worker's stdout for its whole life: EMF lines only cost terminal time
 
 
 def backend_caller() -> dict:
@@ -32,7 +32,6 @@ def backend_caller() -> dict:
 def api():
     """call(method, path, body) -> (status, body) through api.app.handler with API Gateway events."""
     from api.app import handler
-
     from infra.localrt import events
 
     context, caller = events.LambdaContext("ApiFunction"), backend_caller()

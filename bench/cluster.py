@@ -128,11 +128,11 @@ def script_costs(target, client, entities: int, calls: int) -> tuple[dict, list[
         before = _script_stats(masters)
         _run(lua, measured)
         after = _script_stats(masters)
-        deltas = [(a[0] - b[0], a[1] - b[1]) for a, b in zip(after, before)]
+        deltas = [(a[0] - b[0], a[1] - b[1]) for a, b in zip(after, before, strict=False)]
         ran = sum(d[0] for d in deltas)
         assert ran == calls, f"{script}: {ran} script calls counted for {calls} sent"
         costs[script] = round(sum(d[1] for d in deltas) / ran, 2)
-        per_master = [total + d[0] for total, d in zip(per_master, deltas)]
+        per_master = [total + d[0] for total, d in zip(per_master, deltas, strict=False)]
     return costs, per_master, _getkeys(masters) - getkeys_before
 
 

@@ -46,8 +46,8 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def delay_remove(client, lua, elements: int, ours_removes: int, redisson_removes: int) -> dict:
-    from hotledger.dal.delay_queue import DelayQueue
     from hotledger import keys
+    from hotledger.dal.delay_queue import DelayQueue
 
     queue, rng = f"bench-{uuid.uuid4().hex[:6]}", random.Random(1)
     names = [f"order-{i:08d}" for i in range(elements)]
@@ -86,8 +86,8 @@ def delay_remove(client, lua, elements: int, ours_removes: int, redisson_removes
 
 
 def delay_drain(client, lua, elements: int) -> dict:
-    from hotledger.dal.delay_queue import DelayQueue, Drainer
     from hotledger import keys
+    from hotledger.dal.delay_queue import DelayQueue, Drainer
 
     queue = f"bench-drain-{uuid.uuid4().hex[:6]}"
     now = int(time.time() * 1000)
@@ -126,7 +126,7 @@ def delay_drain(client, lua, elements: int) -> dict:
 
 
 def _lock_worker(kind: str, name: str, start_at: float, stop_at: float, hold_s: float, out) -> None:
-    sys.stdout = open(os.devnull, "w")
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the worker's stdout for its whole life: EMF lines only cost terminal time
     from hotledger.dal.lock import DistributedLock
     from hotledger.runtime import lua
 

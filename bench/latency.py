@@ -55,7 +55,7 @@ async def _one(port: int, payload: bytes, due: float, results: list) -> None:
                 writer.close()
 
         status = await asyncio.wait_for(exchange(), TIMEOUT_S)
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
+    except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
         status = None
     results.append((due, (loop.time() - due) * 1000, status))
 
@@ -83,9 +83,10 @@ def serve(env: dict, workers: int, log_path: Path):
     from infra import services
 
     port = services.free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--port", str(port), "--no-msk", "--no-schedules",
-                             "--api-workers", str(workers)], cwd=REPO, env=env, stdout=open(log_path, "wb"),
-                            stderr=subprocess.STDOUT)
+    with open(log_path, "wb") as log:  # the runtime writes to its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--port", str(port), "--no-msk",
+                                 "--no-schedules", "--api-workers", str(workers)], cwd=REPO, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while not services.reachable("127.0.0.1", port) and time.monotonic() < deadline:
         time.sleep(0.2)

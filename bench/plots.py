@@ -36,7 +36,7 @@ def write(results: dict, out_dir: Path) -> list[Path]:
             for q, style in (("p50_ms", "--"), ("p99_ms", "-")):
                 points = [(s["offered_per_s"], s[q]) for s in steps if s[q] is not None]
                 if points:
-                    ax.plot(*zip(*points), style, marker="o", color=f"C{number}", label=f"{route} {q[:-3]}")
+                    ax.plot(*zip(*points, strict=False), style, marker="o", color=f"C{number}", label=f"{route} {q[:-3]}")
         ax.axhline(50, color="grey", linewidth=0.8, label="50 ms (the knee)")
         ax.set_xlabel("offered requests/s (open loop, HTTP)")
         ax.set_ylabel("latency ms")

@@ -24,14 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
 
-from infra import services  # noqa: E402
-from infra.event_keys import local_keyring  # noqa: E402
-from infra.migrate import migrate  # noqa: E402
-
 import clients  # noqa: E402
 import report  # noqa: E402
 import stats  # noqa: E402
 from workers import START_ALLOWANCE_S, gather  # noqa: E402
+
+from infra import services  # noqa: E402
+from infra.event_keys import local_keyring  # noqa: E402
+from infra.migrate import migrate  # noqa: E402
 
 HOT_BALANCE = "90000000000.00"
 LAG_RATES = (200, 500, 1000)
@@ -452,7 +452,7 @@ def main() -> int:
             lambda: ledger_history_figures(figures, args.quick),
             cost_and_plots,
         ]
-        for number, (name, step) in enumerate(zip(STAGES, steps), 1):
+        for number, (name, step) in enumerate(zip(STAGES, steps, strict=False), 1):
             if only and number not in only:
                 continue
             progress.stage(name)

@@ -45,9 +45,8 @@ return nil
 
 def _handler_call(transport: str):
     os.environ["EVENT_TRANSPORT"] = transport
-    sys.stdout = open(os.devnull, "w")  # EMF lines per invocation only cost terminal time
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the worker's stdout for its whole life: EMF lines only cost terminal time
     from api.app import handler
-
     from infra import dev_issuer
     from infra.localrt import events
 
@@ -232,9 +231,8 @@ def redpacket_service(call, procs: int, grabs: int) -> dict:
 def transport_orders_per_s(env: dict, transport: str, procs: int, orders: int, log_path: Path) -> float:
     """Persisted orders/s end to end: the clock runs from the first order until the last one is in the DB."""
     from hotledger import runtime
-    from hotledger.dal import db
-
     from hotledger.config import settings
+    from hotledger.dal import db
     from infra import services
 
     # a topic of its own: the records earlier steps left unread (their runtimes ran for their own figures) are not
@@ -250,8 +248,9 @@ def transport_orders_per_s(env: dict, transport: str, procs: int, orders: int, l
         runtime.reset()
     writer_env = {**env, "EVENT_TRANSPORT": transport, "HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "0.2",
                   "STREAM_GROUP": f"bench-{time.monotonic_ns()}", "KAFKA_TOPIC": topic}
-    writer = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--no-api"], cwd=REPO, env=writer_env,
-                              stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
+    with open(log_path, "wb") as log:  # the runtime writes to its own copy of the descriptor
+        writer = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--no-api"], cwd=REPO, env=writer_env,
+                                  stdout=log, stderr=subprocess.STDOUT)
     try:
         # consumer group join / first drainer run, and the workers spawned and imported: the clock starts after
         started = time.monotonic() + 10

@@ -90,7 +90,6 @@ def writer_rows_per_s(env: dict, procs: int, partitions: int, rows: int, log_dir
     from hotledger.config import settings
     from hotledger.dal import db
     from hotledger.dal.redis_store import lua
-
     from infra import services
 
     cfg = settings()
@@ -222,7 +221,6 @@ def persisting(user_ids: list[int], timeout_s: float = 180) -> None:
 def lag_figures(env: dict, procs: int, rates: list[int], seconds: float, log_dir: Path) -> dict:
     """The local runtime's pollers (one process per partition of the run's topic) persisting as deducts come."""
     from hotledger.config import settings
-
     from infra import services
 
     cfg = settings()

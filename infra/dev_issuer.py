@@ -33,7 +33,7 @@ KEY_ID = "hotledger-local-dev-1"
 _DIR = services.STATE / "dev-issuer"
 
 
-@functools.lru_cache(maxsize=None)  # loading checks the key: tens of ms, once per process
+@functools.cache  # loading checks the key: tens of ms, once per process
 def _private_key(directory: Path = _DIR) -> rsa.RSAPrivateKey:
     """The issuer's key, generated on first use. Created with a hard link from a private temporary file, so processes
     starting at once all end up with the one key that won (never two keys, never a half-written file)."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import ast
-import typing
 import re
 import sys
+import typing
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -101,9 +101,9 @@ class Server:
     def start(self, timeout_s: float = 60) -> Server:
         self.root.mkdir(parents=True, exist_ok=True)
         self.prepare()
-        log = open(self.root / f"{self.name}.log", "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, cwd=self.root)
+        with open(self.root / f"{self.name}.log", "ab") as log:  # the server writes to its own copy of the descriptor
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, cwd=self.root)
         self.wait_ready(timeout_s)
         return self
 

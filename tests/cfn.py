@@ -81,7 +81,7 @@ class Stack:
             return f"arn:aws:{service}:{REGION}:{ACCOUNT}:{name}"
         return f"{name}.{attribute}"
 
-    def resolve(self, node):  # noqa: C901 - one branch per intrinsic
+    def resolve(self, node):
         if isinstance(node, list):
             return [v for v in (self.resolve(item) for item in node) if v is not None]
         if not isinstance(node, dict):

@@ -11,9 +11,9 @@ import shutil
 import uuid
 from pathlib import Path
 
+import lua_replies
 import pytest
 
-import lua_replies
 from infra.event_keys import new_keyring
 
 RUN_ID = uuid.uuid4().hex[:8]
@@ -160,7 +160,6 @@ def own_topic(settings, monkeypatch):
 def local_hooks(monkeypatch):
     """Local webhook receivers (helpers.Receiver) the webhooks may deliver to: local_hooks(status) starts one."""
     from helpers import Receiver
-
     from hotledger.runtime import webhooks
 
     monkeypatch.setattr(webhooks(), "allow_local", True)

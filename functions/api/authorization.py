@@ -16,8 +16,8 @@ import contextvars
 import functools
 import importlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from api.rules import ADMIN, SERVICE, OwnerOf, Rule  # noqa: F401 (SERVICE, ADMIN: the scopes, named here too)
 from hotledger import errors

@@ -25,15 +25,15 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Header
+
+from api.authorization import key_scope
+from api.responses import error, json_answer
 from hotledger import errors, observability
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.idempotency import BeginStatus
 from hotledger.dal.lock import LockUnavailable
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.runtime import idempotency
-
-from api.authorization import key_scope
-from api.responses import error, json_answer
 
 logger = observability.logger()
 
@@ -111,10 +111,12 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
                 raise errors.IdempotencyInProgress("this request's hold on its Idempotency-Key ran out and a retry "
                                                    "took it over; nothing was changed by this request")
         attempt = Attempt(begun.note, remember, begun.retaken, keyed=True)
-        call = lambda: run(attempt)
+        def call():
+            return run(attempt)
     else:
         call = run
-    finish = lambda answer: _finish(scope, idem_key, begun.token, answer, durable, request_fp)
+    def finish(answer):
+        return _finish(scope, idem_key, begun.token, answer, durable, request_fp)
     # a 5xx that changed nothing gives the key back; the recovery point of an attempt that died under it stays (its
     # effect may stand: a resumed voucher order found RECOVERING after a Redis loss is in the DB once the hold passes)
     forget_note = durable and not (resumable and begun.note is not None)

@@ -2,8 +2,8 @@
 api/authorization.py applies them (every route has exactly one rule)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 SERVICE, ADMIN = "service", "admin"
 

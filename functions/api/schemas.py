@@ -7,12 +7,19 @@ import functools
 from typing import Annotated, Literal
 
 from pydantic import (
-    BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, StrictStr, WithJsonSchema,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
     model_validator,
 )
 
 from hotledger.money import parse_minor
-
 
 # What parse_minor accepts, stated in the document (a test checks they agree): at most 12 whole digits (MAX_MINOR is
 # 999999999999.99), no leading zero, at most 2 fractional digits; an Amount is also not zero. ASCII digits only.

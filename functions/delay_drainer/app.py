@@ -12,6 +12,7 @@ waiting element is), DelayRedeliveries, DelayHandlerFailures, DelayDeadLettered 
 from __future__ import annotations
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+
 from hotledger import observability
 from hotledger.runtime import delay_drainer
 

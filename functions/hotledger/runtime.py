@@ -17,12 +17,10 @@ from hotledger.history.service import History
 from hotledger.history.store import HistoryStore
 from hotledger.holds.service import Holds
 from hotledger.holds.store import HoldStore
-from hotledger.refunds.service import Refunds
-from hotledger.refunds.store import RefundStore
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
-from hotledger.ledger.service import Ledger
 from hotledger.ledger.rows import MAX_BALANCE
+from hotledger.ledger.service import Ledger
 from hotledger.ledger.store import LedgerStore
 from hotledger.monitors.service import Monitors
 from hotledger.monitors.store import MonitorStore
@@ -30,18 +28,20 @@ from hotledger.notices.inbox import Inbox
 from hotledger.notices.journeys import Journeys, parse_thresholds
 from hotledger.notices.payment_orders import PaymentOrders
 from hotledger.notices.store import InboxStore, JourneyStore, PaymentOrderStore
+from hotledger.ops.service import Operations, Transport
+from hotledger.ops.store import OpsLog
 from hotledger.outbox.durable import Durability
 from hotledger.outbox.log_hold import LogHold
 from hotledger.outbox.store import EventStreams, OutboxStore
 from hotledger.outbox.stream_consumer import StreamConsumer
 from hotledger.outbox.writer import Writer
-from hotledger.ops.service import Operations, Transport
-from hotledger.ops.store import OpsLog
 from hotledger.reconciler import Reconciler
 from hotledger.redpackets.persist import RedPacketPersister
 from hotledger.redpackets.reconcile import PacketReconciler
 from hotledger.redpackets.service import RedPackets
 from hotledger.redpackets.store import PacketCache, PacketStore
+from hotledger.refunds.service import Refunds
+from hotledger.refunds.store import RefundStore
 from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
 from hotledger.vouchers.service import Vouchers

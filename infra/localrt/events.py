@@ -5,7 +5,7 @@ import base64
 import json
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import parse_qs
 
 
@@ -19,7 +19,7 @@ def api_gateway_proxy(method: str, path: str, body: str | bytes | None = None, h
         body = body.decode("utf-8", errors="replace")
     multi_query = parse_qs(query, keep_blank_values=True) if query else None
     request_id = str(uuid.uuid4())
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return {
         "resource": "/{proxy+}",
         "path": path,
@@ -79,7 +79,7 @@ def scheduled(rule_arn: str = "arn:aws:events:us-east-1:000000000000:rule/hotled
         "detail-type": "Scheduled Event",
         "source": "aws.events",
         "account": "000000000000",
-        "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "region": "us-east-1",
         "resources": [rule_arn],
         "detail": {},

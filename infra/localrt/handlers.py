@@ -10,7 +10,6 @@ import sys
 from infra.localrt import template
 
 
-
 def load_handler(fn: template.Function):
     if str(fn.code_dir) not in sys.path:
         sys.path.insert(0, str(fn.code_dir))

@@ -20,6 +20,7 @@ scheduler.py (handlers.py: what they share); this one reads the template and sta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -108,10 +109,8 @@ def main(argv=None) -> int:
     finally:
         stop.set()
         for pid in children:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
     return 0
 
 

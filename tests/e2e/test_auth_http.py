@@ -13,8 +13,8 @@ import uuid
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from helpers import REPO, LocalService
 
+from helpers import REPO, LocalService
 from infra import dev_issuer, services
 
 
@@ -50,7 +50,7 @@ def test_without_a_valid_token_every_route_but_the_description_is_401(service):
     genuine = jwt.decode(dev_issuer.token(scopes=("service", "admin")), options={"verify_signature": False})
     tokens = {"none": None, "garbage": "abc", "expired": dev_issuer.token(scopes=("service", "admin"), ttl_s=-1),
               "forged": jwt.encode(genuine, other_key, algorithm="RS256", headers={"kid": dev_issuer.KEY_ID})}
-    for name, token in tokens.items():
+    for _name, token in tokens.items():
         for method, path in [*operations, ("GET", "/no-such-route")]:
             answer = service.request(method, path, {"anything": 1} if method != "GET" else None, token=token)
             assert_error(answer, 401, "UNAUTHENTICATED")

@@ -10,12 +10,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from helpers import REPO, LocalService
-
-from infra import services
-
 from hotledger import keys
-
+from infra import services
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers import LocalService
 
+from helpers import LocalService
 from infra import services
 
 TRANSPORTS = {

@@ -12,8 +12,8 @@ import sys
 import urllib.request
 
 import pytest
-from helpers import LocalService, token_for
 
+from helpers import LocalService, token_for
 from infra import services
 
 # bounded so the whole run takes well under a minute or two on two shared cores

@@ -12,9 +12,8 @@ import time
 import uuid
 from collections import Counter, defaultdict
 
-from helpers import LocalService
-
 from faults.test_faults import Stack, _account, _ClientThreads, stack  # noqa: F401 (fixture)
+from helpers import LocalService
 
 LEDGER_START = 5000  # cents on each ledger account: small, so refusals (402, 403 API_CLOSED) happen
 REFUSALS = {(402, "INSUFFICIENT_BALANCE"), (403, "API_CLOSED"), (422, "BALANCE_LIMIT"), (409, "SOLD_OUT"),

@@ -14,9 +14,9 @@ import time
 
 import pytest
 import redis
+
 from faults.test_faults import ChaosClients, Stack, _account, acknowledged_deducts_in_the_db_exactly_once
 from helpers import LocalService
-
 from hotledger.config import Settings
 from hotledger.dal import redis_store
 from infra import services

@@ -21,14 +21,23 @@ import threading
 import time
 from collections import Counter
 
-from helpers import LocalService
-
 from faults.test_chaos_all_features import (
-    REFUSALS, TRANSIENT, UNKNOWN, MixedClients, _all_persisted, _amount, _check_balances, _check_ledger, _check_packets,
-    _check_payment_orders, _check_vouchers, every_features_entities,
+    REFUSALS,
+    TRANSIENT,
+    UNKNOWN,
+    MixedClients,
+    _all_persisted,
+    _amount,
+    _check_balances,
+    _check_ledger,
+    _check_packets,
+    _check_payment_orders,
+    _check_vouchers,
+    every_features_entities,
 )
 from faults.test_cluster_failover import cluster_stack  # noqa: F401 (fixture)
 from faults.test_faults import _account
+from helpers import LocalService
 from infra import services
 
 # the checks wait this long for what the background runtime repairs: one reconciler run every minute (template.yaml)

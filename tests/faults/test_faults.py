@@ -14,11 +14,10 @@ from collections import Counter
 
 import pymysql
 import pytest
-from helpers import LocalService
 
+from helpers import LocalService
 from infra import services
 from infra.migrate import migrate
-
 
 
 class Stack:

@@ -11,9 +11,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from helpers import LocalService
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from helpers import LocalService
 from infra import services
 from infra.localrt import template
 from infra.localrt.msk import MskPoller

@@ -14,9 +14,9 @@ from decimal import Decimal
 import pymysql
 import pytest
 import redis
-from helpers import LocalService
 
 from faults.test_faults import _account, stack  # noqa: F401  (stack: the module's private servers)
+from helpers import LocalService
 
 LEASE = {"IDEMPOTENCY_LEASE_MS": "1500", "REBUILD_HOLD_S": "2"}
 

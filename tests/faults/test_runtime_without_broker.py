@@ -3,9 +3,8 @@ broker to start: the API answers at once, charges answer 503 and change nothing 
 the writer persists what is charged."""
 from __future__ import annotations
 
-from helpers import LocalService
-
 from faults.test_faults import _converged, stack  # noqa: F401 (fixture)
+from helpers import LocalService
 from infra import services
 
 

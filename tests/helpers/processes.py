@@ -24,11 +24,11 @@ class LocalService:
         self.proc: subprocess.Popen | None = None
 
     def start(self, wait_http: bool = True) -> LocalService:
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "infra.localrt.runtime", "--port", str(self.port), *self.args],
-            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        with open(self.log_path, "ab") as log:  # the runtime writes to its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "infra.localrt.runtime", "--port", str(self.port), *self.args],
+                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
         if wait_http and "--no-api" not in self.args:
             self.wait_until(lambda: self.request("GET", "/openapi.json")[0] == 200, 30, "HTTP port")
         return self

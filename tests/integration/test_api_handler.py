@@ -6,9 +6,8 @@ import uuid
 
 import pytest
 
-from infra.localrt import events
-
 from helpers import EVENTS, reconcile_pass
+from infra.localrt import events
 
 
 def test_create_get_recharge_deduct(api):

@@ -162,40 +162,40 @@ def _state(sql, redis_client, world) -> tuple:
     return counts, sql("SELECT SUM(balance), SUM(version) FROM t_account"), lasting, [redis_client.dump(k) for k in lasting]
 
 
-S, O, U, X = "service", "operator", "owner", "another user"
-ANYONE = {S, O, U, X}
+S, OP, U, X = "service", "operator", "owner", "another user"
+ANYONE = {S, OP, U, X}
 # who may call what (docs/api.md, "Who may call what"), written out independently of authorization.rules(): a rule that
 # drifts from it fails here
 MAY_CALL = {
-    ("POST", "/accounts"): {O}, ("GET", "/accounts/<user_id>"): {S, O, U}, ("PATCH", "/accounts/<user_id>"): {O},
+    ("POST", "/accounts"): {OP}, ("GET", "/accounts/<user_id>"): {S, OP, U}, ("PATCH", "/accounts/<user_id>"): {OP},
     ("POST", "/accounts/<user_id>/recharge"): {S}, ("POST", "/accounts/<user_id>/deduct"): {S},
-    ("GET", "/accounts/<user_id>/orders/<order_id>"): {S, O, U},
-    ("GET", "/accounts/<user_id>/entries"): {S, O, U}, ("GET", "/accounts/<user_id>/balance"): {S, O, U},
-    ("GET", "/accounts/<user_id>/statement"): {S, O, U},
+    ("GET", "/accounts/<user_id>/orders/<order_id>"): {S, OP, U},
+    ("GET", "/accounts/<user_id>/entries"): {S, OP, U}, ("GET", "/accounts/<user_id>/balance"): {S, OP, U},
+    ("GET", "/accounts/<user_id>/statement"): {S, OP, U},
     ("POST", "/accounts/<user_id>/holds"): {S}, ("POST", "/accounts/<user_id>/holds/<hold_id>/capture"): {S},
-    ("POST", "/accounts/<user_id>/holds/<hold_id>/void"): {S}, ("GET", "/accounts/<user_id>/holds/<hold_id>"): {S, O, U},
-    ("GET", "/accounts/<user_id>/holds"): {S, O, U},
-    ("POST", "/webhook-endpoints"): {S, O}, ("GET", "/webhook-endpoints"): {S, O},
-    ("GET", "/webhook-endpoints/<endpoint_id>"): {S, O}, ("PATCH", "/webhook-endpoints/<endpoint_id>"): {S, O},
-    ("POST", "/webhook-endpoints/<endpoint_id>/rotate-secret"): {S, O}, ("DELETE", "/webhook-endpoints/<endpoint_id>"): {S, O},
-    ("GET", "/webhook-endpoints/<endpoint_id>/deliveries"): {S, O}, ("POST", "/webhook-endpoints/<endpoint_id>/replay"): {S, O},
-    ("POST", "/accounts/<user_id>/monitors"): {S, O, U}, ("GET", "/accounts/<user_id>/monitors"): {S, O, U},
-    ("DELETE", "/accounts/<user_id>/monitors/<monitor_id>"): {S, O, U},
+    ("POST", "/accounts/<user_id>/holds/<hold_id>/void"): {S}, ("GET", "/accounts/<user_id>/holds/<hold_id>"): {S, OP, U},
+    ("GET", "/accounts/<user_id>/holds"): {S, OP, U},
+    ("POST", "/webhook-endpoints"): {S, OP}, ("GET", "/webhook-endpoints"): {S, OP},
+    ("GET", "/webhook-endpoints/<endpoint_id>"): {S, OP}, ("PATCH", "/webhook-endpoints/<endpoint_id>"): {S, OP},
+    ("POST", "/webhook-endpoints/<endpoint_id>/rotate-secret"): {S, OP}, ("DELETE", "/webhook-endpoints/<endpoint_id>"): {S, OP},
+    ("GET", "/webhook-endpoints/<endpoint_id>/deliveries"): {S, OP}, ("POST", "/webhook-endpoints/<endpoint_id>/replay"): {S, OP},
+    ("POST", "/accounts/<user_id>/monitors"): {S, OP, U}, ("GET", "/accounts/<user_id>/monitors"): {S, OP, U},
+    ("DELETE", "/accounts/<user_id>/monitors/<monitor_id>"): {S, OP, U},
     ("POST", "/accounts/<user_id>/orders/<order_id>/refunds"): {S}, ("POST", "/accounts/<user_id>/holds/<hold_id>/refunds"): {S},
-    ("POST", "/vouchers"): {O}, ("GET", "/vouchers/<voucher_id>"): ANYONE, ("POST", "/vouchers/<voucher_id>/orders"): {S, U},
-    ("GET", "/vouchers/<voucher_id>/orders/<order_id>"): {S, O, U},
+    ("POST", "/vouchers"): {OP}, ("GET", "/vouchers/<voucher_id>"): ANYONE, ("POST", "/vouchers/<voucher_id>/orders"): {S, U},
+    ("GET", "/vouchers/<voucher_id>/orders/<order_id>"): {S, OP, U},
     ("POST", "/redpackets"): {S}, ("POST", "/redpackets/<packet_id>/grab"): {S, U}, ("GET", "/redpackets/<packet_id>"): ANYONE,
-    ("POST", "/orders"): {S}, ("GET", "/orders/<order_id>"): {S, O, U}, ("POST", "/orders/<order_id>/pay"): {S, U},
+    ("POST", "/orders"): {S}, ("GET", "/orders/<order_id>"): {S, OP, U}, ("POST", "/orders/<order_id>/pay"): {S, U},
     ("POST", "/orders/<order_id>/close"): {S},
     ("POST", "/delay-queues/<queue>/items"): {S}, ("DELETE", "/delay-queues/<queue>/items/<element>"): {S},
-    ("GET", "/delay-queues/<queue>"): {S, O}, ("POST", "/delay-queues/<queue>/take"): {S},
+    ("GET", "/delay-queues/<queue>"): {S, OP}, ("POST", "/delay-queues/<queue>/take"): {S},
     ("POST", "/delay-queues/<queue>/ack"): {S}, ("POST", "/delay-queues/<queue>/extend"): {S},
-    ("GET", "/delay-queues/<queue>/dead-letters"): {O}, ("POST", "/delay-queues/<queue>/dead-letters/replay"): {O},
-    ("DELETE", "/delay-queues/<queue>/dead-letters/<element>"): {O},
+    ("GET", "/delay-queues/<queue>/dead-letters"): {OP}, ("POST", "/delay-queues/<queue>/dead-letters/replay"): {OP},
+    ("DELETE", "/delay-queues/<queue>/dead-letters/<element>"): {OP},
     ("POST", "/inbox/<account>/messages"): {S}, ("GET", "/inbox/<account>/messages"): {S, U},
     ("POST", "/journeys/<biz>/<account>/start"): {S}, ("POST", "/journeys/<biz>/<account>/finish"): {S},
-    ("GET", "/ops/dead-letters"): {O}, ("POST", "/ops/dead-letters/replay"): {O}, ("GET", "/ops/accounts/<user_id>"): {O},
-    ("GET", "/ops/reconciler"): {O}, ("GET", "/ops/log"): {O},
+    ("GET", "/ops/dead-letters"): {OP}, ("POST", "/ops/dead-letters/replay"): {OP}, ("GET", "/ops/accounts/<user_id>"): {OP},
+    ("GET", "/ops/reconciler"): {OP}, ("GET", "/ops/log"): {OP},
 }
 PUBLIC = {("GET", "/openapi.json"), ("GET", "/swagger")}
 QUERIES = {"/accounts/<user_id>/balance": "?at=0", "/accounts/<user_id>/statement": "?since=0&until=1"}
@@ -216,11 +216,11 @@ def test_every_route_rule_with_every_kind_of_caller(api, sql, redis_client):
                "operator": Api(scopes=("admin",))}
     entity_id = {"/vouchers/<voucher_id>/orders/<order_id>": world["voucher_order"]}
     tried = 0
-    for (method, rule_path), rule in authorization.rules().items():
+    for (method, rule_path), _rule in authorization.rules().items():
         params = {**world["params"], "order_id": entity_id.get(rule_path, world["params"]["order_id"])}
         if rule_path.startswith("/orders/<order_id>"):
             params["order_id"] = world["payment_order"]
-        path = re.sub(r"<(\w+)>", lambda m: str(params[m.group(1)]), rule_path) + QUERIES.get(rule_path, "")
+        path = re.sub(r"<(\w+)>", lambda m, params=params: str(params[m.group(1)]), rule_path) + QUERIES.get(rule_path, "")
         body = world["bodies"].get((method, rule_path))
         assert (method, rule_path) in PUBLIC | set(MAY_CALL), (method, rule_path)  # a new route needs its line
         for who, as_caller in callers.items():

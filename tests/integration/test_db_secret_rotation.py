@@ -6,8 +6,8 @@ import os
 import uuid
 
 import pytest
-from helpers import invoke_writer, ledger_records, moto_secrets
 
+from helpers import invoke_writer, ledger_records, moto_secrets
 from hotledger.config import build_settings
 from hotledger.dal import db
 

@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+
 from hotledger.runtime import delay_queue
 
 

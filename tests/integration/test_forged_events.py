@@ -7,12 +7,13 @@ import os
 import time
 
 import pytest
-from helpers import invoke_writer, ledger_records, moto_secrets, signed_value
 
+from helpers import invoke_writer, ledger_records, moto_secrets, signed_value
 from hotledger.dal.event_keys import EventKeys, record_value
 from hotledger.outbox.events import LedgerEvent, signed
 from hotledger.runtime import id_generator
 from infra.event_keys import new_keyring, rotate
+
 
 def funded(api, redis_client, sql) -> int:
     """An account holding 10.00, in Redis and in the DB."""

@@ -7,7 +7,6 @@ import time
 import pytest
 
 from helpers import Api, invoke_writer, ledger_records
-
 from hotledger import keys
 
 

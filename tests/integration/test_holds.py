@@ -8,9 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from helpers import Api, invoke_writer, ledger_records
-from infra.localrt import events
-
 from hotledger import keys
+from infra.localrt import events
 
 
 def _persist(redis_client, *user_ids):
@@ -130,7 +129,6 @@ def test_an_expired_hold_never_counts_and_the_drainer_books_its_expiry_once(api,
 
 def test_the_reconciler_ends_an_expired_hold_whose_delay_element_was_lost(api, redis_client, sql, monkeypatch):
     from helpers import reconcile_totals
-
     from hotledger.holds import feature
 
     user_id = api.account(balance="10.00")
@@ -336,7 +334,6 @@ def test_a_hold_redis_lost_before_its_authorize_was_booked_is_ended_by_the_recon
     without it, the authorize is booked after. Past its expiry (and the grace) the reconciler puts it back and ends it:
     the DB's hold does not stay ACTIVE for good, and what it kept is released exactly once."""
     from helpers import reconcile_totals
-
     from hotledger.holds import feature
 
     user_id = api.account(balance="10.00")

@@ -8,6 +8,7 @@ DB and broker, the writer handler fed the events the API published.
 import json
 
 import pytest
+
 from helpers import invoke_writer, ledger_records, signed_value
 from hotledger import keys
 from hotledger.dal.publisher import NotAcknowledged

@@ -8,7 +8,6 @@ import uuid
 import pytest
 
 from helpers import invoke_writer, ledger_records
-
 from hotledger import keys
 from hotledger.ledger.entry import stored_key
 from hotledger.runtime import delay_queue, idempotency, ledger_store
@@ -46,7 +45,7 @@ def test_the_service_queues_are_not_bounded_by_the_client_limit(monkeypatch):
 def test_an_account_with_too_many_pending_entries_refuses_charges_until_the_writer_caught_up(api, redis_client, monkeypatch):
     user = api.account(balance="100.00")  # one pending entry: the recharge (no writer runs here)
     monkeypatch.setattr(ledger_store(), "max_pending", 3, raising=False)
-    for n in range(2):
+    for _n in range(2):
         assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"})[0] == 200
     assert redis_client.zcard(keys.pending(user)) == 3
     key = {"Idempotency-Key": f"k-{uuid.uuid4().hex[:8]}"}

@@ -15,8 +15,8 @@ import pymysql
 import pytest
 import redis
 
-from hotledger.dal.lock import DistributedLock, LockUnavailable, NotLockOwner
 from hotledger import keys
+from hotledger.dal.lock import DistributedLock, LockUnavailable, NotLockOwner
 from hotledger.dal.redis_store import Lua, RedisOutcomeUnknown, RedisUnavailable
 from hotledger.runtime import lua
 
@@ -38,7 +38,7 @@ def in_thread(fn):
     def run():
         try:
             result["value"] = fn()
-        except Exception as exc:  # noqa: BLE001 - handed back to the test
+        except Exception as exc:
             result["error"] = exc
 
     t = threading.Thread(target=run)
@@ -166,9 +166,8 @@ def test_a_failed_renewal_is_reported_to_the_owner(name, redis_client):
 def test_redis_unreachable_is_a_clear_error_not_an_unlocked_run(name):
     dead = redis.Redis(port=1, socket_connect_timeout=0.2)
     lock = DistributedLock(Lua(dead, str(REPO / "layers" / "lua")), 5000, 500)
-    with pytest.raises(LockUnavailable):
-        with lock.hold(name):
-            pytest.fail("ran without the lock")
+    with pytest.raises(LockUnavailable), lock.hold(name):
+        pytest.fail("ran without the lock")
 
 
 _PAUSED_OWNER = """
@@ -301,9 +300,9 @@ def test_a_fence_handed_out_again_after_a_failover_is_refused_by_the_db_and_the_
     second = make_lock()
     other = second.acquire(name)
     assert other.owner != holding.owner and other.fence > holding.fence  # the fence rose all the same
-    with ledger_store().transaction() as tx:  # and had it not: an equal fence from another holder is refused
-        with pytest.raises(errors.FencedOut):
-            tx.lock_account(user, holding.fence, other.owner)
+    # and had it not: an equal fence from another holder is refused
+    with ledger_store().transaction() as tx, pytest.raises(errors.FencedOut):
+        tx.lock_account(user, holding.fence, other.owner)
     with ledger_store().transaction() as tx:  # the same holder's own fence is its own
         assert tx.lock_account(user, holding.fence, holding.owner) is not None
     second.release(name)

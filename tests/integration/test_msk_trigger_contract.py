@@ -84,7 +84,7 @@ class Invocations:
         self.batches.append(values)
         answer = self.fail(records, values)
         failed = {f["itemIdentifier"]["offset"] for f in (answer or {}).get("batchItemFailures", [])}
-        self.handled += [v for r, v in zip(records, values) if r["offset"] not in failed]
+        self.handled += [v for r, v in zip(records, values, strict=False) if r["offset"] not in failed]
         return answer
 
 
@@ -96,7 +96,7 @@ def _raise_on_poison(records, values):
 
 def _report_poison(records, values):
     return {"batchItemFailures": [{"itemIdentifier": {"partition": f"{r['topic']}-{r['partition']}", "offset": r["offset"]}}
-                                  for r, v in zip(records, values) if v == POISON]}
+                                  for r, v in zip(records, values, strict=False) if v == POISON]}
 
 
 def test_a_record_that_crashes_the_function_is_isolated_retried_then_dead_lettered_whole(trigger):

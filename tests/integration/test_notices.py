@@ -217,9 +217,8 @@ def test_order_close_reminder_fires_once_for_open_orders_only(api, monkeypatch):
 
 
 def test_reminders_redis_lost_are_offered_again_and_fire_once(api, redis_client, monkeypatch):
-    from hotledger import keys
     from helpers import reconcile_totals
-
+    from hotledger import keys
     from hotledger.runtime import payment_orders
 
     monkeypatch.setattr(payment_orders(), "reminder_before_close_ms", 3_600_000)
@@ -246,8 +245,9 @@ def test_reminders_redis_lost_are_offered_again_and_fire_once(api, redis_client,
 
 
 def test_orders_still_open_at_their_close_time_are_closed(api, redis_client):
-    from hotledger import keys
     from reconciler.app import handler as reconcile
+
+    from hotledger import keys
 
     user = api.account(balance="10.00")
     closing, paid, lost = (api("POST", "/orders", {"user_id": user, "amount": "1.00", "close_in_s": 1})[1] for _ in range(3))

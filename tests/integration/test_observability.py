@@ -4,8 +4,8 @@ import json
 import os
 
 import pytest
-from helpers import caller_context, invoke_writer
 
+from helpers import caller_context, invoke_writer
 from infra.localrt import events
 
 

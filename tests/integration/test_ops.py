@@ -61,7 +61,7 @@ def test_a_record_the_writer_could_not_verify_is_replayed_once_and_applied_once(
     assert sql("SELECT COUNT(*) FROM t_entry WHERE user_id = %s", (user_id,)) == ((1,),)
     assert _writer_dead_letters()[dead_id]["replayed_at"] is not None
 
-    (line,) = [l for l in OPERATOR("GET", "/ops/log?limit=20")[1] if l["detail"]["ids"] == [dead_id]][:1]
+    (line,) = [entry for entry in OPERATOR("GET", "/ops/log?limit=20")[1] if entry["detail"]["ids"] == [dead_id]][:1]
     assert line["action"] == "replay.writer" and line["actor"]  # who replayed what is logged
 
 

@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import boto3
 import pytest
-from helpers import moto_secrets
 
+from helpers import moto_secrets
 from infra import ops
 
 

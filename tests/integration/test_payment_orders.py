@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from hotledger import errors
-from hotledger import keys
+from hotledger import errors, keys
 from hotledger.runtime import ledger, payment_orders
 from infra.localrt import events
 

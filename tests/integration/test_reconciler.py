@@ -2,13 +2,11 @@
 import json
 
 import pytest
-from helpers import EVENTS, invoke_writer, signed_value
-from helpers import reconcile_totals
 
+from helpers import EVENTS, invoke_writer, reconcile_totals, signed_value
 from hotledger import keys
 from hotledger.ledger.store import pending_entries
 from infra.localrt import events
-
 
 
 @pytest.fixture

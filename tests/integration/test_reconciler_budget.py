@@ -1,8 +1,8 @@
 """Bounded work per run (issue 10, item 14): each part of the reconciler works in pages within its own budget,
 continues the next run where it stopped, and a part that raises does not stop the others."""
 import pytest
-from helpers import reconcile as run_reconciler
 
+from helpers import reconcile as run_reconciler
 from hotledger import runtime
 from hotledger.runtime import ledger_reconcile, reconciler, voucher_reconciler
 

@@ -3,9 +3,8 @@ at a high rate, and the money invariant DB + pending == cache holds afterwards."
 import threading
 
 import pytest
-from helpers import invoke_writer, ledger_records
-from helpers import reconcile_totals
 
+from helpers import invoke_writer, ledger_records, reconcile_totals
 from hotledger import keys, runtime
 from hotledger.ledger.store import pending_entries
 

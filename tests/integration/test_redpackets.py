@@ -4,14 +4,14 @@ import threading
 import time
 
 import pytest
-from helpers import broker_records, invoke_writer, ledger_records, lift_rebuild_hold, reconcile_pass, records
 
+from helpers import broker_records, invoke_writer, ledger_records, lift_rebuild_hold, reconcile_pass, records
 from hotledger import errors, keys
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
-from hotledger.redpackets.split import split
 from hotledger.money import format_minor
+from hotledger.redpackets.split import split
 from hotledger.runtime import redpackets
 from infra.localrt import events
 
@@ -84,7 +84,7 @@ def test_send_grab_persist_and_refund_the_rest_exactly_once(api, sql, redis_clie
     assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s AND idem_key = %s", (sender, f"rprefund{packet_id}")) == ((1,),)
     assert sql("SELECT SUM(credited) FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((3,),)
     # a refunded packet leaves Redis after FINISHED_KEYS_TTL_S; a late grab reloads it, answers EXPIRED, retires it again
-    assert 0 < redis_client.ttl(keys.packet(packet_id)) <= 86_400 and 0 < redis_client.ttl(keys.packet_grabbers(packet_id))
+    assert 0 < redis_client.ttl(keys.packet(packet_id)) <= 86_400 and redis_client.ttl(keys.packet_grabbers(packet_id)) > 0
     lose_packet_in_redis(redis_client, packet_id)
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": api.account()})
     assert (status, body["error"]["code"]) == (409, "EXPIRED")

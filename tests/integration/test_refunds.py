@@ -7,7 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from helpers import invoke_writer, ledger_records
-
 from hotledger import keys
 
 

@@ -6,6 +6,7 @@ arrived"), the case where the event reaches the writer after the API rolled the 
 import json
 
 import pytest
+
 from helpers import invoke_writer, ledger_records, records
 from hotledger import keys
 from hotledger.dal.publisher import NotAcknowledged

@@ -50,6 +50,7 @@ def test_the_authorizer_sample_runs_through_its_handler_with_a_fresh_token(monke
     """events/authorizer_token.json takes a token from `make -s token` (a token in a file would expire); its other
     settings are env.json's, but for the JWKS URL: the local dev issuer's, on whatever port it listens here."""
     from authorizer import app
+
     from infra import dev_issuer
 
     issuer = dev_issuer.JwksServer().serve_in_thread()

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from helpers import Api
-
 from hotledger import keys
 from infra.localrt import events
 
@@ -135,7 +134,7 @@ def test_an_entry_that_keeps_failing_alone_goes_to_the_dead_letter_stream(stream
     consumer = stream_mode.stream_consumer("test")
     for _ in range(6):  # read, then reclaimed and retried until delivered more than STREAM_MAX_DELIVERIES times
         deadline = time.monotonic() + 0.4
-        consumer.drain(lambda: time.monotonic() < deadline)
+        consumer.drain(lambda deadline=deadline: time.monotonic() < deadline)
     shard = keys.shard_of(str(user_id))
     dead = redis_client.xrange(keys.dead_stream(shard))
     assert len(dead) == 1 and b"a bug this event triggers" in dead[0][1][b"error"]

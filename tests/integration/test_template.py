@@ -168,7 +168,7 @@ def test_the_writer_trigger_gives_up_on_a_poison_batch_into_a_topic_that_keeps_w
     stack = cfn.Stack(expanded())
     [esm] = [r["Properties"] for r in stack.resources.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"]
     esm = stack.resolve(esm)
-    assert 0 <= esm["MaximumRetryAttempts"] and esm["MaximumRecordAgeInSeconds"] > 0  # never blocks forever
+    assert esm["MaximumRetryAttempts"] >= 0 and esm["MaximumRecordAgeInSeconds"] > 0  # never blocks forever
     assert esm["BisectBatchOnFunctionError"] and esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert esm["ProvisionedPollerConfig"]["MinimumPollers"] >= 1  # these controls need provisioned pollers
     assert esm["DestinationConfig"]["OnFailure"]["Destination"] == "kafka://hotledger.ledger.dead-letter"

@@ -8,8 +8,8 @@ import itertools
 from collections import Counter
 
 import pytest
-from helpers import broker_records, invoke_writer, lift_rebuild_hold, reconcile, reconcile_totals, voucher
 
+from helpers import broker_records, invoke_writer, lift_rebuild_hold, reconcile, reconcile_totals, voucher
 from hotledger import keys
 from hotledger.runtime import vouchers
 from hotledger.vouchers.rows import home_bucket

@@ -3,12 +3,10 @@ import json
 from datetime import datetime, timedelta
 
 from helpers import EVENTS, invoke_writer, ledger_records, signed_value
-
 from hotledger import keys
 from hotledger.dal.event_keys import EventKeys
 from hotledger.ledger.replies import RollbackStatus
 from hotledger.runtime import ledger
-
 
 
 def _pending_records(redis_client, user_id, first_offset=0):
@@ -147,7 +145,7 @@ def test_partition_writers_side_by_side_never_deadlock_on_idempotency_keys(api, 
         batches = {p: ledger_records(redis_client, accounts[p], first_offset=1_000 * round_no) for p in accounts}
         start = threading.Barrier(writers)
 
-        def write(partition: int) -> None:
+        def write(partition: int, start=start, batches=batches) -> None:  # this round's, bound now
             start.wait()
             try:
                 invoke_writer([(partition, offset, key, value) for _, offset, key, value in batches[partition]])
@@ -160,5 +158,5 @@ def test_partition_writers_side_by_side_never_deadlock_on_idempotency_keys(api, 
         for t in threads:
             t.join()
     assert failures == []
-    assert sql("SELECT COUNT(*) FROM t_idempotency WHERE user_id IN (%s)" % ",".join(map(str, everyone))) == (
+    assert sql("SELECT COUNT(*) FROM t_idempotency WHERE user_id IN ({})".format(",".join(map(str, everyone)))) == (
         (writers * per_writer * 3 * rounds,),)

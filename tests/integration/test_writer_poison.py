@@ -3,7 +3,6 @@ the DB's reason and apply the rest exactly once. Real Redis, MariaDB and broker.
 import json
 
 from helpers import invoke_writer, ledger_records, reconcile, records
-
 from hotledger import keys
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent
 from hotledger.outbox.writer import REJECTED_TOPIC

@@ -12,8 +12,8 @@ from contextlib import redirect_stdout
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from helpers import caller_context
 
+from helpers import caller_context
 from infra import dev_issuer
 from infra.localrt import events
 
@@ -137,7 +137,7 @@ def test_tokens_with_unknown_kids_refetch_the_key_set_at_most_once_a_minute(monk
     forged = [jwt.encode(genuine, other_key, algorithm="RS256", headers={"kid": f"k{n}"}) for n in range(20)]
     verifier.verify(dev_issuer.token(scopes=("service",)))
     assert issuer.fetches == 1
-    for seconds, token in zip(range(0, 100, 5), forged):  # one forged kid every 5 s for 100 s
+    for seconds, token in zip(range(0, 100, 5), forged, strict=False):  # one forged kid every 5 s for 100 s
         now[0] = 1000.0 + seconds
         with pytest.raises(app.InvalidToken):
             verifier.verify(token)

@@ -7,12 +7,12 @@ from contextlib import redirect_stdout
 from dataclasses import dataclass
 
 import pytest
+
+from helpers import caller_context
 from hotledger import errors
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.idempotency import BeginStatus, Begun
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
-
-from helpers import caller_context
 from infra.localrt import events
 
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from fakes import FakeOutbox
 
+from fakes import FakeOutbox
 from helpers import run_event_keys, verified_fields
 from hotledger import errors
 from hotledger.config import Settings
@@ -20,9 +20,29 @@ from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.ledger.entry import Entry, ServiceKey, stored_key
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
+from hotledger.ledger.replies import (
+    ApplyReply,
+    ApplyStatus,
+    ReconcileReply,
+    ReconcileStatus,
+    RollbackReply,
+    RollbackStatus,
+    SettleReply,
+    ToSyncReply,
+    ToSyncStatus,
+)
+from hotledger.ledger.rows import (
+    MAX_BALANCE,
+    AccountBalance,
+    AccountRow,
+    CachedAccount,
+    CacheSnapshot,
+    CacheState,
+    IdempotentAnswer,
+    LockedAccount,
+    StoredDeduct,
+)
 from hotledger.ledger.service import Ledger, after_change, fingerprint, refusal
-from hotledger.ledger.replies import ApplyReply, ApplyStatus, ReconcileReply, ReconcileStatus, RollbackReply, RollbackStatus, SettleReply, ToSyncReply, ToSyncStatus
-from hotledger.ledger.rows import MAX_BALANCE, AccountBalance, AccountRow, CachedAccount, CacheSnapshot, CacheState, IdempotentAnswer, LockedAccount, StoredDeduct
 from hotledger.outbox.durable import Durability
 from hotledger.outbox.writer import PersistReport
 

@@ -6,9 +6,15 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 
-from hotledger.dal.redis_store import (RETRY_HORIZON_S, AttemptsKept, RedisOutcomeUnknown, RedisUnavailable, connect,
-                                       translate)
 from hotledger.config import Settings
+from hotledger.dal.redis_store import (
+    RETRY_HORIZON_S,
+    AttemptsKept,
+    RedisOutcomeUnknown,
+    RedisUnavailable,
+    connect,
+    translate,
+)
 
 
 def refused() -> redis.ConnectionError:

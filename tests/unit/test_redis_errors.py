@@ -4,7 +4,11 @@ import pytest
 import redis
 
 from hotledger.dal.redis_store import (
-    RedisCommandError, RedisOutcomeUnknown, RedisUnavailable, redis_errors_translated, translate,
+    RedisCommandError,
+    RedisOutcomeUnknown,
+    RedisUnavailable,
+    redis_errors_translated,
+    translate,
 )
 
 

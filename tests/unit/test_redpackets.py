@@ -9,8 +9,8 @@ import random
 from dataclasses import replace
 
 import pytest
-from fakes import FakeOutbox
 
+from fakes import FakeOutbox
 from helpers import run_event_keys, verified_fields
 from hotledger import errors, keys
 from hotledger.config import Settings
@@ -23,10 +23,10 @@ from hotledger.outbox.log_hold import LogHold
 from hotledger.outbox.writer import REJECTED_TOPIC
 from hotledger.redpackets.persist import RedPacketPersister
 from hotledger.redpackets.reconcile import PacketReconciler
-from hotledger.redpackets.service import EXPIRY_RETRY_MS, PACKET_EXPIRY, Expiry, RedPackets
-from hotledger.redpackets.split import split
 from hotledger.redpackets.replies import ExpireReply, ExpireStatus, GrabReply, GrabStatus
 from hotledger.redpackets.rows import ClaimedItem, ItemRow, PacketRow
+from hotledger.redpackets.service import EXPIRY_RETRY_MS, PACKET_EXPIRY, Expiry, RedPackets
+from hotledger.redpackets.split import split
 
 NOW = 1_800_000_000_000
 HOLD_S = 10

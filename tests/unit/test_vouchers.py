@@ -8,8 +8,8 @@ import itertools
 import json
 
 import pytest
-from fakes import FakeOutbox
 
+from fakes import FakeOutbox
 from helpers import run_event_keys, verified_fields
 from hotledger import errors, keys
 from hotledger.config import Settings
@@ -22,9 +22,9 @@ from hotledger.outbox.log_hold import LogHold
 from hotledger.outbox.writer import PersistReport
 from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
-from hotledger.vouchers.service import VoucherOrder, Vouchers
 from hotledger.vouchers.replies import OrderReply, OrderStatus, ReconcileReply, ReconcileStatus, SettleReply
 from hotledger.vouchers.rows import OrderRow, StockRow, VoucherRow, VoucherSnapshot
+from hotledger.vouchers.service import VoucherOrder, Vouchers
 
 NOW = 1_700_000_000_000
 NO_LOG_HOLD = LogHold(None, dict, "unused", streamed=True)  # rebuilds hold by time only; the log hold is in tests/integration

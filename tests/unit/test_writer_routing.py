@@ -6,8 +6,8 @@ import contextlib
 
 import pymysql
 import pytest
-from fakes import FakeOutbox
 
+from fakes import FakeOutbox
 from hotledger import keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import RedisUnavailable

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pymysql
 
@@ -170,8 +170,8 @@ def execute(sql: str, args=None) -> int:
 
 def to_datetime(ms: int) -> datetime:
     """Epoch milliseconds -> the naive UTC DATETIME the sessions use."""
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).replace(tzinfo=None)
+    return datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
 
 
 def to_ms(moment: datetime) -> int:
-    return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
+    return int(moment.replace(tzinfo=UTC).timestamp() * 1000)

@@ -16,19 +16,25 @@ redis-py's errors.
 """
 from __future__ import annotations
 
-from typing import cast
-
 import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import cast
 
 import redis
 
 from hotledger import keys
-from hotledger.dal.redis_store import Lua, RedisUnavailable, redis_errors_translated, shard_subscription, text, wait_for_message
+from hotledger.dal.redis_store import (
+    Lua,
+    RedisUnavailable,
+    redis_errors_translated,
+    shard_subscription,
+    text,
+    wait_for_message,
+)
 
 log = logging.getLogger(__name__)
 NO_TIME = -1
@@ -212,7 +218,7 @@ class DelayQueue:
             pipe.zscore(keys.delay_due(queue), canonical(element))
             pipe.zscore(keys.delay_taken(queue), canonical(element))
         scores = pipe.execute()
-        return [e for e, due, taken in zip(elements, scores[0::2], scores[1::2]) if due is None and taken is None]
+        return [e for e, due, taken in zip(elements, scores[0::2], scores[1::2], strict=True) if due is None and taken is None]
 
     def due_at(self, queue: str, element) -> int | None:
         score = self.redis.zscore(keys.delay_due(queue), canonical(element))
@@ -254,7 +260,7 @@ class DelayQueue:
         if not dead:
             return []
         counts = self.redis.hmget(keys.delay_deliveries(queue), [member for member, _ in dead])
-        return [DeadLetter(text(member), int(score), int(count or 0)) for (member, score), count in zip(dead, counts)]
+        return [DeadLetter(text(member), int(score), int(count or 0)) for (member, score), count in zip(dead, counts, strict=True)]
 
     def replay_dead(self, queue: str, elements: list[str], now_ms: int | None = None) -> list[bool]:
         now = now_ms if now_ms is not None else int(time.time() * 1000)
@@ -349,10 +355,10 @@ class Drainer:
 
     def _failed(self, name: str, deliveries: list[Delivery], seen: QueueRun) -> None:
         log.warning("delay handler failed", extra={"queue": name, "element": deliveries[0].element,
-                                                   "deliveries": deliveries[0].deliveries}, exc_info=True)  # noqa: LOG014 - called from the except block
+                                                   "deliveries": deliveries[0].deliveries}, exc_info=True)
         outcomes = self.queue.retry(name, [d.receipt for d in deliveries])
         seen.failures += len(deliveries)
-        for delivery, outcome in zip(deliveries, outcomes):
+        for delivery, outcome in zip(deliveries, outcomes, strict=True):
             if outcome is RetryOutcome.DEAD:
                 seen.dead_lettered += 1
                 log.error("delay element dead-lettered", extra={"queue": name, "element": delivery.element,

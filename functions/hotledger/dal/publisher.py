@@ -14,6 +14,7 @@ connection). KAFKA_AUTH=none (local): KAFKA_SECURITY_PROTOCOL as given, no clien
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import threading
@@ -230,10 +231,8 @@ def _discard_producer() -> None:
     with _lock:
         producer, _current = _current, None
     if producer is not None:
-        try:
+        with contextlib.suppress(Exception):  # closing a broken producer must not hide the publish failure
             producer.close()
-        except Exception:  # closing a broken producer must not hide the publish failure
-            pass
 
 
 def end_offsets(topic: str | None = None) -> dict[int, int]:

@@ -5,12 +5,11 @@ RedisUnavailable (the command cannot have run: nothing changed) or RedisOutcomeU
 answer lost: it may have run). Each feature's store wraps its scripts in typed methods over Lua.run."""
 from __future__ import annotations
 
-from typing import Any, overload
-
 import functools
 import threading
 import time
 from pathlib import Path
+from typing import Any, overload
 from urllib.parse import urlsplit
 
 import redis
@@ -189,7 +188,7 @@ class AttemptsKeptCluster(redis.RedisCluster):
             finally:
                 keep()
 
-        setattr(manager, "initialize", initialize_keeping_seed)  # redis-py's own, wrapped
+        manager.initialize = initialize_keeping_seed  # redis-py's own, wrapped
         keep()
 
     def execute_command(self, *args, **kwargs):

@@ -20,6 +20,7 @@ Invariants (the defects other ledgers' users met, made impossible here):
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -254,10 +255,8 @@ class Holds:
                         made_durable=(lambda: self.ledger.post(entry.user_id, entry.entry_id)) if waits else None)
 
     def _schedule_expiry(self, user_id: int, hold_id: int, expires_at: int) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.queue.offer(HOLD_EXPIRY, f"{user_id}:{hold_id}", due_at_ms=expires_at)
-        except Exception:  # noqa: BLE001 - the hold counts for nothing past expires_at anyway; the reconciler ends it
-            pass
 
     def _find(self, user_id: int, hold_id: int) -> Hold | None:
         found = self.store.cached(user_id, hold_id) or self.store.stored(user_id, hold_id)

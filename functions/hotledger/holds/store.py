@@ -12,8 +12,6 @@ from hotledger.holds.rows import ACTIVE, Hold
 from hotledger.holds.tx import HOLD_SELECT
 from hotledger.ledger.entry import Entry
 
-
-
 AUTHORIZE, CAPTURE, VOID, EXPIRE = "H", "C", "V", "X"
 
 

@@ -1,8 +1,7 @@
 """Holds: what runs inside a DB transaction (row locks, inserts)."""
 from __future__ import annotations
 
-from hotledger.holds.rows import Hold
-from hotledger.holds.rows import ACTIVE
+from hotledger.holds.rows import ACTIVE, Hold
 
 HOLD_SELECT = "SELECT id, user_id, amount, captured, state, expires_at, created_at, COALESCE(description, '') FROM t_hold"
 

@@ -26,14 +26,14 @@ from collections import defaultdict
 from hotledger.holds.tx import insert_changes
 from hotledger.ledger.book import book
 from hotledger.ledger.entry import HOLD_KINDS, KIND_REFUND, LedgerHead
-from hotledger.ledger.service import fingerprint
 from hotledger.ledger.rows import AccountMove, IdempotentAnswer, LockedAccount
+from hotledger.ledger.service import fingerprint
 from hotledger.ledger.store import LedgerStore
 from hotledger.outbox.events import LedgerEvent
-from hotledger.refunds.tx import insert_refunds
-from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.persister import BatchPersister, Judged
+from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.writer import PersistReport, distinct
+from hotledger.refunds.tx import insert_refunds
 
 
 def split_by_db(events: list[LedgerEvent],

@@ -57,7 +57,7 @@ class LedgerReconcile:
                 report.next_after = 0  # the pass is complete: the next run starts from the first account
                 break
             states = self.store.cache_states([a.user_id for a in accounts], stale_before_ms, self.pending_limit)
-            for account, cache in zip(accounts, states):
+            for account, cache in zip(accounts, states, strict=True):
                 self._account(account, cache, now_ms, report)
             budget.spend(len(accounts))
             report.next_after = accounts[-1].user_id

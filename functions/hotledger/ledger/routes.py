@@ -10,10 +10,16 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
 from api.idempotency import IdempotencyKey
-from api.rules import ADMIN, SERVICE, only, path_arg
 from api.responses import UNAVAILABLE, json_answer, responses
+from api.rules import ADMIN, SERVICE, only, path_arg
 from api.schemas import (
-    AccountCreated, AccountView, AmountRequest, CreateAccountRequest, DeductResult, OrderView, PatchAccountRequest,
+    AccountCreated,
+    AccountView,
+    AmountRequest,
+    CreateAccountRequest,
+    DeductResult,
+    OrderView,
+    PatchAccountRequest,
     RechargeResult,
 )
 from hotledger import observability

@@ -31,16 +31,16 @@ from hotledger.dal.db import CommitOutcomeUnknown
 from hotledger.dal.lock import Holding
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
-from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry, ServiceKey, stored_key
 from hotledger.holds.store import holds_with_pending
 from hotledger.ledger.book import book
+from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry, ServiceKey, stored_key
 from hotledger.ledger.replies import ApplyReply, ApplyStatus, ToSyncStatus
 from hotledger.ledger.rows import MAX_BALANCE, AccountRow, Charge, IdempotentAnswer
 from hotledger.ledger.store import LedgerStore
 from hotledger.ledger.tx import LedgerTx
 from hotledger.money import MAX_MINOR, format_minor
-from hotledger.outbox.events import LedgerEvent
 from hotledger.outbox.durable import LOAD_ATTEMPTS, Durability, Outbound
+from hotledger.outbox.events import LedgerEvent
 
 
 @dataclass(frozen=True)
@@ -379,17 +379,17 @@ class Ledger:
         raises its refusal); the change is booked with the account's next seq, record(cursor, [change]) writes the
         feature's rows, the account row moves, all in one transaction. None when the account is ASYNC after all (the
         stale cache is dropped: the caller goes the Redis way)."""
-        with self.lock.hold(keys.account_lock(user_id)) as held, _commit_outcome_of("change", user_id, entry_id):
-            with self.store.transaction() as tx:
-                account = self._locked_account(tx, user_id, held)
-                if account.deduct_type != "SYNC":
-                    self.store.drop_cache(user_id)
-                    return None
-                now = int(time.time() * 1000)
-                change = decide(tx, account, now)
-                (booked,), heads = book([change], {user_id: account.head}, now)
-                record(tx.cursor, [change])
-                tx.book_change(account, booked, heads[user_id], change.open)
+        with (self.lock.hold(keys.account_lock(user_id)) as held, _commit_outcome_of("change", user_id, entry_id),
+              self.store.transaction() as tx):
+            account = self._locked_account(tx, user_id, held)
+            if account.deduct_type != "SYNC":
+                self.store.drop_cache(user_id)
+                return None
+            now = int(time.time() * 1000)
+            change = decide(tx, account, now)
+            (booked,), heads = book([change], {user_id: account.head}, now)
+            record(tx.cursor, [change])
+            tx.book_change(account, booked, heads[user_id], change.open)
         with contextlib.suppress(RedisUnavailable):  # a cache left behind is corrected by the reconciler (older version)
             self.store.update_cache(user_id, {"balance": booked.balance_after, "v": account.version + 1,
                                               "open": change.open}, if_older_than=account.version + 1)

@@ -45,14 +45,13 @@ from hotledger.ledger.tx import ACCOUNT_SELECT, ENTRY_TABLES, LedgerTx
 from hotledger.outbox.events import LedgerEvent
 
 
-
 def pending_entries(client, user_id: int) -> list[Entry]:
     """Entries in the pending set whose entry string still exists."""
     ids = [int(text(m)) for m in client.zrange(keys.pending(user_id), 0, -1)]
     if not ids:
         return []
     raws = client.mget([keys.entry(user_id, i) for i in ids])
-    return [Entry.parse(user_id, i, text(raw)) for i, raw in zip(ids, raws) if raw is not None and not settled(raw)]
+    return [Entry.parse(user_id, i, text(raw)) for i, raw in zip(ids, raws, strict=True) if raw is not None and not settled(raw)]
 
 
 @redis_errors_translated
@@ -201,7 +200,7 @@ class LedgerStore:
         pipe = self.redis.pipeline(transaction=False)
         for entry_id in entry_ids:
             pipe.zscore(keys.pending(user_id), entry_id)
-        return {i for i, score in zip(entry_ids, pipe.execute()) if score is not None}
+        return {i for i, score in zip(entry_ids, pipe.execute(), strict=True) if score is not None}
 
     def entry(self, user_id: int, entry_id: int) -> Entry | None:
         raw = self.redis.get(keys.entry(user_id, entry_id))
@@ -212,8 +211,8 @@ class LedgerStore:
         if not entry_ids:  # a cluster client refuses an MGET of no key (it has no slot to send it to)
             return [], []
         raws = self.redis.mget([keys.entry(user_id, i) for i in entry_ids])
-        found = [Entry.parse(user_id, i, text(raw)) for i, raw in zip(entry_ids, raws) if raw is not None and not settled(raw)]
-        return found, [i for i, raw in zip(entry_ids, raws) if raw is None]
+        found = [Entry.parse(user_id, i, text(raw)) for i, raw in zip(entry_ids, raws, strict=True) if raw is not None and not settled(raw)]
+        return found, [i for i, raw in zip(entry_ids, raws, strict=True) if raw is None]
 
     def forget_pending(self, user_id: int, entry_ids: list[int]) -> None:
         self.redis.zrem(keys.pending(user_id), *entry_ids)
@@ -234,7 +233,7 @@ class LedgerStore:
         replies = pipe.execute()
         return [CacheState(None if balance is None else int(balance), None if version is None else int(version),
                            dirty is not None, count, oldest[0][1] if oldest else None, [int(text(m)) for m in stale])
-                for (balance, version, dirty), count, oldest, stale in zip(*[iter(replies)] * 4)]
+                for (balance, version, dirty), count, oldest, stale in zip(*[iter(replies)] * 4, strict=True)]
 
     # scripts -----------------------------------------------------------------------------------------
     def apply(self, c: Charge) -> ApplyReply:
@@ -316,4 +315,4 @@ class LedgerStore:
                          [keys.pending(user_id), keys.balance(user_id), keys.held(user_id), keys.holds(user_id),
                           *(keys.entry(user_id, e.id) for e in events)],
                          [",".join(sorted({e.epoch for e in events}))], client=pipe)
-        return {user_id: SettleReply(removed, flagged == 1) for user_id, (removed, flagged) in zip(persisted, pipe.execute())}
+        return {user_id: SettleReply(removed, flagged == 1) for user_id, (removed, flagged) in zip(persisted, pipe.execute(), strict=True)}

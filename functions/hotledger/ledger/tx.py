@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from hotledger import errors
 from hotledger.holds.rows import Hold
@@ -159,7 +159,7 @@ class LedgerTx:
         """A SYNC charge: its t_order / t_pay row, its ledger row, and the account's ledger head."""
         self.cursor.execute(
             _insert_entries(kind) + "(%s, %s, %s, %s, %s, 'SYNC', %s, %s)",
-            (entry_id, user_id, amount, balance, version, idem_key, datetime.now(timezone.utc).replace(tzinfo=None)))
+            (entry_id, user_id, amount, balance, version, idem_key, datetime.now(UTC).replace(tzinfo=None)))
         self.insert_booked([booked])
         self.cursor.execute("UPDATE t_account SET seq = %s, booked_at = %s WHERE user_id = %s",
                             (booked.seq, booked.booked_at, user_id))

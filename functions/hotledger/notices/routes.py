@@ -9,14 +9,30 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from api.authorization import principal_of
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
-from api.rules import ADMIN, SERVICE, only, path_arg
 from api.responses import responses
-from hotledger import errors
+from api.rules import ADMIN, SERVICE, only, path_arg
 from api.schemas import (
-    CreatePaymentOrderRequest, DeadLetterReplayRequest, DeadLetterReplayResult, DeadLettersView, DelayAckRequest,
-    DelayAckResult, DelayExtendRequest, DelayExtendResult, DelayOfferRequest, DelayOfferResult, DelayQueueView,
-    DelayTakeRequest, DelayTakeResult, JourneyView, MessagesView, PaymentOrderView, PostMessageRequest, PostMessageResult, QueueName,
+    CreatePaymentOrderRequest,
+    DeadLetterReplayRequest,
+    DeadLetterReplayResult,
+    DeadLettersView,
+    DelayAckRequest,
+    DelayAckResult,
+    DelayExtendRequest,
+    DelayExtendResult,
+    DelayOfferRequest,
+    DelayOfferResult,
+    DelayQueueView,
+    DelayTakeRequest,
+    DelayTakeResult,
+    JourneyView,
+    MessagesView,
+    PaymentOrderView,
+    PostMessageRequest,
+    PostMessageResult,
+    QueueName,
 )
+from hotledger import errors
 from hotledger.dal.delay_queue import QueueFull
 from hotledger.money import format_minor
 from hotledger.notices.payment_orders import PaymentOrder
@@ -78,7 +94,7 @@ def take(queue: Queue, request: Annotated[DelayTakeRequest, Body()]) -> dict:
     200, DelayAckResult, "acknowledged by receipt (handled for good); stale receipts change nothing", _RESERVED))
 def ack(queue: Queue, request: Annotated[DelayAckRequest, Body()]) -> dict:
     done = delay_queue().ack(_open_queue(queue), request.receipts)
-    stale = [receipt for receipt, ok in zip(request.receipts, done) if not ok]
+    stale = [receipt for receipt, ok in zip(request.receipts, done, strict=True) if not ok]
     return DelayAckResult(**_view(queue).model_dump(), acknowledged=sum(done), stale_receipts=stale).model_dump()
 
 
@@ -87,7 +103,7 @@ def ack(queue: Queue, request: Annotated[DelayAckRequest, Body()]) -> dict:
 def extend(queue: Queue, request: Annotated[DelayExtendRequest, Body()]) -> dict:
     done = delay_queue().extend(_open_queue(queue), request.receipts, request.visibility_ms)
     return DelayExtendResult(extended=sum(done),
-                             stale_receipts=[r for r, ok in zip(request.receipts, done) if not ok]).model_dump()
+                             stale_receipts=[r for r, ok in zip(request.receipts, done, strict=True) if not ok]).model_dump()
 
 
 # dead letters: allowed on the service's own queues too (an operator replays a reminder the service gave up on)
@@ -102,8 +118,8 @@ def dead_letters(queue: Queue, limit: Annotated[int, Query(gt=0, le=1000)] = 100
     200, DeadLetterReplayResult, "queued again, due now"))
 def replay_dead_letters(queue: Queue, request: Annotated[DeadLetterReplayRequest, Body()]) -> dict:
     done = delay_queue().replay_dead(queue, request.elements)
-    result = DeadLetterReplayResult(replayed=[e for e, ok in zip(request.elements, done) if ok],
-                                    not_found=[e for e, ok in zip(request.elements, done) if not ok]).model_dump()
+    result = DeadLetterReplayResult(replayed=[e for e, ok in zip(request.elements, done, strict=True) if ok],
+                                    not_found=[e for e, ok in zip(request.elements, done, strict=True) if not ok]).model_dump()
     operations().record(principal_of(router.current_event), "replay.delay", {"queue": queue, **result})
     return result
 

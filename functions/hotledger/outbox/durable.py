@@ -15,6 +15,7 @@ Invariants this step keeps for all three features (ledger, vouchers, red packets
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -65,7 +66,7 @@ class Durability:
         """Sign the event with the current key and publish it; NotAcknowledged if either fails."""
         try:
             keyring = self.keys.keyring()
-        except Exception as exc:  # noqa: BLE001 - no key (Secrets Manager unreachable, none configured): nothing was sent
+        except Exception as exc:
             raise NotAcknowledged(f"the event could not be signed: {exc!r}") from exc
         self.publish(key, signed_value(event, keyring))
 
@@ -111,7 +112,6 @@ class Durability:
                 raise errors.PublishFailed("the change could not be recorded durably and was not made; retry") from exc
             return
         if change.made_durable is not None:
-            try:
+            # the change is durable; what waited on it follows when the writer settles it
+            with contextlib.suppress(RedisUnavailable):
                 change.made_durable()
-            except RedisUnavailable:
-                pass  # the change is durable; what waited on it follows when the writer settles it

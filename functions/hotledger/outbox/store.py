@@ -3,9 +3,8 @@ dead-letter table, the writer's log watermark (t_log_watermark) with the log hol
 (outbox_hold_swap.lua), and the Redis Streams transport's consumer-group calls."""
 from __future__ import annotations
 
-from typing import cast
-
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 

@@ -58,7 +58,7 @@ class StreamConsumer:
             except TRANSIENT:  # entries stay pending and are retried; back off a little
                 self._groups_ready = False
                 time.sleep(0.5)
-            except Exception:  # noqa: BLE001 - a batch that fails stays pending: reclaimed, retried, isolated if it keeps failing
+            except Exception:
                 log.exception("stream batch failed; its entries stay pending")
                 time.sleep(0.1)
         return report
@@ -98,7 +98,7 @@ class StreamConsumer:
             self._persist(stream, [entry], report)
         except TRANSIENT:
             raise
-        except Exception as exc:  # noqa: BLE001 - whatever makes this one entry fail, it must not block the rest
+        except Exception as exc:
             self.events.dead_letter(keys.dead_stream(self.streams.index(stream)), entry, str(exc))
             self.events.ack(stream, [entry.entry_id])
             report.dead_lettered += 1

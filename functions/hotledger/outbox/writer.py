@@ -73,7 +73,7 @@ def dedupe_and_claim(outbox: OutboxStore, events: list, event_id, slot_of, fate_
     for e in unique:
         by_slot[slot_of(e)].append(e)
     verdicts = outbox.claim([[fate_key(slot, e) for e in group] for slot, group in by_slot.items()])
-    claimed = [e for group, marks in zip(by_slot.values(), verdicts) for e, mark in zip(group, marks) if mark]
+    claimed = [e for group, marks in zip(by_slot.values(), verdicts, strict=True) for e, mark in zip(group, marks, strict=True) if mark]
     return claimed, repeats, len(unique) - len(claimed)
 
 
@@ -94,7 +94,7 @@ def persist_isolating(persist: Callable[[list], PersistReport], events: list,
     in the headers); unlike Lambda's, only a refusal of the data bisects."""
     try:
         return persist(events)
-    except Exception as exc:  # noqa: BLE001 - only a refusal of the data is kept from raising
+    except Exception as exc:
         why = db.refused(exc)
         if why is None:
             raise

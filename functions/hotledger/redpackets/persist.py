@@ -19,8 +19,8 @@ from enum import Enum
 
 from hotledger import keys
 from hotledger.outbox.events import RedPacketClaimEvent
-from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.persister import BatchPersister, Judged
+from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.writer import PersistReport, dedupe_and_claim
 from hotledger.redpackets.rows import ItemRow
 from hotledger.redpackets.store import PacketCache, PacketStore

@@ -8,10 +8,10 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
-from api.rules import SERVICE, Rule, body_field, only
 from api.responses import UNAVAILABLE, responses
-from hotledger import errors, observability
+from api.rules import SERVICE, Rule, body_field, only
 from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
+from hotledger import errors, observability
 from hotledger.money import format_minor
 from hotledger.runtime import redpackets
 

@@ -36,9 +36,9 @@ from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.outbox.durable import Durability, Outbound
 from hotledger.outbox.events import RedPacketClaimEvent
 from hotledger.outbox.log_hold import LogHold
-from hotledger.redpackets.split import split
 from hotledger.redpackets.replies import ExpireStatus, GrabReply, GrabStatus
 from hotledger.redpackets.rows import PacketRow
+from hotledger.redpackets.split import split
 from hotledger.redpackets.store import PacketCache, PacketStore, credit_key, debit_key, refund_key
 
 PACKET_EXPIRY = "redpacket-expiry"
@@ -193,14 +193,14 @@ class RedPackets:
                 raise _creation_unknown(packet.packet_id, exc.message, **exc.details) from exc
             self.store.mark_failed(packet.packet_id)
             raise
-        except Exception as exc:  # noqa: BLE001 - not an answer of the ledger: the debit may have been made
+        except Exception as exc:
             raise _creation_unknown(packet.packet_id, f"the ledger failed ({type(exc).__name__}: {exc})") from exc
         try:
             self.store.mark_open(packet.packet_id, debit.entry_id)
             self.load(packet.packet_id, hold_until=0)
             self.cache.mark_open(packet.packet_id)  # a concurrent grab may have loaded it while CREATING
             self.queue.offer(PACKET_EXPIRY, str(packet.packet_id), due_at_ms=packet.expires_at)
-        except Exception as exc:  # noqa: BLE001 - the sender is debited: never "nothing changed"
+        except Exception as exc:
             raise _creation_unknown(packet.packet_id, f"the sender was debited but opening the packet failed"
                                                       f" ({type(exc).__name__}: {exc})") from exc
 

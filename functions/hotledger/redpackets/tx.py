@@ -69,4 +69,4 @@ class PacketTx:
                             + " ".join("WHEN %d THEN %d" % (c.item_id, c.user_id) for c in claims)
                             + " END, claim_time = CASE id "
                             + " ".join("WHEN %d THEN FROM_UNIXTIME(%d/1000)" % (c.item_id, c.ts) for c in claims)
-                            + " END WHERE id IN (%s) AND user_id IS NULL" % ",".join("%d" % c.item_id for c in claims))
+                            + " END WHERE id IN ({}) AND user_id IS NULL".format(",".join("%d" % c.item_id for c in claims)))

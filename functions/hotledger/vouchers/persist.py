@@ -20,8 +20,8 @@ from collections import Counter
 
 from hotledger import keys
 from hotledger.outbox.events import VoucherOrderEvent
-from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.persister import BatchPersister, Judged
+from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.writer import PersistReport, dedupe_and_claim
 from hotledger.vouchers.rows import OrderRow, Slot, StockRow
 from hotledger.vouchers.store import VoucherDb, VoucherRedis

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from hotledger.dal.budget import Budget
 from hotledger.vouchers.persist import VoucherPersister
-from hotledger.vouchers.service import Vouchers
 from hotledger.vouchers.replies import ReconcileStatus
+from hotledger.vouchers.service import Vouchers
 from hotledger.vouchers.store import VoucherDb, VoucherRedis
 
 

@@ -8,13 +8,17 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
-from hotledger import errors
-from api.rules import ADMIN, SERVICE, Rule, body_field, only
 from api.responses import UNAVAILABLE, responses
-from hotledger import observability
+from api.rules import ADMIN, SERVICE, Rule, body_field, only
 from api.schemas import (
-    CreateVoucherRequest, VoucherCreated, VoucherOrderRequest, VoucherOrderResult, VoucherOrderView, VoucherView,
+    CreateVoucherRequest,
+    VoucherCreated,
+    VoucherOrderRequest,
+    VoucherOrderResult,
+    VoucherOrderView,
+    VoucherView,
 )
+from hotledger import errors, observability
 from hotledger.runtime import vouchers
 
 router = Router()

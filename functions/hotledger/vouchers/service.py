@@ -41,8 +41,7 @@ from hotledger.outbox.durable import Durability, Outbound
 from hotledger.outbox.events import VoucherOrderEvent
 from hotledger.outbox.log_hold import LogHold
 from hotledger.vouchers.replies import OrderReply, OrderStatus
-from hotledger.vouchers.rows import VoucherSnapshot
-from hotledger.vouchers.rows import home_bucket
+from hotledger.vouchers.rows import VoucherSnapshot, home_bucket
 from hotledger.vouchers.store import VoucherDb, VoucherRedis
 
 SEEN_EMPTY_MS = 1000  # how long a home's buyers skip a bucket found empty (a unit given back there waits this long)

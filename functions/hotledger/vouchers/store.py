@@ -252,7 +252,7 @@ class VoucherRedis:
             self.lua.run("voucher_settle", [*voucher_keys(voucher_id, bucket), keys.voucher_away(voucher_id, bucket)], [
                 versions.get(voucher_id, 0),
                 *(x for e, role in group for x in (e.id, e.user_id, e.epoch, role, e.bucket))], client=pipe)
-        return {slot: SettleReply(int(removed), int(late)) for slot, (removed, late) in zip(by_bucket, pipe.execute())}
+        return {slot: SettleReply(int(removed), int(late)) for slot, (removed, late) in zip(by_bucket, pipe.execute(), strict=True)}
 
     def reconcile(self, voucher_id: int, db_stock: int, persisted: list[int], bucket: int = 0) -> ReconcileReply:
         """Make the bucket's Redis stock = its DB stock - orders pending in it, after dropping the pending orders the
