@@ -95,22 +95,23 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    import run
+    import clients
+    import harness
 
     from hotledger import runtime
 
     # the DB schema and topic of a bench run (and a private Redis, unused with --redis-url or --cluster)
-    with run.environment() as (_, _, state):
+    with harness.environment() as (_, _, state):
         real_stdout = sys.stdout
-        run.clients.quiet()
+        clients.quiet()
         if args.cluster:
-            with run.private_cluster(state) as cluster:
-                result = on_cluster(run.clients.api(), cluster, args.procs, args.seconds, args.shards, args.quick)
+            with harness.private_cluster(state) as cluster:
+                result = on_cluster(clients.api(), cluster, args.procs, args.seconds, args.shards, args.quick)
         else:
             if args.redis_url:
                 os.environ["REDIS_URL"] = args.redis_url
                 runtime.reset()  # the run's settings were read with its private Redis
-            result = figures(run.clients.api(), args.procs, args.seconds, args.shards, args.quick)
+            result = figures(clients.api(), args.procs, args.seconds, args.shards, args.quick)
         sys.stdout = real_stdout
     print(json.dumps(result, indent=2))
     oversold = [name for name, value in result.items() if name.endswith("sharded_voucher_oversell") and value]

@@ -285,11 +285,11 @@ def main() -> int:
     if args.in_process:
         _in_process(deducts, not args.no_hiredis, args.profile)
         return 0
-    import run
+    import harness
 
-    with run.environment():
+    with harness.environment():
         found = all_figures(deducts, args.profile)
-    target = run.TARGETS["handler_vs_floor_cpu_ratio"]
+    target = harness.TARGETS["handler_vs_floor_cpu_ratio"]
     for name, value in found.items():
         if isinstance(value, dict):
             print(f"{name}:")

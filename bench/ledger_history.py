@@ -159,7 +159,7 @@ def figures(quick: bool) -> dict:
 
 if __name__ == "__main__":
     sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
-    import run
+    import harness
 
-    with run.environment("hotledger_bench_ledger"):
+    with harness.environment("hotledger_bench_ledger"):
         print(json.dumps(figures("--quick" in sys.argv), indent=2))

@@ -10,11 +10,9 @@ progress line per stage goes to stderr. Usage (from the repo root, or `make benc
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -27,26 +25,12 @@ sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
 import clients  # noqa: E402
 import report  # noqa: E402
 import stats  # noqa: E402
+from harness import LAG_RATES, TARGETS, environment, private_cluster  # noqa: E402
 from workers import START_ALLOWANCE_S, gather  # noqa: E402
 
 from infra import services  # noqa: E402
-from infra.event_keys import local_keyring  # noqa: E402
-from infra.migrate import migrate  # noqa: E402
 
 HOT_BALANCE = "90000000000.00"
-LAG_RATES = (200, 500, 1000)
-TARGETS = {"async_vs_sync_hot_ratio": (">=", 5), "hot_account_failed_requests": ("<=", 0),
-           "writer_rows_per_s": (">=", 50000), "writer_not_persisted": ("<=", 0), "writer_left_pending": ("<=", 0),
-           **{f"ack_to_commit_lag_p99_ms_at_{r}_per_s": ("<=", 300) for r in LAG_RATES},
-           **{f"lag_not_persisted_at_{r}_per_s": ("<=", 0) for r in LAG_RATES},
-           "redpacket_grabs_per_s": (">=", 40000), "seckill_oversell": ("<=", 0), "seckill_unsold": ("<=", 0),
-           "seckill_attempts_refused": ("<=", 0), "sharded_voucher_oversell": ("<=", 0),
-           "cluster_sharded_voucher_oversell": ("<=", 0), "delay_remove_p99_ms_100k": ("<=", 0.5),
-           "handler_vs_floor_cpu_ratio": ("<=", 1.5), "cluster_getkeys_per_script_call": ("<=", 0),
-           # issue 20: holds, history and balances at depth, what holds cost every deduct
-           "hold_authorize_lua_p99_ms_1000_holds": ("<=", 0.3), "history_page_p99_ms_1m_entries": ("<=", 50),
-           "balance_at_p99_ms_1m_entries": ("<=", 20), "deduct_script_vs_before_holds_ratio": (">=", 0.95)}
-
 # figure -> the figure it is compared with (measured in the same run); a ratio's baseline is its denominator
 BASELINES = {
     "async_deduct_per_s": "sync_deduct_baseline_per_s", "async_vs_sync_hot_ratio": "sync_deduct_baseline_per_s",
@@ -331,52 +315,6 @@ def memory_figures(figures: report.Figures, quick: bool, state: Path) -> dict:
     return found
 
 
-@contextlib.contextmanager
-def private_cluster(state: Path):
-    """A private 3-master Redis Cluster beside the run's Redis, stopped and removed after."""
-    import cluster
-
-    redis_cluster = cluster.start(state / "redis-cluster")
-    try:
-        yield redis_cluster
-    finally:
-        redis_cluster.stop()
-        shutil.rmtree(state / "redis-cluster", ignore_errors=True)
-
-
-@contextlib.contextmanager
-def environment(schema: str = "hotledger_bench"):
-    """The run's servers: a private Redis, its own schema (dropped and made again), a fresh topic of the local
-    partitions (MariaDB and the broker are started when absent). Yields (settings, the Redis server, the run's state
-    dir); stops the Redis after."""
-    run_id = uuid.uuid4().hex[:8]
-    state = services.STATE / f"bench-{run_id}"
-    redis_server = services.RedisServer(services.free_port(), state / "redis").start()
-    os.environ.update({"REDIS_URL": redis_server.url, "DB_NAME": schema, "KAFKA_TOPIC": f"hotledger.bench.{run_id}",
-                       "LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_NAMESPACE": "HotledgerBench",
-                       # the CPU benchmarks charge hot accounts with no writer running: no pending bound for them
-                       "MAX_PENDING_ENTRIES": "0"})
-    # the service signs every event it publishes: the dev keyring, as the local runtime uses it
-    if not (os.environ.get("EVENT_KEYS") or os.environ.get("EVENT_KEYS_SECRET_ARN")):
-        os.environ["EVENT_KEYS"] = local_keyring()
-    from hotledger.config import settings
-
-    cfg = settings()
-    services.ensure_mariadb(cfg.db_host, cfg.db_port, cfg.db_user, cfg.db_password)
-    host, port = cfg.kafka_bootstrap.split(",")[0].rsplit(":", 1)
-    services.ensure_broker(host, int(port))
-    services.ensure_topic(cfg.kafka_bootstrap, cfg.kafka_topic, services.LOCAL_PARTITIONS)
-    import pymysql
-
-    conn = pymysql.connect(host=cfg.db_host, port=cfg.db_port, user=cfg.db_user, password=cfg.db_password)
-    conn.cursor().execute(f"DROP DATABASE IF EXISTS `{schema}`")
-    conn.close()
-    migrate(cfg.db_host, cfg.db_port, cfg.db_user, cfg.db_password, schema)
-    try:
-        yield cfg, redis_server, state
-    finally:
-        redis_server.stop()
-        shutil.rmtree(state / "redis", ignore_errors=True)
 
 
 def ledger_history_figures(figures: report.Figures, quick: bool) -> None:

@@ -240,7 +240,7 @@ def lag_figures(env: dict, procs: int, rates: list[int], seconds: float, log_dir
 
 
 def main() -> int:
-    import run
+    import harness
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -248,7 +248,7 @@ def main() -> int:
     args = parser.parse_args()
     from infra import services
 
-    with run.environment("hotledger_bench_writer") as (_cfg, _redis, state):
+    with harness.environment("hotledger_bench_writer") as (_cfg, _redis, state):
         env = {**os.environ}
         real_stdout = sys.stdout
         clients.quiet()
