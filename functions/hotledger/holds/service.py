@@ -33,7 +33,7 @@ from hotledger.holds.tx import insert_changes, lock_hold
 from hotledger.ledger.entry import Entry, HoldChange
 from hotledger.ledger.service import after_change
 from hotledger.money import MAX_MINOR
-from hotledger.outbox.durable import Durability, Outbound
+from hotledger.outbox.durable import Durability, Outbound, Step
 from hotledger.outbox.events import LedgerEvent
 
 HOLD_EXPIRY = "hold-expiry"  # delay queue of 'user_id:hold_id' elements, due at the hold's expires_at
@@ -210,13 +210,12 @@ class Holds:
 
     # helpers ----------------------------------------------------------------------------------------------------
     def _apply(self, user_id: int, attempt, outbound, what: str, hold_id: int | None = None) -> tuple[int, HoldReply]:
-        return self.durability.apply(
-            attempt, reload=lambda: self.ledger.load_cache(user_id), refusal=lambda r: self._refusal(user_id, hold_id, r),
-            outbound=self._outbound_of(outbound),
+        return self.durability.apply(Step(
+            what=what, attempt=attempt, reload=lambda: self.ledger.load_cache(user_id),
+            refusal=lambda r: self._refusal(user_id, hold_id, r), outbound=self._outbound_of(outbound),
             unknown=lambda i, why: errors.ChargeOutcomeUnknown(
                 f"{why}: the {what} {i} may or may not be made; look at GET /accounts/{user_id}/holds before "
-                "retrying (or retry with the same Idempotency-Key)", entry_id=str(i)),
-            what=what)
+                "retrying (or retry with the same Idempotency-Key)", entry_id=str(i))))
 
     def _refusal(self, user_id: int, hold_id: int | None, reply: HoldReply) -> errors.DomainError | None:
         status = reply.status

@@ -208,6 +208,58 @@ def _commit_outcome_of(kind: str, user_id: int, entry_id: int):
         raise _outcome_unknown(kind, user_id, entry_id, "the DB did not answer the commit") from exc
 
 
+class _Charge:
+    """An ASYNC deduct or recharge as a change Durability.apply makes durable (outbox.durable.Change): each attempt
+    is one ledger_apply under a fresh entry id; an Idempotency-Key Redis does not know is looked up in the DB once,
+    and the attempts after that tell the script the key was checked."""
+
+    what = "charge"
+
+    def __init__(self, ledger: Ledger, kind: str, user_id: int, amount: int, idem_key: str | None, request: str):
+        self.ledger, self.store = ledger, ledger.store
+        self.kind, self.user_id, self.amount, self.idem_key, self.request = kind, user_id, amount, idem_key, request
+        self.key_checked, self.refusal_final = False, refusal_is_answer(idem_key)
+        self.charges: dict[int, Charge] = {}  # entry id -> the charge its attempt made
+
+    def attempt(self, entry_id: int) -> ApplyReply:
+        charge = Charge(self.kind, self.user_id, self.amount, entry_id, int(time.time() * 1000), self.idem_key,
+                        self.request, self.key_checked, self.refusal_final)
+        self.charges[entry_id] = charge
+        reply = self.store.apply(charge)
+        if reply.status is ApplyStatus.UNKNOWN_KEY:
+            # Redis has no record of this key (a new key, or one Redis forgot: expired, lost, or answered on SYNC):
+            # the DB keeps every answer; one read, only for keys Redis does not know
+            seen = self.store.stored_answer(self.user_id, self.idem_key)
+            if seen is not None:
+                return stored_reply(seen, self.request)
+            self.key_checked = True
+            self.charges[entry_id] = replace(charge, key_checked=True)
+            reply = self.store.apply(self.charges[entry_id])
+        return reply
+
+    def reload(self) -> None:
+        self.ledger.load_cache(self.user_id)
+
+    def refusal(self, reply: ApplyReply) -> errors.DomainError | None:
+        error = refusal(reply)
+        if error is not None and self.refusal_final and reply.status in BUSINESS_REFUSALS:
+            # the refusal is the key's answer for good: kept in the DB (Redis recorded it too) before it is given
+            self.store.remember_refusal(self.user_id, self.idem_key, self.request, refusal_answer(reply))
+        return error
+
+    def outbound(self, entry_id: int, reply: ApplyReply) -> Outbound | None:
+        if reply.status is not ApplyStatus.OK:
+            return None
+        user_id, kind, idem_key = self.user_id, self.kind, self.idem_key
+        entry = Entry(entry_id, user_id, self.amount, self.charges[entry_id].ts, reply.balance, reply.version, kind,
+                      reply.epoch, reply.open_flag, idem_key)
+        return Outbound(str(user_id), entry.event, lambda: self.ledger._undo(user_id, entry_id, kind, idem_key),
+                        made_durable=(lambda: self.store.post(user_id, entry_id)) if kind == "R" else None)
+
+    def unknown(self, entry_id: int, why: str) -> errors.DomainError:
+        return _outcome_unknown(self.kind, self.user_id, entry_id, why)
+
+
 class Ledger:
     """`lock`: the per-account distributed lock (hold(name) yields a hold with a fencing token), taken around every
     DB write of an account; `next_id`: ids of SYNC entries and of cache loads (ASYNC entries take theirs from
@@ -319,45 +371,8 @@ class Ledger:
             raise errors.DomainError("amount out of range")
         idem_key = stored_key(idem_key)  # a client's key in its own namespace; a ServiceKey as it is
         request = fingerprint(kind, user_id, amount) if idem_key else ""
-        charges: dict[int, Charge] = {}
-        key_checked, refusal_final = False, refusal_is_answer(idem_key)
-
-        def attempt(entry_id: int) -> ApplyReply:
-            nonlocal key_checked
-            charges[entry_id] = Charge(kind, user_id, amount, entry_id, int(time.time() * 1000), idem_key, request,
-                                       key_checked, refusal_final)
-            reply = self.store.apply(charges[entry_id])
-            if reply.status is ApplyStatus.UNKNOWN_KEY:
-                # Redis has no record of this key (a new key, or one Redis forgot: expired, lost, or answered on
-                # SYNC): the DB keeps every answer; one read, only for keys Redis does not know
-                seen = self.store.stored_answer(user_id, idem_key)
-                if seen is not None:
-                    return stored_reply(seen, request)
-                key_checked = True
-                charges[entry_id] = replace(charges[entry_id], key_checked=True)
-                reply = self.store.apply(charges[entry_id])
-            return reply
-
-        def refused(reply: ApplyReply) -> errors.DomainError | None:
-            error = refusal(reply)
-            if error is not None and refusal_final and reply.status in BUSINESS_REFUSALS:
-                # the refusal is the key's answer for good: kept in the DB (Redis recorded it too) before it is given
-                self.store.remember_refusal(user_id, idem_key, request, refusal_answer(reply))
-            return error
-
-        def outbound(entry_id: int, reply: ApplyReply) -> Outbound | None:
-            if reply.status is not ApplyStatus.OK:
-                return None
-            entry = Entry(entry_id, user_id, amount, charges[entry_id].ts, reply.balance, reply.version, kind, reply.epoch,
-                          reply.open_flag, idem_key)
-            return Outbound(str(user_id), entry.event,
-                            lambda: self._undo(user_id, entry_id, kind, idem_key),
-                            made_durable=(lambda: self.store.post(user_id, entry_id)) if kind == "R" else None)
-
         for _ in range(LOAD_ATTEMPTS):
-            entry_id, reply = self.durability.apply(
-                attempt, reload=lambda: self.load_cache(user_id), refusal=refused, outbound=outbound,
-                unknown=lambda entry_id, why: _outcome_unknown(kind, user_id, entry_id, why), what="charge")
+            entry_id, reply = self.durability.apply(_Charge(self, kind, user_id, amount, idem_key, request))
             if reply.status is ApplyStatus.SYNC:
                 result = self._charge_in_db(kind, user_id, amount, idem_key, request)
                 if result is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from hotledger import errors
 from hotledger.config import Settings
@@ -54,6 +54,40 @@ class Outbound:
     made_durable: Callable[[], object] | None = None
 
 
+class Change(Protocol[Reply]):
+    """One charge-then-make-durable step of a feature, as Durability.apply runs it: the contract every money- or
+    stock-moving change implements (the ledger's charge, a hold's change, a refund, a voucher order, a grab)."""
+
+    what: str  # named in the errors: "charge", "order of voucher 7", ...
+
+    def attempt(self, change_id: int) -> Reply:
+        """One script call under a fresh id (a resend of the same attempt is recognised by the script)."""
+
+    def reload(self) -> None:
+        """Redis does not hold the entity: load it from the DB."""
+
+    def refusal(self, reply: Reply) -> errors.DomainError | None:
+        """The reply's refusal, if it is one (it changed nothing)."""
+
+    def outbound(self, change_id: int, reply: Reply) -> Outbound | None:
+        """What to make durable (None: nothing new, e.g. a replayed answer)."""
+
+    def unknown(self, change_id: int, why: str) -> errors.DomainError:
+        """OUTCOME_UNKNOWN naming the change to look up."""
+
+
+@dataclass(frozen=True)
+class Step(Generic[Reply]):
+    """A Change given as its parts, for a feature whose step needs no state of its own between its parts."""
+
+    what: str
+    attempt: Callable[[int], Reply]
+    reload: Callable[[], None]
+    refusal: Callable[[Reply], errors.DomainError | None]
+    outbound: Callable[[int, Reply], Outbound | None]
+    unknown: Callable[[int, str], errors.DomainError]
+
+
 class Durability:
     def __init__(self, cfg: Settings, publish: Callable[[str, bytes], None], next_id: Callable[[], int], keys: EventKeys):
         self.streamed = cfg.event_transport == "redis-stream"
@@ -70,30 +104,26 @@ class Durability:
             raise NotAcknowledged(f"the event could not be signed: {exc!r}") from exc
         self.publish(key, signed_value(event, keyring))
 
-    def apply(self, attempt: Callable[[int], Reply], *, reload: Callable[[], None],
-              refusal: Callable[[Reply], errors.DomainError | None], outbound: Callable[[int, Reply], Outbound | None],
-              unknown: Callable[[int, str], errors.DomainError], what: str) -> tuple[int, Reply]:
-        """Run `attempt(change_id)` (one script call) until Redis holds the entity, raise its refusal, make its
-        change durable; returns (the change id of the attempt that answered, its reply).
-        `outbound(change_id, reply)` says what to publish (None: nothing new, e.g. a replayed answer);
-        `unknown(change_id, why)` builds the OUTCOME_UNKNOWN error naming the change to look up."""
+    def apply(self, change: Change[Reply]) -> tuple[int, Reply]:
+        """Run the change's attempt (one script call) until Redis holds the entity, raise its refusal, make it
+        durable; returns (the change id of the attempt that answered, its reply)."""
         for _ in range(LOAD_ATTEMPTS):
             change_id = self.next_id()
             try:
-                reply = attempt(change_id)
+                reply = change.attempt(change_id)
             except RedisOutcomeUnknown as exc:
-                raise unknown(change_id, f"Redis did not answer the {what}") from exc
+                raise change.unknown(change_id, f"Redis did not answer the {change.what}") from exc
             if reply.missing:
-                reload()
+                change.reload()
                 continue
-            error = refusal(reply)
+            error = change.refusal(reply)
             if error is not None:
                 raise error
-            change = outbound(change_id, reply)
-            if change is not None:
-                self.publish_or_undo(change, lambda why, change_id=change_id: unknown(change_id, why))
+            outbound = change.outbound(change_id, reply)
+            if outbound is not None:
+                self.publish_or_undo(outbound, lambda why, change_id=change_id: change.unknown(change_id, why))
             return change_id, reply
-        raise errors.ServiceUnavailable(f"the {what} could not be loaded into Redis; retry")
+        raise errors.ServiceUnavailable(f"the {change.what} could not be loaded into Redis; retry")
 
     def publish_or_undo(self, change: Outbound, unknown: Callable[[str], errors.DomainError]) -> None:
         """Kafka only: publish, or undo the change."""

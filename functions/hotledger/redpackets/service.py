@@ -33,7 +33,7 @@ from hotledger import errors
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.delay_queue import DelayQueue
 from hotledger.dal.redis_store import RedisUnavailable
-from hotledger.outbox.durable import Durability, Outbound
+from hotledger.outbox.durable import Durability, Outbound, Step
 from hotledger.outbox.events import RedPacketClaimEvent
 from hotledger.outbox.log_hold import LogHold
 from hotledger.redpackets.replies import ExpireStatus, GrabReply, GrabStatus
@@ -247,10 +247,9 @@ class RedPackets:
                 reply = self.cache.grab(packet_id, user_id, grab_id, now)  # the first call changed nothing
             return reply
 
-        _, reply = self.durability.apply(
-            attempt, reload=lambda: self.rebuild(packet_id),
-            refusal=_refusal, outbound=outbound, unknown=lambda _grab_id, why: _grab_unknown(packet_id, why),
-            what=f"grab of red packet {packet_id}")
+        _, reply = self.durability.apply(Step(
+            what=f"grab of red packet {packet_id}", attempt=attempt, reload=lambda: self.rebuild(packet_id),
+            refusal=_refusal, outbound=outbound, unknown=lambda _grab_id, why: _grab_unknown(packet_id, why)))
         return Grab(packet_id, reply.item_id, user_id, reply.amount)
 
     def undo_grab(self, packet_id: int, grab_id: int, item_id: int, user_id: int, amount: int) -> bool:

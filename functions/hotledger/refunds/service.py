@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from hotledger import errors
 from hotledger.ledger.entry import KIND_RECHARGE, KIND_REFUND, Entry, RefundOf
 from hotledger.ledger.service import after_change
-from hotledger.outbox.durable import Durability, Outbound
+from hotledger.outbox.durable import Durability, Outbound, Step
 from hotledger.outbox.events import LedgerEvent
 from hotledger.refunds.replies import RefundReply, RefundStatus
 from hotledger.refunds.rows import Refund
@@ -80,13 +80,12 @@ class Refunds:
                                reason=reason)
 
         while True:
-            refund_id, reply = self.durability.apply(
-                attempt, reload=lambda: self.ledger.load_cache(user_id), refusal=self._refusal,
+            refund_id, reply = self.durability.apply(Step(
+                what="refund", attempt=attempt, reload=lambda: self.ledger.load_cache(user_id), refusal=self._refusal,
                 outbound=lambda i, r: outbound(i, r) if r.status is RefundStatus.OK else None,
                 unknown=lambda i, why: errors.ChargeOutcomeUnknown(
                     f"{why}: refund {i} may or may not be made; look at GET /accounts/{user_id}/entries before retrying "
-                    "(or retry with the same Idempotency-Key)", entry_id=str(i)),
-                what="refund")
+                    "(or retry with the same Idempotency-Key)", entry_id=str(i))))
             if reply.status is RefundStatus.SYNC:
                 change = self.ledger.change_in_db(user_id, refund_id, in_db, insert_refunds)
                 if change is None:

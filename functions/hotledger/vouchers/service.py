@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from hotledger import errors, keys
 from hotledger.config import Settings
-from hotledger.outbox.durable import Durability, Outbound
+from hotledger.outbox.durable import Durability, Outbound, Step
 from hotledger.outbox.events import VoucherOrderEvent
 from hotledger.outbox.log_hold import LogHold
 from hotledger.vouchers.replies import OrderReply, OrderStatus
@@ -235,11 +235,10 @@ class Vouchers:
 
         # every attempt of the loop (a reload between them) runs under the reserved id: a refused 'missing' took nothing
         try:
-            _, reply = self.durability.apply(
-                attempt, reload=lambda: self.rebuild(voucher_id), refusal=_refusal,
-                outbound=lambda _attempt_id, reply: outbound(order_id, reply),
-                unknown=lambda _attempt_id, why: _order_unknown(voucher_id, order_id, why),
-                what=f"order of voucher {voucher_id}")
+            _, reply = self.durability.apply(Step(
+                what=f"order of voucher {voucher_id}", attempt=attempt, reload=lambda: self.rebuild(voucher_id),
+                refusal=_refusal, outbound=lambda _attempt_id, reply: outbound(order_id, reply),
+                unknown=lambda _attempt_id, why: _order_unknown(voucher_id, order_id, why)))
         except _Persisted as persisted:
             return persisted.order
         return VoucherOrder(order_id, voucher_id, user_id, reply.seq)
