@@ -47,7 +47,7 @@ token:
 
 ## the whole suite: template lint + sam build, Lua, handlers, writer, reconciler, e2e over HTTP, faults; then the
 ## cluster subset (below) again on a private Redis Cluster
-test: setup tools services
+test: setup tools services lint
 	$(PY) -m pytest
 	$(CLUSTER_RUN)
 
@@ -92,8 +92,10 @@ typecheck: setup
 	.venv/bin/mypy functions/hotledger functions/api functions/authorizer functions/writer functions/reconciler \
 	  functions/delay_drainer functions/stream_drainer functions/webhook_sender functions/setup
 
-## lint the template: cfn-lint and sam validate --lint
+## lint: ruff (lint and format check, ruff.toml) over the Python code, then the template (cfn-lint, sam validate)
 lint: setup tools
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/cfn-lint --include-checks I -- template.yaml
 	AWS_DEFAULT_REGION=us-east-1 .tools/bin/sam validate --lint
 

@@ -10,6 +10,7 @@ handler calls, one request in flight per process), the same handler, Redis + bro
 - voucher order: `bench_sale` (UPDATE t_seckill_voucher SET stock = stock - 1 WHERE stock > 0, INSERT
   t_voucher_order, COMMIT; a buyer's second order refused by the unique key) for Vouchers.order.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,8 +58,14 @@ def _connect():
     from hotledger.config import settings
 
     cfg = settings()
-    return pymysql.connect(host=cfg.db_host, port=cfg.db_port, user=cfg.db_user, password=cfg.db_password,
-                           database=cfg.db_name, autocommit=True)
+    return pymysql.connect(
+        host=cfg.db_host,
+        port=cfg.db_port,
+        user=cfg.db_user,
+        password=cfg.db_password,
+        database=cfg.db_name,
+        autocommit=True,
+    )
 
 
 def install() -> None:
@@ -89,6 +96,7 @@ def patch(kind: str) -> None:
     conn = _connect()
     os.environ.setdefault("HOTLEDGER_BENCH_BASELINE", kind)
     if kind == "deduct":
+
         def deduct(self, user_id: int, amount: int, idem_key: str | None = None):
             entry_id = self.next_id()
             balance, version = _call(conn, "bench_deduct", (user_id, amount, entry_id))
@@ -98,6 +106,7 @@ def patch(kind: str) -> None:
 
         ledger_service.Ledger.deduct = deduct
     elif kind == "sale":
+
         def order(self, voucher_id: int, user_id: int, order_id: int | None = None, reserve=None):
             order_id = order_id or self.next_id()
             (taken,) = _call(conn, "bench_sale", (voucher_id, user_id, order_id))

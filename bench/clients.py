@@ -4,6 +4,7 @@ until the window opens (wall clock, the same for all): every worker waits, impor
 and the window opens WARM_UP_S after the last one arrived; only requests started in [window start, window end) are
 counted, and their rate is over that window. A worker that was not running when the window opened says by how much
 it was late (its count then covers less than the window: the rate is low, never high)."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,10 @@ def api():
     context, caller = events.LambdaContext("ApiFunction"), backend_caller()
 
     def call(method: str, path: str, body=None) -> tuple[int, dict]:
-        response = handler(events.api_gateway_proxy(method, path, json.dumps(body) if body is not None else None,
-                                                     authorizer=caller), context)
+        response = handler(
+            events.api_gateway_proxy(method, path, json.dumps(body) if body is not None else None, authorizer=caller),
+            context,
+        )
         return response["statusCode"], json.loads(response["body"])
 
     return call
@@ -53,8 +56,17 @@ def open_window(ready, window, seconds: float, warm_up_s: float) -> tuple[float,
     return window[0], window[1]
 
 
-def deduct_worker(user_ids: list[int], ready, window, seconds: float, warm_up_s: float, rate_per_s: float,
-                  baseline: str | None, acks, out) -> None:
+def deduct_worker(
+    user_ids: list[int],
+    ready,
+    window,
+    seconds: float,
+    warm_up_s: float,
+    rate_per_s: float,
+    baseline: str | None,
+    acks,
+    out,
+) -> None:
     """Deducts of 0.01 over user_ids until stop_at, paced at rate_per_s when it is set (else as fast as one request in
     flight allows). Hands back the window's latencies (ms), its counts, and how late the worker was for it; with
     `acks` (a queue), every acknowledged deduct of the window as (order id, ack wall-clock ms) as it happens."""
@@ -103,14 +115,31 @@ def barrier(procs: int):
     return ctx.Barrier(procs), ctx.Array("d", 2)
 
 
-def deducts(procs: int, user_ids: list[int], seconds: float, rate_per_s: float = 0, baseline: str | None = None,
-            acks=None, warm_up_s: float = WARM_UP_S) -> dict:
+def deducts(
+    procs: int,
+    user_ids: list[int],
+    seconds: float,
+    rate_per_s: float = 0,
+    baseline: str | None = None,
+    acks=None,
+    warm_up_s: float = WARM_UP_S,
+) -> dict:
     """`procs` deduct workers side by side (user ids dealt out among them): the window's latencies, acknowledged and
     failed counts, the window itself and the latest worker's lateness."""
     ready, window = barrier(procs)
     per_worker = [user_ids[i::procs] or user_ids for i in range(procs)]
-    results = gather(deduct_worker, [(mine, ready, window, seconds, warm_up_s, rate_per_s / procs if rate_per_s else 0,
-                                      baseline, acks) for mine in per_worker], warm_up_s + seconds + 2 * START_ALLOWANCE_S)
-    return {"latencies": [x for r in results for x in r["latencies"]], "ok": sum(r["ok"] for r in results),
-            "failed": sum(r["failed"] for r in results), "window": results[0]["window"],
-            "late": round(max(r["late"] for r in results), 2)}
+    results = gather(
+        deduct_worker,
+        [
+            (mine, ready, window, seconds, warm_up_s, rate_per_s / procs if rate_per_s else 0, baseline, acks)
+            for mine in per_worker
+        ],
+        warm_up_s + seconds + 2 * START_ALLOWANCE_S,
+    )
+    return {
+        "latencies": [x for r in results for x in r["latencies"]],
+        "ok": sum(r["ok"] for r in results),
+        "failed": sum(r["failed"] for r in results),
+        "window": results[0]["window"],
+        "late": round(max(r["late"] for r in results), 2),
+    }

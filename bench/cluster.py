@@ -6,6 +6,7 @@
 
 Called by bench/run.py (`make bench`).
 """
+
 from __future__ import annotations
 
 import time
@@ -36,15 +37,19 @@ def _script_stats(masters: list[redis.Redis]) -> list[tuple[int, int]]:
     stats = []
     for master in masters:
         info = master.info("commandstats")
-        stats.append((sum(info.get(s, {}).get("calls", 0) for s in SCRIPT_STATS),
-                      sum(info.get(s, {}).get("usec", 0) for s in SCRIPT_STATS)))
+        stats.append(
+            (
+                sum(info.get(s, {}).get("calls", 0) for s in SCRIPT_STATS),
+                sum(info.get(s, {}).get("usec", 0) for s in SCRIPT_STATS),
+            )
+        )
     return stats
 
 
 def _run(lua, calls: list[tuple[str, list[str], list]]) -> None:
     for start_at in range(0, len(calls), BATCH):
         pipe = lua.pipeline()
-        for name, keys, args in calls[start_at:start_at + BATCH]:
+        for name, keys, args in calls[start_at : start_at + BATCH]:
             lua.run(name, keys, args, client=pipe)
         pipe.execute()
 
@@ -55,18 +60,42 @@ def deducts(client, entities: int, calls: int) -> list[tuple[str, list[str], lis
     from hotledger.dal.redis_store import Lua
 
     uids = [900_000_000 + i for i in range(entities)]
-    _run(Lua(client, str(REPO / "layers/lua")),
-         [("ledger_load", [f"user:balance:{{{uid}}}", f"user:held:{{{uid}}}", f"user:holds:{{{uid}}}",
-                          f"user:holds:expiry:{{{uid}}}", f"user:refunds:{{{uid}}}"], [10**15, 1, 0, "1", "ASYNC", "bench", 0])
-          for uid in uids])
+    _run(
+        Lua(client, str(REPO / "layers/lua")),
+        [
+            (
+                "ledger_load",
+                [
+                    f"user:balance:{{{uid}}}",
+                    f"user:held:{{{uid}}}",
+                    f"user:holds:{{{uid}}}",
+                    f"user:holds:expiry:{{{uid}}}",
+                    f"user:refunds:{{{uid}}}",
+                ],
+                [10**15, 1, 0, "1", "ASYNC", "bench", 0],
+            )
+            for uid in uids
+        ],
+    )
     now = int(time.time() * 1000)
 
     def call(n: int) -> tuple[str, list[str], list]:
         uid = uids[n % entities]
-        return ("ledger_apply", [f"user:balance:{{{uid}}}", f"user:order:{{{uid}}}:b{n}", f"user:order:consistency:{{{uid}}}",
-                                 f"user:idem:{{{uid}}}:", f"events:unused:{{{uid}}}", f"user:idem:quota:{{{uid}}}",
-                                 f"user:held:{{{uid}}}", f"user:holds:{{{uid}}}", f"user:holds:expiry:{{{uid}}}"],
-                ["D", 1, now, f"9{n}", 604800, "", 86400, 10**16, 0, "", "", uid])
+        return (
+            "ledger_apply",
+            [
+                f"user:balance:{{{uid}}}",
+                f"user:order:{{{uid}}}:b{n}",
+                f"user:order:consistency:{{{uid}}}",
+                f"user:idem:{{{uid}}}:",
+                f"events:unused:{{{uid}}}",
+                f"user:idem:quota:{{{uid}}}",
+                f"user:held:{{{uid}}}",
+                f"user:holds:{{{uid}}}",
+                f"user:holds:expiry:{{{uid}}}",
+            ],
+            ["D", 1, now, f"9{n}", 604800, "", 86400, 10**16, 0, "", "", uid],
+        )
 
     return [call(n) for n in range(calls)]
 
@@ -77,14 +106,33 @@ def voucher_orders(client, entities: int, calls: int) -> list[tuple[str, list[st
 
     vids = [910_000_000 + i for i in range(entities)]
     for vid in vids:
-        client.hset(keys.voucher(vid), mapping={"stock": 10**12, "begin": 0, "end": 2**50, "limit": 1, "epoch": "bench",
-                                                "hold_until": 0, "db_version": 0})
+        client.hset(
+            keys.voucher(vid),
+            mapping={
+                "stock": 10**12,
+                "begin": 0,
+                "end": 2**50,
+                "limit": 1,
+                "epoch": "bench",
+                "hold_until": 0,
+                "db_version": 0,
+            },
+        )
     now = int(time.time() * 1000)
 
     def call(n: int) -> tuple[str, list[str], list]:
         vid = vids[n % entities]
-        return ("voucher_order", [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_pending(vid),
-                                  keys.voucher_stream(vid), keys.voucher_away(vid)], [vid, 1 + n, 10**12 + n, now, "", 0, 1])
+        return (
+            "voucher_order",
+            [
+                keys.voucher(vid),
+                keys.voucher_buyers(vid),
+                keys.voucher_pending(vid),
+                keys.voucher_stream(vid),
+                keys.voucher_away(vid),
+            ],
+            [vid, 1 + n, 10**12 + n, now, "", 0, 1],
+        )
 
     return [call(n) for n in range(calls)]
 
@@ -101,8 +149,17 @@ def grabs(client, entities: int, calls: int) -> list[tuple[str, list[str], list]
 
     def call(n: int) -> tuple[str, list[str], list]:
         pid = pids[n % entities]
-        return ("redpacket_grab", [keys.packet(pid), keys.packet_unclaimed(pid), keys.packet_grabbers(pid),
-                                   keys.packet_pending(pid), keys.packet_stream(pid)], [pid, 1 + n, now, 10**12 + n, ""])
+        return (
+            "redpacket_grab",
+            [
+                keys.packet(pid),
+                keys.packet_unclaimed(pid),
+                keys.packet_grabbers(pid),
+                keys.packet_pending(pid),
+                keys.packet_stream(pid),
+            ],
+            [pid, 1 + n, now, 10**12 + n, ""],
+        )
 
     return [call(n) for n in range(calls)]
 

@@ -8,6 +8,7 @@ the writer's rows/s per partition (one poller each). Numbers that are estimates,
 
     PYTHONPATH=functions:. .venv/bin/python bench/cost.py [bench/results.json]
 """
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,9 @@ def template_memory_gb(name: str) -> float:
     return int(own or template["Globals"]["Function"]["MemorySize"]) / 1024
 
 
-def per_million(api_ms: float, api_gb: float, writer_s_per_row: float, writer_gb: float, rows: int, events: int) -> dict:
+def per_million(
+    api_ms: float, api_gb: float, writer_s_per_row: float, writer_gb: float, rows: int, events: int
+) -> dict:
     """USD per million requests, by line."""
     lines = {
         "api_gateway": API_GATEWAY_REST_PER_MILLION,
@@ -82,7 +85,11 @@ def figures(latency: dict, writer_rows_per_s_per_partition: float | None) -> dic
 def main() -> int:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "bench" / "results.json"
     results = json.loads(path.read_text())
-    print(json.dumps(figures(results["latency"], results["figures"]["writer_rows_per_s_per_partition"]["value"]), indent=2))
+    print(
+        json.dumps(
+            figures(results["latency"], results["figures"]["writer_rows_per_s_per_partition"]["value"]), indent=2
+        )
+    )
     return 0
 
 

@@ -7,6 +7,7 @@
 - lock acquire+release per second, uncontended and contended (8 processes, one lock, 1 ms of work while
   held), and Redis commands per contended acquire: pub/sub waiting (ours) against SET NX polling (spin).
 """
+
 from __future__ import annotations
 
 import os
@@ -66,8 +67,12 @@ def delay_remove(client, lua, elements: int, ours_removes: int, redisson_removes
         ours.append((time.perf_counter() - started) * 1000)
     client.delete(keys.delay_due(queue))
 
-    rkeys = [f"redisson:{{{queue}}}", f"redisson_delay_queue_timeout:{{{queue}}}", f"redisson_delay_queue:{{{queue}}}",
-             f"redisson_delay_queue_channel:{{{queue}}}"]
+    rkeys = [
+        f"redisson:{{{queue}}}",
+        f"redisson_delay_queue_timeout:{{{queue}}}",
+        f"redisson_delay_queue:{{{queue}}}",
+        f"redisson_delay_queue_channel:{{{queue}}}",
+    ]
     offer_sha, remove_sha = client.script_load(REDISSON_OFFER), client.script_load(REDISSON_REMOVE)
     for i, name in enumerate(names):
         pipe.evalsha(offer_sha, 4, *rkeys, base + i, rng.getrandbits(52), name)
@@ -80,9 +85,13 @@ def delay_remove(client, lua, elements: int, ours_removes: int, redisson_removes
         client.evalsha(remove_sha, 2, rkeys[2], rkeys[1], name)
         theirs.append((time.perf_counter() - started) * 1000)
     client.delete(*rkeys)
-    return {"delay_remove_p50_ms_100k": _pct(ours, 0.5), "delay_remove_p99_ms_100k": _pct(ours, 0.99),
-            "redisson_remove_p50_ms_100k": _pct(theirs, 0.5), "redisson_remove_p99_ms_100k": _pct(theirs, 0.99),
-            "delay_remove_vs_redisson_ratio": round(_pct(ours, 0.99) / _pct(theirs, 0.99), 5)}
+    return {
+        "delay_remove_p50_ms_100k": _pct(ours, 0.5),
+        "delay_remove_p99_ms_100k": _pct(ours, 0.99),
+        "redisson_remove_p50_ms_100k": _pct(theirs, 0.5),
+        "redisson_remove_p99_ms_100k": _pct(theirs, 0.99),
+        "delay_remove_vs_redisson_ratio": round(_pct(ours, 0.99) / _pct(theirs, 0.99), 5),
+    }
 
 
 def delay_drain(client, lua, elements: int) -> dict:
@@ -121,8 +130,12 @@ def delay_drain(client, lua, elements: int) -> dict:
         time.sleep(0.05)
     stop.set()
     thread.join()
-    return {"delay_drain_per_s": round(drain_rate, 1), "delay_fire_lateness_p50_ms": _pct(fired, 0.5),
-            "delay_fire_lateness_p99_ms": _pct(fired, 0.99), "delay_fired_early": sum(1 for x in fired if x < 0)}
+    return {
+        "delay_drain_per_s": round(drain_rate, 1),
+        "delay_fire_lateness_p50_ms": _pct(fired, 0.5),
+        "delay_fire_lateness_p99_ms": _pct(fired, 0.99),
+        "delay_fired_early": sum(1 for x in fired if x < 0),
+    }
 
 
 def _lock_worker(kind: str, name: str, start_at: float, stop_at: float, hold_s: float, out) -> None:
@@ -179,8 +192,10 @@ def lock_figures(lua, procs: int, seconds: float) -> dict:
         n += 1
     contended_per_s, pubsub_commands = _contended("pubsub", procs, seconds, 0.001)
     spin_per_s, spin_commands = _contended("spin", procs, seconds, 0.001)
-    return {"lock_acquire_release_per_s": round(n / seconds, 1),
-            "lock_contended_acquire_release_per_s": round(contended_per_s, 1),
-            "spin_lock_contended_acquire_release_per_s": round(spin_per_s, 1),
-            "lock_commands_per_contended_acquire": round(pubsub_commands, 2),
-            "spin_lock_commands_per_contended_acquire": round(spin_commands, 2)}
+    return {
+        "lock_acquire_release_per_s": round(n / seconds, 1),
+        "lock_contended_acquire_release_per_s": round(contended_per_s, 1),
+        "spin_lock_contended_acquire_release_per_s": round(spin_per_s, 1),
+        "lock_commands_per_contended_acquire": round(pubsub_commands, 2),
+        "spin_lock_commands_per_contended_acquire": round(spin_commands, 2),
+    }

@@ -1,5 +1,6 @@
 """What every bench stage shares, and nothing of any stage: the run's servers (environment, private_cluster) and the
 figures' targets. run.py and each stage run on their own import this; no stage imports run.py."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,17 +14,29 @@ from infra.event_keys import local_keyring
 from infra.migrate import migrate
 
 LAG_RATES = (200, 500, 1000)
-TARGETS = {"async_vs_sync_hot_ratio": (">=", 5), "hot_account_failed_requests": ("<=", 0),
-           "writer_rows_per_s": (">=", 50000), "writer_not_persisted": ("<=", 0), "writer_left_pending": ("<=", 0),
-           **{f"ack_to_commit_lag_p99_ms_at_{r}_per_s": ("<=", 300) for r in LAG_RATES},
-           **{f"lag_not_persisted_at_{r}_per_s": ("<=", 0) for r in LAG_RATES},
-           "redpacket_grabs_per_s": (">=", 40000), "seckill_oversell": ("<=", 0), "seckill_unsold": ("<=", 0),
-           "seckill_attempts_refused": ("<=", 0), "sharded_voucher_oversell": ("<=", 0),
-           "cluster_sharded_voucher_oversell": ("<=", 0), "delay_remove_p99_ms_100k": ("<=", 0.5),
-           "handler_vs_floor_cpu_ratio": ("<=", 1.5), "cluster_getkeys_per_script_call": ("<=", 0),
-           # issue 20: holds, history and balances at depth, what holds cost every deduct
-           "hold_authorize_lua_p99_ms_1000_holds": ("<=", 0.3), "history_page_p99_ms_1m_entries": ("<=", 50),
-           "balance_at_p99_ms_1m_entries": ("<=", 20), "deduct_script_vs_before_holds_ratio": (">=", 0.95)}
+TARGETS = {
+    "async_vs_sync_hot_ratio": (">=", 5),
+    "hot_account_failed_requests": ("<=", 0),
+    "writer_rows_per_s": (">=", 50000),
+    "writer_not_persisted": ("<=", 0),
+    "writer_left_pending": ("<=", 0),
+    **{f"ack_to_commit_lag_p99_ms_at_{r}_per_s": ("<=", 300) for r in LAG_RATES},
+    **{f"lag_not_persisted_at_{r}_per_s": ("<=", 0) for r in LAG_RATES},
+    "redpacket_grabs_per_s": (">=", 40000),
+    "seckill_oversell": ("<=", 0),
+    "seckill_unsold": ("<=", 0),
+    "seckill_attempts_refused": ("<=", 0),
+    "sharded_voucher_oversell": ("<=", 0),
+    "cluster_sharded_voucher_oversell": ("<=", 0),
+    "delay_remove_p99_ms_100k": ("<=", 0.5),
+    "handler_vs_floor_cpu_ratio": ("<=", 1.5),
+    "cluster_getkeys_per_script_call": ("<=", 0),
+    # issue 20: holds, history and balances at depth, what holds cost every deduct
+    "hold_authorize_lua_p99_ms_1000_holds": ("<=", 0.3),
+    "history_page_p99_ms_1m_entries": ("<=", 50),
+    "balance_at_p99_ms_1m_entries": ("<=", 20),
+    "deduct_script_vs_before_holds_ratio": (">=", 0.95),
+}
 
 
 @contextlib.contextmanager
@@ -47,10 +60,17 @@ def environment(schema: str = "hotledger_bench"):
     run_id = uuid.uuid4().hex[:8]
     state = services.STATE / f"bench-{run_id}"
     redis_server = services.RedisServer(services.free_port(), state / "redis").start()
-    os.environ.update({"REDIS_URL": redis_server.url, "DB_NAME": schema, "KAFKA_TOPIC": f"hotledger.bench.{run_id}",
-                       "LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_NAMESPACE": "HotledgerBench",
-                       # the CPU benchmarks charge hot accounts with no writer running: no pending bound for them
-                       "MAX_PENDING_ENTRIES": "0"})
+    os.environ.update(
+        {
+            "REDIS_URL": redis_server.url,
+            "DB_NAME": schema,
+            "KAFKA_TOPIC": f"hotledger.bench.{run_id}",
+            "LOG_LEVEL": "WARNING",
+            "POWERTOOLS_METRICS_NAMESPACE": "HotledgerBench",
+            # the CPU benchmarks charge hot accounts with no writer running: no pending bound for them
+            "MAX_PENDING_ENTRIES": "0",
+        }
+    )
     # the service signs every event it publishes: the dev keyring, as the local runtime uses it
     if not (os.environ.get("EVENT_KEYS") or os.environ.get("EVENT_KEYS_SECRET_ARN")):
         os.environ["EVENT_KEYS"] = local_keyring()

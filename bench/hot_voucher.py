@@ -11,6 +11,7 @@ or on a private 3-master Redis Cluster of its own (the cluster step of `make ben
 
     nice -n 19 .venv/bin/python bench/hot_voucher.py --cluster --shards 8 --procs 4 --seconds 3 --quick
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,11 @@ from workers import START_ALLOWANCE_S, gather
 
 def _sale(call, stock: int, shards: int) -> str:
     now = int(time.time() * 1000)
-    status, body = call("POST", "/vouchers", {"title": "hot", "stock": stock, "begin_at": now - 1000,
-                                              "end_at": now + 86_400_000, "stock_shards": shards})
+    status, body = call(
+        "POST",
+        "/vouchers",
+        {"title": "hot", "stock": stock, "begin_at": now - 1000, "end_at": now + 86_400_000, "stock_shards": shards},
+    )
     assert status == 201, body
     return body["voucher_id"]
 
@@ -36,7 +40,9 @@ def attempts_per_s(call, procs: int, seconds: float, shards: int, first_user: in
     attempts/s, how many were refused (anything but 0 says the figure measured refusals, not sales) and how late the
     latest worker was for the window."""
     voucher_id = _sale(call, 10**7, shards)
-    codes, late = sale.orders_window(voucher_id, procs, first_user, seconds, warmup=8.0)  # spawn and import, shared machine
+    codes, late = sale.orders_window(
+        voucher_id, procs, first_user, seconds, warmup=8.0
+    )  # spawn and import, shared machine
     return round(sum(codes.values()) / seconds, 1), sum(n for code, n in codes.items() if code != 200), late
 
 
@@ -45,24 +51,40 @@ def oversell(call, procs: int, shards: int, stock: int, first_user: int) -> dict
     voucher_id = _sale(call, stock, shards)
     attempts = 2 * stock // procs + 1
     now = time.monotonic()
-    codes = sale._merge([codes for codes, _ in gather(sale._order_worker, [
-        ("kafka", voucher_id, first_user + 10_000_000 * i, now, now + sale.ATTEMPTS_BOUND_S, attempts) for i in range(procs)],
-        sale.ATTEMPTS_BOUND_S + START_ALLOWANCE_S)])
+    codes = sale._merge(
+        [
+            codes
+            for codes, _ in gather(
+                sale._order_worker,
+                [
+                    ("kafka", voucher_id, first_user + 10_000_000 * i, now, now + sale.ATTEMPTS_BOUND_S, attempts)
+                    for i in range(procs)
+                ],
+                sale.ATTEMPTS_BOUND_S + START_ALLOWANCE_S,
+            )
+        ]
+    )
     view = call("GET", f"/vouchers/{voucher_id}", None)[1]
     sold = codes.get(200, 0)
-    return {"sharded_voucher_orders": sold, "sharded_voucher_stock": stock,
-            "sharded_voucher_oversell": max(0, sold - stock) + sum(max(0, -left) for left in view["bucket_stock_left"]),
-            "sharded_voucher_unsold": sum(view["bucket_stock_left"])}
+    return {
+        "sharded_voucher_orders": sold,
+        "sharded_voucher_stock": stock,
+        "sharded_voucher_oversell": max(0, sold - stock) + sum(max(0, -left) for left in view["bucket_stock_left"]),
+        "sharded_voucher_unsold": sum(view["bucket_stock_left"]),
+    }
 
 
 def figures(call, procs: int, seconds: float, shards: int, quick: bool) -> dict:
     one, one_refused, one_late = attempts_per_s(call, procs, seconds, 1, 400_000_000)
     many, many_refused, many_late = attempts_per_s(call, procs, seconds, shards, 500_000_000)
-    result = {"hot_voucher_shards": shards, "hot_voucher_1_bucket_attempts_per_s": one,
-              f"hot_voucher_{shards}_buckets_attempts_per_s": many,
-              "hot_voucher_buckets_vs_1_ratio": round(many / max(one, 0.1), 2),
-              "hot_voucher_attempts_refused": one_refused + many_refused,
-              "hot_voucher_workers_late_s": round(max(one_late, many_late), 2)}
+    result = {
+        "hot_voucher_shards": shards,
+        "hot_voucher_1_bucket_attempts_per_s": one,
+        f"hot_voucher_{shards}_buckets_attempts_per_s": many,
+        "hot_voucher_buckets_vs_1_ratio": round(many / max(one, 0.1), 2),
+        "hot_voucher_attempts_refused": one_refused + many_refused,
+        "hot_voucher_workers_late_s": round(max(one_late, many_late), 2),
+    }
     result.update(oversell(call, procs, shards, 2_000 if quick else 10_000, 600_000_000))
     return result
 
@@ -78,7 +100,9 @@ def on_cluster(call, cluster, procs: int, seconds: float, shards: int, quick: bo
     try:
         result = figures(call, procs, seconds, shards, quick)
         probe = int(_sale(call, shards, shards))
-        result["hot_voucher_bucket_masters"] = len({cluster.master_of(keys.voucher(probe, k)).port for k in range(shards)})
+        result["hot_voucher_bucket_masters"] = len(
+            {cluster.master_of(keys.voucher(probe, k)).port for k in range(shards)}
+        )
     finally:
         os.environ["REDIS_URL"] = previous
         runtime.reset()
@@ -89,7 +113,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--redis-url", help="the Redis (or Redis Cluster configuration endpoint) to sell on")
-    where.add_argument("--cluster", action="store_true", help="sell on a private 3-master Redis Cluster, as make bench does")
+    where.add_argument(
+        "--cluster", action="store_true", help="sell on a private 3-master Redis Cluster, as make bench does"
+    )
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5)

@@ -20,6 +20,7 @@ handler_cpu_us_per_deduct.
     PYTHONPATH=functions:. .venv/bin/python bench/hotpath.py [--quick] [--profile N]
 (`make bench` runs it as part of bench/run.py; alone it starts the same servers and prints the figures.)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,12 +55,23 @@ def production_env(template_path: Path = REPO / "template.yaml", function: str =
     loaded = template._read(template_path)
     globals_fn = loaded.get("Globals", {}).get("Function", {})
     own = loaded["Resources"][function]["Properties"]
-    variables = {**globals_fn.get("Environment", {}).get("Variables", {}), **own.get("Environment", {}).get("Variables", {})}
-    env = {name: str(template._value(loaded, value)) for name, value in variables.items()
-           if name == "LOG_LEVEL" or name.startswith("POWERTOOLS_")}
+    variables = {
+        **globals_fn.get("Environment", {}).get("Variables", {}),
+        **own.get("Environment", {}).get("Variables", {}),
+    }
+    env = {
+        name: str(template._value(loaded, value))
+        for name, value in variables.items()
+        if name == "LOG_LEVEL" or name.startswith("POWERTOOLS_")
+    }
     if own.get("Tracing", globals_fn.get("Tracing")) == "Active":
-        env.update({"LAMBDA_TASK_ROOT": "/var/task", "AWS_LAMBDA_FUNCTION_NAME": function,
-                    "AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:2000"})  # UDP, as in Lambda; nothing listens here
+        env.update(
+            {
+                "LAMBDA_TASK_ROOT": "/var/task",
+                "AWS_LAMBDA_FUNCTION_NAME": function,
+                "AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:2000",
+            }
+        )  # UDP, as in Lambda; nothing listens here
     return env
 
 
@@ -76,9 +88,21 @@ def _deduct_events(user_id: int, n: int, amount: str = "0.01", route: str = "ded
     from infra.localrt import events
 
     backend = dev_issuer.caller_context(None, ("service",))  # what the authorizer passes for the backend's token
-    return [(json.dumps(events.api_gateway_proxy("POST", f"/accounts/{user_id}/{route}", json.dumps({"amount": amount}),
-                                                 {"Content-Type": "application/json"}, authorizer=backend)),
-             _trace_header(i)) for i in range(n)]
+    return [
+        (
+            json.dumps(
+                events.api_gateway_proxy(
+                    "POST",
+                    f"/accounts/{user_id}/{route}",
+                    json.dumps({"amount": amount}),
+                    {"Content-Type": "application/json"},
+                    authorizer=backend,
+                )
+            ),
+            _trace_header(i),
+        )
+        for i in range(n)
+    ]
 
 
 def _hot_account(call) -> int:
@@ -136,17 +160,67 @@ def floor_loop(user_id: int, payloads: list[tuple[str, str]]) -> float:
         next_id += 1
         ts = int(time.time() * 1000)
         status, entry_id, balance_after, version, epoch, open_flag = client.evalsha(
-            sha, 9, balance, keys.entry(user_id, next_id), pending, idem, stream, quota, held, holds, hold_expiry,
-            "D", amount, ts, next_id, cfg.entry_ttl_s, "", cfg.idempotency_ttl_s, MAX_BALANCE, ts - stale_ms, "", "",
-            user_id, "", "", cfg.max_pending_entries, "")
-        covered = canonical({"type": "ledger", "id": next_id, "kind": "D", "user_id": user_id, "amount": amount,
-                             "balance_after": int(balance_after), "version": int(version), "epoch": epoch.decode(),
-                             "ts": ts, "open": open_flag.decode(), "idem_key": None})
+            sha,
+            9,
+            balance,
+            keys.entry(user_id, next_id),
+            pending,
+            idem,
+            stream,
+            quota,
+            held,
+            holds,
+            hold_expiry,
+            "D",
+            amount,
+            ts,
+            next_id,
+            cfg.entry_ttl_s,
+            "",
+            cfg.idempotency_ttl_s,
+            MAX_BALANCE,
+            ts - stale_ms,
+            "",
+            "",
+            user_id,
+            "",
+            "",
+            cfg.max_pending_entries,
+            "",
+        )
+        covered = canonical(
+            {
+                "type": "ledger",
+                "id": next_id,
+                "kind": "D",
+                "user_id": user_id,
+                "amount": amount,
+                "balance_after": int(balance_after),
+                "version": int(version),
+                "epoch": epoch.decode(),
+                "ts": ts,
+                "open": open_flag.decode(),
+                "idem_key": None,
+            }
+        )
         mac = hmac.digest(keyring.key, covered, hashlib.sha256).hex()
-        publish(partition_key, b"%s,\"kid\":%s,\"mac\":\"%s\"}" % (covered[:-1], kid, mac.encode()))
-        json.dumps({"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": json.dumps(
-            {"order_id": str(next_id), "user_id": user_id, "amount": "0.01", "balance": str(balance_after), "version": int(version),
-             "mode": "ASYNC"})})
+        publish(partition_key, b'%s,"kid":%s,"mac":"%s"}' % (covered[:-1], kid, mac.encode()))
+        json.dumps(
+            {
+                "statusCode": 200,
+                "headers": {"Content-Type": "application/json"},
+                "body": json.dumps(
+                    {
+                        "order_id": str(next_id),
+                        "user_id": user_id,
+                        "amount": "0.01",
+                        "balance": str(balance_after),
+                        "version": int(version),
+                        "mode": "ASYNC",
+                    }
+                ),
+            }
+        )
     spent = time.process_time() - started
     assert status == b"ok", status
     return spent
@@ -207,11 +281,19 @@ def figures(call, deducts: int, chunk: int = 100) -> dict:
         handler_us.append(handler_loop(_deduct_events(user_id, chunk)) / chunk * 1e6)
         floor_us.append(floor_loop(user_id, _deduct_events(user_id, chunk)) / chunk * 1e6)
         recharge_us.append(handler_loop(_deduct_events(user_id, chunk, route="recharge")) / chunk * 1e6)
-    handler, floor, recharge = statistics.median(handler_us), statistics.median(floor_us), statistics.median(recharge_us)
-    return {"handler_cpu_us_per_deduct": round(handler, 1), "floor_cpu_us_per_deduct": round(floor, 1),
-            "handler_vs_floor_cpu_ratio": round(handler / floor, 2),
-            "handler_cpu_us_per_recharge": round(recharge, 1), "recharge_vs_deduct_cpu_ratio": round(recharge / handler, 2),
-            "handler_breakdown_us": breakdown(_deduct_events(user_id, deducts), handler)}
+    handler, floor, recharge = (
+        statistics.median(handler_us),
+        statistics.median(floor_us),
+        statistics.median(recharge_us),
+    )
+    return {
+        "handler_cpu_us_per_deduct": round(handler, 1),
+        "floor_cpu_us_per_deduct": round(floor, 1),
+        "handler_vs_floor_cpu_ratio": round(handler / floor, 2),
+        "handler_cpu_us_per_recharge": round(recharge, 1),
+        "recharge_vs_deduct_cpu_ratio": round(recharge / handler, 2),
+        "handler_breakdown_us": breakdown(_deduct_events(user_id, deducts), handler),
+    }
 
 
 def profile(call, deducts: int, top: int) -> None:
@@ -237,8 +319,13 @@ def hiredis_installed() -> bool:
 def measure(deducts: int, hiredis: bool, profile_top: int = 0) -> dict:
     """figures() in a fresh process at the template's settings, on the servers this process's environment names
     (run.environment); `hiredis` False hides it from redis-py there."""
-    env = {**os.environ, **production_env(), "PYTHONPATH": os.pathsep.join(
-        [str(REPO / "functions"), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {
+        **os.environ,
+        **production_env(),
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "functions"), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
     command = [sys.executable, str(Path(__file__).resolve()), "--in-process", "--deducts", str(deducts)]
     command += [] if hiredis else ["--no-hiredis"]
     command += ["--profile", str(profile_top)] if profile_top else []
@@ -252,8 +339,12 @@ def all_figures(deducts: int, profile_top: int = 0) -> dict:
     found = measure(deducts, hiredis_installed(), profile_top)
     if hiredis_installed():
         without = measure(deducts, False)
-        found.update({f"{name}_without_hiredis": without[name] for name in
-                      ("handler_cpu_us_per_deduct", "floor_cpu_us_per_deduct", "handler_vs_floor_cpu_ratio")})
+        found.update(
+            {
+                f"{name}_without_hiredis": without[name]
+                for name in ("handler_cpu_us_per_deduct", "floor_cpu_us_per_deduct", "handler_vs_floor_cpu_ratio")
+            }
+        )
     return found
 
 
@@ -277,7 +368,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1,000 deducts per loop instead of 5,000")
     parser.add_argument("--deducts", type=int, default=None)
-    parser.add_argument("--profile", type=int, default=0, metavar="N", help="also cProfile the handler loop: top N to stderr")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="also cProfile the handler loop: top N to stderr"
+    )
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-hiredis", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -7,6 +7,7 @@ cannot slow the clients down and hide it). Per step: the achieved rate (answers 
 errors (non-2xx, refused, timed out), p50 / p99 / p99.9 of the requests due after the warm-up. The knee is the
 lowest offered rate whose p99 passes KNEE_MS.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,8 +28,10 @@ WARM_UP_S = 1.0
 
 def _request(method: str, path: str, body: dict, token: str) -> bytes:
     text = json.dumps(body)
-    return (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\nConnection: close\r\n\r\n{text}").encode()
+    return (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\nConnection: close\r\n\r\n{text}"
+    ).encode()
 
 
 async def _one(port: int, payload: bytes, due: float, results: list) -> None:
@@ -38,6 +41,7 @@ async def _one(port: int, payload: bytes, due: float, results: list) -> None:
         await asyncio.sleep(delay)
     status = None
     try:
+
         async def exchange() -> int:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             try:
@@ -73,9 +77,15 @@ def step(port: int, payloads, rate: float, seconds: float) -> dict:
     results = asyncio.run(_step(port, payloads, rate, seconds))
     window = stats.in_window(results, WARM_UP_S, WARM_UP_S + seconds)
     good = [latency for _, latency, status in window if status is not None and 200 <= status < 300]
-    return {"offered_per_s": rate, "achieved_per_s": round(len(good) / seconds, 1), "samples": len(good),
-            "errors": len(window) - len(good), "p50_ms": stats.percentile(good, 0.5, 1),
-            "p99_ms": stats.percentile(good, 0.99, 1), "p999_ms": stats.percentile(good, 0.999, 1)}
+    return {
+        "offered_per_s": rate,
+        "achieved_per_s": round(len(good) / seconds, 1),
+        "samples": len(good),
+        "errors": len(window) - len(good),
+        "p50_ms": stats.percentile(good, 0.5, 1),
+        "p99_ms": stats.percentile(good, 0.99, 1),
+        "p999_ms": stats.percentile(good, 0.999, 1),
+    }
 
 
 def serve(env: dict, workers: int, log_path: Path):
@@ -84,9 +94,23 @@ def serve(env: dict, workers: int, log_path: Path):
 
     port = services.free_port()
     with open(log_path, "wb") as log:  # the runtime writes to its own copy of the descriptor
-        proc = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--port", str(port), "--no-msk",
-                                 "--no-schedules", "--api-workers", str(workers)], cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "infra.localrt.runtime",
+                "--port",
+                str(port),
+                "--no-msk",
+                "--no-schedules",
+                "--api-workers",
+                str(workers),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 60
     while not services.reachable("127.0.0.1", port) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -104,8 +128,9 @@ def routes(call, rates: list[float], seconds: float) -> dict:
     token = dev_issuer.token(scopes=("service", "admin"))
     accounts = writer_speed.bulk_accounts(100, 10**12)
     now = int(time.time() * 1000)
-    status, body = call("POST", "/vouchers", {"title": "latency", "stock": 10**7, "begin_at": now - 1000,
-                                              "end_at": now + 86_400_000})
+    status, body = call(
+        "POST", "/vouchers", {"title": "latency", "stock": 10**7, "begin_at": now - 1000, "end_at": now + 86_400_000}
+    )
     voucher = body["voucher_id"]
     most = int(max(rates) * (WARM_UP_S + max(seconds, 2))) + 1
     grabbers = writer_speed.bulk_accounts(min(10_000, most), 0)
@@ -139,8 +164,10 @@ def figures(call, env: dict, workers: int, rates: list[float], seconds: float, l
         for route, make in makers.items():
             step(port, make(rates[0]), rates[0], 2)  # warm-up, not counted: every worker imported, connected, cached
             steps = [step(port, make(rate), rate, seconds) for rate in rates]
-            found[route] = {"steps": steps, "knee_offered_per_s": stats.knee([(s["offered_per_s"], s["p99_ms"]) for s in steps],
-                                                                             KNEE_MS)}
+            found[route] = {
+                "steps": steps,
+                "knee_offered_per_s": stats.knee([(s["offered_per_s"], s["p99_ms"]) for s in steps], KNEE_MS),
+            }
         return found
     finally:
         proc.terminate()

@@ -13,6 +13,7 @@
 
 Called by bench/run.py; alone: PYTHONPATH=functions:. .venv/bin/python bench/ledger_history.py [--quick]
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,13 @@ def hold_figures(samples: int) -> dict:
     now = int(time.time() * 1000)
 
     def authorize_ms() -> list[float]:
-        return _timed_ms(lambda: store.authorize(user_id, next_id(), 1, int(time.time() * 1000),
-                                                 int(time.time() * 1000) + 3_600_000, ""), samples, samples // 10)
+        return _timed_ms(
+            lambda: store.authorize(
+                user_id, next_id(), 1, int(time.time() * 1000), int(time.time() * 1000) + 3_600_000, ""
+            ),
+            samples,
+            samples // 10,
+        )
 
     def script_usec() -> tuple[int, int]:
         stats = store.redis.info("commandstats").get("cmdstat_evalsha", {})
@@ -77,13 +83,19 @@ def hold_figures(samples: int) -> dict:
     for _ in range(100):  # expired, not tidied yet: every script leaves them out itself, one record read each
         store.authorize(user_id, next_id(), 100, now, now - 1, "bench")
     authorize_expired = authorize_ms()
-    deduct = _timed_ms(lambda: ledger().store.apply(Charge("D", user_id, 1, next_id(), int(time.time() * 1000), None, "")),
-                       samples, samples // 10)
-    return {"hold_authorize_lua_p99_ms_1000_holds": round(_p(authorize, 0.99), 3),
-            "hold_authorize_lua_p99_ms_1000_holds_100_expired": round(_p(authorize_expired, 0.99), 3),
-            # inside Redis (INFO commandstats), without the round trip and the client
-            "hold_authorize_redis_usec_per_call_1000_holds": round((usec_after - usec) / max(1, calls_after - calls), 1),
-            "deduct_lua_p99_ms_1000_holds": round(_p(deduct, 0.99), 3), "_samples": {"holds": samples}}
+    deduct = _timed_ms(
+        lambda: ledger().store.apply(Charge("D", user_id, 1, next_id(), int(time.time() * 1000), None, "")),
+        samples,
+        samples // 10,
+    )
+    return {
+        "hold_authorize_lua_p99_ms_1000_holds": round(_p(authorize, 0.99), 3),
+        "hold_authorize_lua_p99_ms_1000_holds_100_expired": round(_p(authorize_expired, 0.99), 3),
+        # inside Redis (INFO commandstats), without the round trip and the client
+        "hold_authorize_redis_usec_per_call_1000_holds": round((usec_after - usec) / max(1, calls_after - calls), 1),
+        "deduct_lua_p99_ms_1000_holds": round(_p(deduct, 0.99), 3),
+        "_samples": {"holds": samples},
+    }
 
 
 def deduct_vs_before_holds(rounds: int, calls: int) -> float:
@@ -93,8 +105,13 @@ def deduct_vs_before_holds(rounds: int, calls: int) -> float:
     from hotledger.ledger.rows import Charge
     from hotledger.runtime import id_generator, ledger
 
-    before = subprocess.run(["git", "show", f"{BEFORE_HOLDS}:layers/lua/ledger_apply.lua"], cwd=REPO, check=True,
-                            capture_output=True, text=True).stdout
+    before = subprocess.run(
+        ["git", "show", f"{BEFORE_HOLDS}:layers/lua/ledger_apply.lua"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     client = lua().client
     old = client.register_script(before)
     store, next_id = ledger().store, id_generator().next_id
@@ -105,10 +122,18 @@ def deduct_vs_before_holds(rounds: int, calls: int) -> float:
 
     def old_apply():
         entry_id, ts = next_id(), int(time.time() * 1000)
-        old(keys=[keys.balance(user_id), keys.entry(user_id, entry_id), keys.pending(user_id),
-                  keys.idempotency(user_id, ""), keys.account_stream(user_id), keys.idempotency_quota(user_id),
-                  keys.held(user_id)],
-            args=["D", 1, ts, entry_id, 600, "", 86400, 9_000_000_000_000_000, ts, "", "", user_id, "", "", "", ""])
+        old(
+            keys=[
+                keys.balance(user_id),
+                keys.entry(user_id, entry_id),
+                keys.pending(user_id),
+                keys.idempotency(user_id, ""),
+                keys.account_stream(user_id),
+                keys.idempotency_quota(user_id),
+                keys.held(user_id),
+            ],
+            args=["D", 1, ts, entry_id, 600, "", 86400, 9_000_000_000_000_000, ts, "", "", user_id, "", "", "", ""],
+        )
 
     rates: dict[str, list[float]] = {"now": [], "before": []}
     for _ in range(rounds):
@@ -134,15 +159,22 @@ def history_figures(entries: int, samples: int) -> dict:
                 "INSERT INTO t_entry (user_id, seq, entry_id, type, amount, delta, balance_after, available_after,"
                 " booked_at, charged_at, ref) SELECT %s, seq, %s + seq, 'recharge', 100, 100, seq * 100, seq * 100,"
                 f" %s + seq * 10, %s + seq * 10, NULL FROM seq_{first}_to_{min(entries, first + chunk - 1)}",
-                (user_id, user_id * 10**7, base, base))
+                (user_id, user_id * 10**7, base, base),
+            )
     with db.transaction() as cur:
         cur.execute("UPDATE t_account SET seq = %s, balance = %s WHERE user_id = %s", (entries, entries * 100, user_id))
     service, rng = history(), random.Random(7)
-    page = _timed_ms(lambda: service.entries(user_id, 100, encode_cursor(user_id, rng.randint(2, entries), Filters()),
-                                             None), samples, samples // 10)
+    page = _timed_ms(
+        lambda: service.entries(user_id, 100, encode_cursor(user_id, rng.randint(2, entries), Filters()), None),
+        samples,
+        samples // 10,
+    )
     at = _timed_ms(lambda: service.balance_at(user_id, base + rng.randint(0, entries * 10)), samples, samples // 10)
-    return {"history_page_p99_ms_1m_entries": round(_p(page, 0.99), 3),
-            "balance_at_p99_ms_1m_entries": round(_p(at, 0.99), 3), "_samples": {"history": samples, "entries": entries}}
+    return {
+        "history_page_p99_ms_1m_entries": round(_p(page, 0.99), 3),
+        "balance_at_p99_ms_1m_entries": round(_p(at, 0.99), 3),
+        "_samples": {"history": samples, "entries": entries},
+    }
 
 
 def figures(quick: bool) -> dict:
@@ -151,8 +183,12 @@ def figures(quick: bool) -> dict:
     return {
         "figures": {k: v for k, v in {**holds, **hist}.items() if not k.startswith("_")}
         | {"deduct_script_vs_before_holds_ratio": deduct_vs_before_holds(3 if quick else 7, 2000 if quick else 5000)},
-        "targets": {"hold_authorize_lua_p99_ms_1000_holds": "<= 0.3", "history_page_p99_ms_1m_entries": "<= 50",
-                    "balance_at_p99_ms_1m_entries": "<= 20", "deduct_script_vs_before_holds_ratio": ">= 0.95"},
+        "targets": {
+            "hold_authorize_lua_p99_ms_1000_holds": "<= 0.3",
+            "history_page_p99_ms_1m_entries": "<= 50",
+            "balance_at_p99_ms_1m_entries": "<= 20",
+            "deduct_script_vs_before_holds_ratio": ">= 0.95",
+        },
         "samples": {**holds["_samples"], **hist["_samples"]},
     }
 

@@ -11,6 +11,7 @@ dataset only: no replication buffers, fragmentation or reserved memory). Entitie
 - voucher buyer: a new buyer's order of a hot voucher (buyers hash field + pending order);
 - red-packet item: an unclaimed item of a packet's list.
 """
+
 from __future__ import annotations
 
 import time
@@ -36,18 +37,60 @@ def _run(lua, client, calls) -> None:
 
 
 def _load(lua, client, uids) -> None:
-    _run(lua, client, [("ledger_load", [f"user:balance:{{{u}}}", f"user:held:{{{u}}}", f"user:holds:{{{u}}}",
-                                         f"user:holds:expiry:{{{u}}}", f"user:refunds:{{{u}}}"],
-                        [10**15, 1, 0, "1", "ASYNC", "bench", 0]) for u in uids])
+    _run(
+        lua,
+        client,
+        [
+            (
+                "ledger_load",
+                [
+                    f"user:balance:{{{u}}}",
+                    f"user:held:{{{u}}}",
+                    f"user:holds:{{{u}}}",
+                    f"user:holds:expiry:{{{u}}}",
+                    f"user:refunds:{{{u}}}",
+                ],
+                [10**15, 1, 0, "1", "ASYNC", "bench", 0],
+            )
+            for u in uids
+        ],
+    )
 
 
 def _apply(uid: int, n: int, kind: str = "D", idem: str = "") -> tuple:
     now = int(time.time() * 1000)
-    return ("ledger_apply", [f"user:balance:{{{uid}}}", f"user:order:{{{uid}}}:{n}", f"user:order:consistency:{{{uid}}}",
-                             f"user:idem:{{{uid}}}:{idem}", f"events:unused:{{{uid}}}", f"user:idem:quota:{{{uid}}}",
-                             f"user:held:{{{uid}}}", f"user:holds:{{{uid}}}", f"user:holds:expiry:{{{uid}}}"],
-            [kind, 1, now, n, 604800, "f" * 64 if idem else "", 86400, 10**16, 0, idem, "", uid,
-             "checked" if idem else "", "", 0, ""])
+    return (
+        "ledger_apply",
+        [
+            f"user:balance:{{{uid}}}",
+            f"user:order:{{{uid}}}:{n}",
+            f"user:order:consistency:{{{uid}}}",
+            f"user:idem:{{{uid}}}:{idem}",
+            f"events:unused:{{{uid}}}",
+            f"user:idem:quota:{{{uid}}}",
+            f"user:held:{{{uid}}}",
+            f"user:holds:{{{uid}}}",
+            f"user:holds:expiry:{{{uid}}}",
+        ],
+        [
+            kind,
+            1,
+            now,
+            n,
+            604800,
+            "f" * 64 if idem else "",
+            86400,
+            10**16,
+            0,
+            idem,
+            "",
+            uid,
+            "checked" if idem else "",
+            "",
+            0,
+            "",
+        ],
+    )
 
 
 def figures(client, n: int) -> dict:
@@ -79,46 +122,105 @@ def figures(client, n: int) -> dict:
         calls = []
         for u, ids in by_account.items():
             for i in range(0, len(ids), 200):
-                part = ids[i:i + 200]
-                calls.append(("ledger_settle", [f"user:order:consistency:{{{u}}}", f"user:balance:{{{u}}}", f"user:held:{{{u}}}",
-                                                f"user:holds:{{{u}}}", *(f"user:order:{{{u}}}:{e}" for e in part)],
-                              [",".join(["bench"] * len(part))]))
+                part = ids[i : i + 200]
+                calls.append(
+                    (
+                        "ledger_settle",
+                        [
+                            f"user:order:consistency:{{{u}}}",
+                            f"user:balance:{{{u}}}",
+                            f"user:held:{{{u}}}",
+                            f"user:holds:{{{u}}}",
+                            *(f"user:order:{{{u}}}:{e}" for e in part),
+                        ],
+                        [",".join(["bench"] * len(part))],
+                    )
+                )
         _run(lua, client, calls)
 
     settle()
     found["settled_entry"] = round((_used(client) - before_pending) / n, 1)
     keyed = [20_000_000 + i for i in range(ACCOUNTS)]
     _load(lua, client, keyed)
-    with_key = measure("idempotency_record", lambda: _run(lua, client, [
-        _apply(keyed[i % ACCOUNTS], 2 * 10**12 + i, idem=f"c:bench-key-{i}") for i in range(n)]))
+    with_key = measure(
+        "idempotency_record",
+        lambda: _run(
+            lua, client, [_apply(keyed[i % ACCOUNTS], 2 * 10**12 + i, idem=f"c:bench-key-{i}") for i in range(n)]
+        ),
+    )
     found["idempotency_record"] = round(with_key - found["pending_entry"], 1)
     held = [30_000_000 + i for i in range(ACCOUNTS)]
     _load(lua, client, held)
     _run(lua, client, [_apply(held[i % ACCOUNTS], 3 * 10**12 + i, kind="R") for i in range(n)])
     # a hold is a few bytes: measured as what releasing them all frees (ledger_post), not as the difference of two
     # deltas of entries 10 times its size
-    freed = measure("hold", lambda: _run(lua, client, [
-        ("ledger_post", [f"user:balance:{{{held[i % ACCOUNTS]}}}", f"user:held:{{{held[i % ACCOUNTS]}}}",
-                         f"user:holds:{{{held[i % ACCOUNTS]}}}"], [3 * 10**12 + i])
-        for i in range(n)]))
+    freed = measure(
+        "hold",
+        lambda: _run(
+            lua,
+            client,
+            [
+                (
+                    "ledger_post",
+                    [
+                        f"user:balance:{{{held[i % ACCOUNTS]}}}",
+                        f"user:held:{{{held[i % ACCOUNTS]}}}",
+                        f"user:holds:{{{held[i % ACCOUNTS]}}}",
+                    ],
+                    [3 * 10**12 + i],
+                )
+                for i in range(n)
+            ],
+        ),
+    )
     found["hold"] = round(-freed, 1)
     queue = "bench-memory"
-    measure("delay_element", lambda: _run(lua, client, [("delay_offer", keys.delay_offer_keys(queue), [f"order-{i:09d}", 2**41 + i, 0])
-                                                        for i in range(n)]))
+    measure(
+        "delay_element",
+        lambda: _run(
+            lua,
+            client,
+            [("delay_offer", keys.delay_offer_keys(queue), [f"order-{i:09d}", 2**41 + i, 0]) for i in range(n)],
+        ),
+    )
     voucher = 990_000_001
-    client.hset(keys.voucher(voucher), mapping={"stock": 10**12, "begin": 0, "end": 2**50, "limit": 1, "epoch": "bench",
-                                                "hold_until": 0, "db_version": 0})
-    names = [keys.voucher(voucher), keys.voucher_buyers(voucher), keys.voucher_pending(voucher), keys.voucher_stream(voucher),
-             keys.voucher_away(voucher)]
+    client.hset(
+        keys.voucher(voucher),
+        mapping={
+            "stock": 10**12,
+            "begin": 0,
+            "end": 2**50,
+            "limit": 1,
+            "epoch": "bench",
+            "hold_until": 0,
+            "db_version": 0,
+        },
+    )
+    names = [
+        keys.voucher(voucher),
+        keys.voucher_buyers(voucher),
+        keys.voucher_pending(voucher),
+        keys.voucher_stream(voucher),
+        keys.voucher_away(voucher),
+    ]
     now = int(time.time() * 1000)
-    measure("voucher_buyer", lambda: _run(lua, client, [("voucher_order", names, [voucher, 1 + i, 4 * 10**12 + i, now, "", 0, 1])
-                                                        for i in range(n)]))
+    measure(
+        "voucher_buyer",
+        lambda: _run(
+            lua, client, [("voucher_order", names, [voucher, 1 + i, 4 * 10**12 + i, now, "", 0, 1]) for i in range(n)]
+        ),
+    )
     packet = 990_000_002
 
     def items() -> None:
         for start in range(0, n, 10_000):
-            client.rpush(keys.packet_unclaimed(packet), *(f"{5 * 10**12 + i};{1 + i % 500}" for i in range(start, min(n, start + 10_000))))
+            client.rpush(
+                keys.packet_unclaimed(packet),
+                *(f"{5 * 10**12 + i};{1 + i % 500}" for i in range(start, min(n, start + 10_000))),
+            )
 
     measure("redpacket_item", items)
     client.flushall()
-    return {name: {"bytes": value, "per_gib": stats.per_gib(value) if value > 0 else None} for name, value in found.items()}
+    return {
+        name: {"bytes": value, "per_gib": stats.per_gib(value) if value > 0 else None} for name, value in found.items()
+    }

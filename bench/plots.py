@@ -3,6 +3,7 @@ per feature against its baseline, writer rows/s against partitions.
 
     PYTHONPATH=functions:. .venv/bin/python bench/plots.py [bench/results.json]
 """
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # feature figure -> its baseline figure (both in results["figures"])
-PAIRS = [("async_deduct_per_s", "sync_deduct_baseline_per_s", "hot-account deduct"),
-         ("seckill_attempts_per_s", "seckill_db_attempts_per_s", "flash-sale order"),
-         ("redpacket_grabs_per_s", "redpacket_seed_script_grabs_per_s", "red-packet grab script"),
-         ("delay_drain_per_s", None, "delay-queue drain")]
+PAIRS = [
+    ("async_deduct_per_s", "sync_deduct_baseline_per_s", "hot-account deduct"),
+    ("seckill_attempts_per_s", "seckill_db_attempts_per_s", "flash-sale order"),
+    ("redpacket_grabs_per_s", "redpacket_seed_script_grabs_per_s", "red-packet grab script"),
+    ("delay_drain_per_s", None, "delay-queue drain"),
+]
 
 
 def write(results: dict, out_dir: Path) -> list[Path]:
@@ -36,7 +39,9 @@ def write(results: dict, out_dir: Path) -> list[Path]:
             for q, style in (("p50_ms", "--"), ("p99_ms", "-")):
                 points = [(s["offered_per_s"], s[q]) for s in steps if s[q] is not None]
                 if points:
-                    ax.plot(*zip(*points, strict=False), style, marker="o", color=f"C{number}", label=f"{route} {q[:-3]}")
+                    ax.plot(
+                        *zip(*points, strict=False), style, marker="o", color=f"C{number}", label=f"{route} {q[:-3]}"
+                    )
         ax.axhline(50, color="grey", linewidth=0.8, label="50 ms (the knee)")
         ax.set_xlabel("offered requests/s (open loop, HTTP)")
         ax.set_ylabel("latency ms")
@@ -63,7 +68,12 @@ def write(results: dict, out_dir: Path) -> list[Path]:
         parts = sorted(writer, key=int)
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.plot([int(p) for p in parts], [writer[p]["per_s"] or 0 for p in parts], marker="o", label="total")
-        ax.plot([int(p) for p in parts], [writer[p]["per_partition_per_s"] or 0 for p in parts], marker="o", label="per partition")
+        ax.plot(
+            [int(p) for p in parts],
+            [writer[p]["per_partition_per_s"] or 0 for p in parts],
+            marker="o",
+            label="per partition",
+        )
         ax.set_xlabel("partitions (a poller and writer each)")
         ax.set_ylabel("rows/s persisted and settled")
         ax.set_title(f"writer on its real path ({run})", fontsize=9)

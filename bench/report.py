@@ -1,6 +1,7 @@
 """What bench/run.py records with every figure: its unit, how many samples it rests on, its baseline (the figure it is
 compared with, measured in the same run), what it measures; the run's commit and machine (cores, load average
 before and after); one progress line per stage on stderr. Tested in tests/unit/test_bench_stats.py."""
+
 from __future__ import annotations
 
 import os
@@ -20,12 +21,18 @@ class Figures:
     def __init__(self):
         self.entries: dict[str, dict] = {}
 
-    def add(self, name: str, value, unit: str, samples: int | None = None, baseline: str | None = None,
-            measures: str = "") -> None:
+    def add(
+        self, name: str, value, unit: str, samples: int | None = None, baseline: str | None = None, measures: str = ""
+    ) -> None:
         if name in self.entries:
             raise KeyError(f"figure {name} recorded twice")
-        self.entries[name] = {"value": value, "unit": unit, "samples": samples, "baseline": baseline,
-                              "measures": measures}
+        self.entries[name] = {
+            "value": value,
+            "unit": unit,
+            "samples": samples,
+            "baseline": baseline,
+            "measures": measures,
+        }
 
     def value(self, name: str):
         return self.entries[name]["value"]
@@ -49,15 +56,23 @@ def target_verdicts(figures: dict, targets: dict) -> dict:
 
 def commit() -> dict:
     """The commit measured, and whether the work tree differed from it."""
+
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True).stdout.strip()
 
-    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    return {
+        "commit": git("rev-parse", "HEAD") or None,
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
 
 
 def machine() -> dict:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-            "load_average": list(os.getloadavg())}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average": list(os.getloadavg()),
+    }
 
 
 class Progress:
@@ -76,8 +91,11 @@ class Progress:
             self.took[self.current] = round(now - self.stage_started, 1)
         self.done += 1
         self.current, self.stage_started = name, now
-        print(f"bench [{self.done}/{self.stages}] {name} (at {now - self.started:.0f} s; load {os.getloadavg()[0]:.2f})",
-              file=self.stream, flush=True)
+        print(
+            f"bench [{self.done}/{self.stages}] {name} (at {now - self.started:.0f} s; load {os.getloadavg()[0]:.2f})",
+            file=self.stream,
+            flush=True,
+        )
 
     def finish(self) -> dict:
         if self.current is not None:

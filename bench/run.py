@@ -7,6 +7,7 @@ same run, its unit and its sample count; the run records its commit and the mach
 progress line per stage goes to stderr. Usage (from the repo root, or `make bench`):
     PYTHONPATH=functions:. .venv/bin/python bench/run.py [--quick] [--procs N] [--seconds T]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,33 +34,57 @@ from infra import services  # noqa: E402
 HOT_BALANCE = "90000000000.00"
 # figure -> the figure it is compared with (measured in the same run); a ratio's baseline is its denominator
 BASELINES = {
-    "async_deduct_per_s": "sync_deduct_baseline_per_s", "async_vs_sync_hot_ratio": "sync_deduct_baseline_per_s",
+    "async_deduct_per_s": "sync_deduct_baseline_per_s",
+    "async_vs_sync_hot_ratio": "sync_deduct_baseline_per_s",
     "redispy_evalsha_per_s": "evalsha_per_s",
-    "handler_cpu_us_per_deduct": "floor_cpu_us_per_deduct", "handler_vs_floor_cpu_ratio": "floor_cpu_us_per_deduct",
+    "handler_cpu_us_per_deduct": "floor_cpu_us_per_deduct",
+    "handler_vs_floor_cpu_ratio": "floor_cpu_us_per_deduct",
     "handler_cpu_us_per_deduct_without_hiredis": "floor_cpu_us_per_deduct_without_hiredis",
     "handler_vs_floor_cpu_ratio_without_hiredis": "floor_cpu_us_per_deduct_without_hiredis",
-    "handler_cpu_us_per_recharge": "handler_cpu_us_per_deduct", "recharge_vs_deduct_cpu_ratio": "handler_cpu_us_per_deduct",
-    "writer_rows_per_s": "writer_rows_per_s_1_partition", "writer_partitions_vs_1_ratio": "writer_rows_per_s_1_partition",
-    "seckill_attempts_per_s": "seckill_db_attempts_per_s", "seckill_vs_db_ratio": "seckill_db_attempts_per_s",
+    "handler_cpu_us_per_recharge": "handler_cpu_us_per_deduct",
+    "recharge_vs_deduct_cpu_ratio": "handler_cpu_us_per_deduct",
+    "writer_rows_per_s": "writer_rows_per_s_1_partition",
+    "writer_partitions_vs_1_ratio": "writer_rows_per_s_1_partition",
+    "seckill_attempts_per_s": "seckill_db_attempts_per_s",
+    "seckill_vs_db_ratio": "seckill_db_attempts_per_s",
     "redpacket_grabs_per_s": "redpacket_seed_script_grabs_per_s",
     "redpacket_vs_seed_script_ratio": "redpacket_seed_script_grabs_per_s",
-    "stream_orders_persisted_per_s": "kafka_orders_persisted_per_s", "stream_vs_kafka_ratio": "kafka_orders_persisted_per_s",
+    "stream_orders_persisted_per_s": "kafka_orders_persisted_per_s",
+    "stream_vs_kafka_ratio": "kafka_orders_persisted_per_s",
     "hot_voucher_buckets_vs_1_ratio": "hot_voucher_1_bucket_attempts_per_s",
     "cluster_hot_voucher_buckets_vs_1_ratio": "cluster_hot_voucher_1_bucket_attempts_per_s",
-    "delay_remove_p99_ms_100k": "redisson_remove_p99_ms_100k", "delay_remove_p50_ms_100k": "redisson_remove_p50_ms_100k",
+    "delay_remove_p99_ms_100k": "redisson_remove_p99_ms_100k",
+    "delay_remove_p50_ms_100k": "redisson_remove_p50_ms_100k",
     "delay_remove_vs_redisson_ratio": "redisson_remove_p99_ms_100k",
     "lock_contended_acquire_release_per_s": "spin_lock_contended_acquire_release_per_s",
     "lock_commands_per_contended_acquire": "spin_lock_commands_per_contended_acquire",
-    **{f"{s}_cluster_vs_single_cpu_ratio": f"{s}_redis_usec_per_call_single" for s in ("ledger_apply", "voucher_order", "redpacket_grab")},
-    **{f"{s}_redis_usec_per_call_cluster": f"{s}_redis_usec_per_call_single" for s in ("ledger_apply", "voucher_order", "redpacket_grab")},
+    **{
+        f"{s}_cluster_vs_single_cpu_ratio": f"{s}_redis_usec_per_call_single"
+        for s in ("ledger_apply", "voucher_order", "redpacket_grab")
+    },
+    **{
+        f"{s}_redis_usec_per_call_cluster": f"{s}_redis_usec_per_call_single"
+        for s in ("ledger_apply", "voucher_order", "redpacket_grab")
+    },
 }
 
 
 def unit_of(name: str) -> str:
-    for suffix, unit in (("_per_s", "1/s"), ("_ms", "ms"), ("_ms_100k", "ms"), ("_ratio", "ratio"), ("_late_s", "s"),
-                         ("_usec_per_call_single", "µs"), ("_usec_per_call_cluster", "µs"), ("_us_per_deduct", "µs"),
-                         ("_us_per_deduct_without_hiredis", "µs"), ("_ratio_without_hiredis", "ratio"),
-                         ("_us_per_recharge", "µs"), ("_bytes", "B"), ("_usd", "USD")):
+    for suffix, unit in (
+        ("_per_s", "1/s"),
+        ("_ms", "ms"),
+        ("_ms_100k", "ms"),
+        ("_ratio", "ratio"),
+        ("_late_s", "s"),
+        ("_usec_per_call_single", "µs"),
+        ("_usec_per_call_cluster", "µs"),
+        ("_us_per_deduct", "µs"),
+        ("_us_per_deduct_without_hiredis", "µs"),
+        ("_ratio_without_hiredis", "ratio"),
+        ("_us_per_recharge", "µs"),
+        ("_bytes", "B"),
+        ("_usd", "USD"),
+    ):
         if name.endswith(suffix):
             return unit
     if "_per_s_" in name:
@@ -78,33 +103,68 @@ def hot_account(call, procs: int, seconds: float, mode: str, baseline: str | Non
     user_id = body["user_id"]
     assert call("POST", f"/accounts/{user_id}/recharge", {"amount": HOT_BALANCE})[0] == 200
     run = clients.deducts(procs, [user_id], seconds, baseline=baseline)
-    return {"per_s": stats.rate(run["ok"], *run["window"]), "ok": run["ok"], "failed": run["failed"],
-            "p50_ms": stats.percentile(run["latencies"], 0.5), "p99_ms": stats.percentile(run["latencies"], 0.99),
-            "samples": len(run["latencies"]), "late_s": run["late"]}
+    return {
+        "per_s": stats.rate(run["ok"], *run["window"]),
+        "ok": run["ok"],
+        "failed": run["failed"],
+        "p50_ms": stats.percentile(run["latencies"], 0.5),
+        "p99_ms": stats.percentile(run["latencies"], 0.99),
+        "samples": len(run["latencies"]),
+        "late_s": run["late"],
+    }
 
 
 def hot_account_figures(figures: report.Figures, call, procs: int, seconds: float) -> None:
-    runs = {"async": hot_account(call, procs, seconds, "ASYNC"), "sync": hot_account(call, procs, seconds, "SYNC"),
-            "db": hot_account(call, procs, seconds, "SYNC", baseline="deduct")}
-    what = {"async": "ASYNC deducts of one hot account through api.app.handler in-process (publish + broker ack)",
-            "sync": "SYNC deducts of one hot account through the same handler: the product's DB path (account lock, "
-                    "one transaction)",
-            "db": "lean SYNC baseline: the same handler, the deduct one DB round trip (a stored procedure: row lock, "
-                  "entry, commit; bench/baselines.py)"}
+    runs = {
+        "async": hot_account(call, procs, seconds, "ASYNC"),
+        "sync": hot_account(call, procs, seconds, "SYNC"),
+        "db": hot_account(call, procs, seconds, "SYNC", baseline="deduct"),
+    }
+    what = {
+        "async": "ASYNC deducts of one hot account through api.app.handler in-process (publish + broker ack)",
+        "sync": "SYNC deducts of one hot account through the same handler: the product's DB path (account lock, "
+        "one transaction)",
+        "db": "lean SYNC baseline: the same handler, the deduct one DB round trip (a stored procedure: row lock, "
+        "entry, commit; bench/baselines.py)",
+    }
     for key, run in runs.items():
         name = {"async": "async_deduct", "sync": "sync_deduct", "db": "db_deduct"}[key]
         figures.add(f"{name}_per_s", run["per_s"], "1/s", run["ok"], BASELINES.get(f"{name}_per_s"), what[key])
         figures.add(f"{name}_p50_ms", run["p50_ms"], "ms", run["samples"], None, what[key])
         figures.add(f"{name}_p99_ms", run["p99_ms"], "ms", run["samples"], None, what[key])
     best = max(("sync", "db"), key=lambda k: runs[k]["per_s"])
-    figures.add("sync_deduct_baseline_per_s", runs[best]["per_s"], "1/s", runs[best]["ok"], None,
-                f"the better of the SYNC path and the lean DB baseline: here {'sync_deduct_per_s' if best == 'sync' else 'db_deduct_per_s'}")
-    figures.add("async_vs_sync_hot_ratio", stats.ratio(runs["async"]["per_s"], runs[best]["per_s"]), "ratio", None,
-                "sync_deduct_baseline_per_s", "ASYNC over the best SYNC baseline")
-    figures.add("hot_account_failed_requests", sum(r["failed"] for r in runs.values()), "count", None, None,
-                "answers other than 200 in the three windows")
-    figures.add("hot_account_workers_late_s", max(r["late_s"] for r in runs.values()), "s", None, None,
-                "how late the latest worker was for its window (more than 0: that rate is low)")
+    figures.add(
+        "sync_deduct_baseline_per_s",
+        runs[best]["per_s"],
+        "1/s",
+        runs[best]["ok"],
+        None,
+        f"the better of the SYNC path and the lean DB baseline: here {'sync_deduct_per_s' if best == 'sync' else 'db_deduct_per_s'}",
+    )
+    figures.add(
+        "async_vs_sync_hot_ratio",
+        stats.ratio(runs["async"]["per_s"], runs[best]["per_s"]),
+        "ratio",
+        None,
+        "sync_deduct_baseline_per_s",
+        "ASYNC over the best SYNC baseline",
+    )
+    figures.add(
+        "hot_account_failed_requests",
+        sum(r["failed"] for r in runs.values()),
+        "count",
+        None,
+        None,
+        "answers other than 200 in the three windows",
+    )
+    figures.add(
+        "hot_account_workers_late_s",
+        max(r["late_s"] for r in runs.values()),
+        "s",
+        None,
+        None,
+        "how late the latest worker was for its window (more than 0: that rate is low)",
+    )
 
 
 # --- raw Redis ceilings ------------------------------------------------------------------------------------
@@ -112,16 +172,49 @@ def evalsha_redis_benchmark(redis_port: int, clients: int, requests: int) -> flo
     from hotledger.dal.redis_store import lua as runner
 
     lua = runner()
-    lua.run("ledger_load", ["user:balance:{777}", "user:held:{777}", "user:holds:{777}", "user:holds:expiry:{777}",
-                                  "user:refunds:{777}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench", 0])
+    lua.run(
+        "ledger_load",
+        ["user:balance:{777}", "user:held:{777}", "user:holds:{777}", "user:holds:expiry:{777}", "user:refunds:{777}"],
+        [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench", 0],
+    )
     sha = lua.sha("ledger_apply")
     lua.client.script_load((REPO / "layers/lua/ledger_apply.lua").read_text())
-    cmd = ["redis-benchmark", "-p", str(redis_port), "-c", str(clients), "-n", str(requests), "-r", "1000000000", "-q",
-           "evalsha", sha, "9", "user:balance:{777}", "user:order:{777}:__rand_int__", "user:order:consistency:{777}",
-           "user:idem:{777}:", "events:unused:{777}", "user:idem:quota:{777}", "user:held:{777}", "user:holds:{777}",
-           "user:holds:expiry:{777}",
-           "D", "1", "1700000000000", "__rand_int__", "604800", "", "86400",
-           "9000000000000000", "0", "", "", "777"]
+    cmd = [
+        "redis-benchmark",
+        "-p",
+        str(redis_port),
+        "-c",
+        str(clients),
+        "-n",
+        str(requests),
+        "-r",
+        "1000000000",
+        "-q",
+        "evalsha",
+        sha,
+        "9",
+        "user:balance:{777}",
+        "user:order:{777}:__rand_int__",
+        "user:order:consistency:{777}",
+        "user:idem:{777}:",
+        "events:unused:{777}",
+        "user:idem:quota:{777}",
+        "user:held:{777}",
+        "user:holds:{777}",
+        "user:holds:expiry:{777}",
+        "D",
+        "1",
+        "1700000000000",
+        "__rand_int__",
+        "604800",
+        "",
+        "86400",
+        "9000000000000000",
+        "0",
+        "",
+        "",
+        "777",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return float(re.findall(r"([\d.]+) requests per second", out)[-1])
 
@@ -132,10 +225,21 @@ def redispy_worker(start_at: float, stop_at: float, out) -> None:
     lua, n, counted = runner(), 0, 0
     while (now := time.monotonic()) < stop_at:
         n += 1
-        lua.run("ledger_apply", ["user:balance:{778}", f"user:order:{{778}}:{os.getpid()}-{n}", "user:order:consistency:{778}",
-                                 "user:idem:{778}:", "events:unused:{778}", "user:idem:quota:{778}", "user:held:{778}",
-                                 "user:holds:{778}", "user:holds:expiry:{778}"],
-                ["D", 1, 1_700_000_000_000, f"{os.getpid()}{n}", 604800, "", 86400, 9_000_000_000_000_000, 0, "", "", 778])
+        lua.run(
+            "ledger_apply",
+            [
+                "user:balance:{778}",
+                f"user:order:{{778}}:{os.getpid()}-{n}",
+                "user:order:consistency:{778}",
+                "user:idem:{778}:",
+                "events:unused:{778}",
+                "user:idem:quota:{778}",
+                "user:held:{778}",
+                "user:holds:{778}",
+                "user:holds:expiry:{778}",
+            ],
+            ["D", 1, 1_700_000_000_000, f"{os.getpid()}{n}", 604800, "", 86400, 9_000_000_000_000_000, 0, "", "", 778],
+        )
         counted += now >= start_at
     out.put(counted)
 
@@ -143,8 +247,11 @@ def redispy_worker(start_at: float, stop_at: float, out) -> None:
 def evalsha_redispy(procs: int, seconds: float) -> tuple[float, int]:
     from hotledger.dal.redis_store import lua
 
-    lua().run("ledger_load", ["user:balance:{778}", "user:held:{778}", "user:holds:{778}", "user:holds:expiry:{778}",
-                              "user:refunds:{778}"], [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench", 0])
+    lua().run(
+        "ledger_load",
+        ["user:balance:{778}", "user:held:{778}", "user:holds:{778}", "user:holds:expiry:{778}", "user:refunds:{778}"],
+        [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench", 0],
+    )
     start_at = time.monotonic() + 5  # spawned and imported
     total = sum(gather(redispy_worker, [(start_at, start_at + seconds)] * procs, 5 + seconds + START_ALLOWANCE_S))
     return round(total / seconds, 1), total
@@ -152,11 +259,23 @@ def evalsha_redispy(procs: int, seconds: float) -> tuple[float, int]:
 
 def ceiling_figures(figures: report.Figures, redis_port: int, procs: int, quick: bool, seconds: float) -> None:
     requests = 50_000 if quick else 200_000
-    figures.add("evalsha_per_s", evalsha_redis_benchmark(redis_port, procs, requests), "1/s", requests, None,
-                "ledger_apply.lua alone from redis-benchmark (C), one round trip each: Redis's ceiling for the script")
+    figures.add(
+        "evalsha_per_s",
+        evalsha_redis_benchmark(redis_port, procs, requests),
+        "1/s",
+        requests,
+        None,
+        "ledger_apply.lua alone from redis-benchmark (C), one round trip each: Redis's ceiling for the script",
+    )
     per_s, calls = evalsha_redispy(procs, seconds)
-    figures.add("redispy_evalsha_per_s", per_s, "1/s", calls, "evalsha_per_s",
-                "the same script from redis-py, one process per client: what Python clients get of the ceiling")
+    figures.add(
+        "redispy_evalsha_per_s",
+        per_s,
+        "1/s",
+        calls,
+        "evalsha_per_s",
+        "the same script from redis-py, one process per client: what Python clients get of the ceiling",
+    )
 
 
 # --- the writer and the lag, latency over HTTP ---------------------------------------------------------------
@@ -166,20 +285,52 @@ def writer_figures(figures: report.Figures, env: dict, procs: int, quick: bool, 
     rows = 3_000 if quick else 12_000
     one = writer_speed.writer_rows_per_s(env, procs, 1, rows, state)
     many = writer_speed.writer_rows_per_s(env, procs, services.LOCAL_PARTITIONS, rows, state)
-    what = (f"{rows} ASYNC deducts, one account each, charged through the handler onto a topic of N partitions, then "
-            "read by the local runtime's pollers, persisted and settled: from the first rows committed to the last "
-            "entry settled")
+    what = (
+        f"{rows} ASYNC deducts, one account each, charged through the handler onto a topic of N partitions, then "
+        "read by the local runtime's pollers, persisted and settled: from the first rows committed to the last "
+        "entry settled"
+    )
     figures.add("writer_rows_per_s_1_partition", one["per_s"], "1/s", one["samples"], None, what + " (N = 1)")
-    figures.add("writer_rows_per_s", many["per_s"], "1/s", many["samples"], "writer_rows_per_s_1_partition",
-                what + f" (N = {services.LOCAL_PARTITIONS}, in total)")
-    figures.add("writer_rows_per_s_per_partition", many["per_partition_per_s"], "1/s", many["samples"],
-                "writer_rows_per_s_1_partition", f"writer_rows_per_s over its {services.LOCAL_PARTITIONS} partitions")
-    figures.add("writer_partitions_vs_1_ratio", stats.ratio(many["per_s"], one["per_s"]), "ratio", None,
-                "writer_rows_per_s_1_partition", "the same work on N partitions against 1")
-    figures.add("writer_not_persisted", one["not_persisted"] + many["not_persisted"], "count", 2 * rows, None,
-                "charged rows not in the DB when the wait ended (must be 0)")
-    figures.add("writer_left_pending", one["left_pending"] + many["left_pending"], "count", 2 * rows, None,
-                "entries still pending in Redis when the wait ended (must be 0)")
+    figures.add(
+        "writer_rows_per_s",
+        many["per_s"],
+        "1/s",
+        many["samples"],
+        "writer_rows_per_s_1_partition",
+        what + f" (N = {services.LOCAL_PARTITIONS}, in total)",
+    )
+    figures.add(
+        "writer_rows_per_s_per_partition",
+        many["per_partition_per_s"],
+        "1/s",
+        many["samples"],
+        "writer_rows_per_s_1_partition",
+        f"writer_rows_per_s over its {services.LOCAL_PARTITIONS} partitions",
+    )
+    figures.add(
+        "writer_partitions_vs_1_ratio",
+        stats.ratio(many["per_s"], one["per_s"]),
+        "ratio",
+        None,
+        "writer_rows_per_s_1_partition",
+        "the same work on N partitions against 1",
+    )
+    figures.add(
+        "writer_not_persisted",
+        one["not_persisted"] + many["not_persisted"],
+        "count",
+        2 * rows,
+        None,
+        "charged rows not in the DB when the wait ended (must be 0)",
+    )
+    figures.add(
+        "writer_left_pending",
+        one["left_pending"] + many["left_pending"],
+        "count",
+        2 * rows,
+        None,
+        "entries still pending in Redis when the wait ended (must be 0)",
+    )
     return {"1": one, str(services.LOCAL_PARTITIONS): many}
 
 
@@ -188,16 +339,30 @@ def lag_figures(figures: report.Figures, env: dict, procs: int, quick: bool, sta
 
     rates = LAG_RATES[:2] if quick else LAG_RATES
     found = writer_speed.lag_figures(env, procs, list(rates), 4 if quick else 15, state)
-    what = ("deducts over 100 accounts paced at the offered rate (in-process handler calls), persisted by the local "
-            "runtime's pollers as they come: ack to the row seen committed (an upper bound, at most "
-            f"{writer_speed.POLL_S * 1000:.0f} ms over)")
+    what = (
+        "deducts over 100 accounts paced at the offered rate (in-process handler calls), persisted by the local "
+        "runtime's pollers as they come: ack to the row seen committed (an upper bound, at most "
+        f"{writer_speed.POLL_S * 1000:.0f} ms over)"
+    )
     for rate, lag in found.items():
-        figures.add(f"achieved_deducts_per_s_at_{rate}_per_s", lag["achieved_per_s"], "1/s", lag["samples"], None,
-                    f"acknowledged deducts in the window when {rate}/s were offered")
+        figures.add(
+            f"achieved_deducts_per_s_at_{rate}_per_s",
+            lag["achieved_per_s"],
+            "1/s",
+            lag["samples"],
+            None,
+            f"acknowledged deducts in the window when {rate}/s were offered",
+        )
         figures.add(f"ack_to_commit_lag_p50_ms_at_{rate}_per_s", lag["p50_ms"], "ms", lag["samples"], None, what)
         figures.add(f"ack_to_commit_lag_p99_ms_at_{rate}_per_s", lag["p99_ms"], "ms", lag["samples"], None, what)
-        figures.add(f"lag_not_persisted_at_{rate}_per_s", lag["not_persisted"], "count", lag["samples"] + lag["not_persisted"],
-                    None, f"acknowledged deducts not seen committed {writer_speed.DRAIN_S:.0f} s after the load ended (must be 0)")
+        figures.add(
+            f"lag_not_persisted_at_{rate}_per_s",
+            lag["not_persisted"],
+            "count",
+            lag["samples"] + lag["not_persisted"],
+            None,
+            f"acknowledged deducts not seen committed {writer_speed.DRAIN_S:.0f} s after the load ended (must be 0)",
+        )
     return found
 
 
@@ -208,15 +373,32 @@ def latency_figures(figures: report.Figures, call, env: dict, procs: int, quick:
     seconds = 3 if quick else 8
     found = latency.figures(call, env, procs, rates, seconds, state)
     for route, result in found.items():
-        figures.add(f"http_{route}_knee_offered_per_s", result["knee_offered_per_s"], "1/s",
-                    sum(s["samples"] for s in result["steps"]), None,
-                    f"the lowest offered rate (of {rates}) whose p99 passed {latency.KNEE_MS:.0f} ms over HTTP, open loop; "
-                    "None: none did")
+        figures.add(
+            f"http_{route}_knee_offered_per_s",
+            result["knee_offered_per_s"],
+            "1/s",
+            sum(s["samples"] for s in result["steps"]),
+            None,
+            f"the lowest offered rate (of {rates}) whose p99 passed {latency.KNEE_MS:.0f} ms over HTTP, open loop; "
+            "None: none did",
+        )
         low = result["steps"][0]
-        figures.add(f"http_{route}_p99_ms_at_{rates[0]}_per_s", low["p99_ms"], "ms", low["samples"], None,
-                    f"p99 over HTTP at {rates[0]} offered/s (open loop, from when each request was due)")
-        figures.add(f"http_{route}_errors", sum(s["errors"] for s in result["steps"]), "count",
-                    sum(s["samples"] + s["errors"] for s in result["steps"]), None, "non-2xx, refused or timed out, all steps")
+        figures.add(
+            f"http_{route}_p99_ms_at_{rates[0]}_per_s",
+            low["p99_ms"],
+            "ms",
+            low["samples"],
+            None,
+            f"p99 over HTTP at {rates[0]} offered/s (open loop, from when each request was due)",
+        )
+        figures.add(
+            f"http_{route}_errors",
+            sum(s["errors"] for s in result["steps"]),
+            "count",
+            sum(s["samples"] + s["errors"] for s in result["steps"]),
+            None,
+            "non-2xx, refused or timed out, all steps",
+        )
     return found
 
 
@@ -226,34 +408,92 @@ def sale_figures(figures: report.Figures, call, redis_port: int, procs: int, qui
     import sale
 
     service, db = sale.seckill_service(call, procs, seconds), sale.seckill_db(call, procs, seconds)
-    figures.add("seckill_attempts_per_s", service["attempts_per_s"], "1/s", service["attempts"], "seckill_db_attempts_per_s",
-                "voucher orders through the handler, a new buyer each, on a stock that outlasts the window")
-    figures.add("seckill_db_attempts_per_s", db["attempts_per_s"], "1/s", db["attempts"], None,
-                "the same sale behind the same handler, each order one DB round trip holding the row lock through its "
-                "commit (bench/baselines.py)")
-    figures.add("seckill_vs_db_ratio", stats.ratio(service["attempts_per_s"], db["attempts_per_s"]), "ratio", None,
-                "seckill_db_attempts_per_s", "like clients with like: the same handler processes on both sides")
-    figures.add("seckill_attempts_refused", service["refused"] + db["refused"], "count", service["attempts"] + db["attempts"],
-                None, "attempts answered other than 200 in either window (the stock outlasts them: must be 0)")
-    figures.add("seckill_workers_late_s", max(service["late_s"], db["late_s"]), "s", None, None,
-                "how late the latest worker was for its window")
+    figures.add(
+        "seckill_attempts_per_s",
+        service["attempts_per_s"],
+        "1/s",
+        service["attempts"],
+        "seckill_db_attempts_per_s",
+        "voucher orders through the handler, a new buyer each, on a stock that outlasts the window",
+    )
+    figures.add(
+        "seckill_db_attempts_per_s",
+        db["attempts_per_s"],
+        "1/s",
+        db["attempts"],
+        None,
+        "the same sale behind the same handler, each order one DB round trip holding the row lock through its "
+        "commit (bench/baselines.py)",
+    )
+    figures.add(
+        "seckill_vs_db_ratio",
+        stats.ratio(service["attempts_per_s"], db["attempts_per_s"]),
+        "ratio",
+        None,
+        "seckill_db_attempts_per_s",
+        "like clients with like: the same handler processes on both sides",
+    )
+    figures.add(
+        "seckill_attempts_refused",
+        service["refused"] + db["refused"],
+        "count",
+        service["attempts"] + db["attempts"],
+        None,
+        "attempts answered other than 200 in either window (the stock outlasts them: must be 0)",
+    )
+    figures.add(
+        "seckill_workers_late_s",
+        max(service["late_s"], db["late_s"]),
+        "s",
+        None,
+        None,
+        "how late the latest worker was for its window",
+    )
     stock = 2_000 if quick else 10_000
     sold = hot_voucher.oversell(call, procs, 1, stock, 700_000_000)
-    figures.add("seckill_oversell", sold["sharded_voucher_oversell"], "count", sold["sharded_voucher_orders"], None,
-                f"a one-bucket sale of {stock} hammered with twice as many attempts: orders past the stock plus stock "
-                "below 0 (must be 0)")
-    figures.add("seckill_unsold", sold["sharded_voucher_unsold"], "count", stock, None,
-                "units left when the hammering ended (must be 0: the sale sold out, so the oversell figure could fail)")
+    figures.add(
+        "seckill_oversell",
+        sold["sharded_voucher_oversell"],
+        "count",
+        sold["sharded_voucher_orders"],
+        None,
+        f"a one-bucket sale of {stock} hammered with twice as many attempts: orders past the stock plus stock "
+        "below 0 (must be 0)",
+    )
+    figures.add(
+        "seckill_unsold",
+        sold["sharded_voucher_unsold"],
+        "count",
+        stock,
+        None,
+        "units left when the hammering ended (must be 0: the sale sold out, so the oversell figure could fail)",
+    )
     requests = 50_000 if quick else 200_000
-    figures.add("seckill_script_per_s", sale.seckill_script(redis_port, procs, requests), "1/s", requests, None,
-                "voucher_order.lua alone from redis-benchmark: Redis's ceiling for the script, no baseline")
+    figures.add(
+        "seckill_script_per_s",
+        sale.seckill_script(redis_port, procs, requests),
+        "1/s",
+        requests,
+        None,
+        "voucher_order.lua alone from redis-benchmark: Redis's ceiling for the script, no baseline",
+    )
     grabs = 100_000 if quick else 500_000
-    add_all(figures, sale.redpacket_script(redis_port, 20, grabs), samples=grabs,
-            measures="grab scripts from redis-benchmark, 20 clients: ours against the seed's script, same client")
-    add_all(figures, sale.redpacket_service(call, procs, 400 if quick else 2_000),
-            measures="grabs through the handler (account check, grab, claim publish, credit), over the workers' union span")
-    add_all(figures, hot_voucher.figures(call, procs, seconds, 4, quick),
-            measures="one voucher's sale over 1 vs N stock buckets through the handler (bench/hot_voucher.py)")
+    add_all(
+        figures,
+        sale.redpacket_script(redis_port, 20, grabs),
+        samples=grabs,
+        measures="grab scripts from redis-benchmark, 20 clients: ours against the seed's script, same client",
+    )
+    add_all(
+        figures,
+        sale.redpacket_service(call, procs, 400 if quick else 2_000),
+        measures="grabs through the handler (account check, grab, claim publish, credit), over the workers' union span",
+    )
+    add_all(
+        figures,
+        hot_voucher.figures(call, procs, seconds, 4, quick),
+        measures="one voucher's sale over 1 vs N stock buckets through the handler (bench/hot_voucher.py)",
+    )
 
 
 def transport_figures(figures: report.Figures, procs: int, quick: bool, env: dict, state: Path) -> None:
@@ -264,7 +504,14 @@ def transport_figures(figures: report.Figures, procs: int, quick: bool, env: dic
     stream = sale.transport_orders_per_s(env, "redis-stream", procs, orders, state / "transport-stream.log")
     what = f"{orders} voucher orders end to end: from the workers' start to the last one in the DB"
     figures.add("kafka_orders_persisted_per_s", kafka, "1/s", orders, None, what + " (MSK pollers)")
-    figures.add("stream_orders_persisted_per_s", stream, "1/s", orders, "kafka_orders_persisted_per_s", what + " (Redis Streams)")
+    figures.add(
+        "stream_orders_persisted_per_s",
+        stream,
+        "1/s",
+        orders,
+        "kafka_orders_persisted_per_s",
+        what + " (Redis Streams)",
+    )
     figures.add("stream_vs_kafka_ratio", stats.ratio(stream, kafka), "ratio", None, "kafka_orders_persisted_per_s", "")
 
 
@@ -275,11 +522,19 @@ def delay_lock_figures(figures: report.Figures, procs: int, quick: bool, seconds
 
     lua = runner()
     removes = 2_000 if quick else 10_000
-    add_all(figures, delay_lock.delay_remove(lua.client, lua, 100_000, removes, 50 if quick else 200), samples=removes,
-            measures="remove a random element of a 100,000-element queue: ours vs a Redisson re-implementation")
+    add_all(
+        figures,
+        delay_lock.delay_remove(lua.client, lua, 100_000, removes, 50 if quick else 200),
+        samples=removes,
+        measures="remove a random element of a 100,000-element queue: ours vs a Redisson re-implementation",
+    )
     drained = 20_000 if quick else 100_000
-    add_all(figures, delay_lock.delay_drain(lua.client, lua, drained), samples=drained,
-            measures="drain (take 500 per script, acknowledge), then lateness of 2,000 elements due over 4 s")
+    add_all(
+        figures,
+        delay_lock.delay_drain(lua.client, lua, drained),
+        samples=drained,
+        measures="drain (take 500 per script, acknowledge), then lateness of 2,000 elements due over 4 s",
+    )
     add_all(figures, delay_lock.lock_figures(lua, procs, seconds))
 
 
@@ -287,17 +542,25 @@ def delay_lock_figures(figures: report.Figures, procs: int, quick: bool, seconds
 CLUSTER_VOUCHER_SHARDS = 8
 
 
-def cluster_figures(figures: report.Figures, call, redis_server, procs: int, quick: bool, seconds: float, state: Path) -> None:
+def cluster_figures(
+    figures: report.Figures, call, redis_server, procs: int, quick: bool, seconds: float, state: Path
+) -> None:
     """On a private Redis Cluster: per-script Redis CPU on it and on the run's Redis, the key lookups a pipelined
     script costs, and the hot voucher's 1 bucket vs N buckets through the handler."""
     import cluster
     import hot_voucher
 
     with private_cluster(state) as redis_cluster:
-        add_all(figures, cluster.figures(redis_server, redis_cluster, quick),
-                measures="INFO commandstats EVALSHA usec over calls, each script's workload alone, pipelines of 200")
-        add_all(figures, hot_voucher.on_cluster(call, redis_cluster, procs, seconds, CLUSTER_VOUCHER_SHARDS, quick),
-                measures="the hot voucher through the handler on a private 3-master cluster")
+        add_all(
+            figures,
+            cluster.figures(redis_server, redis_cluster, quick),
+            measures="INFO commandstats EVALSHA usec over calls, each script's workload alone, pipelines of 200",
+        )
+        add_all(
+            figures,
+            hot_voucher.on_cluster(call, redis_cluster, procs, seconds, CLUSTER_VOUCHER_SHARDS, quick),
+            measures="the hot voucher through the handler on a private 3-master cluster",
+        )
 
 
 def memory_figures(figures: report.Figures, quick: bool, state: Path) -> dict:
@@ -310,11 +573,15 @@ def memory_figures(figures: report.Figures, quick: bool, state: Path) -> dict:
     finally:
         server.stop()
     for entity, size in found.items():
-        figures.add(f"memory_{entity}_bytes", size["bytes"], "B", n, None,
-                    f"INFO used_memory delta over {n:,} of them on an empty Redis, per {entity.replace('_', ' ')}")
+        figures.add(
+            f"memory_{entity}_bytes",
+            size["bytes"],
+            "B",
+            n,
+            None,
+            f"INFO used_memory delta over {n:,} of them on an empty Redis, per {entity.replace('_', ' ')}",
+        )
     return found
-
-
 
 
 def ledger_history_figures(figures: report.Figures, quick: bool) -> None:
@@ -325,8 +592,14 @@ def ledger_history_figures(figures: report.Figures, quick: bool) -> None:
     for name, value in found["figures"].items():
         unit = "ratio" if name.endswith("_ratio") else "us" if "_usec_" in name else "ms"
         samples = found["samples"].get("holds" if "lua" in name else "history")
-        figures.add(name, value, unit, None if name.endswith("_ratio") else samples,
-                    "deduct script before holds (git show)" if name.endswith("_ratio") else None, measures)
+        figures.add(
+            name,
+            value,
+            unit,
+            None if name.endswith("_ratio") else samples,
+            "deduct script before holds (git show)" if name.endswith("_ratio") else None,
+            measures,
+        )
 
 
 def hotpath_figures(figures: report.Figures, extra: dict, deducts: int) -> None:
@@ -334,23 +607,45 @@ def hotpath_figures(figures: report.Figures, extra: dict, deducts: int) -> None:
 
     found = hotpath.all_figures(deducts)
     extra["handler_breakdown_us"] = found.pop("handler_breakdown_us")
-    add_all(figures, found, samples=deducts, measures="CPU per warm in-process deduct at the template's settings: the "
-                                                      "handler against a floor doing only the unskippable work")
+    add_all(
+        figures,
+        found,
+        samples=deducts,
+        measures="CPU per warm in-process deduct at the template's settings: the "
+        "handler against a floor doing only the unskippable work",
+    )
 
 
-STAGES = ["hot account: ASYNC, SYNC and the lean DB baseline", "hot path CPU", "Redis ceilings",
-          "latency over HTTP", "writer on its real path", "ack to commit lag", "flash sale and red packets",
-          "transports", "delay queue and lock", "Redis Cluster", "memory per entity", "holds and history",
-          "cost and plots"]
+STAGES = [
+    "hot account: ASYNC, SYNC and the lean DB baseline",
+    "hot path CPU",
+    "Redis ceilings",
+    "latency over HTTP",
+    "writer on its real path",
+    "ack to commit lag",
+    "flash sale and red packets",
+    "transports",
+    "delay queue and lock",
+    "Redis Cluster",
+    "memory per entity",
+    "holds and history",
+    "cost and plots",
+]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs (a few minutes in all)")
-    parser.add_argument("--procs", type=int, default=8, help="client concurrency: worker processes / redis-benchmark clients")
+    parser.add_argument(
+        "--procs", type=int, default=8, help="client concurrency: worker processes / redis-benchmark clients"
+    )
     parser.add_argument("--seconds", type=float, default=None, help="each throughput window")
-    parser.add_argument("--only", default="", help="comma-separated stage numbers to run (developing a stage): "
-                        + "; ".join(f"{i} {name}" for i, name in enumerate(STAGES, 1)))
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated stage numbers to run (developing a stage): "
+        + "; ".join(f"{i} {name}" for i, name in enumerate(STAGES, 1)),
+    )
     args = parser.parse_args()
     only = {int(n) for n in args.only.split(",") if n}
     seconds = args.seconds or (3 if args.quick else 10)
@@ -361,19 +656,27 @@ def main() -> int:
     with environment() as (cfg, redis_server, state):
         import baselines
         import cost
+
         baselines.install()  # the DB baselines' stored procedures, in the run's schema
 
         full_env = {**os.environ}
         real_stdout = sys.stdout
         clients.quiet()
         call = clients.api()
+
         def cost_and_plots() -> None:
             written = figures.entries.get("writer_rows_per_s_per_partition", {}).get("value")
             extra["cost"] = cost.figures(extra.get("latency", {}), written)
             for route in cost.WORK:
                 if extra["cost"].get(route):
-                    figures.add(f"cost_per_million_{route}_usd", extra["cost"][route]["total"], "USD", None, None,
-                                f"request-driven AWS cost (bench/cost.py, list prices of {cost.PRICES_AS_OF})")
+                    figures.add(
+                        f"cost_per_million_{route}_usd",
+                        extra["cost"][route]["total"],
+                        "USD",
+                        None,
+                        None,
+                        f"request-driven AWS cost (bench/cost.py, list prices of {cost.PRICES_AS_OF})",
+                    )
 
         steps = [
             lambda: hot_account_figures(figures, call, args.procs, seconds),
@@ -396,8 +699,11 @@ def main() -> int:
             progress.stage(name)
             step()
         sys.stdout = real_stdout
-    machine = {**machine_before, "load_average_before": machine_before.pop("load_average"),
-               "load_average_after": list(os.getloadavg())}
+    machine = {
+        **machine_before,
+        "load_average_before": machine_before.pop("load_average"),
+        "load_average_after": list(os.getloadavg()),
+    }
     machine.pop("load_average", None)
     values = figures.values()
     results = {
@@ -406,7 +712,9 @@ def main() -> int:
         **report.commit(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine,
-        "client_concurrency": args.procs, "seconds_per_window": seconds, "quick": args.quick,
+        "client_concurrency": args.procs,
+        "seconds_per_window": seconds,
+        "quick": args.quick,
         "targets": report.target_verdicts(values, TARGETS),
         "figures": figures.entries,
         **extra,
@@ -424,17 +732,21 @@ def main() -> int:
 
 def print_table(results: dict) -> None:
     machine = results["machine"]
-    print(f"\nhotledger bench ({'quick' if results['quick'] else 'full'}; {results['client_concurrency']} clients; "
-          f"{machine['cpus']} CPUs; load {machine['load_average_before'][0]:.2f} -> {machine['load_average_after'][0]:.2f}; "
-          f"commit {(results['commit'] or '')[:10]}{' +changes' if results['dirty'] else ''})")
+    print(
+        f"\nhotledger bench ({'quick' if results['quick'] else 'full'}; {results['client_concurrency']} clients; "
+        f"{machine['cpus']} CPUs; load {machine['load_average_before'][0]:.2f} -> {machine['load_average_after'][0]:.2f}; "
+        f"commit {(results['commit'] or '')[:10]}{' +changes' if results['dirty'] else ''})"
+    )
     print(f"{'figure':46} {'value':>12} {'unit':>6} {'samples':>8}  baseline / target")
     for name, entry in results["figures"].items():
         target = results["targets"].get(name)
         notes = [entry["baseline"] or ""]
         if target:
             notes.append(f"{target['target']} ({'met' if target['met'] else 'NOT met'})")
-        print(f"{name:46} {entry['value']!s:>12} {entry['unit']:>6} {entry['samples'] if entry['samples'] is not None else '':>8}  "
-              f"{' '.join(n for n in notes if n)}")
+        print(
+            f"{name:46} {entry['value']!s:>12} {entry['unit']:>6} {entry['samples'] if entry['samples'] is not None else '':>8}  "
+            f"{' '.join(n for n in notes if n)}"
+        )
     print("\nwritten to bench/results.json" + "".join(f", {p}" for p in results.get("plots", [])))
 
 

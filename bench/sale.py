@@ -8,6 +8,7 @@
   script with 20 threads), against the seed's own script in the same run; and grabs/s through the handler.
 - transports: end-to-end persisted voucher orders/s through Kafka (MSK consumer) and Redis Streams (drainer).
 """
+
 from __future__ import annotations
 
 import json
@@ -69,8 +70,9 @@ def open_window(start_at: float) -> float:
     return max(0.0, late)
 
 
-def _order_worker(transport: str, voucher_id: str, first_user: int, start_at: float, stop_at: float, max_attempts: int,
-                  out) -> None:
+def _order_worker(
+    transport: str, voucher_id: str, first_user: int, start_at: float, stop_at: float, max_attempts: int, out
+) -> None:
     call = _handler_call(transport)
     if isinstance(start_at, tuple):  # (Barrier, shared window, seconds): the window opens once every worker is ready
         import clients
@@ -96,8 +98,14 @@ def orders_window(voucher_id: str, procs: int, first_user: int, seconds: float, 
     import clients
 
     ready, window = clients.barrier(procs)
-    results = gather(_order_worker, [("kafka", voucher_id, first_user + 10_000_000 * i, (ready, window, seconds), None, 10**9)
-                                     for i in range(procs)], warmup + seconds + 2 * START_ALLOWANCE_S)
+    results = gather(
+        _order_worker,
+        [
+            ("kafka", voucher_id, first_user + 10_000_000 * i, (ready, window, seconds), None, 10**9)
+            for i in range(procs)
+        ],
+        warmup + seconds + 2 * START_ALLOWANCE_S,
+    )
     return _merge([codes for codes, _ in results]), max(late for _, late in results)
 
 
@@ -111,7 +119,9 @@ def _merge(results: list[dict]) -> dict:
 
 def create_voucher(call, stock: int) -> str:
     now = int(time.time() * 1000)
-    status, body = call("POST", "/vouchers", {"title": "bench", "stock": stock, "begin_at": now - 1000, "end_at": now + 86_400_000})
+    status, body = call(
+        "POST", "/vouchers", {"title": "bench", "stock": stock, "begin_at": now - 1000, "end_at": now + 86_400_000}
+    )
     assert status == 201, body
     return body["voucher_id"]
 
@@ -119,9 +129,15 @@ def create_voucher(call, stock: int) -> str:
 def seckill_service(call, procs: int, seconds: float) -> dict:
     """Attempts/s on a voucher whose stock outlasts the window: every attempt a sale."""
     voucher_id = create_voucher(call, 10**7)
-    codes, late = orders_window(voucher_id, procs, 10_000_000, seconds, warmup=8.0)  # spawn and import, on a shared machine
-    return {"attempts_per_s": round(sum(codes.values()) / seconds, 1), "attempts": sum(codes.values()),
-            "refused": sum(n for code, n in codes.items() if code != 200), "late_s": round(late, 2)}
+    codes, late = orders_window(
+        voucher_id, procs, 10_000_000, seconds, warmup=8.0
+    )  # spawn and import, on a shared machine
+    return {
+        "attempts_per_s": round(sum(codes.values()) / seconds, 1),
+        "attempts": sum(codes.values()),
+        "refused": sum(n for code, n in codes.items() if code != 200),
+        "late_s": round(late, 2),
+    }
 
 
 def _db_order_worker(*args) -> None:
@@ -137,16 +153,36 @@ def seckill_db(call, procs: int, seconds: float) -> dict:
 
     voucher_id = create_voucher(call, 10**7)
     ready, window = clients.barrier(procs)
-    results = gather(_db_order_worker, [("kafka", voucher_id, 50_000_000 * (i + 1), (ready, window, seconds), None, 10**9)
-                                        for i in range(procs)], seconds + 2 * START_ALLOWANCE_S)
+    results = gather(
+        _db_order_worker,
+        [("kafka", voucher_id, 50_000_000 * (i + 1), (ready, window, seconds), None, 10**9) for i in range(procs)],
+        seconds + 2 * START_ALLOWANCE_S,
+    )
     codes = _merge([c for c, _ in results])
-    return {"attempts_per_s": round(sum(codes.values()) / seconds, 1), "attempts": sum(codes.values()),
-            "refused": sum(n for code, n in codes.items() if code != 200), "late_s": round(max(late for _, late in results), 2)}
+    return {
+        "attempts_per_s": round(sum(codes.values()) / seconds, 1),
+        "attempts": sum(codes.values()),
+        "refused": sum(n for code, n in codes.items() if code != 200),
+        "late_s": round(max(late for _, late in results), 2),
+    }
 
 
 def _redis_benchmark(port: int, clients: int, requests: int, *command: str, pipeline: int = 1) -> float:
-    cmd = ["redis-benchmark", "-p", str(port), "-c", str(clients), "-n", str(requests), "-r", "1000000000", "-P", str(pipeline),
-           "-q", *command]
+    cmd = [
+        "redis-benchmark",
+        "-p",
+        str(port),
+        "-c",
+        str(clients),
+        "-n",
+        str(requests),
+        "-r",
+        "1000000000",
+        "-P",
+        str(pipeline),
+        "-q",
+        *command,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return float(re.findall(r"([\d.]+) requests per second", out)[-1])
 
@@ -159,8 +195,13 @@ def redpacket_script(redis_port: int, clients: int, requests: int) -> dict:
 
     client = redis.Redis(port=redis_port)
     packet_id = 424242
-    ours = [keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id),
-            keys.packet_pending(packet_id), keys.packet_stream(packet_id)]
+    ours = [
+        keys.packet(packet_id),
+        keys.packet_unclaimed(packet_id),
+        keys.packet_grabbers(packet_id),
+        keys.packet_pending(packet_id),
+        keys.packet_stream(packet_id),
+    ]
     seed = ["hongBaoList", "hongBaoConsumedList", "hongBaoConsumedMap"]
     client.delete(*ours, *seed)
     client.hset(ours[0], mapping={"state": "OPEN", "expires_at": 2**50, "hold_until": 0})
@@ -172,17 +213,46 @@ def redpacket_script(redis_port: int, clients: int, requests: int) -> dict:
     pipe.execute()
     grab_sha = client.script_load((REPO / "layers/lua/redpacket_grab.lua").read_text())
     seed_sha = client.script_load(SEED_GRAB)
-    ours_per_s = _redis_benchmark(redis_port, clients, requests, "evalsha", grab_sha, "5", *ours, str(packet_id),
-                                  "__rand_int__", "1700000000000", "__rand_int__", "")
+    ours_per_s = _redis_benchmark(
+        redis_port,
+        clients,
+        requests,
+        "evalsha",
+        grab_sha,
+        "5",
+        *ours,
+        str(packet_id),
+        "__rand_int__",
+        "1700000000000",
+        "__rand_int__",
+        "",
+    )
     seed_per_s = _redis_benchmark(redis_port, clients, requests, "evalsha", seed_sha, "4", *seed, "__rand_int__")
     grabbed = requests - client.llen(ours[1])
     # Redis's own cost of the script: 16 calls per round trip, so the client's and the network's share drops out
     client.rpush(ours[1], *(f"{8_000_000_000 + i};1" for i in range(grabbed)))
-    pipelined = _redis_benchmark(redis_port, clients, requests, "evalsha", grab_sha, "5", *ours, str(packet_id),
-                                 "__rand_int__", "1700000000000", "__rand_int__", "", pipeline=16)
-    return {"redpacket_grabs_per_s": ours_per_s, "redpacket_seed_script_grabs_per_s": seed_per_s,
-            "redpacket_vs_seed_script_ratio": round(ours_per_s / seed_per_s, 3), "redpacket_grabbed_items": grabbed,
-            "redpacket_grabs_per_s_pipelined_16": pipelined}
+    pipelined = _redis_benchmark(
+        redis_port,
+        clients,
+        requests,
+        "evalsha",
+        grab_sha,
+        "5",
+        *ours,
+        str(packet_id),
+        "__rand_int__",
+        "1700000000000",
+        "__rand_int__",
+        "",
+        pipeline=16,
+    )
+    return {
+        "redpacket_grabs_per_s": ours_per_s,
+        "redpacket_seed_script_grabs_per_s": seed_per_s,
+        "redpacket_vs_seed_script_ratio": round(ours_per_s / seed_per_s, 3),
+        "redpacket_grabbed_items": grabbed,
+        "redpacket_grabs_per_s_pipelined_16": pipelined,
+    }
 
 
 def seckill_script(redis_port: int, clients: int, requests: int) -> float:
@@ -193,14 +263,43 @@ def seckill_script(redis_port: int, clients: int, requests: int) -> float:
 
     client = redis.Redis(port=redis_port)
     voucher_id = 434343
-    names = [keys.voucher(voucher_id), keys.voucher_buyers(voucher_id), keys.voucher_pending(voucher_id),
-             keys.voucher_stream(voucher_id), keys.voucher_away(voucher_id)]
+    names = [
+        keys.voucher(voucher_id),
+        keys.voucher_buyers(voucher_id),
+        keys.voucher_pending(voucher_id),
+        keys.voucher_stream(voucher_id),
+        keys.voucher_away(voucher_id),
+    ]
     client.delete(*names)
-    client.hset(names[0], mapping={"stock": 10**12, "begin": 0, "end": 2**50, "limit": 1, "epoch": "bench", "hold_until": 0,
-                                   "db_version": 0})
+    client.hset(
+        names[0],
+        mapping={
+            "stock": 10**12,
+            "begin": 0,
+            "end": 2**50,
+            "limit": 1,
+            "epoch": "bench",
+            "hold_until": 0,
+            "db_version": 0,
+        },
+    )
     sha = client.script_load((REPO / "layers/lua/voucher_order.lua").read_text())
-    per_s = _redis_benchmark(redis_port, clients, requests, "evalsha", sha, "5", *names, str(voucher_id), "__rand_int__",
-                             "__rand_int__", "1700000000000", "", "0", "1")
+    per_s = _redis_benchmark(
+        redis_port,
+        clients,
+        requests,
+        "evalsha",
+        sha,
+        "5",
+        *names,
+        str(voucher_id),
+        "__rand_int__",
+        "__rand_int__",
+        "1700000000000",
+        "",
+        "0",
+        "1",
+    )
     client.delete(*names)
     return per_s
 
@@ -220,12 +319,17 @@ def redpacket_service(call, procs: int, grabs: int) -> dict:
     sender = body["user_id"]
     call("POST", f"/accounts/{sender}/recharge", {"amount": "100000.00"})
     users = [call("POST", "/accounts", {"user_name": f"rp-{time.monotonic_ns()}"})[1]["user_id"] for _ in range(grabs)]
-    packet_id = call("POST", "/redpackets", {"sender_id": sender, "total": f"{grabs}.00", "count": grabs})[1]["packet_id"]
+    packet_id = call("POST", "/redpackets", {"sender_id": sender, "total": f"{grabs}.00", "count": grabs})[1][
+        "packet_id"
+    ]
     results = gather(_grab_worker, [(packet_id, users[i::procs]) for i in range(procs)], ATTEMPTS_BOUND_S)
     codes = _merge([c for c, _ in results])
     # over the union of the workers' spans (the first start to the last end), not one worker's
     span = max(end for _, (_, end) in results) - min(start for _, (start, _) in results)
-    return {"redpacket_service_grabs_per_s": round(codes.get(200, 0) / span, 1), "redpacket_service_grabs": codes.get(200, 0)}
+    return {
+        "redpacket_service_grabs_per_s": round(codes.get(200, 0) / span, 1),
+        "redpacket_service_grabs": codes.get(200, 0),
+    }
 
 
 def transport_orders_per_s(env: dict, transport: str, procs: int, orders: int, log_path: Path) -> float:
@@ -246,20 +350,39 @@ def transport_orders_per_s(env: dict, transport: str, procs: int, orders: int, l
     finally:
         os.environ["EVENT_TRANSPORT"] = "kafka"
         runtime.reset()
-    writer_env = {**env, "EVENT_TRANSPORT": transport, "HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "0.2",
-                  "STREAM_GROUP": f"bench-{time.monotonic_ns()}", "KAFKA_TOPIC": topic}
+    writer_env = {
+        **env,
+        "EVENT_TRANSPORT": transport,
+        "HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "0.2",
+        "STREAM_GROUP": f"bench-{time.monotonic_ns()}",
+        "KAFKA_TOPIC": topic,
+    }
     with open(log_path, "wb") as log:  # the runtime writes to its own copy of the descriptor
-        writer = subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", "--no-api"], cwd=REPO, env=writer_env,
-                                  stdout=log, stderr=subprocess.STDOUT)
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "infra.localrt.runtime", "--no-api"],
+            cwd=REPO,
+            env=writer_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         # consumer group join / first drainer run, and the workers spawned and imported: the clock starts after
         started = time.monotonic() + 10
-        gather(_order_worker, [(transport, voucher_id, 70_000_000 * (i + 1), started, started + ATTEMPTS_BOUND_S, orders // procs)
-                               for i in range(procs)], 10 + ATTEMPTS_BOUND_S + START_ALLOWANCE_S)
+        gather(
+            _order_worker,
+            [
+                (transport, voucher_id, 70_000_000 * (i + 1), started, started + ATTEMPTS_BOUND_S, orders // procs)
+                for i in range(procs)
+            ],
+            10 + ATTEMPTS_BOUND_S + START_ALLOWANCE_S,
+        )
         expected = (orders // procs) * procs
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if db.query("SELECT COUNT(*) FROM t_voucher_order WHERE voucher_id = %s", (int(voucher_id),))[0][0] >= expected:
+            if (
+                db.query("SELECT COUNT(*) FROM t_voucher_order WHERE voucher_id = %s", (int(voucher_id),))[0][0]
+                >= expected
+            ):
                 break
             time.sleep(0.05)
         return round(expected / (time.monotonic() - started), 1)

@@ -1,6 +1,7 @@
 """The arithmetic of the benchmarks, kept apart so it is tested (tests/unit/test_bench_stats.py): percentiles that
 say when they have too few samples, rates over the measured window only, the latency knee, entities per GiB.
 No figure is ever asserted: these only compute them."""
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@ each handing back one result. A benchmark step always ends: a worker that fails,
 reported (WorkerFailed, with its traceback or exit code) and the others are stopped, instead of the parent waiting
 on a result that never comes.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -42,7 +43,9 @@ def gather(target, args_per_worker: list[tuple], timeout_s: float) -> list:
     worker. Raises WorkerFailed when a worker raises, exits without a result, or `timeout_s` passes first."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    workers = [ctx.Process(target=_run, args=(target, i, args, out), daemon=True) for i, args in enumerate(args_per_worker)]
+    workers = [
+        ctx.Process(target=_run, args=(target, i, args, out), daemon=True) for i, args in enumerate(args_per_worker)
+    ]
     for w in workers:
         w.start()
     deadline = time.monotonic() + timeout_s

@@ -13,6 +13,7 @@ assertions.
 Runs on bench/run.py's Redis, schema and topic; alone (from the repo root):
     PYTHONPATH=functions:. .venv/bin/python bench/writer_speed.py [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,11 +55,17 @@ def bulk_accounts(n: int, balance: int) -> list[int]:
     for start in range(0, n, 2000):
         names = [f"{prefix}{i}" for i in range(start, min(n, start + 2000))]
         with db.transaction() as cur:
-            cur.execute("INSERT INTO t_user (user_name, api_open, close_reason, deduct_type) VALUES "
-                        + ",".join(["(%s, 1, NULL, 'ASYNC')"] * len(names)), names)
+            cur.execute(
+                "INSERT INTO t_user (user_name, api_open, close_reason, deduct_type) VALUES "
+                + ",".join(["(%s, 1, NULL, 'ASYNC')"] * len(names)),
+                names,
+            )
     with db.transaction() as cur:
-        cur.execute("INSERT INTO t_account (user_id, balance, version, threshold) SELECT id, %s, 1, 0 FROM t_user"
-                    " WHERE user_name LIKE %s", (balance, prefix + "%"))
+        cur.execute(
+            "INSERT INTO t_account (user_id, balance, version, threshold) SELECT id, %s, 1, 0 FROM t_user"
+            " WHERE user_name LIKE %s",
+            (balance, prefix + "%"),
+        )
     return [row[0] for row in db.query("SELECT id FROM t_user WHERE user_name LIKE %s ORDER BY id", (prefix + "%",))]
 
 
@@ -70,8 +77,13 @@ def _charge_worker(user_ids: list[int], out) -> None:
 
 
 def runtime(env: dict, log_path: Path, *flags: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "infra.localrt.runtime", *flags], cwd=REPO, env=env,
-                            stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "infra.localrt.runtime", *flags],
+        cwd=REPO,
+        env=env,
+        stdout=open(log_path, "wb"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -133,8 +145,14 @@ def writer_rows_per_s(env: dict, procs: int, partitions: int, rows: int, log_dir
         stop(proc)
     measured = count - (first_count or 0)
     per_s = round(measured / (ended - first), 1) if first is not None and ended > first else None
-    return {"rows": charged, "per_s": per_s, "per_partition_per_s": round(per_s / partitions, 1) if per_s else None,
-            "samples": measured, "not_persisted": charged - count, "left_pending": left}
+    return {
+        "rows": charged,
+        "per_s": per_s,
+        "per_partition_per_s": round(per_s / partitions, 1) if per_s else None,
+        "samples": measured,
+        "not_persisted": charged - count,
+        "left_pending": left,
+    }
 
 
 class CommitObserver(threading.Thread):
@@ -152,8 +170,14 @@ class CommitObserver(threading.Thread):
         from hotledger.config import settings
 
         cfg = settings()
-        conn = pymysql.connect(host=cfg.db_host, port=cfg.db_port, user=cfg.db_user, password=cfg.db_password,
-                               database=cfg.db_name, autocommit=True)
+        conn = pymysql.connect(
+            host=cfg.db_host,
+            port=cfg.db_port,
+            user=cfg.db_user,
+            password=cfg.db_password,
+            database=cfg.db_name,
+            autocommit=True,
+        )
         with conn.cursor() as cur:
             while True:
                 self._take_acks()
@@ -165,7 +189,7 @@ class CommitObserver(threading.Thread):
                 ids = list(self.outstanding)
                 asked = time.time() * 1000  # a row seen now was committed before this read began
                 for i in range(0, len(ids), 2000):
-                    part = ids[i:i + 2000]
+                    part = ids[i : i + 2000]
                     cur.execute(f"SELECT id FROM t_order WHERE id IN ({','.join(['%s'] * len(part))})", part)
                     for (entry_id,) in cur.fetchall():
                         self.lags.append(asked - self.outstanding.pop(entry_id))
@@ -195,13 +219,20 @@ def lag_at(user_ids: list[int], procs: int, rate: int, seconds: float) -> dict:
         observer.load_done.set()
         observer.join(DRAIN_S + 30)
     lags = observer.lags
-    return {"offered_per_s": rate, "achieved_per_s": stats.rate(run["ok"], *run["window"]),
-            "p50_ms": stats.percentile(lags, 0.5, 1), "p99_ms": stats.percentile(lags, 0.99, 1),
-            "max_ms": round(max(lags), 1) if lags else None, "samples": len(lags),
-            "not_persisted": len(observer.outstanding), "failed": run["failed"], "late_s": run["late"],
-            # how long an ack took to reach the observer (the queue between processes): were it long, the lag would
-            # be over by as much
-            "handover_p99_ms": stats.percentile(observer.handed_over, 0.99, 1)}
+    return {
+        "offered_per_s": rate,
+        "achieved_per_s": stats.rate(run["ok"], *run["window"]),
+        "p50_ms": stats.percentile(lags, 0.5, 1),
+        "p99_ms": stats.percentile(lags, 0.99, 1),
+        "max_ms": round(max(lags), 1) if lags else None,
+        "samples": len(lags),
+        "not_persisted": len(observer.outstanding),
+        "failed": run["failed"],
+        "late_s": run["late"],
+        # how long an ack took to reach the observer (the queue between processes): were it long, the lag would
+        # be over by as much
+        "handover_p99_ms": stats.percentile(observer.handed_over, 0.99, 1),
+    }
 
 
 def persisting(user_ids: list[int], timeout_s: float = 180) -> None:
@@ -253,9 +284,13 @@ def main() -> int:
         real_stdout = sys.stdout
         clients.quiet()
         rows = 2_000 if args.quick else 12_000
-        result = {"1": writer_rows_per_s(env, args.procs, 1, rows, state),
-                  str(services.LOCAL_PARTITIONS): writer_rows_per_s(env, args.procs, services.LOCAL_PARTITIONS, rows, state),
-                  "lag": lag_figures(env, args.procs, [200] if args.quick else [200, 500, 1000], 4 if args.quick else 15, state)}
+        result = {
+            "1": writer_rows_per_s(env, args.procs, 1, rows, state),
+            str(services.LOCAL_PARTITIONS): writer_rows_per_s(env, args.procs, services.LOCAL_PARTITIONS, rows, state),
+            "lag": lag_figures(
+                env, args.procs, [200] if args.quick else [200, 500, 1000], 4 if args.quick else 15, state
+            ),
+        }
         sys.stdout = real_stdout
     print(json.dumps(result, indent=2))
     return 0

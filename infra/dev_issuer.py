@@ -8,6 +8,7 @@ server's scopes (`hotledger/service hotledger/admin`), end-user tokens the usern
     python -m infra.dev_issuer --scopes "service admin"    # a service/operator token (`make token SCOPES=...`)
     python -m infra.dev_issuer --sub 7                     # an end-user token for account 7 (`make token SUB=7`)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,11 @@ def _private_key(directory: Path = _DIR) -> rsa.RSAPrivateKey:
         directory.mkdir(parents=True, exist_ok=True)
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         tmp = directory / f".key-{uuid.uuid4().hex}"
-        tmp.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
+        tmp.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
         os.chmod(tmp, 0o600)
         try:
             os.link(tmp, path)
@@ -92,21 +96,38 @@ class JwksServer(HTTPServer):
 
     def authorizer_env(self) -> dict[str, str]:
         """The authorizer's settings for this issuer."""
-        return {"AUTH_ISSUER": ISSUER, "AUTH_JWKS_URL": self.url, "AUTH_CLIENT_IDS": CLIENT_ID,
-                "AUTH_SCOPE_PREFIX": SCOPE_PREFIX}
+        return {
+            "AUTH_ISSUER": ISSUER,
+            "AUTH_JWKS_URL": self.url,
+            "AUTH_CLIENT_IDS": CLIENT_ID,
+            "AUTH_SCOPE_PREFIX": SCOPE_PREFIX,
+        }
 
     def serve_in_thread(self) -> JwksServer:
         threading.Thread(target=self.serve_forever, name="dev-issuer-jwks", daemon=True).start()
         return self
 
 
-def token(sub: int | str | None = None, scopes: tuple[str, ...] = (), ttl_s: int = 3600, groups: tuple[str, ...] = (),
-          directory: Path = _DIR, **claims) -> str:
+def token(
+    sub: int | str | None = None,
+    scopes: tuple[str, ...] = (),
+    ttl_s: int = 3600,
+    groups: tuple[str, ...] = (),
+    directory: Path = _DIR,
+    **claims,
+) -> str:
     """An access token as Cognito issues it: with `sub`, an end user whose username is that account id; with scopes,
     the resource server's scopes (as a client-credentials token has them). Extra claims override (tests)."""
     now = int(time.time())
-    body = {"iss": ISSUER, "token_use": "access", "client_id": CLIENT_ID, "iat": now, "exp": now + ttl_s,
-            "jti": str(uuid.uuid4()), "scope": " ".join(SCOPE_PREFIX + s for s in scopes)}
+    body = {
+        "iss": ISSUER,
+        "token_use": "access",
+        "client_id": CLIENT_ID,
+        "iat": now,
+        "exp": now + ttl_s,
+        "jti": str(uuid.uuid4()),
+        "scope": " ".join(SCOPE_PREFIX + s for s in scopes),
+    }
     if sub is not None:
         body.update(sub=str(sub), username=str(sub))
     else:
@@ -122,8 +143,13 @@ def caller_context(user_id: int | None, scopes: tuple[str, ...], ttl_s: int = 36
     API handler without the gateway (tests, benchmarks)."""
     from authorizer.app import Caller
 
-    caller = Caller(principal=str(user_id) if user_id is not None else CLIENT_ID, kind="client" if user_id is None else "user",
-                    user_id=user_id, scopes=frozenset(scopes), expires_at=int(time.time()) + ttl_s)
+    caller = Caller(
+        principal=str(user_id) if user_id is not None else CLIENT_ID,
+        kind="client" if user_id is None else "user",
+        user_id=user_id,
+        scopes=frozenset(scopes),
+        expires_at=int(time.time()) + ttl_s,
+    )
     return {"principalId": caller.principal, **caller.context()}
 
 

@@ -1,10 +1,11 @@
 """The keyring that signs Kafka events (functions/hotledger/dal/event_keys.py): make one, rotate one.
 
-  infra/event_keys.py local                       path of the local dev keyring (.state/event-keys.json, made once)
-  infra/event_keys.py rotate --secret-id ARN      new current key in Secrets Manager; the old one stays accepted
-                       [--grace-s 86400]          for --grace-s seconds (longer than the writer's worst lag and
-                                                  than the functions' cache, EVENT_KEYS_MAX_AGE_S)
+infra/event_keys.py local                       path of the local dev keyring (.state/event-keys.json, made once)
+infra/event_keys.py rotate --secret-id ARN      new current key in Secrets Manager; the old one stays accepted
+                     [--grace-s 86400]          for --grace-s seconds (longer than the writer's worst lag and
+                                                than the functions' cache, EVENT_KEYS_MAX_AGE_S)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,12 @@ def new_keyring() -> dict:
 
 def rotated(keyring: dict, grace_s: int, now_s: float) -> dict:
     """A new current key; the current one becomes the previous, accepted for grace_s more seconds."""
-    return {**new_keyring(), "previous_kid": keyring["kid"], "previous_key": keyring["key"],
-            "previous_until": int(now_s + grace_s)}
+    return {
+        **new_keyring(),
+        "previous_kid": keyring["kid"],
+        "previous_key": keyring["key"],
+        "previous_until": int(now_s + grace_s),
+    }
 
 
 def rotate(secret_id: str, grace_s: int, client=None) -> str:

@@ -7,6 +7,7 @@
 What a code or a setting means is written here, once, beside what the code says of it (status, default, variable,
 whether SSM may tune it): a code or setting without a description here fails the generator, so a new one cannot
 reach the docs undescribed."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,7 @@ ERROR_WHEN = {
     "UNSUPPORTED_MEDIA_TYPE": "a body sent without `Content-Type: application/json`",
     "MISSING_FIELD": "a required field is absent",
     "INVALID_AMOUNT": "an amount (amount, threshold, total, monitor lines) is not a decimal string with at most 2 "
-                      "fractional digits, is <= 0, > 999999999999.99, has an exponent or is NaN",
+    "fractional digits, is <= 0, > 999999999999.99, has an exponent or is NaN",
     "VALIDATION_ERROR": "a wrong type, an unknown field, a bad name, id, filter or event type",
     "ROUTE_NOT_FOUND": "no such route",
     "METHOD_NOT_ALLOWED": "the route exists but not with this method; the `Allow` header lists its methods",
@@ -42,17 +43,17 @@ ERROR_WHEN = {
     "PENDING_ORDERS": "switching to SYNC while charges are still on their way to the DB",
     "PUBLISH_FAILED": "the broker did not acknowledge: nothing was charged; retry with the same Idempotency-Key",
     "SERVICE_UNAVAILABLE": "Redis, the DB or the lock is unavailable, or the authorizer cannot read the JWKS: "
-                           "nothing changed; retry",
+    "nothing changed; retry",
     "LOCK_LOST": "the request's account lock ran out and a newer holder wrote first (fencing): nothing changed; retry",
     "OUTCOME_UNKNOWN": "the change may stand: `error.entry_id` (or `packet_id`) names it; look it up, or retry with the "
-                       "same Idempotency-Key, which answers its real outcome",
+    "same Idempotency-Key, which answers its real outcome",
     "VOUCHER_NOT_FOUND": "no such voucher",
     "SALE_NOT_STARTED": "before the voucher's `begin_at`",
     "SALE_ENDED": "after the voucher's `end_at`",
     "SOLD_OUT": "no stock left",
     "ALREADY_ORDERED": "this user holds `per_user_limit` orders of this voucher",
     "RECOVERING": "Redis lost the voucher or packet and it was rebuilt from the DB: orders and grabs wait until those "
-                  "acknowledged before the loss are in the DB; retry after `error.retry_at`",
+    "acknowledged before the loss are in the DB; retry after `error.retry_at`",
     "PACKET_NOT_FOUND": "no such red packet",
     "PACKET_NOT_OPEN": "the sender's debit failed or is not settled yet",
     "ALREADY_GRABBED": "this user grabbed from this packet already",
@@ -70,7 +71,7 @@ ERROR_WHEN = {
     "HOLD_NOT_ENDED": "a hold's captures are refundable once the hold ended",
     "WEBHOOK_ENDPOINT_NOT_FOUND": "no such webhook endpoint",
     "INVALID_WEBHOOK_URL": "not https (http://127.0.0.1 only with `WEBHOOK_ALLOW_LOCAL`), credentials in it, or a host "
-                           "resolving to a private, loopback, link-local or metadata address",
+    "resolving to a private, loopback, link-local or metadata address",
     "MONITOR_NOT_FOUND": "no such balance monitor on this account",
     "INVALID_MONITOR": "a re-arm line on the wrong side of the alert's, or more than 20 monitors on an account",
     "INVALID_CURSOR": "a cursor not handed out for this account and these filters",
@@ -82,11 +83,11 @@ ERROR_WHEN = {
     "ELEMENT_NOT_FOUND": "no such element in the delay queue (or its dead letters)",
     "JOURNEY_NOT_FOUND": "no such started journey",
     "QUEUE_RESERVED": "the service's own queues (`order-close-reminder`, `order-close`, `redpacket-expiry`, "
-                      "`hold-expiry`) are not open to HTTP",
+    "`hold-expiry`) are not open to HTTP",
     "QUEUE_FULL": "the delay queue holds `DELAY_MAX_QUEUE_SIZE` elements: nothing changed",
     "TOO_MANY_PENDING": "the account has `MAX_PENDING_ENTRIES` charges not yet in the DB: nothing changed; retry",
     "TOO_MANY_KEYS": "the caller opened `MAX_IDEMPOTENCY_KEYS` new Idempotency-Keys this 24 h window; its keys still "
-                     "answer",
+    "answer",
 }
 
 # what each setting is for; its variable, default and SSM tunability come from hotledger/config.py
@@ -95,17 +96,17 @@ SETTING_WHAT = {
     "redis_password": "Redis AUTH password (in AWS read from the secret `REDIS_AUTH_SECRET_ARN`)",
     "redis_username": "an ElastiCache RBAC user (`AUTH <user> <password>`); unset: the default user",
     "redis_cluster": "`1`: `REDIS_URL` names a Redis Cluster node (the ElastiCache configuration endpoint); a "
-                     "`redis+cluster://` or `rediss+cluster://` URL says the same",
+    "`redis+cluster://` or `rediss+cluster://` URL says the same",
     "db_host": "MySQL host (in AWS the RDS Proxy endpoint)",
     "db_port": "MySQL port",
     "db_user": "MySQL user (in AWS from the DB secret)",
     "db_password": "MySQL password (in AWS from the DB secret)",
     "db_name": "MySQL schema",
     "db_secret_arn": "a JSON secret (`username`, `password`, optional `host`, `port`, `dbname`); read again once, past "
-                     "the cache, when a login is refused (rotation does not break warm functions)",
+    "the cache, when a login is refused (rotation does not break warm functions)",
     "db_tls": "`verify`: TLS, chain and host name checked against `DB_CA_BUNDLE`; `off`: plain (local)",
     "db_ca_bundle": "`certifi` (the Amazon Root CAs that sign RDS Proxy's certificates) or a PEM path (the RDS global "
-                    "bundle for a direct RDS/Aurora endpoint)",
+    "bundle for a direct RDS/Aurora endpoint)",
     "secrets_max_age_s": "how long Secrets Manager values are cached per container",
     "kafka_bootstrap": "Kafka brokers (MSK IAM brokers, port 9098, in AWS)",
     "kafka_topic": "the event topic (its dead letters go to `<topic>.dead-letter`)",
@@ -118,7 +119,7 @@ SETTING_WHAT = {
     "event_keys_max_age_s": "how long the keyring is cached; an unknown key id makes the writer read it again once",
     "entry_ttl_s": "how long an entry string lives in Redis",
     "idempotency_ttl_s": "how long Redis keeps an Idempotency-Key's record (the DB keeps it `KEY_RETENTION_DAYS`), "
-                         "and the key quota's window",
+    "and the key quota's window",
     "reconcile_age_s": "pending age after which the reconciler persists an entry, order or claim itself",
     "reconcile_part_items": "each reconciler part's item budget per run (the next run goes on from its cursor)",
     "reconcile_part_s": "each reconciler part's time budget per run",
@@ -134,9 +135,9 @@ SETTING_WHAT = {
     "stream_block_ms": "Redis Streams transport: XREADGROUP BLOCK (keep it under the 2 s socket timeout)",
     "stream_claim_idle_ms": "Redis Streams transport: reclaim entries idle this long (a dead drainer's)",
     "stream_max_deliveries": "Redis Streams transport: after this many deliveries an entry that still fails alone "
-                             "moves to `events:dead:{s<n>}`",
+    "moves to `events:dead:{s<n>}`",
     "rebuild_hold_s": "the least a voucher or packet rebuilt after a Redis loss refuses orders and grabs "
-                      "(`RECOVERING`; with Kafka at least `PUBLISH_TIMEOUT_S`, then until the writer applied the log)",
+    "(`RECOVERING`; with Kafka at least `PUBLISH_TIMEOUT_S`, then until the writer applied the log)",
     "finished_keys_ttl_s": "how long Redis keeps an ended sale's or a finished packet's keys",
     "delay_visibility_ms": "how long a taken delay-queue element may go unacknowledged",
     "delay_max_deliveries": "deliveries after which a failing element moves to its queue's dead letters (0: never)",
@@ -150,9 +151,9 @@ SETTING_WHAT = {
     "max_idempotency_keys": "new Idempotency-Keys per caller and window (`TOO_MANY_KEYS`)",
     "idempotency_lease_ms": "how long an attempt holds its route key; above the API function's timeout",
     "key_retention_days": "how long the DB keeps Idempotency-Key answers and rollback records (`t_idempotency`, "
-                          "`t_route_key`, `t_rolled_back`); keep it above the topic's retention",
+    "`t_route_key`, `t_rolled_back`); keep it above the topic's retention",
     "webhook_allow_local": "`1`: webhook endpoints may also be `http://127.0.0.1` / `http://localhost` (local "
-                           "receivers; never in AWS)",
+    "receivers; never in AWS)",
     "journeys": "`biz=seconds,...`: unfinished journeys older than this become one inbox message",
 }
 
@@ -187,7 +188,11 @@ def error_codes() -> dict[str, set[int]]:
             status, code = node.args[0], node.args[1]
             if isinstance(status, ast.Constant) and isinstance(code, ast.Constant):
                 codes.setdefault(code.value, set()).add(status.value)
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Tuple)
+            and isinstance(node.value, ast.Tuple)
+        ):
             names = [getattr(t, "id", None) for t in node.targets[0].elts]
             if "code" in names and "status" in names:
                 values = node.value.elts
@@ -199,12 +204,15 @@ def errors_table() -> str:
     codes = error_codes()
     undescribed, unknown = set(codes) - set(ERROR_WHEN), set(ERROR_WHEN) - set(codes)
     if undescribed or unknown:
-        raise SystemExit(f"gen_docs: describe the new error codes {sorted(undescribed)} in ERROR_WHEN "
-                         f"(and drop the ones the code no longer has: {sorted(unknown)})")
+        raise SystemExit(
+            f"gen_docs: describe the new error codes {sorted(undescribed)} in ERROR_WHEN "
+            f"(and drop the ones the code no longer has: {sorted(unknown)})"
+        )
     rows = sorted(codes.items(), key=lambda item: (min(item[1]), item[0]))
     lines = ["| status | code | when |", "|---|---|---|"]
-    lines += [f"| {', '.join(map(str, sorted(statuses)))} | `{code}` | {_cell(ERROR_WHEN[code])} |"
-              for code, statuses in rows]
+    lines += [
+        f"| {', '.join(map(str, sorted(statuses)))} | `{code}` | {_cell(ERROR_WHEN[code])} |" for code, statuses in rows
+    ]
     return "\n".join(lines)
 
 
@@ -236,7 +244,9 @@ def who(rule) -> str:
 def routes_table() -> str:
     from api import authorization
 
-    rules = {(method, re.sub(r"<(\w+)>", r"{\1}", path)): rule for (method, path), rule in authorization.rules().items()}
+    rules = {
+        (method, re.sub(r"<(\w+)>", r"{\1}", path)): rule for (method, path), rule in authorization.rules().items()
+    }
     lines = ["| method | path | feature | handler | who may call |", "|---|---|---|---|---|"]
     for method, path, feature, name in sorted(routes(), key=lambda r: (r[2], r[1], r[0])):
         lines.append(f"| {method} | `{path}` | {feature} | `{name}` | {who(rules[(method, path)])} |")
@@ -262,12 +272,16 @@ def settings_table() -> str:
     undescribed = set(fields) - set(SETTING_WHAT)
     unknown = set(SETTING_WHAT) - set(fields)
     if undescribed or unknown:
-        raise SystemExit(f"gen_docs: describe the new settings {sorted(undescribed)} in SETTING_WHAT "
-                         f"(and drop the ones config.py no longer has: {sorted(unknown)})")
+        raise SystemExit(
+            f"gen_docs: describe the new settings {sorted(undescribed)} in SETTING_WHAT "
+            f"(and drop the ones config.py no longer has: {sorted(unknown)})"
+        )
     lines = ["| variable | values | default | SSM tunable | what |", "|---|---|---|---|---|"]
     for name, f in fields.items():
         ssm = f"`{name}`" if name in config.SSM_TUNABLES else ""
-        lines.append(f"| `{config.ENV[name]}` | {_values(f)} | {_default(f.default)} | {ssm} | {_cell(SETTING_WHAT[name])} |")
+        lines.append(
+            f"| `{config.ENV[name]}` | {_values(f)} | {_default(f.default)} | {ssm} | {_cell(SETTING_WHAT[name])} |"
+        )
     return "\n".join(lines)
 
 
@@ -278,8 +292,12 @@ def _values(field) -> str:
     if choices:
         return " or ".join(f"`{c}`" for c in choices)
     name = {int: "integer", float: "number", str: "text"}.get(kind, "text")
-    bounds = [f"{symbol} {getattr(m, attr)}" for m in field.metadata
-              for attr, symbol in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤")) if hasattr(m, attr)]
+    bounds = [
+        f"{symbol} {getattr(m, attr)}"
+        for m in field.metadata
+        for attr, symbol in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤"))
+        if hasattr(m, attr)
+    ]
     return f"{name} {', '.join(bounds)}".strip()
 
 
@@ -293,7 +311,9 @@ SECTIONS = {  # name -> (file, the table's text)
 def rendered(text: str, name: str, body: str) -> str:
     pattern = re.compile(re.escape(_begin(name)) + r".*?" + re.escape(_end(name)), re.S)
     if not pattern.search(text):
-        raise SystemExit(f"gen_docs: no markers for {name!r}; put these two lines where it goes:\n{_begin(name)}\n{_end(name)}")
+        raise SystemExit(
+            f"gen_docs: no markers for {name!r}; put these two lines where it goes:\n{_begin(name)}\n{_end(name)}"
+        )
     return pattern.sub(lambda _: f"{_begin(name)}\n{body}\n{_end(name)}", text)
 
 

@@ -3,6 +3,7 @@
 Usage: python infra/migrate.py   (connection from DB_HOST, DB_PORT, DB_USER, DB_PASSWORD, DB_NAME; PYTHONPATH=functions:.)
 In AWS the stack's setup custom resource applies the same files on every deploy (functions/setup/app.py).
 """
+
 from __future__ import annotations
 
 import os

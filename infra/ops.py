@@ -14,6 +14,7 @@ client; the token comes from Cognito with client credentials; your AWS credentia
   rotate-webhook-secret ID        a new signing secret; the old one keeps signing for --overlap-s
   rotate-event-key --stack S      a new event-signing key in Secrets Manager (the previous one accepted for --grace-s)
 """
+
 from __future__ import annotations
 
 import json
@@ -40,10 +41,16 @@ class Target:
     api_key: str | None = None
 
     def call(self, method: str, path: str, body=None) -> tuple[int, object]:
-        request = urllib.request.Request(self.base_url.rstrip("/") + path, method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json",
-                                                  **({"x-api-key": self.api_key} if self.api_key else {})})
+        request = urllib.request.Request(
+            self.base_url.rstrip("/") + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": "application/json",
+                **({"x-api-key": self.api_key} if self.api_key else {}),
+            },
+        )
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 status, raw = response.status, response.read()
@@ -55,7 +62,9 @@ class Target:
         status, answer = self.call(method, path, body)
         if status >= 400:
             error = (answer or {}).get("error", {}) if isinstance(answer, dict) else {}
-            raise click.ClickException(f"{method} {path}: {status} {error.get('code', '')} {error.get('message', answer)}")
+            raise click.ClickException(
+                f"{method} {path}: {status} {error.get('code', '')} {error.get('message', answer)}"
+            )
         return answer
 
 
@@ -63,19 +72,27 @@ def stack_target(stack: str, cloudformation=None, apigateway=None, cognito=None,
     """The deployed stack's API, its API key and an operator token (client credentials, scope hotledger/admin)."""
     import boto3
 
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in (cloudformation or boto3.client("cloudformation")).describe_stacks(
-        StackName=stack)["Stacks"][0].get("Outputs", [])}
-    api_key = (apigateway or boto3.client("apigateway")).get_api_key(apiKey=outputs["ApiKeyId"], includeValue=True)["value"]
+    outputs = {
+        o["OutputKey"]: o["OutputValue"]
+        for o in (cloudformation or boto3.client("cloudformation"))
+        .describe_stacks(StackName=stack)["Stacks"][0]
+        .get("Outputs", [])
+    }
+    api_key = (apigateway or boto3.client("apigateway")).get_api_key(apiKey=outputs["ApiKeyId"], includeValue=True)[
+        "value"
+    ]
     client = (cognito or boto3.client("cognito-idp")).describe_user_pool_client(
-        UserPoolId=outputs["UserPoolId"], ClientId=outputs["OperatorClientId"])["UserPoolClient"]
+        UserPoolId=outputs["UserPoolId"], ClientId=outputs["OperatorClientId"]
+    )["UserPoolClient"]
     token = (fetch_token or client_credentials_token)(outputs["TokenUrl"], client["ClientId"], client["ClientSecret"])
     return Target(outputs["ApiUrl"], token, api_key)
 
 
 def client_credentials_token(token_url: str, client_id: str, client_secret: str) -> str:
     body = urllib.parse.urlencode({"grant_type": "client_credentials", "scope": "hotledger/admin"}).encode()
-    request = urllib.request.Request(token_url, data=body, method="POST",
-                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+    request = urllib.request.Request(
+        token_url, data=body, method="POST", headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
     request.add_unredirected_header("Authorization", "Basic " + _basic(client_id, client_secret))
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())["access_token"]
@@ -88,7 +105,9 @@ def _basic(user: str, password: str) -> str:
 
 
 @click.group(help=__doc__.split("\n\n")[0])
-@click.option("--api", "api_url", envvar="HOTLEDGER_API", default=LOCAL_API, show_default=True, help="the API's base URL")
+@click.option(
+    "--api", "api_url", envvar="HOTLEDGER_API", default=LOCAL_API, show_default=True, help="the API's base URL"
+)
 @click.option("--token", envvar="HOTLEDGER_TOKEN", help="an operator's bearer token (default: a local dev token)")
 @click.option("--stack", envvar="HOTLEDGER_STACK", help="a deployed stack: URL, API key and token from its outputs")
 @click.option("--json", "as_json", is_flag=True, help="print the API's answers as JSON instead of tables")
@@ -143,7 +162,11 @@ def dead_letters(ctx, source: str | None, limit: int):
     """What is stuck, by source."""
     query = urllib.parse.urlencode({k: v for k, v in (("source", source), ("limit", limit)) if v})
     answer = ctx.obj["target"]().ok("GET", f"/ops/dead-letters?{query}")
-    _show(ctx, answer, lambda a: [console.print(_table(name, rows, DEAD_LETTER_COLUMNS[name])) for name, rows in a.items()])
+    _show(
+        ctx,
+        answer,
+        lambda a: [console.print(_table(name, rows, DEAD_LETTER_COLUMNS[name])) for name, rows in a.items()],
+    )
 
 
 @cli.command()
@@ -153,18 +176,25 @@ def dead_letters(ctx, source: str | None, limit: int):
 def replay(ctx, source: str, ids: tuple[str, ...]):
     """Replay SOURCE's dead letters: the IDS given (webhook: endpoint ids), or every one not replayed yet."""
     target, replayed, skipped = ctx.obj["target"](), [], {}
-    chunks = [list(ids[i:i + REPLAY_CHUNK]) for i in range(0, len(ids), REPLAY_CHUNK)] or [None]
+    chunks = [list(ids[i : i + REPLAY_CHUNK]) for i in range(0, len(ids), REPLAY_CHUNK)] or [None]
     with Progress(console=console, transient=True, disable=ctx.obj["json"]) as progress:
         task = progress.add_task(f"replaying {source}", total=len(chunks))
         for chunk in chunks:
-            answer = target.ok("POST", "/ops/dead-letters/replay", {"source": source, **({"ids": chunk} if chunk else {})})
+            answer = target.ok(
+                "POST", "/ops/dead-letters/replay", {"source": source, **({"ids": chunk} if chunk else {})}
+            )
             replayed += answer["replayed"]
             skipped.update(answer["skipped"])
             progress.advance(task)
     outcome = {"replayed": replayed, "skipped": skipped}
-    _show(ctx, outcome, lambda a: (console.print(f"replayed {len(a['replayed'])}: {', '.join(a['replayed']) or '-'}"),
-                                   console.print(_table("skipped", [{"id": k, "why": v} for k, v in a["skipped"].items()],
-                                                        ["id", "why"]))))
+    _show(
+        ctx,
+        outcome,
+        lambda a: (
+            console.print(f"replayed {len(a['replayed'])}: {', '.join(a['replayed']) or '-'}"),
+            console.print(_table("skipped", [{"id": k, "why": v} for k, v in a["skipped"].items()], ["id", "why"])),
+        ),
+    )
 
 
 @cli.command()
@@ -179,10 +209,14 @@ def account(ctx, user_id: int):
         for column in ("", "db", "redis"):
             both.add_column(column)
         for name in ("balance", "version", "on_hold", "held", "open", "mode", "seq"):
-            both.add_row(name, str(a["db"].get(name, "")), "not cached" if a["redis"] is None else str(a["redis"].get(name, "")))
+            both.add_row(
+                name, str(a["db"].get(name, "")), "not cached" if a["redis"] is None else str(a["redis"].get(name, ""))
+            )
         both.add_row("expected (db + pending)", str(a["expected_balance"]), "")
         console.print(both)
-        console.print(_table("pending entries", a["pending"], ["entry_id", "kind", "amount", "delta", "charged_at", "version"]))
+        console.print(
+            _table("pending entries", a["pending"], ["entry_id", "kind", "amount", "delta", "charged_at", "version"])
+        )
 
     _show(ctx, answer, render)
 
@@ -192,9 +226,17 @@ def account(ctx, user_id: int):
 def reconciler(ctx):
     """Each reconciler part: its cursor and last run."""
     answer = ctx.obj["target"]().ok("GET", "/ops/reconciler")
-    rows = [{"part": p["part"], "cursor": p["cursor"], "at_ms": (p["last_run"] or {}).get("at_ms"),
-             "seconds": (p["last_run"] or {}).get("seconds"), "failed": (p["last_run"] or {}).get("failed"),
-             "findings": json.dumps((p["last_run"] or {}).get("findings", {}))} for p in answer]
+    rows = [
+        {
+            "part": p["part"],
+            "cursor": p["cursor"],
+            "at_ms": (p["last_run"] or {}).get("at_ms"),
+            "seconds": (p["last_run"] or {}).get("seconds"),
+            "failed": (p["last_run"] or {}).get("failed"),
+            "findings": json.dumps((p["last_run"] or {}).get("findings", {})),
+        }
+        for p in answer
+    ]
     _show(ctx, answer, lambda _: console.print(_table("reconciler parts", rows, list(rows[0]) if rows else ["part"])))
 
 
@@ -205,7 +247,11 @@ def log(ctx, limit: int):
     """What operators did, newest first."""
     answer = ctx.obj["target"]().ok("GET", f"/ops/log?limit={limit}")
     rows = [{**line, "detail": json.dumps(line["detail"])} for line in answer]
-    _show(ctx, answer, lambda _: console.print(_table("operators' log", rows, ["id", "created_at", "actor", "action", "detail"])))
+    _show(
+        ctx,
+        answer,
+        lambda _: console.print(_table("operators' log", rows, ["id", "created_at", "actor", "action", "detail"])),
+    )
 
 
 @cli.command("delay-queue")
@@ -221,25 +267,45 @@ def delay_queue(ctx, queue: str, elements: tuple[str, ...]):
         return
     answer = target.ok("GET", path)
     rows = answer if isinstance(answer, list) else answer.get("dead_letters", [])
-    _show(ctx, answer, lambda _: console.print(_table(f"{queue}: dead elements", rows, list(rows[0]) if rows else ["element"])))
+    _show(
+        ctx,
+        answer,
+        lambda _: console.print(_table(f"{queue}: dead elements", rows, list(rows[0]) if rows else ["element"])),
+    )
 
 
 @cli.command("rotate-webhook-secret")
 @click.argument("endpoint_id")
-@click.option("--overlap-s", default=86_400, show_default=True, type=click.IntRange(0, 7 * 86_400),
-              help="how long the old secret keeps signing next to the new one")
+@click.option(
+    "--overlap-s",
+    default=86_400,
+    show_default=True,
+    type=click.IntRange(0, 7 * 86_400),
+    help="how long the old secret keeps signing next to the new one",
+)
 @click.pass_context
 def rotate_webhook_secret(ctx, endpoint_id: str, overlap_s: int):
     """A new signing secret for a webhook endpoint (printed once: give it to the receiver)."""
-    answer = ctx.obj["target"]().ok("POST", f"/webhook-endpoints/{urllib.parse.quote(endpoint_id, safe='')}/rotate-secret",
-                                    {"overlap_s": overlap_s})
-    _show(ctx, answer, lambda a: console.print(f"endpoint {a['endpoint_id']}: new secret {a['secret']}"
-                                               f" (the old one signs too for {overlap_s} s)"))
+    answer = ctx.obj["target"]().ok(
+        "POST", f"/webhook-endpoints/{urllib.parse.quote(endpoint_id, safe='')}/rotate-secret", {"overlap_s": overlap_s}
+    )
+    _show(
+        ctx,
+        answer,
+        lambda a: console.print(
+            f"endpoint {a['endpoint_id']}: new secret {a['secret']} (the old one signs too for {overlap_s} s)"
+        ),
+    )
 
 
 @cli.command("rotate-event-key")
-@click.option("--grace-s", default=86_400, show_default=True, type=click.IntRange(60, 30 * 86_400),
-              help="how long the writer still accepts the previous key")
+@click.option(
+    "--grace-s",
+    default=86_400,
+    show_default=True,
+    type=click.IntRange(60, 30 * 86_400),
+    help="how long the writer still accepts the previous key",
+)
 @click.pass_context
 def rotate_event_key(ctx, grace_s: int):
     """A new event-signing key in the stack's Secrets Manager secret (needs --stack; local keys: restart `make up`)."""
@@ -249,8 +315,12 @@ def rotate_event_key(ctx, grace_s: int):
 
     if not ctx.obj["stack"]:
         raise click.ClickException("--stack is needed: the local stack signs with .state/event-keys.json")
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in boto3.client("cloudformation").describe_stacks(
-        StackName=ctx.obj["stack"])["Stacks"][0].get("Outputs", [])}
+    outputs = {
+        o["OutputKey"]: o["OutputValue"]
+        for o in boto3.client("cloudformation")
+        .describe_stacks(StackName=ctx.obj["stack"])["Stacks"][0]
+        .get("Outputs", [])
+    }
     console.print(f"new current key: {rotate(outputs['EventKeysSecretArn'], grace_s)}")
 
 

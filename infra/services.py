@@ -6,6 +6,7 @@ installing, on Debian) what is missing; servers it starts keep running, their pi
 HOTLEDGER_STATE_DIR (default .state/). Tests use the server classes for private instances on their
 own ports that they kill and restart for real.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,7 +61,11 @@ def reachable(host: str, port: int, timeout: float = 0.5) -> bool:
 def _apt_install(*packages: str) -> None:
     print(f"services: apt-get install {' '.join(packages)}", flush=True)
     subprocess.run(["apt-get", "update", "-qq"], check=True)
-    subprocess.run(["apt-get", "install", "-y", "-qq", *packages], check=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", *packages],
+        check=True,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    )
 
 
 def _binary(name: str, package: str, extra_dirs=("/usr/sbin", "/usr/bin")) -> str:
@@ -102,8 +107,14 @@ class Server:
         self.root.mkdir(parents=True, exist_ok=True)
         self.prepare()
         with open(self.root / f"{self.name}.log", "ab") as log:  # the server writes to its own copy of the descriptor
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, cwd=self.root)
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.root,
+            )
         self.wait_ready(timeout_s)
         return self
 
@@ -142,8 +153,19 @@ class RedisServer(Server):
     name = "redis"
 
     def command(self) -> list[str]:
-        return [_binary("redis-server", "redis-server"), "--port", str(self.port), "--bind", self.host, "--save", "",
-                "--appendonly", "no", "--dir", str(self.root)]
+        return [
+            _binary("redis-server", "redis-server"),
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.root),
+        ]
 
     @property
     def url(self) -> str:
@@ -163,8 +185,15 @@ class RedisClusterNode(RedisServer):
     NODE_TIMEOUT_MS = 3000  # a master silent this long is failed over by its replica
 
     def command(self) -> list[str]:
-        return [*super().command(), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", str(self.NODE_TIMEOUT_MS)]
+        return [
+            *super().command(),
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            str(self.NODE_TIMEOUT_MS),
+        ]
 
 
 class RedisCluster:
@@ -184,9 +213,20 @@ class RedisCluster:
         for node in self.nodes:
             node.start(timeout_s)
         if fresh:
-            subprocess.run([_binary("redis-cli", "redis-tools"), "--cluster", "create",
-                            *(f"{n.host}:{n.port}" for n in self.nodes), "--cluster-replicas", str(self.replicas),
-                            "--cluster-yes"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    _binary("redis-cli", "redis-tools"),
+                    "--cluster",
+                    "create",
+                    *(f"{n.host}:{n.port}" for n in self.nodes),
+                    "--cluster-replicas",
+                    str(self.replicas),
+                    "--cluster-yes",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         self.wait_ok(timeout_s)
         return self
 
@@ -205,8 +245,14 @@ class RedisCluster:
         try:
             client = node.client()
             info = client.cluster("info")
-            return info["cluster_state"] == "ok" and int(info["cluster_slots_ok"]) == 16384 and (
-                node.port not in self.replica_ports() or client.info("replication").get("master_link_status") == "up")
+            return (
+                info["cluster_state"] == "ok"
+                and int(info["cluster_slots_ok"]) == 16384
+                and (
+                    node.port not in self.replica_ports()
+                    or client.info("replication").get("master_link_status") == "up"
+                )
+            )
         except (redis.RedisError, KeyError):
             return False
 
@@ -246,8 +292,11 @@ class RedisCluster:
 
     def replica_of(self, master: RedisClusterNode) -> RedisClusterNode:
         for node in self.nodes:
-            if node is not master and self.role(node) == "slave" and \
-                    int(node.client().info("replication")["master_port"]) == master.port:
+            if (
+                node is not master
+                and self.role(node) == "slave"
+                and int(node.client().info("replication")["master_port"]) == master.port
+            ):
                 return node
         raise LookupError(f"no replica follows {master.port}")
 
@@ -262,14 +311,33 @@ class MariaDBServer(Server):
     def prepare(self) -> None:
         datadir = self.root / "data"
         if not (datadir / "mysql").exists():
-            subprocess.run([_binary("mariadb-install-db", "mariadb-server"), "--no-defaults", f"--datadir={datadir}", "--user=root",
-                            "--auth-root-authentication-method=normal", "--skip-test-db"],
-                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    _binary("mariadb-install-db", "mariadb-server"),
+                    "--no-defaults",
+                    f"--datadir={datadir}",
+                    "--user=root",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
 
     def command(self) -> list[str]:
-        return [_binary("mariadbd", "mariadb-server"), "--no-defaults", f"--datadir={self.root / 'data'}", "--user=root",
-                f"--port={self.port}", f"--bind-address={self.host}", f"--socket={self.root / 'mariadb.sock'}",
-                f"--pid-file={self.root / 'mariadb.pid'}", "--innodb-buffer-pool-size=128M", "--skip-name-resolve"]
+        return [
+            _binary("mariadbd", "mariadb-server"),
+            "--no-defaults",
+            f"--datadir={self.root / 'data'}",
+            "--user=root",
+            f"--port={self.port}",
+            f"--bind-address={self.host}",
+            f"--socket={self.root / 'mariadb.sock'}",
+            f"--pid-file={self.root / 'mariadb.pid'}",
+            "--innodb-buffer-pool-size=128M",
+            "--skip-name-resolve",
+        ]
 
     def ready(self) -> bool:
         if not reachable(self.host, self.port):
@@ -290,8 +358,16 @@ class TansuBroker(Server):
 
     def command(self) -> list[str]:
         url = f"tcp://{self.host}:{self.port}"
-        return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                "--storage-engine", "memory://tansu/"]
+        return [
+            tansu_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
 
     @property
     def bootstrap(self) -> str:
@@ -361,7 +437,10 @@ def ensure_redis_cluster(host: str = "127.0.0.1") -> str:
         cluster.start()
         for node in cluster.nodes:
             (STATE / f"redis-cluster-{node.port}.pid").write_text(str(node.proc.pid))
-        print(f"services: started a Redis Cluster on {host}:{CLUSTER_PORTS[0]}-{CLUSTER_PORTS[-1]} (logs in {cluster.root})", flush=True)
+        print(
+            f"services: started a Redis Cluster on {host}:{CLUSTER_PORTS[0]}-{CLUSTER_PORTS[-1]} (logs in {cluster.root})",
+            flush=True,
+        )
     return cluster.url
 
 
@@ -369,7 +448,10 @@ def ensure_mariadb(host: str, port: int, user: str, password: str) -> None:
     if not reachable(host, port):
         if os.path.exists("/usr/sbin/mariadbd") and os.path.isdir("/var/lib/mysql/mysql") and port == 3306:
             # the Debian package's own server, data and credentials
-            subprocess.run(["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"], check=False)
+            subprocess.run(
+                ["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"],
+                check=False,
+            )
             deadline = time.monotonic() + 30
             while not reachable(host, port) and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -380,14 +462,24 @@ def ensure_mariadb(host: str, port: int, user: str, password: str) -> None:
     try:
         pymysql.connect(host=host, port=port, user=user, password=password, connect_timeout=5).close()
     except pymysql.err.OperationalError as exc:
-        if exc.args[0] != 1045 or (user, password, host) != ("root", "", "127.0.0.1") or shutil.which("mariadb") is None:
+        if (
+            exc.args[0] != 1045
+            or (user, password, host) != ("root", "", "127.0.0.1")
+            or shutil.which("mariadb") is None
+        ):
             raise
         # a fresh Debian install lets root in through the unix socket only; allow the local empty
         # password over TCP too, as the project's defaults expect (a development machine only)
         print("services: allowing root with an empty password on 127.0.0.1 (local development default)", flush=True)
-        subprocess.run(["mariadb", "-uroot", "-e",
-                        "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('')"],
-                       check=True)
+        subprocess.run(
+            [
+                "mariadb",
+                "-uroot",
+                "-e",
+                "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('')",
+            ],
+            check=True,
+        )
         pymysql.connect(host=host, port=port, user=user, password=password, connect_timeout=5).close()
 
 
@@ -402,7 +494,12 @@ def _config() -> dict:
     kafka_host, kafka_port = env.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092").split(",")[0].rsplit(":", 1)
     return {
         "redis": (redis_url.hostname or "127.0.0.1", redis_url.port or 6379),
-        "db": (env.get("DB_HOST", "127.0.0.1"), int(env.get("DB_PORT", "3306")), env.get("DB_USER", "root"), env.get("DB_PASSWORD", "")),
+        "db": (
+            env.get("DB_HOST", "127.0.0.1"),
+            int(env.get("DB_PORT", "3306")),
+            env.get("DB_USER", "root"),
+            env.get("DB_PASSWORD", ""),
+        ),
         "kafka": (kafka_host, int(kafka_port)),
         "bootstrap": env.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
         "topic": env.get("KAFKA_TOPIC", "hotledger.ledger"),

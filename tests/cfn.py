@@ -1,5 +1,6 @@
 """Reading the expanded (SAM-transformed) template as AWS would with given parameters: intrinsic functions resolved
 to strings, conditions evaluated, and IAM's matching of actions and resources (wildcards * and ?)."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REGION, ACCOUNT, STACK = "us-east-1", "123456789012", "hotledger-dev"
-PSEUDO = {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::Partition": "aws", "AWS::StackName": STACK,
-          "AWS::URLSuffix": "amazonaws.com", "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{STACK}/1",
-          "AWS::NoValue": None}
+PSEUDO = {
+    "AWS::Region": REGION,
+    "AWS::AccountId": ACCOUNT,
+    "AWS::Partition": "aws",
+    "AWS::StackName": STACK,
+    "AWS::URLSuffix": "amazonaws.com",
+    "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{STACK}/1",
+    "AWS::NoValue": None,
+}
 
 _TRANSFORM = """
 import json, sys
@@ -33,9 +40,13 @@ print(json.dumps(transform(template, {"AWS::Region": "us-east-1"}, NoManagedPoli
 
 def expand(template_path: Path = REPO / "template.yaml") -> dict:
     """SAM's own transform (samtranslator, in the SAM CLI's venv .tools), offline."""
-    out = subprocess.run([str(REPO / ".tools" / "bin" / "python"), "-c", _TRANSFORM, str(template_path)],
-                         capture_output=True, text=True, check=True,
-                         env={**os.environ, "SAM_CLI_TELEMETRY": "0", "AWS_DEFAULT_REGION": REGION})
+    out = subprocess.run(
+        [str(REPO / ".tools" / "bin" / "python"), "-c", _TRANSFORM, str(template_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SAM_CLI_TELEMETRY": "0", "AWS_DEFAULT_REGION": REGION},
+    )
     return json.loads(out.stdout)
 
 
@@ -88,7 +99,7 @@ class Stack:
             return node
         if len(node) != 1:
             return {k: self.resolve(v) for k, v in node.items()}
-        (key, arg), = node.items()
+        ((key, arg),) = node.items()
         if key == "Ref":
             return self._ref(arg)
         if key == "Fn::GetAtt":
@@ -116,7 +127,9 @@ class Stack:
         if key == "Fn::GetAZs":
             return [f"{REGION}a", f"{REGION}b"]
         if key == "Fn::Sub":
-            text, names = (arg, {}) if isinstance(arg, str) else (arg[0], {k: self.resolve(v) for k, v in arg[1].items()})
+            text, names = (
+                (arg, {}) if isinstance(arg, str) else (arg[0], {k: self.resolve(v) for k, v in arg[1].items()})
+            )
 
             def value(match):
                 ref = match.group(1)
@@ -125,11 +138,14 @@ class Stack:
                 if "." in ref:
                     return str(self._getatt(*ref.split(".", 1)))
                 return str(self._ref(ref))
+
             return re.sub(r"\$\{([^}!]+)\}", value, text)
         return {key: self.resolve(arg)}
 
     def functions(self) -> dict[str, dict]:
-        return {name: r for name, r in self.resources.items() if r["Type"] == "AWS::Lambda::Function" and self.exists(name)}
+        return {
+            name: r for name, r in self.resources.items() if r["Type"] == "AWS::Lambda::Function" and self.exists(name)
+        }
 
     def statements_of(self, function: str) -> list[dict]:
         """Every policy statement of the function's execution role: inline policies and the stack's managed ones."""
@@ -163,9 +179,12 @@ def _iam_match(pattern: str, value: str, case_sensitive: bool) -> bool:
 
 def allowed(statements: list[dict], action: str, resource: str) -> bool:
     """An Allow statement (no Deny anywhere matches) whose Action and Resource cover the call; no conditions used here."""
+
     def covers(st):
-        return (any(_iam_match(a, action, case_sensitive=False) for a in _as_list(st.get("Action", [])))
-                and any(_iam_match(r, resource, case_sensitive=True) for r in _as_list(st.get("Resource", []))))
+        return any(_iam_match(a, action, case_sensitive=False) for a in _as_list(st.get("Action", []))) and any(
+            _iam_match(r, resource, case_sensitive=True) for r in _as_list(st.get("Resource", []))
+        )
+
     if any(st["Effect"] == "Deny" and covers(st) for st in statements):
         return False
     return any(st["Effect"] == "Allow" and covers(st) for st in statements)

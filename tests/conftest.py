@@ -3,6 +3,7 @@ Kafka-protocol broker (started when absent): a private Redis process, DB schema 
 concurrent runs never share state. HOTLEDGER_TEST_REDIS=cluster makes the run's Redis a private 3-master Redis
 Cluster with one replica each (`make test-cluster`); tests marked single_redis stop "the" Redis process and are
 left out of that run."""
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,9 @@ os.environ["KAFKA_TOPIC"] = f"hotledger.test.{RUN_ID}"
 os.environ.setdefault("PUBLISH_TIMEOUT_S", "3")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "HotledgerTest")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
-os.environ.setdefault("EVENT_KEYS", json.dumps(new_keyring()))  # the run's keyring: the service signs, the writer checks
+os.environ.setdefault(
+    "EVENT_KEYS", json.dumps(new_keyring())
+)  # the run's keyring: the service signs, the writer checks
 
 TESTS = Path(__file__).resolve().parent
 UNIT = TESTS / "unit"
@@ -72,7 +75,9 @@ def backing_services():
     from infra.migrate import migrate
 
     if ON_CLUSTER:
-        redis_server = services.RedisCluster(services.free_cluster_ports(6), services.STATE / f"test-redis-cluster-{RUN_ID}").start()
+        redis_server = services.RedisCluster(
+            services.free_cluster_ports(6), services.STATE / f"test-redis-cluster-{RUN_ID}"
+        ).start()
     else:
         redis_server = services.RedisServer(services.free_port(), services.STATE / f"test-redis-{RUN_ID}").start()
     os.environ["REDIS_URL"] = redis_server.url
@@ -121,8 +126,14 @@ def sql(settings):
     """Run one autocommit statement, return all rows."""
     import pymysql
 
-    conn = pymysql.connect(host=settings.db_host, port=settings.db_port, user=settings.db_user,
-                           password=settings.db_password, database=settings.db_name, autocommit=True)
+    conn = pymysql.connect(
+        host=settings.db_host,
+        port=settings.db_port,
+        user=settings.db_user,
+        password=settings.db_password,
+        database=settings.db_name,
+        autocommit=True,
+    )
 
     def run(statement: str, args=None):
         with conn.cursor() as cur:

@@ -1,5 +1,6 @@
 """Fakes the unit tests share (one of each): stand-ins for our own storage classes, never for Redis, Kafka or the DB
 in the integration tests."""
+
 from __future__ import annotations
 
 

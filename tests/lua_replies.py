@@ -4,6 +4,7 @@ Each script's header lists its status replies as `{'status', ...}`. This plugin 
 reply the in-process tests get (Lua.run) and, after a whole default run of the suite on one Redis (`make test`'s
 first step: no file, -k or -m narrowing it, and not the cluster run, which leaves tests out), fails the run naming
 each stated reply no test produced: a branch of a script nothing reaches is a branch nothing checks."""
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,12 @@ def record() -> None:
 
 def whole_default_run(config) -> bool:
     args = [Path(a).resolve() for a in config.args]
-    return (not config.option.keyword and not config.option.markexpr and not config.option.deselect
-            and args in ([], [Path(config.rootpath).resolve()], [Path(config.rootpath, "tests").resolve()]))
+    return (
+        not config.option.keyword
+        and not config.option.markexpr
+        and not config.option.deselect
+        and args in ([], [Path(config.rootpath).resolve()], [Path(config.rootpath, "tests").resolve()])
+    )
 
 
 def missing() -> set[tuple[str, str]]:

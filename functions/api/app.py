@@ -2,6 +2,7 @@
 registered features (hotledger.features: each feature's routes module). Here: the error handlers that turn
 domain, validation and dependency failures into the ErrorResponse body, the OpenAPI document and Swagger UI, and
 the Lambda handler with its request-scoped logging and metrics."""
+
 from __future__ import annotations
 
 import importlib
@@ -37,6 +38,7 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
     def handler(self, app, next_middleware):
         owner_check = authorization.admit_request(app)
         if owner_check is not None:
+
             def owned(parsed, route=next_middleware):
                 owner_check(parsed.context.get("_route_args", {}))
                 return route(parsed)
@@ -52,8 +54,12 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
     def _get_body(self, app):
         content_type = (app.current_event.headers.get("content-type") or "").strip()
         if content_type and not content_type.lower().startswith("application/json"):
-            raise RequestUnsupportedContentType("Unsupported content type", errors=[
-                {"type": "unsupported_content_type", "loc": ("body",), "msg": "send JSON", "input": {}, "ctx": {}}])
+            raise RequestUnsupportedContentType(
+                "Unsupported content type",
+                errors=[
+                    {"type": "unsupported_content_type", "loc": ("body",), "msg": "send JSON", "input": {}, "ctx": {}}
+                ],
+            )
         return super()._get_body(app)
 
 
@@ -66,8 +72,11 @@ for feature in registered():  # the ledger first: the hot routes (deduct, rechar
         app.include_router(routes_module.router)
         _hot_paths |= getattr(routes_module, "HOT_ROUTES", set())
 # route -> its arguments' one-step validation (api/route_args.py), for the routes every charge takes
-_HOT_ROUTES = {id(route): RouteArgs(f"{route.method} {route.path}", route.dependant)
-               for route in (*app._static_routes, *app._dynamic_routes) if (route.method, route.path) in _hot_paths}
+_HOT_ROUTES = {
+    id(route): RouteArgs(f"{route.method} {route.path}", route.dependant)
+    for route in (*app._static_routes, *app._dynamic_routes)
+    if (route.method, route.path) in _hot_paths
+}
 
 _error = responses.error
 
@@ -90,13 +99,26 @@ def swagger_ui():
 
 def openapi_json() -> str:
     """The generated document, with validation failures described as the ErrorResponse we send."""
-    doc = json.loads(app.get_openapi_json_schema(
-        title="hotledger", version="1.0.0", description="Prepaid balances: Redis Lua hot path, Kafka to MySQL.",
-        security_schemes={"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                                     "description": "a Cognito (or local dev issuer) ID or access token"}},
-        security=[{"bearer": []}]))
-    invalid = {"description": "invalid input (INVALID_AMOUNT, MISSING_FIELD, VALIDATION_ERROR)",
-               "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+    doc = json.loads(
+        app.get_openapi_json_schema(
+            title="hotledger",
+            version="1.0.0",
+            description="Prepaid balances: Redis Lua hot path, Kafka to MySQL.",
+            security_schemes={
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "a Cognito (or local dev issuer) ID or access token",
+                }
+            },
+            security=[{"bearer": []}],
+        )
+    )
+    invalid = {
+        "description": "invalid input (INVALID_AMOUNT, MISSING_FIELD, VALIDATION_ERROR)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
+    }
     malformed = {**invalid, "description": "MALFORMED_JSON: the body is not JSON"}
     not_json = {**invalid, "description": "UNSUPPORTED_MEDIA_TYPE: send Content-Type: application/json"}
     unauthenticated = {**invalid, "description": "UNAUTHENTICATED: no token, or an invalid or expired one"}
@@ -104,15 +126,21 @@ def openapi_json() -> str:
         for operation in path.values():
             operation["responses"]["401"] = unauthenticated
             denied = operation["responses"].get("403", {}).get("description")
-            operation["responses"]["403"] = {**invalid, "description": "FORBIDDEN: this caller may not make this request"
-                                             + (f"; {denied}" if denied else "")}
+            operation["responses"]["403"] = {
+                **invalid,
+                "description": "FORBIDDEN: this caller may not make this request" + (f"; {denied}" if denied else ""),
+            }
             if 422 in operation["responses"] or "422" in operation["responses"]:
                 operation["responses"]["422"] = invalid
                 if operation.get("requestBody"):
                     operation["responses"]["400"] = malformed
                     operation["responses"]["415"] = not_json
-    doc["webhooks"] = {name: item for feature in registered() if feature.routes
-                       for name, item in getattr(importlib.import_module(feature.routes), "OPENAPI_WEBHOOKS", {}).items()}
+    doc["webhooks"] = {
+        name: item
+        for feature in registered()
+        if feature.routes
+        for name, item in getattr(importlib.import_module(feature.routes), "OPENAPI_WEBHOOKS", {}).items()
+    }
     for unused in ("HTTPValidationError", "ValidationError"):
         doc["components"]["schemas"].pop(unused, None)
     return json.dumps(_exact_bounds(doc))
@@ -126,8 +154,10 @@ def _exact_bounds(node):
     the float takes 9223372036854775998 for valid. Every bound here is an integer (2**63 and 2**31 are exact
     doubles), so it is written as one."""
     if isinstance(node, dict):
-        return {k: int(v) if k in _BOUNDS and isinstance(v, float) and v.is_integer() else _exact_bounds(v)
-                for k, v in node.items()}
+        return {
+            k: int(v) if k in _BOUNDS and isinstance(v, float) and v.is_integer() else _exact_bounds(v)
+            for k, v in node.items()
+        }
     if isinstance(node, list):
         return [_exact_bounds(v) for v in node]
     return node
@@ -172,7 +202,7 @@ def validation_error(exc: RequestValidationError) -> Response:
         code, status, message = "MISSING_FIELD", 422, f"{field} is required"
     elif _AMOUNT_FIELDS & {str(part) for part in first.get("loc", ())}:
         code, status = "INVALID_AMOUNT", 422
-        message = f"{field}: a decimal string with at most 2 fractional digits, such as \"12.34\", is required"
+        message = f'{field}: a decimal string with at most 2 fractional digits, such as "12.34", is required'
     else:
         code, status = "VALIDATION_ERROR", 422
         message = f"{field or 'request'}: {first.get('msg', 'invalid value')}"
@@ -192,8 +222,11 @@ def route_not_found(exc: NotFoundError) -> Response:
     path = app.current_event.path
     allowed = sorted({route.method for route in app._static_routes + app._dynamic_routes if route.rule.match(path)})
     if allowed:
-        response = _error(405, "METHOD_NOT_ALLOWED", f"{app.current_event.http_method} is not a method of this route; "
-                                                     f"use {', '.join(allowed)}")
+        response = _error(
+            405,
+            "METHOD_NOT_ALLOWED",
+            f"{app.current_event.http_method} is not a method of this route; use {', '.join(allowed)}",
+        )
         response.headers["Allow"] = ", ".join(allowed)
         return response
     return _error(404, "ROUTE_NOT_FOUND", "no such route")

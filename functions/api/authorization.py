@@ -10,6 +10,7 @@ The caller comes from the authorizer context API Gateway puts into the request c
 Every route has exactly one rule, declared next to it in its feature's routes module (RULES, collected here;
 tests/unit/test_authorization.py holds the table to the routes); a request
 without a caller is 401 UNAUTHENTICATED, a caller the rule does not admit 403 FORBIDDEN, before the route runs."""
+
 from __future__ import annotations
 
 import contextvars
@@ -37,8 +38,11 @@ def caller_of(context: dict) -> Caller | None:
     if not context or "scopes" not in context:
         return None
     user_id = str(context.get("user_id") or "")
-    return Caller(user_id=int(user_id) if user_id.isdigit() else None,
-                  scopes=frozenset(str(context["scopes"]).split()), expires_at=int(context.get("expires_at") or 0))
+    return Caller(
+        user_id=int(user_id) if user_id.isdigit() else None,
+        scopes=frozenset(str(context["scopes"]).split()),
+        expires_at=int(context.get("expires_at") or 0),
+    )
 
 
 def principal_of(event) -> str:

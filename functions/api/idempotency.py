@@ -14,6 +14,7 @@ from the ledger underneath, a quota), a request still in flight (IDEMPOTENCY_IN_
 OUTCOME_UNKNOWN is the key's answer (Stripe
 replays its 500s): it names what to look up (the packet, the entry), and running the request again under the key
 could move money or stock a second time (a second packet and debit, a second unit of a voucher)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -40,27 +41,37 @@ logger = observability.logger()
 _PATTERN = r"^[A-Za-z0-9_.:-]+$"
 IdempotencyKey = Annotated[
     str | None,
-    Header(alias="Idempotency-Key", min_length=1, max_length=100, pattern=_PATTERN,
-           description="Retry-safe key. The first definitive answer, a charge or a refusal (402 INSUFFICIENT_BALANCE, "
-                       "403 API_CLOSED, 422 BALANCE_LIMIT), is replayed for the same key and body for the key's whole "
-                       "life; another body or kind gets 409 IDEMPOTENCY_KEY_REUSED; 503 answers are not recorded: retry "
-                       "with the same key. Keys are kept in Redis for 24 h and in the DB without expiry. An account "
-                       "opens at most MAX_IDEMPOTENCY_KEYS new keys per 24 h: past that a new key gets 429 "
-                       "TOO_MANY_KEYS (not the key's answer)."),
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=100,
+        pattern=_PATTERN,
+        description="Retry-safe key. The first definitive answer, a charge or a refusal (402 INSUFFICIENT_BALANCE, "
+        "403 API_CLOSED, 422 BALANCE_LIMIT), is replayed for the same key and body for the key's whole "
+        "life; another body or kind gets 409 IDEMPOTENCY_KEY_REUSED; 503 answers are not recorded: retry "
+        "with the same key. Keys are kept in Redis for 24 h and in the DB without expiry. An account "
+        "opens at most MAX_IDEMPOTENCY_KEYS new keys per 24 h: past that a new key gets 429 "
+        "TOO_MANY_KEYS (not the key's answer).",
+    ),
 ]
 RouteKey = Annotated[
     str | None,
-    Header(alias="Idempotency-Key", min_length=1, max_length=100, pattern=_PATTERN,
-           description="Retry-safe key, scoped to the acting account (to the payment order for pay and close). The "
-                       "first answer, success or refusal, is replayed for the same key, route and body and the money or "
-                       "stock moves once: for good for red packets, payment orders, pay, close and voucher orders of a "
-                       "voucher allowing more than one per user (kept in Redis 24 h and in the DB without expiry); for "
-                       "grabs and one-per-user voucher orders, 24 h from Redis and then (or after a Redis loss) the "
-                       "user's grab or order itself answers any keyed retry. Another route or body gets 409 "
-                       "IDEMPOTENCY_KEY_REUSED, a retry while the first request is in flight 409 "
-                       "IDEMPOTENCY_IN_PROGRESS; 503 answers are not recorded (retry with the same key) except "
-                       "OUTCOME_UNKNOWN, which is replayed: look up what it names. A scope opens at most "
-                       "MAX_IDEMPOTENCY_KEYS new keys per 24 h: past that a new key gets 429 TOO_MANY_KEYS."),
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=100,
+        pattern=_PATTERN,
+        description="Retry-safe key, scoped to the acting account (to the payment order for pay and close). The "
+        "first answer, success or refusal, is replayed for the same key, route and body and the money or "
+        "stock moves once: for good for red packets, payment orders, pay, close and voucher orders of a "
+        "voucher allowing more than one per user (kept in Redis 24 h and in the DB without expiry); for "
+        "grabs and one-per-user voucher orders, 24 h from Redis and then (or after a Redis loss) the "
+        "user's grab or order itself answers any keyed retry. Another route or body gets 409 "
+        "IDEMPOTENCY_KEY_REUSED, a retry while the first request is in flight 409 "
+        "IDEMPOTENCY_IN_PROGRESS; 503 answers are not recorded (retry with the same key) except "
+        "OUTCOME_UNKNOWN, which is replayed: look up what it names. A scope opens at most "
+        "MAX_IDEMPOTENCY_KEYS new keys per 24 h: past that a new key gets 429 TOO_MANY_KEYS.",
+    ),
 ]
 KEY_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another route or body; IDEMPOTENCY_IN_PROGRESS")
 TOO_MANY_KEYS = (429, "TOO_MANY_KEYS: the caller opened its most Idempotency-Keys for now; nothing was changed")
@@ -83,8 +94,16 @@ class Attempt:
     keyed: bool = False
 
 
-def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: Callable[..., dict],
-         status: int = 200, resumable: bool = False, durable: bool = False) -> Response:
+def once(
+    scope: str,
+    idem_key: str | None,
+    route: str,
+    body: dict | None,
+    run: Callable[..., dict],
+    status: int = 200,
+    resumable: bool = False,
+    durable: bool = False,
+) -> Response:
     """Answer `run()` (its dict as JSON with `status`), once per (scope, key): a retry replays the first answer.
     With `resumable`, run(attempt) is given an Attempt (Stripe's recovery points). With `durable`, the recovery point
     and the answer are kept in the DB too, for good."""
@@ -95,28 +114,41 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
     request_fp = fingerprint(route, body)
     begun = store.begin(scope, idem_key, request_fp, durable=durable)
     if begun.status is BeginStatus.TOO_MANY:
-        raise errors.TooManyKeys("this caller opened its most Idempotency-Keys for now (MAX_IDEMPOTENCY_KEYS per 24 h): "
-                                 "retry later, or replay a key it holds")
+        raise errors.TooManyKeys(
+            "this caller opened its most Idempotency-Keys for now (MAX_IDEMPOTENCY_KEYS per 24 h): "
+            "retry later, or replay a key it holds"
+        )
     if begun.status is BeginStatus.REPLAY:
-        return Response(status_code=begun.answer_status, content_type="application/json", body=begun.body,
-                        headers={"Idempotent-Replayed": "true"})
+        return Response(
+            status_code=begun.answer_status,
+            content_type="application/json",
+            body=begun.body,
+            headers={"Idempotent-Replayed": "true"},
+        )
     if begun.status is BeginStatus.CONFLICT:
         raise errors.IdempotencyKeyReused("this Idempotency-Key was used with another route or body")
     if begun.status is BeginStatus.RUNNING:
         raise errors.IdempotencyInProgress("the first request with this Idempotency-Key is still in progress")
     if resumable:
+
         def remember(note: str) -> None:
             if not store.note(scope, idem_key, begun.token, note, durable, request_fp):
                 # another attempt took the key over (this one's lease ran out): it alone may act under the key now
-                raise errors.IdempotencyInProgress("this request's hold on its Idempotency-Key ran out and a retry "
-                                                   "took it over; nothing was changed by this request")
+                raise errors.IdempotencyInProgress(
+                    "this request's hold on its Idempotency-Key ran out and a retry "
+                    "took it over; nothing was changed by this request"
+                )
+
         attempt = Attempt(begun.note, remember, begun.retaken, keyed=True)
+
         def call():
             return run(attempt)
     else:
         call = run
+
     def finish(answer):
         return _finish(scope, idem_key, begun.token, answer, durable, request_fp)
+
     # a 5xx that changed nothing gives the key back; the recovery point of an attempt that died under it stays (its
     # effect may stand: a resumed voucher order found RECOVERING after a Redis loss is in the DB once the hold passes)
     forget_note = durable and not (resumable and begun.note is not None)
@@ -124,7 +156,9 @@ def once(scope: str, idem_key: str | None, route: str, body: dict | None, run: C
         answer = json_answer(call(), status)
     except errors.DomainError as exc:
         if not errors.is_key_answer(exc):
-            _abandon(scope, idem_key, begun.token, forget_note)  # nothing changed: not the key's answer, a retry runs again
+            _abandon(
+                scope, idem_key, begun.token, forget_note
+            )  # nothing changed: not the key's answer, a retry runs again
             raise
         finish(error(exc.status, exc.code, exc.message, **exc.details))
         raise  # answered by the app's handler, with the same body

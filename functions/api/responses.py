@@ -1,4 +1,5 @@
 """Answer shapes shared by the API's routers: the error body and the OpenAPI response table."""
+
 from __future__ import annotations
 
 import json
@@ -9,22 +10,36 @@ from api.schemas import ErrorResponse
 
 
 def error(status: int, code: str, message: str, **details: str) -> Response:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON,
-                    body=json.dumps({"error": {"code": code, "message": message, **details}}))
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=json.dumps({"error": {"code": code, "message": message, **details}}),
+    )
 
 
 def json_answer(body: dict, status: int = 200) -> Response:
     """A JSON answer serialized as the resolver would (compact separators), for routes that serialize it themselves."""
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body, separators=(",", ":")))
+    return Response(
+        status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body, separators=(",", ":"))
+    )
 
 
 def responses(ok_status: int, ok_model, ok_text: str, *errors_: tuple[int, str]) -> dict:
-    answers = {ok_status: {"description": ok_text, "content": {"application/json": {"model": ok_model}}}
-               if ok_model is not None else {"description": ok_text}}  # None: no body (a 204)
-    for status, text in ((503, "SERVICE_UNAVAILABLE: Redis, the DB or the broker is unavailable; nothing was changed"), *errors_):
+    answers = {
+        ok_status: {"description": ok_text, "content": {"application/json": {"model": ok_model}}}
+        if ok_model is not None
+        else {"description": ok_text}
+    }  # None: no body (a 204)
+    for status, text in (
+        (503, "SERVICE_UNAVAILABLE: Redis, the DB or the broker is unavailable; nothing was changed"),
+        *errors_,
+    ):
         answers[status] = {"description": text, "content": {"application/json": {"model": ErrorResponse}}}
     return answers
 
 
-UNAVAILABLE = (503, "SERVICE_UNAVAILABLE or PUBLISH_FAILED: nothing was changed, retry; OUTCOME_UNKNOWN: the broker "
-                    "did not acknowledge and Redis could not undo the change, look it up (error.entry_id) before retrying")
+UNAVAILABLE = (
+    503,
+    "SERVICE_UNAVAILABLE or PUBLISH_FAILED: nothing was changed, retry; OUTCOME_UNKNOWN: the broker "
+    "did not acknowledge and Redis could not undo the change, look it up (error.entry_id) before retrying",
+)

@@ -7,6 +7,7 @@ route's own declarations once per container, validates them in one call. Only pl
 header at most once, a JSON body that is not base64-encoded, Content-Type absent or application/json. Anything else,
 and anything the model refuses, goes the generic way, so every refusal is the validator's own (the same codes and
 messages); what the step accepts, the generic passes accept with the same values."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ class RouteArgs:
             raise ValueError(f"{name}: only path and header parameters and one JSON body are validated in one step")
         fields = [*dependant.path_params, *dependant.header_params, *dependant.body_params]
         # each field as the validator checks it on its own (its type and constraints); keyed by the field's name
-        self.model: type[BaseModel] = create_model(f"{name}_args", **{
-            f.name: (_checked(f.field_info), ... if f.required else f.default) for f in fields})
+        self.model: type[BaseModel] = create_model(
+            f"{name}_args", **{f.name: (_checked(f.field_info), ... if f.required else f.default) for f in fields}
+        )
         self.path = [(f.name, f.alias) for f in dependant.path_params]
         self.headers = [(f.name, f.alias.lower()) for f in dependant.header_params]
         self.body = dependant.body_params[0].name if dependant.body_params else None
@@ -43,8 +45,12 @@ class RouteArgs:
         if self.body is not None:
             body = event.get("body")
             content_type = _content_type(event)
-            if (not body or event.get("isBase64Encoded") or content_type is None
-                    or (content_type and not content_type.startswith(_JSON))):
+            if (
+                not body
+                or event.get("isBase64Encoded")
+                or content_type is None
+                or (content_type and not content_type.startswith(_JSON))
+            ):
                 return None
             try:
                 raw[self.body] = json.loads(body)

@@ -1,5 +1,6 @@
 """Who may call a route, as data: each feature's routes module declares `RULES` ({(method, path): Rule}) with these;
 api/authorization.py applies them (every route has exactly one rule)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,6 +1,7 @@
 """HTTP request and response shapes (pydantic). Money is a decimal string at the edge and integer minor units
 once validated: an Amount or Threshold field parses its text once (hotledger.money.parse_minor) and holds the
 int, so routes never parse again. Events live in hotledger.outbox.events."""
+
 from __future__ import annotations
 
 import functools
@@ -30,11 +31,18 @@ _POSITIVE = r"([1-9][0-9]{0,11}(\.[0-9]{1,2})?|0\.([1-9][0-9]?|0[1-9]))"
 def _minor_units(example: str, *, allow_zero: bool):
     """A decimal string on the wire ("12.34"), integer minor units (1234) once validated."""
     pattern = f"^{_DECIMAL if allow_zero else _POSITIVE}$"
-    description = ("a decimal string with at most 2 fractional digits, " + ("0.00" if allow_zero else "0.01")
-                   + " to 999999999999.99; never a JSON number")
-    return Annotated[int, PlainValidator(functools.partial(parse_minor, allow_zero=allow_zero)),
-                     WithJsonSchema({"type": "string", "pattern": pattern, "maxLength": 15, "description": description,
-                                     "examples": [example]})]
+    description = (
+        "a decimal string with at most 2 fractional digits, "
+        + ("0.00" if allow_zero else "0.01")
+        + " to 999999999999.99; never a JSON number"
+    )
+    return Annotated[
+        int,
+        PlainValidator(functools.partial(parse_minor, allow_zero=allow_zero)),
+        WithJsonSchema(
+            {"type": "string", "pattern": pattern, "maxLength": 15, "description": description, "examples": [example]}
+        ),
+    ]
 
 
 Amount = _minor_units("12.34", allow_zero=False)
@@ -92,8 +100,11 @@ class AccountView(BaseModel):
     deduct_type: DeductType
     api_open: bool
     pending_orders: int = Field(description="charged in Redis, not yet in the DB")
-    held_credits: str = Field("0.00", description="credits in the balance whose events are not durable yet (normally for "
-                                                  "milliseconds): shown, not spendable until then")
+    held_credits: str = Field(
+        "0.00",
+        description="credits in the balance whose events are not durable yet (normally for "
+        "milliseconds): shown, not spendable until then",
+    )
     held: str = Field("0.00", description="what the account's live holds keep (expired holds never count)")
     available: str = Field(description="balance - held_credits - held: what deducts and new holds spend from")
 
@@ -139,8 +150,12 @@ class CreateVoucherRequest(_Strict):
     begin_at: _int(ge=0, le=MAX_EPOCH_MS, description="sale opens, epoch milliseconds")
     end_at: _int(gt=0, le=MAX_EPOCH_MS, description="sale closes, epoch milliseconds (after begin_at)")
     per_user_limit: _int(gt=0, le=1000) = 1
-    stock_shards: _int(gt=0, le=MAX_STOCK_SHARDS, description="stock buckets, each its own Redis slot (shard): a hot "
-                       "sale spreads over them; 1 (the default) sells from one") = 1
+    stock_shards: _int(
+        gt=0,
+        le=MAX_STOCK_SHARDS,
+        description="stock buckets, each its own Redis slot (shard): a hot "
+        "sale spreads over them; 1 (the default) sells from one",
+    ) = 1
 
     @model_validator(mode="after")
     def _ends_after_it_begins(self) -> CreateVoucherRequest:
@@ -214,11 +229,15 @@ class GrabResult(BaseModel):
     item_id: str
     user_id: int
     amount: str
-    credit: Literal["PENDING"] = Field("PENDING", description=(
-        "the claim is durable (in the log) and the item is this user's unless the DB refuses the claim, which only a "
-        "Redis loss can cause; the grabber is credited under Idempotency-Key rp<item_id> once the DB accepted the "
-        "claim (the writer, normally within a second; the reconciler after RECONCILE_AGE_S if that failed): a claim "
-        "the DB refuses is never credited"))
+    credit: Literal["PENDING"] = Field(
+        "PENDING",
+        description=(
+            "the claim is durable (in the log) and the item is this user's unless the DB refuses the claim, which only a "
+            "Redis loss can cause; the grabber is credited under Idempotency-Key rp<item_id> once the DB accepted the "
+            "claim (the writer, normally within a second; the reconciler after RECONCILE_AGE_S if that failed): a claim "
+            "the DB refuses is never credited"
+        ),
+    )
 
 
 class RedPacketGrab(BaseModel):
@@ -280,8 +299,10 @@ class DelayTakeRequest(_Strict):
 class DelayTakenElement(BaseModel):
     element: str
     due_at: int
-    receipt: str = Field(description="this delivery's receipt: acknowledge or extend by it (a later delivery of the "
-                                     "same element has another one, and this one no longer counts)")
+    receipt: str = Field(
+        description="this delivery's receipt: acknowledge or extend by it (a later delivery of the "
+        "same element has another one, and this one no longer counts)"
+    )
     deliveries: int = Field(description="how many times the element was handed out, this time included")
 
 
@@ -290,8 +311,15 @@ class DelayTakeResult(BaseModel):
     visibility_timeout_ms: int = Field(description="acknowledge within this, or the elements are handed out again")
 
 
-Receipt = Annotated[StrictStr, Field(min_length=3, max_length=560, pattern=r"^[0-9]{1,20}:.+$",
-                                     description="a receipt from POST /delay-queues/{queue}/take")]
+Receipt = Annotated[
+    StrictStr,
+    Field(
+        min_length=3,
+        max_length=560,
+        pattern=r"^[0-9]{1,20}:.+$",
+        description="a receipt from POST /delay-queues/{queue}/take",
+    ),
+]
 
 
 class DelayAckRequest(_Strict):
@@ -300,8 +328,10 @@ class DelayAckRequest(_Strict):
 
 class DelayAckResult(DelayQueueView):
     acknowledged: int = Field(description="deliveries acknowledged by this request")
-    stale_receipts: list[str] = Field(description="receipts that acknowledged nothing: a later delivery of the "
-                                                  "element holds it now, or it is no longer taken")
+    stale_receipts: list[str] = Field(
+        description="receipts that acknowledged nothing: a later delivery of the "
+        "element holds it now, or it is no longer taken"
+    )
 
 
 class DelayExtendRequest(_Strict):

@@ -13,6 +13,7 @@ tokens have the same shape.
 Settings (environment): AUTH_ISSUER (the pool's issuer URL), AUTH_JWKS_URL (its /.well-known/jwks.json),
 AUTH_CLIENT_IDS (comma-separated app clients whose tokens are accepted), AUTH_SCOPE_PREFIX (`hotledger/`),
 AUTH_ADMIN_GROUP (`admin`)."""
+
 from __future__ import annotations
 
 import http.client
@@ -50,10 +51,13 @@ class Settings:
     @classmethod
     def from_env(cls) -> Settings:
         # all required: an authorizer without them must refuse everyone, not accept anyone
-        return cls(issuer=os.environ["AUTH_ISSUER"], jwks_url=os.environ["AUTH_JWKS_URL"],
-                   client_ids=frozenset(c.strip() for c in os.environ["AUTH_CLIENT_IDS"].split(",") if c.strip()),
-                   scope_prefix=os.environ.get("AUTH_SCOPE_PREFIX", "hotledger/"),
-                   admin_group=os.environ.get("AUTH_ADMIN_GROUP", "admin"))
+        return cls(
+            issuer=os.environ["AUTH_ISSUER"],
+            jwks_url=os.environ["AUTH_JWKS_URL"],
+            client_ids=frozenset(c.strip() for c in os.environ["AUTH_CLIENT_IDS"].split(",") if c.strip()),
+            scope_prefix=os.environ.get("AUTH_SCOPE_PREFIX", "hotledger/"),
+            admin_group=os.environ.get("AUTH_ADMIN_GROUP", "admin"),
+        )
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,12 @@ class Caller:
 
     def context(self) -> dict:
         """Authorizer context values must be strings, numbers or booleans."""
-        return {"kind": self.kind, "user_id": "" if self.user_id is None else str(self.user_id),
-                "scopes": " ".join(sorted(self.scopes)), "expires_at": self.expires_at}
+        return {
+            "kind": self.kind,
+            "user_id": "" if self.user_id is None else str(self.user_id),
+            "scopes": " ".join(sorted(self.scopes)),
+            "expires_at": self.expires_at,
+        }
 
 
 JWKS_REFETCH_COOLDOWN_S = 60
@@ -105,15 +113,21 @@ class Verifier:
         self.settings = settings
         # keys are cached for the container's life; an unknown kid (a rotated pool key) fetches the set again, at
         # most once a minute (PyJWT's cooldown): tokens with made-up kids must not make the authorizer hammer the JWKS
-        self.jwks = CachingJwksClient(settings.jwks_url, cache_keys=True, lifespan=3600, timeout=5,
-                                      cooldown_duration=JWKS_REFETCH_COOLDOWN_S)
+        self.jwks = CachingJwksClient(
+            settings.jwks_url, cache_keys=True, lifespan=3600, timeout=5, cooldown_duration=JWKS_REFETCH_COOLDOWN_S
+        )
 
     def verify(self, token: str) -> Caller:
         raw = token.removeprefix("Bearer ").strip()
         try:
             key = self.jwks.get_signing_key_from_jwt(raw)
-            claims = jwt.decode(raw, key.key, algorithms=["RS256"], issuer=self.settings.issuer,
-                                options={"require": ["exp", "iat", "iss", "sub", "token_use"], "verify_aud": False})
+            claims = jwt.decode(
+                raw,
+                key.key,
+                algorithms=["RS256"],
+                issuer=self.settings.issuer,
+                options={"require": ["exp", "iat", "iss", "sub", "token_use"], "verify_aud": False},
+            )
         except jwt.PyJWKClientConnectionError:
             raise  # the JWKS could not be read: not the caller's fault (API Gateway: AUTHORIZER_FAILURE)
         except (jwt.InvalidTokenError, jwt.PyJWKClientError) as exc:
@@ -133,16 +147,23 @@ class Verifier:
         user_id = None
         if isinstance(username, str) and _ACCOUNT_ID.fullmatch(username) and int(username) < _ACCOUNT_ID_LIMIT:
             user_id = int(username)
-        return Caller(principal=str(claims["sub"]), kind="user" if username else "client", user_id=user_id,
-                      scopes=frozenset(scopes) & frozenset(SCOPES), expires_at=int(claims["exp"]))
+        return Caller(
+            principal=str(claims["sub"]),
+            kind="user" if username else "client",
+            user_id=user_id,
+            scopes=frozenset(scopes) & frozenset(SCOPES),
+            expires_at=int(claims["exp"]),
+        )
 
 
 def allow_policy(method_arn: str) -> dict:
     """Allow every method of the stage: API Gateway caches the answer per token, and the API function decides
     per route (a policy naming only this method would refuse the token's next, different request from the cache)."""
     api, stage = method_arn.split("/")[:2]
-    return {"Version": "2012-10-17",
-            "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": f"{api}/{stage}/*"}]}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": f"{api}/{stage}/*"}],
+    }
 
 
 _verifier: Verifier | None = None
@@ -158,5 +179,8 @@ def handler(event: dict, context) -> dict:
         logger.info("token refused", extra={"reason": str(exc)})
         # API Gateway's contract: exactly this message answers 401 (the UNAUTHORIZED gateway response)
         raise Exception("Unauthorized") from None
-    return {"principalId": caller.principal, "policyDocument": allow_policy(event["methodArn"]),
-            "context": caller.context()}
+    return {
+        "principalId": caller.principal,
+        "policyDocument": allow_policy(event["methodArn"]),
+        "context": caller.context(),
+    }

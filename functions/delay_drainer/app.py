@@ -9,6 +9,7 @@ DELAY_MAX_DELIVERIES deliveries, moves to the queue's dead letters (GET /delay-q
 Metrics per queue (dimension `queue`): DelayQueueDepth (waiting), DelayOldestDueLagMs (how overdue the earliest
 waiting element is), DelayRedeliveries, DelayHandlerFailures, DelayDeadLettered (this run) and DelayDeadLetters
 (in the dead letters now; alarm on > 0)."""
+
 from __future__ import annotations
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
@@ -45,10 +46,21 @@ def _queue_metrics(drainer) -> None:
 def handler(event: dict, context) -> dict:
     drainer = delay_drainer()
     # the drainer sleeps at most its idle wait (1 s) at a time: leave that and a batch's handling before the timeout
-    handled = drainer.run(lambda: context.get_remaining_time_in_millis() > STOP_BEFORE_TIMEOUT_MS + drainer.idle_wait_ms)
+    handled = drainer.run(
+        lambda: context.get_remaining_time_in_millis() > STOP_BEFORE_TIMEOUT_MS + drainer.idle_wait_ms
+    )
     metrics.add_metric(name="DelayElementsHandled", unit=MetricUnit.Count, value=handled)
     _queue_metrics(drainer)
     logger.info("delay queues drained", extra={"handled": handled})
-    return {"handled": handled,
-            "queues": {name: {"handled": seen.handled, "redeliveries": seen.redeliveries, "failures": seen.failures,
-                              "dead_lettered": seen.dead_lettered} for name, seen in drainer.runs.items()}}
+    return {
+        "handled": handled,
+        "queues": {
+            name: {
+                "handled": seen.handled,
+                "redeliveries": seen.redeliveries,
+                "failures": seen.failures,
+                "dead_lettered": seen.dead_lettered,
+            }
+            for name, seen in drainer.runs.items()
+        },
+    }

@@ -5,6 +5,7 @@ the code to this list (every boto3 or Powertools-parameters call found in functi
 resource: an ARN pattern over the function's environment variables ({NAME}) and {region}, {account}, {partition}.
 functions: the functions that make the call; None = all of them. The authorizer inherits the stack's environment
 (SAM Globals) but never loads the settings: it verifies tokens against the pool's public JWKS and nothing else."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,18 +20,42 @@ class AwsCall:
 
 
 # every function but the authorizer loads the settings (secrets, tunables) at its cold start
-SETTINGS_LOADERS = ("ApiFunction", "WriterFunction", "ReconcilerFunction", "StreamDrainerFunction", "DelayDrainerFunction",
-                    "SetupFunction")
+SETTINGS_LOADERS = (
+    "ApiFunction",
+    "WriterFunction",
+    "ReconcilerFunction",
+    "StreamDrainerFunction",
+    "DelayDrainerFunction",
+    "SetupFunction",
+)
 
 CALLS = (
-    AwsCall("secretsmanager:GetSecretValue", "{DB_SECRET_ARN}", SETTINGS_LOADERS, why="hotledger.config: DB credentials"),
-    AwsCall("secretsmanager:GetSecretValue", "{REDIS_AUTH_SECRET_ARN}", SETTINGS_LOADERS,
-            why="hotledger.config: Redis AUTH token"),
-    AwsCall("secretsmanager:GetSecretValue", "{EVENT_KEYS_SECRET_ARN}", SETTINGS_LOADERS,
-            why="hotledger.dal.event_keys: the keyring that signs and verifies Kafka events"),
+    AwsCall(
+        "secretsmanager:GetSecretValue", "{DB_SECRET_ARN}", SETTINGS_LOADERS, why="hotledger.config: DB credentials"
+    ),
+    AwsCall(
+        "secretsmanager:GetSecretValue",
+        "{REDIS_AUTH_SECRET_ARN}",
+        SETTINGS_LOADERS,
+        why="hotledger.config: Redis AUTH token",
+    ),
+    AwsCall(
+        "secretsmanager:GetSecretValue",
+        "{EVENT_KEYS_SECRET_ARN}",
+        SETTINGS_LOADERS,
+        why="hotledger.dal.event_keys: the keyring that signs and verifies Kafka events",
+    ),
     # the path itself: GetParametersByPath is authorized against parameter/<path>, not parameter/<path>/*
-    AwsCall("ssm:GetParametersByPath", "arn:{partition}:ssm:{region}:{account}:parameter{SSM_PARAMETER_PATH}",
-            SETTINGS_LOADERS, why="hotledger.config: tunables"),
-    AwsCall("kafka:GetBootstrapBrokers", "{MSK_CLUSTER_ARN}", functions=("SetupFunction",),
-            why="hotledger.dal.topics: the brokers of the MSK cluster"),
+    AwsCall(
+        "ssm:GetParametersByPath",
+        "arn:{partition}:ssm:{region}:{account}:parameter{SSM_PARAMETER_PATH}",
+        SETTINGS_LOADERS,
+        why="hotledger.config: tunables",
+    ),
+    AwsCall(
+        "kafka:GetBootstrapBrokers",
+        "{MSK_CLUSTER_ARN}",
+        functions=("SetupFunction",),
+        why="hotledger.dal.topics: the brokers of the MSK cluster",
+    ),
 )

@@ -6,6 +6,7 @@ REDIS_AUTH_SECRET_ARN: the Redis AUTH token); the tunables under SSM_PARAMETER_P
 default. A value out of its type or range stops the function at its start with the variable named. boto3 honours
 AWS_ENDPOINT_URL, which is how tests point these calls at LocalStack or moto.
 """
+
 from __future__ import annotations
 
 import functools
@@ -98,7 +99,9 @@ class Settings(BaseSettings):
     # memory is finite (Redis noeviction): past these a request is refused with 429 and nothing changes
     # 0 in these three: no limit
     delay_max_queue_size: int = Field(100_000, ge=0, json_schema_extra=TUNABLE)  # per client delay queue (QUEUE_FULL)
-    max_pending_entries: int = Field(10_000, ge=0, json_schema_extra=TUNABLE)  # charges not in the DB yet (TOO_MANY_PENDING)
+    max_pending_entries: int = Field(
+        10_000, ge=0, json_schema_extra=TUNABLE
+    )  # charges not in the DB yet (TOO_MANY_PENDING)
     # new route Idempotency-Keys a scope (an account, a payment order) opens per IDEMPOTENCY_TTL_S window (TOO_MANY_KEYS)
     max_idempotency_keys: int = Field(100_000, ge=0, json_schema_extra=TUNABLE)
     # how long an attempt holds its route key: above the API function's timeout, so a live attempt never loses it
@@ -111,9 +114,6 @@ class Settings(BaseSettings):
     webhook_allow_local: Literal["0", "1"] = "0"
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message
     journeys: str = Field("password-recovery=1800", json_schema_extra=TUNABLE)
-
-
-
 
     @property
     def redis_is_cluster(self) -> bool:
@@ -129,14 +129,17 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if self.db_tls == "verify" and not self.db_ca_bundle:
-            raise ValueError("DB_TLS=verify checks the server against a CA bundle: set DB_CA_BUNDLE (certifi or a PEM path)")
+            raise ValueError(
+                "DB_TLS=verify checks the server against a CA bundle: set DB_CA_BUNDLE (certifi or a PEM path)"
+            )
         if self.kafka_auth == "iam" and not self.aws_region:
             raise ValueError("KAFKA_AUTH=iam signs its token for a region: set AWS_REGION")
         return self
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                   file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, _Variables(settings_cls), _Secrets(settings_cls), _Tunables(settings_cls)
 
 
@@ -221,8 +224,9 @@ def build_settings(env: Mapping[str, str] | None = None) -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        problems = "; ".join(f"{ENV.get(str(e['loc'][0]), 'settings') if e['loc'] else 'settings'}: {e['msg']}"
-                             for e in exc.errors())
+        problems = "; ".join(
+            f"{ENV.get(str(e['loc'][0]), 'settings') if e['loc'] else 'settings'}: {e['msg']}" for e in exc.errors()
+        )
         raise ValueError(problems) from None
     finally:
         _environment.reset(token)

@@ -3,6 +3,7 @@ once in its own package (`<feature>/feature.py`) and listed once below. api/app.
 and api/authorization.py its rules; runtime.py builds the writer from every feature's persisters and the drainer
 from every feature's delay handlers; the reconciler runs every feature's parts in this order. Adding a feature is
 one package and one line in FEATURES (docs/adding-a-feature.md walks through holds)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -14,10 +15,10 @@ if TYPE_CHECKING:
     from hotledger.reconciler import ReconcileReport
 
 
-
 @dataclass(frozen=True)
 class PartContext:
     """What one reconciler run gives each part."""
+
     now_ms: int
     age_s: int  # entries charged longer ago than this count as stale (RECONCILE_AGE_S)
     budget: Budget  # the part's own: it stops at a page boundary when this runs out

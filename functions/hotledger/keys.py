@@ -5,6 +5,7 @@ With EVENT_TRANSPORT=redis-stream the scripts also XADD to an event stream, whic
 the tag is then the entity's stream shard ({s<n>}) followed by the entity, and the shard's stream is
 events:{s<n>}. STREAM_SHARDS sets how many shards (streams, slots) there are.
 """
+
 from __future__ import annotations
 
 import zlib

@@ -2,6 +2,7 @@
 
 Floats never touch money. Amounts are capped well below 2**53 because Redis Lua numbers are doubles.
 """
+
 import re
 
 MAX_MINOR = 99_999_999_999_999  # 999,999,999,999.99: exact in a Lua double and in BIGINT
@@ -15,10 +16,10 @@ class InvalidAmount(ValueError):
 def parse_minor(text: object, *, allow_zero: bool = False) -> int:
     """Parse "12.34" into 1234. Rejects signs, exponents, NaN/Infinity, >2 decimals, non-strings."""
     if not isinstance(text, str):
-        raise InvalidAmount("amount must be a decimal string such as \"12.34\"")
+        raise InvalidAmount('amount must be a decimal string such as "12.34"')
     match = _AMOUNT.fullmatch(text)
     if match is None:
-        raise InvalidAmount("amount must be a decimal string with at most 2 fractional digits, such as \"12.34\"")
+        raise InvalidAmount('amount must be a decimal string with at most 2 fractional digits, such as "12.34"')
     whole, frac = match.group(1), (match.group(2) or "").ljust(2, "0")
     minor = int(whole) * 100 + int(frac)
     if minor > MAX_MINOR:

@@ -1,4 +1,5 @@
 """Powertools Logger, Metrics and Tracer with the service's defaults (env vars still override them)."""
+
 import json
 import os
 

@@ -13,6 +13,7 @@ cannot starve the ones after it. A part that runs out stops at a page boundary; 
 part that raises is logged and named in `failed_parts`; the others run all the same (a Redis or DB outage
 fails each part on its own and the next run tries again).
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,6 +30,7 @@ from hotledger.vouchers.reconcile import VoucherReconcileReport
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class ReconcileReport(AccountsReconcileReport):
     vouchers: VoucherReconcileReport = field(default_factory=VoucherReconcileReport)
@@ -39,14 +41,23 @@ class ReconcileReport(AccountsReconcileReport):
     alerts_posted: int = 0  # balance monitors' crossings posted to the inbox this run
     holds_expired: int = 0  # holds past expires_at (and a grace) the DB still had ACTIVE, ended this run
     keys_pruned: int = 0  # key and rollback records past KEY_RETENTION_DAYS deleted this run
-    reminders_next_after: int = 0  # the payment order the next run's reminders part continues after; 0: it reached the last
+    reminders_next_after: int = (
+        0  # the payment order the next run's reminders part continues after; 0: it reached the last
+    )
     failed_parts: list[str] = field(default_factory=list)  # parts that raised this run (logged with the error)
     part_seconds: dict[str, float] = field(default_factory=dict)  # how long each part took
 
 
 class Reconciler:
-    def __init__(self, parts: Sequence[ReconcilePart], age_s: int, cursors=None, part_items: int = 2**62,
-                 part_s: float = 10.0**9, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        parts: Sequence[ReconcilePart],
+        age_s: int,
+        cursors=None,
+        part_items: int = 2**62,
+        part_s: float = 10.0**9,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         """parts: every registered feature's (hotledger.features), run in their order each run."""
         self.parts, self.age_s, self.cursors = tuple(parts), age_s, cursors
         self.part_items, self.part_s, self.clock = part_items, part_s, clock
@@ -60,8 +71,15 @@ class Reconciler:
     def _part(self, part: ReconcilePart, now_ms: int, report: ReconcileReport) -> None:
         started, before = self.clock(), _flat(asdict(report))
         try:
-            after = part.run(PartContext(now_ms, self.age_s, Budget(self.part_items, self.part_s, self.clock),
-                                         self._cursor(part.name), report))
+            after = part.run(
+                PartContext(
+                    now_ms,
+                    self.age_s,
+                    Budget(self.part_items, self.part_s, self.clock),
+                    self._cursor(part.name),
+                    report,
+                )
+            )
             if after is not None:
                 self._save(part.name, after)
         except Exception:  # this part alone failed this run: the others go on, the next run tries it again
@@ -74,11 +92,21 @@ class Reconciler:
         """The part's last run for operators: what it changed in the report is what it found."""
         if self.cursors is None:
             return
-        found = {name: value for name, value in _flat(asdict(report)).items()
-                 if value != before.get(name) and name not in ("failed_parts", f"part_seconds.{part}")}
+        found = {
+            name: value
+            for name, value in _flat(asdict(report)).items()
+            if value != before.get(name) and name not in ("failed_parts", f"part_seconds.{part}")
+        }
         try:
-            self.cursors.record_run(part, {"at_ms": now_ms, "seconds": report.part_seconds[part],
-                                           "failed": part in report.failed_parts, "findings": found})
+            self.cursors.record_run(
+                part,
+                {
+                    "at_ms": now_ms,
+                    "seconds": report.part_seconds[part],
+                    "failed": part in report.failed_parts,
+                    "findings": found,
+                },
+            )
         except Exception:  # a record for operators only: its loss never fails the run
             log.warning("reconciler part's run not recorded", extra={"part": part}, exc_info=True)
 

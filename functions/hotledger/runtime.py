@@ -1,4 +1,5 @@
 """Process-wide wiring of the adapters into the domain services (built once per Lambda container)."""
+
 from __future__ import annotations
 
 import functools
@@ -92,15 +93,25 @@ def ledger() -> Ledger:
 @functools.lru_cache(maxsize=1)
 def holds() -> Holds:
     cfg = settings()
-    return Holds(HoldStore(lua(), stream_flag(cfg), cfg.entry_ttl_s, cfg.max_pending_entries), durability(), ledger(),
-                 delay_queue(), id_generator().next_id)
+    return Holds(
+        HoldStore(lua(), stream_flag(cfg), cfg.entry_ttl_s, cfg.max_pending_entries),
+        durability(),
+        ledger(),
+        delay_queue(),
+        id_generator().next_id,
+    )
 
 
 @functools.lru_cache(maxsize=1)
 def refunds() -> Refunds:
     cfg = settings()
-    return Refunds(RefundStore(lua(), stream_flag(cfg), cfg.entry_ttl_s, MAX_BALANCE), durability(), ledger(), holds(),
-                   id_generator().next_id)
+    return Refunds(
+        RefundStore(lua(), stream_flag(cfg), cfg.entry_ttl_s, MAX_BALANCE),
+        durability(),
+        ledger(),
+        holds(),
+        id_generator().next_id,
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -139,8 +150,16 @@ def packet_cache() -> PacketCache:
 @functools.lru_cache(maxsize=1)
 def redpackets() -> RedPackets:
     cfg = settings()
-    return RedPackets(PacketStore(), packet_cache(), durability(),
-                      id_generator().next_id, ledger(), delay_queue(), cfg.rebuild_hold_ms, log_hold())
+    return RedPackets(
+        PacketStore(),
+        packet_cache(),
+        durability(),
+        id_generator().next_id,
+        ledger(),
+        delay_queue(),
+        cfg.rebuild_hold_ms,
+        log_hold(),
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -172,8 +191,10 @@ def redpacket_persister() -> RedPacketPersister:
 @functools.lru_cache(maxsize=1)
 def writer() -> Writer:
     """Every registered feature's persisters, by the event type each persists."""
-    return Writer({event_type: persister for feature in registered() for event_type, persister in feature.persisters().items()},
-                  outbox())
+    return Writer(
+        {event_type: persister for feature in registered() for event_type, persister in feature.persisters().items()},
+        outbox(),
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -203,8 +224,14 @@ def reconciler() -> Reconciler:
 @functools.lru_cache(maxsize=1)
 def delay_queue() -> DelayQueue:
     cfg = settings()
-    return DelayQueue(lua(), cfg.delay_visibility_ms, cfg.delay_max_deliveries, cfg.delay_retry_base_ms,
-                      cfg.delay_retry_cap_ms, cfg.delay_max_queue_size)
+    return DelayQueue(
+        lua(),
+        cfg.delay_visibility_ms,
+        cfg.delay_max_deliveries,
+        cfg.delay_retry_base_ms,
+        cfg.delay_retry_cap_ms,
+        cfg.delay_max_queue_size,
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -215,8 +242,16 @@ def inbox() -> Inbox:
 
 @functools.lru_cache(maxsize=1)
 def payment_orders() -> PaymentOrders:
-    return PaymentOrders(PaymentOrderStore(), ledger(), delay_queue(), inbox(), id_generator(), lock(),
-                         settings().reminder_before_close_s, pay_horizon_ms=ledger_store().idempotency_stale_ms)
+    return PaymentOrders(
+        PaymentOrderStore(),
+        ledger(),
+        delay_queue(),
+        inbox(),
+        id_generator(),
+        lock(),
+        settings().reminder_before_close_s,
+        pay_horizon_ms=ledger_store().idempotency_stale_ms,
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -238,13 +273,27 @@ def delay_drainer() -> Drainer:
 def operations() -> Operations:
     cfg = settings()
     client = lua().client
-    transport = Transport(streamed=cfg.event_transport == "redis-stream", topic=cfg.kafka_topic,
-                          republish=publisher.republish, read=publisher.read, shards=cfg.stream_shards,
-                          append_to_stream=lambda stream, value: client.xadd(stream, {"e": value}))
-    return Operations(outbox=outbox(), streams=EventStreams(client, cfg.stream_group), webhooks=webhooks(),
-                      delay_queue=delay_queue(), delay_queues=lambda: sorted(delay_handlers()), ledger_store=ledger_store(),
-                      cursors=Cursors(client), part_names=lambda: [part.name for part in reconciler().parts],
-                      transport=transport, lua=lua(), ops_log=OpsLog())
+    transport = Transport(
+        streamed=cfg.event_transport == "redis-stream",
+        topic=cfg.kafka_topic,
+        republish=publisher.republish,
+        read=publisher.read,
+        shards=cfg.stream_shards,
+        append_to_stream=lambda stream, value: client.xadd(stream, {"e": value}),
+    )
+    return Operations(
+        outbox=outbox(),
+        streams=EventStreams(client, cfg.stream_group),
+        webhooks=webhooks(),
+        delay_queue=delay_queue(),
+        delay_queues=lambda: sorted(delay_handlers()),
+        ledger_store=ledger_store(),
+        cursors=Cursors(client),
+        part_names=lambda: [part.name for part in reconciler().parts],
+        transport=transport,
+        lua=lua(),
+        ops_log=OpsLog(),
+    )
 
 
 def stream_consumer(name: str) -> StreamConsumer:

@@ -1,6 +1,7 @@
 """EventBridge-scheduled reconciler: compensate stale pending entries, correct or evict stale caches,
 and publish the pending gauge. Each part works within its own budget and continues next run where it stopped;
 a part that failed is logged and counted (ReconcilerFailedParts) while the others run."""
+
 from __future__ import annotations
 
 import time

@@ -2,6 +2,7 @@
 discovers the MSK brokers (returned as BootstrapBrokers for the other functions), creates the ledger topic and its
 dead-letter topic when missing, and applies the schema migrations. Every step is idempotent; Delete does nothing
 (the data outlives the stack: the DB and Redis are snapshotted, the secrets retained)."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,11 @@ def run(env=os.environ) -> dict:
     if cfg.event_transport == "kafka":
         if env.get("MSK_CLUSTER_ARN"):
             out["BootstrapBrokers"] = topics.bootstrap_brokers(env["MSK_CLUSTER_ARN"])
-        created = topics.ensure_topics(with_values(cfg, kafka_bootstrap=out["BootstrapBrokers"]),
-                                       [cfg.kafka_topic, topics.dead_letter_topic(cfg.kafka_topic)],
-                                       int(env.get("KAFKA_PARTITIONS", "6")))
+        created = topics.ensure_topics(
+            with_values(cfg, kafka_bootstrap=out["BootstrapBrokers"]),
+            [cfg.kafka_topic, topics.dead_letter_topic(cfg.kafka_topic)],
+            int(env.get("KAFKA_PARTITIONS", "6")),
+        )
         out["TopicsCreated"] = ",".join(created)
     conn = db.connect(with_values(cfg, db_name=""))  # the database itself may not exist yet
     try:
@@ -38,12 +41,20 @@ def run(env=os.environ) -> dict:
 
 def _answer(event: dict, context, status: str, data: dict, reason: str = "") -> None:
     """The custom resource's answer: a PUT of the result to CloudFormation's pre-signed S3 URL."""
-    body = json.dumps({"Status": status, "Reason": reason or f"see log stream {context.log_stream_name}",
-                       "PhysicalResourceId": event.get("PhysicalResourceId") or f"{event['StackId']}-setup",
-                       "StackId": event["StackId"], "RequestId": event["RequestId"],
-                       "LogicalResourceId": event["LogicalResourceId"], "Data": data}).encode()
-    request = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
-                                     headers={"Content-Type": "", "Content-Length": str(len(body))})
+    body = json.dumps(
+        {
+            "Status": status,
+            "Reason": reason or f"see log stream {context.log_stream_name}",
+            "PhysicalResourceId": event.get("PhysicalResourceId") or f"{event['StackId']}-setup",
+            "StackId": event["StackId"],
+            "RequestId": event["RequestId"],
+            "LogicalResourceId": event["LogicalResourceId"],
+            "Data": data,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        event["ResponseURL"], data=body, method="PUT", headers={"Content-Type": "", "Content-Length": str(len(body))}
+    )
     with urllib.request.urlopen(request, timeout=30):
         pass
 

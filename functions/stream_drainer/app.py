@@ -5,6 +5,7 @@ persists and acknowledges until STOP_BEFORE_TIMEOUT_MS before its timeout. With 
 schedule and a 60 s timeout, one run follows the other and an event waits at most one BLOCK
 (STREAM_BLOCK_MS) plus a batch commit, except in the few seconds between two runs. With the Kafka
 transport it returns at once (MSK triggers the writer instead)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict

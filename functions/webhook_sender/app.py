@@ -2,6 +2,7 @@
 path wrote with their bookings (hotledger.webhooks), in order per account per endpoint, until shortly before its
 timeout. In the VPC (it reads the DB); the endpoints are reached through the VPC's NAT (PrivateEgress=nat).
 Metrics: WebhooksDelivered, WebhooksRetried, WebhooksDeadLettered (alarm on > 0: an endpoint failed for 3 days)."""
+
 from __future__ import annotations
 
 from aws_lambda_powertools.metrics import MetricUnit

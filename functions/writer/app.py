@@ -2,6 +2,7 @@
 service: see outbox/events.py), persist the rest in
 one transaction. Any transient failure (DB or Redis down) raises, so the whole batch is retried and,
 because persisting is idempotent, a retry or re-delivery changes nothing twice."""
+
 from __future__ import annotations
 
 import binascii
@@ -25,10 +26,17 @@ gc.freeze()
 def msk_records(event: dict) -> list[RawRecord]:
     """The records of an MSK event in partition order, base64 decoded."""
     # binascii.a2b_base64 is base64.b64decode without its per-call argument handling (a tenth of a batch's decode)
-    return [RawRecord(record["topic"], record["partition"], record["offset"],
-                      binascii.a2b_base64(record["key"]) if record.get("key") else None,
-                      binascii.a2b_base64(record["value"]) if record.get("value") else None)
-            for records in event.get("records", {}).values() for record in records]
+    return [
+        RawRecord(
+            record["topic"],
+            record["partition"],
+            record["offset"],
+            binascii.a2b_base64(record["key"]) if record.get("key") else None,
+            binascii.a2b_base64(record["value"]) if record.get("value") else None,
+        )
+        for records in event.get("records", {}).values()
+        for record in records
+    ]
 
 
 def last_offsets(records: list[RawRecord]) -> dict[tuple[str, int], int]:
@@ -55,7 +63,14 @@ def handler(event: dict, context) -> dict:
     metrics.add_metric(name="CreditFailures", unit=MetricUnit.Count, value=report.credit_failed)
     if report.dead_lettered:
         logger.error("dead-lettered records", extra={"count": report.dead_lettered})
-    logger.info("batch persisted", extra={"applied": report.applied, "duplicates": report.duplicates,
-                                          "rolled_back": report.rolled_back, "flagged": report.flagged_accounts})
+    logger.info(
+        "batch persisted",
+        extra={
+            "applied": report.applied,
+            "duplicates": report.duplicates,
+            "rolled_back": report.rolled_back,
+            "flagged": report.flagged_accounts,
+        },
+    )
     # whole-batch contract: success means every record is either persisted, a harmless duplicate or dead-lettered
     return {"batchItemFailures": []}

@@ -1,5 +1,6 @@
 """API events: HTTP on the runtime's port turned into API Gateway REST proxy events, each worker process handling one
 request at a time like Lambda, the API's Lambda authorizer run first as API Gateway runs it (gateway.py)."""
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,9 @@ def _api_request_handler(fn: template.Function, handler, gate: gateway.Gate | No
                 result = handler(event, events.LambdaContext(fn.name, fn.timeout_s))
             except Exception:  # Lambda answers 502 when the function itself crashes
                 log.exception("function %s failed", fn.name)
-                return self._send(502, {"Content-Type": "application/json"}, json.dumps({"message": "Internal server error"}))
+                return self._send(
+                    502, {"Content-Type": "application/json"}, json.dumps({"message": "Internal server error"})
+                )
             out_headers = dict(result.get("headers") or {})
             for name, values in (result.get("multiValueHeaders") or {}).items():
                 out_headers[name] = ", ".join(values)
@@ -59,8 +62,11 @@ def _api_request_handler(fn: template.Function, handler, gate: gateway.Gate | No
             length = int(self.headers.get("Content-Length") or 0)
             if length:
                 self.rfile.read(length)
-            self._send(403, {"Content-Type": "application/json", "x-amzn-ErrorType": "MissingAuthenticationTokenException"},
-                       json.dumps({"message": "Missing Authentication Token"}))
+            self._send(
+                403,
+                {"Content-Type": "application/json", "x-amzn-ErrorType": "MissingAuthenticationTokenException"},
+                json.dumps({"message": "Missing Authentication Token"}),
+            )
 
         def __getattr__(self, name: str):
             if name.startswith("do_"):  # http.server would answer 501 for a method without a do_ handler
@@ -77,12 +83,22 @@ def _gate(fn: template.Function, authorizer: template.ApiAuthorizer | None, func
     if authorizer is None:
         return None
     authorizer_fn = next(f for f in functions if f.name == authorizer.function)
-    return gateway.Gate(authorizer, load_handler(authorizer_fn), fn.public_routes,
-                        lambda: events.LambdaContext(authorizer_fn.name, authorizer_fn.timeout_s))
+    return gateway.Gate(
+        authorizer,
+        load_handler(authorizer_fn),
+        fn.public_routes,
+        lambda: events.LambdaContext(authorizer_fn.name, authorizer_fn.timeout_s),
+    )
 
 
-def start_api_workers(fn: template.Function, host: str, port: int, workers: int, authorizer: template.ApiAuthorizer | None,
-                      functions: list[template.Function]) -> list[int]:
+def start_api_workers(
+    fn: template.Function,
+    host: str,
+    port: int,
+    workers: int,
+    authorizer: template.ApiAuthorizer | None,
+    functions: list[template.Function],
+) -> list[int]:
     listener = socket.create_server((host, port), backlog=1024, reuse_port=False)
     pids = []
     for _ in range(workers):

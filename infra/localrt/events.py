@@ -1,4 +1,5 @@
 """Event shapes Lambda receives, built the way API Gateway, MSK and EventBridge build them."""
+
 from __future__ import annotations
 
 import base64
@@ -9,9 +10,16 @@ from datetime import UTC, datetime
 from urllib.parse import parse_qs
 
 
-def api_gateway_proxy(method: str, path: str, body: str | bytes | None = None, headers: dict | None = None,
-                      query: str = "", stage: str = "v1", source_ip: str = "127.0.0.1",
-                      authorizer: dict | None = None) -> dict:
+def api_gateway_proxy(
+    method: str,
+    path: str,
+    body: str | bytes | None = None,
+    headers: dict | None = None,
+    query: str = "",
+    stage: str = "v1",
+    source_ip: str = "127.0.0.1",
+    authorizer: dict | None = None,
+) -> dict:
     """A REST API (v1 payload) proxy event for the `/{proxy+}` resource; `authorizer` is what the API's Lambda
     authorizer returned (principalId and its context), absent when no authorizer ran."""
     headers = dict(headers or {})
@@ -53,23 +61,33 @@ def api_gateway_proxy(method: str, path: str, body: str | bytes | None = None, h
     }
 
 
-def msk(topic: str, records: list[tuple[int, int, bytes | None, bytes | None, int]],
-        cluster_arn: str = "arn:aws:kafka:us-east-1:000000000000:cluster/local/00000000-0000-0000-0000-000000000000-1",
-        bootstrap: str = "127.0.0.1:9092") -> dict:
+def msk(
+    topic: str,
+    records: list[tuple[int, int, bytes | None, bytes | None, int]],
+    cluster_arn: str = "arn:aws:kafka:us-east-1:000000000000:cluster/local/00000000-0000-0000-0000-000000000000-1",
+    bootstrap: str = "127.0.0.1:9092",
+) -> dict:
     """An MSK event: records given as (partition, offset, key, value, timestamp_ms), grouped per partition."""
     grouped: dict[str, list] = {}
     for partition, offset, key, value, ts in records:
-        grouped.setdefault(f"{topic}-{partition}", []).append({
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
-            "timestamp": ts,
-            "timestampType": "CREATE_TIME",
-            "key": base64.b64encode(key).decode() if key is not None else None,
-            "value": base64.b64encode(value).decode() if value is not None else None,
-            "headers": [],
-        })
-    return {"eventSource": "aws:kafka", "eventSourceArn": cluster_arn, "bootstrapServers": bootstrap, "records": grouped}
+        grouped.setdefault(f"{topic}-{partition}", []).append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "offset": offset,
+                "timestamp": ts,
+                "timestampType": "CREATE_TIME",
+                "key": base64.b64encode(key).decode() if key is not None else None,
+                "value": base64.b64encode(value).decode() if value is not None else None,
+                "headers": [],
+            }
+        )
+    return {
+        "eventSource": "aws:kafka",
+        "eventSourceArn": cluster_arn,
+        "bootstrapServers": bootstrap,
+        "records": grouped,
+    }
 
 
 def scheduled(rule_arn: str = "arn:aws:events:us-east-1:000000000000:rule/hotledger-reconcile") -> dict:

@@ -7,6 +7,7 @@ The contract emulated (API Gateway REST, Lambda authorizer, TOKEN):
 - the authorizer raises "Unauthorized": UNAUTHORIZED; any other failure: AUTHORIZER_FAILURE (500 unless configured);
 - a policy that does not allow the method (or denies it): ACCESS_DENIED (403);
 - allowed: the function gets principalId and the returned context in requestContext.authorizer."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -17,9 +18,11 @@ from dataclasses import dataclass
 from infra.localrt import template
 
 log = logging.getLogger("localrt")
-_DEFAULT_RESPONSES = {"UNAUTHORIZED": (401, '{"message":"Unauthorized"}'),
-                      "ACCESS_DENIED": (403, '{"message":"User is not authorized to access this resource"}'),
-                      "AUTHORIZER_FAILURE": (500, '{"message":null}')}
+_DEFAULT_RESPONSES = {
+    "UNAUTHORIZED": (401, '{"message":"Unauthorized"}'),
+    "ACCESS_DENIED": (403, '{"message":"User is not authorized to access this resource"}'),
+    "AUTHORIZER_FAILURE": (500, '{"message":null}'),
+}
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,9 @@ class Gate:
         method_arn = f"arn:aws:execute-api:us-east-1:000000000000:local/v1/{method}{path}"
         started = time.monotonic()
         try:
-            answer = self.authorizer({"type": "TOKEN", "authorizationToken": token, "methodArn": method_arn}, self.context())
+            answer = self.authorizer(
+                {"type": "TOKEN", "authorizationToken": token, "methodArn": method_arn}, self.context()
+            )
         except Exception as exc:
             if str(exc) == "Unauthorized":
                 return self._refuse("UNAUTHORIZED")
@@ -55,8 +60,11 @@ class Gate:
             return self._refuse("AUTHORIZER_FAILURE")
         if not _allows(answer.get("policyDocument") or {}, method_arn):
             return self._refuse("ACCESS_DENIED")
-        return {**(answer.get("context") or {}), "principalId": answer["principalId"],
-                "integrationLatency": int((time.monotonic() - started) * 1000)}
+        return {
+            **(answer.get("context") or {}),
+            "principalId": answer["principalId"],
+            "integrationLatency": int((time.monotonic() - started) * 1000),
+        }
 
 
 def _allows(policy: dict, method_arn: str) -> bool:
@@ -69,4 +77,3 @@ def _allows(policy: dict, method_arn: str) -> bool:
                 return False
             allowed = allowed or statement.get("Effect") == "Allow"
     return allowed
-

@@ -1,5 +1,6 @@
 """What every kind of local trigger needs: a function's handler loaded as Lambda loads it, and signals noted for a
 main loop to act on."""
+
 from __future__ import annotations
 
 import importlib

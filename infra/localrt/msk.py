@@ -1,5 +1,6 @@
 """MSK events: a poller per partition delivers MSK-shaped batches to the function under the template's error contract
 (MskPoller._deliver), and the trigger process that starts them once the broker is there."""
+
 from __future__ import annotations
 
 import collections
@@ -31,8 +32,15 @@ class MskPoller(threading.Thread):
     # how long a poller waits for an offset missing between records it fetched (see _up_to_hole)
     HOLE_WAIT_S = 2.0
 
-    def __init__(self, fn: template.Function, bootstrap: str, stop: threading.Event, partition: int, handler=None,
-                 pollers: int = 1):
+    def __init__(
+        self,
+        fn: template.Function,
+        bootstrap: str,
+        stop: threading.Event,
+        partition: int,
+        handler=None,
+        pollers: int = 1,
+    ):
         super().__init__(name=f"msk-{fn.name}-{partition}", daemon=True)
         self.fn, self.bootstrap, self.stop_event, self.partition, self.pollers = fn, bootstrap, stop, partition, pollers
         self.handler = handler or load_handler(fn)  # imported in the main thread: see Scheduler
@@ -62,9 +70,13 @@ class MskPoller(threading.Thread):
 
         cfg = self.fn.msk
         consumer = KafkaConsumer(
-            bootstrap_servers=self.bootstrap.split(","), group_id=cfg["group_id"],
-            enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=cfg["batch_size"],
-            max_poll_interval_ms=900000, fetch_max_wait_ms=100,
+            bootstrap_servers=self.bootstrap.split(","),
+            group_id=cfg["group_id"],
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=cfg["batch_size"],
+            max_poll_interval_ms=900000,
+            fetch_max_wait_ms=100,
             security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
         )
         self._follow_partitions(consumer)  # each starts at the group's committed offset
@@ -97,8 +109,12 @@ class MskPoller(threading.Thread):
         known, self.topic_id = self.topic_id, topic_id or self.topic_id
         if known is None or topic_id is None or topic_id == known:
             return False
-        log.warning("%s poller %d: the topic was made again (the broker lost its log); reading its partitions again "
-                    "from their beginning", self.fn.name, self.partition)
+        log.warning(
+            "%s poller %d: the topic was made again (the broker lost its log); reading its partitions again "
+            "from their beginning",
+            self.fn.name,
+            self.partition,
+        )
         self._follow_partitions(consumer)
         consumer.seek_to_beginning()
         return True
@@ -133,8 +149,14 @@ class MskPoller(threading.Thread):
         if end >= position:
             consumer.seek(tp, position)
             return
-        log.warning("%s partition %d: the broker's log ends at %d, before this consumer's position %d (the broker "
-                    "lost its log); reading the partition again from its beginning", self.fn.name, tp.partition, end, position)
+        log.warning(
+            "%s partition %d: the broker's log ends at %d, before this consumer's position %d (the broker "
+            "lost its log); reading the partition again from its beginning",
+            self.fn.name,
+            tp.partition,
+            end,
+            position,
+        )
         consumer.seek_to_beginning(tp)
 
     def _poll_once(self, consumer, handler) -> None:
@@ -164,7 +186,11 @@ class MskPoller(threading.Thread):
             else:
                 rewind[tp] = record.offset
         if commit:
-            log.info("batch of %d handled; committing %s", len(batch), {f"{t.topic}-{t.partition}": o.offset for t, o in commit.items()})
+            log.info(
+                "batch of %d handled; committing %s",
+                len(batch),
+                {f"{t.topic}-{t.partition}": o.offset for t, o in commit.items()},
+            )
             time.sleep(self.commit_delay_s)
             consumer.commit(commit)
         for tp, offset in rewind.items():
@@ -207,8 +233,10 @@ class MskPoller(threading.Thread):
             settled |= {(r.partition, r.offset) for r in records} - {(r.partition, r.offset) for r in again}
             if 0 <= cfg["max_retries"] <= retries:  # the failed records go; the others of the last attempt are done
                 settled |= {(r.partition, r.offset) for r in again} - failed
-                settled |= self._give_up([r for r in again if (r.partition, r.offset) in failed],
-                                         f"MaximumRetryAttempts ({cfg['max_retries']}) exhausted")
+                settled |= self._give_up(
+                    [r for r in again if (r.partition, r.offset) in failed],
+                    f"MaximumRetryAttempts ({cfg['max_retries']}) exhausted",
+                )
                 continue
             self.stop_event.wait(backoff)
             backoff = min(backoff * 2, 60.0)
@@ -226,12 +254,19 @@ class MskPoller(threading.Thread):
         from kafka import KafkaProducer
 
         services.ensure_topic(self.bootstrap, topic, 1)
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap.split(","), acks="all",
-                                 security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"))
+        producer = KafkaProducer(
+            bootstrap_servers=self.bootstrap.split(","),
+            acks="all",
+            security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
+        )
         try:
             for r in records:
-                meta = [("source-topic", r.topic.encode()), ("source-partition", str(r.partition).encode()),
-                        ("source-offset", str(r.offset).encode()), ("failure-reason", reason.encode())]
+                meta = [
+                    ("source-topic", r.topic.encode()),
+                    ("source-partition", str(r.partition).encode()),
+                    ("source-offset", str(r.offset).encode()),
+                    ("failure-reason", reason.encode()),
+                ]
                 producer.send(topic, key=r.key, value=r.value, headers=list(r.headers or []) + meta)
             producer.flush(timeout=30)
         finally:
@@ -246,7 +281,9 @@ class MskPoller(threading.Thread):
             if remaining_ms <= 0 and batch:
                 break
             expected = {tp: consumer.position(tp) for tp in consumer.assignment()}
-            polled = consumer.poll(timeout_ms=max(remaining_ms, 200 if not batch else 0), max_records=cfg["batch_size"] - len(batch))
+            polled = consumer.poll(
+                timeout_ms=max(remaining_ms, 200 if not batch else 0), max_records=cfg["batch_size"] - len(batch)
+            )
             for tp, records in polled.items():
                 batch.extend(self._up_to_hole(consumer, tp, expected.get(tp), records))
             if not polled and time.monotonic() >= deadline:
@@ -268,8 +305,14 @@ class MskPoller(threading.Thread):
                 if time.monotonic() - self.holes[tp][1] < self.HOLE_WAIT_S:
                     consumer.seek(tp, expected)
                     return taken
-                log.warning("%s partition %d: offsets %d-%d never came; going on from %d", self.fn.name, tp.partition,
-                            expected, record.offset - 1, record.offset)
+                log.warning(
+                    "%s partition %d: offsets %d-%d never came; going on from %d",
+                    self.fn.name,
+                    tp.partition,
+                    expected,
+                    record.offset - 1,
+                    record.offset,
+                )
             self.holes.pop(tp, None)
             taken.append(record)
             expected = record.offset + 1
@@ -277,7 +320,9 @@ class MskPoller(threading.Thread):
 
     def _invoke(self, handler, topic: str, batch: list) -> tuple[set, bool]:
         """One invocation: the records reported failed (all of them when the function raised), and whether it raised."""
-        event = events.msk(topic, [(r.partition, r.offset, r.key, r.value, r.timestamp) for r in batch], bootstrap=self.bootstrap)
+        event = events.msk(
+            topic, [(r.partition, r.offset, r.key, r.value, r.timestamp) for r in batch], bootstrap=self.bootstrap
+        )
         try:
             response = handler(event, events.LambdaContext(self.fn.name, self.fn.timeout_s))
         except Exception:
@@ -286,7 +331,10 @@ class MskPoller(threading.Thread):
         if not self.fn.msk["partial_batch"]:
             return set(), False
         failures = (response or {}).get("batchItemFailures") or []
-        return {(int(f["itemIdentifier"]["partition"].rsplit("-", 1)[1]), int(f["itemIdentifier"]["offset"])) for f in failures}, False
+        return {
+            (int(f["itemIdentifier"]["partition"].rsplit("-", 1)[1]), int(f["itemIdentifier"]["offset"]))
+            for f in failures
+        }, False
 
 
 def start_msk_pollers(fn: template.Function, bootstrap: str, partitions: list[int], handler) -> list[int]:
@@ -328,8 +376,14 @@ def start_msk_trigger(fn: template.Function, bootstrap: str) -> int:
         services.ensure_topic(bootstrap, fn.msk["topic"], services.LOCAL_PARTITIONS)
         partitions = services.topic_partitions(bootstrap, fn.msk["topic"])
         pollers = start_msk_pollers(fn, bootstrap, partitions, handler_module)
-        log.info("%s: MSK topic %s, %d partitions (a poller each), batch %d, window %.1fs", fn.name, fn.msk["topic"],
-                 len(partitions), fn.msk["batch_size"], fn.msk["window_s"])
+        log.info(
+            "%s: MSK topic %s, %d partitions (a poller each), batch %d, window %.1fs",
+            fn.name,
+            fn.msk["topic"],
+            len(partitions),
+            fn.msk["batch_size"],
+            fn.msk["window_s"],
+        )
         while not signalled and not any(os.waitpid(p, os.WNOHANG)[0] for p in pollers):
             time.sleep(0.2)
         for poller in pollers:

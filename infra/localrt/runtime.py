@@ -17,6 +17,7 @@ It reads template.yaml and runs the very same handlers:
 Layers are "mounted" by pointing LUA_DIR at the layer's ContentUri. One module each: api_workers.py, msk.py,
 scheduler.py (handlers.py: what they share); this one reads the template and starts them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,8 +82,11 @@ def main(argv=None) -> int:
                 # (test stacks, benchmarks) neither share its offsets nor hold members in it (a group with members
                 # refuses the commits of consumers assigned their partitions)
                 # and its dead-letter topic follows it, as the template's ${KafkaTopic}.dead-letter does
-                fn.msk.update(topic=topic, group_id=f"{fn.msk['group_id']}.{topic}",
-                              dead_letter_topic=fn.msk["dead_letter_topic"] and f"{topic}.dead-letter")
+                fn.msk.update(
+                    topic=topic,
+                    group_id=f"{fn.msk['group_id']}.{topic}",
+                    dead_letter_topic=fn.msk["dead_letter_topic"] and f"{topic}.dead-letter",
+                )
             children.append(start_msk_trigger(fn, bootstrap))
     if issuer is not None:
         issuer.serve_in_thread()

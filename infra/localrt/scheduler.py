@@ -1,4 +1,5 @@
 """Schedule events: a scheduled function invoked at its rate (or every HOTLEDGER_LOCAL_SCHEDULE_RATE_S seconds)."""
+
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,6 @@
 """Read what the local runtime needs from template.yaml: functions, their events and the Lua layer, and the API's
 authorizer with its gateway responses."""
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,12 @@ def rate_seconds(expression: str) -> float:
 
 
 # what `sam deploy` would give the pseudo parameters locally (samconfig.toml's default stack name)
-PSEUDO = {"AWS::StackName": os.environ.get("HOTLEDGER_STACK_NAME", "hotledger"), "AWS::Region": "us-east-1",
-          "AWS::AccountId": "000000000000", "AWS::Partition": "aws"}
+PSEUDO = {
+    "AWS::StackName": os.environ.get("HOTLEDGER_STACK_NAME", "hotledger"),
+    "AWS::Region": "us-east-1",
+    "AWS::AccountId": "000000000000",
+    "AWS::Partition": "aws",
+}
 _SUB = re.compile(r"\$\{([^}]+)\}")
 
 
@@ -89,6 +94,7 @@ def _read(path: Path) -> dict:
 @dataclass
 class ApiAuthorizer:
     """The API's default Lambda authorizer (TOKEN payload) and the gateway responses API Gateway answers with."""
+
     function: str  # the authorizer function's resource name
     header: str
     validation: re.Pattern | None
@@ -109,10 +115,16 @@ def api_authorizer(path: Path) -> ApiAuthorizer | None:
             raise ValueError(f"only TOKEN authorizers run locally, {default} is not one")
         identity = spec.get("Identity") or {}
         expression = identity.get("ValidationExpression")
-        responses = {kind: (int(r.get("StatusCode", 0)), (r.get("ResponseTemplates") or {}).get("application/json", ""))
-                     for kind, r in (props.get("GatewayResponses") or {}).items()}
-        return ApiAuthorizer(function=spec["FunctionArn"]["GetAtt"].split(".")[0], header=identity.get("Header", "Authorization"),
-                             validation=re.compile(expression) if expression else None, gateway_responses=responses)
+        responses = {
+            kind: (int(r.get("StatusCode", 0)), (r.get("ResponseTemplates") or {}).get("application/json", ""))
+            for kind, r in (props.get("GatewayResponses") or {}).items()
+        }
+        return ApiAuthorizer(
+            function=spec["FunctionArn"]["GetAtt"].split(".")[0],
+            header=identity.get("Header", "Authorization"),
+            validation=re.compile(expression) if expression else None,
+            gateway_responses=responses,
+        )
     return None
 
 

@@ -1,5 +1,6 @@
 """End to end over HTTP on the local runtime: API workers, the MSK consumer and the schedule, all as
 real processes against real Redis, MariaDB and the Kafka-protocol broker."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,16 @@ from infra import services
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    svc = LocalService(services.free_port(), {"HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "2", "RECONCILE_AGE_S": "60",
-                                      "HOTLEDGER_API_WORKERS": "4", "REMINDER_BEFORE_CLOSE_S": "3"}, tmp_path_factory.mktemp("e2e") / "runtime.log")
+    svc = LocalService(
+        services.free_port(),
+        {
+            "HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "2",
+            "RECONCILE_AGE_S": "60",
+            "HOTLEDGER_API_WORKERS": "4",
+            "REMINDER_BEFORE_CLOSE_S": "3",
+        },
+        tmp_path_factory.mktemp("e2e") / "runtime.log",
+    )
     svc.start()
     yield svc
     svc.stop()
@@ -37,10 +46,14 @@ def test_create_recharge_deduct_until_persisted(service, sql, redis_client):
     status, order = service.request("POST", f"/accounts/{user_id}/deduct", {"amount": "12.34"})
     assert status == 200 and order["balance"] == "87.66"
     service.wait_until(lambda: _persisted(service, user_id, order["order_id"]), 60, "the order to be persisted")
-    service.wait_until(lambda: service.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0, 30, "pending 0")
+    service.wait_until(
+        lambda: service.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0, 30, "pending 0"
+    )
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((8766,),)
     assert redis_client.hget(keys.balance(user_id), "balance") == b"8766"
-    assert sql("SELECT amount, balance, mode FROM t_order WHERE id = %s", (int(order["order_id"]),)) == ((1234, 8766, "ASYNC"),)
+    assert sql("SELECT amount, balance, mode FROM t_order WHERE id = %s", (int(order["order_id"]),)) == (
+        (1234, 8766, "ASYNC"),
+    )
 
 
 def test_bad_input_over_http_changes_nothing(service):
@@ -67,8 +80,11 @@ def test_thousand_parallel_deducts_on_five_hundred(service, sql, redis_client):
     assert set(statuses) <= {200, 402, 403}
     assert len({body["order_id"] for status, body in answers if status == 200}) == 500
     assert service.request("GET", f"/accounts/{user_id}")[1]["balance"] == "0.00"
-    service.wait_until(lambda: sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,))[0][0] == 500, 90,
-                       "500 orders in the DB")
+    service.wait_until(
+        lambda: sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,))[0][0] == 500,
+        90,
+        "500 orders in the DB",
+    )
     service.wait_until(lambda: redis_client.zcard(keys.pending(user_id)) == 0, 30, "nothing pending")
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((0,),)
 
@@ -96,8 +112,12 @@ def test_order_close_reminder_reaches_the_inbox_once_and_on_time(service):
 
 def test_api_key_is_required_when_configured(tmp_path):
     """API Gateway's usage-plan check, as the local runtime applies it when HOTLEDGER_API_KEY is set."""
-    svc = LocalService(services.free_port(), {"HOTLEDGER_API_KEY": "k-123", "HOTLEDGER_API_WORKERS": "1"}, tmp_path / "keyed.log",
-                       ("--no-msk", "--no-schedules"))
+    svc = LocalService(
+        services.free_port(),
+        {"HOTLEDGER_API_KEY": "k-123", "HOTLEDGER_API_WORKERS": "1"},
+        tmp_path / "keyed.log",
+        ("--no-msk", "--no-schedules"),
+    )
     try:
         svc.start(wait_http=False)
         LocalService.wait_until(lambda: svc.request("GET", "/openapi.json")[0] == 403, 30, "the keyed API to answer")
@@ -111,7 +131,7 @@ def test_no_function_failed_while_serving(service):
     """Last in this module: every invocation the runtime made for the tests above (API, MSK writer,
     schedules) returned without an exception."""
     log = service.log_text()
-    assert "Traceback" not in log, log[log.index("Traceback") - 300:log.index("Traceback") + 2000]
+    assert "Traceback" not in log, log[log.index("Traceback") - 300 : log.index("Traceback") + 2000]
 
 
 def test_a_recharge_published_straight_to_the_topic_is_dead_lettered_by_the_msk_consumer(service, sql, settings):
@@ -122,17 +142,38 @@ def test_a_recharge_published_straight_to_the_topic_is_dead_lettered_by_the_msk_
     status, body = service.request("POST", "/accounts", {"user_name": f"e2e-forge-{os.getpid()}"})
     user_id = body["user_id"]
     assert service.request("POST", f"/accounts/{user_id}/recharge", {"amount": "10.00"})[0] == 200
-    service.wait_until(lambda: service.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0, 60, "persisted")
-    (balance, version), = sql("SELECT balance, version FROM t_account WHERE user_id = %s", (user_id,))
-    forged = {"type": "ledger", "id": 9_000_000_000_000 + user_id, "kind": "R", "user_id": user_id,
-              "amount": 100_000_000, "balance_after": balance + 100_000_000, "version": version + 1, "epoch": "forged",
-              "ts": int(time.time() * 1000), "open": "1", "idem_key": None}
+    service.wait_until(
+        lambda: service.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0, 60, "persisted"
+    )
+    ((balance, version),) = sql("SELECT balance, version FROM t_account WHERE user_id = %s", (user_id,))
+    forged = {
+        "type": "ledger",
+        "id": 9_000_000_000_000 + user_id,
+        "kind": "R",
+        "user_id": user_id,
+        "amount": 100_000_000,
+        "balance_after": balance + 100_000_000,
+        "version": version + 1,
+        "epoch": "forged",
+        "ts": int(time.time() * 1000),
+        "open": "1",
+        "idem_key": None,
+    }
     producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap.split(","), acks="all")
     producer.send(settings.kafka_topic, key=str(user_id).encode(), value=json.dumps(forged).encode()).get(timeout=30)
     producer.close()
-    service.wait_until(lambda: sql("SELECT error FROM t_dead_letter WHERE record_key = %s AND topic = %s",
-                                   (str(user_id).encode(), settings.kafka_topic)), 60, "the forged record dead-lettered")
-    ((error,),) = sql("SELECT error FROM t_dead_letter WHERE record_key = %s AND topic = %s", (str(user_id).encode(), settings.kafka_topic))
+    service.wait_until(
+        lambda: sql(
+            "SELECT error FROM t_dead_letter WHERE record_key = %s AND topic = %s",
+            (str(user_id).encode(), settings.kafka_topic),
+        ),
+        60,
+        "the forged record dead-lettered",
+    )
+    ((error,),) = sql(
+        "SELECT error FROM t_dead_letter WHERE record_key = %s AND topic = %s",
+        (str(user_id).encode(), settings.kafka_topic),
+    )
     assert error.startswith("forged: the record carries no signature")
     status, order = service.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
     assert status == 200 and order["balance"] == "9.00"
@@ -143,8 +184,14 @@ def test_a_recharge_published_straight_to_the_topic_is_dead_lettered_by_the_msk_
 
 def _ops(service, *args: str) -> subprocess.CompletedProcess:
     """`hotledger ops` against this runtime, as an operator runs it (`make ops ARGS=...`)."""
-    return subprocess.run([sys.executable, "-m", "infra.ops", "--api", service.base, *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "infra.ops", "--api", service.base, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def test_the_operators_console_over_http(service):
@@ -152,7 +199,9 @@ def test_the_operators_console_over_http(service):
     status, body = service.request("POST", "/accounts", {"user_name": f"e2e-ops-{os.getpid()}"})
     user_id = body["user_id"]
     assert service.request("POST", f"/accounts/{user_id}/recharge", {"amount": "5.00"})[0] == 200
-    service.wait_until(lambda: service.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0, 60, "persisted")
+    service.wait_until(
+        lambda: service.request("GET", f"/accounts/{user_id}")[1]["pending_orders"] == 0, 60, "persisted"
+    )
 
     shown = _ops(service, "--json", "account", str(user_id))
     assert shown.returncode == 0, shown.stderr
@@ -161,11 +210,20 @@ def test_the_operators_console_over_http(service):
     table = _ops(service, "account", str(user_id))
     assert table.returncode == 0 and f"account {user_id}: agrees" in table.stdout, table.stdout + table.stderr
 
-    service.wait_until(lambda: all(p["last_run"] for p in json.loads(_ops(service, "--json", "reconciler").stdout)), 60,
-                       "every reconciler part to have run on the schedule")
+    service.wait_until(
+        lambda: all(p["last_run"] for p in json.loads(_ops(service, "--json", "reconciler").stdout)),
+        60,
+        "every reconciler part to have run on the schedule",
+    )
     assert _ops(service, "reconciler").returncode == 0
     listed = _ops(service, "--json", "dead-letters")
-    assert listed.returncode == 0 and set(json.loads(listed.stdout)) == {"writer", "topic", "stream", "webhook", "delay"}
+    assert listed.returncode == 0 and set(json.loads(listed.stdout)) == {
+        "writer",
+        "topic",
+        "stream",
+        "webhook",
+        "delay",
+    }
     replayed = _ops(service, "--json", "replay", "webhook")
     assert replayed.returncode == 0, replayed.stderr
     assert _ops(service, "--json", "log").returncode == 0

@@ -2,6 +2,7 @@
 generated requests, valid by the document and otherwise; none may answer a 5xx (bad input is a 4xx with a code and
 changes nothing), and every answer must match the response schema the document gives for its status.
 Also: methods no route has answer as API Gateway does, never 501 from the HTTP server."""
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,13 @@ from infra import services
 MAX_EXAMPLES = int(os.environ.get("HOTLEDGER_FUZZ_EXAMPLES", "15"))
 
 
-
 @pytest.fixture(scope="module")
 def fuzz_service(tmp_path_factory):
-    svc = LocalService(services.free_port(), {"HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "30", "HOTLEDGER_API_WORKERS": "2"},
-                       tmp_path_factory.mktemp("fuzz") / "runtime.log")
+    svc = LocalService(
+        services.free_port(),
+        {"HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "30", "HOTLEDGER_API_WORKERS": "2"},
+        tmp_path_factory.mktemp("fuzz") / "runtime.log",
+    )
     svc.start()
     yield svc
     svc.stop()
@@ -35,13 +38,38 @@ def test_no_request_gets_a_server_error(fuzz_service, tmp_path):
     stable interface: every operation, document-valid and invalid data, a fixed seed."""
     report = tmp_path / "junit.xml"  # kept with the test's tmp_path for a failure's details
     run = subprocess.run(
-        [sys.executable, "-m", "schemathesis.cli", "run", f"{fuzz_service.base}/openapi.json",
-         "--checks", "not_a_server_error,response_schema_conformance", "--max-examples", str(MAX_EXAMPLES),
-         "--header", f"Authorization: Bearer {token_for()}",  # the backend with both scopes: every route reachable
-         # one worker: with two, hypothesis describing filters in threads hit CPython 3.11 ast.parse SystemError
-         "--seed", "10", "--generation-database", "none", "--workers", "1", "--request-timeout", "30",
-         "--no-color", "--report", "junit", "--report-junit-path", str(report)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "schemathesis.cli",
+            "run",
+            f"{fuzz_service.base}/openapi.json",
+            "--checks",
+            "not_a_server_error,response_schema_conformance",
+            "--max-examples",
+            str(MAX_EXAMPLES),
+            "--header",
+            f"Authorization: Bearer {token_for()}",  # the backend with both scopes: every route reachable
+            # one worker: with two, hypothesis describing filters in threads hit CPython 3.11 ast.parse SystemError
+            "--seed",
+            "10",
+            "--generation-database",
+            "none",
+            "--workers",
+            "1",
+            "--request-timeout",
+            "30",
+            "--no-color",
+            "--report",
+            "junit",
+            "--report-junit-path",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]
     counts = re.search(r"Selected: (\d+)/\d+\s+Tested: (\d+).*?(\d+) generated, (\d+) passed", run.stdout, re.S)
     assert counts, run.stdout[-5000:]

@@ -4,6 +4,7 @@ the broker is SIGKILLed (losing its log) and restarted, Redis is paused (SIGSTOP
 then SIGKILLed and restarted empty. After convergence every acknowledged answer holds in the DB exactly once, no
 refusal is applied (retries with the same key included), OUTCOME_UNKNOWN answers are looked up and held either way,
 every packet pays out exactly its total, no voucher oversells, and Redis == DB for every account."""
+
 from __future__ import annotations
 
 import random
@@ -16,12 +17,30 @@ from faults.test_faults import Stack, _account, _ClientThreads, stack  # noqa: F
 from helpers import LocalService
 
 LEDGER_START = 5000  # cents on each ledger account: small, so refusals (402, 403 API_CLOSED) happen
-REFUSALS = {(402, "INSUFFICIENT_BALANCE"), (403, "API_CLOSED"), (422, "BALANCE_LIMIT"), (409, "SOLD_OUT"),
-            (409, "ALREADY_ORDERED"), (409, "ALREADY_GRABBED"), (409, "EMPTY"), (409, "EXPIRED"),
-            (409, "ORDER_CLOSED"), (409, "ORDER_PAID"), (409, "HOLD_CAPTURED"), (409, "HOLD_VOIDED"),
-            (409, "CAPTURE_EXCEEDS_HOLD")}
-TRANSIENT = {(503, "PUBLISH_FAILED"), (503, "SERVICE_UNAVAILABLE"), (503, "RECOVERING"), (503, "LOCK_LOST"),
-             (409, "IDEMPOTENCY_IN_PROGRESS"), (429, "TOO_MANY_PENDING"), (409, "HOLD_BUSY")}
+REFUSALS = {
+    (402, "INSUFFICIENT_BALANCE"),
+    (403, "API_CLOSED"),
+    (422, "BALANCE_LIMIT"),
+    (409, "SOLD_OUT"),
+    (409, "ALREADY_ORDERED"),
+    (409, "ALREADY_GRABBED"),
+    (409, "EMPTY"),
+    (409, "EXPIRED"),
+    (409, "ORDER_CLOSED"),
+    (409, "ORDER_PAID"),
+    (409, "HOLD_CAPTURED"),
+    (409, "HOLD_VOIDED"),
+    (409, "CAPTURE_EXCEEDS_HOLD"),
+}
+TRANSIENT = {
+    (503, "PUBLISH_FAILED"),
+    (503, "SERVICE_UNAVAILABLE"),
+    (503, "RECOVERING"),
+    (503, "LOCK_LOST"),
+    (409, "IDEMPOTENCY_IN_PROGRESS"),
+    (429, "TOO_MANY_PENDING"),
+    (409, "HOLD_BUSY"),
+}
 UNKNOWN = (503, "OUTCOME_UNKNOWN")
 
 
@@ -73,17 +92,28 @@ class MixedClients(_ClientThreads):
 
     EVERY_FEATURE = ("charge", "charge", "buy", "grab", "payment_order", "hold")  # a thread each
 
-    def __init__(self, api: LocalService, ledger: list[int], payers: list[int], packets: list[str], grabbers: list[int],
-                 voucher_id: str, steps: tuple[str, ...] = EVERY_FEATURE, calls: list[Call] | None = None,
-                 holders: list[int] = ()):
+    def __init__(
+        self,
+        api: LocalService,
+        ledger: list[int],
+        payers: list[int],
+        packets: list[str],
+        grabbers: list[int],
+        voucher_id: str,
+        steps: tuple[str, ...] = EVERY_FEATURE,
+        calls: list[Call] | None = None,
+        holders: list[int] = (),
+    ):
         self.api, self.ledger, self.payers, self.packets, self.grabbers = api, ledger, payers, packets, grabbers
         self.holders = list(holders)
         self.voucher_id = voucher_id
         self.calls: list[Call] = [] if calls is None else calls  # given: a later run's calls join an earlier run's
         self.lock = threading.Lock()
         self.stopped = threading.Event()
-        self.threads = [threading.Thread(target=self._loop, args=(getattr(self, f"_{step}"), seed))
-                        for seed, step in enumerate(steps)]
+        self.threads = [
+            threading.Thread(target=self._loop, args=(getattr(self, f"_{step}"), seed))
+            for seed, step in enumerate(steps)
+        ]
 
     def _call(self, rng: random.Random, what: str, method: str, path: str, body=None, **about) -> Call:
         call = Call(what, method, path, body, **about)
@@ -107,10 +137,14 @@ class MixedClients(_ClientThreads):
         user_id = rng.choice(self.ledger)
         if rng.random() < 0.6:
             cents = rng.randint(1, 2000)
-            self._call(rng, "deduct", "POST", f"/accounts/{user_id}/deduct", {"amount": _amount(cents)}, user_id=user_id)
+            self._call(
+                rng, "deduct", "POST", f"/accounts/{user_id}/deduct", {"amount": _amount(cents)}, user_id=user_id
+            )
         else:
             cents = rng.randint(1, 1000)
-            self._call(rng, "recharge", "POST", f"/accounts/{user_id}/recharge", {"amount": _amount(cents)}, user_id=user_id)
+            self._call(
+                rng, "recharge", "POST", f"/accounts/{user_id}/recharge", {"amount": _amount(cents)}, user_id=user_id
+            )
 
     def _buy(self, rng, n):
         self._call(rng, "order", "POST", f"/vouchers/{self.voucher_id}/orders", {"user_id": 9_000_000 + n})
@@ -124,8 +158,13 @@ class MixedClients(_ClientThreads):
 
     def _payment_order(self, rng, n):
         user_id = rng.choice(self.payers)
-        created = self._call(rng, "create", "POST", "/orders", {"user_id": user_id, "amount": _amount(rng.randint(1, 500)),
-                                                               "close_in_s": 3600})
+        created = self._call(
+            rng,
+            "create",
+            "POST",
+            "/orders",
+            {"user_id": user_id, "amount": _amount(rng.randint(1, 500)), "close_in_s": 3600},
+        )
         if not created.acked:
             return
         order_id = created.acked[0]["order_id"]
@@ -138,17 +177,27 @@ class MixedClients(_ClientThreads):
         if not self.holders:
             return False
         user_id = rng.choice(self.holders)
-        authorized = self._call(rng, "authorize", "POST", f"/accounts/{user_id}/holds",
-                                {"amount": _amount(rng.randint(100, 1500)), "expires_in_s": 3600}, user_id=user_id)
+        authorized = self._call(
+            rng,
+            "authorize",
+            "POST",
+            f"/accounts/{user_id}/holds",
+            {"amount": _amount(rng.randint(100, 1500)), "expires_in_s": 3600},
+            user_id=user_id,
+        )
         if not authorized.acked:
             return
         hold_id = authorized.acked[0]["hold_id"]
-        for action in rng.choice([["capture"], ["capture", "capture"], ["capture", "rest"], ["void"], ["capture", "void"]]):
+        for action in rng.choice(
+            [["capture"], ["capture", "capture"], ["capture", "rest"], ["void"], ["capture", "void"]]
+        ):
             if action == "void":
                 self._call(rng, "void", "POST", f"/accounts/{user_id}/holds/{hold_id}/void", None, hold_id=hold_id)
             else:
                 body = {} if action == "rest" else {"amount": _amount(rng.randint(1, 400)), "final": rng.random() < 0.3}
-                self._call(rng, "capture", "POST", f"/accounts/{user_id}/holds/{hold_id}/capture", body, hold_id=hold_id)
+                self._call(
+                    rng, "capture", "POST", f"/accounts/{user_id}/holds/{hold_id}/capture", body, hold_id=hold_id
+                )
 
     def of(self, *what: str) -> list[Call]:
         return [c for c in self.calls if c.what in what]
@@ -166,14 +215,16 @@ def every_features_entities(api: LocalService, grabbers: int, packet_expiry_s: i
         assert status == 201, body
         grabber_ids.append(body["user_id"])
     now = int(time.time() * 1000)
-    status, body = api.request("POST", "/vouchers", {"title": title, "stock": 150, "begin_at": now - 1000,
-                                                     "end_at": now + 3_600_000})
+    status, body = api.request(
+        "POST", "/vouchers", {"title": title, "stock": 150, "begin_at": now - 1000, "end_at": now + 3_600_000}
+    )
     assert status == 201, body
     voucher_id = body["voucher_id"]
     packets = {}
     for total, count, expires_in_s in (("60.00", 100, 3600), ("20.00", 100, packet_expiry_s)):
-        status, body = api.request("POST", "/redpackets", {"sender_id": sender, "total": total, "count": count,
-                                                           "expires_in_s": expires_in_s})
+        status, body = api.request(
+            "POST", "/redpackets", {"sender_id": sender, "total": total, "count": count, "expires_in_s": expires_in_s}
+        )
         assert status == 201, body
         packets[body["packet_id"]] = _cents(total)
     return payers, sender, grabber_ids, voucher_id, packets
@@ -204,7 +255,9 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
             # Redis and the broker losing the same in-flight change is the one double fault the design does not
             # survive (docs/guarantees.md): what the broker lost is persisted by the reconciler before Redis goes
             acked_before = [c for c in list(clients.calls) if c.acked and c.what in MONEY_AND_STOCK]
-            LocalService.wait_until(lambda: _all_persisted(stack, acked_before), 60, "what the broker lost to be persisted", 0.5)
+            LocalService.wait_until(
+                lambda: _all_persisted(stack, acked_before), 60, "what the broker lost to be persisted", 0.5
+            )
             stack.redis.kill()
             stack.redis.restart()
             time.sleep(4)
@@ -249,10 +302,19 @@ def _all_persisted(servers: Stack, calls: list[Call]) -> bool:
             ids["hold"].append(int(c.acked[0]["entry_id"]))
         elif c.what in ids:
             ids[c.what].append(int(c.acked[0]["order_id" if c.what != "recharge" else "pay_id"]))
-    for what, table in (("deduct", "t_order"), ("recharge", "t_pay"), ("order", "t_voucher_order"), ("hold", "t_hold_change")):
-        if ids[what] and servers.sql(f"SELECT COUNT(*) FROM {table} WHERE id IN ({_in(ids[what])})", ids[what])[0][0] != len(set(ids[what])):
+    for what, table in (
+        ("deduct", "t_order"),
+        ("recharge", "t_pay"),
+        ("order", "t_voucher_order"),
+        ("hold", "t_hold_change"),
+    ):
+        if ids[what] and servers.sql(f"SELECT COUNT(*) FROM {table} WHERE id IN ({_in(ids[what])})", ids[what])[0][
+            0
+        ] != len(set(ids[what])):
             return False
-    if pays and servers.sql(f"SELECT COUNT(DISTINCT idem_key) FROM t_order WHERE idem_key IN ({_in(pays)})", pays)[0][0] != len(set(pays)):
+    if pays and servers.sql(f"SELECT COUNT(DISTINCT idem_key) FROM t_order WHERE idem_key IN ({_in(pays)})", pays)[0][
+        0
+    ] != len(set(pays)):
         return False
     if grabs:
         items = [i for i, _ in grabs]
@@ -274,8 +336,10 @@ def _await_in_db(servers: Stack, calls: list[Call], timeout_s: float = 90) -> No
 
 def _fate(servers: Stack, change_id: int) -> dict:
     """What the DB says of a change that should be there: a rollback record, dead letters naming it."""
-    return {"rolled_back": servers.sql("SELECT feature, owner_id FROM t_rolled_back WHERE change_id = %s", (change_id,)),
-            "dead_letters": servers.sql("SELECT error FROM t_dead_letter WHERE record_value LIKE %s", (f"%{change_id}%",))}
+    return {
+        "rolled_back": servers.sql("SELECT feature, owner_id FROM t_rolled_back WHERE change_id = %s", (change_id,)),
+        "dead_letters": servers.sql("SELECT error FROM t_dead_letter WHERE record_value LIKE %s", (f"%{change_id}%",)),
+    }
 
 
 def _check_ledger(servers: Stack, api: LocalService, clients: MixedClients, wait_s: float = 90) -> None:
@@ -291,8 +355,10 @@ def _check_ledger(servers: Stack, api: LocalService, clients: MixedClients, wait
     rows = defaultdict(list)
     for table, kind in (("t_order", "deduct"), ("t_pay", "recharge")):
         column = "amount" if table == "t_order" else "pay"
-        for entry_id, key, amount in servers.sql(f"SELECT id, idem_key, {column} FROM {table} WHERE user_id IN ({_in(accounts)}) "
-                                               "AND idem_key LIKE 'c:%%'", accounts):
+        for entry_id, key, amount in servers.sql(
+            f"SELECT id, idem_key, {column} FROM {table} WHERE user_id IN ({_in(accounts)}) AND idem_key LIKE 'c:%%'",
+            accounts,
+        ):
             rows[key[2:]].append((kind, entry_id, amount))
     keys = {c.key for c in clients.of("deduct", "recharge")}
     assert set(rows) <= keys
@@ -306,7 +372,11 @@ def _check_ledger(servers: Stack, api: LocalService, clients: MixedClients, wait
         assert len(call.refused) <= 1, call.answers
         if ids:
             entry_id = int(ids.pop())
-            assert found == [(call.what, entry_id, _cents(call.body["amount"]))], (call.answers, found, _fate(servers, entry_id))
+            assert found == [(call.what, entry_id, _cents(call.body["amount"]))], (
+                call.answers,
+                found,
+                _fate(servers, entry_id),
+            )
             held["acked"] += 1
         elif call.refused:
             assert found == [], (call.answers, found)
@@ -317,7 +387,11 @@ def _check_ledger(servers: Stack, api: LocalService, clients: MixedClients, wait
                 assert str(found[0][1]) in map(str, unknown), (call.answers, found)
             if call.what == "deduct" and unknown:  # looked up: the lookup agrees with the DB
                 status, view = api.request("GET", f"/accounts/{call.about['user_id']}/orders/{unknown[0]}")
-                assert (status, view and view["status"]) == ((200, "PERSISTED") if found else (404, None)), (status, view, found)
+                assert (status, view and view["status"]) == ((200, "PERSISTED") if found else (404, None)), (
+                    status,
+                    view,
+                    found,
+                )
             held["maybe applied" if found else "maybe not applied"] += 1
         else:
             assert found == [], (call.answers, found)  # only answers that changed nothing
@@ -326,8 +400,9 @@ def _check_ledger(servers: Stack, api: LocalService, clients: MixedClients, wait
     assert held["acked"] > 50 and held["refused"] > 0, held
 
 
-def _check_vouchers(servers: Stack, api: LocalService, clients: MixedClients, voucher_id: str, stock: int,
-                    wait_s: float = 90) -> None:
+def _check_vouchers(
+    servers: Stack, api: LocalService, clients: MixedClients, voucher_id: str, stock: int, wait_s: float = 90
+) -> None:
     def settled():
         view = api.request("GET", f"/vouchers/{voucher_id}")[1]
         return view and view["pending"] == 0
@@ -346,16 +421,23 @@ def _check_vouchers(servers: Stack, api: LocalService, clients: MixedClients, vo
     assert {i: persisted.get(i) for i in acked} == acked, missing
     assert set(persisted.values()) - set(acked.values()) <= maybe
     assert len(persisted) <= stock
-    assert servers.sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (int(voucher_id),)) == ((stock - len(persisted),),)
+    assert servers.sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (int(voucher_id),)) == (
+        (stock - len(persisted),),
+    )
     view = api.request("GET", f"/vouchers/{voucher_id}")[1]
     assert view["stock_left"] + view["sold"] + view["pending"] == stock and view["sold"] == len(persisted), view
 
 
-def _check_packets(servers: Stack, api: LocalService, clients: MixedClients, packets: dict[str, int], sender: int,
-                   wait_s: float = 90) -> None:
+def _check_packets(
+    servers: Stack, api: LocalService, clients: MixedClients, packets: dict[str, int], sender: int, wait_s: float = 90
+) -> None:
     expiring = list(packets)[1]
-    LocalService.wait_until(lambda: servers.sql("SELECT state FROM t_red_packet WHERE id = %s", (int(expiring),)) == (("REFUNDED",),),
-                            wait_s, "the expired packet's rest refunded", 1.0)
+    LocalService.wait_until(
+        lambda: servers.sql("SELECT state FROM t_red_packet WHERE id = %s", (int(expiring),)) == (("REFUNDED",),),
+        wait_s,
+        "the expired packet's rest refunded",
+        1.0,
+    )
     acked = {}
     for call in clients.of("grab"):
         items = {(b["item_id"], b["amount"]) for b in call.acked}
@@ -366,14 +448,26 @@ def _check_packets(servers: Stack, api: LocalService, clients: MixedClients, pac
     maybe = {(int(c.about["packet_id"]), c.body["user_id"]) for c in clients.of("grab") if c.maybe and not c.acked}
 
     def claims_credited():
-        claims = {i: (u, a) for i, u, a in servers.sql(f"SELECT id, user_id, amount FROM t_red_packet_item WHERE packet_id IN "
-                                                     f"({_in(packets)}) AND user_id IS NOT NULL", [int(p) for p in packets])}
-        credits = servers.sql(f"SELECT COUNT(*) FROM t_pay WHERE idem_key IN ({_in(claims)})", [f"rp{i}" for i in claims]) if claims else ((0,),)
+        claims = {
+            i: (u, a)
+            for i, u, a in servers.sql(
+                f"SELECT id, user_id, amount FROM t_red_packet_item WHERE packet_id IN "
+                f"({_in(packets)}) AND user_id IS NOT NULL",
+                [int(p) for p in packets],
+            )
+        }
+        credits = (
+            servers.sql(f"SELECT COUNT(*) FROM t_pay WHERE idem_key IN ({_in(claims)})", [f"rp{i}" for i in claims])
+            if claims
+            else ((0,),)
+        )
         return claims.items() >= acked.items() and credits[0][0] == len(claims)
 
     LocalService.wait_until(claims_credited, wait_s, "every acknowledged grab claimed and every claim credited", 1.0)
     for packet_id, total in packets.items():
-        (_, refund, packet_total), = servers.sql("SELECT state, refund, total FROM t_red_packet WHERE id = %s", (int(packet_id),))
+        ((_, refund, packet_total),) = servers.sql(
+            "SELECT state, refund, total FROM t_red_packet WHERE id = %s", (int(packet_id),)
+        )
         items = servers.sql("SELECT id, user_id, amount FROM t_red_packet_item WHERE packet_id = %s", (int(packet_id),))
         claimed = sum(a for _, u, a in items if u is not None)
         unclaimed = sum(a for _, u, a in items if u is None)
@@ -402,7 +496,7 @@ def _check_payment_orders(servers: Stack, clients: MixedClients) -> None:
     assert created
     states = Counter()
     for order_id in created:
-        (state,), = servers.sql("SELECT state FROM t_payment_order WHERE id = %s", (int(order_id),))
+        ((state,),) = servers.sql("SELECT state FROM t_payment_order WHERE id = %s", (int(order_id),))
         charges = servers.sql("SELECT COUNT(*) FROM t_order WHERE idem_key = %s", (f"payorder{order_id}",))[0][0]
         refunds = servers.sql("SELECT COUNT(*) FROM t_pay WHERE idem_key = %s", (f"payorderrefund{order_id}",))[0][0]
         assert charges <= 1 and refunds <= charges, (order_id, state, charges, refunds)
@@ -425,9 +519,10 @@ def _check_payment_orders(servers: Stack, clients: MixedClients) -> None:
 def _check_balances(servers: Stack, api: LocalService, accounts: list[int], wait_s: float = 60) -> None:
     """Every account's DB balance is the sum of its persisted entries, and Redis holds exactly that (a read loads
     an account Redis lost; a missing cache is not agreement)."""
+
     def agree():
         for user_id in accounts:
-            (balance,), = servers.sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,))
+            ((balance,),) = servers.sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,))
             paid = servers.sql("SELECT COALESCE(SUM(pay), 0) FROM t_pay WHERE user_id = %s", (user_id,))[0][0]
             charged = servers.sql("SELECT COALESCE(SUM(amount), 0) FROM t_order WHERE user_id = %s", (user_id,))[0][0]
             if balance != paid - charged:
@@ -456,7 +551,9 @@ def _check_holds(servers: Stack, api: LocalService, clients: MixedClients, wait_
         entry_ids = {b["entry_id"] for b in call.acked}
         assert len(entry_ids) == 1, call.answers  # a retry under the key answers the first answer
         entry_id = int(entry_ids.pop())
-        (kind, amount, hold_id), = servers.sql("SELECT kind, amount, hold_id FROM t_hold_change WHERE id = %s", (entry_id,))
+        ((kind, amount, hold_id),) = servers.sql(
+            "SELECT kind, amount, hold_id FROM t_hold_change WHERE id = %s", (entry_id,)
+        )
         assert kind == {"authorize": "H", "capture": "C", "void": "V"}[call.what], (call.answers, kind)
         if call.what == "capture" and call.body.get("amount"):
             assert amount == _cents(call.body["amount"]), (call.answers, amount)
@@ -464,18 +561,31 @@ def _check_holds(servers: Stack, api: LocalService, clients: MixedClients, wait_
             state = servers.sql("SELECT state FROM t_hold WHERE id = %s", (hold_id,))[0][0]
             assert state == call.acked[0]["state"], (call.answers, state)
     for hold_id, amount, captured, state in servers.sql(
-            f"SELECT id, amount, captured, state FROM t_hold WHERE user_id IN ({_in(clients.holders)})", clients.holders):
-        captures = int(servers.sql("SELECT COALESCE(SUM(amount), 0) FROM t_hold_change WHERE hold_id = %s AND kind = 'C'",
-                                   (hold_id,))[0][0])
+        f"SELECT id, amount, captured, state FROM t_hold WHERE user_id IN ({_in(clients.holders)})", clients.holders
+    ):
+        captures = int(
+            servers.sql(
+                "SELECT COALESCE(SUM(amount), 0) FROM t_hold_change WHERE hold_id = %s AND kind = 'C'", (hold_id,)
+            )[0][0]
+        )
         assert captured == captures <= amount, (hold_id, amount, captured, captures, state)
     for user_id in clients.holders:
-        (on_hold,), = servers.sql("SELECT on_hold FROM t_account WHERE user_id = %s", (user_id,))
-        active = int(servers.sql("SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s"
-                                 " AND state = 'ACTIVE'", (user_id,))[0][0])
+        ((on_hold,),) = servers.sql("SELECT on_hold FROM t_account WHERE user_id = %s", (user_id,))
+        active = int(
+            servers.sql(
+                "SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s AND state = 'ACTIVE'",
+                (user_id,),
+            )[0][0]
+        )
         assert on_hold == active, (user_id, on_hold, active)
-        LocalService.wait_until(lambda user_id=user_id, active=active: api.request("GET", f"/accounts/{user_id}")[1]["held"]
-                                == _amount(active), wait_s,
-                                "Redis holds what the DB's ACTIVE holds keep", 1.0)
+        LocalService.wait_until(
+            lambda user_id=user_id, active=active: (
+                api.request("GET", f"/accounts/{user_id}")[1]["held"] == _amount(active)
+            ),
+            wait_s,
+            "Redis holds what the DB's ACTIVE holds keep",
+            1.0,
+        )
     print("hold answers:", Counter((c.what, c.answers[-1][0]) for c in clients.of("authorize", "capture", "void")))
 
 
@@ -483,14 +593,20 @@ def _check_ledger_rows(servers: Stack, accounts: list[int]) -> None:
     """The one ledger: every booked change of every account has exactly one t_entry row; seq is gapless from 1; each
     balance_after is the one before plus the delta; the last is t_account's balance and seq."""
     for user_id in accounts:
-        rows = servers.sql("SELECT seq, entry_id, delta, balance_after FROM t_entry WHERE user_id = %s ORDER BY seq",
-                           (user_id,))
+        rows = servers.sql(
+            "SELECT seq, entry_id, delta, balance_after FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,)
+        )
         assert [r[0] for r in rows] == list(range(1, len(rows) + 1)), (user_id, [r[0] for r in rows])
-        changes = sum(servers.sql(f"SELECT COUNT(*) FROM {table} WHERE user_id = %s", (user_id,))[0][0]
-                      for table in ("t_order", "t_pay", "t_hold_change", "t_refund"))
+        changes = sum(
+            servers.sql(f"SELECT COUNT(*) FROM {table} WHERE user_id = %s", (user_id,))[0][0]
+            for table in ("t_order", "t_pay", "t_hold_change", "t_refund")
+        )
         assert len(rows) == changes == len({r[1] for r in rows}), (user_id, len(rows), changes)
         running = 0
         for _, _, delta, balance_after in rows:
             running += delta
             assert balance_after == running, (user_id, rows)
-        assert servers.sql("SELECT balance, seq FROM t_account WHERE user_id = %s", (user_id,))[0] == (running, len(rows))
+        assert servers.sql("SELECT balance, seq FROM t_account WHERE user_id = %s", (user_id,))[0] == (
+            running,
+            len(rows),
+        )

@@ -5,6 +5,7 @@ spread on every master. The replica of one master is paused (SIGSTOP) until the 
 acknowledges charges it never replicates; the master is SIGKILLed, the replica resumed and promoted (CLUSTER FAILOVER TAKEOVER): its accounts are
 now behind the DB (the lost charges reach the DB through the broker). The reconciler detects it and corrects the
 cache; afterwards every acknowledged deduct is in the DB exactly once and Redis == DB for every account."""
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,12 @@ def test_a_master_killed_after_its_replica_fell_behind_is_failed_over_and_repair
             time.sleep(3)
             victim.client().config_set("repl-timeout", 1)  # drops a silent replica after 1 s, not 60
             os.kill(replica.proc.pid, signal.SIGSTOP)
-            LocalService.wait_until(lambda: victim.client().info("replication")["connected_slaves"] == 0, 30,
-                                    "the master to drop its paused replica", 0.2)
+            LocalService.wait_until(
+                lambda: victim.client().info("replication")["connected_slaves"] == 0,
+                30,
+                "the master to drop its paused replica",
+                0.2,
+            )
             time.sleep(2)  # the master goes on acknowledging charges its replica never receives
             acked_before_kill = len(clients.acked)
             victim.kill()
@@ -54,8 +59,12 @@ def test_a_master_killed_after_its_replica_fell_behind_is_failed_over_and_repair
             time.sleep(4)
             victim.start()  # back empty, as the new master's replica
             time.sleep(2)
-        assert acked_before_kill > 0 and len(clients.acked) > acked_before_kill, clients.answers  # traffic went on after
-        assert set(clients.answers) <= {(200, None), (503, "SERVICE_UNAVAILABLE"), (503, "OUTCOME_UNKNOWN")}, clients.answers
+        assert acked_before_kill > 0 and len(clients.acked) > acked_before_kill, (
+            clients.answers
+        )  # traffic went on after
+        assert set(clients.answers) <= {(200, None), (503, "SERVICE_UNAVAILABLE"), (503, "OUTCOME_UNKNOWN")}, (
+            clients.answers
+        )
         cluster.wait_ok()
         acknowledged_deducts_in_the_db_exactly_once(stack, svc, clients, accounts, 10_000_000)
         # the loss was seen and repaired by the reconciler (the cache behind the DB), not by luck

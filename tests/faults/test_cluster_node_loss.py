@@ -15,6 +15,7 @@ The first loss happens under deducts and recharges alone, and what was acknowled
 a stated bound of the promotion.
 Afterwards every acknowledged change is in the DB exactly once, no refusal and no "nothing changed" answer changed
 anything, stock and packets are conserved, nothing is pending and Redis == DB."""
+
 from __future__ import annotations
 
 import threading
@@ -63,8 +64,9 @@ class DelayQueueClient(threading.Thread):
         n = 0
         while not self.stopped.is_set():
             element = f"e{n}"
-            status, _ = self.api.request("POST", f"/delay-queues/{DELAY_QUEUE}/items", {"element": element, "delay_s": 1},
-                                         timeout=20)
+            status, _ = self.api.request(
+                "POST", f"/delay-queues/{DELAY_QUEUE}/items", {"element": element, "delay_s": 1}, timeout=20
+            )
             self.answers[("offer", status)] += 1
             if status == 200:
                 self.offered.add(element)
@@ -77,8 +79,12 @@ class DelayQueueClient(threading.Thread):
         self.answers[("take", status)] += 1
         if status != 200 or not body["elements"]:
             return
-        status, _ = self.api.request("POST", f"/delay-queues/{DELAY_QUEUE}/ack",
-                                     {"receipts": [e["receipt"] for e in body["elements"]]}, timeout=20)
+        status, _ = self.api.request(
+            "POST",
+            f"/delay-queues/{DELAY_QUEUE}/ack",
+            {"receipts": [e["receipt"] for e in body["elements"]]},
+            timeout=20,
+        )
         self.answers[("ack", status)] += 1
         if status == 200:
             self.delivered |= {e["element"] for e in body["elements"]}
@@ -119,9 +125,15 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
 
         def persisted_and_settled():
             return _all_persisted(stack, acked) and not any(
-                api.request("GET", f"/accounts/{u}")[1]["pending_orders"] for u in ledger)
-        LocalService.wait_until(persisted_and_settled, RECOVERY_BOUND_S,
-                                "the writer to persist and settle what was acknowledged around its default node's loss", 0.5)
+                api.request("GET", f"/accounts/{u}")[1]["pending_orders"] for u in ledger
+            )
+
+        LocalService.wait_until(
+            persisted_and_settled,
+            RECOVERY_BOUND_S,
+            "the writer to persist and settle what was acknowledged around its default node's loss",
+            0.5,
+        )
         print(f"acknowledged charges persisted and settled {time.monotonic() - promoted_at:.1f} s after the promotion")
 
         # 2. every feature: a graceful failover and a SIGKILL back to back, then the lost masters come back
@@ -145,7 +157,12 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
 
         answers = Counter((c.what, s, code) for c in clients.calls for s, code, _ in c.answers)
         print("answers:", sorted(answers.items()), "delay queue:", dict(delays.answers))
-        assert {(s, code) for _, s, code in answers} <= REFUSALS | TRANSIENT | {UNKNOWN, (0, None), (200, None), (201, None)}
+        assert {(s, code) for _, s, code in answers} <= REFUSALS | TRANSIENT | {
+            UNKNOWN,
+            (0, None),
+            (200, None),
+            (201, None),
+        }
         for what in ("deduct", "recharge", "order", "grab", "create", "pay", "close"):
             assert answers[(what, 200, None)] + answers[(what, 201, None)] > 0, (what, answers)
         # same-key retries after the failovers: each answers the key's real outcome
@@ -158,8 +175,11 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
         _check_packets(stack, api, clients, packets, sender, wait_s=REPAIR_WAIT_S)
         _check_payment_orders(stack, clients)
         LocalService.wait_until(
-            lambda: all(api.request("GET", f"/orders/{o}")[1]["state"] == "CLOSED" for o in closing), REPAIR_WAIT_S,
-            "the delay drainer to close the orders due while masters were lost", 2.0)
+            lambda: all(api.request("GET", f"/orders/{o}")[1]["state"] == "CLOSED" for o in closing),
+            REPAIR_WAIT_S,
+            "the delay drainer to close the orders due while masters were lost",
+            2.0,
+        )
         _check_balances(stack, api, ledger + payers + [sender] + grabbers, wait_s=REPAIR_WAIT_S)
 
         # every element offered was delivered and acknowledged once the queue was drained; nothing is left taken
@@ -167,6 +187,7 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
             delays.take_and_ack()
             view = api.request("GET", f"/delay-queues/{DELAY_QUEUE}")[1]
             return view["size"] == 0 and view["taken"] == 0
+
         LocalService.wait_until(drained, 120, "the delay queue to be drained", 1.0)
         assert delays.offered and delays.offered <= delays.delivered, delays.offered - delays.delivered
     finally:

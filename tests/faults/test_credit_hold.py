@@ -4,6 +4,7 @@ while it waited for the broker must not spend it. Before, the deduct (answered b
 publish outlived the pause) spent the 100.00 and the recharge's rollback left the balance at -100.00: the DB held
 the order and no pay row. Like TigerBeetle's two-phase transfers, a credit is pending (shown in the balance, not
 spendable) until its event is acknowledged; a deduct's own rollback (money coming back) stays immediate."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,13 @@ def test_a_deduct_cannot_spend_a_recharge_whose_publish_then_fails(stack):  # no
         answers = {}
 
         def call(name: str, path: str, amount: str) -> None:
-            answers[name] = svc.request("POST", f"/accounts/{user_id}/{path}", {"amount": amount},
-                                        {"Idempotency-Key": f"{name}-{user_id}"}, timeout=30)
+            answers[name] = svc.request(
+                "POST",
+                f"/accounts/{user_id}/{path}",
+                {"amount": amount},
+                {"Idempotency-Key": f"{name}-{user_id}"},
+                timeout=30,
+            )
 
         os.kill(stack.broker.proc.pid, signal.SIGSTOP)
         try:

@@ -1,5 +1,6 @@
 """100,000 elements, random removes and re-offers, the drainer SIGKILLed mid-drain and replaced: every element
 that was not removed is handled (its effect recorded exactly once, by an idempotent handler), none early."""
+
 from __future__ import annotations
 
 import os
@@ -37,18 +38,30 @@ Drainer(DelayQueue(lua(), visibility_ms=1500), {queue: handle}, batch=500).run(l
 
 
 def _start_drainer(queue: str, table: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", _DRAINER, queue, table], cwd=REPO, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"})
+    return subprocess.Popen(
+        [sys.executable, "-c", _DRAINER, queue, table],
+        cwd=REPO,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"},
+    )
 
 
 def test_hundred_thousand_elements_drainer_killed_mid_drain(sql, redis_client):
     queue, table = f"kill-{uuid.uuid4().hex[:8]}", f"t_delay_handled_{uuid.uuid4().hex[:8]}"
-    sql(f"CREATE TABLE {table} (element VARCHAR(64) PRIMARY KEY, handled_at BIGINT NOT NULL, deliveries INT NOT NULL DEFAULT 1)")
+    sql(
+        f"CREATE TABLE {table} (element VARCHAR(64) PRIMARY KEY, handled_at BIGINT NOT NULL, deliveries INT NOT NULL DEFAULT 1)"
+    )
     rng = random.Random(42)
     base = int(time.time() * 1000) + 8000  # room for the setup below
     due = {f"e{i}": base + i * 6000 // 100_000 for i in range(100_000)}  # due over 6 s
     runner = lua()
-    remove_keys = [keys.delay_due(queue), keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue), keys.delay_dead(queue)]
+    remove_keys = [
+        keys.delay_due(queue),
+        keys.delay_taken(queue),
+        keys.delay_receipts(queue),
+        keys.delay_deliveries(queue),
+        keys.delay_dead(queue),
+    ]
     pipe = redis_client.pipeline(transaction=False)
     for element, at in due.items():
         runner.run("delay_offer", keys.delay_offer_keys(queue), [element, at], client=pipe)

@@ -2,6 +2,7 @@
 broker down during deducts, writer killed between its DB commit and its offset commit, Redis restarted
 empty (failover that lost writes), DB down for a while. After each: nothing acknowledged is lost,
 nothing is applied twice, and Redis and the DB agree."""
+
 from __future__ import annotations
 
 import os
@@ -43,10 +44,20 @@ class Stack:
 
     @property
     def env(self) -> dict:
-        return {"REDIS_URL": self.redis.url, "DB_HOST": "127.0.0.1", "DB_PORT": str(self.db.port),
-                "DB_USER": "root", "DB_PASSWORD": "", "DB_NAME": "hotledger", "KAFKA_BOOTSTRAP": self.broker.bootstrap,
-                "KAFKA_TOPIC": self.topic, "PUBLISH_TIMEOUT_S": "2", "HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "1",
-                "RECONCILE_AGE_S": "3", "HOTLEDGER_API_WORKERS": "2"}
+        return {
+            "REDIS_URL": self.redis.url,
+            "DB_HOST": "127.0.0.1",
+            "DB_PORT": str(self.db.port),
+            "DB_USER": "root",
+            "DB_PASSWORD": "",
+            "DB_NAME": "hotledger",
+            "KAFKA_BOOTSTRAP": self.broker.bootstrap,
+            "KAFKA_TOPIC": self.topic,
+            "PUBLISH_TIMEOUT_S": "2",
+            "HOTLEDGER_LOCAL_SCHEDULE_RATE_S": "1",
+            "RECONCILE_AGE_S": "3",
+            "HOTLEDGER_API_WORKERS": "2",
+        }
 
     def kill_broker(self, down_s: float = 2) -> None:
         """SIGKILL the broker (it loses everything it held), and after down_s start it again with the topic."""
@@ -96,6 +107,7 @@ def _account(api: LocalService, balance: str, **fields) -> int:
 
 def _converged(stack: Stack, api: LocalService, user_id: int, expected: int, timeout_s: float = 60) -> None:
     """The DB and the Redis cache both hold `expected` (a cache Redis does not hold is loaded through the API's GET)."""
+
     def agree():
         db = stack.sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,))
         if stack.cache(user_id) is None:
@@ -135,20 +147,32 @@ def test_broker_down_during_deduct_charges_nothing(stack):
 
 def test_writer_killed_between_db_commit_and_offset_commit(stack):
     api = stack.service("api-only", "--no-msk", "--no-schedules").start()
-    slow_writer = stack.service("writer-1", "--no-api", "--no-schedules", HOTLEDGER_LOCAL_COMMIT_DELAY_S="30").start(wait_http=False)
+    slow_writer = stack.service("writer-1", "--no-api", "--no-schedules", HOTLEDGER_LOCAL_COMMIT_DELAY_S="30").start(
+        wait_http=False
+    )
     try:
         user_id = _account(api, "100.00")
         for _ in range(20):
             assert api.request("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
-        LocalService.wait_until(lambda: stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,))[0][0] == 20,
-                                60, "the first writer to commit the batch to the DB", 0.5)
+        LocalService.wait_until(
+            lambda: stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,))[0][0] == 20,
+            60,
+            "the first writer to commit the batch to the DB",
+            0.5,
+        )
         assert "committing" in slow_writer.log_text()
         slow_writer.kill()  # offsets not committed: the batch will come again
         writer = stack.service("writer-2", "--no-api", "--no-schedules").start(wait_http=False)
         try:
-            LocalService.wait_until(lambda: re.search(r'"WriterDuplicates":\[?[1-9]', writer.log_text()), 60,
-                                    "the re-delivered batch to reach the new writer", 0.5)
-            assert stack.sql("SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s", (user_id,)) == ((20, 2000),)
+            LocalService.wait_until(
+                lambda: re.search(r'"WriterDuplicates":\[?[1-9]', writer.log_text()),
+                60,
+                "the re-delivered batch to reach the new writer",
+                0.5,
+            )
+            assert stack.sql("SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s", (user_id,)) == (
+                (20, 2000),
+            )
             _converged(stack, api, user_id, 8000)
         finally:
             writer.stop()
@@ -174,7 +198,9 @@ def test_redis_restarted_empty_is_restored_from_the_db(stack):
         full = stack.service("after-redis-loss").start()
         try:
             _converged(stack, full, user_id, 10_000 - 5 * 200 - 100, timeout_s=90)
-            LocalService.wait_until(lambda: stack.cache(user_id) == 8900, 60, "the reconciler to correct the cache", 0.5)
+            LocalService.wait_until(
+                lambda: stack.cache(user_id) == 8900, 60, "the reconciler to correct the cache", 0.5
+            )
             assert stack.sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((6,),)
         finally:
             full.stop()
@@ -201,8 +227,10 @@ def test_order_reminders_survive_redis_restarted_empty(stack):
         stack.redis.restart()
 
         def reminders():
-            return {order_id: [m["outer_biz_id"] for m in svc.request("GET", f"/inbox/{user_id}/messages")[1]["messages"]]
-                    for order_id, user_id in orders.items()}
+            return {
+                order_id: [m["outer_biz_id"] for m in svc.request("GET", f"/inbox/{user_id}/messages")[1]["messages"]]
+                for order_id, user_id in orders.items()
+            }
 
         expected = {order_id: [] if order_id in paid else [order_id] for order_id in orders}
         LocalService.wait_until(lambda: reminders() == expected, 60, "one reminder per open order", 0.5)
@@ -217,7 +245,9 @@ def test_db_down_for_a_while_then_the_writer_catches_up(stack):
     try:
         user_id = _account(svc, "50.00")
         _converged(stack, svc, user_id, 5000)
-        status, body = svc.request("POST", "/accounts", {"user_name": f"sync-{time.monotonic_ns()}", "deduct_type": "SYNC"})
+        status, body = svc.request(
+            "POST", "/accounts", {"user_name": f"sync-{time.monotonic_ns()}", "deduct_type": "SYNC"}
+        )
         sync_id = body["user_id"]
         assert svc.request("POST", f"/accounts/{sync_id}/recharge", {"amount": "5.00"})[0] == 200
         stack.db.kill()
@@ -283,7 +313,9 @@ class ChaosClients(_ClientThreads):
         rng = random.Random(seed)
         while not self.stopped.is_set():
             user_id, cents = rng.choice(self.accounts), rng.randint(1, 100)
-            status, body = self.api.request("POST", f"/accounts/{user_id}/deduct", {"amount": f"{cents // 100}.{cents % 100:02d}"})
+            status, body = self.api.request(
+                "POST", f"/accounts/{user_id}/deduct", {"amount": f"{cents // 100}.{cents % 100:02d}"}
+            )
             code = body["error"]["code"] if status >= 400 and body else None
             self.answers[(status, code)] += 1
             if status == 200:
@@ -292,10 +324,12 @@ class ChaosClients(_ClientThreads):
                 self.unknown[int(body["error"]["entry_id"])] = (user_id, cents)
 
 
-def acknowledged_deducts_in_the_db_exactly_once(stack: Stack, api: LocalService, clients: ChaosClients, accounts: list[int],
-                                                funded: int) -> None:
+def acknowledged_deducts_in_the_db_exactly_once(
+    stack: Stack, api: LocalService, clients: ChaosClients, accounts: list[int], funded: int
+) -> None:
     """Once nothing is pending: every acknowledged deduct is in the DB exactly once, nothing else is but OUTCOME_UNKNOWN
     answers, and every account's balance is the same in the DB and in Redis and matches its persisted orders."""
+
     def all_acked_persisted():
         ids = list(clients.acked)
         found = stack.sql(f"SELECT COUNT(*) FROM t_order WHERE id IN ({','.join(['%s'] * len(ids))})", ids)[0][0]
@@ -303,7 +337,9 @@ def acknowledged_deducts_in_the_db_exactly_once(stack: Stack, api: LocalService,
         return found == len(ids) and pending == 0
 
     LocalService.wait_until(all_acked_persisted, 120, "every acknowledged deduct in the DB and nothing pending", 1.0)
-    rows = stack.sql(f"SELECT id, user_id, amount FROM t_order WHERE user_id IN ({','.join(['%s'] * len(accounts))})", accounts)
+    rows = stack.sql(
+        f"SELECT id, user_id, amount FROM t_order WHERE user_id IN ({','.join(['%s'] * len(accounts))})", accounts
+    )
     persisted = {order_id: (user_id, amount) for order_id, user_id, amount in rows}
     assert len(persisted) == len(rows)
     assert {i: persisted[i] for i in clients.acked} == clients.acked
@@ -337,7 +373,12 @@ def test_deducts_under_repeated_kills_reach_the_db_exactly_once(stack):
             time.sleep(3)
             stack.db.restart()
             time.sleep(3)
-        expected_answers = {(200, None), (503, "PUBLISH_FAILED"), (503, "SERVICE_UNAVAILABLE"), (503, "OUTCOME_UNKNOWN")}
+        expected_answers = {
+            (200, None),
+            (503, "PUBLISH_FAILED"),
+            (503, "SERVICE_UNAVAILABLE"),
+            (503, "OUTCOME_UNKNOWN"),
+        }
         assert set(clients.answers) <= expected_answers, clients.answers
         assert clients.answers[(200, None)] > 100 and clients.answers[(503, "PUBLISH_FAILED")] > 0, clients.answers
 
@@ -358,7 +399,9 @@ class SaleClients(_ClientThreads):
         self.unknown_orders: set[int] = set()
         self.answers: Counter = Counter()
         self.stopped = threading.Event()
-        self.threads = [threading.Thread(target=self._buy, args=(n,)) for n in range(3)] + [threading.Thread(target=self._grab)]
+        self.threads = [threading.Thread(target=self._buy, args=(n,)) for n in range(3)] + [
+            threading.Thread(target=self._grab)
+        ]
 
     def _record(self, what: str, status: int, body) -> str | None:
         code = body["error"]["code"] if status >= 400 and body else None
@@ -394,15 +437,17 @@ def test_flash_sale_and_red_packet_under_kills_lose_and_double_nothing(stack):
     background = stack.service("sale-writer-1", "--no-api", REBUILD_HOLD_S="2").start(wait_http=False)
     try:
         now = int(time.time() * 1000)
-        voucher_id = api.request("POST", "/vouchers", {"title": "chaos", "stock": 100_000, "begin_at": now - 1000,
-                                                       "end_at": now + 3_600_000})[1]["voucher_id"]
+        voucher_id = api.request(
+            "POST", "/vouchers", {"title": "chaos", "stock": 100_000, "begin_at": now - 1000, "end_at": now + 3_600_000}
+        )[1]["voucher_id"]
         sender = _account(api, "1000.00")
         grabbers = []
         for _ in range(500):
             status, body = api.request("POST", "/accounts", {"user_name": f"g-{time.monotonic_ns()}"})
             grabbers.append(body["user_id"])
-        packet_id = api.request("POST", "/redpackets", {"sender_id": sender, "total": "500.00", "count": 500,
-                                                        "expires_in_s": 3600})[1]["packet_id"]
+        packet_id = api.request(
+            "POST", "/redpackets", {"sender_id": sender, "total": "500.00", "count": 500, "expires_in_s": 3600}
+        )[1]["packet_id"]
         with SaleClients(api, voucher_id, packet_id, grabbers) as clients:
             time.sleep(3)
             background.kill()
@@ -417,27 +462,45 @@ def test_flash_sale_and_red_packet_under_kills_lose_and_double_nothing(stack):
             orders_before, grabs_before = list(clients.orders), list(clients.grabs)
 
             def broker_losses_persisted():
-                orders = stack.sql(f"SELECT COUNT(*) FROM t_voucher_order WHERE id IN ({','.join(['%s'] * len(orders_before))})",
-                                   orders_before)[0][0]
-                grabs = stack.sql("SELECT COUNT(*) FROM t_red_packet_item WHERE packet_id = %s AND user_id IN ("
-                                  + ",".join(["%s"] * len(grabs_before)) + ")", [int(packet_id), *grabs_before])[0][0]
+                orders = stack.sql(
+                    f"SELECT COUNT(*) FROM t_voucher_order WHERE id IN ({','.join(['%s'] * len(orders_before))})",
+                    orders_before,
+                )[0][0]
+                grabs = stack.sql(
+                    "SELECT COUNT(*) FROM t_red_packet_item WHERE packet_id = %s AND user_id IN ("
+                    + ",".join(["%s"] * len(grabs_before))
+                    + ")",
+                    [int(packet_id), *grabs_before],
+                )[0][0]
                 return orders == len(orders_before) and grabs == len(grabs_before)
 
             try:
                 LocalService.wait_until(broker_losses_persisted, 60, "what the broker lost to be persisted", 0.5)
             except AssertionError:
                 persisted_orders = {row[0] for row in stack.sql("SELECT id FROM t_voucher_order")}
-                persisted_grabs = {row[0] for row in stack.sql("SELECT user_id FROM t_red_packet_item WHERE user_id IS NOT NULL")}
-                raise AssertionError(f"not persisted: orders {sorted(set(orders_before) - persisted_orders)[:10]} "
-                                     f"grabs {sorted(set(grabs_before) - persisted_grabs)[:10]}") from None
+                persisted_grabs = {
+                    row[0] for row in stack.sql("SELECT user_id FROM t_red_packet_item WHERE user_id IS NOT NULL")
+                }
+                raise AssertionError(
+                    f"not persisted: orders {sorted(set(orders_before) - persisted_orders)[:10]} "
+                    f"grabs {sorted(set(grabs_before) - persisted_grabs)[:10]}"
+                ) from None
             stack.redis.kill()
             stack.redis.restart()
             time.sleep(5)
         answers = {(what, status, code) for what, status, code in clients.answers}
-        allowed = {("order", 200, None), ("order", 503, "PUBLISH_FAILED"), ("order", 503, "SERVICE_UNAVAILABLE"),
-                   ("order", 503, "OUTCOME_UNKNOWN"), ("order", 503, "RECOVERING"),
-                   ("grab", 200, None), ("grab", 503, "PUBLISH_FAILED"), ("grab", 503, "SERVICE_UNAVAILABLE"),
-                   ("grab", 503, "RECOVERING"), ("grab", 409, "EMPTY")}
+        allowed = {
+            ("order", 200, None),
+            ("order", 503, "PUBLISH_FAILED"),
+            ("order", 503, "SERVICE_UNAVAILABLE"),
+            ("order", 503, "OUTCOME_UNKNOWN"),
+            ("order", 503, "RECOVERING"),
+            ("grab", 200, None),
+            ("grab", 503, "PUBLISH_FAILED"),
+            ("grab", 503, "SERVICE_UNAVAILABLE"),
+            ("grab", 503, "RECOVERING"),
+            ("grab", 409, "EMPTY"),
+        }
         assert answers <= allowed, clients.answers
         assert clients.answers[("order", 200, None)] > 100 and len(clients.grabs) > 50, clients.answers
 
@@ -451,11 +514,17 @@ def test_flash_sale_and_red_packet_under_kills_lose_and_double_nothing(stack):
         assert set(persisted) - set(clients.orders) <= clients.unknown_orders
         view = api.request("GET", f"/vouchers/{voucher_id}")[1]
         assert view["stock_left"] + view["sold"] + view["pending"] == 100_000
-        assert stack.sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (int(voucher_id),)) == ((100_000 - len(persisted),),)
+        assert stack.sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (int(voucher_id),)) == (
+            (100_000 - len(persisted),),
+        )
 
         def claims():
-            return dict(stack.sql("SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL",
-                                  (int(packet_id),)))
+            return dict(
+                stack.sql(
+                    "SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL",
+                    (int(packet_id),),
+                )
+            )
 
         LocalService.wait_until(lambda: claims() == clients.grabs, 120, "every acknowledged grab in the DB once", 1.0)
         for user, amount in clients.grabs.items():

@@ -2,6 +2,7 @@
 source mapping: each partition's records reach the function in order, in batches of that partition alone; and a
 poller follows a broker that lost its log (Tansu's memory storage, killed) instead of skipping what it holds now.
 Private broker (its own port), real topics and group offsets."""
+
 from __future__ import annotations
 
 import base64
@@ -43,8 +44,11 @@ class Function:
         self.lock, self.batches = threading.Lock(), []
 
     def __call__(self, event, _context):
-        batch = [(r["partition"], base64.b64decode(r["key"]), base64.b64decode(r["value"]))
-                 for rs in event["records"].values() for r in rs]
+        batch = [
+            (r["partition"], base64.b64decode(r["key"]), base64.b64decode(r["value"]))
+            for rs in event["records"].values()
+            for r in rs
+        ]
         with self.lock:
             self.batches.append(batch)
         return {"batchItemFailures": []}
@@ -66,7 +70,9 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], one
 
 
 def _committed(bootstrap: str, fn, partition: int) -> int:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=fn.msk["group_id"], enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap.split(","), group_id=fn.msk["group_id"], enable_auto_commit=False
+    )
     try:
         return consumer.committed(TopicPartition(fn.msk["topic"], partition)) or 0
     finally:
@@ -97,11 +103,17 @@ def test_each_partition_has_its_poller_and_an_accounts_records_stay_in_order(bro
 
     with Pollers(fn, broker.bootstrap, 3, function):
         LocalService.wait_until(lambda: len(function.values) >= len(records), 60, "every record delivered", 0.2)
-        LocalService.wait_until(lambda: sum(_committed(broker.bootstrap, fn, p) for p in range(3)) == len(records),
-                                30, "every partition committed", 0.5)
+        LocalService.wait_until(
+            lambda: sum(_committed(broker.bootstrap, fn, p) for p in range(3)) == len(records),
+            30,
+            "every partition committed",
+            0.5,
+        )
 
     assert sorted(function.values) == sorted(value for _, value in records)  # each once
-    assert all(len({partition for partition, _, _ in batch}) == 1 for batch in function.batches)  # one partition a batch
+    assert all(
+        len({partition for partition, _, _ in batch}) == 1 for batch in function.batches
+    )  # one partition a batch
     by_key = defaultdict(list)
     for key, value in ((k, v) for batch in function.batches for _, k, v in batch):
         by_key[key].append(value)
@@ -122,8 +134,12 @@ def test_a_poller_reads_the_partition_again_when_the_broker_lost_its_log(broker)
         after = [(b"k", b"after-%d" % i) for i in range(3)]  # fewer than the poller's position, in one record batch
         _produce(broker.bootstrap, fn.msk["topic"], after, one_by_one=False)
 
-        LocalService.wait_until(lambda: {v for _, v in after} <= set(function.values), 60,
-                                "the records the restarted broker holds delivered", 0.2)
+        LocalService.wait_until(
+            lambda: {v for _, v in after} <= set(function.values),
+            60,
+            "the records the restarted broker holds delivered",
+            0.2,
+        )
     assert function.values[:8] == [b"before-%d" % i for i in range(8)]
 
 
@@ -154,8 +170,12 @@ def test_a_poller_reads_the_partition_again_when_the_restarted_broker_outgrew_it
         _produce(broker.bootstrap, fn.msk["topic"], after, one_by_one=False)
         go_on.set()
 
-        LocalService.wait_until(lambda: {v for _, v in after} <= set(function.values), 60,
-                                "every record the restarted broker holds delivered", 0.2)
+        LocalService.wait_until(
+            lambda: {v for _, v in after} <= set(function.values),
+            60,
+            "every record the restarted broker holds delivered",
+            0.2,
+        )
 
 
 def test_the_pollers_take_the_partitions_of_a_topic_made_again_with_more(broker):
@@ -173,8 +193,9 @@ def test_the_pollers_take_the_partitions_of_a_topic_made_again_with_more(broker)
         after = [(b"k%d" % i, b"after-%d" % i) for i in range(60)]  # keyed over all five partitions
         _produce(broker.bootstrap, fn.msk["topic"], after, one_by_one=False)
 
-        LocalService.wait_until(lambda: {v for _, v in after} <= set(function.values), 60,
-                                "every record of every partition delivered", 0.2)
+        LocalService.wait_until(
+            lambda: {v for _, v in after} <= set(function.values), 60, "every record of every partition delivered", 0.2
+        )
     by_key = defaultdict(list)
     for key, value in ((k, v) for batch in function.batches for _, k, v in batch):
         by_key[key].append(value)

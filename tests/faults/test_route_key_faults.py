@@ -2,6 +2,7 @@
 SIGKILL of the API process mid-request (issue 10, items 1 and 2): the local runtime over HTTP on a private stack. A
 retry with the first request's key and body answers the first answer, and the effect (a packet and its debit, a unit
 of stock, a payment order, a charge) happens once."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,17 @@ def _key() -> dict:
 
 def _voucher(api: LocalService, per_user_limit: int) -> str:
     now = int(time.time() * 1000)
-    status, body = api.request("POST", "/vouchers", {"title": "keys", "stock": 10, "begin_at": now - 1000,
-                                                     "end_at": now + 3_600_000, "per_user_limit": per_user_limit})
+    status, body = api.request(
+        "POST",
+        "/vouchers",
+        {
+            "title": "keys",
+            "stock": 10,
+            "begin_at": now - 1000,
+            "end_at": now + 3_600_000,
+            "per_user_limit": per_user_limit,
+        },
+    )
     assert status == 201, body
     return body["voucher_id"]
 
@@ -71,11 +81,22 @@ def test_route_keys_and_their_refusals_outlive_redis_restarted_empty(stack):  # 
         ask("multi order", "POST", f"/vouchers/{multi}/orders", {"user_id": payer})
         ask("single order", "POST", f"/vouchers/{single}/orders", {"user_id": payer})
         statuses = {name: answer[4][0] for name, answer in first.items()}
-        assert statuses == {"packet": 201, "grab": 200, "order": 201, "pay refused": 402, "multi order": 200,
-                            "single order": 200}, first
-        LocalService.wait_until(lambda: stack.sql("SELECT COUNT(*) FROM t_voucher_order WHERE user_id = %s", (payer,))
-                                == ((2,),) and stack.sql("SELECT COUNT(*) FROM t_red_packet_item WHERE user_id = %s",
-                                                         (grabber,)) == ((1,),), 60, "the orders and the claim in the DB")
+        assert statuses == {
+            "packet": 201,
+            "grab": 200,
+            "order": 201,
+            "pay refused": 402,
+            "multi order": 200,
+            "single order": 200,
+        }, first
+        LocalService.wait_until(
+            lambda: (
+                stack.sql("SELECT COUNT(*) FROM t_voucher_order WHERE user_id = %s", (payer,)) == ((2,),)
+                and stack.sql("SELECT COUNT(*) FROM t_red_packet_item WHERE user_id = %s", (grabber,)) == ((1,),)
+            ),
+            60,
+            "the orders and the claim in the DB",
+        )
         _lose_redis(stack)
         # the refused pay would succeed now: its key must still answer the refusal
         assert api.request("POST", f"/accounts/{payer}/recharge", {"amount": "20.00"})[0] == 200
@@ -84,20 +105,28 @@ def test_route_keys_and_their_refusals_outlive_redis_restarted_empty(stack):  # 
         assert stack.sql("SELECT COUNT(*) FROM t_red_packet WHERE sender_id = %s", (sender,)) == ((1,),)
         assert api.request("GET", f"/accounts/{sender}")[1]["balance"] == "6.00"  # one debit
         credited = str(Decimal(first["grab"][4][1]["amount"]) + Decimal("0.01"))
-        LocalService.wait_until(lambda: api.request("GET", f"/accounts/{grabber}")[1]["balance"] == credited, 60,
-                                "the grabber's one credit")
+        LocalService.wait_until(
+            lambda: api.request("GET", f"/accounts/{grabber}")[1]["balance"] == credited, 60, "the grabber's one credit"
+        )
         assert stack.sql("SELECT COUNT(*) FROM t_payment_order WHERE user_id = %s", (payer,)) == ((2,),)
         assert api.request("GET", f"/orders/{unpaid}")[1]["state"] == "OPEN"
         assert api.request("GET", f"/accounts/{payer}")[1]["balance"] == "25.00"  # never charged
-        assert stack.sql("SELECT voucher_id, COUNT(*) FROM t_voucher_order WHERE user_id = %s GROUP BY voucher_id"
-                         " ORDER BY voucher_id", (payer,)) == ((int(multi), 1), (int(single), 1))
+        assert stack.sql(
+            "SELECT voucher_id, COUNT(*) FROM t_voucher_order WHERE user_id = %s GROUP BY voucher_id"
+            " ORDER BY voucher_id",
+            (payer,),
+        ) == ((int(multi), 1), (int(single), 1))
     finally:
         api.stop()
 
 
 def _inserts_waiting(stack) -> bool:  # noqa: F811
-    return bool(stack.sql("SELECT 1 FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT INTO t_payment_order%'"
-                          " AND ID <> CONNECTION_ID()"))
+    return bool(
+        stack.sql(
+            "SELECT 1 FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT INTO t_payment_order%'"
+            " AND ID <> CONNECTION_ID()"
+        )
+    )
 
 
 def _in_background(call) -> threading.Thread:
@@ -119,14 +148,19 @@ def test_a_payment_order_whose_api_process_was_killed_mid_request_is_created_onc
     try:
         with gap.cursor() as cur:
             cur.execute("BEGIN")
-            cur.execute("SELECT id FROM t_payment_order WHERE id > (SELECT COALESCE(MAX(id), 0) FROM t_payment_order)"
-                        " FOR UPDATE")
+            cur.execute(
+                "SELECT id FROM t_payment_order WHERE id > (SELECT COALESCE(MAX(id), 0) FROM t_payment_order)"
+                " FOR UPDATE"
+            )
             attempt = _in_background(lambda: api.request("POST", "/orders", request, headers))
             LocalService.wait_until(lambda: _inserts_waiting(stack), 30, "the API's INSERT to wait on the gap")
             paused.execute_command("CLIENT", "PAUSE", 20_000, "WRITE")
             cur.execute("COMMIT")
-        LocalService.wait_until(lambda: stack.sql("SELECT COUNT(*) FROM t_payment_order WHERE user_id = %s", (user,))
-                                == ((1,),), 15, "the attempt's INSERT to commit")
+        LocalService.wait_until(
+            lambda: stack.sql("SELECT COUNT(*) FROM t_payment_order WHERE user_id = %s", (user,)) == ((1,),),
+            15,
+            "the attempt's INSERT to commit",
+        )
         api.kill()
     finally:
         paused.execute_command("CLIENT", "UNPAUSE")
@@ -154,8 +188,9 @@ def test_a_multi_unit_voucher_order_whose_api_process_was_killed_mid_request_tak
     os.kill(stack.broker.proc.pid, signal.SIGSTOP)  # the order is taken in Redis, its publish waits for the ack
     try:
         attempt = _in_background(lambda: api.request("POST", f"/vouchers/{voucher_id}/orders", request, headers))
-        LocalService.wait_until(lambda: pending.hlen(f"voucher:pending:{{v{voucher_id}}}") == 1, 30,
-                                "the unit taken in Redis")
+        LocalService.wait_until(
+            lambda: pending.hlen(f"voucher:pending:{{v{voucher_id}}}") == 1, 30, "the unit taken in Redis"
+        )
         api.kill()
     finally:
         os.kill(stack.broker.proc.pid, signal.SIGCONT)
@@ -168,8 +203,9 @@ def test_a_multi_unit_voucher_order_whose_api_process_was_killed_mid_request_tak
         assert status == 200 and body["seq"] == 1, body
 
         def persisted():
-            return stack.sql("SELECT id FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,)) \
-                == ((int(body["order_id"]),),)
+            return stack.sql("SELECT id FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,)) == (
+                (int(body["order_id"]),),
+            )
 
         LocalService.wait_until(persisted, 60, "the one order in the DB")
         assert api.request("POST", f"/vouchers/{voucher_id}/orders", request, headers) == (status, body)

@@ -1,6 +1,7 @@
 """The local runtime starts without the broker and serves once it appears (issue 19, item 15), as a Lambda needs no
 broker to start: the API answers at once, charges answer 503 and change nothing until the broker is there, and then
 the writer persists what is charged."""
+
 from __future__ import annotations
 
 from faults.test_faults import _converged, stack  # noqa: F401 (fixture)
@@ -22,8 +23,12 @@ def test_the_runtime_starts_without_the_broker_and_serves_once_it_appears(stack)
         services.ensure_topic(stack.broker.bootstrap, stack.topic, 2)
 
         def recharged():
-            return svc.request("POST", f"/accounts/{user_id}/recharge", {"amount": "5.00"},
-                               {"Idempotency-Key": f"after-{user_id}"})[0] == 200
+            return (
+                svc.request(
+                    "POST", f"/accounts/{user_id}/recharge", {"amount": "5.00"}, {"Idempotency-Key": f"after-{user_id}"}
+                )[0]
+                == 200
+            )
 
         LocalService.wait_until(recharged, 60, "a charge acknowledged once the broker is there", 1.0)
         _converged(stack, svc, user_id, 500)  # and the writer persisted it

@@ -5,6 +5,7 @@
 - processes.py: the local runtime as a child process (LocalService);
 - aws.py: AWS control planes in moto (moto_secrets);
 - receivers.py: a local webhook receiver (Receiver)."""
+
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,27 @@ from helpers.records import (  # noqa: E402
     verified_fields,
 )
 
-__all__ = ["EVENTS", "REPO", "TRUSTED", "TRUSTED_SCOPES", "Api", "LocalService", "Receiver", "broker_records",
-           "caller_context", "invoke_writer", "ledger_records", "lift_rebuild_hold", "moto_secrets", "reconcile",
-           "reconcile_pass", "reconcile_totals", "records", "run_event_keys", "signed_value", "token_for",
-           "verified_fields", "voucher"]
+__all__ = [
+    "EVENTS",
+    "REPO",
+    "TRUSTED",
+    "TRUSTED_SCOPES",
+    "Api",
+    "LocalService",
+    "Receiver",
+    "broker_records",
+    "caller_context",
+    "invoke_writer",
+    "ledger_records",
+    "lift_rebuild_hold",
+    "moto_secrets",
+    "reconcile",
+    "reconcile_pass",
+    "reconcile_totals",
+    "records",
+    "run_event_keys",
+    "signed_value",
+    "token_for",
+    "verified_fields",
+    "voucher",
+]

@@ -1,4 +1,5 @@
 """AWS control planes in moto (Secrets Manager and friends), never a stand-in for Redis, Kafka or the DB."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,11 @@ def moto_secrets(monkeypatch):
     from aws_lambda_powertools.utilities import parameters
     from moto import mock_aws
 
-    for name, value in (("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ACCESS_KEY_ID", "testing"),
-                        ("AWS_SECRET_ACCESS_KEY", "testing")):
+    for name, value in (
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ):
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with mock_aws():

@@ -1,6 +1,7 @@
 """Who the tests act as: unless a test says otherwise, a backend holding both the service and the admin scope
 (TRUSTED_SCOPES), as authorizer context for the handler (caller_context, Api) or as a local dev issuer token over HTTP
 (token_for)."""
+
 from __future__ import annotations
 
 import json
@@ -49,9 +50,13 @@ class Api:
         text = raw if raw is not None else (json.dumps(body) if body is not None else None)
         path, _, query = path.partition("?")
         caller = None if self.anonymous else caller_context(self.user_id, self.scopes)
-        response = self.handler(events.api_gateway_proxy(method, path, text, headers, query, authorizer=caller),
-                                events.LambdaContext("ApiFunction"))
-        return response["statusCode"], events.json_body(response) if response["body"].startswith(("{", "[")) else response["body"]
+        response = self.handler(
+            events.api_gateway_proxy(method, path, text, headers, query, authorizer=caller),
+            events.LambdaContext("ApiFunction"),
+        )
+        return response["statusCode"], events.json_body(response) if response["body"].startswith(
+            ("{", "[")
+        ) else response["body"]
 
     def account(self, name: str | None = None, balance: str | None = None, **fields) -> int:
         status, body = self("POST", "/accounts", {"user_name": name or f"u-{uuid.uuid4().hex[:12]}", **fields})
@@ -66,7 +71,16 @@ class Api:
 def voucher(api, stock=5, begin_at=None, end_at=None, **fields) -> int:
     """A voucher created through POST /vouchers (on sale from a second ago for an hour unless told); its id."""
     now = int(time.time() * 1000)
-    status, body = api("POST", "/vouchers", {"title": "10 off", "stock": stock, "begin_at": begin_at or now - 1000,
-                                             "end_at": end_at or now + 3_600_000, **fields})
+    status, body = api(
+        "POST",
+        "/vouchers",
+        {
+            "title": "10 off",
+            "stock": stock,
+            "begin_at": begin_at or now - 1000,
+            "end_at": end_at or now + 3_600_000,
+            **fields,
+        },
+    )
     assert status == 201, body
     return int(body["voucher_id"])

@@ -1,4 +1,5 @@
 """The local runtime as a real child process, spoken to over HTTP, killed and restarted."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,11 @@ class LocalService:
         with open(self.log_path, "ab") as log:  # the runtime writes to its own copy of the descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "infra.localrt.runtime", "--port", str(self.port), *self.args],
-                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         if wait_http and "--no-api" not in self.args:
             self.wait_until(lambda: self.request("GET", "/openapi.json")[0] == 200, 30, "HTTP port")
@@ -50,12 +55,18 @@ class LocalService:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def request(self, method: str, path: str, body=None, headers: dict | None = None, timeout: float = 30, token=TRUSTED):
+    def request(
+        self, method: str, path: str, body=None, headers: dict | None = None, timeout: float = 30, token=TRUSTED
+    ):
         """token: a bearer token, None for none; by default the trusted backend's."""
         data = json.dumps(body).encode() if body is not None else None
         bearer = {} if token is None else {"Authorization": f"Bearer {token_for() if token is TRUSTED else token}"}
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **bearer, **(headers or {})})
+        req = urllib.request.Request(
+            self.base + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", **bearer, **(headers or {})},
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.status, json.loads(resp.read() or b"null")

@@ -1,4 +1,5 @@
 """A local webhook receiver (a real HTTP server) for the webhook and balance-monitor tests."""
+
 from __future__ import annotations
 
 import threading

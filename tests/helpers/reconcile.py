@@ -1,4 +1,5 @@
 """The scheduled reconciler run as its function runs: once, or until every part went over all of its entities."""
+
 from __future__ import annotations
 
 from infra.localrt import events
@@ -20,8 +21,12 @@ def reconcile_pass(monkeypatch=None, age_s: int | None = None) -> list[dict]:
     since this call: a run stops where its budget (items or seconds) ran out and the next goes on from there, and the
     suite leaves many entities behind, so one run may not reach a test's own. A part first finishes the pass an
     earlier run left open, then makes one whole pass. Returns the reports of the runs."""
-    parts = {"accounts": lambda r: r["next_after"], "vouchers": lambda r: r["vouchers"]["next_after"],
-             "packets": lambda r: r["packets"]["next_after"], "reminders": lambda r: r["reminders_next_after"]}
+    parts = {
+        "accounts": lambda r: r["next_after"],
+        "vouchers": lambda r: r["vouchers"]["next_after"],
+        "packets": lambda r: r["packets"]["next_after"],
+        "reminders": lambda r: r["reminders_next_after"],
+    }
     ends_seen = dict.fromkeys(parts, 0)  # 2: the open pass finished, then a whole one
     reports = []
     while min(ends_seen.values()) < 2:
@@ -33,6 +38,7 @@ def reconcile_pass(monkeypatch=None, age_s: int | None = None) -> list[dict]:
 
 def reconcile_totals(monkeypatch=None, age_s: int | None = None) -> dict:
     """reconcile_pass, its reports summed (each count over the whole pass, whatever each run's budget covered)."""
+
     def add(totals: dict, report: dict) -> dict:
         for name, value in report.items():
             if isinstance(value, dict):  # a part's own report (vouchers, packets, journeys)

@@ -1,5 +1,6 @@
 """The writer's side: records as the broker holds them (rebuilt from Redis, signed as the service signs), the writer
 handler invoked with them, and a rebuilt entity's hold lifted."""
+
 from __future__ import annotations
 
 import os
@@ -24,11 +25,18 @@ def broker_records(topic: str | None = None) -> list[tuple[int, int, bytes | Non
     from confluent_kafka import Consumer, TopicPartition
 
     topic = topic or os.environ["KAFKA_TOPIC"]
-    reader = Consumer({"bootstrap.servers": os.environ["KAFKA_BOOTSTRAP"], "group.id": f"test-reader-{uuid.uuid4().hex}",
-                       "enable.auto.commit": False})
+    reader = Consumer(
+        {
+            "bootstrap.servers": os.environ["KAFKA_BOOTSTRAP"],
+            "group.id": f"test-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
     try:
-        ends = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-                for p in reader.list_topics(topic, timeout=10).topics[topic].partitions}
+        ends = {
+            p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+            for p in reader.list_topics(topic, timeout=10).topics[topic].partitions
+        }
         reader.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
         found = []
         deadline = time.monotonic() + 30
@@ -51,8 +59,9 @@ def lift_rebuild_hold(redis_client, hash_key: str, log_too: bool = True) -> None
 
 def records(events_, key_of, partition: int = 0, first_offset: int = 0) -> list[tuple[int, int, bytes, bytes]]:
     """Events as the broker holds them, signed as the service signs them: (partition, offset, key, JSON value)."""
-    return [(partition, first_offset + i, key_of(e).encode(), signed_value(e.model_dump()))
-            for i, e in enumerate(events_)]
+    return [
+        (partition, first_offset + i, key_of(e).encode(), signed_value(e.model_dump())) for i, e in enumerate(events_)
+    ]
 
 
 def run_event_keys():
@@ -85,5 +94,7 @@ def ledger_records(redis_client, user_ids, first_offset: int = 0):
     """The ledger events the API published for these accounts, rebuilt from Redis (per account in version order)."""
     from hotledger.ledger.store import pending_entries
 
-    entries = sorted((e for u in user_ids for e in pending_entries(redis_client, u)), key=lambda e: (e.user_id, e.version))
+    entries = sorted(
+        (e for u in user_ids for e in pending_entries(redis_client, u)), key=lambda e: (e.user_id, e.version)
+    )
     return records([e.to_event() for e in entries], lambda e: str(e.user_id), first_offset=first_offset)

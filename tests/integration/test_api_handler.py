@@ -1,4 +1,5 @@
 """The API function driven with API Gateway REST proxy events (no HTTP), against real Redis, DB and broker."""
+
 import json
 import os
 import signal
@@ -19,8 +20,14 @@ def test_create_get_recharge_deduct(api):
     assert status == 200 and body["balance"] == "100.00" and body["pay_id"].isdigit()
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "12.34"})
     assert status == 200, body
-    assert body == {"order_id": body["order_id"], "user_id": user_id, "amount": "12.34", "balance": "87.66",
-                    "version": body["version"], "mode": "ASYNC"}
+    assert body == {
+        "order_id": body["order_id"],
+        "user_id": user_id,
+        "amount": "12.34",
+        "balance": "87.66",
+        "version": body["version"],
+        "mode": "ASYNC",
+    }
     status, order = api("GET", f"/accounts/{user_id}/orders/{body['order_id']}")
     assert status == 200 and order["status"] == "PENDING" and order["balance_after"] == "87.66"
     status, account = api("GET", f"/accounts/{user_id}")
@@ -98,9 +105,12 @@ def test_switching_to_sync_waits_for_pending_orders(api, redis_client):
 
 
 def test_unknown_account_and_order(api):
-    for method, path, body in (("GET", "/accounts/987654", None), ("POST", "/accounts/987654/deduct", {"amount": "1.00"}),
-                               ("POST", "/accounts/987654/recharge", {"amount": "1.00"}),
-                               ("PATCH", "/accounts/987654", {"threshold": "1.00"})):
+    for method, path, body in (
+        ("GET", "/accounts/987654", None),
+        ("POST", "/accounts/987654/deduct", {"amount": "1.00"}),
+        ("POST", "/accounts/987654/recharge", {"amount": "1.00"}),
+        ("PATCH", "/accounts/987654", {"threshold": "1.00"}),
+    ):
         status, answer = api(method, path, body)
         assert status == 404 and answer["error"]["code"] == "ACCOUNT_NOT_FOUND", (path, answer)
     user_id = api.account()
@@ -108,8 +118,20 @@ def test_unknown_account_and_order(api):
     assert status == 404 and answer["error"]["code"] == "ORDER_NOT_FOUND"
 
 
-BAD_AMOUNTS = ["-1.00", "0", "0.00", "1.234", "1e3", "NaN", "Infinity", "1" + "0" * 30, "abc", "1; DROP TABLE t_order",
-               "' OR 1=1 --", ""]
+BAD_AMOUNTS = [
+    "-1.00",
+    "0",
+    "0.00",
+    "1.234",
+    "1e3",
+    "NaN",
+    "Infinity",
+    "1" + "0" * 30,
+    "abc",
+    "1; DROP TABLE t_order",
+    "' OR 1=1 --",
+    "",
+]
 
 
 @pytest.mark.parametrize("amount", BAD_AMOUNTS + [12.5, 10, None, True, ["1.00"], {"v": 1}])
@@ -122,13 +144,16 @@ def test_bad_amounts_are_422_and_change_nothing(api, route, amount):
     assert api("GET", f"/accounts/{user_id}")[1] == before
 
 
-@pytest.mark.parametrize("raw,code,status", [
-    ('{"amount": "1.00"', "MALFORMED_JSON", 400),
-    ("not json", "MALFORMED_JSON", 400),
-    ("{}", "MISSING_FIELD", 422),
-    ('{"amount": "1.00", "extra": 1}', "VALIDATION_ERROR", 422),
-    ("[]", "VALIDATION_ERROR", 422),
-])
+@pytest.mark.parametrize(
+    "raw,code,status",
+    [
+        ('{"amount": "1.00"', "MALFORMED_JSON", 400),
+        ("not json", "MALFORMED_JSON", 400),
+        ("{}", "MISSING_FIELD", 422),
+        ('{"amount": "1.00", "extra": 1}', "VALIDATION_ERROR", 422),
+        ("[]", "VALIDATION_ERROR", 422),
+    ],
+)
 def test_malformed_bodies(api, raw, code, status):
     user_id = api.account(balance="10.00")
     got_status, body = api("POST", f"/accounts/{user_id}/deduct", raw=raw)
@@ -137,12 +162,22 @@ def test_malformed_bodies(api, raw, code, status):
 
 
 def test_form_encoded_body_is_415(api):
-    status, body = api("POST", "/accounts", raw="user_name=bob", headers={"Content-Type": "application/x-www-form-urlencoded"})
+    status, body = api(
+        "POST", "/accounts", raw="user_name=bob", headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
     assert status == 415 and body["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
 
 
-@pytest.mark.parametrize("body", [{"user_name": "x' OR '1'='1"}, {"user_name": ""}, {"user_name": 5},
-                                  {"user_name": "ok-name", "deduct_type": "LATER"}, {"user_name": "ok2", "threshold": "-1"}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"user_name": "x' OR '1'='1"},
+        {"user_name": ""},
+        {"user_name": 5},
+        {"user_name": "ok-name", "deduct_type": "LATER"},
+        {"user_name": "ok2", "threshold": "-1"},
+    ],
+)
 def test_bad_account_fields(api, body):
     status, answer = api("POST", "/accounts", body)
     assert status == 422 and answer["error"]["code"] in {"VALIDATION_ERROR", "INVALID_AMOUNT"}
@@ -168,8 +203,15 @@ def test_openapi_document_describes_every_answer(api):
     assert status == 200 and "openapi.json" in html
 
 
-SAMPLE_EVENTS = [("api_create_account", {201}), ("api_get_account", {200}), ("api_patch_account", {200}),
-                 ("api_recharge", {200}), ("api_deduct", {200}), ("api_get_order", {404}), ("api_bad_amount", {422})]
+SAMPLE_EVENTS = [
+    ("api_create_account", {201}),
+    ("api_get_account", {200}),
+    ("api_patch_account", {200}),
+    ("api_recharge", {200}),
+    ("api_deduct", {200}),
+    ("api_get_order", {404}),
+    ("api_bad_amount", {422}),
+]
 
 
 def test_sample_events_run_through_the_handler(api):
@@ -220,6 +262,7 @@ def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, 
 
         monkeypatch.setattr(store, "apply", redis_stalls_then_charge)
     else:
+
         def ack_times_out_and_redis_stalls(key: str, value: bytes) -> None:
             redis_stalls()
             raise NotAcknowledged("no acknowledgement in time")
@@ -264,7 +307,10 @@ def test_a_retry_after_the_first_request_died_republishes_its_charge(api, monkey
         api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)
     published = []
     monkeypatch.setattr(durability, "publish", lambda key, value: published.append(json.loads(value)))
-    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)[1]["error"]["code"] == "IDEMPOTENCY_IN_PROGRESS"
+    assert (
+        api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)[1]["error"]["code"]
+        == "IDEMPOTENCY_IN_PROGRESS"
+    )
     monkeypatch.setattr(store, "idempotency_stale_ms", 0)
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"}, headers)
     assert status == 200 and body["balance"] == "7.00"
@@ -302,15 +348,21 @@ def test_a_new_account_never_inherits_what_redis_kept_of_its_id(api, sql, redis_
     start at 0.00 with nothing pending, not with the old account's cached balance and entries."""
     from hotledger import keys
 
-    (next_id,) = sql("SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 't_user'",
-                     (settings.db_name,))[0]
-    redis_client.hset(keys.balance(next_id), mapping={"balance": 123456, "v": 180, "threshold": 0, "open": "1",
-                                                      "mode": "ASYNC", "epoch": "old", "ts": 1})
+    (next_id,) = sql(
+        "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 't_user'",
+        (settings.db_name,),
+    )[0]
+    redis_client.hset(
+        keys.balance(next_id),
+        mapping={"balance": 123456, "v": 180, "threshold": 0, "open": "1", "mode": "ASYNC", "epoch": "old", "ts": 1},
+    )
     redis_client.zadd(keys.pending(next_id), {"77": 1})
     user_id = api.account()
     assert user_id == next_id
     status, account = api("GET", f"/accounts/{user_id}")
-    assert status == 200 and (account["balance"], account["version"], account["pending_orders"]) == ("0.00", 1, 0), account
+    assert status == 200 and (account["balance"], account["version"], account["pending_orders"]) == ("0.00", 1, 0), (
+        account
+    )
 
 
 def test_an_account_loaded_again_takes_the_open_flag_of_its_newest_pending_entry(api, redis_client):

@@ -1,6 +1,7 @@
 """A warm function keeps working across a DB password rotation (issue 11, section 3): the DB refuses the cached
 credentials (1045), the writer's connection reads the secret again once and connects with the new password. A real
 MariaDB user whose password is changed, the secret in Secrets Manager (moto) cached by Powertools."""
+
 import json
 import os
 import uuid
@@ -19,8 +20,9 @@ def rotating_user(sql, settings, monkeypatch):
     sql(f"CREATE USER '{user}'@'%%' IDENTIFIED BY 'first-password'")
     sql(f"GRANT ALL ON `{settings.db_name}`.* TO '{user}'@'%%'")
     with moto_secrets(monkeypatch) as client:
-        arn = client.create_secret(Name=f"hotledger/db-{user}", SecretString=json.dumps(
-            {"username": user, "password": "first-password"}))["ARN"]
+        arn = client.create_secret(
+            Name=f"hotledger/db-{user}", SecretString=json.dumps({"username": user, "password": "first-password"})
+        )["ARN"]
         env = {k: v for k, v in os.environ.items() if k not in ("DB_USER", "DB_PASSWORD")}
         cfg = build_settings({**env, "DB_SECRET_ARN": arn, "SECRETS_MAX_AGE_S": "3600"})
         assert (cfg.db_user, cfg.db_password) == (user, "first-password")

@@ -2,6 +2,7 @@
 earlier delivery cannot remove the lease of a newer one; a failing handler is retried with exponential backoff and,
 after max_deliveries, its element moves to the queue's dead letters (listed, replayed and dropped over HTTP) while
 the drainer goes on serving the other queues. Real Redis, through the API handler and the delay drainer handler."""
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,16 @@ def test_an_ack_by_element_is_refused_and_changes_nothing(api, queue):
     assert api("GET", f"/delay-queues/{queue}")[1]["taken"] == 1
 
 
-@pytest.mark.parametrize("body", [{}, {"receipts": []}, {"receipts": ["no-colon"]}, {"receipts": ["x:job"]},
-                                  {"elements": ["a"], "receipts": ["1:a"]}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"receipts": []},
+        {"receipts": ["no-colon"]},
+        {"receipts": ["x:job"]},
+        {"elements": ["a"], "receipts": ["1:a"]},
+    ],
+)
 def test_bad_acks_are_refused_and_change_nothing(api, queue, body):
     api("POST", f"/delay-queues/{queue}/items", {"element": "a", "delay_s": 0})
     api("POST", f"/delay-queues/{queue}/take", {"limit": 10})
@@ -100,8 +109,9 @@ def emf_records(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{") and '"_aws"' in line]
 
 
-def test_a_poison_element_is_retried_with_backoff_then_dead_lettered_and_later_queues_are_served(api, monkeypatch,
-                                                                                                capsys):
+def test_a_poison_element_is_retried_with_backoff_then_dead_lettered_and_later_queues_are_served(
+    api, monkeypatch, capsys
+):
     """Failing first: a reminder element the handler cannot parse raised out of the drainer handler, so the run
     ended and the order-close and red-packet-expiry queues after it were never served while it stayed there."""
     from hotledger.notices.payment_orders import CLOSE_QUEUE, REMINDER_QUEUE

@@ -2,6 +2,7 @@
 HMAC, with a field changed after signing, or signed with a key the service does not hold (any more) is
 dead-lettered with the reason and changes nothing. Through the writer handler, real Redis, DB and broker records;
 the keyring from Secrets Manager (moto) for the rotation cases."""
+
 import json
 import os
 import time
@@ -25,10 +26,19 @@ def funded(api, redis_client, sql) -> int:
 
 def forged_recharge(sql, user_id: int, amount: int = 100_000_000) -> dict:
     """A recharge that looks like the service's own: next version, the account's balance plus the amount."""
-    (balance, version), = sql("SELECT balance, version FROM t_account WHERE user_id = %s", (user_id,))
-    return LedgerEvent(type="ledger", id=id_generator().next_id(), kind="R", user_id=user_id, amount=amount,
-                       balance_after=balance + amount, version=version + 1, epoch="forged", ts=int(time.time() * 1000),
-                       open="1").model_dump()
+    ((balance, version),) = sql("SELECT balance, version FROM t_account WHERE user_id = %s", (user_id,))
+    return LedgerEvent(
+        type="ledger",
+        id=id_generator().next_id(),
+        kind="R",
+        user_id=user_id,
+        amount=amount,
+        balance_after=balance + amount,
+        version=version + 1,
+        epoch="forged",
+        ts=int(time.time() * 1000),
+        open="1",
+    ).model_dump()
 
 
 def nothing_changed(api, sql, user_id: int) -> None:
@@ -38,7 +48,9 @@ def nothing_changed(api, sql, user_id: int) -> None:
 
 
 def dead_letter_error(sql, settings, offset: int) -> str:
-    ((error,),) = sql("SELECT error FROM t_dead_letter WHERE topic = %s AND offset_no = %s", (settings.kafka_topic, offset))
+    ((error,),) = sql(
+        "SELECT error FROM t_dead_letter WHERE topic = %s AND offset_no = %s", (settings.kafka_topic, offset)
+    )
     return error
 
 
@@ -82,7 +94,9 @@ def test_a_signed_record_changed_in_the_service_layout_is_dead_lettered(api, red
     offset = deliver(changed, user_id)
     nothing_changed(api, sql, user_id)
     # a field after the signature leaves no signature where the layout has it
-    assert dead_letter_error(sql, settings, offset).startswith(("forged: the MAC does not match", "forged: the record carries no signature"))
+    assert dead_letter_error(sql, settings, offset).startswith(
+        ("forged: the MAC does not match", "forged: the record carries no signature")
+    )
 
 
 def test_a_signed_record_in_another_layout_is_dead_lettered(api, redis_client, sql, settings):
@@ -128,7 +142,8 @@ def keyring_secret(monkeypatch):
 
 
 def test_after_a_rotation_the_writer_accepts_new_and_previous_keys_and_refuses_the_previous_after_its_grace(
-        api, redis_client, sql, settings, keyring_secret):
+    api, redis_client, sql, settings, keyring_secret
+):
     client, arn, writer_keys = keyring_secret
     user_id = funded(api, redis_client, sql)
     before = writer_keys.keyring()  # cached in the writer for an hour
@@ -144,8 +159,15 @@ def test_after_a_rotation_the_writer_accepts_new_and_previous_keys_and_refuses_t
     recharge(new, 100)  # a key id the writer's cached keyring does not know: it reads the secret again once
     recharge(before, 200)  # the previous key, within its grace period
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((1300,),)
-    client.put_secret_value(SecretId=arn, SecretString=json.dumps({**json.loads(
-        client.get_secret_value(SecretId=arn)["SecretString"]), "previous_until": int(time.time()) - 1}))
+    client.put_secret_value(
+        SecretId=arn,
+        SecretString=json.dumps(
+            {
+                **json.loads(client.get_secret_value(SecretId=arn)["SecretString"]),
+                "previous_until": int(time.time()) - 1,
+            }
+        ),
+    )
     writer_keys.keyring(fresh=True)
     offset = recharge(before, 400)
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((1300,),)

@@ -2,6 +2,7 @@
 balance and available balance after it; pages newest first with cursors that keep their filters; read your writes
 (acknowledged, not yet booked: listed as pending); the balance at any time; statements that add up. Driven through
 the API handler and the writer function, on the real Redis, DB and broker."""
+
 import time
 
 import pytest
@@ -44,17 +45,26 @@ def _assert_ledger_adds_up(sql, user_id):
 def test_acknowledged_entries_are_listed_at_once_then_booked_with_a_gapless_seq(api, redis_client, sql):
     user_id = api.account(balance="10.00")
     for amount in ("1.00", "2.50"):
-        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount}, {"Idempotency-Key": f"k-{amount}"})[0] == 200
+        assert (
+            api("POST", f"/accounts/{user_id}/deduct", {"amount": amount}, {"Idempotency-Key": f"k-{amount}"})[0] == 200
+        )
     pending = _entries(api, user_id)
     assert [(e["type"], e["amount"], e["state"], e["seq"]) for e in pending["entries"]] == [
-        ("deduct", "2.50", "pending", None), ("deduct", "1.00", "pending", None), ("recharge", "10.00", "pending", None)]
+        ("deduct", "2.50", "pending", None),
+        ("deduct", "1.00", "pending", None),
+        ("recharge", "10.00", "pending", None),
+    ]
     assert pending["entries"][0]["ref"] == "key:k-2.50" and pending["next_cursor"] is None
 
     _persist(redis_client, user_id)
     booked = _entries(api, user_id)["entries"]
-    assert [(e["seq"], e["type"], e["balance_change"], e["balance_after"], e["available_after"], e["state"])
-            for e in booked] == [(3, "deduct", "-2.50", "6.50", "6.50", "booked"), (2, "deduct", "-1.00", "9.00", "9.00", "booked"),
-                                 (1, "recharge", "10.00", "10.00", "10.00", "booked")]
+    assert [
+        (e["seq"], e["type"], e["balance_change"], e["balance_after"], e["available_after"], e["state"]) for e in booked
+    ] == [
+        (3, "deduct", "-2.50", "6.50", "6.50", "booked"),
+        (2, "deduct", "-1.00", "9.00", "9.00", "booked"),
+        (1, "recharge", "10.00", "10.00", "10.00", "booked"),
+    ]
     assert all(e["at"] >= e["charged_at"] - 5_000 for e in booked)
     _assert_ledger_adds_up(sql, user_id)
     _persist(redis_client, user_id)  # a replayed batch books nothing twice
@@ -104,8 +114,9 @@ def test_balance_at_any_time_and_a_statement_that_adds_up(api, redis_client, sql
     status, part = api("GET", f"/accounts/{user_id}/statement?since={first_at + 1}&until={last_at + 1}")
     assert part["opening_balance"] == "20.00" and [e["seq"] for e in part["entries"]] == [2, 3]
     for statement in (whole, part):
-        assert _minor(statement["opening_balance"]) + sum(_minor(e["balance_change"]) for e in statement["entries"]) \
-            == _minor(statement["closing_balance"])
+        assert _minor(statement["opening_balance"]) + sum(
+            _minor(e["balance_change"]) for e in statement["entries"]
+        ) == _minor(statement["closing_balance"])
 
 
 def test_seq_stays_gapless_and_unique_across_a_redis_loss_and_a_sync_switch(api, redis_client, sql):
@@ -130,12 +141,19 @@ def test_seq_stays_gapless_and_unique_across_a_redis_loss_and_a_sync_switch(api,
     assert _entries(api, user_id, "?limit=1")["entries"][0]["seq"] == 4  # booked at once: nothing pending
 
 
-@pytest.mark.parametrize("query, status, code", [
-    ("/entries?limit=0", 422, "VALIDATION_ERROR"), ("/entries?limit=1001", 422, "VALIDATION_ERROR"),
-    ("/entries?types=deduct,bogus", 422, "VALIDATION_ERROR"), ("/entries?since=5&until=5", 422, "INVALID_RANGE"),
-    ("/balance", 422, "MISSING_FIELD"), ("/balance?at=-1", 422, "VALIDATION_ERROR"),
-    ("/statement?since=10&until=5", 422, "INVALID_RANGE"), ("/statement?since=1", 422, "MISSING_FIELD"),
-])
+@pytest.mark.parametrize(
+    "query, status, code",
+    [
+        ("/entries?limit=0", 422, "VALIDATION_ERROR"),
+        ("/entries?limit=1001", 422, "VALIDATION_ERROR"),
+        ("/entries?types=deduct,bogus", 422, "VALIDATION_ERROR"),
+        ("/entries?since=5&until=5", 422, "INVALID_RANGE"),
+        ("/balance", 422, "MISSING_FIELD"),
+        ("/balance?at=-1", 422, "VALIDATION_ERROR"),
+        ("/statement?since=10&until=5", 422, "INVALID_RANGE"),
+        ("/statement?since=1", 422, "MISSING_FIELD"),
+    ],
+)
 def test_bad_history_requests_get_a_clear_4xx(api, query, status, code):
     user_id = api.account()
     got, body = api("GET", f"/accounts/{user_id}{query}")

@@ -1,6 +1,7 @@
 """Issue 20, holds: authorize, capture (in parts or the rest), void, expire; each a compare-and-set on the hold in
 the account's script, each one ledger entry made durable and booked with the account's next seq. Driven through the
 API handler, the writer and the delay drainer functions on the real Redis, DB and broker."""
+
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,8 +35,10 @@ def _drain():
 
 def _assert_booked_once_and_adding_up(sql, user_id):
     """Every change booked once: gapless seq, running balance, and t_account's balance, seq and on_hold agree."""
-    rows = sql("SELECT seq, type, delta, balance_after, available_after FROM t_entry WHERE user_id = %s ORDER BY seq",
-               (user_id,))
+    rows = sql(
+        "SELECT seq, type, delta, balance_after, available_after FROM t_entry WHERE user_id = %s ORDER BY seq",
+        (user_id,),
+    )
     assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
     running = 0
     for _, _, delta, balance_after, _ in rows:
@@ -50,8 +53,14 @@ def test_authorize_keeps_money_out_of_available_then_captures_in_parts_and_relea
     user_id = api.account(balance="100.00")
     hold = _hold(api, user_id, "25.00", expires_in_s=900, description="ride 42")
     assert {k: hold[k] for k in ("user_id", "amount", "captured", "state", "balance", "available", "description")} == {
-        "user_id": user_id, "amount": "25.00", "captured": "0.00", "state": "ACTIVE", "balance": "100.00",
-        "available": "75.00", "description": "ride 42"}
+        "user_id": user_id,
+        "amount": "25.00",
+        "captured": "0.00",
+        "state": "ACTIVE",
+        "balance": "100.00",
+        "available": "75.00",
+        "description": "ride 42",
+    }
     assert abs(hold["expires_at"] - (time.time() * 1000 + 900_000)) < 60_000
     account = _account(api, user_id)
     assert (account["balance"], account["held"], account["available"]) == ("100.00", "25.00", "75.00")
@@ -63,21 +72,35 @@ def test_authorize_keeps_money_out_of_available_then_captures_in_parts_and_relea
     hold_id = hold["hold_id"]
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "10.00"})
     assert status == 200 and (body["captured"], body["state"], body["balance"], body["available"]) == (
-        "10.00", "ACTIVE", "90.00", "75.00")
+        "10.00",
+        "ACTIVE",
+        "90.00",
+        "75.00",
+    )
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "16.00"})
     assert (status, body["error"]["code"]) == (409, "CAPTURE_EXCEEDS_HOLD")
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "5.00", "final": True})
-    assert status == 200 and (body["captured"], body["state"], body["balance"], body["available"], body["remaining"]) == (
-        "15.00", "CAPTURED", "85.00", "85.00", "0.00")
+    assert status == 200 and (
+        body["captured"],
+        body["state"],
+        body["balance"],
+        body["available"],
+        body["remaining"],
+    ) == ("15.00", "CAPTURED", "85.00", "85.00", "0.00")
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void")
     assert (status, body["error"]["code"]) == (409, "HOLD_CAPTURED")
 
     _persist(redis_client, user_id)
     assert sql("SELECT amount, captured, state, description FROM t_hold WHERE id = %s", (int(hold_id),)) == (
-        (2500, 1500, "CAPTURED", "ride 42"),)
+        (2500, 1500, "CAPTURED", "ride 42"),
+    )
     rows = _assert_booked_once_and_adding_up(sql, user_id)
-    assert [(r[1], r[2], r[4]) for r in rows] == [("recharge", 10000, 10000), ("hold", 0, 7500),
-                                                  ("capture", -1000, 7500), ("capture", -500, 8500)]
+    assert [(r[1], r[2], r[4]) for r in rows] == [
+        ("recharge", 10000, 10000),
+        ("hold", 0, 7500),
+        ("capture", -1000, 7500),
+        ("capture", -500, 8500),
+    ]
     assert _hold_read(api, user_id, hold_id)["state"] == "CAPTURED"  # its record left Redis: read from the DB
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "1.00"})
     assert (status, body["error"]["code"]) == (409, "HOLD_CAPTURED")
@@ -95,7 +118,11 @@ def test_a_void_releases_what_is_left_and_nothing_follows_it(api, redis_client, 
     assert api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "5.00"})[0] == 200
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void")
     assert status == 200 and (body["state"], body["captured"], body["balance"], body["available"]) == (
-        "VOIDED", "5.00", "25.00", "25.00")
+        "VOIDED",
+        "5.00",
+        "25.00",
+        "25.00",
+    )
     for path, code in (("capture", "HOLD_VOIDED"), ("void", "HOLD_VOIDED")):
         status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/{path}", {} if path == "capture" else None)
         assert (status, body["error"]["code"]) == (409, code)
@@ -159,7 +186,9 @@ def test_capture_void_and_expiry_racing_on_one_hold_end_it_exactly_once(api, red
             if i % 4 == 0:
                 answer = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void")
             else:
-                answer = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "7.00", "final": i % 4 == 1})
+                answer = api(
+                    "POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "7.00", "final": i % 4 == 1}
+                )
             if answer[0] != 409 or answer[1]["error"]["code"] != "HOLD_BUSY":
                 return answer
             time.sleep(0.005)
@@ -176,7 +205,8 @@ def test_capture_void_and_expiry_racing_on_one_hold_end_it_exactly_once(api, red
     assert _minor(_account(api, user_id)["balance"]) == 10000 - _minor(final["captured"])
     _persist(redis_client, user_id)
     assert sql("SELECT captured, state FROM t_hold WHERE id = %s", (int(hold_id),)) == (
-        (_minor(final["captured"]), final["state"]),)
+        (_minor(final["captured"]), final["state"]),
+    )
     _assert_booked_once_and_adding_up(sql, user_id)
 
 
@@ -238,7 +268,11 @@ def test_holds_on_a_sync_account_are_decided_and_booked_in_the_db(api, sql):
     assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "10.00"})
     assert status == 200 and (body["captured"], body["state"], body["balance"], body["available"]) == (
-        "10.00", "ACTIVE", "90.00", "75.00")
+        "10.00",
+        "ACTIVE",
+        "90.00",
+        "75.00",
+    )
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "16.00"})
     assert (status, body["error"]["code"]) == (409, "CAPTURE_EXCEEDS_HOLD")
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "5.00", "final": True})
@@ -275,13 +309,20 @@ def test_a_hold_carries_over_a_switch_to_sync_and_back(api, redis_client, sql):
     _assert_booked_once_and_adding_up(sql, user_id)
 
 
-@pytest.mark.parametrize("path, body, code", [
-    ("holds", {"amount": "0.00"}, "INVALID_AMOUNT"), ("holds", {"amount": "1.001"}, "INVALID_AMOUNT"),
-    ("holds", {"amount": 5}, "INVALID_AMOUNT"), ("holds", {"amount": "1.00", "expires_in_s": 0}, "VALIDATION_ERROR"),
-    ("holds", {"amount": "1.00", "expires_in_s": 10**9}, "VALIDATION_ERROR"),
-    ("holds", {"amount": "1.00", "extra": 1}, "VALIDATION_ERROR"), ("holds", {}, "MISSING_FIELD"),
-    ("holds/1/capture", {"amount": "-1.00"}, "INVALID_AMOUNT"), ("holds/1/capture", {"final": "yes"}, "VALIDATION_ERROR"),
-])
+@pytest.mark.parametrize(
+    "path, body, code",
+    [
+        ("holds", {"amount": "0.00"}, "INVALID_AMOUNT"),
+        ("holds", {"amount": "1.001"}, "INVALID_AMOUNT"),
+        ("holds", {"amount": 5}, "INVALID_AMOUNT"),
+        ("holds", {"amount": "1.00", "expires_in_s": 0}, "VALIDATION_ERROR"),
+        ("holds", {"amount": "1.00", "expires_in_s": 10**9}, "VALIDATION_ERROR"),
+        ("holds", {"amount": "1.00", "extra": 1}, "VALIDATION_ERROR"),
+        ("holds", {}, "MISSING_FIELD"),
+        ("holds/1/capture", {"amount": "-1.00"}, "INVALID_AMOUNT"),
+        ("holds/1/capture", {"final": "yes"}, "VALIDATION_ERROR"),
+    ],
+)
 def test_bad_hold_requests_get_a_clear_4xx_and_change_nothing(api, sql, path, body, code):
     user_id = api.account(balance="5.00")
     status, answer = api("POST", f"/accounts/{user_id}/{path}", body)
@@ -329,7 +370,9 @@ def test_the_scripts_other_answers(api, redis_client, monkeypatch):
     assert (status, answer["error"]["code"]) == (404, "HOLD_NOT_FOUND")  # not this account's hold
 
 
-def test_a_hold_redis_lost_before_its_authorize_was_booked_is_ended_by_the_reconciler(api, redis_client, sql, monkeypatch):
+def test_a_hold_redis_lost_before_its_authorize_was_booked_is_ended_by_the_reconciler(
+    api, redis_client, sql, monkeypatch
+):
     """Authorized, then Redis loses the account before the writer books the authorize: the account is loaded again
     without it, the authorize is booked after. Past its expiry (and the grace) the reconciler puts it back and ends it:
     the DB's hold does not stay ACTIVE for good, and what it kept is released exactly once."""
@@ -369,10 +412,15 @@ def test_a_hold_ends_only_once_its_captures_are_durable(api, redis_client, sql, 
     assert _hold_read(api, user_id, hold_id)["state"] == "ACTIVE"
     _persist(redis_client, user_id)
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void", None, {"Idempotency-Key": "void-1"})
-    assert status == 200 and (body["state"], body["captured"]) == ("VOIDED", "3.00")  # HOLD_BUSY was not the key's answer
+    assert status == 200 and (body["state"], body["captured"]) == (
+        "VOIDED",
+        "3.00",
+    )  # HOLD_BUSY was not the key's answer
 
 
-def test_hold_changes_whose_events_were_lost_are_booked_by_the_reconciler_from_redis(api, redis_client, sql, monkeypatch):
+def test_hold_changes_whose_events_were_lost_are_booked_by_the_reconciler_from_redis(
+    api, redis_client, sql, monkeypatch
+):
     """The broker acknowledged and then lost the events (or the writer never got them): the reconciler persists the
     pending entries from their Redis entry strings, hold fields included, and books them once."""
     from helpers import reconcile_totals
@@ -384,7 +432,8 @@ def test_hold_changes_whose_events_were_lost_are_booked_by_the_reconciler_from_r
     assert api("POST", f"/accounts/{user_id}/orders/{order}/refunds", {"amount": "0.50", "reason": "a;b"})[0] == 201
     reconcile_totals(monkeypatch, age_s=0)
     assert sql("SELECT amount, captured, state, description FROM t_hold WHERE id = %s", (int(hold_id),)) == (
-        (800, 300, "CAPTURED", "lost; then found"),)
+        (800, 300, "CAPTURED", "lost; then found"),
+    )
     assert sql("SELECT amount, reason FROM t_refund WHERE charge_id = %s", (int(order),)) == ((50, "a;b"),)
     rows = _assert_booked_once_and_adding_up(sql, user_id)
     assert [r[1] for r in rows] == ["recharge", "hold", "capture", "deduct", "refund"]

@@ -3,6 +3,7 @@ Redis, DB and broker: the same key and body answer the first answer (status and 
 IDEMPOTENCY_KEY_REUSED, and the effect (a debit, a unit of stock, a grab, a payment) happens once. Client keys live in
 a namespace of their own: a client key spelled like the service's own keys (payorder<id>, rp<id>) never meets them.
 """
+
 import time
 import uuid
 
@@ -19,8 +20,17 @@ def balance(api, user_id: int) -> str:
 
 def new_voucher(api, stock: int = 5, per_user_limit: int = 2) -> str:
     now = int(time.time() * 1000)
-    status, body = api("POST", "/vouchers", {"title": "idem", "stock": stock, "begin_at": now - 1000,
-                                             "end_at": now + 3_600_000, "per_user_limit": per_user_limit})
+    status, body = api(
+        "POST",
+        "/vouchers",
+        {
+            "title": "idem",
+            "stock": stock,
+            "begin_at": now - 1000,
+            "end_at": now + 3_600_000,
+            "per_user_limit": per_user_limit,
+        },
+    )
     assert status == 201, body
     return body["voucher_id"]
 
@@ -144,7 +154,9 @@ def test_a_client_key_spelled_like_a_payment_orders_key_neither_replays_nor_bloc
     assert status == 200 and body["state"] == "PAID", body
     assert balance(api, user) == "7.00"
     # and a client deduct with the same spelling and the order's amount is a charge of its own, not the order's replay
-    status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "3.00"}, {"Idempotency-Key": f"payorder{order_id}x"})
+    status, body = api(
+        "POST", f"/accounts/{user}/deduct", {"amount": "3.00"}, {"Idempotency-Key": f"payorder{order_id}x"}
+    )
     assert status == 200
     other = api("POST", "/orders", {"user_id": user, "amount": "1.00", "close_in_s": 600})[1]["order_id"]
     charged = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, {"Idempotency-Key": f"payorder{other}"})
@@ -296,6 +308,8 @@ def test_a_route_key_redis_forgot_is_answered_from_the_db_for_each_kind_of_reque
     status, body = api("POST", "/redpackets", {**request, "total": "3.00"}, headers)  # another body
     assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_KEY_REUSED"), body
     redis_client.delete(record_key(f"account:{sender}", headers["Idempotency-Key"]))
-    status, body = api("POST", "/orders", {"user_id": sender, "amount": "2.00", "close_in_s": 60}, headers)  # another route
+    status, body = api(
+        "POST", "/orders", {"user_id": sender, "amount": "2.00", "close_in_s": 60}, headers
+    )  # another route
     assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_KEY_REUSED"), body
     assert balance(api, sender) == "8.00"  # one packet, one debit

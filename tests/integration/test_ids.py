@@ -1,5 +1,6 @@
 """Ids never repeat after a lost worker-id lease (issue 10, item 12), on the real Redis: Redis loses the lease
 key of a process that keeps issuing, another process claims the same worker id and issues too."""
+
 from __future__ import annotations
 
 import threading

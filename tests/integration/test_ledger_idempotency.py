@@ -5,6 +5,7 @@ DB and broker, the writer handler fed the events the API published.
 - a key outlives Redis: the DB (t_idempotency) backs every answer, consulted when Redis has no record;
 - an operator's close or reopen is never undone by an event charged before it.
 """
+
 import json
 
 import pytest
@@ -33,8 +34,10 @@ def db_balance(sql, user_id: int) -> int:
 
 
 def charges(sql, user_id: int) -> int:
-    return sql("SELECT (SELECT COUNT(*) FROM t_order WHERE user_id = %s) + (SELECT COUNT(*) FROM t_pay WHERE user_id = %s)",
-               (user_id, user_id))[0][0]
+    return sql(
+        "SELECT (SELECT COUNT(*) FROM t_order WHERE user_id = %s) + (SELECT COUNT(*) FROM t_pay WHERE user_id = %s)",
+        (user_id, user_id),
+    )[0][0]
 
 
 # 1. a refusal is an answer ------------------------------------------------------------------------------------
@@ -45,7 +48,9 @@ def test_an_insufficient_balance_refusal_is_the_keys_answer_after_a_recharge(api
     first = api("POST", f"/accounts/{user_id}/deduct", {"amount": "8.00"}, headers)
     assert first[0] == 402 and first[1]["error"]["code"] == "INSUFFICIENT_BALANCE"
     assert api("POST", f"/accounts/{user_id}/recharge", {"amount": "10.00"})[0] == 200
-    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "8.00"}, headers) == first  # same status, code, message
+    assert (
+        api("POST", f"/accounts/{user_id}/deduct", {"amount": "8.00"}, headers) == first
+    )  # same status, code, message
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "15.00"
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "9.00"}, headers)
     assert status == 409 and body["error"]["code"] == "IDEMPOTENCY_KEY_REUSED"
@@ -166,24 +171,37 @@ def test_the_writer_never_persists_a_second_entry_for_a_key(api, redis_client, s
     assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"}, {"Idempotency-Key": "twice"})[0] == 200
     records = ledger_records(redis_client, [user_id])
     original = json.loads(records[-1][3])
-    second = {**original, "id": original["id"] + 1, "version": original["version"] + 1,
-              "balance_after": original["balance_after"] - 100}
+    second = {
+        **original,
+        "id": original["id"] + 1,
+        "version": original["version"] + 1,
+        "balance_after": original["balance_after"] - 100,
+    }
     third = {**second, "id": original["id"] + 2, "version": original["version"] + 2}
     invoke_writer(records + [(0, 50, b"k", signed_value(second))])
     invoke_writer([(0, 51, b"k", signed_value(third))])
     assert sql("SELECT id FROM t_order WHERE user_id = %s", (user_id,)) == ((original["id"],),)
     assert db_balance(sql, user_id) == 900
-    assert sql("SELECT offset_no, error FROM t_dead_letter WHERE offset_no IN (%s, %s) ORDER BY offset_no",
-               (second["id"], third["id"])) == ((second["id"], "Idempotency-Key already answered by another entry"),
-                                                (third["id"], "Idempotency-Key already answered by another entry"))
+    assert sql(
+        "SELECT offset_no, error FROM t_dead_letter WHERE offset_no IN (%s, %s) ORDER BY offset_no",
+        (second["id"], third["id"]),
+    ) == (
+        (second["id"], "Idempotency-Key already answered by another entry"),
+        (third["id"], "Idempotency-Key already answered by another entry"),
+    )
 
 
 # 10. an operator's close stays closed -------------------------------------------------------------------------
-@pytest.mark.parametrize("patch,charge,expected", [
-    ({"api_open": False}, "deduct", (0, "ADMIN")),  # an event charged while open must not reopen the account
-    ({"api_open": True}, "recharge", (1, None)),  # an event charged while closed must not close it again
-])
-def test_an_operators_change_is_not_undone_by_an_event_charged_before_it(api, redis_client, sql, patch, charge, expected):
+@pytest.mark.parametrize(
+    "patch,charge,expected",
+    [
+        ({"api_open": False}, "deduct", (0, "ADMIN")),  # an event charged while open must not reopen the account
+        ({"api_open": True}, "recharge", (1, None)),  # an event charged while closed must not close it again
+    ],
+)
+def test_an_operators_change_is_not_undone_by_an_event_charged_before_it(
+    api, redis_client, sql, patch, charge, expected
+):
     user_id = api.account(balance="10.00")
     if patch["api_open"]:
         assert api("PATCH", f"/accounts/{user_id}", {"api_open": False})[0] == 200

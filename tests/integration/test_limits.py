@@ -1,6 +1,7 @@
 """Memory is finite (Redis runs with noeviction): one caller cannot fill it. A delay queue and an account's pending
 entries are bounded; past the bound a request is refused with a 429 and a code, changes nothing, and may be retried
 once the queue drained or the writer caught up. Through the API handler (API Gateway events) on a real Redis."""
+
 from __future__ import annotations
 
 import uuid
@@ -26,7 +27,12 @@ def test_a_full_delay_queue_refuses_new_elements_and_still_moves_queued_ones(api
     taken = api("POST", f"/delay-queues/{queue}/take", {"limit": 2})[1]["elements"]
     assert len(taken) == 2
     assert api("GET", f"/delay-queues/{queue}")[1] | {"earliest_due_at": 0} == {
-        "queue": queue, "size": 1, "taken": 2, "earliest_due_at": 0, "dead_letters": 0}
+        "queue": queue,
+        "size": 1,
+        "taken": 2,
+        "earliest_due_at": 0,
+        "dead_letters": 0,
+    }
     assert api("POST", f"/delay-queues/{queue}/items", {"element": "e3", "delay_s": 0})[0] == 429
     api("POST", f"/delay-queues/{queue}/ack", {"receipts": [taken[0]["receipt"]]})
     status, body = api("POST", f"/delay-queues/{queue}/items", {"element": "e3", "delay_s": 0})
@@ -42,7 +48,9 @@ def test_the_service_queues_are_not_bounded_by_the_client_limit(monkeypatch):
     assert delay_queue().size(queue) == (2, 0)
 
 
-def test_an_account_with_too_many_pending_entries_refuses_charges_until_the_writer_caught_up(api, redis_client, monkeypatch):
+def test_an_account_with_too_many_pending_entries_refuses_charges_until_the_writer_caught_up(
+    api, redis_client, monkeypatch
+):
     user = api.account(balance="100.00")  # one pending entry: the recharge (no writer runs here)
     monkeypatch.setattr(ledger_store(), "max_pending", 3, raising=False)
     for _n in range(2):
@@ -83,7 +91,9 @@ def test_a_ledger_backlog_refusal_is_never_a_keys_answer_on_any_route(api, redis
     assert api("GET", f"/accounts/{user}")[1]["balance"] in ("98.00", "97.00")
 
 
-def test_a_caller_past_its_idempotency_key_quota_gets_too_many_keys_and_its_keys_still_answer(api, sql, monkeypatch, capfd):
+def test_a_caller_past_its_idempotency_key_quota_gets_too_many_keys_and_its_keys_still_answer(
+    api, sql, monkeypatch, capfd
+):
     from integration.test_observability import _lines, _metrics
 
     monkeypatch.setattr(idempotency(), "max_keys", 2)
@@ -104,7 +114,8 @@ def test_a_caller_past_its_idempotency_key_quota_gets_too_many_keys_and_its_keys
 
 
 def test_deduct_and_recharge_keys_past_the_quota_get_too_many_keys_and_their_keys_still_answer(
-        api, redis_client, monkeypatch, capfd):
+    api, redis_client, monkeypatch, capfd
+):
     """Before: ledger_apply.lua made a new Idempotency-Key record for every deduct and recharge, uncounted, so one
     caller could fill Redis (noeviction) with them and make every charge fail."""
     from integration.test_observability import _lines, _metrics
@@ -112,8 +123,10 @@ def test_deduct_and_recharge_keys_past_the_quota_get_too_many_keys_and_their_key
     monkeypatch.setattr(ledger_store(), "max_keys", 2, raising=False)
     user = api.account(balance="10.00")
     keyed = [{"Idempotency-Key": f"q-{uuid.uuid4().hex}"} for _ in range(3)]
-    first = [api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, keyed[0]),
-             api("POST", f"/accounts/{user}/recharge", {"amount": "2.00"}, keyed[1])]
+    first = [
+        api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, keyed[0]),
+        api("POST", f"/accounts/{user}/recharge", {"amount": "2.00"}, keyed[1]),
+    ]
     assert [status for status, _ in first] == [200, 200], first
     before = api("GET", f"/accounts/{user}")[1]
     for route in ("deduct", "recharge"):
@@ -123,8 +136,10 @@ def test_deduct_and_recharge_keys_past_the_quota_get_too_many_keys_and_their_key
         assert _metrics(_lines(capfd.readouterr().out))["Rejections"] == ([1.0], {"code": "TOO_MANY_KEYS"})
     assert api("GET", f"/accounts/{user}")[1] == before  # nothing changed, nothing recorded for the key
     assert not redis_client.exists(keys.idempotency(user, stored_key(keyed[2]["Idempotency-Key"])))
-    assert [api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, keyed[0]),  # its keys still answer
-            api("POST", f"/accounts/{user}/recharge", {"amount": "2.00"}, keyed[1])] == first
+    assert [
+        api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, keyed[0]),  # its keys still answer
+        api("POST", f"/accounts/{user}/recharge", {"amount": "2.00"}, keyed[1]),
+    ] == first
     assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"})[0] == 200  # a charge without a key opens none
     other = api.account(balance="10.00")
     assert api("POST", f"/accounts/{other}/deduct", {"amount": "1.00"}, keyed[2])[0] == 200  # the quota is per account
@@ -148,7 +163,9 @@ def test_a_deduct_key_given_back_by_a_failed_publish_gives_its_count_back(api, m
         broker.setattr(ledger().durability, "publish", broker_down)
         status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, key)
         assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED"), body
-    status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, {"Idempotency-Key": f"q-{uuid.uuid4().hex}"})
+    status, body = api(
+        "POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, {"Idempotency-Key": f"q-{uuid.uuid4().hex}"}
+    )
     assert status == 200 and body["balance"] == "9.00", body
 
 
@@ -162,8 +179,12 @@ def test_max_idempotency_keys_set_in_the_environment_bounds_a_scopes_new_keys(ap
     try:
         assert runtime.idempotency().max_keys == 2
         sender = api.account(balance="10.00")
-        send = lambda k: api("POST", "/redpackets", {"sender_id": sender, "total": "1.00", "count": 1},  # noqa: E731
-                             {"Idempotency-Key": k})
+
+        def send(key):
+            return api(
+                "POST", "/redpackets", {"sender_id": sender, "total": "1.00", "count": 1}, {"Idempotency-Key": key}
+            )
+
         assert [send(k)[0] for k in ("k1", "k2")] == [201, 201]
         status, body = send("k3")
         assert (status, body["error"]["code"]) == (429, "TOO_MANY_KEYS"), body
@@ -190,7 +211,11 @@ WIRING = [
     ("RECONCILE_PART_ITEMS", "55", lambda rt: rt.reconciler().part_items),
     ("RECONCILE_PART_S", "6.5", lambda rt: rt.reconciler().part_s),
     ("RECONCILE_AGE_S", "66", lambda rt: rt.reconciler().age_s),
-    ("KEY_RETENTION_DAYS", "3", lambda rt: next(p.run for p in rt.reconciler().parts if p.name == "keys").retention_ms // 86_400_000),
+    (
+        "KEY_RETENTION_DAYS",
+        "3",
+        lambda rt: next(p.run for p in rt.reconciler().parts if p.name == "keys").retention_ms // 86_400_000,
+    ),
     ("EVENT_KEYS_MAX_AGE_S", "120", lambda rt: rt.event_keys().max_age_s),
     ("STREAM_BATCH", "12", lambda rt: rt.settings().stream_batch),  # the stream consumer reads it per call
     ("MAX_IDEMPOTENCY_KEYS", "88", lambda rt: rt.idempotency().max_keys),

@@ -1,5 +1,6 @@
 """The distributed lock (dal/lock.py): reentrancy, owner-only release, pub/sub waiting, the watchdog, fencing
 tokens checked by the SYNC deduct path, and a clear failure when Redis is unreachable. Real Redis and DB."""
+
 from __future__ import annotations
 
 import os
@@ -79,8 +80,14 @@ def test_twenty_workers_incrementing_a_db_counter_lose_no_update(name, settings,
     lock = make_lock(wait_ms=30_000)
 
     def worker():
-        conn = pymysql.connect(host=settings.db_host, port=settings.db_port, user=settings.db_user,
-                               password=settings.db_password, database=settings.db_name, autocommit=True)
+        conn = pymysql.connect(
+            host=settings.db_host,
+            port=settings.db_port,
+            user=settings.db_user,
+            password=settings.db_password,
+            database=settings.db_name,
+            autocommit=True,
+        )
         with conn.cursor() as cur:
             for _ in range(10):
                 with lock.hold(name):  # read, think, write: a lost update without the lock
@@ -195,8 +202,11 @@ def test_an_owner_paused_past_its_lease_cannot_write_after_the_next_owner(api, s
     and writes; the old owner resumes and its fenced write is refused."""
     user_id = api.account(deduct_type="SYNC", balance="10.00")
     out = tmp_path / "owner"
-    child = subprocess.Popen([sys.executable, "-c", _PAUSED_OWNER, str(user_id), str(out)], cwd=REPO,
-                             env={**os.environ, "LOCK_TTL_MS": "500", "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"})
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PAUSED_OWNER, str(user_id), str(out)],
+        cwd=REPO,
+        env={**os.environ, "LOCK_TTL_MS": "500", "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"},
+    )
     try:
         deadline = time.monotonic() + 30
         while not out.with_suffix(".held").exists() and time.monotonic() < deadline:
@@ -253,8 +263,12 @@ def test_a_release_wakes_the_next_live_waiter_not_a_dead_first_one(name, redis_c
 
     holder = make_lock(lease_ms=20_000)
     holder.acquire(name)
-    child = subprocess.Popen([sys.executable, "-c", _DEAD_WAITER, name], cwd=REPO, stdout=subprocess.PIPE,
-                             env={**os.environ, "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"})
+    child = subprocess.Popen(
+        [sys.executable, "-c", _DEAD_WAITER, name],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"},
+    )
     try:
         deadline = time.monotonic() + 30
         while redis_client.zcard(keys.lock_waiters(name)) < 1 and time.monotonic() < deadline:
@@ -314,7 +328,9 @@ def test_tokens_rise_past_a_counter_ahead_of_the_clock(name, redis_client):
     new owner still gets the counter + 1."""
     from hotledger import keys
 
-    redis_client.set(keys.lock_fence(name), 5 * 10**15)  # ahead of the clock part (about 1.8e15 now), exact in a Lua double
+    redis_client.set(
+        keys.lock_fence(name), 5 * 10**15
+    )  # ahead of the clock part (about 1.8e15 now), exact in a Lua double
     lock = make_lock()
     fences = []
     for _ in range(2):

@@ -1,6 +1,7 @@
 """The log hold of a rebuilt entity (outbox/log_hold.py) on the real broker: it lifts only once the writer's
 watermark is past every record the log held at the rebuild, records of multi-record batches included (Tansu
 answers ListOffsets(latest) with its last batch's base offset + 1)."""
+
 from confluent_kafka import Producer
 
 from hotledger import runtime

@@ -1,4 +1,5 @@
 """Every Lua script, every branch, against a real Redis."""
+
 import itertools
 
 import pytest
@@ -22,25 +23,66 @@ def uid():
 
 
 def _load(lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASYNC", epoch="e1"):
-    return lua.run("ledger_load", keys=[keys.balance(uid), keys.held(uid), keys.holds(uid), keys.hold_expiry(uid),
-                                        keys.refunds(uid)], args=[balance, version, threshold, open_, mode, epoch, 0])
+    return lua.run(
+        "ledger_load",
+        keys=[keys.balance(uid), keys.held(uid), keys.holds(uid), keys.hold_expiry(uid), keys.refunds(uid)],
+        args=[balance, version, threshold, open_, mode, epoch, 0],
+    )
 
 
-def _apply(lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0, key_checked=True, refusal_final=True):
-    reply = lua.run("ledger_apply",
-        keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.pending(uid), keys.idempotency(uid, idem),
-              keys.account_stream(uid), keys.idempotency_quota(uid), keys.held(uid), keys.holds(uid), keys.hold_expiry(uid)],
-        args=[kind, amount, 1_700_000_000_000 + entry_id, entry_id, 3600, fingerprint, 3600, MAX_BALANCE, stale_before,
-              "", "", uid, "checked" if key_checked else "", "1" if refusal_final else ""],
+def _apply(
+    lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0, key_checked=True, refusal_final=True
+):
+    reply = lua.run(
+        "ledger_apply",
+        keys=[
+            keys.balance(uid),
+            keys.entry(uid, entry_id),
+            keys.pending(uid),
+            keys.idempotency(uid, idem),
+            keys.account_stream(uid),
+            keys.idempotency_quota(uid),
+            keys.held(uid),
+            keys.holds(uid),
+            keys.hold_expiry(uid),
+        ],
+        args=[
+            kind,
+            amount,
+            1_700_000_000_000 + entry_id,
+            entry_id,
+            3600,
+            fingerprint,
+            3600,
+            MAX_BALANCE,
+            stale_before,
+            "",
+            "",
+            uid,
+            "checked" if key_checked else "",
+            "1" if refusal_final else "",
+        ],
     )
     return [x.decode() if isinstance(x, bytes) else x for x in reply]
 
 
 def test_all_keys_of_an_account_share_one_cluster_slot():
     uid = 42
-    slots = {key_slot(k.encode()) for k in (keys.balance(uid), keys.entry(uid, 1), keys.pending(uid),
-                                            keys.fate(uid, 1), keys.idempotency(uid, "x"), keys.idempotency_quota(uid),
-                                            keys.held(uid), keys.holds(uid), keys.hold_expiry(uid), keys.refunds(uid))}
+    slots = {
+        key_slot(k.encode())
+        for k in (
+            keys.balance(uid),
+            keys.entry(uid, 1),
+            keys.pending(uid),
+            keys.fate(uid, 1),
+            keys.idempotency(uid, "x"),
+            keys.idempotency_quota(uid),
+            keys.held(uid),
+            keys.holds(uid),
+            keys.hold_expiry(uid),
+            keys.refunds(uid),
+        )
+    }
     assert len(slots) == 1
 
 
@@ -111,19 +153,28 @@ def test_idempotency_replay_conflict_and_in_progress(lua, redis_client, uid):
 def test_a_key_redis_has_no_record_of_is_looked_up_in_the_db_before_charging(lua, redis_client, uid):
     _load(lua, uid, balance=1000)
     assert _apply(lua, uid, "D", 100, 1, fingerprint="fp", key_checked=False) == ["unknown_key"]
-    assert redis_client.hget(keys.balance(uid), "balance") == b"1000" and not redis_client.exists(keys.idempotency(uid, "k"))
+    assert redis_client.hget(keys.balance(uid), "balance") == b"1000" and not redis_client.exists(
+        keys.idempotency(uid, "k")
+    )
     assert _apply(lua, uid, "D", 100, 1, fingerprint="fp")[0] == "ok"  # the DB had no answer: charge
     redis_client.hset(keys.idempotency(uid, "k"), "state", "done")
-    assert _apply(lua, uid, "D", 100, 2, fingerprint="fp", key_checked=False)[0] == "replay"  # Redis knows it: no DB read
+    assert (
+        _apply(lua, uid, "D", 100, 2, fingerprint="fp", key_checked=False)[0] == "replay"
+    )  # Redis knows it: no DB read
     assert _apply(lua, uid, "D", 100, 3, key_checked=False)[0] == "ok"  # no key, nothing to look up
 
 
-@pytest.mark.parametrize("load,kind,amount,refused,then", [
-    ({"balance": 1000, "threshold": 300}, "D", 701, ["insufficient", "1000", "5"], {"balance": "5000"}),
-    ({"balance": 1000, "open_": "ADMIN"}, "D", 1, ["closed", "1000", "5"], {"open": "1"}),
-    ({"balance": MAX_BALANCE - 10}, "R", 11, ["limit", str(MAX_BALANCE - 10), "5"], {"balance": "0"}),
-])
-def test_a_refusal_is_the_keys_answer_and_replayed_as_first_given(lua, redis_client, uid, load, kind, amount, refused, then):
+@pytest.mark.parametrize(
+    "load,kind,amount,refused,then",
+    [
+        ({"balance": 1000, "threshold": 300}, "D", 701, ["insufficient", "1000", "5"], {"balance": "5000"}),
+        ({"balance": 1000, "open_": "ADMIN"}, "D", 1, ["closed", "1000", "5"], {"open": "1"}),
+        ({"balance": MAX_BALANCE - 10}, "R", 11, ["limit", str(MAX_BALANCE - 10), "5"], {"balance": "0"}),
+    ],
+)
+def test_a_refusal_is_the_keys_answer_and_replayed_as_first_given(
+    lua, redis_client, uid, load, kind, amount, refused, then
+):
     _load(lua, uid, **load)
     assert _apply(lua, uid, kind, amount, 1, fingerprint="fp") == refused
     redis_client.hset(keys.balance(uid), mapping=then)  # the charge would pass now
@@ -165,15 +216,33 @@ def test_a_stale_pending_idempotency_record_replays_the_charge(lua, redis_client
     _load(lua, uid, balance=1000)
     assert _apply(lua, uid, "D", 100, 1, fingerprint="fp")[0] == "ok"
     assert _apply(lua, uid, "D", 100, 2, fingerprint="fp", stale_before=1_700_000_000_001) == ["in_progress"]
-    assert _apply(lua, uid, "D", 100, 3, fingerprint="fp", stale_before=1_700_000_000_002) == ["replay", "1", "900", "6", "pending"]
+    assert _apply(lua, uid, "D", 100, 3, fingerprint="fp", stale_before=1_700_000_000_002) == [
+        "replay",
+        "1",
+        "900",
+        "6",
+        "pending",
+    ]
     assert redis_client.hget(keys.balance(uid), "balance") == b"900"
 
 
 def _rollback(lua, uid, entry_id, idem="k"):
-    reply = lua.run("ledger_rollback", keys=[keys.balance(uid), keys.entry(uid, entry_id), keys.pending(uid),
-                               keys.fate(uid, entry_id), keys.idempotency(uid, idem), keys.idempotency_quota(uid),
-                               keys.held(uid), keys.holds(uid), keys.hold_expiry(uid), keys.refunds(uid)],
-                   args=[entry_id, 3600, ""])
+    reply = lua.run(
+        "ledger_rollback",
+        keys=[
+            keys.balance(uid),
+            keys.entry(uid, entry_id),
+            keys.pending(uid),
+            keys.fate(uid, entry_id),
+            keys.idempotency(uid, idem),
+            keys.idempotency_quota(uid),
+            keys.held(uid),
+            keys.holds(uid),
+            keys.hold_expiry(uid),
+            keys.refunds(uid),
+        ],
+        args=[entry_id, 3600, ""],
+    )
     return [x.decode() if isinstance(x, bytes) else x for x in reply]
 
 
@@ -224,10 +293,18 @@ def test_settle_removes_entries_and_flags_foreign_epochs(lua, redis_client, uid)
     _load(lua, uid, balance=100, epoch="new")
     _apply(lua, uid, "D", 10, 1)
     _apply(lua, uid, "D", 10, 2)
-    assert lua.run("ledger_settle", keys=[keys.pending(uid), keys.balance(uid), keys.held(uid), keys.holds(uid), keys.entry(uid, 1)], args=["new"]) == [1, 0]
+    assert lua.run(
+        "ledger_settle",
+        keys=[keys.pending(uid), keys.balance(uid), keys.held(uid), keys.holds(uid), keys.entry(uid, 1)],
+        args=["new"],
+    ) == [1, 0]
     assert redis_client.get(keys.entry(uid, 1)).startswith(b"settled;")  # resend evidence only, not pending
     assert redis_client.hget(keys.balance(uid), "dirty") is None
-    assert lua.run("ledger_settle", keys=[keys.pending(uid), keys.balance(uid), keys.held(uid), keys.holds(uid), keys.entry(uid, 2)], args=["new,old"]) == [1, 1]
+    assert lua.run(
+        "ledger_settle",
+        keys=[keys.pending(uid), keys.balance(uid), keys.held(uid), keys.holds(uid), keys.entry(uid, 2)],
+        args=["new,old"],
+    ) == [1, 1]
     assert redis_client.hget(keys.balance(uid), "dirty") == b"1"
 
 
@@ -259,9 +336,13 @@ def test_hash_update_never_creates_and_respects_versions(lua, redis_client, uid)
 def test_mode_to_sync_waits_for_pending_entries(lua, redis_client, uid):
     _load(lua, uid, balance=100)
     _apply(lua, uid, "D", 10, 1)
-    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.pending(uid), keys.holds(uid), keys.hold_expiry(uid)], []) == [b"pending", 1]
+    assert lua.run(
+        "ledger_to_sync", [keys.balance(uid), keys.pending(uid), keys.holds(uid), keys.hold_expiry(uid)], []
+    ) == [b"pending", 1]
     redis_client.zrem(keys.pending(uid), "1")
-    assert lua.run("ledger_to_sync", [keys.balance(uid), keys.pending(uid), keys.holds(uid), keys.hold_expiry(uid)], []) == [b"ok"]
+    assert lua.run(
+        "ledger_to_sync", [keys.balance(uid), keys.pending(uid), keys.holds(uid), keys.hold_expiry(uid)], []
+    ) == [b"ok"]
     assert redis_client.hget(keys.balance(uid), "mode") == b"SYNC"
 
 
@@ -287,9 +368,17 @@ def test_unknown_redis_error_is_not_swallowed(lua, uid):
 
 # resend after settle (issue 10, item 5) ---------------------------------------------------------------------------
 def _settle(lua, uid, *entry_ids, epoch="e1"):
-    return lua.run("ledger_settle", keys=[keys.pending(uid), keys.balance(uid), keys.held(uid), keys.holds(uid),
-                                          *(keys.entry(uid, i) for i in entry_ids)],
-                   args=[epoch])
+    return lua.run(
+        "ledger_settle",
+        keys=[
+            keys.pending(uid),
+            keys.balance(uid),
+            keys.held(uid),
+            keys.holds(uid),
+            *(keys.entry(uid, i) for i in entry_ids),
+        ],
+        args=[epoch],
+    )
 
 
 def test_a_call_resent_after_the_writer_settled_it_charges_once(lua, redis_client, uid):
@@ -329,20 +418,37 @@ def test_a_settled_entry_is_not_pending_for_the_readers(lua, redis_client, uid):
 
 
 def _voucher(lua, vid, stock=5, limit=2, epoch="ve1"):
-    assert lua.run("voucher_load", [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_away(vid)],
-                   [stock, 0, 2**41, limit, epoch, 0, 1, ""]) == 1
+    assert (
+        lua.run(
+            "voucher_load",
+            [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_away(vid)],
+            [stock, 0, 2**41, limit, epoch, 0, 1, ""],
+        )
+        == 1
+    )
 
 
 def _order(lua, vid, user, order_id):
-    reply = lua.run("voucher_order", [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_pending(vid),
-                                      keys.voucher_stream(vid), keys.voucher_away(vid)],
-                    [vid, user, order_id, 1_700_000_000_000, "", 0, 1])
+    reply = lua.run(
+        "voucher_order",
+        [
+            keys.voucher(vid),
+            keys.voucher_buyers(vid),
+            keys.voucher_pending(vid),
+            keys.voucher_stream(vid),
+            keys.voucher_away(vid),
+        ],
+        [vid, user, order_id, 1_700_000_000_000, "", 0, 1],
+    )
     return [x.decode() if isinstance(x, bytes) else str(x) for x in reply]
 
 
 def _voucher_settle(lua, vid, *triples, version=2):
-    return lua.run("voucher_settle", [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_pending(vid),
-                                      keys.voucher_away(vid)], [version, *(x for t in triples for x in (*t, "own", 0))])
+    return lua.run(
+        "voucher_settle",
+        [keys.voucher(vid), keys.voucher_buyers(vid), keys.voucher_pending(vid), keys.voucher_away(vid)],
+        [version, *(x for t in triples for x in (*t, "own", 0))],
+    )
 
 
 def test_a_voucher_order_resent_after_the_writer_settled_it_takes_one_unit(lua, redis_client, uid):
@@ -368,7 +474,9 @@ def test_a_voucher_order_resent_after_the_writer_settled_it_takes_one_unit(lua, 
 
 
 # credits held until durable (issue 19, item 1) --------------------------------------------------------------------
-def test_a_held_credit_is_posted_once_released_by_the_writers_settle_and_taken_back_by_a_rollback(lua, redis_client, uid):
+def test_a_held_credit_is_posted_once_released_by_the_writers_settle_and_taken_back_by_a_rollback(
+    lua, redis_client, uid
+):
     _load(lua, uid, balance=0, epoch="e1")
     assert _apply(lua, uid, "R", 100, 1)[:3] == ["ok", "1", "100"]
     _apply(lua, uid, "R", 50, 2)
@@ -381,7 +489,9 @@ def test_a_held_credit_is_posted_once_released_by_the_writers_settle_and_taken_b
     assert redis_client.hget(keys.balance(uid), "held") == b"30"
     assert _apply(lua, uid, "D", 150, 5)[0] == "ok" and _apply(lua, uid, "D", 1, 6)[0] == "insufficient"
     assert _rollback(lua, uid, 3)[0] == "rolled_back"  # entry 3's publish failed: taken back, never spent
-    assert redis_client.hget(keys.balance(uid), "held") is None and redis_client.hget(keys.balance(uid), "balance") == b"0"
+    assert (
+        redis_client.hget(keys.balance(uid), "held") is None and redis_client.hget(keys.balance(uid), "balance") == b"0"
+    )
     assert post(3) == 0 and redis_client.hlen(keys.held(uid)) == 0
 
 

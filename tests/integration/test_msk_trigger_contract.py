@@ -2,6 +2,7 @@
 (MaximumRetryAttempts, MaximumRecordAgeInSeconds, BisectBatchOnFunctionError, ReportBatchItemFailures, a kafka://
 on-failure destination): a poison record neither blocks its partition forever nor disappears - it lands, whole, on
 the dead-letter topic and the partition moves on. Real broker (Tansu), real consumer group, real topics."""
+
 from __future__ import annotations
 
 import copy
@@ -41,7 +42,9 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], timestamp_ms: int 
     producer.close()
 
 
-def _drive(fn, bootstrap: str, handler, until_committed: int, serve=None, hole_wait_s: float | None = None) -> MskPoller:
+def _drive(
+    fn, bootstrap: str, handler, until_committed: int, serve=None, hole_wait_s: float | None = None
+) -> MskPoller:
     """Run the trigger's poll loop with this handler until the group committed `until_committed` records.
     `serve(poll)`: what the consumer's fetches return instead of the broker's answers as they are."""
     poller = MskPoller(fn, bootstrap, threading.Event(), 0, handler)  # the topic's one partition
@@ -62,8 +65,13 @@ def _drive(fn, bootstrap: str, handler, until_committed: int, serve=None, hole_w
 
 
 def _dead_letters(bootstrap: str, topic: str, expected: int) -> list:
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap.split(","), auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=3000)
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap.split(","),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=3000,
+    )
     records = list(consumer)
     consumer.close()
     assert len(records) == expected, [r.value for r in records]
@@ -95,8 +103,13 @@ def _raise_on_poison(records, values):
 
 
 def _report_poison(records, values):
-    return {"batchItemFailures": [{"itemIdentifier": {"partition": f"{r['topic']}-{r['partition']}", "offset": r["offset"]}}
-                                  for r, v in zip(records, values, strict=False) if v == POISON]}
+    return {
+        "batchItemFailures": [
+            {"itemIdentifier": {"partition": f"{r['topic']}-{r['partition']}", "offset": r["offset"]}}
+            for r, v in zip(records, values, strict=False)
+            if v == POISON
+        ]
+    }
 
 
 def test_a_record_that_crashes_the_function_is_isolated_retried_then_dead_lettered_whole(trigger):
@@ -151,6 +164,7 @@ def served_late(offset: int, times: int = 1):
     under concurrent producers in make bench (offsets 11277, 11278 and 11280 fetched, 11279, produced a millisecond
     before 11280, on a later fetch). The consumer's position passes it, as it did there. `times`: so many answers
     leave it out."""
+
     def serve(poll):
         withheld = []
 
@@ -162,7 +176,9 @@ def served_late(offset: int, times: int = 1):
                     withheld.append(offset)
                     polled[tp] = [r for r in records if r.offset != offset]
             return polled
+
         return poll_serving_late
+
     return serve
 
 

@@ -1,5 +1,6 @@
 """Delay queues, payment orders and their close reminders, the app inbox and unfinished-business journeys,
 through the API handler (API Gateway events), the drainer and reconciler functions (EventBridge events)."""
+
 from __future__ import annotations
 
 import threading
@@ -61,13 +62,16 @@ def test_http_offer_remove_view_take_ack(api, queue):
     assert (status, body["error"]["code"]) == (404, "ELEMENT_NOT_FOUND")
 
 
-@pytest.mark.parametrize("body, code", [
-    ({"element": "x"}, "VALIDATION_ERROR"),
-    ({"element": "x", "delay_s": 1, "due_at": 5}, "VALIDATION_ERROR"),
-    ({"element": "x", "delay_s": -1}, "VALIDATION_ERROR"),
-    ({"element": "", "delay_s": 1}, "VALIDATION_ERROR"),
-    ({"delay_s": 1}, "MISSING_FIELD"),
-])
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ({"element": "x"}, "VALIDATION_ERROR"),
+        ({"element": "x", "delay_s": 1, "due_at": 5}, "VALIDATION_ERROR"),
+        ({"element": "x", "delay_s": -1}, "VALIDATION_ERROR"),
+        ({"element": "", "delay_s": 1}, "VALIDATION_ERROR"),
+        ({"delay_s": 1}, "MISSING_FIELD"),
+    ],
+)
 def test_bad_offers_are_refused(api, queue, body, code):
     status, answer = api("POST", f"/delay-queues/{queue}/items", body)
     assert (status, answer["error"]["code"]) == (422, code)
@@ -84,8 +88,9 @@ def test_drainer_sleeps_until_the_earliest_due_and_is_woken_by_an_earlier_offer(
     from hotledger.dal.delay_queue import Drainer
 
     fired: dict[str, int] = {}
-    drainer = Drainer(delay_queue(), {queue: lambda elements: fired.update((e, now_ms()) for e in elements)},
-                      idle_wait_ms=5000)
+    drainer = Drainer(
+        delay_queue(), {queue: lambda elements: fired.update((e, now_ms()) for e in elements)}, idle_wait_ms=5000
+    )
     stop = threading.Event()
     thread = threading.Thread(target=drainer.run, args=(lambda: not stop.is_set(),))
     thread.start()
@@ -108,16 +113,23 @@ def test_inbox_post_is_idempotent_and_pull_returns_what_came_after(api):
     user = api.account()
     ids = []
     for n in range(5):
-        status, body = api("POST", f"/inbox/{user}/messages", {"biz_type": "pay", "outer_biz_id": f"o{n}",
-                                                               "title": "Paid", "content": f"payment {n} done"})
+        status, body = api(
+            "POST",
+            f"/inbox/{user}/messages",
+            {"biz_type": "pay", "outer_biz_id": f"o{n}", "title": "Paid", "content": f"payment {n} done"},
+        )
         assert status == 200 and body["duplicate"] is False
         ids.append(body["message_id"])
-    status, body = api("POST", f"/inbox/{user}/messages", {"biz_type": "pay", "outer_biz_id": "o2", "title": "x", "content": "y"})
+    status, body = api(
+        "POST", f"/inbox/{user}/messages", {"biz_type": "pay", "outer_biz_id": "o2", "title": "x", "content": "y"}
+    )
     assert body == {"message_id": ids[2], "duplicate": True}
     everything = api("GET", f"/inbox/{user}/messages")[1]["messages"]
     assert [m["message_id"] for m in everything] == ids and everything[0]["content"] == "payment 0 done"
     assert [m["message_id"] for m in api("GET", f"/inbox/{user}/messages?after={ids[2]}")[1]["messages"]] == ids[3:]
-    assert [m["message_id"] for m in api("GET", f"/inbox/{user}/messages?after={ids[0]}&limit=2")[1]["messages"]] == ids[1:3]
+    assert [
+        m["message_id"] for m in api("GET", f"/inbox/{user}/messages?after={ids[0]}&limit=2")[1]["messages"]
+    ] == ids[1:3]
     assert len(api("GET", f"/inbox/{user}/messages?after=123456")[1]["messages"]) == 5  # unknown: everything
 
 
@@ -173,11 +185,15 @@ def test_inbox_index_drops_messages_older_than_the_ttl(api, redis_client, monkey
 
 def test_bad_inbox_input(api):
     user = api.account()
-    status, body = api("POST", f"/inbox/{user}/messages", {"biz_type": "a b", "outer_biz_id": "1", "title": "t", "content": "c"})
+    status, body = api(
+        "POST", f"/inbox/{user}/messages", {"biz_type": "a b", "outer_biz_id": "1", "title": "t", "content": "c"}
+    )
     assert (status, body["error"]["code"]) == (422, "VALIDATION_ERROR")
     status, body = api("POST", f"/inbox/{user}/messages", raw="{")
     assert (status, body["error"]["code"]) == (400, "MALFORMED_JSON")
-    status, body = api("POST", "/inbox/2147483000/messages", {"biz_type": "a", "outer_biz_id": "1", "title": "t", "content": "c"})
+    status, body = api(
+        "POST", "/inbox/2147483000/messages", {"biz_type": "a", "outer_biz_id": "1", "title": "t", "content": "c"}
+    )
     assert (status, body["error"]["code"]) == (404, "ACCOUNT_NOT_FOUND")
     assert api("GET", f"/inbox/{user}/messages?limit=0")[0] == 422
 
@@ -250,7 +266,9 @@ def test_orders_still_open_at_their_close_time_are_closed(api, redis_client):
     from hotledger import keys
 
     user = api.account(balance="10.00")
-    closing, paid, lost = (api("POST", "/orders", {"user_id": user, "amount": "1.00", "close_in_s": 1})[1] for _ in range(3))
+    closing, paid, lost = (
+        api("POST", "/orders", {"user_id": user, "amount": "1.00", "close_in_s": 1})[1] for _ in range(3)
+    )
     assert api("POST", f"/orders/{paid['order_id']}/pay")[0] == 200
     redis_client.zrem(keys.delay_due("order-close"), lost["order_id"])  # Redis lost this one's close
     time.sleep(max(0.0, (max(o["close_at"] for o in (closing, paid, lost)) - now_ms()) / 1000) + 0.05)
@@ -262,14 +280,23 @@ def test_orders_still_open_at_their_close_time_are_closed(api, redis_client):
     assert api("GET", f"/orders/{lost['order_id']}")[1]["state"] == "CLOSED"
     assert api("POST", f"/orders/{closing['order_id']}/pay")[1]["error"]["code"] == "ORDER_CLOSED"
     assert api("GET", f"/accounts/{user}")[1]["balance"] == "9.00"
-    assert api("POST", "/delay-queues/order-close/items", {"element": "1", "delay_s": 1})[1]["error"]["code"] == "QUEUE_RESERVED"
+    assert (
+        api("POST", "/delay-queues/order-close/items", {"element": "1", "delay_s": 1})[1]["error"]["code"]
+        == "QUEUE_RESERVED"
+    )
 
 
 def test_bad_order_input(api):
     user = api.account()
-    for body in ({"user_id": user, "amount": "1.001", "close_in_s": 60}, {"user_id": user, "amount": "1.00", "close_in_s": 0}):
+    for body in (
+        {"user_id": user, "amount": "1.001", "close_in_s": 60},
+        {"user_id": user, "amount": "1.00", "close_in_s": 0},
+    ):
         assert api("POST", "/orders", body)[0] == 422
-    assert api("POST", "/orders", {"user_id": 2147483000, "amount": "1.00", "close_in_s": 60})[1]["error"]["code"] == "ACCOUNT_NOT_FOUND"
+    assert (
+        api("POST", "/orders", {"user_id": 2147483000, "amount": "1.00", "close_in_s": 60})[1]["error"]["code"]
+        == "ACCOUNT_NOT_FOUND"
+    )
     assert api("POST", "/orders/12345/pay")[1]["error"]["code"] == "ORDER_NOT_FOUND"
 
 
@@ -288,7 +315,11 @@ def test_unfinished_journey_becomes_one_inbox_message(api, monkeypatch):
         handler(events.scheduled(), events.LambdaContext("ReconcilerFunction"))
     assert inbox().pull(done, None, 50) == []
     messages = inbox().pull(stuck, None, 50)
-    assert len(messages) == 1 and messages[0].biz_type == "JOURNEY_password-recovery" and "Face recognition" in messages[0].content
+    assert (
+        len(messages) == 1
+        and messages[0].biz_type == "JOURNEY_password-recovery"
+        and "Face recognition" in messages[0].content
+    )
     assert api("POST", "/journeys/no-such-biz/1/start")[1]["error"]["code"] == "JOURNEY_NOT_FOUND"
     assert api("POST", "/journeys/password-recovery/2147483000/start")[1]["error"]["code"] == "ACCOUNT_NOT_FOUND"
 
@@ -296,10 +327,16 @@ def test_unfinished_journey_becomes_one_inbox_message(api, monkeypatch):
 def test_inbox_keys_are_unambiguous(api):
     """(biz_type, outer_biz_id) = ("a:b", "c") and ("a", "b:c") are two business events, not one."""
     user = api.account()
-    first = api("POST", f"/inbox/{user}/messages", {"biz_type": "a:b", "outer_biz_id": "c", "title": "t", "content": "1"})
-    second = api("POST", f"/inbox/{user}/messages", {"biz_type": "a", "outer_biz_id": "b:c", "title": "t", "content": "2"})
+    first = api(
+        "POST", f"/inbox/{user}/messages", {"biz_type": "a:b", "outer_biz_id": "c", "title": "t", "content": "1"}
+    )
+    second = api(
+        "POST", f"/inbox/{user}/messages", {"biz_type": "a", "outer_biz_id": "b:c", "title": "t", "content": "2"}
+    )
     assert first[0] == second[0] == 200, (first, second)
     assert second[1]["duplicate"] is False and second[1]["message_id"] != first[1]["message_id"]
     assert [m["content"] for m in api("GET", f"/inbox/{user}/messages")[1]["messages"]] == ["1", "2"]
-    again = api("POST", f"/inbox/{user}/messages", {"biz_type": "a", "outer_biz_id": "b:c", "title": "t", "content": "2"})
+    again = api(
+        "POST", f"/inbox/{user}/messages", {"biz_type": "a", "outer_biz_id": "b:c", "title": "t", "content": "2"}
+    )
     assert again[1] == {"message_id": second[1]["message_id"], "duplicate": True}

@@ -1,4 +1,5 @@
 """Structured logs and EMF metrics, read from what the handlers print (what CloudWatch would receive)."""
+
 import io
 import json
 import os

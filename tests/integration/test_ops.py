@@ -1,6 +1,7 @@
 """Issue 21, the operators' console routes (hotledger/ops): dead letters of every source listed and replayed, each
 replay idempotent and logged with its operator; an account as the DB and Redis hold it; the reconciler parts' last
 runs. Through the API handler, the writer handler, the real broker, Redis and DB; admin scope only."""
+
 import json
 
 import pytest
@@ -40,8 +41,9 @@ def stale_writer_keyring(monkeypatch):
     return monkeypatch
 
 
-def test_a_record_the_writer_could_not_verify_is_replayed_once_and_applied_once(own_topic, api, sql, redis_client,
-                                                                               stale_writer_keyring):
+def test_a_record_the_writer_could_not_verify_is_replayed_once_and_applied_once(
+    own_topic, api, sql, redis_client, stale_writer_keyring
+):
     user_id = api.account(balance="10.00")
     (record,) = ledger_records(redis_client, [user_id])
     assert invoke_writer([record]) == {"batchItemFailures": []}  # stale: set aside
@@ -68,8 +70,20 @@ def test_a_record_the_writer_could_not_verify_is_replayed_once_and_applied_once(
 def test_a_replayed_forgery_is_set_aside_again_and_changes_nothing(own_topic, api, sql, redis_client):
     user_id = api.account(balance="10.00")
     assert invoke_writer(ledger_records(redis_client, [user_id])) == {"batchItemFailures": []}
-    forged = json.dumps({"type": "ledger", "id": 1, "kind": "R", "user_id": user_id, "amount": 10**8,
-                         "balance_after": 10**8 + 1000, "version": 99, "epoch": "x", "ts": 1, "open": "1"}).encode()
+    forged = json.dumps(
+        {
+            "type": "ledger",
+            "id": 1,
+            "kind": "R",
+            "user_id": user_id,
+            "amount": 10**8,
+            "balance_after": 10**8 + 1000,
+            "version": 99,
+            "epoch": "x",
+            "ts": 1,
+            "open": "1",
+        }
+    ).encode()
     assert invoke_writer([(0, 10**12, str(user_id).encode(), forged)], own_topic) == {"batchItemFailures": []}
     (dead_id,) = [i for i, d in _writer_dead_letters().items() if d["offset"] == 10**12 and d["topic"] == own_topic]
     assert _replay("writer", [dead_id])["replayed"] == [dead_id]  # sent back as it was: no new signature
@@ -103,9 +117,17 @@ def test_the_dead_letter_topic_is_replayed_in_order_once_and_resolved(own_topic,
     # the writer's trigger gave the batch up: it sent the records, whole, to the dead-letter topic (template.yaml)
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all"})
     for partition, offset, key, value in records:
-        producer.produce(dead_letter_topic(own_topic), key=key, value=value, headers=[
-            ("source-topic", own_topic.encode()), ("source-partition", str(partition).encode()),
-            ("source-offset", str(offset).encode()), ("failure-reason", b"MaximumRetryAttempts (10) exhausted")])
+        producer.produce(
+            dead_letter_topic(own_topic),
+            key=key,
+            value=value,
+            headers=[
+                ("source-topic", own_topic.encode()),
+                ("source-partition", str(partition).encode()),
+                ("source-offset", str(offset).encode()),
+                ("failure-reason", b"MaximumRetryAttempts (10) exhausted"),
+            ],
+        )
     assert producer.flush(10) == 0
     assert runtime.log_hold().unresolved_dead_letters()  # rebuilt vouchers and packets wait
 
@@ -164,7 +186,9 @@ def test_a_dead_lettered_webhook_is_sent_again_once_and_its_endpoint_unflagged(a
     with monkeypatch.context() as later:
         later.setattr(hooks, "clock", lambda: clock() + 4 * 86_400_000)  # past the 3 days of retries: dead-lettered
         hooks.send_due()
-    dead = [d for d in OPERATOR("GET", "/ops/dead-letters?source=webhook")[1]["webhook"] if d["endpoint_id"] == endpoint_id]
+    dead = [
+        d for d in OPERATOR("GET", "/ops/dead-letters?source=webhook")[1]["webhook"] if d["endpoint_id"] == endpoint_id
+    ]
     assert [d["seq"] for d in dead] == [2] and dead[0]["last_status"] == 500
     assert api("GET", f"/webhook-endpoints/{endpoint_id}")[1]["failing"] is True
 
@@ -181,15 +205,26 @@ def test_a_dead_lettered_webhook_is_sent_again_once_and_its_endpoint_unflagged(a
 
 @pytest.mark.parametrize("caller", [Api(scopes=("service",)), Api(user_id=1, scopes=())])
 def test_only_operators_use_the_console(caller):
-    for method, path, body in (("GET", "/ops/dead-letters", None), ("GET", "/ops/reconciler", None),
-                               ("GET", "/ops/accounts/1", None), ("GET", "/ops/log", None),
-                               ("POST", "/ops/dead-letters/replay", {"source": "writer"})):
+    for method, path, body in (
+        ("GET", "/ops/dead-letters", None),
+        ("GET", "/ops/reconciler", None),
+        ("GET", "/ops/accounts/1", None),
+        ("GET", "/ops/log", None),
+        ("POST", "/ops/dead-letters/replay", {"source": "writer"}),
+    ):
         status, answer = caller(method, path, body)
         assert (status, answer["error"]["code"]) == (403, "FORBIDDEN"), (path, answer)
 
 
-@pytest.mark.parametrize("body", [{"source": "everything"}, {"source": "writer", "ids": ["abc"]},
-                                  {"source": "stream", "ids": ["1-2"]}, {"source": "writer", "extra": 1}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"source": "everything"},
+        {"source": "writer", "ids": ["abc"]},
+        {"source": "stream", "ids": ["1-2"]},
+        {"source": "writer", "extra": 1},
+    ],
+)
 def test_a_bad_replay_request_is_a_422_and_changes_nothing(body):
     status, answer = OPERATOR("POST", "/ops/dead-letters/replay", body)
     assert status == 422 and answer["error"]["code"] in ("VALIDATION_ERROR", "INVALID_DEAD_LETTER_ID"), answer

@@ -1,6 +1,7 @@
 """Issue 21: `hotledger ops --stack <name>` finds a deployed stack's API, API key and operator token from the stack's
 outputs (CloudFormation, API Gateway and Cognito control planes in moto) and Cognito's token endpoint (a local HTTP
 server checking the client credentials as Cognito does), then calls the admin routes with them."""
+
 import base64
 import json
 import threading
@@ -29,7 +30,9 @@ class TokenEndpoint:
                 ok = self.headers.get("authorization") == expected and form.get("grant_type") == ["client_credentials"]
                 self.send_response(200 if ok else 401)
                 self.end_headers()
-                self.wfile.write(json.dumps({"access_token": "operator-token"} if ok else {"error": "invalid_client"}).encode())
+                self.wfile.write(
+                    json.dumps({"access_token": "operator-token"} if ok else {"error": "invalid_client"}).encode()
+                )
 
             def log_message(self, *args):
                 pass
@@ -44,14 +47,27 @@ def deployed(monkeypatch):
     with moto_secrets(monkeypatch):
         cognito = boto3.client("cognito-idp")
         pool = cognito.create_user_pool(PoolName="hotledger")["UserPool"]["Id"]
-        client = cognito.create_user_pool_client(UserPoolId=pool, ClientName="operator", GenerateSecret=True)["UserPoolClient"]
+        client = cognito.create_user_pool_client(UserPoolId=pool, ClientName="operator", GenerateSecret=True)[
+            "UserPoolClient"
+        ]
         key = boto3.client("apigateway").create_api_key(name="hotledger", enabled=True, value="k" * 30)
         token_endpoint = TokenEndpoint(client["ClientId"], client["ClientSecret"])
-        outputs = {"ApiUrl": "https://abc.execute-api.us-east-1.amazonaws.com/v1/", "ApiKeyId": key["id"],
-                   "UserPoolId": pool, "OperatorClientId": client["ClientId"], "TokenUrl": token_endpoint.url}
-        boto3.client("cloudformation").create_stack(StackName="hotledger-dev", TemplateBody=json.dumps({
-            "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-            "Outputs": {name: {"Value": value} for name, value in outputs.items()}}))
+        outputs = {
+            "ApiUrl": "https://abc.execute-api.us-east-1.amazonaws.com/v1/",
+            "ApiKeyId": key["id"],
+            "UserPoolId": pool,
+            "OperatorClientId": client["ClientId"],
+            "TokenUrl": token_endpoint.url,
+        }
+        boto3.client("cloudformation").create_stack(
+            StackName="hotledger-dev",
+            TemplateBody=json.dumps(
+                {
+                    "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                    "Outputs": {name: {"Value": value} for name, value in outputs.items()},
+                }
+            ),
+        )
         yield token_endpoint
         token_endpoint.server.shutdown()
 

@@ -2,6 +2,7 @@
 change: a crash, an OUTCOME_UNKNOWN or a lost lock lease. Through the API handler (API Gateway events) and the
 reconciler and drainer functions, on the real Redis, MariaDB and broker; the crash is a monkeypatched raise at
 the seam where a process could die."""
+
 from __future__ import annotations
 
 import threading
@@ -103,7 +104,9 @@ def test_the_close_queue_and_the_reconciler_settle_a_charged_open_order_as_paid(
         crash_once(monkeypatch, payment_orders().store, "mark_paid", before=True)
         with pytest.raises(Crash):
             api("POST", f"/orders/{order_id}/pay")
-    redis_client.zrem(keys.delay_due("order-close"), lost)  # Redis lost this one's close: the reconciler's close_overdue
+    redis_client.zrem(
+        keys.delay_due("order-close"), lost
+    )  # Redis lost this one's close: the reconciler's close_overdue
     monkeypatch.setattr(payment_orders(), "pay_horizon_ms", 0)  # the close time is long after the pay
     time.sleep(1.1)
     drain()
@@ -279,7 +282,9 @@ def test_one_bad_element_does_not_hold_up_the_reminder_batch(api, sql, monkeypat
     assert sql("SELECT reminded_at IS NOT NULL FROM t_payment_order WHERE id = %s", (gone_order,)) == ((1,),)
 
 
-def test_a_created_order_is_its_keys_answer_when_only_queueing_its_reminder_failed(api, user, monkeypatch, sql, redis_client):
+def test_a_created_order_is_its_keys_answer_when_only_queueing_its_reminder_failed(
+    api, user, monkeypatch, sql, redis_client
+):
     """Issue 19 item 4: the row was inserted, then offering the reminder and the close failed (their queue's slot on
     a shard in failover): the key was given back and its order id forgotten, and the retry created a second order
     while the first stayed OPEN. The created row is the answer; its reminder is offered again by the reconciler."""

@@ -1,5 +1,6 @@
 """Both Kafka clients behind hotledger.dal.publisher against a real broker: acknowledged events are on
 the topic, keyed by user; a dead broker fails within the publish timeout; a restarted one is used again."""
+
 import json
 import time
 
@@ -29,8 +30,9 @@ def client(request, monkeypatch, tmp_path):
 
 
 def _consume(bootstrap: str, topic: str, count: int) -> list:
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=10000,
-                             group_id=None)
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=10000, group_id=None
+    )
     records = []
     for record in consumer:
         records.append(record)

@@ -1,4 +1,5 @@
 """The reconciler function driven with EventBridge scheduled events, against real Redis and DB."""
+
 import json
 
 import pytest
@@ -39,8 +40,10 @@ def test_cache_that_lost_writes_is_restored_from_the_db(api, sql, redis_client, 
     """Redis failed over and lost the account (and its pending entries) while their events were in flight."""
     user_id = api.account(balance="50.00")
     api("POST", f"/accounts/{user_id}/deduct", {"amount": "10.00"})
-    in_flight = [(0, i, b"k", signed_value(e.to_event().model_dump()))
-                 for i, e in enumerate(sorted(pending_entries(redis_client, user_id), key=lambda e: e.version))]
+    in_flight = [
+        (0, i, b"k", signed_value(e.to_event().model_dump()))
+        for i, e in enumerate(sorted(pending_entries(redis_client, user_id), key=lambda e: e.version))
+    ]
     redis_client.delete(keys.balance(user_id), keys.pending(user_id))
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "0.00"  # reloaded from the DB: nothing persisted yet
     assert api("POST", f"/accounts/{user_id}/recharge", {"amount": "5.00"})[0] == 200
@@ -50,7 +53,9 @@ def test_cache_that_lost_writes_is_restored_from_the_db(api, sql, redis_client, 
     assert report["corrected"] >= 1
     account = api("GET", f"/accounts/{user_id}")[1]
     assert account["balance"] == "45.00"  # 50 - 10 + 5: nothing acknowledged is lost
-    invoke_writer([(0, 9, b"k", signed_value(e.to_event().model_dump())) for e in pending_entries(redis_client, user_id)])
+    invoke_writer(
+        [(0, 9, b"k", signed_value(e.to_event().model_dump())) for e in pending_entries(redis_client, user_id)]
+    )
     assert _db_balance(sql, user_id) == 4500
     reconcile(age_s=3600)
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "45.00"
@@ -58,7 +63,9 @@ def test_cache_that_lost_writes_is_restored_from_the_db(api, sql, redis_client, 
 
 def test_cache_behind_the_db_version_is_corrected(api, sql, redis_client, reconcile):
     user_id = api.account(balance="20.00")
-    invoke_writer([(0, 0, b"k", signed_value(e.to_event().model_dump())) for e in pending_entries(redis_client, user_id)])
+    invoke_writer(
+        [(0, 0, b"k", signed_value(e.to_event().model_dump())) for e in pending_entries(redis_client, user_id)]
+    )
     sql("UPDATE t_account SET version = version + 100, balance = balance + 700 WHERE user_id = %s", (user_id,))
     reconcile(age_s=3600)
     account = api("GET", f"/accounts/{user_id}")[1]
@@ -70,7 +77,9 @@ def test_cache_balance_drifted_at_the_same_version_is_corrected(api, sql, redis_
     (a write lost or doubled in a failover): the balance comparison alone finds it (a mutant comparing only the
     version and the dirty flag survived before)."""
     user_id = api.account(balance="20.00")
-    invoke_writer([(0, 0, b"k", signed_value(e.to_event().model_dump())) for e in pending_entries(redis_client, user_id)])
+    invoke_writer(
+        [(0, 0, b"k", signed_value(e.to_event().model_dump())) for e in pending_entries(redis_client, user_id)]
+    )
     assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200  # one entry still pending
     version = int(redis_client.hget(keys.balance(user_id), "v"))
     redis_client.hincrby(keys.balance(user_id), "balance", 300)
@@ -93,7 +102,9 @@ def test_sync_cache_older_than_the_db_is_evicted(api, sql, redis_client, reconci
 def test_sample_scheduled_event_file(reconcile):
     from reconciler.app import handler
 
-    report = handler(json.loads((EVENTS / "reconciler_schedule.json").read_text()), events.LambdaContext("ReconcilerFunction"))
+    report = handler(
+        json.loads((EVENTS / "reconciler_schedule.json").read_text()), events.LambdaContext("ReconcilerFunction")
+    )
     assert {"pending", "oldest_pending_age_s", "compensated", "corrected", "evicted"} <= set(report)
     assert report["accounts"] >= 1
 
@@ -106,14 +117,19 @@ def test_key_and_rollback_records_past_their_retention_are_pruned_and_younger_on
     assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, {"Idempotency-Key": "old"})[0] == 200
     assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, {"Idempotency-Key": "young"})[0] == 200
     sender = api.account(balance="10.00")
-    assert api("POST", "/redpackets", {"sender_id": sender, "total": "1.00", "count": 1}, {"Idempotency-Key": "old"})[0] == 201
+    assert (
+        api("POST", "/redpackets", {"sender_id": sender, "total": "1.00", "count": 1}, {"Idempotency-Key": "old"})[0]
+        == 201
+    )
     days = settings().key_retention_days
     assert days == 30  # the default
     for table, column, value in (("t_idempotency", "user_id", user), ("t_route_key", "scope", f"account:{sender}")):
-        sql(f"UPDATE {table} SET create_time = NOW(3) - INTERVAL %s DAY WHERE {column} = %s AND idem_key = 'c:old'"
-            if table == "t_idempotency" else
-            f"UPDATE {table} SET create_time = NOW(3) - INTERVAL %s DAY WHERE {column} = %s AND idem_key = 'old'",
-            (days + 1, value))
+        sql(
+            f"UPDATE {table} SET create_time = NOW(3) - INTERVAL %s DAY WHERE {column} = %s AND idem_key = 'c:old'"
+            if table == "t_idempotency"
+            else f"UPDATE {table} SET create_time = NOW(3) - INTERVAL %s DAY WHERE {column} = %s AND idem_key = 'old'",
+            (days + 1, value),
+        )
     prune_keys = next(part.run for part in reconciler().parts if part.name == "keys")
     monkeypatch.setattr(prune_keys, "retention_ms", (days + 5) * 86_400_000)  # a longer retention keeps them
     reconcile_totals()

@@ -1,5 +1,6 @@
 """Bounded work per run (issue 10, item 14): each part of the reconciler works in pages within its own budget,
 continues the next run where it stopped, and a part that raises does not stop the others."""
+
 import pytest
 
 from helpers import reconcile as run_reconciler
@@ -47,5 +48,14 @@ def test_a_part_that_raises_does_not_stop_the_others(api, sql, monkeypatch, reco
     report = reconcile()
     assert report["failed_parts"] == ["accounts", "vouchers"]
     assert ran == ["scan", "close_overdue"]
-    assert set(report["part_seconds"]) == {"accounts", "holds", "vouchers", "packets", "journeys", "reminders", "orders",
-                                           "alerts", "keys"}
+    assert set(report["part_seconds"]) == {
+        "accounts",
+        "holds",
+        "vouchers",
+        "packets",
+        "journeys",
+        "reminders",
+        "orders",
+        "alerts",
+        "keys",
+    }

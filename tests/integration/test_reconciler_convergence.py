@@ -1,5 +1,6 @@
 """Recovery that converges (issue 10, item 13): the reconciler repairs a drifted cache while the account is charged
 at a high rate, and the money invariant DB + pending == cache holds afterwards."""
+
 import threading
 
 import pytest
@@ -18,9 +19,16 @@ def _invariant(sql, redis_client, user_id) -> tuple[int, int]:
     """(cached balance, DB balance + the pending entries the DB does not hold)."""
     db_balance = sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,))[0][0]
     pending = pending_entries(redis_client, user_id)
-    held = {row[0] for row in sql("SELECT id FROM t_pay WHERE user_id = %s UNION SELECT id FROM t_order WHERE user_id = %s",
-                                  (user_id, user_id))}
-    return int(redis_client.hget(keys.balance(user_id), "balance")), db_balance + sum(e.delta for e in pending if e.entry_id not in held)
+    held = {
+        row[0]
+        for row in sql(
+            "SELECT id FROM t_pay WHERE user_id = %s UNION SELECT id FROM t_order WHERE user_id = %s",
+            (user_id, user_id),
+        )
+    }
+    return int(redis_client.hget(keys.balance(user_id), "balance")), db_balance + sum(
+        e.delta for e in pending if e.entry_id not in held
+    )
 
 
 def test_drift_on_a_hot_account_is_repaired_in_one_run(api, sql, redis_client, reconcile):

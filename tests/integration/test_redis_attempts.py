@@ -4,6 +4,7 @@ A small TCP proxy in front of the run's Redis forwards everything until the scri
 EVALSHA reaches Redis and runs, its reply is swallowed, the client's connection is dropped and the proxy's port
 is closed, so redis-py's resends are refused. The last attempt says "connection refused", yet the first one
 ran: the answer must be 503 OUTCOME_UNKNOWN naming the change, never "nothing changed"."""
+
 from __future__ import annotations
 
 import select
@@ -124,8 +125,9 @@ def test_a_voucher_order_that_ran_before_its_resends_were_refused_is_outcome_unk
     """Before the fix: 503 SERVICE_UNAVAILABLE while Redis had taken the unit."""
     from hotledger.runtime import vouchers
 
-    status, body = api("POST", "/vouchers", {"title": "10 off", "stock": 5, "begin_at": NOW_MS - 1000,
-                                             "end_at": NOW_MS + 3_600_000})
+    status, body = api(
+        "POST", "/vouchers", {"title": "10 off", "stock": 5, "begin_at": NOW_MS - 1000, "end_at": NOW_MS + 3_600_000}
+    )
     assert status == 201, body
     voucher_id = int(body["voucher_id"])
     assert api("GET", f"/vouchers/{voucher_id}")[1]["stock_left"] == 5  # loaded into Redis
@@ -144,7 +146,9 @@ def test_a_voucher_order_that_ran_before_its_resends_were_refused_is_outcome_unk
 
 
 @pytest.mark.single_redis
-def test_a_resend_refused_without_any_attempt_reaching_redis_still_says_nothing_changed(api, settings, proxy, monkeypatch):
+def test_a_resend_refused_without_any_attempt_reaching_redis_still_says_nothing_changed(
+    api, settings, proxy, monkeypatch
+):
     """The other side of the decision: when no attempt could have reached Redis, nothing changed (503
     SERVICE_UNAVAILABLE, retryable) and the balance is untouched."""
     from hotledger.runtime import ledger

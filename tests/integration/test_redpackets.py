@@ -1,4 +1,5 @@
 """Red packets through the API handler, the writer (MSK events) and the reconciler (EventBridge events)."""
+
 import random
 import threading
 import time
@@ -34,14 +35,19 @@ def claim_records(packet_id):
     return records(claims, lambda c: f"rp{c.packet_id}", partition=1)
 
 
-
 def lose_packet_in_redis(redis_client, packet_id):
-    redis_client.delete(keys.packet(packet_id), keys.packet_unclaimed(packet_id), keys.packet_grabbers(packet_id),
-                        keys.packet_pending(packet_id))
+    redis_client.delete(
+        keys.packet(packet_id),
+        keys.packet_unclaimed(packet_id),
+        keys.packet_grabbers(packet_id),
+        keys.packet_pending(packet_id),
+    )
 
 
 def send(api, sender, total="10.00", count=5, expires_in_s=3600):
-    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": total, "count": count, "expires_in_s": expires_in_s})
+    status, body = api(
+        "POST", "/redpackets", {"sender_id": sender, "total": total, "count": count, "expires_in_s": expires_in_s}
+    )
     assert status == 201, body
     return int(body["packet_id"])
 
@@ -66,7 +72,9 @@ def test_send_grab_persist_and_refund_the_rest_exactly_once(api, sql, redis_clie
     invoke_writer(claim_records(packet_id) * 2)  # delivered twice: persisted once, credited once
     assert {u: api("GET", f"/accounts/{u}")[1]["balance"] for u in grabbers} == amounts
     invoke_writer(ledger_records(redis_client, [sender, *grabbers]))
-    assert sql("SELECT COUNT(*) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == ((3,),)
+    assert sql("SELECT COUNT(*) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == (
+        (3,),
+    )
     assert redis_client.hlen(keys.packet_pending(packet_id)) == 0
 
     # expiry: grabs refused, the rest refunded to the sender once, however often the reconciler runs
@@ -81,10 +89,14 @@ def test_send_grab_persist_and_refund_the_rest_exactly_once(api, sql, redis_clie
     sender_balance = api("GET", f"/accounts/{sender}")[1]["balance"]
     assert int(sender_balance.replace(".", "")) == 10000 - grabbed
     invoke_writer(ledger_records(redis_client, [sender]))
-    assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s AND idem_key = %s", (sender, f"rprefund{packet_id}")) == ((1,),)
+    assert sql("SELECT COUNT(*) FROM t_pay WHERE user_id = %s AND idem_key = %s", (sender, f"rprefund{packet_id}")) == (
+        (1,),
+    )
     assert sql("SELECT SUM(credited) FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((3,),)
     # a refunded packet leaves Redis after FINISHED_KEYS_TTL_S; a late grab reloads it, answers EXPIRED, retires it again
-    assert 0 < redis_client.ttl(keys.packet(packet_id)) <= 86_400 and redis_client.ttl(keys.packet_grabbers(packet_id)) > 0
+    assert (
+        0 < redis_client.ttl(keys.packet(packet_id)) <= 86_400 and redis_client.ttl(keys.packet_grabbers(packet_id)) > 0
+    )
     lose_packet_in_redis(redis_client, packet_id)
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": api.account()})
     assert (status, body["error"]["code"]) == (409, "EXPIRED")
@@ -99,13 +111,16 @@ def test_sender_short_of_money_gets_402_and_no_packet_opens(api, sql):
     assert api("GET", f"/accounts/{sender}")[1]["balance"] == "1.00"
 
 
-@pytest.mark.parametrize("body, status, code", [
-    ({"total": "5.00", "count": 0}, 422, "VALIDATION_ERROR"),
-    ({"total": "0.99", "count": 100}, 422, "TOTAL_TOO_SMALL"),
-    ({"total": "5.001", "count": 2}, 422, "INVALID_AMOUNT"),
-    ({"total": 5, "count": 2}, 422, "INVALID_AMOUNT"),
-    ({"count": 2}, 422, "MISSING_FIELD"),
-])
+@pytest.mark.parametrize(
+    "body, status, code",
+    [
+        ({"total": "5.00", "count": 0}, 422, "VALIDATION_ERROR"),
+        ({"total": "0.99", "count": 100}, 422, "TOTAL_TOO_SMALL"),
+        ({"total": "5.001", "count": 2}, 422, "INVALID_AMOUNT"),
+        ({"total": 5, "count": 2}, 422, "INVALID_AMOUNT"),
+        ({"count": 2}, 422, "MISSING_FIELD"),
+    ],
+)
 def test_bad_packet_input_is_refused_and_debits_nothing(api, sql, body, status, code):
     sender = api.account(balance="10.00")
     answer = api("POST", "/redpackets", {"sender_id": sender, **body})
@@ -119,7 +134,9 @@ def test_unknown_packet_unknown_grabber_empty_packet_and_malformed_json(api):
     packet_id = send(api, sender, "0.02", 2)
     assert api("POST", "/redpackets/99999999/grab", {"user_id": sender})[1]["error"]["code"] == "PACKET_NOT_FOUND"
     assert api("GET", "/redpackets/99999999")[0] == 404
-    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": 2**31 - 1})[1]["error"]["code"] == "ACCOUNT_NOT_FOUND"
+    assert (
+        api("POST", f"/redpackets/{packet_id}/grab", {"user_id": 2**31 - 1})[1]["error"]["code"] == "ACCOUNT_NOT_FOUND"
+    )
     status, body = api("POST", f"/redpackets/{packet_id}/grab", raw="{")
     assert (status, body["error"]["code"]) == (400, "MALFORMED_JSON")
     for _ in range(2):
@@ -161,7 +178,12 @@ def test_a_claim_rolled_back_but_delivered_late_does_not_cancel_the_next_grab_of
     monkeypatch.setattr(redpackets().durability, "publish", lambda key, value: delivered.append(value))
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})
     assert status == 200 and body["amount"] == "1.00"
-    assert invoke_writer([(0, i, f"rp{packet_id}".encode(), value) for i, value in enumerate(delivered)])["batchItemFailures"] == []
+    assert (
+        invoke_writer([(0, i, f"rp{packet_id}".encode(), value) for i, value in enumerate(delivered)])[
+            "batchItemFailures"
+        ]
+        == []
+    )
     assert sql("SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((grabber, 100),)
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((0,),)
     assert redpackets().pending_claims(packet_id) == []
@@ -220,7 +242,9 @@ def test_one_grabbers_failing_credit_never_blocks_the_others(api, sql, redis_cli
     reports = reconcile_pass(monkeypatch, age_s=0)
     assert sum(r["packets"]["credit_failed"] for r in reports) >= 1, reports
     assert credited(blocked) == 0
-    assert sql("SELECT user_id FROM t_red_packet_item WHERE packet_id = %s AND credited = 0", (packet_id,)) == ((blocked,),)
+    assert sql("SELECT user_id FROM t_red_packet_item WHERE packet_id = %s AND credited = 0", (packet_id,)) == (
+        (blocked,),
+    )
     monkeypatch.setattr(ledger, "recharge", recharge)  # the cause is gone: the next pass credits it
     reconcile_pass(monkeypatch, age_s=0)
     invoke_writer(ledger_records(redis_client, [blocked]))
@@ -276,8 +300,9 @@ def test_claims_whose_event_was_lost_are_persisted_by_the_reconciler(api, sql, m
     assert status == 200
     reports = reconcile_pass(monkeypatch, age_s=0)  # the broker lost the claim: nothing but Redis holds it
     assert sum(report["packets"]["compensated"] for report in reports) >= 1
-    assert sql("SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == (
-        (grabber, int(grab["amount"].replace(".", ""))),)
+    assert sql(
+        "SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)
+    ) == ((grabber, int(grab["amount"].replace(".", ""))),)
 
 
 def test_the_delay_queue_refunds_a_packet_at_its_expiry(api, sql, redis_client):
@@ -313,11 +338,17 @@ def _sender_balance(api, sender):
     return api("GET", f"/accounts/{sender}")[1]["balance"]
 
 
-@pytest.mark.parametrize("failure", [RedisOutcomeUnknown("the read timed out after Redis ran the script"),
-                                     RedisUnavailable("connection refused on the republish"),
-                                     DatabaseUnavailable("server has gone away")])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RedisOutcomeUnknown("the read timed out after Redis ran the script"),
+        RedisUnavailable("connection refused on the republish"),
+        DatabaseUnavailable("server has gone away"),
+    ],
+)
 def test_a_packet_whose_debit_stood_before_the_ledger_raised_is_never_failed_and_the_reconciler_opens_it(
-        api, sql, monkeypatch, failure):
+    api, sql, monkeypatch, failure
+):
     """Before: the ledger's exception was taken for 'nothing happened': 503 SERVICE_UNAVAILABLE, the packet FAILED,
     the sender's 10.00 gone for good (no reconciler step looked at it)."""
     sender, grabber = api.account(balance="100.00"), api.account()
@@ -331,8 +362,9 @@ def test_a_packet_whose_debit_stood_before_the_ledger_raised_is_never_failed_and
         reconcile_pass(monkeypatch, age_s=0)
         assert api("GET", f"/redpackets/{packet_id}")[1]["state"] == "OPEN"
         assert _sender_balance(api, sender) == "90.00"
-        assert sql("SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s AND idem_key = %s",
-                   (sender, f"rp{packet_id}")) == ((1, 1000),)
+        assert sql(
+            "SELECT COUNT(*), SUM(amount) FROM t_order WHERE user_id = %s AND idem_key = %s", (sender, f"rp{packet_id}")
+        ) == ((1, 1000),)
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})[0] == 200
 
 
@@ -351,8 +383,9 @@ def test_a_packet_left_failed_with_its_sender_debited_is_refunded_in_full_exactl
         view = api("GET", f"/redpackets/{packet_id}")[1]
         assert (view["state"], view["refund"]) == ("REFUNDED", "10.00")
         assert _sender_balance(api, sender) == "100.00"
-    assert sql("SELECT COUNT(*), SUM(pay) FROM t_pay WHERE user_id = %s AND idem_key = %s",
-               (sender, f"rprefund{packet_id}")) == ((1, 1000),)
+    assert sql(
+        "SELECT COUNT(*), SUM(pay) FROM t_pay WHERE user_id = %s AND idem_key = %s", (sender, f"rprefund{packet_id}")
+    ) == ((1, 1000),)
 
 
 def test_a_packet_failed_by_a_refusal_is_never_refunded(api, sql, monkeypatch):
@@ -365,7 +398,8 @@ def test_a_packet_failed_by_a_refusal_is_never_refunded(api, sql, monkeypatch):
 
 
 def test_a_claim_the_db_refuses_after_a_redis_loss_is_never_credited_and_the_packet_pays_out_its_total(
-        api, sql, redis_client, monkeypatch, capsys):
+    api, sql, redis_client, monkeypatch, capsys
+):
     """Redis is lost while the first grabber's acknowledged claim is still on its way to the writer; the rebuilt
     packet's hold is lifted by hand (the window a hold must close) and its one item goes to a second grabber,
     whose claim lands first. The late claim is refused by the DB: its grabber is never credited, and the
@@ -390,13 +424,15 @@ def test_a_claim_the_db_refuses_after_a_redis_loss_is_never_credited_and_the_pac
         invoke_writer(ledger_records(redis_client, [first, second]))
     (item_id,) = [i for (i,) in sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,))]
     assert sql("SELECT user_id, pay FROM t_pay WHERE idem_key = %s", (f"rp{item_id}",)) == ((second, 100),)
-    assert sql("SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (first, second)) == (
-        (first, 0), (second, 100))
+    assert sql(
+        "SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (first, second)
+    ) == ((first, 0), (second, 100))
     assert api("GET", f"/accounts/{first}")[1]["balance"] == "0.00"
 
 
 def test_a_packet_redis_lost_hands_out_nothing_until_the_claims_acknowledged_before_the_loss_are_in_the_db(
-        api, sql, redis_client, own_topic):
+    api, sql, redis_client, own_topic
+):
     """The writer lags past REBUILD_HOLD_S: the rebuilt packet keeps answering RECOVERING until the writer has
     applied the log as it was when the rebuild happened, so the item acknowledged to the first grabber is never
     handed out again and no answered grab is refused by the DB."""
@@ -417,8 +453,9 @@ def test_a_packet_redis_lost_hands_out_nothing_until_the_claims_acknowledged_bef
     invoke_writer(broker_records())
     assert sql("SELECT user_id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((first,),)
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((0,),)
-    assert sql("SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (first, second)) == (
-        (first, 100), (second, 0))
+    assert sql(
+        "SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (first, second)
+    ) == ((first, 100), (second, 0))
 
 
 def test_a_packet_whose_debit_is_not_settled_is_not_open_to_grabs_nor_refunded(api, monkeypatch):

@@ -1,6 +1,7 @@
 """Issue 20, refunds: part or all of one charge (a deduct's order, what a hold captured), in as many refunds as
 wanted, never more than was charged in total, under any concurrency and retry; a refund is a credit, spendable once
 durable. Through the API handler and the writer function on the real Redis, DB and broker."""
+
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,7 +22,9 @@ def _deduct(api, user_id, amount):
 
 
 def _refund(api, user_id, order_id, amount, headers=None, what="orders"):
-    return api("POST", f"/accounts/{user_id}/{what}/{order_id}/refunds", {"amount": amount, "reason": "support"}, headers)
+    return api(
+        "POST", f"/accounts/{user_id}/{what}/{order_id}/refunds", {"amount": amount, "reason": "support"}, headers
+    )
 
 
 def test_partial_refunds_up_to_the_charge_and_not_a_cent_more(api, redis_client, sql):
@@ -29,7 +32,11 @@ def test_partial_refunds_up_to_the_charge_and_not_a_cent_more(api, redis_client,
     order_id = _deduct(api, user_id, "10.00")  # not persisted yet: refundable all the same
     status, body = _refund(api, user_id, order_id, "4.00")
     assert status == 201 and {k: body[k] for k in ("order_id", "amount", "refunded_total", "balance")} == {
-        "order_id": order_id, "amount": "4.00", "refunded_total": "4.00", "balance": "14.00"}
+        "order_id": order_id,
+        "amount": "4.00",
+        "refunded_total": "4.00",
+        "balance": "14.00",
+    }
     assert _refund(api, user_id, order_id, "6.00")[1]["refunded_total"] == "10.00"
     status, body = _refund(api, user_id, order_id, "0.01")
     assert (status, body["error"]["code"]) == (409, "REFUND_EXCEEDS_CHARGE")
@@ -38,8 +45,10 @@ def test_partial_refunds_up_to_the_charge_and_not_a_cent_more(api, redis_client,
     _persist(redis_client, user_id)
     assert sql("SELECT SUM(amount), COUNT(*) FROM t_refund WHERE charge_id = %s", (int(order_id),)) == ((1000, 2),)
     entries = sql("SELECT type, delta, ref FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,))
-    assert [e for e in entries if e[0] == "refund"] == [("refund", 400, f"order:{order_id}"),
-                                                        ("refund", 600, f"order:{order_id}")]
+    assert [e for e in entries if e[0] == "refund"] == [
+        ("refund", 400, f"order:{order_id}"),
+        ("refund", 600, f"order:{order_id}"),
+    ]
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((2000,),)
 
 
@@ -117,8 +126,12 @@ def test_another_accounts_order_and_bad_input(api):
     order_id = _deduct(api, alice, "1.00")
     status, body = _refund(api, bob, order_id, "1.00")
     assert (status, body["error"]["code"]) == (404, "ORDER_NOT_FOUND")
-    for body, code in (({"amount": "0.00"}, "INVALID_AMOUNT"), ({"amount": "1.00", "reason": 5}, "VALIDATION_ERROR"),
-                       ({}, "MISSING_FIELD"), ({"amount": "1.00", "x": 1}, "VALIDATION_ERROR")):
+    for body, code in (
+        ({"amount": "0.00"}, "INVALID_AMOUNT"),
+        ({"amount": "1.00", "reason": 5}, "VALIDATION_ERROR"),
+        ({}, "MISSING_FIELD"),
+        ({"amount": "1.00", "x": 1}, "VALIDATION_ERROR"),
+    ):
         status, answer = api("POST", f"/accounts/{alice}/orders/{order_id}/refunds", body)
         assert (status, answer["error"]["code"]) == (422, code), answer
     assert api("GET", f"/accounts/{alice}")[1]["balance"] == "4.00"
@@ -134,7 +147,11 @@ def test_refunds_of_a_sync_account_are_decided_and_booked_in_the_db(api, sql):
     assert _refund(api, user_id, order_id, "1.00")[1]["refunded_total"] == "3.00"
     assert sql("SELECT SUM(amount) FROM t_refund WHERE charge_id = %s", (int(order_id),)) == ((300,),)
     assert sql("SELECT type, delta, balance_after FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,)) == (
-        ("recharge", 500, 500), ("deduct", -300, 200), ("refund", 200, 400), ("refund", 100, 500))
+        ("recharge", 500, 500),
+        ("deduct", -300, 200),
+        ("refund", 200, 400),
+        ("refund", 100, 500),
+    )
 
 
 @pytest.mark.parametrize("charged", ["1.00"])

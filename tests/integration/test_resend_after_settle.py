@@ -1,6 +1,7 @@
 """Resend after settle, Redis Streams transport, end to end (issue 10, item 5): the first charge script runs and
 its reply is lost; before redis-py's resend arrives the stream consumer persists the charge and settles it; the
 resend must answer the first charge, not charge again."""
+
 from __future__ import annotations
 
 from urllib.parse import urlparse
@@ -16,8 +17,9 @@ def _reply_lost_after_settle(stream_mode, settings, monkeypatch, script_name: st
     before redis-py resends it. Returns (what the consumer applied in between, the request's answer)."""
     url = urlparse(settings.redis_url)
     persisted = []
-    proxy = DropAfterScript((url.hostname, url.port), refuse=False,
-                            between=lambda: persisted.append(drain_once(stream_mode).applied))
+    proxy = DropAfterScript(
+        (url.hostname, url.port), refuse=False, between=lambda: persisted.append(drain_once(stream_mode).applied)
+    )
     try:
         lua = proxied_lua(settings, proxy)
         script = lua._scripts[script_name]
@@ -33,14 +35,25 @@ def _reply_lost_after_settle(stream_mode, settings, monkeypatch, script_name: st
 
 
 @pytest.mark.single_redis  # through the proxy in front of one Redis (test_redis_attempts)
-def test_a_deduct_resent_after_the_stream_consumer_settled_it_charges_once(stream_mode, api, sql, settings, monkeypatch):  # noqa: F811
+def test_a_deduct_resent_after_the_stream_consumer_settled_it_charges_once(
+    stream_mode,  # noqa: F811 (the fixture)
+    api,
+    sql,
+    settings,
+    monkeypatch,
+):
     """Before the fix: 200 with balance 80.00 after a 10.00 deduct on 100.00 (charged twice), a second
     event with the same id in the stream."""
     user_id = api.account(balance="100.00")
     assert drain_once(stream_mode).applied == 1  # the recharge is in the DB
     persisted, (status, body) = _reply_lost_after_settle(
-        stream_mode, settings, monkeypatch, "ledger_apply", stream_mode.ledger().store,
-        lambda: api("POST", f"/accounts/{user_id}/deduct", {"amount": "10.00"}))
+        stream_mode,
+        settings,
+        monkeypatch,
+        "ledger_apply",
+        stream_mode.ledger().store,
+        lambda: api("POST", f"/accounts/{user_id}/deduct", {"amount": "10.00"}),
+    )
     assert persisted == [1]  # the charge reached the DB before the resend
     assert status == 200 and body["balance"] == "90.00", body
     assert drain_once(stream_mode, 0.5).applied == 0  # no second event
@@ -53,18 +66,31 @@ def test_a_deduct_resent_after_the_stream_consumer_settled_it_charges_once(strea
 
 
 @pytest.mark.single_redis
-def test_a_voucher_order_resent_after_the_stream_consumer_settled_it_takes_one_unit(stream_mode, api, sql, settings,  # noqa: F811
-                                                                                    monkeypatch):
+def test_a_voucher_order_resent_after_the_stream_consumer_settled_it_takes_one_unit(
+    stream_mode,  # noqa: F811 (the fixture)
+    api,
+    sql,
+    settings,
+    monkeypatch,
+):
     """Before the fix: the resend took a second unit (stock_left 3 of 5) and a second event under one order id."""
-    status, body = api("POST", "/vouchers", {"title": "s", "stock": 5, "begin_at": 0, "end_at": 2**41, "per_user_limit": 2})
+    status, body = api(
+        "POST", "/vouchers", {"title": "s", "stock": 5, "begin_at": 0, "end_at": 2**41, "per_user_limit": 2}
+    )
     voucher_id = int(body["voucher_id"])
     persisted, (status, order) = _reply_lost_after_settle(
-        stream_mode, settings, monkeypatch, "voucher_order", stream_mode.vouchers().redis,
-        lambda: api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 42}))
+        stream_mode,
+        settings,
+        monkeypatch,
+        "voucher_order",
+        stream_mode.vouchers().redis,
+        lambda: api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 42}),
+    )
     assert persisted == [1]
     assert status == 200 and order["seq"] == 1, order
     assert drain_once(stream_mode, 0.5).applied == 0
     assert sql("SELECT id, user_id, seq FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,)) == (
-        (int(order["order_id"]), 42, 1),)
+        (int(order["order_id"]), 42, 1),
+    )
     view = api("GET", f"/vouchers/{voucher_id}")[1]
     assert (view["stock_left"], view["sold"], view["pending"]) == (4, 1, 0)

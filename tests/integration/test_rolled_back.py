@@ -3,6 +3,7 @@ late or old its event is (issue 10, items 7 and 9), through the API handler, the
 Redis, DB and broker. The publish is made to time out after the broker really took the event ("timed out but
 arrived"), the case where the event reaches the writer after the API rolled the charge back.
 """
+
 import json
 
 import pytest
@@ -17,6 +18,7 @@ def _unacknowledged(monkeypatch, service):
     """Once called: the broker takes every event of `service()` but its acknowledgement is lost; returns (the fake
     publish, the events the broker took). With `publish.then(event)`, something happens after the broker took
     the event and before the API learns of the failure."""
+
     def start():
         durability = service().durability
         real, taken = durability.publish, []
@@ -58,8 +60,10 @@ def deliver(events: list[dict]) -> None:
 
 
 def persisted(sql, user_id: int) -> tuple:
-    return sql("SELECT (SELECT COUNT(*) FROM t_order WHERE user_id = %s), (SELECT balance FROM t_account WHERE user_id = %s)",
-               (user_id, user_id))[0]
+    return sql(
+        "SELECT (SELECT COUNT(*) FROM t_order WHERE user_id = %s), (SELECT balance FROM t_account WHERE user_id = %s)",
+        (user_id, user_id),
+    )[0]
 
 
 def funded(api, redis_client) -> int:
@@ -85,8 +89,9 @@ def test_a_late_event_after_redis_lost_everything_is_not_persisted(api, redis_cl
 
 
 @pytest.mark.single_redis
-def test_a_late_event_after_a_real_redis_kill_and_empty_restart_is_not_persisted(api, redis_client, redis_server, sql,
-                                                                                 arrived_unacknowledged):
+def test_a_late_event_after_a_real_redis_kill_and_empty_restart_is_not_persisted(
+    api, redis_client, redis_server, sql, arrived_unacknowledged
+):
     """The same with the run's private Redis SIGKILLed and restarted empty (no persistence: a failover that lost
     every write), the writer's claim then meeting a Redis that never heard of the entry."""
     user_id = funded(api, redis_client)
@@ -113,8 +118,9 @@ def test_a_replay_after_the_tombstone_expired_is_not_persisted(api, redis_client
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "10.00"
 
 
-def test_a_charge_the_writer_persisted_first_stands_though_redis_lost_its_claim(api, redis_client, sql,
-                                                                               arrived_unacknowledged):
+def test_a_charge_the_writer_persisted_first_stands_though_redis_lost_its_claim(
+    api, redis_client, sql, arrived_unacknowledged
+):
     """The writer won the race (persisted before the API's rollback), then Redis lost the fate key it claimed:
     the DB still knows the winner, so the API answers the charge, not PUBLISH_FAILED."""
     user_id = funded(api, redis_client)
@@ -151,8 +157,9 @@ def redis_cannot_give_back(monkeypatch):
     return start
 
 
-def test_a_charge_the_db_rolled_back_that_redis_kept_is_given_back_by_the_reconciler(api, redis_client, sql, monkeypatch,
-                                                                                    redis_cannot_give_back):
+def test_a_charge_the_db_rolled_back_that_redis_kept_is_given_back_by_the_reconciler(
+    api, redis_client, sql, monkeypatch, redis_cannot_give_back
+):
     from helpers import reconcile_pass
 
     user_id = funded(api, redis_client)
@@ -167,8 +174,9 @@ def test_a_charge_the_db_rolled_back_that_redis_kept_is_given_back_by_the_reconc
     assert redis_client.zcard(keys.pending(user_id)) == 0
 
 
-def test_a_key_retry_after_the_db_rolled_back_its_charge_charges_once(api, redis_client, sql, monkeypatch,
-                                                                     redis_cannot_give_back):
+def test_a_key_retry_after_the_db_rolled_back_its_charge_charges_once(
+    api, redis_client, sql, monkeypatch, redis_cannot_give_back
+):
     """The retry of an OUTCOME_UNKNOWN whose charge the DB rolled back must not replay it as a success (it will
     never be persisted): it is given back, and the retry charges afresh, once."""
     from hotledger.runtime import ledger_store
@@ -201,8 +209,9 @@ def new_voucher(api, stock: int = 5) -> int:
     import time
 
     now = int(time.time() * 1000)
-    status, body = api("POST", "/vouchers", {"title": "10 off", "stock": stock, "begin_at": now - 1000,
-                                             "end_at": now + 3_600_000})
+    status, body = api(
+        "POST", "/vouchers", {"title": "10 off", "stock": stock, "begin_at": now - 1000, "end_at": now + 3_600_000}
+    )
     assert status == 201, body
     return int(body["voucher_id"])
 
@@ -215,8 +224,11 @@ def deliver_orders(events: list[dict]) -> None:
 
 
 def sold(sql, voucher_id: int) -> tuple:
-    return sql("SELECT (SELECT COUNT(*) FROM t_voucher_order WHERE voucher_id = %s),"
-               " (SELECT stock FROM t_seckill_voucher WHERE id = %s)", (voucher_id, voucher_id))[0]
+    return sql(
+        "SELECT (SELECT COUNT(*) FROM t_voucher_order WHERE voucher_id = %s),"
+        " (SELECT stock FROM t_seckill_voucher WHERE id = %s)",
+        (voucher_id, voucher_id),
+    )[0]
 
 
 def order_publish_failed(api, voucher_id: int, user_id: int = 42) -> None:
@@ -224,8 +236,9 @@ def order_publish_failed(api, voucher_id: int, user_id: int = 42) -> None:
     assert status == 503 and body["error"]["code"] == "PUBLISH_FAILED", body
 
 
-def test_a_late_voucher_order_after_redis_lost_the_voucher_is_not_persisted(api, redis_client, sql,
-                                                                           order_arrived_unacknowledged):
+def test_a_late_voucher_order_after_redis_lost_the_voucher_is_not_persisted(
+    api, redis_client, sql, order_arrived_unacknowledged
+):
     voucher_id = new_voucher(api)
     _, taken = order_arrived_unacknowledged()
     order_publish_failed(api, voucher_id)
@@ -236,8 +249,9 @@ def test_a_late_voucher_order_after_redis_lost_the_voucher_is_not_persisted(api,
     assert sold(sql, voucher_id) == (0, 5)  # before: (1, 4), a unit sold to a buyer told it failed
 
 
-def test_a_voucher_order_replayed_after_its_tombstone_expired_is_not_persisted(api, redis_client, sql,
-                                                                              order_arrived_unacknowledged):
+def test_a_voucher_order_replayed_after_its_tombstone_expired_is_not_persisted(
+    api, redis_client, sql, order_arrived_unacknowledged
+):
     voucher_id = new_voucher(api)
     _, taken = order_arrived_unacknowledged()
     order_publish_failed(api, voucher_id)
@@ -249,8 +263,9 @@ def test_a_voucher_order_replayed_after_its_tombstone_expired_is_not_persisted(a
     assert api("GET", f"/vouchers/{voucher_id}")[1]["stock_left"] == 5
 
 
-def test_a_voucher_order_the_writer_persisted_first_stands_though_redis_lost_its_claim(api, redis_client, sql,
-                                                                                      order_arrived_unacknowledged):
+def test_a_voucher_order_the_writer_persisted_first_stands_though_redis_lost_its_claim(
+    api, redis_client, sql, order_arrived_unacknowledged
+):
     voucher_id = new_voucher(api)
     publish, _ = order_arrived_unacknowledged()
 
@@ -287,7 +302,8 @@ def deliver_claims(events: list[dict]) -> None:
 
     parsed = [RedPacketClaimEvent.model_validate(e) for e in events]
     assert invoke_writer(records(parsed, lambda e: f"rp{e.packet_id}", partition=1, first_offset=900)) == {
-        "batchItemFailures": []}
+        "batchItemFailures": []
+    }
 
 
 def stamped(sql, packet_id: int) -> list:
@@ -310,7 +326,9 @@ def test_a_late_claim_after_redis_lost_the_packet_is_not_stamped(api, redis_clie
     assert stamped(sql, packet_id) == [None]  # before: [grabber], an item paid to a grabber told it failed
 
 
-def test_a_claim_replayed_after_its_tombstone_expired_is_not_stamped(api, redis_client, sql, grab_arrived_unacknowledged):
+def test_a_claim_replayed_after_its_tombstone_expired_is_not_stamped(
+    api, redis_client, sql, grab_arrived_unacknowledged
+):
     packet_id, grabber = new_packet(api)
     _, taken = grab_arrived_unacknowledged()
     grab_publish_failed(api, packet_id, grabber)
@@ -321,8 +339,9 @@ def test_a_claim_replayed_after_its_tombstone_expired_is_not_stamped(api, redis_
     assert stamped(sql, packet_id) == [None]  # before: [grabber]
 
 
-def test_a_claim_the_writer_stamped_first_stands_though_redis_lost_its_claim(api, redis_client, sql,
-                                                                            grab_arrived_unacknowledged):
+def test_a_claim_the_writer_stamped_first_stands_though_redis_lost_its_claim(
+    api, redis_client, sql, grab_arrived_unacknowledged
+):
     packet_id, grabber = new_packet(api)
     publish, _ = grab_arrived_unacknowledged()
 

@@ -2,6 +2,7 @@
 event (the API's are driven in test_api_handler.py) and its values in env.json; each non-API sample runs through its
 handler against the real servers (the writer's in test_writer.py::test_sample_msk_event_file, which owns account 1's
 sample charge)."""
+
 from __future__ import annotations
 
 import importlib
@@ -15,20 +16,31 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 import cfn  # noqa: E402
 
-SAMPLES = {"WriterFunction": "writer_msk", "ReconcilerFunction": "reconciler_schedule",
-           "StreamDrainerFunction": "stream_drainer_schedule", "DelayDrainerFunction": "delay_drainer_schedule",
-           "WebhookSenderFunction": "webhook_sender_schedule"}
+SAMPLES = {
+    "WriterFunction": "writer_msk",
+    "ReconcilerFunction": "reconciler_schedule",
+    "StreamDrainerFunction": "stream_drainer_schedule",
+    "DelayDrainerFunction": "delay_drainer_schedule",
+    "WebhookSenderFunction": "webhook_sender_schedule",
+}
 
 
 def test_env_json_has_a_local_value_for_every_variable_of_every_function():
     env_json = json.loads((REPO / "env.json").read_text())
     stack = cfn.Stack(cfn.expand(), {"EventTransport": "redis-stream"})
     writer = cfn.Stack(cfn.expand())  # the writer exists with the kafka transport only
-    names = {**{n: stack.environment(n) for n in stack.functions()}, "WriterFunction": writer.environment("WriterFunction")}
+    names = {
+        **{n: stack.environment(n) for n in stack.functions()},
+        "WriterFunction": writer.environment("WriterFunction"),
+    }
     for function, variables in names.items():
         local = {**env_json["Parameters"], **env_json.get(function, {})}
-        assert set(variables) - {"LUA_DIR", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
-                                 "RECONCILE_AGE_S"} <= set(local), (function, set(variables) - set(local))
+        assert set(variables) - {
+            "LUA_DIR",
+            "POWERTOOLS_METRICS_NAMESPACE",
+            "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
+            "RECONCILE_AGE_S",
+        } <= set(local), (function, set(variables) - set(local))
 
 
 def test_each_scheduled_and_msk_sample_runs_through_its_handler(settings):

@@ -1,6 +1,7 @@
 """The Redis Streams transport (EVENT_TRANSPORT=redis-stream): the scripts XADD their events atomically,
 the scheduled drainer (a consumer group) persists them, acknowledges after the commit, reclaims what a
 killed consumer left pending, and dead-letters an entry that keeps failing on its own."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,14 @@ def stream_mode(monkeypatch):
     from hotledger import runtime
 
     group = f"g-{time.monotonic_ns()}"
-    for name, value in {"EVENT_TRANSPORT": "redis-stream", "STREAM_SHARDS": "2", "STREAM_GROUP": group,
-                        "STREAM_CLAIM_IDLE_MS": "300", "STREAM_BLOCK_MS": "100", "STREAM_MAX_DELIVERIES": "2"}.items():
+    for name, value in {
+        "EVENT_TRANSPORT": "redis-stream",
+        "STREAM_SHARDS": "2",
+        "STREAM_GROUP": group,
+        "STREAM_CLAIM_IDLE_MS": "300",
+        "STREAM_BLOCK_MS": "100",
+        "STREAM_MAX_DELIVERIES": "2",
+    }.items():
         monkeypatch.setenv(name, value)
     runtime.reset()
     yield runtime
@@ -71,9 +78,12 @@ def test_red_packet_on_the_stream_transport(stream_mode, api, sql):
     assert status == 200 and grab["credit"] == "PENDING"
     drain_once(stream_mode)  # the claim, then the credit the drainer's commit made
     drain_once(stream_mode)
-    assert sql("SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == (
-        (grabber, int(grab["amount"].replace(".", ""))),)
-    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (grabber,)) == ((int(grab["amount"].replace(".", "")),),)
+    assert sql(
+        "SELECT user_id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)
+    ) == ((grabber, int(grab["amount"].replace(".", ""))),)
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (grabber,)) == (
+        (int(grab["amount"].replace(".", "")),),
+    )
 
 
 _READ_THEN_HANG = """
@@ -93,13 +103,18 @@ consumer.drain(lambda: True)
 
 @pytest.mark.parametrize("kill_point", ["before_commit", "after_commit"])
 def test_a_consumer_killed_before_its_ack_leaves_entries_that_are_reclaimed_and_persisted_once(
-        stream_mode, api, sql, tmp_path, kill_point):
+    stream_mode, api, sql, tmp_path, kill_point
+):
     user_id = api.account(balance="20.00")
     for _ in range(4):
         assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
     marker = tmp_path / "read"
-    child = subprocess.Popen([sys.executable, "-c", _READ_THEN_HANG, kill_point, str(marker)], cwd=REPO,
-                             env={**os.environ, "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"}, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _READ_THEN_HANG, kill_point, str(marker)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{REPO / 'functions'}:{REPO}"},
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not marker.exists() and time.monotonic() < deadline:
@@ -117,7 +132,9 @@ def test_a_consumer_killed_before_its_ack_leaves_entries_that_are_reclaimed_and_
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((1600,),)
 
 
-def test_an_entry_that_keeps_failing_alone_goes_to_the_dead_letter_stream(stream_mode, api, sql, redis_client, monkeypatch):
+def test_an_entry_that_keeps_failing_alone_goes_to_the_dead_letter_stream(
+    stream_mode, api, sql, redis_client, monkeypatch
+):
     from hotledger.runtime import writer
 
     user_id = api.account(balance="5.00")
@@ -147,8 +164,10 @@ def test_an_entry_that_keeps_failing_alone_goes_to_the_dead_letter_stream(stream
     status, listed = operator("GET", "/ops/dead-letters?source=stream")
     dead_id = f"{shard}:{dead[0][0].decode()}"
     assert status == 200 and dead_id in [d["id"] for d in listed["stream"]], listed
-    for outcome in ({"replayed": [dead_id], "skipped": {}}, {"replayed": [], "skipped": {
-            dead_id: "not a dead entry (replayed already, or no such entry)"}}):
+    for outcome in (
+        {"replayed": [dead_id], "skipped": {}},
+        {"replayed": [], "skipped": {dead_id: "not a dead entry (replayed already, or no such entry)"}},
+    ):
         assert operator("POST", "/ops/dead-letters/replay", {"source": "stream", "ids": [dead_id]}) == (200, outcome)
     assert redis_client.xlen(keys.dead_stream(shard)) == 0 and stream_length(redis_client) == 1
     assert drain_once(stream_mode).applied == 1
@@ -181,8 +200,14 @@ def test_a_holds_changes_travel_through_the_stream_and_are_booked_once(stream_mo
     assert status == 200 and body["state"] == "VOIDED"  # no capture waits in the stream transport: durable at once
     assert drain_once(stream_mode).applied == 4
     assert sql("SELECT amount, captured, state, description FROM t_hold WHERE id = %s", (int(hold["hold_id"]),)) == (
-        (1000, 400, "VOIDED", 'taxi "7"; \\ é'),)
-    assert sql("SELECT type, delta, balance_after, available_after FROM t_entry WHERE user_id = %s ORDER BY seq",
-               (user_id,)) == (("recharge", 3000, 3000, 3000), ("hold", 0, 3000, 2000), ("capture", -400, 2600, 2000),
-                               ("void", 0, 2600, 2600))
+        (1000, 400, "VOIDED", 'taxi "7"; \\ é'),
+    )
+    assert sql(
+        "SELECT type, delta, balance_after, available_after FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,)
+    ) == (
+        ("recharge", 3000, 3000, 3000),
+        ("hold", 0, 3000, 2000),
+        ("capture", -400, 2600, 2000),
+        ("void", 0, 2600, 2600),
+    )
     assert api("GET", f"/accounts/{user_id}")[1]["available"] == "26.00"

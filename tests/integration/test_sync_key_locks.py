@@ -6,6 +6,7 @@ falls in the same gap (neighbouring keys: the same key text on the next account 
 commit to insert its answer, and both inserting into each other's gap deadlocked. Through the API handler: one SYNC
 charge is held inside its transaction (just before its entry is written) while another account's charge runs; the
 second must not wait on any lock of the first's."""
+
 import threading
 
 from hotledger.ledger import store
@@ -28,7 +29,9 @@ def test_a_sync_charge_does_not_wait_on_another_accounts_neighbouring_key(api, m
     answers = {}
 
     def charge(user_id: int) -> None:
-        answers[user_id] = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"}, {"Idempotency-Key": "neighbour"})
+        answers[user_id] = api(
+            "POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"}, {"Idempotency-Key": "neighbour"}
+        )
 
     first_charge = threading.Thread(target=charge, args=(first,))
     first_charge.start()

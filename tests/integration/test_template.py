@@ -1,6 +1,7 @@
 """The SAM template: linted by cfn-lint (informational checks too) and `sam validate --lint`, built by `sam build`,
 expanded by SAM's own transform and checked as AWS would read it (IAM, the trigger's error contract, alarms), and
 read by the local runtime the same way."""
+
 import ast
 import functools
 import json
@@ -21,18 +22,31 @@ import cfn  # noqa: E402
 from hotledger.aws_calls import CALLS  # noqa: E402
 
 SAM = REPO / ".tools" / "bin" / "sam"
-OFFLINE_AWS = {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "offline", "AWS_SECRET_ACCESS_KEY": "offline",
-               "SAM_CLI_TELEMETRY": "0", "PATH": f"{REPO / '.tools' / 'bin'}:{os.environ['PATH']}"}
+OFFLINE_AWS = {
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "offline",
+    "AWS_SECRET_ACCESS_KEY": "offline",
+    "SAM_CLI_TELEMETRY": "0",
+    "PATH": f"{REPO / '.tools' / 'bin'}:{os.environ['PATH']}",
+}
 # a stack that brings its own VPC, MSK cluster and DB (the Rules' other legal combination)
-EXISTING = {"VpcId": "vpc-0123456789abcdef0", "SubnetIds": "subnet-0a,subnet-0b", "PrivateRouteTableIds": "rtb-0a",
-            "MskClusterArn": "arn:aws:kafka:us-east-1:123456789012:cluster/shared/11111111-2222-3333-4444-555555555555-1",
-            "MskSecurityGroupId": "sg-0123456789abcdef0", "ExistingDbSecretArn":
-            "arn:aws:secretsmanager:us-east-1:123456789012:secret:shared-db-AbCdEf",
-            "ExistingDbClusterIdentifier": "shared-db", "ExistingDbSecurityGroupId": "sg-0fedcba9876543210", "Stage": "prod"}
+EXISTING = {
+    "VpcId": "vpc-0123456789abcdef0",
+    "SubnetIds": "subnet-0a,subnet-0b",
+    "PrivateRouteTableIds": "rtb-0a",
+    "MskClusterArn": "arn:aws:kafka:us-east-1:123456789012:cluster/shared/11111111-2222-3333-4444-555555555555-1",
+    "MskSecurityGroupId": "sg-0123456789abcdef0",
+    "ExistingDbSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:shared-db-AbCdEf",
+    "ExistingDbClusterIdentifier": "shared-db",
+    "ExistingDbSecurityGroupId": "sg-0fedcba9876543210",
+    "Stage": "prod",
+}
 
 
 def _run(*cmd: str, timeout: int = 600) -> str:
-    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **OFFLINE_AWS})
+    result = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **OFFLINE_AWS}
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout + result.stderr
 
@@ -57,14 +71,20 @@ def test_sam_build_puts_the_code_in_the_functions_and_the_dependencies_in_one_ar
         assert (built / "hotledger" / "ledger" / "service.py").exists() and not (built / "pymysql").exists()
     deps = tmp_path / "build" / "DependenciesLayer" / "python"
     assert (deps / "pymysql").is_dir() and (deps / "aws_xray_sdk").is_dir() and (deps / "jwt").is_dir()
-    assert [p.name for p in deps.glob("confluent_kafka-*.dist-info")] and all(
-        "aarch64" in p.name and "cp313" in p.name for p in deps.glob("confluent_kafka/*.so")) or list(
-        deps.glob("confluent_kafka/cimpl.cpython-313-aarch64-linux-gnu.so"))
+    assert (
+        [p.name for p in deps.glob("confluent_kafka-*.dist-info")]
+        and all("aarch64" in p.name and "cp313" in p.name for p in deps.glob("confluent_kafka/*.so"))
+        or list(deps.glob("confluent_kafka/cimpl.cpython-313-aarch64-linux-gnu.so"))
+    )
 
 
 # --- IAM: every AWS call the code makes is allowed by the policy of every function that makes it -----------------
-_POWERTOOLS_PARAMETERS = {"get_secret": "secretsmanager:GetSecretValue", "get_parameter": "ssm:GetParameter",
-                          "get_parameters": "ssm:GetParametersByPath", "get_parameters_by_name": "ssm:GetParameters"}
+_POWERTOOLS_PARAMETERS = {
+    "get_secret": "secretsmanager:GetSecretValue",
+    "get_parameter": "ssm:GetParameter",
+    "get_parameters": "ssm:GetParametersByPath",
+    "get_parameters_by_name": "ssm:GetParameters",
+}
 
 
 def _calls_in_code() -> dict[str, set[str]]:
@@ -75,16 +95,25 @@ def _calls_in_code() -> dict[str, set[str]]:
     session = botocore.session.get_session()
 
     def client_service(node) -> str | None:
-        if (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "client" and node.args
-                and isinstance(node.args[0], ast.Constant)):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "client"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             return node.args[0].value
         return None
 
     found: dict[str, set[str]] = {}
     for path in sorted((REPO / "functions").rglob("*.py")):
         tree = ast.parse(path.read_text())
-        clients = {t.id: client_service(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-                   and client_service(n.value) for t in n.targets if isinstance(t, ast.Name)}
+        clients = {
+            t.id: client_service(n.value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Assign) and client_service(n.value)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
         actions = set()
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
@@ -142,7 +171,9 @@ def test_every_function_that_publishes_may_read_where_the_log_ends():
     cluster = EXISTING["MskClusterArn"].split(":cluster/", 1)[1]
     publishers = []
     for function in stack.functions():
-        topic = f"arn:aws:kafka:{cfn.REGION}:{cfn.ACCOUNT}:topic/{cluster}/{stack.environment(function).get('KAFKA_TOPIC')}"
+        topic = (
+            f"arn:aws:kafka:{cfn.REGION}:{cfn.ACCOUNT}:topic/{cluster}/{stack.environment(function).get('KAFKA_TOPIC')}"
+        )
         statements = stack.statements_of(function)
         if cfn.allowed(statements, "kafka-cluster:WriteData", topic):
             publishers.append(function)
@@ -155,12 +186,17 @@ def test_every_function_that_publishes_may_read_where_the_log_ends():
 
 
 def test_iam_matching_follows_the_wildcard_rules():
-    grant = [{"Effect": "Allow", "Action": "ssm:GetParameter*", "Resource": "arn:aws:ssm:*:1:parameter/dev/hotledger/*"}]
+    grant = [
+        {"Effect": "Allow", "Action": "ssm:GetParameter*", "Resource": "arn:aws:ssm:*:1:parameter/dev/hotledger/*"}
+    ]
     assert cfn.allowed(grant, "ssm:getparametersbypath", "arn:aws:ssm:us-east-1:1:parameter/dev/hotledger/x")
     assert not cfn.allowed(grant, "ssm:GetParametersByPath", "arn:aws:ssm:us-east-1:1:parameter/dev/hotledger")
     assert cfn.allowed([{"Effect": "Allow", "Action": "s?s:*", "Resource": "*"}], "sqs:SendMessage", "arn:x")
-    assert not cfn.allowed(grant + [{"Effect": "Deny", "Action": "*", "Resource": "*"}], "ssm:GetParameter",
-                           "arn:aws:ssm:us-east-1:1:parameter/dev/hotledger/x")
+    assert not cfn.allowed(
+        grant + [{"Effect": "Deny", "Action": "*", "Resource": "*"}],
+        "ssm:GetParameter",
+        "arn:aws:ssm:us-east-1:1:parameter/dev/hotledger/x",
+    )
 
 
 # --- the writer's trigger, scheduled functions, stateful resources, alarms ---------------------------------------
@@ -181,8 +217,11 @@ def test_scheduled_functions_never_overlap_their_own_retries():
     assert scheduled <= set(stack.functions())
     for name in scheduled:
         assert stack.resources[name]["Properties"]["ReservedConcurrentExecutions"] == 1
-        [config] = [r["Properties"] for r in stack.resources.values() if r["Type"] == "AWS::Lambda::EventInvokeConfig"
-                    and r["Properties"]["FunctionName"] == {"Ref": name}]
+        [config] = [
+            r["Properties"]
+            for r in stack.resources.values()
+            if r["Type"] == "AWS::Lambda::EventInvokeConfig" and r["Properties"]["FunctionName"] == {"Ref": name}
+        ]
         assert config["MaximumRetryAttempts"] == 0
     rules = [r["Properties"] for r in stack.resources.values() if r["Type"] == "AWS::Events::Rule"]
     assert rules and all(t["RetryPolicy"]["MaximumRetryAttempts"] == 0 for r in rules for t in r["Targets"])
@@ -190,7 +229,12 @@ def test_scheduled_functions_never_overlap_their_own_retries():
 
 def test_redis_the_db_and_the_secrets_outlive_a_delete_or_a_replacement():
     resources = expanded()["Resources"]
-    for name, policy in {"Redis": "Snapshot", "DbCluster": "Snapshot", "RedisAuthSecret": "Retain", "DbSecret": "Retain"}.items():
+    for name, policy in {
+        "Redis": "Snapshot",
+        "DbCluster": "Snapshot",
+        "RedisAuthSecret": "Retain",
+        "DbSecret": "Retain",
+    }.items():
         assert (resources[name]["DeletionPolicy"], resources[name]["UpdateReplacePolicy"]) == (policy, policy), name
 
 
@@ -198,16 +242,28 @@ def test_alarms_cover_what_the_issue_names_and_the_dashboard_every_metric_the_co
     resources = expanded()["Resources"]
     alarms = {n: r["Properties"] for n, r in resources.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
     text = str(alarms)
-    for metric in ("OffsetLag", "5XXError", "Latency", "OldestPendingAge", "WriterDeadLettered", "ReconcilerFailedParts",
-                   "CreditFailures", "DelayDeadLetters", "OnFailureDestinationDeliveredEventCount"):
+    for metric in (
+        "OffsetLag",
+        "5XXError",
+        "Latency",
+        "OldestPendingAge",
+        "WriterDeadLettered",
+        "ReconcilerFailedParts",
+        "CreditFailures",
+        "DelayDeadLetters",
+        "OnFailureDestinationDeliveredEventCount",
+    ):
         assert metric in text, metric
     functions = [n for n, r in resources.items() if r["Type"] == "AWS::Lambda::Function" and n != "SetupFunction"]
     for fn in functions:
         for metric in ("Errors", "Throttles"):
-            assert any(a.get("MetricName") == metric and a["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": fn}}]
-                       for a in alarms.values()), (fn, metric)
-    emitted = {m for p in (REPO / "functions").rglob("*.py")
-               for m in re.findall(r'name="([A-Z]\w+)", unit=', p.read_text())} | {"Rejections"}
+            assert any(
+                a.get("MetricName") == metric and a["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": fn}}]
+                for a in alarms.values()
+            ), (fn, metric)
+    emitted = {
+        m for p in (REPO / "functions").rglob("*.py") for m in re.findall(r'name="([A-Z]\w+)", unit=', p.read_text())
+    } | {"Rejections"}
     dashboard = str(resources["Dashboard"]["Properties"]["DashboardBody"])
     assert emitted - {m for m in emitted if m in dashboard} == set()
     assert len(emitted) > 25
@@ -229,25 +285,42 @@ def test_local_runtime_reads_the_functions_and_triggers():
     functions = {fn.name: fn for fn in template.load(REPO / "template.yaml")}
     assert functions["ApiFunction"].api and functions["ApiFunction"].handler == "api.app.handler"
     assert functions["WriterFunction"].msk == {
-        "topic": "hotledger.ledger", "batch_size": 1000, "window_s": 0.0, "group_id": "hotledger-writer",
-        "max_retries": 10, "max_record_age_s": 21600, "bisect": True, "partial_batch": True,
-        "dead_letter_topic": "hotledger.ledger.dead-letter"}
+        "topic": "hotledger.ledger",
+        "batch_size": 1000,
+        "window_s": 0.0,
+        "group_id": "hotledger-writer",
+        "max_retries": 10,
+        "max_record_age_s": 21600,
+        "bisect": True,
+        "partial_batch": True,
+        "dead_letter_topic": "hotledger.ledger.dead-letter",
+    }
     assert functions["ReconcilerFunction"].schedules == [60]
     assert all(fn.layer_dirs[0] == REPO / "layers" / "lua" for fn in functions.values())
-    assert {p.stem for p in functions["ApiFunction"].layer_dirs[0].glob("*.lua")} >= {"ledger_apply", "ledger_rollback", "outbox_claim"}
+    assert {p.stem for p in functions["ApiFunction"].layer_dirs[0].glob("*.lua")} >= {
+        "ledger_apply",
+        "ledger_rollback",
+        "outbox_claim",
+    }
     assert functions["ApiFunction"].public_routes == {("GET", "/openapi.json"), ("GET", "/swagger")}
     authorizer = template.api_authorizer(REPO / "template.yaml")
     assert authorizer.function == "AuthorizerFunction" and authorizer.header == "Authorization"
     assert authorizer.validation.search("Bearer a.b.c") and not authorizer.validation.search("Bearer abc")
     assert {kind: status for kind, (status, _) in authorizer.gateway_responses.items()} == {
-        "UNAUTHORIZED": 401, "ACCESS_DENIED": 403, "AUTHORIZER_FAILURE": 503}
+        "UNAUTHORIZED": 401,
+        "ACCESS_DENIED": 403,
+        "AUTHORIZER_FAILURE": 503,
+    }
 
 
 def test_every_route_but_the_description_needs_a_token_checked_by_the_authorizer_function():
     resources = expanded()["Resources"]
     body = resources["Api"]["Properties"]["Body"]
-    security = {(path, method): {name for requirement in operation["security"] for name in requirement}
-                for path, operations in body["paths"].items() for method, operation in operations.items()}
+    security = {
+        (path, method): {name for requirement in operation["security"] for name in requirement}
+        for path, operations in body["paths"].items()
+        for method, operation in operations.items()
+    }
     public = {("/openapi.json", "get"), ("/swagger", "get")}
     any_method = "x-amazon-apigateway-any-method"
     assert set(security) == public | {("/{proxy+}", any_method), ("/", any_method)}
@@ -273,8 +346,9 @@ def test_the_authorizer_trusts_only_the_stacks_user_pool_and_its_app_clients():
     variables = function["Environment"]["Variables"]
     assert variables["AUTH_ISSUER"] == {"Fn::Sub": "https://cognito-idp.${AWS::Region}.amazonaws.com/${UserPool}"}
     assert variables["AUTH_JWKS_URL"]["Fn::Sub"].endswith("${UserPool}/.well-known/jwks.json")
-    assert variables["AUTH_CLIENT_IDS"] == {"Fn::Join": [",", [{"Ref": "ServiceClient"}, {"Ref": "OperatorClient"},
-                                                               {"Ref": "UserClient"}]]}
+    assert variables["AUTH_CLIENT_IDS"] == {
+        "Fn::Join": [",", [{"Ref": "ServiceClient"}, {"Ref": "OperatorClient"}, {"Ref": "UserClient"}]]
+    }
     server = resources["UserPoolResourceServer"]["Properties"]
     assert server["Identifier"] == "hotledger" and {s["ScopeName"] for s in server["Scopes"]} == {"service", "admin"}
     for client, scope in [("ServiceClient", "hotledger/service"), ("OperatorClient", "hotledger/admin")]:
@@ -291,12 +365,24 @@ def test_redis_is_a_cluster_mode_replication_group_the_functions_reach_through_i
     template = expanded()
     redis = template["Resources"]["Redis"]["Properties"]
     assert (redis["ClusterMode"], redis["NumNodeGroups"], redis["ReplicasPerNodeGroup"]) == (
-        "Enabled", {"Ref": "RedisShards"}, {"Ref": "RedisReplicasPerShard"})
+        "Enabled",
+        {"Ref": "RedisShards"},
+        {"Ref": "RedisReplicasPerShard"},
+    )
     assert "NumCacheClusters" not in redis
-    assert redis["AutomaticFailoverEnabled"] and redis["MultiAZEnabled"] and redis["TransitEncryptionEnabled"] and redis["AuthToken"]
+    assert (
+        redis["AutomaticFailoverEnabled"]
+        and redis["MultiAZEnabled"]
+        and redis["TransitEncryptionEnabled"]
+        and redis["AuthToken"]
+    )
     assert template["Parameters"]["RedisShards"]["MinValue"] == 1
     parameters = template["Resources"][redis["CacheParameterGroupName"]["Ref"]]["Properties"]["Properties"]
     assert parameters["cluster-enabled"] == "yes"
     functions = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
-    with_redis = [f["Environment"]["Variables"] for f in functions if "REDIS_URL" in f.get("Environment", {}).get("Variables", {})]
-    assert with_redis and all(v["REDIS_CLUSTER"] == "1" and "ConfigurationEndPoint" in str(v["REDIS_URL"]) for v in with_redis)
+    with_redis = [
+        f["Environment"]["Variables"] for f in functions if "REDIS_URL" in f.get("Environment", {}).get("Variables", {})
+    ]
+    assert with_redis and all(
+        v["REDIS_CLUSTER"] == "1" and "ConfigurationEndPoint" in str(v["REDIS_URL"]) for v in with_redis
+    )

@@ -1,6 +1,7 @@
 """A voucher sold from stock buckets (stock_shards, issue 12) through the API handler, the writer (MSK events from
 the broker's own log) and the reconciler, against real Redis, MariaDB and the broker: fall-over to other buckets,
 one buyer record per user across buckets, sold out in one script call, per-bucket persist, rebuild and reconcile."""
+
 from __future__ import annotations
 
 import contextlib
@@ -44,12 +45,15 @@ def scripts_run():
 
 
 def bucket_rows(sql, voucher_id: int) -> list[int]:
-    return [stock for (stock,) in sql("SELECT stock FROM t_voucher_bucket WHERE voucher_id = %s ORDER BY bucket",
-                                      (voucher_id,))]
+    return [
+        stock
+        for (stock,) in sql("SELECT stock FROM t_voucher_bucket WHERE voucher_id = %s ORDER BY bucket", (voucher_id,))
+    ]
 
 
 def test_buyers_fall_over_to_the_next_buckets_and_the_sale_is_sold_out_when_every_bucket_is(
-        api, sql, redis_client, own_topic):
+    api, sql, redis_client, own_topic
+):
     voucher_id = voucher(api, stock=8, stock_shards=SHARDS)
     view = api("GET", f"/vouchers/{voucher_id}")[1]
     assert (view["stock_shards"], view["bucket_stock_left"], view["stock_left"]) == (4, [2, 2, 2, 2], 8)
@@ -82,13 +86,21 @@ def test_buyers_fall_over_to_the_next_buckets_and_the_sale_is_sold_out_when_ever
 
 def test_a_buyer_allowed_three_orders_gets_them_across_buckets_and_no_fourth(api, sql, redis_client, own_topic):
     voucher_id = voucher(api, stock=8, stock_shards=SHARDS, per_user_limit=3)
-    buyer, = buyers_homed_at(2, 1)
+    (buyer,) = buyers_homed_at(2, 1)
     answers = [order(api, voucher_id, buyer) for _ in range(4)]
-    assert [(code, body.get("seq")) for code, body in answers] == [(200, 1), (200, 2), (200, 3), ("ALREADY_ORDERED", None)]
+    assert [(code, body.get("seq")) for code, body in answers] == [
+        (200, 1),
+        (200, 2),
+        (200, 3),
+        ("ALREADY_ORDERED", None),
+    ]
     assert api("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [2, 2, 0, 1]  # the third from bucket 3
     invoke_writer(broker_records())
     assert sql("SELECT seq, bucket FROM t_voucher_order WHERE voucher_id = %s ORDER BY seq", (voucher_id,)) == (
-        (1, 2), (2, 2), (3, 3))
+        (1, 2),
+        (2, 2),
+        (3, 3),
+    )
     assert bucket_rows(sql, voucher_id) == [2, 2, 0, 1]
     assert redis_client.hget(keys.voucher_buyers(voucher_id, 2), str(buyer)) == b"3"
     assert redis_client.hlen(keys.voucher_away(voucher_id, 2)) == 0
@@ -96,7 +108,8 @@ def test_a_buyer_allowed_three_orders_gets_them_across_buckets_and_no_fourth(api
 
 
 def test_buckets_redis_lost_mid_sale_are_rebuilt_and_resell_nothing_acknowledged_before_the_loss(
-        api, sql, redis_client, own_topic):
+    api, sql, redis_client, own_topic
+):
     voucher_id = voucher(api, stock=12, stock_shards=SHARDS)  # 3 a bucket
     before = buyers_homed_at(0, 4) + buyers_homed_at(2, 2)  # the fourth of home 0 falls over to bucket 1
     acknowledged = {order(api, voucher_id, u)[1]["order_id"] for u in before}
@@ -122,7 +135,8 @@ def test_buckets_redis_lost_mid_sale_are_rebuilt_and_resell_nothing_acknowledged
 
 
 def test_the_reconciler_gives_back_a_buyer_slot_reserved_by_a_process_that_died_and_corrects_each_bucket(
-        api, redis_client, monkeypatch):
+    api, redis_client, monkeypatch
+):
     voucher_id = voucher(api, stock=4, stock_shards=SHARDS)
     first, buyer = buyers_homed_at(0, 2)
     assert order(api, voucher_id, first)[0] == 200  # bucket 0 is empty now
@@ -142,8 +156,9 @@ def test_the_reconciler_gives_back_a_buyer_slot_reserved_by_a_process_that_died_
 def test_stock_shards_out_of_range_are_refused_with_nothing_created(api, sql):
     before = sql("SELECT COUNT(*) FROM t_seckill_voucher")
     for shards, stock in ((0, 10), (65, 100), (5, 4), ("4", 10)):
-        status, body = api("POST", "/vouchers", {"title": "x", "stock": stock, "begin_at": 0, "end_at": 2**41,
-                                                 "stock_shards": shards})
+        status, body = api(
+            "POST", "/vouchers", {"title": "x", "stock": stock, "begin_at": 0, "end_at": 2**41, "stock_shards": shards}
+        )
         assert (status, body["error"]["code"]) == (422, "VALIDATION_ERROR"), (shards, body)
     assert sql("SELECT COUNT(*) FROM t_seckill_voucher") == before
 

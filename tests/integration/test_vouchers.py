@@ -1,5 +1,6 @@
 """Flash-sale vouchers through the API handler (API Gateway events), the writer (MSK events) and the
 reconciler (EventBridge events), against real Redis, MariaDB and the broker."""
+
 import time
 
 import pytest
@@ -11,13 +12,10 @@ from hotledger.runtime import vouchers
 NOW_MS = int(time.time() * 1000)
 
 
-
-
 def order_records(voucher_id: int, first_offset: int = 0):
     """The order events as the broker holds them, rebuilt from Redis's pending orders."""
     orders = sorted(vouchers().pending_orders(voucher_id), key=lambda e: e.id)
     return records(orders, lambda e: f"v{e.voucher_id}", first_offset=first_offset)
-
 
 
 def test_order_is_taken_in_redis_persisted_once_and_replays_change_nothing(api, sql):
@@ -34,7 +32,8 @@ def test_order_is_taken_in_redis_persisted_once_and_replays_change_nothing(api, 
     invoke_writer(records + records)  # re-delivery changes nothing
     assert api("GET", f"/vouchers/{voucher_id}/orders/{order['order_id']}")[1]["status"] == "PERSISTED"
     assert sql("SELECT id, user_id, seq FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,)) == (
-        (int(order["order_id"]), 42, 1),)
+        (int(order["order_id"]), 42, 1),
+    )
     assert sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (voucher_id,)) == ((4,),)
     view = api("GET", f"/vouchers/{voucher_id}")[1]
     assert (view["stock_left"], view["sold"], view["pending"]) == (4, 1, 0)
@@ -57,12 +56,15 @@ def test_sale_rules_answer_409_with_their_codes_and_take_nothing(api):
     assert api("GET", f"/vouchers/{early}")[1]["stock_left"] == 5
 
 
-@pytest.mark.parametrize("body, status, code", [
-    ({"title": "x", "stock": 0, "begin_at": 0, "end_at": 1}, 422, "VALIDATION_ERROR"),
-    ({"title": "x", "stock": 5, "begin_at": 10, "end_at": 5}, 422, "VALIDATION_ERROR"),
-    ({"title": "x", "stock": "5", "begin_at": 0, "end_at": 1}, 422, "VALIDATION_ERROR"),
-    ({"stock": 5, "begin_at": 0, "end_at": 1}, 422, "MISSING_FIELD"),
-])
+@pytest.mark.parametrize(
+    "body, status, code",
+    [
+        ({"title": "x", "stock": 0, "begin_at": 0, "end_at": 1}, 422, "VALIDATION_ERROR"),
+        ({"title": "x", "stock": 5, "begin_at": 10, "end_at": 5}, 422, "VALIDATION_ERROR"),
+        ({"title": "x", "stock": "5", "begin_at": 0, "end_at": 1}, 422, "VALIDATION_ERROR"),
+        ({"stock": 5, "begin_at": 0, "end_at": 1}, 422, "MISSING_FIELD"),
+    ],
+)
 def test_bad_voucher_input_is_refused(api, sql, body, status, code):
     before = sql("SELECT COUNT(*) FROM t_seckill_voucher")
     answer = api("POST", "/vouchers", body)
@@ -120,7 +122,9 @@ def test_reconciler_persists_lost_events_and_rebuilds_a_voucher_redis_lost(api, 
 
     # the event of user 4's order is lost: after RECONCILE_AGE_S the reconciler persists it from Redis
     reconcile_pass(monkeypatch, age_s=0)
-    assert sql("SELECT COUNT(*), SUM(user_id = 4) FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,)) == ((4, 1),)
+    assert sql("SELECT COUNT(*), SUM(user_id = 4) FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,)) == (
+        (4, 1),
+    )
     view = api("GET", f"/vouchers/{voucher_id}")[1]
     assert (view["stock_left"], view["sold"], view["pending"]) == (6, 4, 0)
 
@@ -162,7 +166,9 @@ def test_a_voucher_the_reconciler_meets_while_it_is_created_sells_at_once(api, m
 
     def reconciler_runs_right_after_the_insert(*args, **kwargs):
         voucher_id = create(*args, **kwargs)
-        run = threading.Thread(target=lambda: reports.append(reconcile()))  # its own DB connection, as in another process
+        run = threading.Thread(
+            target=lambda: reports.append(reconcile())
+        )  # its own DB connection, as in another process
         run.start()
         run.join(30)
         return voucher_id
@@ -195,8 +201,10 @@ def test_an_order_the_db_refuses_is_dead_lettered_and_settled_in_redis_as_refuse
     status, body = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 11})
     assert status == 200, body
     other = voucher(api, stock=3)
-    sql("INSERT INTO t_voucher_order (id, voucher_id, user_id, seq, create_time) VALUES (%s, %s, 12, 1, NOW(3))",
-        (int(body["order_id"]), other))
+    sql(
+        "INSERT INTO t_voucher_order (id, voucher_id, user_id, seq, create_time) VALUES (%s, %s, 12, 1, NOW(3))",
+        (int(body["order_id"]), other),
+    )
     assert invoke_writer(order_records(voucher_id)) == {"batchItemFailures": []}
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE offset_no = %s", (int(body["order_id"]),)) == ((1,),)
     assert sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (voucher_id,)) == ((3,),)
@@ -223,12 +231,15 @@ def test_an_order_the_db_refuses_alone_in_the_writers_bisect_is_settled_in_redis
 
 
 def test_a_voucher_redis_lost_resells_nothing_before_the_orders_acknowledged_before_the_loss_are_in_the_db(
-        api, sql, redis_client, own_topic):
+    api, sql, redis_client, own_topic
+):
     """Redis loses a sold-out voucher while its three acknowledged orders are still on their way to the DB (the
     writer lags past REBUILD_HOLD_S); buyers hammer the rebuilt voucher. No unit is sold again, so no 200 is
     later refused by the DB, and the DB holds exactly the stock."""
     voucher_id = voucher(api, stock=3)
-    acknowledged = [api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": user})[1]["order_id"] for user in (1, 2, 3)]
+    acknowledged = [
+        api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": user})[1]["order_id"] for user in (1, 2, 3)
+    ]
     redis_client.flushall()
     answers = []
     for round_ in range(4):  # REBUILD_HOLD_S over each round; the writer still lags
@@ -240,6 +251,8 @@ def test_a_voucher_redis_lost_resells_nothing_before_the_orders_acknowledged_bef
     status, body = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 200})
     assert (status, body["error"]["code"]) == (409, "SOLD_OUT"), body
     invoke_writer(broker_records())
-    assert sorted(str(i) for (i,) in sql("SELECT id FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,))) == sorted(acknowledged)
+    assert sorted(
+        str(i) for (i,) in sql("SELECT id FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,))
+    ) == sorted(acknowledged)
     assert sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (voucher_id,)) == ((0,),)
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"v{voucher_id}",)) == ((0,),)

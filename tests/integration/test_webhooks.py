@@ -2,6 +2,7 @@
 (verified here with the `standardwebhooks` package receivers use, not with our code), in order per account per
 endpoint with seq and prev_seq, retried, dead-lettered after 3 days; never for a change that is not durable; a slow or
 failing endpoint holds back only its own events. Through the API handler, the writer and the real DB."""
+
 import json
 
 import pytest
@@ -39,7 +40,10 @@ def test_durable_changes_are_delivered_signed_in_order_and_only_once_durable(api
     _send()
     events = [e for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id]
     assert [(e["type"], e["data"]["amount"], e["data"]["seq"], e["data"]["prev_seq"]) for e in events] == [
-        ("recharge.persisted", "10.00", 1, None), ("charge.persisted", "1.00", 2, 1), ("charge.persisted", "2.00", 3, 2)]
+        ("recharge.persisted", "10.00", 1, None),
+        ("charge.persisted", "1.00", 2, 1),
+        ("charge.persisted", "2.00", 3, 2),
+    ]
     assert len({h["webhook-id"] for h, _ in receiver.got}) == len(receiver.got)
     _persist(redis_client, user_id)  # a replayed batch books nothing, so nothing is sent twice
     _send()
@@ -69,7 +73,9 @@ def test_every_delivery_is_what_the_openapi_documents_for_its_type(api, redis_cl
         assert {p["name"] for p in post["parameters"]} == {"webhook-id", "webhook-timestamp", "webhook-signature"}
 
 
-def test_a_failing_endpoint_retries_in_order_and_holds_back_only_its_own_events(api, redis_client, local_hooks, monkeypatch):
+def test_a_failing_endpoint_retries_in_order_and_holds_back_only_its_own_events(
+    api, redis_client, local_hooks, monkeypatch
+):
     from hotledger.runtime import webhooks
 
     broken, healthy = local_hooks(500), local_hooks()
@@ -99,10 +105,15 @@ def test_a_failing_endpoint_retries_in_order_and_holds_back_only_its_own_events(
     assert api("GET", f"/webhook-endpoints/{failing['endpoint_id']}")[1]["failing"] is True
 
     broken.status = 204
-    status, body = api("POST", f"/webhook-endpoints/{failing['endpoint_id']}/replay", {"since_seq": 1, "user_id": user_id})
+    status, body = api(
+        "POST", f"/webhook-endpoints/{failing['endpoint_id']}/replay", {"since_seq": 1, "user_id": user_id}
+    )
     assert status == 200 and body["replayed"] >= 2
-    (logged,) = [line for line in api("GET", "/ops/log?limit=50")[1] if line["action"] == "replay.webhook-endpoint"
-                 and line["detail"]["endpoint_id"] == failing["endpoint_id"]]
+    (logged,) = [
+        line
+        for line in api("GET", "/ops/log?limit=50")[1]
+        if line["action"] == "replay.webhook-endpoint" and line["detail"]["endpoint_id"] == failing["endpoint_id"]
+    ]
     assert logged["detail"]["user_id"] == user_id and logged["actor"]  # who sent what again
     _send()
     _send()
@@ -124,11 +135,18 @@ def test_a_rotated_secret_signs_alongside_the_old_one_for_the_overlap(api, redis
         assert Webhook(secret).verify(body, headers)["type"] == "recharge.persisted"
 
 
-@pytest.mark.parametrize("url, allow_local", [
-    ("http://10.0.0.5/x", True), ("https://127.0.0.1/x", True), ("https://localhost/x", True),
-    ("https://169.254.169.254/latest", True), ("http://127.0.0.1:9/x", False), ("ftp://example.com/x", True),
-    ("https://user:pw@example.com/x", True),
-])
+@pytest.mark.parametrize(
+    "url, allow_local",
+    [
+        ("http://10.0.0.5/x", True),
+        ("https://127.0.0.1/x", True),
+        ("https://localhost/x", True),
+        ("https://169.254.169.254/latest", True),
+        ("http://127.0.0.1:9/x", False),
+        ("ftp://example.com/x", True),
+        ("https://user:pw@example.com/x", True),
+    ],
+)
 def test_endpoints_never_point_inside(api, monkeypatch, url, allow_local):
     from hotledger.runtime import webhooks
 

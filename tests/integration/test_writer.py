@@ -1,4 +1,5 @@
 """The writer function driven with MSK events, against real Redis and DB."""
+
 import json
 from datetime import datetime, timedelta
 
@@ -52,21 +53,46 @@ def test_poison_records_are_dead_lettered_not_retried(api, redis_client, sql, se
     user_id = api.account(balance="10.00")
     api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
     good = _pending_records(redis_client, user_id, first_offset=100)
-    poison = [(1, 7, b"x", b"not json"), (1, 8, b"y", json.dumps({"type": "ledger", "id": "NaN"}).encode()),
-              (1, 9, None, None),
-              (1, 10, b"999999", signed_value({"type": "ledger", "id": 5, "kind": "D", "user_id": 999999, "amount": 1,
-                                               "balance_after": 0, "version": 2, "epoch": "e", "ts": 1, "open": "1",
-                                               "idem_key": None}))]
+    poison = [
+        (1, 7, b"x", b"not json"),
+        (1, 8, b"y", json.dumps({"type": "ledger", "id": "NaN"}).encode()),
+        (1, 9, None, None),
+        (
+            1,
+            10,
+            b"999999",
+            signed_value(
+                {
+                    "type": "ledger",
+                    "id": 5,
+                    "kind": "D",
+                    "user_id": 999999,
+                    "amount": 1,
+                    "balance_after": 0,
+                    "version": 2,
+                    "epoch": "e",
+                    "ts": 1,
+                    "open": "1",
+                    "idem_key": None,
+                }
+            ),
+        ),
+    ]
     response = invoke_writer(poison + good)
     assert response == {"batchItemFailures": []}
     assert sql("SELECT COUNT(*) FROM t_order WHERE user_id = %s", (user_id,)) == ((1,),)
     # this test's dead letters: the poison of partition 1, and the entry (id 5) of the unknown account 999999; another
     # test of the run may dead-letter an entry with id 5 of its own
-    dead = sql("SELECT topic, partition_no, offset_no FROM t_dead_letter WHERE (topic = %s AND partition_no = 1)"
-               " OR (offset_no = 5 AND record_key = '999999') ORDER BY offset_no", (settings.kafka_topic,))
+    dead = sql(
+        "SELECT topic, partition_no, offset_no FROM t_dead_letter WHERE (topic = %s AND partition_no = 1)"
+        " OR (offset_no = 5 AND record_key = '999999') ORDER BY offset_no",
+        (settings.kafka_topic,),
+    )
     assert [row[2] for row in dead] == [5, 7, 8, 9]
     invoke_writer(poison)  # the same poison again: still one dead letter each
-    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE topic = %s AND partition_no = 1", (settings.kafka_topic,)) == ((3,),)
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE topic = %s AND partition_no = 1", (settings.kafka_topic,)) == (
+        (3,),
+    )
 
 
 def test_a_rolled_back_entry_is_never_persisted(api, redis_client, sql):
@@ -101,7 +127,8 @@ def test_sample_msk_event_file(api, sql, monkeypatch):
     for _ in range(2):
         assert handler(event, LambdaContext("WriterFunction")) == {"batchItemFailures": []}
         assert sql("SELECT user_id, amount, balance FROM t_order WHERE id = %s", (value["id"],)) == (
-            (1, value["amount"], value["balance_after"]),)
+            (1, value["amount"], value["balance_after"]),
+        )
         assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE offset_no = %s", (value["id"],)) == ((0,),)
         assert sql("SELECT balance FROM t_account WHERE user_id = 1") == ((balance_before - value["amount"],),)
 
@@ -116,7 +143,8 @@ def test_an_id_clash_is_dead_lettered_not_dropped(api, redis_client, sql):
     invoke_writer([(2, 1, b"k", signed_value(clash))])
     assert sql("SELECT amount FROM t_order WHERE id = %s", (original["id"],)) == ((100,),)
     assert sql("SELECT error FROM t_dead_letter WHERE offset_no = %s", (original["id"],)) == (
-        ("entry id already used by another entry",),)
+        ("entry id already used by another entry",),
+    )
     assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((900,),)
 
 
@@ -159,4 +187,5 @@ def test_partition_writers_side_by_side_never_deadlock_on_idempotency_keys(api, 
             t.join()
     assert failures == []
     assert sql("SELECT COUNT(*) FROM t_idempotency WHERE user_id IN ({})".format(",".join(map(str, everyone)))) == (
-        (writers * per_writer * 3 * rounds,),)
+        (writers * per_writer * 3 * rounds,),
+    )

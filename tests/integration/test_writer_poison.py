@@ -1,5 +1,6 @@
 """One record the DB refuses never stalls a partition: the writer (MSK events) and the reconciler dead-letter it with
 the DB's reason and apply the rest exactly once. Real Redis, MariaDB and broker."""
+
 import json
 
 from helpers import invoke_writer, ledger_records, reconcile, records
@@ -10,7 +11,9 @@ from hotledger.runtime import id_generator, redpackets
 
 
 def send(api, sender, total="10.00", count=5):
-    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": total, "count": count, "expires_in_s": 3600})
+    status, body = api(
+        "POST", "/redpackets", {"sender_id": sender, "total": total, "count": count, "expires_in_s": 3600}
+    )
     assert status == 201, body
     return int(body["packet_id"])
 
@@ -31,7 +34,8 @@ def dead_letters(sql, offset):
 
 
 def test_a_claim_the_db_refuses_for_uk_packet_user_is_dead_lettered_and_the_rest_of_the_batch_persisted_once(
-        api, sql, redis_client):
+    api, sql, redis_client
+):
     """Before: the red packet batch's one UPDATE hit uk_packet_user and the handler raised on every delivery (the
     trigger retries the batch forever: the partition stalls)."""
     sender, alice, bob = api.account(balance="100.00"), api.account(), api.account()
@@ -39,18 +43,32 @@ def test_a_claim_the_db_refuses_for_uk_packet_user_is_dead_lettered_and_the_rest
     alice_item = grab(api, packet_id, alice)
     invoke_writer(claim_records(packet_id))
     bob_item = grab(api, packet_id, bob)
-    (other_item, amount), *_ = sql("SELECT id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NULL"
-                                   " AND id <> %s ORDER BY id", (packet_id, bob_item))
+    (other_item, amount), *_ = sql(
+        "SELECT id, amount FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NULL AND id <> %s ORDER BY id",
+        (packet_id, bob_item),
+    )
     # decodes fine and names a free item of the packet, but alice holds another item of it already
-    refused = RedPacketClaimEvent(type="redpacket_claim", packet_id=packet_id, item_id=other_item, user_id=alice,
-                                  amount=amount, ts=1_700_000_000_000, grab_id=id_generator().next_id())
-    batch = (records([refused], lambda c: f"rp{c.packet_id}", partition=1, first_offset=900) + claim_records(packet_id)
-             + ledger_records(redis_client, [sender, alice, bob], first_offset=100))
+    refused = RedPacketClaimEvent(
+        type="redpacket_claim",
+        packet_id=packet_id,
+        item_id=other_item,
+        user_id=alice,
+        amount=amount,
+        ts=1_700_000_000_000,
+        grab_id=id_generator().next_id(),
+    )
+    batch = (
+        records([refused], lambda c: f"rp{c.packet_id}", partition=1, first_offset=900)
+        + claim_records(packet_id)
+        + ledger_records(redis_client, [sender, alice, bob], first_offset=100)
+    )
 
     for _ in range(2):  # the first delivery, then a re-delivery: it changes nothing
         assert invoke_writer(batch) == {"batchItemFailures": []}
-        assert sql("SELECT id, user_id FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL ORDER BY id",
-                   (packet_id,)) == tuple(sorted(((alice_item, alice), (bob_item, bob))))
+        assert sql(
+            "SELECT id, user_id FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL ORDER BY id",
+            (packet_id,),
+        ) == tuple(sorted(((alice_item, alice), (bob_item, bob))))
         ((topic, key, error),) = dead_letters(sql, other_item)
         assert (topic, key) == (REJECTED_TOPIC, f"rp{packet_id}".encode()) and "uk_packet_user" in error
         # the good records of the same batch: bob's claim left Redis's pending hash, every charge is in the DB
@@ -69,7 +87,9 @@ def test_an_entry_whose_amount_the_db_cannot_hold_is_dead_lettered_and_the_rest_
         assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
     good = ledger_records(redis_client, [user_id])
     newest = json.loads(good[-1][3])
-    too_big = LedgerEvent(**{**newest, "id": id_generator().next_id(), "amount": 2**63, "version": newest["version"] + 1})
+    too_big = LedgerEvent(
+        **{**newest, "id": id_generator().next_id(), "amount": 2**63, "version": newest["version"] + 1}
+    )
     batch = good[:2] + records([too_big], lambda e: str(e.user_id), first_offset=50) + good[2:]
 
     for _ in range(2):
@@ -118,7 +138,9 @@ def test_the_reconciler_sets_a_refused_claim_aside_instead_of_failing_every_run(
     for _ in range(2):  # a whole pass each time: the first sets the claim aside, the second finds nothing left
         _dead_lettered_in_a_packet_pass(monkeypatch)
         assert "uk_packet_user" in dead_letters(sql, second)[0][2] and len(dead_letters(sql, second)) == 1
-        assert sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s AND user_id = %s", (packet_id, alice)) == ((first,),)
+        assert sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s AND user_id = %s", (packet_id, alice)) == (
+            (first,),
+        )
         # settled as refused (issue 19 item 5): no longer pending, its item back among the unclaimed
         assert redis_client.hlen(keys.packet_pending(packet_id)) == 0
         assert api("GET", f"/redpackets/{packet_id}")[1]["remaining"] == 4
@@ -155,7 +177,9 @@ def test_a_pending_claim_the_db_refuses_is_settled_as_refused_in_redis(api, sql,
     packet_id = send(api, sender, "2.00", 2)
     item_id = grab(api, packet_id, grabber)
     claims = claim_records(packet_id)
-    sql(f"ALTER TABLE t_red_packet_item ADD CONSTRAINT chk_refuse_{grabber} CHECK (user_id IS NULL OR user_id <> {grabber})")
+    sql(
+        f"ALTER TABLE t_red_packet_item ADD CONSTRAINT chk_refuse_{grabber} CHECK (user_id IS NULL OR user_id <> {grabber})"
+    )
     try:
         assert invoke_writer(claims) == {"batchItemFailures": []}
     finally:
@@ -164,5 +188,7 @@ def test_a_pending_claim_the_db_refuses_is_settled_as_refused_in_redis(api, sql,
     assert redis_client.hlen(keys.packet_pending(packet_id)) == 0
     view = api("GET", f"/redpackets/{packet_id}")[1]
     assert (view["claimed"], view["remaining"]) == (0, 2), view
-    assert sql("SELECT COUNT(*) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == ((0,),)
+    assert sql("SELECT COUNT(*) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NOT NULL", (packet_id,)) == (
+        (0,),
+    )
     assert grab(api, packet_id, grabber)  # the grab was undone: the grabber may grab again

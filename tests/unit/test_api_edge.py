@@ -1,5 +1,6 @@
 """The API's edge: requests the real Lambda handler refuses before any service is called, driven with API Gateway
 REST proxy events and no server reachable. Every refusal answers the documented ErrorResponse shape."""
+
 import io
 import json
 from contextlib import redirect_stdout
@@ -22,6 +23,7 @@ def no_service_is_called(monkeypatch):
     def tripwire(name):
         def called(*args, **kwargs):
             raise AssertionError(f"the edge let the request through to hotledger.runtime.{name}()")
+
         return called
 
     for module in (importlib.import_module(feature.routes) for feature in registered() if feature.routes):
@@ -30,13 +32,16 @@ def no_service_is_called(monkeypatch):
                 monkeypatch.setattr(module, name, tripwire(name))
 
 
-def call(method: str, path: str, body=None, headers: dict | None = None, raw: str | None = None) -> tuple[int, dict, dict]:
+def call(
+    method: str, path: str, body=None, headers: dict | None = None, raw: str | None = None
+) -> tuple[int, dict, dict]:
     """Invoke the handler as Lambda does; returns (status, JSON body, headers)."""
     from api.app import handler
 
     text = raw if raw is not None else (json.dumps(body) if body is not None else None)
-    event = events.api_gateway_proxy(method, path, text, {"Content-Type": "application/json", **(headers or {})},
-                                   authorizer=caller_context())
+    event = events.api_gateway_proxy(
+        method, path, text, {"Content-Type": "application/json", **(headers or {})}, authorizer=caller_context()
+    )
     with redirect_stdout(io.StringIO()):  # the EMF metrics line
         response = handler(event, events.LambdaContext("ApiFunction"))
     return int(response["statusCode"]), json.loads(response["body"]), dict(response.get("multiValueHeaders") or {})
@@ -52,8 +57,27 @@ def assert_refused(answer: tuple[int, dict, dict], status: int, code: str, messa
         assert body["error"]["message"] == message
 
 
-BAD_AMOUNTS = ["1.234", "-1", "-1.00", "1e3", 12.5, 12, "0", "0.00", "1000000000000.00", "", " 1.00", "+1.00", "01.00",
-               "1,00", "NaN", "Infinity", None, True, ["1.00"]]
+BAD_AMOUNTS = [
+    "1.234",
+    "-1",
+    "-1.00",
+    "1e3",
+    12.5,
+    12,
+    "0",
+    "0.00",
+    "1000000000000.00",
+    "",
+    " 1.00",
+    "+1.00",
+    "01.00",
+    "1,00",
+    "NaN",
+    "Infinity",
+    None,
+    True,
+    ["1.00"],
+]
 
 
 @pytest.mark.parametrize("amount", BAD_AMOUNTS, ids=repr)
@@ -63,25 +87,31 @@ def test_a_charge_with_a_bad_amount_is_refused(route, amount):
     assert_refused(answer, 422, "INVALID_AMOUNT", AMOUNT_MESSAGE.format(field="amount"))
 
 
-@pytest.mark.parametrize("method,path,body,field", [
-    ("POST", "/accounts", {"user_name": "a", "threshold": "-1.00"}, "threshold"),
-    ("POST", "/accounts", {"user_name": "a", "threshold": "0.001"}, "threshold"),
-    ("PATCH", "/accounts/7", {"threshold": 1}, "threshold"),
-    ("POST", "/redpackets", {"sender_id": 7, "total": "0.00", "count": 1}, "total"),
-    ("POST", "/redpackets", {"sender_id": 7, "total": "1e2", "count": 1}, "total"),
-    ("POST", "/orders", {"user_id": 7, "amount": "12.345", "close_in_s": 60}, "amount"),
-])
+@pytest.mark.parametrize(
+    "method,path,body,field",
+    [
+        ("POST", "/accounts", {"user_name": "a", "threshold": "-1.00"}, "threshold"),
+        ("POST", "/accounts", {"user_name": "a", "threshold": "0.001"}, "threshold"),
+        ("PATCH", "/accounts/7", {"threshold": 1}, "threshold"),
+        ("POST", "/redpackets", {"sender_id": 7, "total": "0.00", "count": 1}, "total"),
+        ("POST", "/redpackets", {"sender_id": 7, "total": "1e2", "count": 1}, "total"),
+        ("POST", "/orders", {"user_id": 7, "amount": "12.345", "close_in_s": 60}, "amount"),
+    ],
+)
 def test_every_money_field_refuses_what_is_not_a_plain_amount(method, path, body, field):
     assert_refused(call(method, path, body), 422, "INVALID_AMOUNT", AMOUNT_MESSAGE.format(field=field))
 
 
-@pytest.mark.parametrize("method,path,body,message", [
-    ("POST", "/accounts/7/deduct", {}, "amount is required"),
-    ("POST", "/accounts/7/recharge", {"amout": "1.00"}, "amount is required"),
-    ("POST", "/accounts", {"deduct_type": "SYNC"}, "user_name is required"),
-    ("POST", "/redpackets", {"sender_id": 7, "total": "1.00"}, "count is required"),
-    ("POST", "/vouchers/5/orders", {}, "user_id is required"),
-])
+@pytest.mark.parametrize(
+    "method,path,body,message",
+    [
+        ("POST", "/accounts/7/deduct", {}, "amount is required"),
+        ("POST", "/accounts/7/recharge", {"amout": "1.00"}, "amount is required"),
+        ("POST", "/accounts", {"deduct_type": "SYNC"}, "user_name is required"),
+        ("POST", "/redpackets", {"sender_id": 7, "total": "1.00"}, "count is required"),
+        ("POST", "/vouchers/5/orders", {}, "user_id is required"),
+    ],
+)
 def test_a_missing_field_is_named(method, path, body, message):
     assert_refused(call(method, path, body), 422, "MISSING_FIELD", message)
 
@@ -92,7 +122,9 @@ def test_a_charge_without_a_body_is_a_missing_field():
 
 @pytest.mark.parametrize("raw", ['{"amount": ', '{"amount": "1.00",}', "amount=1.00", "{'amount': '1.00'}"])
 def test_a_body_that_is_not_json_is_400(raw):
-    assert_refused(call("POST", "/accounts/7/deduct", raw=raw), 400, "MALFORMED_JSON", "the request body is not valid JSON")
+    assert_refused(
+        call("POST", "/accounts/7/deduct", raw=raw), 400, "MALFORMED_JSON", "the request body is not valid JSON"
+    )
 
 
 @pytest.mark.filterwarnings("ignore:Received multipart/form-data without base64 encoding")
@@ -117,8 +149,15 @@ def test_an_unknown_route_is_404(method, path):
     assert_refused(call(method, path, {"amount": "1.00"}), 404, "ROUTE_NOT_FOUND", "no such route")
 
 
-@pytest.mark.parametrize("method,path,allow", [("DELETE", "/accounts/7", "GET, PATCH"), ("PUT", "/accounts/7/deduct", "POST"),
-                                               ("GET", "/accounts/7/deduct", "POST"), ("PUT", "/accounts", "POST")])
+@pytest.mark.parametrize(
+    "method,path,allow",
+    [
+        ("DELETE", "/accounts/7", "GET, PATCH"),
+        ("PUT", "/accounts/7/deduct", "POST"),
+        ("GET", "/accounts/7/deduct", "POST"),
+        ("PUT", "/accounts", "POST"),
+    ],
+)
 def test_an_undeclared_method_of_a_route_is_405_with_the_routes_methods(method, path, allow):
     """Issue 19 item 13: a route that exists answers 405 with an Allow header for a method it does not declare."""
     answer = call(method, path, {"amount": "1.00"})
@@ -126,25 +165,36 @@ def test_an_undeclared_method_of_a_route_is_405_with_the_routes_methods(method, 
     assert answer[2]["Allow"] == [allow], answer
 
 
-@pytest.mark.parametrize("method,path,body,message", [
-    ("POST", "/accounts/7/deduct", {"amount": "1.00", "currency": "EUR"}, "currency: Extra inputs are not permitted"),
-    ("POST", "/accounts", {"user_name": "a", "balance": "10.00"}, "balance: Extra inputs are not permitted"),
-    ("PATCH", "/accounts/7", {"version": 3}, "version: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    "method,path,body,message",
+    [
+        (
+            "POST",
+            "/accounts/7/deduct",
+            {"amount": "1.00", "currency": "EUR"},
+            "currency: Extra inputs are not permitted",
+        ),
+        ("POST", "/accounts", {"user_name": "a", "balance": "10.00"}, "balance: Extra inputs are not permitted"),
+        ("PATCH", "/accounts/7", {"version": 3}, "version: Extra inputs are not permitted"),
+    ],
+)
 def test_extra_fields_are_refused(method, path, body, message):
     assert_refused(call(method, path, body), 422, "VALIDATION_ERROR", message)
 
 
-@pytest.mark.parametrize("method,path,field", [
-    ("GET", "/accounts/0", "path.user_id"),
-    ("GET", "/accounts/-3", "path.user_id"),
-    ("GET", "/accounts/abc", "path.user_id"),
-    ("GET", "/accounts/2147483648", "path.user_id"),
-    ("POST", "/accounts/0/deduct", "path.user_id"),
-    ("GET", "/accounts/7/orders/0", "path.order_id"),
-    ("GET", "/accounts/7/orders/9223372036854775808", "path.order_id"),
-    ("GET", "/vouchers/x1", "path.voucher_id"),
-])
+@pytest.mark.parametrize(
+    "method,path,field",
+    [
+        ("GET", "/accounts/0", "path.user_id"),
+        ("GET", "/accounts/-3", "path.user_id"),
+        ("GET", "/accounts/abc", "path.user_id"),
+        ("GET", "/accounts/2147483648", "path.user_id"),
+        ("POST", "/accounts/0/deduct", "path.user_id"),
+        ("GET", "/accounts/7/orders/0", "path.order_id"),
+        ("GET", "/accounts/7/orders/9223372036854775808", "path.order_id"),
+        ("GET", "/vouchers/x1", "path.voucher_id"),
+    ],
+)
 def test_bad_path_ids_are_refused(method, path, field):
     status, body, _ = call(method, path, {"amount": "1.00"} if method == "POST" else None)
     assert_refused((status, body, {"Content-Type": ["application/json"]}), 422, "VALIDATION_ERROR")
@@ -158,11 +208,14 @@ def test_a_bad_idempotency_key_is_refused(key):
     assert body["error"]["message"].startswith("header.idempotency-key: ")
 
 
-@pytest.mark.parametrize("body,message", [
-    ({"user_name": "a", "deduct_type": "FAST"}, "deduct_type: Input should be 'ASYNC' or 'SYNC'"),
-    ({"user_name": "no spaces"}, "user_name: String should match pattern '^[A-Za-z0-9_.@-]+$'"),
-    ({"user_name": 42}, "user_name: Input should be a valid string"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ({"user_name": "a", "deduct_type": "FAST"}, "deduct_type: Input should be 'ASYNC' or 'SYNC'"),
+        ({"user_name": "no spaces"}, "user_name: String should match pattern '^[A-Za-z0-9_.@-]+$'"),
+        ({"user_name": 42}, "user_name: Input should be a valid string"),
+    ],
+)
 def test_other_invalid_fields_are_validation_errors(body, message):
     assert_refused(call("POST", "/accounts", body), 422, "VALIDATION_ERROR", message)
 
@@ -182,24 +235,37 @@ def test_amounts_reach_the_route_as_minor_units():
     assert PatchAccountRequest.model_validate({}).threshold is None
 
 
-
 # issue 10 item 19: what a schema-driven fuzzer found -----------------------------------------------------------
 @pytest.mark.filterwarnings("ignore:Received multipart/form-data without base64 encoding")
-@pytest.mark.parametrize("method,path,content_type,raw", [
-    ("PATCH", "/accounts/7", "multipart/form-data", "--x--\r\n"),  # no boundary: the parser raised (502)
-    ("POST", "/inbox/7/messages", "multipart/form-data", ""),
-    ("PATCH", "/accounts/7", "multipart/form-data; boundary=x", "--x--\r\n"),  # parsed as {}: an empty PATCH went through
-    ("PATCH", "/accounts/7", "application/x-www-form-urlencoded", ""),
-    ("POST", "/inbox/7/messages", "multipart/form-data; boundary=x",
-     '--x\r\nContent-Disposition: form-data; name="biz_type"\r\n\r\npay\r\n--x--\r\n'),
-])
+@pytest.mark.parametrize(
+    "method,path,content_type,raw",
+    [
+        ("PATCH", "/accounts/7", "multipart/form-data", "--x--\r\n"),  # no boundary: the parser raised (502)
+        ("POST", "/inbox/7/messages", "multipart/form-data", ""),
+        (
+            "PATCH",
+            "/accounts/7",
+            "multipart/form-data; boundary=x",
+            "--x--\r\n",
+        ),  # parsed as {}: an empty PATCH went through
+        ("PATCH", "/accounts/7", "application/x-www-form-urlencoded", ""),
+        (
+            "POST",
+            "/inbox/7/messages",
+            "multipart/form-data; boundary=x",
+            '--x\r\nContent-Disposition: form-data; name="biz_type"\r\n\r\npay\r\n--x--\r\n',
+        ),
+    ],
+)
 def test_a_form_body_is_415_whatever_its_parts(method, path, content_type, raw):
     answer = call(method, path, raw=raw, headers={"Content-Type": content_type})
     assert_refused(answer, 415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with Content-Type: application/json")
 
 
-@pytest.mark.parametrize("field,value", [("end_at", 2305843009213693951), ("end_at", 253402300800000),
-                                         ("begin_at", 2**63), ("end_at", 10**400)])
+@pytest.mark.parametrize(
+    "field,value",
+    [("end_at", 2305843009213693951), ("end_at", 253402300800000), ("begin_at", 2**63), ("end_at", 10**400)],
+)
 def test_a_sale_time_beyond_year_9999_is_refused(field, value):
     """The DB keeps DATETIME(3) (up to 9999-12-31): a larger epoch raised OverflowError in the store (502)."""
     body = {"title": "t", "stock": 1, "begin_at": 0, "end_at": 4102444800000, field: value}
@@ -230,13 +296,41 @@ def _amount_schemas() -> dict:
     from api.app import openapi_json
 
     schemas = json.loads(openapi_json())["components"]["schemas"]
-    return {"amount": schemas["AmountRequest"]["properties"]["amount"],
-            "threshold": schemas["CreateAccountRequest"]["properties"]["threshold"]}
+    return {
+        "amount": schemas["AmountRequest"]["properties"]["amount"],
+        "threshold": schemas["CreateAccountRequest"]["properties"]["threshold"],
+    }
 
 
-AMOUNT_TEXTS = ["12.34", "0.01", "0.1", "0.10", "7", "999999999999.99", "1000000000000", "999999999999.999", "0", "0.0",
-                "0.00", "00.01", "1.", ".5", "1e3", "-1.00", "+1.00", " 1.00", "1.00 ", "1,00", "", "NaN", "1.234",
-                "100000000000000.00", "0.05", "10.5", "١٢"]
+AMOUNT_TEXTS = [
+    "12.34",
+    "0.01",
+    "0.1",
+    "0.10",
+    "7",
+    "999999999999.99",
+    "1000000000000",
+    "999999999999.999",
+    "0",
+    "0.0",
+    "0.00",
+    "00.01",
+    "1.",
+    ".5",
+    "1e3",
+    "-1.00",
+    "+1.00",
+    " 1.00",
+    "1.00 ",
+    "1,00",
+    "",
+    "NaN",
+    "1.234",
+    "100000000000000.00",
+    "0.05",
+    "10.5",
+    "١٢",
+]
 
 
 @pytest.mark.parametrize("text", AMOUNT_TEXTS, ids=repr)

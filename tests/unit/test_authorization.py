@@ -1,6 +1,7 @@
 """Who may call what, without servers: the route table against the routes, the authorizer function (the real
 handler, against the local dev issuer's key set served over HTTP as Cognito serves it), and the refusals the API
 handler gives before anything is parsed or any service is asked."""
+
 from __future__ import annotations
 
 import io
@@ -26,7 +27,10 @@ def test_every_route_has_exactly_one_rule_and_every_rule_a_route():
 
     routes = {(r.method, r.path) for r in (*app._static_routes, *app._dynamic_routes)}
     assert routes == set(authorization.rules())
-    assert {key for key, rule in authorization.rules().items() if rule.public} == {("GET", "/openapi.json"), ("GET", "/swagger")}
+    assert {key for key, rule in authorization.rules().items() if rule.public} == {
+        ("GET", "/openapi.json"),
+        ("GET", "/swagger"),
+    }
 
 
 def test_the_openapi_document_names_the_bearer_scheme_and_401_403_on_every_operation():
@@ -34,7 +38,11 @@ def test_the_openapi_document_names_the_bearer_scheme_and_401_403_on_every_opera
 
     doc = json.loads(openapi_json())
     assert doc["components"]["securitySchemes"]["bearer"] == {
-        "type": "http", "scheme": "bearer", "bearerFormat": "JWT", "description": "a Cognito (or local dev issuer) ID or access token"}
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": "a Cognito (or local dev issuer) ID or access token",
+    }
     assert doc["security"] == [{"bearer": []}]
     for path, operations in doc["paths"].items():
         for method, operation in operations.items():
@@ -51,8 +59,9 @@ def authorizer():
 
     issuer = dev_issuer.JwksServer().serve_in_thread()
     saved = app._verifier
-    app._verifier = app.Verifier(app.Settings(issuer=dev_issuer.ISSUER, jwks_url=issuer.url,
-                                              client_ids=frozenset({dev_issuer.CLIENT_ID})))
+    app._verifier = app.Verifier(
+        app.Settings(issuer=dev_issuer.ISSUER, jwks_url=issuer.url, client_ids=frozenset({dev_issuer.CLIENT_ID}))
+    )
     with redirect_stdout(io.StringIO()):
         yield lambda token: app.handler({"type": "TOKEN", "authorizationToken": token, "methodArn": METHOD_ARN}, None)
     app._verifier = saved
@@ -67,11 +76,20 @@ def refused(authorizer, token: str) -> bool:
 
 def test_a_client_credentials_token_becomes_its_scopes_and_every_method_is_allowed(authorizer):
     answer = authorizer("Bearer " + dev_issuer.token(scopes=("service", "admin")))
-    assert answer["context"] == {"kind": "client", "user_id": "", "scopes": "admin service",
-                                 "expires_at": answer["context"]["expires_at"]}
+    assert answer["context"] == {
+        "kind": "client",
+        "user_id": "",
+        "scopes": "admin service",
+        "expires_at": answer["context"]["expires_at"],
+    }
     assert answer["context"]["expires_at"] > time.time()
     assert answer["policyDocument"]["Statement"] == [
-        {"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": "arn:aws:execute-api:us-east-1:000000000000:api123/v1/*"}]
+        {
+            "Action": "execute-api:Invoke",
+            "Effect": "Allow",
+            "Resource": "arn:aws:execute-api:us-east-1:000000000000:api123/v1/*",
+        }
+    ]
 
 
 def test_an_end_user_token_becomes_its_account_and_foreign_scopes_are_dropped(authorizer):
@@ -81,8 +99,13 @@ def test_an_end_user_token_becomes_its_account_and_foreign_scopes_are_dropped(au
 
 
 def test_an_id_token_and_the_admin_group_count_like_cognito_gives_them(authorizer):
-    token = dev_issuer.token(token_use="id", aud=dev_issuer.CLIENT_ID, client_id=None, username=None,
-                             **{"cognito:username": "9", "cognito:groups": ["admin"]})
+    token = dev_issuer.token(
+        token_use="id",
+        aud=dev_issuer.CLIENT_ID,
+        client_id=None,
+        username=None,
+        **{"cognito:username": "9", "cognito:groups": ["admin"]},
+    )
     answer = authorizer(token)
     assert (answer["context"]["user_id"], answer["context"]["scopes"]) == ("9", "admin")
 
@@ -92,9 +115,24 @@ def test_a_username_that_is_no_account_id_owns_nothing(authorizer):
         assert authorizer(dev_issuer.token(sub=username))["context"]["user_id"] == "", username
 
 
-@pytest.mark.parametrize("case", ["expired", "other key", "other issuer", "other client", "refresh token", "alg none",
-                                  "unknown kid", "garbage", "empty", "id token other audience", "id token expired",
-                                  "id token other issuer", "no token use"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "expired",
+        "other key",
+        "other issuer",
+        "other client",
+        "refresh token",
+        "alg none",
+        "unknown kid",
+        "garbage",
+        "empty",
+        "id token other audience",
+        "id token expired",
+        "id token other issuer",
+        "no token use",
+    ],
+)
 def test_a_token_that_is_not_valid_is_refused(authorizer, case):
     other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     genuine = jwt.decode(dev_issuer.token(scopes=("service",)), options={"verify_signature": False})
@@ -109,12 +147,19 @@ def test_a_token_that_is_not_valid_is_refused(authorizer, case):
         "unknown kid": lambda: jwt.encode(genuine, other_key, algorithm="RS256", headers={"kid": "nope"}),
         "garbage": lambda: "not.a.token",
         # ID tokens name their app client in aud (access tokens in client_id): each check holds for both kinds
-        "id token other audience": lambda: dev_issuer.token(token_use="id", aud="someone-else", client_id=None,
-                                                            **{"cognito:username": "9"}),
-        "id token expired": lambda: dev_issuer.token(token_use="id", aud=dev_issuer.CLIENT_ID, client_id=None, ttl_s=-1,
-                                                     **{"cognito:username": "9"}),
-        "id token other issuer": lambda: dev_issuer.token(token_use="id", aud=dev_issuer.CLIENT_ID, client_id=None,
-                                                          iss="https://cognito-idp.example/other", **{"cognito:username": "9"}),
+        "id token other audience": lambda: dev_issuer.token(
+            token_use="id", aud="someone-else", client_id=None, **{"cognito:username": "9"}
+        ),
+        "id token expired": lambda: dev_issuer.token(
+            token_use="id", aud=dev_issuer.CLIENT_ID, client_id=None, ttl_s=-1, **{"cognito:username": "9"}
+        ),
+        "id token other issuer": lambda: dev_issuer.token(
+            token_use="id",
+            aud=dev_issuer.CLIENT_ID,
+            client_id=None,
+            iss="https://cognito-idp.example/other",
+            **{"cognito:username": "9"},
+        ),
         "no token use": lambda: dev_issuer.token(scopes=("service",), token_use=None),
         "empty": lambda: "",
     }[case]()
@@ -128,8 +173,9 @@ def test_tokens_with_unknown_kids_refetch_the_key_set_at_most_once_a_minute(monk
     from authorizer import app
 
     issuer = dev_issuer.JwksServer().serve_in_thread()
-    verifier = app.Verifier(app.Settings(issuer=dev_issuer.ISSUER, jwks_url=issuer.url,
-                                         client_ids=frozenset({dev_issuer.CLIENT_ID})))
+    verifier = app.Verifier(
+        app.Settings(issuer=dev_issuer.ISSUER, jwks_url=issuer.url, client_ids=frozenset({dev_issuer.CLIENT_ID}))
+    )
     now = [1000.0]
     monkeypatch.setattr(jwt.jwks_client.time, "monotonic", lambda: now[0])
     genuine = jwt.decode(dev_issuer.token(scopes=("service",)), options={"verify_signature": False})
@@ -152,8 +198,9 @@ def test_the_key_set_is_kept_as_long_as_the_issuers_cache_control_says(cache_con
     from authorizer import app
 
     issuer = dev_issuer.JwksServer(cache_control=cache_control).serve_in_thread()
-    verifier = app.Verifier(app.Settings(issuer=dev_issuer.ISSUER, jwks_url=issuer.url,
-                                         client_ids=frozenset({dev_issuer.CLIENT_ID})))
+    verifier = app.Verifier(
+        app.Settings(issuer=dev_issuer.ISSUER, jwks_url=issuer.url, client_ids=frozenset({dev_issuer.CLIENT_ID}))
+    )
     verifier.verify(dev_issuer.token(scopes=("service",)))
     assert verifier.jwks.jwk_set_cache.lifespan == kept_s
     issuer.shutdown()
@@ -163,11 +210,18 @@ def test_the_key_set_is_kept_as_long_as_the_issuers_cache_control_says(cache_con
 def call(method: str, path: str, body=None, authorizer: dict | None = None) -> tuple[int, dict]:
     from api.app import handler
 
-    event = events.api_gateway_proxy(method, path, json.dumps(body) if body is not None else None,
-                                     {"Content-Type": "application/json"}, authorizer=authorizer)
+    event = events.api_gateway_proxy(
+        method,
+        path,
+        json.dumps(body) if body is not None else None,
+        {"Content-Type": "application/json"},
+        authorizer=authorizer,
+    )
     with redirect_stdout(io.StringIO()):
         response = handler(event, events.LambdaContext("ApiFunction"))
-    return response["statusCode"], json.loads(response["body"]) if response["body"].startswith("{") else response["body"]
+    return response["statusCode"], json.loads(response["body"]) if response["body"].startswith("{") else response[
+        "body"
+    ]
 
 
 def test_without_a_caller_every_route_but_the_description_is_401_whatever_the_body():
@@ -188,31 +242,52 @@ def test_a_caller_whose_token_expired_is_401_even_if_api_gateway_cached_it():
     assert (status, body["error"]["code"]) == (401, "UNAUTHENTICATED")
 
 
-@pytest.mark.parametrize("method,path,body", [
-    ("POST", "/accounts", {"user_name": "x"}), ("PATCH", "/accounts/7", {"api_open": True}),
-    ("POST", "/vouchers", {}), ("POST", "/delay-queues/q/dead-letters/replay", {"elements": ["a"]}),
-    ("DELETE", "/delay-queues/q/dead-letters/a", None), ("GET", "/delay-queues/q/dead-letters", None)])
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("POST", "/accounts", {"user_name": "x"}),
+        ("PATCH", "/accounts/7", {"api_open": True}),
+        ("POST", "/vouchers", {}),
+        ("POST", "/delay-queues/q/dead-letters/replay", {"elements": ["a"]}),
+        ("DELETE", "/delay-queues/q/dead-letters/a", None),
+        ("GET", "/delay-queues/q/dead-letters", None),
+    ],
+)
 def test_a_service_cannot_do_what_operators_do(method, path, body):
     status, answer = call(method, path, body, authorizer=caller_context(scopes=("service",)))
     assert (status, answer["error"]["code"]) == (403, "FORBIDDEN"), answer
 
 
-@pytest.mark.parametrize("method,path,body", [
-    ("POST", "/accounts/7/recharge", {"amount": "1.00"}), ("POST", "/accounts/7/deduct", {"amount": "1.00"}),
-    ("POST", "/redpackets", {"sender_id": 7, "total": "1.00", "count": 1, "expires_in_s": 60}),
-    ("POST", "/delay-queues/q/items", {"element": "e", "delay_s": 1})])
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("POST", "/accounts/7/recharge", {"amount": "1.00"}),
+        ("POST", "/accounts/7/deduct", {"amount": "1.00"}),
+        ("POST", "/redpackets", {"sender_id": 7, "total": "1.00", "count": 1, "expires_in_s": 60}),
+        ("POST", "/delay-queues/q/items", {"element": "e", "delay_s": 1}),
+    ],
+)
 def test_an_operator_cannot_move_money_or_use_the_backends_queues(method, path, body):
     status, answer = call(method, path, body, authorizer=caller_context(scopes=("admin",)))
     assert (status, answer["error"]["code"]) == (403, "FORBIDDEN"), answer
 
 
-@pytest.mark.parametrize("method,path,body", [
-    ("GET", "/accounts/8", None), ("GET", "/accounts/8/orders/5", None), ("POST", "/accounts/7/recharge", {"amount": "1.00"}),
-    ("POST", "/accounts/7/deduct", {"amount": "1.00"}), ("PATCH", "/accounts/7", {"api_open": True}),
-    ("POST", "/redpackets/5/grab", {"user_id": 8}), ("POST", "/vouchers/5/orders", {"user_id": 8}),
-    ("GET", "/inbox/8/messages", None), ("POST", "/inbox/7/messages", {"biz_type": "b", "outer_biz_id": "o", "title": "t", "content": "c"}),
-    ("POST", "/redpackets", {"sender_id": 7, "total": "1.00", "count": 1, "expires_in_s": 60}),
-    ("POST", "/orders", {"user_id": 7, "amount": "1.00", "close_in_s": 60})])
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("GET", "/accounts/8", None),
+        ("GET", "/accounts/8/orders/5", None),
+        ("POST", "/accounts/7/recharge", {"amount": "1.00"}),
+        ("POST", "/accounts/7/deduct", {"amount": "1.00"}),
+        ("PATCH", "/accounts/7", {"api_open": True}),
+        ("POST", "/redpackets/5/grab", {"user_id": 8}),
+        ("POST", "/vouchers/5/orders", {"user_id": 8}),
+        ("GET", "/inbox/8/messages", None),
+        ("POST", "/inbox/7/messages", {"biz_type": "b", "outer_biz_id": "o", "title": "t", "content": "c"}),
+        ("POST", "/redpackets", {"sender_id": 7, "total": "1.00", "count": 1, "expires_in_s": 60}),
+        ("POST", "/orders", {"user_id": 7, "amount": "1.00", "close_in_s": 60}),
+    ],
+)
 def test_an_end_user_is_refused_for_other_accounts_and_for_what_backends_do(method, path, body):
     """User 7 (these refusals come before any service is asked: the tripwire-free unit run proves it)."""
     status, answer = call(method, path, body, authorizer=caller_context(user_id=7, scopes=()))

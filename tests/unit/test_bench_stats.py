@@ -1,5 +1,6 @@
 """bench/stats.py and bench/report.py: the benchmarks' arithmetic and bookkeeping (never a figure's value: figures are
 never asserted)."""
+
 from __future__ import annotations
 
 import io
@@ -45,16 +46,27 @@ def test_entities_per_gib_and_ratios():
 def test_figures_carry_unit_samples_and_baseline_and_are_recorded_once():
     figures = report.Figures()
     figures.add("a_per_s", 10.0, "1/s", samples=100, baseline="b_per_s", measures="a")
-    assert figures.entries["a_per_s"] == {"value": 10.0, "unit": "1/s", "samples": 100, "baseline": "b_per_s", "measures": "a"}
+    assert figures.entries["a_per_s"] == {
+        "value": 10.0,
+        "unit": "1/s",
+        "samples": 100,
+        "baseline": "b_per_s",
+        "measures": "a",
+    }
     assert figures.values() == {"a_per_s": 10.0}
     with pytest.raises(KeyError):
         figures.add("a_per_s", 11.0, "1/s")
 
 
 def test_a_figure_not_measured_has_not_met_its_target():
-    verdicts = report.target_verdicts({"x": 5, "y": None, "z": 1}, {"x": (">=", 5), "y": ("<=", 1), "z": ("<=", 0), "w": (">=", 1)})
-    assert verdicts == {"x": {"target": ">= 5", "met": True}, "y": {"target": "<= 1", "met": False},
-                        "z": {"target": "<= 0", "met": False}}
+    verdicts = report.target_verdicts(
+        {"x": 5, "y": None, "z": 1}, {"x": (">=", 5), "y": ("<=", 1), "z": ("<=", 0), "w": (">=", 1)}
+    )
+    assert verdicts == {
+        "x": {"target": ">= 5", "met": True},
+        "y": {"target": "<= 1", "met": False},
+        "z": {"target": "<= 0", "met": False},
+    }
 
 
 def test_progress_prints_a_line_per_stage_and_times_them():
@@ -78,7 +90,9 @@ def test_cost_per_million_adds_its_lines_from_named_prices():
 
     lines = cost.per_million(api_ms=20.0, api_gb=0.5, writer_s_per_row=0.001, writer_gb=0.5, rows=2, events=2)
     assert lines["api_gateway"] == cost.API_GATEWAY_REST_PER_MILLION
-    assert lines["api_function"] == round(cost.LAMBDA_PER_MILLION_REQUESTS + 1e6 * 0.5 * 0.02 * cost.LAMBDA_ARM_PER_GB_S, 3)
+    assert lines["api_function"] == round(
+        cost.LAMBDA_PER_MILLION_REQUESTS + 1e6 * 0.5 * 0.02 * cost.LAMBDA_ARM_PER_GB_S, 3
+    )
     assert lines["writer_function"] == round(1e6 * 2 * 0.001 * 0.5 * cost.LAMBDA_ARM_PER_GB_S, 3)
     assert lines["total"] == round(sum(v for k, v in lines.items() if k != "total"), 2)
     assert cost.template_memory_gb("ApiFunction") > 0

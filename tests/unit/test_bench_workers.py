@@ -1,6 +1,7 @@
 """bench/workers.py: a benchmark step waiting on its client processes always ends; a worker that raises, dies or
 blocks is reported instead of the wait hanging (the hot voucher step on the Redis Cluster hung in sale._spawn:
 `out.get()` with no timeout, for a result a dead worker never put)."""
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,9 @@ def test_results_come_back_by_worker():
 
 
 def test_a_worker_that_raises_is_reported_with_its_traceback():
-    with pytest.raises(workers.WorkerFailed, match="(?s)_raises worker 1 failed.*ConnectionError: no route to the cluster"):
+    with pytest.raises(
+        workers.WorkerFailed, match="(?s)_raises worker 1 failed.*ConnectionError: no route to the cluster"
+    ):
         workers.gather(_raises, [(0,), (1,)], timeout_s=60)
 
 

@@ -1,4 +1,5 @@
 """ledger.book: the DB's numbering of an account's entries (issue 20, one ledger model)."""
+
 from hotledger.history.service import Filters, decode_cursor, encode_cursor
 from hotledger.ledger.book import book, type_and_ref
 from hotledger.ledger.entry import LedgerHead
@@ -6,8 +7,19 @@ from hotledger.outbox.events import LedgerEvent
 
 
 def event(entry_id, user_id, kind, amount, version, key=None):
-    return LedgerEvent(type="ledger", id=entry_id, kind=kind, user_id=user_id, amount=amount, balance_after=0,
-                       version=version, epoch="e", ts=1_000, open="1", idem_key=key)
+    return LedgerEvent(
+        type="ledger",
+        id=entry_id,
+        kind=kind,
+        user_id=user_id,
+        amount=amount,
+        balance_after=0,
+        version=version,
+        epoch="e",
+        ts=1_000,
+        open="1",
+        idem_key=key,
+    )
 
 
 def test_entries_are_booked_in_version_order_after_the_head_gapless_with_running_balances():
@@ -15,7 +27,10 @@ def test_entries_are_booked_in_version_order_after_the_head_gapless_with_running
     changes = [event(12, 7, "D", 300, 9), event(11, 7, "R", 50, 8), event(13, 8, "R", 70, 1), event(14, 9, "R", 1, 1)]
     rows, moved = book(changes, heads, now_ms=4_000)  # the clock behind the last booking: booked_at does not go back
     assert [(r.user_id, r.seq, r.entry_id, r.delta, r.balance_after, r.available_after, r.booked_at) for r in rows] == [
-        (7, 5, 11, 50, 1_050, 950, 5_000), (7, 6, 12, -300, 750, 650, 5_000), (8, 1, 13, 70, 70, 70, 4_000)]
+        (7, 5, 11, 50, 1_050, 950, 5_000),
+        (7, 6, 12, -300, 750, 650, 5_000),
+        (8, 1, 13, 70, 70, 70, 4_000),
+    ]
     assert moved == {7: LedgerHead(6, 750, 100, 5_000), 8: LedgerHead(1, 70, 0, 4_000)}  # 9 has no account: left out
 
 

@@ -1,5 +1,6 @@
 """The docs against the code: the README stays a door (short, its links and first calls true), and docs/ names every
 setting, error code, route and alarm, with the generated tables as the generator writes them now."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,16 @@ from infra import gen_docs
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 README = (REPO / "README.md").read_text()
-DOC_FILES = ("architecture.md", "guarantees.md", "api.md", "configuration.md", "operations.md", "performance.md",
-             "testing.md", "adding-a-feature.md")
+DOC_FILES = (
+    "architecture.md",
+    "guarantees.md",
+    "api.md",
+    "configuration.md",
+    "operations.md",
+    "performance.md",
+    "testing.md",
+    "adding-a-feature.md",
+)
 
 
 def doc(name: str) -> str:
@@ -77,8 +86,11 @@ def test_every_route_is_in_the_api_doc():
 
     api = doc("api.md")
     documented = set(re.findall(r"^\| (GET|POST|PUT|PATCH|DELETE) \| `([^`]+)` \|", api, re.M))
-    in_openapi = {(method.upper(), path) for path, operations in json.loads(openapi_json())["paths"].items()
-                  for method in operations}
+    in_openapi = {
+        (method.upper(), path)
+        for path, operations in json.loads(openapi_json())["paths"].items()
+        for method in operations
+    }
     in_router = {(method, path) for method, path, _, _ in gen_docs.routes()}
     assert len(in_openapi) > 40
     assert in_openapi <= in_router
@@ -99,14 +111,14 @@ def alarms() -> list[str]:
 
 def test_every_alarm_has_a_runbook_entry():
     operations = doc("operations.md")
-    runbook = operations[operations.index("## Runbook"):]
+    runbook = operations[operations.index("## Runbook") :]
     names = alarms()
     assert len(names) > 20
     entries = set(re.findall(r"^#### (\w+)$", runbook, re.M))
     assert set(names) - entries == set()
     for name in names:  # each entry says what it means, what to look at and what to do
-        entry = runbook[runbook.index(f"#### {name}\n"):]
-        entry = entry[:entry.find("\n#", 5) if "\n#" in entry[5:] else len(entry)]
+        entry = runbook[runbook.index(f"#### {name}\n") :]
+        entry = entry[: entry.find("\n#", 5) if "\n#" in entry[5:] else len(entry)]
         for part in ("**Means**", "**Look at", "**Do**"):
             assert part in entry or (part != "**Means**" and "**Look at / Do**" in entry), (name, part)
 
@@ -116,7 +128,9 @@ def test_operations_keeps_the_operator_console_section():
 
 
 def test_the_generated_sections_are_what_the_generator_writes_now():
-    stale = [str(path.relative_to(REPO)) for path, (now, generated) in gen_docs.regenerate().items() if now != generated]
+    stale = [
+        str(path.relative_to(REPO)) for path, (now, generated) in gen_docs.regenerate().items() if now != generated
+    ]
     assert stale == [], "run: python infra/gen_docs.py"
 
 
@@ -153,7 +167,7 @@ def test_the_readme_calls_are_routes_and_their_answers_have_the_routes_fields():
         if not answer.strip():
             continue
         status = re.match(r"(\d{3}) ", answer)
-        body = answer[status.end():] if status else answer
+        body = answer[status.end() :] if status else answer
         if not body.startswith("{"):
             continue
         keys = set(re.findall(r'"(\w+)": ', body))
@@ -178,6 +192,10 @@ def test_every_make_target_has_a_help_line_and_help_lists_them_all():
     targets = [target for _, target in rules]
     undocumented = [target for i, target in rules if not makefile[i - 1].startswith("## ")]
     assert undocumented == []
-    listed = [line.split()[0] for line in subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True,
-                                                          check=True).stdout.splitlines()]
+    listed = [
+        line.split()[0]
+        for line in subprocess.run(
+            ["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+    ]
     assert listed == targets

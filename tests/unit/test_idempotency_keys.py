@@ -1,6 +1,7 @@
 """Idempotency-Keys of the money- and stock-moving routes (issue 10 item 3), through the API handler with fakes:
 which answers become the key's answer (successes and business refusals), which give the key back (503s, crashes),
 and that a replay, a conflict or a request in flight never reaches the service."""
+
 import io
 import json
 from contextlib import redirect_stdout
@@ -72,8 +73,9 @@ def grab(user_id=5, key="k1", packet_id=9):
     from api.app import handler
 
     headers = {"Content-Type": "application/json", **({"Idempotency-Key": key} if key else {})}
-    event = events.api_gateway_proxy("POST", f"/redpackets/{packet_id}/grab", json.dumps({"user_id": user_id}), headers,
-                                   authorizer=caller_context())
+    event = events.api_gateway_proxy(
+        "POST", f"/redpackets/{packet_id}/grab", json.dumps({"user_id": user_id}), headers, authorizer=caller_context()
+    )
     with redirect_stdout(io.StringIO()):
         response = handler(event, events.LambdaContext("ApiFunction"))
     return int(response["statusCode"]), json.loads(response["body"])
@@ -95,8 +97,15 @@ def test_a_business_refusal_is_the_keys_answer(world):
     assert grab() == first and packets.grabs == [5]
 
 
-@pytest.mark.parametrize("failure", [errors.ServiceUnavailable("down"), errors.Recovering("loading"),
-                                     RedisUnavailable("refused"), DatabaseUnavailable("down")])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        errors.ServiceUnavailable("down"),
+        errors.Recovering("loading"),
+        RedisUnavailable("refused"),
+        DatabaseUnavailable("down"),
+    ],
+)
 def test_a_503_that_changed_nothing_gives_the_key_back(world, failure):
     store, packets = world
     packets.fail_with = failure
@@ -127,8 +136,11 @@ def test_another_body_is_a_conflict_and_a_request_in_flight_is_refused(world):
     assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_KEY_REUSED")
     from api.idempotency import fingerprint
 
-    store.records[("account:5", "k2")] = {"fp": fingerprint("POST /redpackets/9/grab", {"user_id": 5}), "token": "t0",
-                                          "answer": None}  # another attempt holds it
+    store.records[("account:5", "k2")] = {
+        "fp": fingerprint("POST /redpackets/9/grab", {"user_id": 5}),
+        "token": "t0",
+        "answer": None,
+    }  # another attempt holds it
     status, body = grab(key="k2")
     assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_IN_PROGRESS") and packets.grabs == [5]
 

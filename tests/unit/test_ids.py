@@ -1,6 +1,7 @@
 """Ids never repeat (issue 10, item 12): two IdGenerators on one fake Redis and one fake clock; the first one's
 worker-id lease is lost (Redis lost the key, or the holder was frozen past the lease) and the second one claims
 the same worker id while the first still believes it holds it."""
+
 from __future__ import annotations
 
 import pytest

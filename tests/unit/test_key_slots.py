@@ -1,6 +1,7 @@
 """Every script call touches one Redis Cluster slot: the keys (and pub/sub channels) each script is given for one
 entity share one hash tag, with the Kafka transport and with the Redis Streams transport (where the entity's stream
 shares it too); the global keys have a fixed home tag; the streams of the shards spread over the slot space."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,16 +10,37 @@ from redis.crc import key_slot
 from hotledger import config, keys
 
 ENTITY_KEYS = {
-    "account": lambda: [keys.balance(7), keys.entry(7, 11), keys.pending(7), keys.fate(7, 11),
-                        keys.idempotency(7, "k"), keys.account_stream(7)],
-    "voucher": lambda: [keys.voucher(3), keys.voucher_buyers(3), keys.voucher_pending(3), keys.voucher_fate(3, 5),
-                        keys.voucher_stream(3)],
-    "red packet": lambda: [keys.packet(9), keys.packet_unclaimed(9), keys.packet_grabbers(9), keys.packet_pending(9),
-                           keys.packet_fate(9, 2), keys.packet_stream(9)],
+    "account": lambda: [
+        keys.balance(7),
+        keys.entry(7, 11),
+        keys.pending(7),
+        keys.fate(7, 11),
+        keys.idempotency(7, "k"),
+        keys.account_stream(7),
+    ],
+    "voucher": lambda: [
+        keys.voucher(3),
+        keys.voucher_buyers(3),
+        keys.voucher_pending(3),
+        keys.voucher_fate(3, 5),
+        keys.voucher_stream(3),
+    ],
+    "red packet": lambda: [
+        keys.packet(9),
+        keys.packet_unclaimed(9),
+        keys.packet_grabbers(9),
+        keys.packet_pending(9),
+        keys.packet_fate(9, 2),
+        keys.packet_stream(9),
+    ],
     "inbox": lambda: [keys.inbox_index(4), keys.inbox_message(4, "m"), keys.inbox_biz(4, "pay", "o-1")],
     "delay queue": lambda: [*keys.delay_offer_keys("q"), keys.delay_receipts("q"), keys.delay_seq("q")],
-    "lock": lambda: [keys.lock("account-7"), keys.lock_fence("account-7"), keys.lock_channel("account-7"),
-                     keys.lock_waiters("account-7")],
+    "lock": lambda: [
+        keys.lock("account-7"),
+        keys.lock_fence("account-7"),
+        keys.lock_channel("account-7"),
+        keys.lock_waiters("account-7"),
+    ],
     "worker-id leases": lambda: [keys.IDGEN_WORKER_PREFIX + "next", keys.IDGEN_WORKER_PREFIX + "5"],
 }
 

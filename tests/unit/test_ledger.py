@@ -1,5 +1,6 @@
 """The ledger's decisions (charges, SYNC path, accounts, writer-side persister, reconcile), driven with an in-memory
 store that only keeps what it is told: the rules under test live in hotledger.ledger, never in the fakes."""
+
 from __future__ import annotations
 
 import contextlib
@@ -88,8 +89,18 @@ class FakeLedgerStore:
         self.booked: list = []  # t_entry
 
     def account_row(self, user_id=USER, **fields) -> AccountRow:
-        row = AccountRow(user_id, f"u{user_id}", fields.pop("deduct_type", "ASYNC"), fields.pop("balance", 1000),
-                         fields.pop("version", 1), fields.pop("threshold", 0), 0, 0, 0, fields.pop("open_flag", "1"))
+        row = AccountRow(
+            user_id,
+            f"u{user_id}",
+            fields.pop("deduct_type", "ASYNC"),
+            fields.pop("balance", 1000),
+            fields.pop("version", 1),
+            fields.pop("threshold", 0),
+            0,
+            0,
+            0,
+            fields.pop("open_flag", "1"),
+        )
         self.accounts[user_id] = row
         return row
 
@@ -139,7 +150,10 @@ class FakeLedgerStore:
 
     def accounts_after(self, user_id, limit):
         ids = sorted(i for i in self.accounts if i > user_id)[:limit]
-        return [AccountBalance(i, self.accounts[i].deduct_type, self.accounts[i].balance, self.accounts[i].version) for i in ids]
+        return [
+            AccountBalance(i, self.accounts[i].deduct_type, self.accounts[i].balance, self.accounts[i].version)
+            for i in ids
+        ]
 
     # LedgerStore: Redis
     def cached(self, user_id):
@@ -163,14 +177,20 @@ class FakeLedgerStore:
         return len(self.pending.get(user_id, {}))
 
     def pending_entries(self, user_id):
-        return [self.redis_entries[(user_id, i)] for i in self.pending.get(user_id, {}) if (user_id, i) in self.redis_entries]
+        return [
+            self.redis_entries[(user_id, i)]
+            for i in self.pending.get(user_id, {})
+            if (user_id, i) in self.redis_entries
+        ]
 
     def entry(self, user_id, entry_id):
         return self.redis_entries.get((user_id, entry_id))
 
     def entries(self, user_id, entry_ids):
-        return ([self.redis_entries[(user_id, i)] for i in entry_ids if (user_id, i) in self.redis_entries],
-                [i for i in entry_ids if (user_id, i) not in self.redis_entries])
+        return (
+            [self.redis_entries[(user_id, i)] for i in entry_ids if (user_id, i) in self.redis_entries],
+            [i for i in entry_ids if (user_id, i) not in self.redis_entries],
+        )
 
     def forget_pending(self, user_id, entry_ids):
         self.forgotten += entry_ids
@@ -188,10 +208,18 @@ class FakeLedgerStore:
         self.answers.setdefault((user_id, idem_key), IdempotentAnswer(fingerprint_, answer))
 
     def cache_states(self, user_ids, stale_before_ms, limit):
-        return [CacheState(c.balance if c else None, c.version if c else None, u in self.dirty, len(pending),
-                           min(pending.values(), default=None),
-                           sorted((i for i, ts in pending.items() if ts < stale_before_ms), key=pending.get)[:limit])
-                for u in user_ids for c, pending in [(self.cache.get(u), self.pending.get(u, {}))]]
+        return [
+            CacheState(
+                c.balance if c else None,
+                c.version if c else None,
+                u in self.dirty,
+                len(pending),
+                min(pending.values(), default=None),
+                sorted((i for i, ts in pending.items() if ts < stale_before_ms), key=pending.get)[:limit],
+            )
+            for u in user_ids
+            for c, pending in [(self.cache.get(u), self.pending.get(u, {}))]
+        ]
 
     def snapshot(self, user_id, limit):
         if user_id not in self.cache:
@@ -272,7 +300,9 @@ class FakeLedgerStore:
         return self.accounts[user_id].balance, self.accounts[user_id].version
 
     def lock_accounts(self, user_ids):
-        return {u: LockedAccount(self.accounts[u].version, self.accounts[u].head) for u in user_ids if u in self.accounts}
+        return {
+            u: LockedAccount(self.accounts[u].version, self.accounts[u].head) for u in user_ids if u in self.accounts
+        }
 
     def stored_entries(self, ids_and_kinds):
         return {i: self.rows[i][1:4] for i, kind in ids_and_kinds if i in self.rows and self.rows[i][0] == kind}
@@ -323,9 +353,15 @@ class FakeLedgerStore:
     def move_accounts(self, moves):
         for m in moves:
             row = self.accounts[m.user_id]
-            self.accounts[m.user_id] = replace(row, balance=row.balance + m.delta, version=max(row.version, m.version),
-                                               open_flag=row.open_flag if m.open_flag is None else m.open_flag,
-                                               seq=m.head.seq, on_hold=m.head.on_hold, booked_at=m.head.booked_at)
+            self.accounts[m.user_id] = replace(
+                row,
+                balance=row.balance + m.delta,
+                version=max(row.version, m.version),
+                open_flag=row.open_flag if m.open_flag is None else m.open_flag,
+                seq=m.head.seq,
+                on_hold=m.head.on_hold,
+                booked_at=m.head.booked_at,
+            )
 
 
 class Ids:
@@ -349,8 +385,12 @@ def published():
 
 def make_ledger(store, published, transport="kafka", publish=None):
     ids = Ids()
-    durability = Durability(Settings(event_transport=transport), publish or (lambda key, value: published.append(json.loads(value))), ids,
-                            run_event_keys())
+    durability = Durability(
+        Settings(event_transport=transport),
+        publish or (lambda key, value: published.append(json.loads(value))),
+        ids,
+        run_event_keys(),
+    )
     return Ledger(store, durability, FakeLock(), ids)
 
 
@@ -372,10 +412,18 @@ def event(entry_id, amount=100, kind="D", version=2, user_id=USER, epoch="e1", o
 
 
 # rules ---------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind,balance,before,after", [
-    ("D", 0, "1", "BALANCE"), ("D", -5, "1", "BALANCE"), ("D", 1, "1", "1"),
-    ("R", 1, "BALANCE", "1"), ("R", 0, "BALANCE", "BALANCE"), ("R", 500, "ADMIN", "ADMIN"), ("D", 0, "ADMIN", "ADMIN"),
-])
+@pytest.mark.parametrize(
+    "kind,balance,before,after",
+    [
+        ("D", 0, "1", "BALANCE"),
+        ("D", -5, "1", "BALANCE"),
+        ("D", 1, "1", "1"),
+        ("R", 1, "BALANCE", "1"),
+        ("R", 0, "BALANCE", "BALANCE"),
+        ("R", 500, "ADMIN", "ADMIN"),
+        ("D", 0, "ADMIN", "ADMIN"),
+    ],
+)
 def test_the_api_closes_at_zero_or_below_and_a_recharge_reopens_only_a_balance_close(kind, balance, before, after):
     assert after_change(kind, balance, before) == after
 
@@ -386,9 +434,13 @@ def test_the_fingerprint_binds_kind_account_and_amount():
     assert len({base, fingerprint("R", USER, 100), fingerprint("D", USER + 1, 100), fingerprint("D", USER, 101)}) == 4
 
 
-REFUSALS = [(ApplyStatus.CLOSED, errors.ApiClosed), (ApplyStatus.INSUFFICIENT, errors.InsufficientBalance),
-            (ApplyStatus.LIMIT, errors.BalanceLimit), (ApplyStatus.CONFLICT, errors.IdempotencyKeyReused),
-            (ApplyStatus.IN_PROGRESS, errors.IdempotencyInProgress)]
+REFUSALS = [
+    (ApplyStatus.CLOSED, errors.ApiClosed),
+    (ApplyStatus.INSUFFICIENT, errors.InsufficientBalance),
+    (ApplyStatus.LIMIT, errors.BalanceLimit),
+    (ApplyStatus.CONFLICT, errors.IdempotencyKeyReused),
+    (ApplyStatus.IN_PROGRESS, errors.IdempotencyInProgress),
+]
 
 
 def test_only_refusals_map_to_errors():
@@ -411,10 +463,28 @@ def test_a_deduct_is_answered_after_its_event_is_published(ledger, store, publis
     store.replies = [ok(900, version=4, epoch="e9")]
     result = ledger.deduct(USER, 100, "key-1")
     charge = store.charges[0]
-    assert (charge.kind, charge.amount, charge.idem_key, charge.fingerprint) == ("D", 100, "c:key-1", fingerprint("D", USER, 100))
+    assert (charge.kind, charge.amount, charge.idem_key, charge.fingerprint) == (
+        "D",
+        100,
+        "c:key-1",
+        fingerprint("D", USER, 100),
+    )
     assert (result.entry_id, result.balance, result.version, result.mode) == (charge.entry_id, 900, 4, "ASYNC")
-    assert [verified_fields(event) for event in published] == [{"type": "ledger", "id": charge.entry_id, "kind": "D", "user_id": USER, "amount": 100,
-                     "balance_after": 900, "version": 4, "epoch": "e9", "ts": charge.ts, "open": "1", "idem_key": "c:key-1"}]
+    assert [verified_fields(event) for event in published] == [
+        {
+            "type": "ledger",
+            "id": charge.entry_id,
+            "kind": "D",
+            "user_id": USER,
+            "amount": 100,
+            "balance_after": 900,
+            "version": 4,
+            "epoch": "e9",
+            "ts": charge.ts,
+            "open": "1",
+            "idem_key": "c:key-1",
+        }
+    ]
     assert store.done == [(USER, "c:key-1")]  # a retry now replays without publishing again
 
 
@@ -487,7 +557,9 @@ def test_a_lost_script_answer_is_outcome_unknown_naming_the_entry(ledger, store,
     with pytest.raises(errors.ChargeOutcomeUnknown) as raised:
         ledger.deduct(USER, 100)
     entry_id = str(store.charges[0].entry_id)
-    assert raised.value.details == {"entry_id": entry_id} and f"/accounts/{USER}/orders/{entry_id}" in raised.value.message
+    assert (
+        raised.value.details == {"entry_id": entry_id} and f"/accounts/{USER}/orders/{entry_id}" in raised.value.message
+    )
     assert published == []
 
 
@@ -495,7 +567,9 @@ def test_an_unreachable_redis_means_nothing_was_charged(ledger, store):
     store.replies = [RedisUnavailable("connection refused")]
     with pytest.raises(RedisUnavailable) as raised:
         ledger.deduct(USER, 100)
-    assert not isinstance(raised.value, (RedisOutcomeUnknown, errors.DomainError))  # the API answers 503, not OUTCOME_UNKNOWN
+    assert not isinstance(
+        raised.value, (RedisOutcomeUnknown, errors.DomainError)
+    )  # the API answers 503, not OUTCOME_UNKNOWN
 
 
 def broker_down(key, value):
@@ -514,6 +588,7 @@ def test_a_publish_failure_is_undone_and_answered_publish_failed(store, publishe
 
 def test_a_publish_failure_whose_entry_the_writer_persisted_first_stands(store, published):
     """The DB decides (under the account row lock): persisted first, the charge stands whatever Redis says."""
+
     def arrived_and_persisted(key, value):
         store.rows[json.loads(value)["id"]] = ("D", USER, 100, 2, 900, "ASYNC", None)
         raise NotAcknowledged("no acknowledgement in time")
@@ -594,8 +669,10 @@ def test_a_sync_recharge_does_not_reopen_an_operators_close(ledger, sync):
         ledger.deduct(USER, 1)
 
 
-@pytest.mark.parametrize("kind,balance,amount,error", [("deduct", 1000, 901, errors.InsufficientBalance),
-                                                       ("recharge", MAX_BALANCE - 50, 51, errors.BalanceLimit)])
+@pytest.mark.parametrize(
+    "kind,balance,amount,error",
+    [("deduct", 1000, 901, errors.InsufficientBalance), ("recharge", MAX_BALANCE - 50, 51, errors.BalanceLimit)],
+)
 def test_a_refused_sync_charge_changes_nothing_but_is_the_keys_answer(ledger, sync, kind, balance, amount, error):
     sync.set_balance(USER, balance, 3)
     sync.replies = [ApplyReply(ApplyStatus.SYNC)] * 4
@@ -686,7 +763,9 @@ def test_an_operators_close_goes_to_the_db_and_the_cache(ledger, store):
 
 
 @pytest.mark.parametrize("api_open,flag", [(False, "ADMIN"), (True, "1")])
-def test_an_operators_close_or_reopen_takes_a_version_above_every_entry_charged_before_it(ledger, store, api_open, flag):
+def test_an_operators_close_or_reopen_takes_a_version_above_every_entry_charged_before_it(
+    ledger, store, api_open, flag
+):
     """So the writer, which takes an entry's open flag only when it is newer than the DB, never undoes it."""
     store.account_row(version=3, open_flag="1" if not api_open else "ADMIN")
     store.cache[USER] = CachedAccount(1000, 9, 0, store.accounts[USER].open_flag)  # entries up to v9 are in flight
@@ -716,8 +795,12 @@ def test_an_operators_close_the_db_did_not_commit_drops_the_cache_it_went_ahead_
 def test_the_persister_sums_deltas_per_account_and_keeps_the_highest_version(store):
     store.account_row(USER, balance=1000, version=1)
     store.account_row(8, balance=0, version=1, open_flag="BALANCE")
-    batch = [event(3, 100, version=4, open_flag="1"), event(1, 200, version=2), event(2, 50, kind="R", version=3),
-             event(9, 70, kind="R", user_id=8, version=2)]
+    batch = [
+        event(3, 100, version=4, open_flag="1"),
+        event(1, 200, version=2),
+        event(2, 50, kind="R", version=3),
+        event(9, 70, kind="R", user_id=8, version=2),
+    ]
     report = LedgerPersister(store, FakeOutbox()).persist(batch)
     assert (report.applied, report.duplicates, report.dead_lettered) == (4, 0, 0)
     assert (store.accounts[USER].balance, store.accounts[USER].version) == (750, 4)
@@ -728,7 +811,11 @@ def test_the_persister_sums_deltas_per_account_and_keeps_the_highest_version(sto
 def test_the_persister_takes_the_open_flag_only_from_a_change_newer_than_the_db(store):
     store.account_row(balance=1000, version=5, open_flag="ADMIN")
     LedgerPersister(store, FakeOutbox()).persist([event(1, 100, version=4, open_flag="1")])
-    assert (store.accounts[USER].balance, store.accounts[USER].version, store.accounts[USER].open_flag) == (900, 5, "ADMIN")
+    assert (store.accounts[USER].balance, store.accounts[USER].version, store.accounts[USER].open_flag) == (
+        900,
+        5,
+        "ADMIN",
+    )
 
 
 def test_the_persister_skips_repeats_and_rolled_back_entries_and_dead_letters_orphans_and_clashes(store):
@@ -742,7 +829,9 @@ def test_the_persister_skips_repeats_and_rolled_back_entries_and_dead_letters_or
     assert (report.applied, report.duplicates, report.rolled_back, report.dead_lettered) == (1, 2, 1, 2)
     assert store.accounts[USER].balance == 900 and 4 not in store.rows and store.rows[2][2] == 999
     assert sorted((r.offset, r.error) for r in outbox.dead) == [
-        (2, "entry id already used by another entry"), (5, "account does not exist")]
+        (2, "entry id already used by another entry"),
+        (5, "account does not exist"),
+    ]
     assert store.settled == [{USER: [1, 2, 3]}]  # the orphan has no account to settle
 
 
@@ -858,8 +947,11 @@ def test_an_async_business_refusal_with_a_key_is_kept_in_the_db_before_it_is_ans
     store.replies = [ApplyReply(status, balance=50, version=3)]
     with pytest.raises(error):
         ledger.deduct(USER, 100, "key-1")
-    assert store.answers == {(USER, "c:key-1"): IdempotentAnswer(
-        fingerprint("D", USER, 100), {"refused": status.value, "balance": 50, "version": 3})}
+    assert store.answers == {
+        (USER, "c:key-1"): IdempotentAnswer(
+            fingerprint("D", USER, 100), {"refused": status.value, "balance": 50, "version": 3}
+        )
+    }
     store.replies = [ApplyReply(status, balance=50, version=3)]
     with pytest.raises(error):
         ledger.deduct(USER, 100)  # no key: nothing to remember
@@ -885,8 +977,10 @@ def test_a_key_redis_does_not_know_is_looked_up_in_the_db_once_then_charged(ledg
 
 
 def test_a_key_the_db_answered_is_replayed_without_charging(ledger, store, published):
-    store.answers[(USER, "c:key-1")] = IdempotentAnswer(fingerprint("D", USER, 100), {
-        "entry_id": 55, "user_id": USER, "amount": 100, "balance": 700, "version": 6, "mode": "SYNC"})
+    store.answers[(USER, "c:key-1")] = IdempotentAnswer(
+        fingerprint("D", USER, 100),
+        {"entry_id": 55, "user_id": USER, "amount": 100, "balance": 700, "version": 6, "mode": "SYNC"},
+    )
     store.replies = [ApplyReply(ApplyStatus.UNKNOWN_KEY)]
     result = ledger.deduct(USER, 100, "key-1")
     assert (result.entry_id, result.balance, result.version, result.mode) == (55, 700, 6, "SYNC")
@@ -897,8 +991,9 @@ def test_a_key_the_db_answered_is_replayed_without_charging(ledger, store, publi
 
 
 def test_a_refusal_the_db_holds_is_answered_again_with_its_message(ledger, store, published):
-    store.answers[(USER, "c:key-1")] = IdempotentAnswer(fingerprint("D", USER, 100),
-                                                      {"refused": "insufficient", "balance": 1234, "version": 6})
+    store.answers[(USER, "c:key-1")] = IdempotentAnswer(
+        fingerprint("D", USER, 100), {"refused": "insufficient", "balance": 1234, "version": 6}
+    )
     store.replies = [ApplyReply(ApplyStatus.UNKNOWN_KEY)]
     with pytest.raises(errors.InsufficientBalance, match="12.34"):
         ledger.deduct(USER, 100, "key-1")
@@ -906,42 +1001,69 @@ def test_a_refusal_the_db_holds_is_answered_again_with_its_message(ledger, store
 
 
 def test_a_sync_charge_answers_a_key_an_async_charge_took(ledger, sync):
-    sync.answers[(USER, "c:key-1")] = IdempotentAnswer(fingerprint("D", USER, 100), {
-        "entry_id": 55, "user_id": USER, "amount": 100, "balance": 700, "version": 6, "mode": "ASYNC"})
+    sync.answers[(USER, "c:key-1")] = IdempotentAnswer(
+        fingerprint("D", USER, 100),
+        {"entry_id": 55, "user_id": USER, "amount": 100, "balance": 700, "version": 6, "mode": "ASYNC"},
+    )
     result = ledger.deduct(USER, 100, "key-1")
     assert (result.entry_id, result.mode) == (55, "ASYNC") and sync.rows == {}
 
 
 def test_the_persister_keeps_each_entrys_key_answer_and_never_a_second_entry_for_a_key(store):
     store.account_row(balance=1000, version=1)
-    store.answers[(USER, "old")] = IdempotentAnswer("fp", {"entry_id": 1, "user_id": USER, "amount": 100,
-                                                           "balance": 900, "version": 2, "mode": "ASYNC"})
+    store.answers[(USER, "old")] = IdempotentAnswer(
+        "fp", {"entry_id": 1, "user_id": USER, "amount": 100, "balance": 900, "version": 2, "mode": "ASYNC"}
+    )
     store.answers[(USER, "refused")] = IdempotentAnswer("fp", {"refused": "insufficient", "balance": 0, "version": 1})
-    keyed = [replace(entry(entry_id, version=entry_id), idem_key=key).to_event()
-             for entry_id, key in ((2, "new"), (3, "new"), (4, "old"), (5, "refused"), (6, None))]
+    keyed = [
+        replace(entry(entry_id, version=entry_id), idem_key=key).to_event()
+        for entry_id, key in ((2, "new"), (3, "new"), (4, "old"), (5, "refused"), (6, None))
+    ]
     outbox = FakeOutbox()
     report = LedgerPersister(store, outbox).persist(keyed)
     assert (report.applied, report.dead_lettered) == (3, 2) and sorted(store.rows) == [2, 5, 6]
     assert store.accounts[USER].balance == 700
     assert sorted((r.offset, r.error) for r in outbox.dead) == [
-        (3, "Idempotency-Key already answered by another entry"), (4, "Idempotency-Key already answered by another entry")]
-    assert store.answers[(USER, "new")] == IdempotentAnswer(fingerprint("D", USER, 100), {
-        "entry_id": 2, "user_id": USER, "amount": 100, "balance": 900, "version": 2, "mode": "ASYNC"})
+        (3, "Idempotency-Key already answered by another entry"),
+        (4, "Idempotency-Key already answered by another entry"),
+    ]
+    assert store.answers[(USER, "new")] == IdempotentAnswer(
+        fingerprint("D", USER, 100),
+        {"entry_id": 2, "user_id": USER, "amount": 100, "balance": 900, "version": 2, "mode": "ASYNC"},
+    )
     assert store.answers[(USER, "refused")].answer["entry_id"] == 5  # charged before the refusal: the entry wins
     assert store.settled == [{USER: [2, 3, 4, 5, 6]}]
 
 
-@pytest.mark.parametrize("key,final", [("client-1", True), (ServiceKey("rp12"), False), (ServiceKey("rprefund12"), False),
-                                       (ServiceKey("payorder12"), False), ("payorder12", True), ("rp12", True),
-                                       (None, False)])
+@pytest.mark.parametrize(
+    "key,final",
+    [
+        ("client-1", True),
+        (ServiceKey("rp12"), False),
+        (ServiceKey("rprefund12"), False),
+        (ServiceKey("payorder12"), False),
+        ("payorder12", True),
+        ("rp12", True),
+        (None, False),
+    ],
+)
 def test_a_refusal_is_the_answer_of_every_client_key_not_of_the_services_own(key, final):
     from hotledger.ledger.service import refusal_is_answer
 
     assert refusal_is_answer(stored_key(key)) is final
 
 
-@pytest.mark.parametrize("key,stored", [("client-1", "c:client-1"), ("payorder12", "c:payorder12"), ("c:rp1", "c:c:rp1"),
-                                        (ServiceKey("payorder12"), "payorder12"), (None, None), ("", None)])
+@pytest.mark.parametrize(
+    "key,stored",
+    [
+        ("client-1", "c:client-1"),
+        ("payorder12", "c:payorder12"),
+        ("c:rp1", "c:c:rp1"),
+        (ServiceKey("payorder12"), "payorder12"),
+        (None, None),
+        ("", None),
+    ],
+)
 def test_client_keys_live_in_a_namespace_no_service_key_can_take(key, stored):
     assert stored_key(key) == stored
 

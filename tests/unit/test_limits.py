@@ -1,5 +1,6 @@
 """Resource limits (issue 10 item 20) decided without Redis: the refusals, their codes, what is and is not a key's
 answer, and the settings. The scripts' side runs on a real Redis in tests/integration/test_limits.py."""
+
 import pytest
 
 from hotledger import errors, keys
@@ -57,8 +58,11 @@ def test_every_setting_is_read_from_its_variable_documented_and_every_ssm_tunabl
     from hotledger import config
 
     configuration = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
-    documented = {name for row in re.findall(r"^\| (`[A-Z].*?) \|", configuration, re.M)
-                  for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", row)}
+    documented = {
+        name
+        for row in re.findall(r"^\| (`[A-Z].*?) \|", configuration, re.M)
+        for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", row)
+    }
     fields = set(config.Settings.model_fields)
     assert {config.ENV[f] for f in fields} - documented == set()
     assert fields >= config.SSM_TUNABLES

@@ -1,5 +1,6 @@
 """Locked dependencies (issue 23): every install reads a lock with hashes, and every requirement is in its lock (a
 requirement added without `make lock` fails here, not at the next install)."""
+
 import re
 from pathlib import Path
 
@@ -40,4 +41,7 @@ def test_every_requirement_is_pinned_with_hashes_in_its_lock(requirements, lock)
 
 def test_every_install_reads_a_lock_with_hashes():
     assert "--require-hashes --no-deps -r requirements-dev.lock" in (REPO / "infra/setup.sh").read_text()
-    assert "--require-hashes --no-deps" in (layer := (REPO / "functions/Makefile").read_text()) and "requirements.lock" in layer
+    assert (
+        "--require-hashes --no-deps" in (layer := (REPO / "functions/Makefile").read_text())
+        and "requirements.lock" in layer
+    )

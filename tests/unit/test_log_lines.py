@@ -1,5 +1,6 @@
 """The service's log lines (hotledger.observability.logger: one shared encoder, no JSON decode attempt for a message
 that cannot be JSON) are Powertools' default lines, field for field."""
+
 import io
 import logging
 import re
@@ -8,8 +9,20 @@ from aws_lambda_powertools import Logger
 
 from hotledger import observability
 
-MESSAGES = ["deducted", '{"code": "X", "n": 1}', "[1, 2]", "123", " true", "null", "NaN", "-5", '"quoted"', "{not json",
-            "ünïcode €", ""]
+MESSAGES = [
+    "deducted",
+    '{"code": "X", "n": 1}',
+    "[1, 2]",
+    "123",
+    " true",
+    "null",
+    "NaN",
+    "-5",
+    '"quoted"',
+    "{not json",
+    "ünïcode €",
+    "",
+]
 
 
 def _lines(name: str, **options) -> list[str]:

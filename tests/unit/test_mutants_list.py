@@ -1,6 +1,7 @@
 """The mutant list of `make mutants` (infra/mutants.py) cannot silently rot: every mutant names a file that exists,
 an original snippet found exactly once in it (so the mutant still mutates what it says), a replacement that
 changes it, and test paths that exist."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,7 +26,8 @@ def test_each_original_occurs_exactly_once(mutant):
     text = path.read_text()
     assert text.count(mutant.original) == 1, (
         f"{mutant.id}: the original snippet occurs {text.count(mutant.original)} times in {mutant.file}; "
-        "update the mutant together with the code")
+        "update the mutant together with the code"
+    )
     assert mutant.replacement != mutant.original
     assert mutant.breaks.strip()
 

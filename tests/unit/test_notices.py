@@ -1,5 +1,6 @@
 """Notices' decisions with in-memory fakes (no server): payment orders and their close reminders, the inbox's
 duplicate detection, journeys, and the delay queue's drainer, element encoding and script replies."""
+
 from __future__ import annotations
 
 import contextlib
@@ -123,8 +124,12 @@ class FakePaymentOrderStore:
         self.fences: dict[int, int] = {}
         self.refunded_by: dict[int, int] = {}
 
-    def add(self, payment_order_id: int, state=OPEN, close_at=NOW + 60 * MINUTE, reminded=False, user_id=USER, amount=500):
-        self.rows[payment_order_id] = PaymentOrder(payment_order_id, user_id, amount, state, close_at, reminded=reminded)
+    def add(
+        self, payment_order_id: int, state=OPEN, close_at=NOW + 60 * MINUTE, reminded=False, user_id=USER, amount=500
+    ):
+        self.rows[payment_order_id] = PaymentOrder(
+            payment_order_id, user_id, amount, state, close_at, reminded=reminded
+        )
 
     def insert(self, payment_order: PaymentOrder) -> None:
         self.rows[payment_order.id] = dataclasses.replace(payment_order, reminder_due_at=None)
@@ -180,8 +185,11 @@ class FakePaymentOrderStore:
             self.reminded_at[i] = now_ms
 
     def unreminded(self, now_ms: int, after_id: int, limit: int) -> list[tuple[int, int]]:
-        return [(r.id, self.remind_at.get(r.id, 0)) for r in sorted(self.rows.values(), key=lambda r: r.id)
-                if r.id > after_id and r.awaits_reminder(now_ms)][:limit]
+        return [
+            (r.id, self.remind_at.get(r.id, 0))
+            for r in sorted(self.rows.values(), key=lambda r: r.id)
+            if r.id > after_id and r.awaits_reminder(now_ms)
+        ][:limit]
 
 
 class FakeInbox:
@@ -203,10 +211,12 @@ class FakeInbox:
 def world():
     lock = FakeLock()
     clock, store, queue, inbox, ledger = Clock(), FakePaymentOrderStore(), FakeQueue(), FakeInbox(), FakeLedger(lock)
-    service = PaymentOrders(store, ledger, queue, inbox, Ids(), lock, reminder_before_close_s=15 * 60, now_ms=clock,
-                            pay_horizon_ms=HORIZON)
+    service = PaymentOrders(
+        store, ledger, queue, inbox, Ids(), lock, reminder_before_close_s=15 * 60, now_ms=clock, pay_horizon_ms=HORIZON
+    )
     return dataclasses.make_dataclass("World", ["service", "store", "queue", "inbox", "ledger", "lock", "clock"])(
-        service, store, queue, inbox, ledger, lock, clock)
+        service, store, queue, inbox, ledger, lock, clock
+    )
 
 
 # payment orders ------------------------------------------------------------------------------------------
@@ -215,8 +225,10 @@ def test_create_queues_the_reminder_before_the_close_time_and_the_close_at_it(wo
     close_at = NOW + 3_600_000
     assert (created.state, created.close_at, created.reminder_due_at) == (OPEN, close_at, close_at - 15 * MINUTE)
     assert world.store.rows[created.id].amount == 1234 and world.store.remind_at[created.id] == close_at - 15 * MINUTE
-    assert world.queue.queues == {REMINDER_QUEUE: {str(created.id): close_at - 15 * MINUTE},
-                                  CLOSE_QUEUE: {str(created.id): close_at}}
+    assert world.queue.queues == {
+        REMINDER_QUEUE: {str(created.id): close_at - 15 * MINUTE},
+        CLOSE_QUEUE: {str(created.id): close_at},
+    }
 
 
 def test_a_reminder_is_never_due_before_now(world):
@@ -306,9 +318,11 @@ def test_fire_reminders_writes_one_message_per_open_unreminded_payment_order(wor
     world.store.add(7, close_at=NOW)  # past its close time
     world.service.fire_reminders(["1", "2", "3", "4", "5", "6", "7", "8"])
     assert [(p[0], p[1], p[2], p[3]) for p in world.inbox.posts] == [
-        (USER, "ORDER_CLOSE_REMINDER", str(i), "Payment reminder") for i in (1, 2, 3)]
+        (USER, "ORDER_CLOSE_REMINDER", str(i), "Payment reminder") for i in (1, 2, 3)
+    ]
     assert [p[4] for p in world.inbox.posts] == [
-        f"Your order {i} closes in {m} minutes: pay now so it is not closed." for i, m in ((1, 60), (2, 2), (3, 1))]
+        f"Your order {i} closes in {m} minutes: pay now so it is not closed." for i, m in ((1, 60), (2, 2), (3, 1))
+    ]
     assert world.store.reminded_at == {1: NOW, 2: NOW, 3: NOW}
     world.service.fire_reminders(["1", "2"])  # redelivered: reminded_at holds
     assert len(world.inbox.posts) == 3
@@ -482,7 +496,12 @@ def test_inbox_post_answers_the_first_message_id_for_a_duplicate():
     assert [m.content for m in inbox.pull(USER, None, 50)] == ["done", "done"]
     message = inbox.pull(USER, None, 1)[0]
     assert (message.message_id, message.biz_type, message.outer_biz_id, message.url, message.created_at) == (
-        "1001", "pay", "o-1", "app://x", NOW)
+        "1001",
+        "pay",
+        "o-1",
+        "app://x",
+        NOW,
+    )
     assert store.posted[0] == (USER, "1001", NOW, 3600, 100)
     with pytest.raises(errors.AccountNotFound):
         inbox.post(USER + 1, "pay", "o-3", "t", "c")
@@ -493,8 +512,18 @@ def test_inbox_message_body_is_compact_json_in_field_order():
     store = FakeInboxStore()
     Inbox(store, Ids(), 60, 10, lambda a: True, now_ms=Clock()).post(USER, "b", "o", "t", "c")
     body = store.bodies[USER][0]
-    assert body == json.dumps({"message_id": "1001", "biz_type": "b", "outer_biz_id": "o", "title": "t", "content": "c",
-                               "url": None, "created_at": NOW}, separators=(",", ":"))
+    assert body == json.dumps(
+        {
+            "message_id": "1001",
+            "biz_type": "b",
+            "outer_biz_id": "o",
+            "title": "t",
+            "content": "c",
+            "url": None,
+            "created_at": NOW,
+        },
+        separators=(",", ":"),
+    )
 
 
 # journeys -----------------------------------------------------------------------------------------------
@@ -510,7 +539,9 @@ class FakeJourneyStore:
         return self.starts.get(biz, {}).pop(account, None) is not None
 
     def started_before(self, biz, before_ms, limit):
-        stale = sorted((started, account) for account, started in self.starts.get(biz, {}).items() if started <= before_ms)
+        stale = sorted(
+            (started, account) for account, started in self.starts.get(biz, {}).items() if started <= before_ms
+        )
         return [(account, started) for started, account in stale][:limit]
 
     def done(self, biz, account, started) -> bool:
@@ -540,12 +571,17 @@ def test_journey_scan_posts_one_message_per_stale_start():
     assert journeys.start("password-recovery", 1, NOW) == NOW - 31 * minute  # a repeat keeps the first start
     assert journeys.scan(NOW).reminded == 4
     title, content, url = TEXTS["password-recovery"]
-    assert sorted(inbox.posts) == sorted([
-        (1, "JOURNEY_password-recovery", f"1:{NOW - 31 * minute}", title, content, url),
-        (3, "JOURNEY_password-recovery", f"3:{NOW - 30 * minute}", title, content, url),
-        (5, "JOURNEY_bind-card", f"5:{NOW - 11 * minute}", *DEFAULT_TEXT),
-    ])
-    assert store.starts == {"password-recovery": {2: NOW - 29 * minute}, "bind-card": {}}  # the gone account dropped too
+    assert sorted(inbox.posts) == sorted(
+        [
+            (1, "JOURNEY_password-recovery", f"1:{NOW - 31 * minute}", title, content, url),
+            (3, "JOURNEY_password-recovery", f"3:{NOW - 30 * minute}", title, content, url),
+            (5, "JOURNEY_bind-card", f"5:{NOW - 11 * minute}", *DEFAULT_TEXT),
+        ]
+    )
+    assert store.starts == {
+        "password-recovery": {2: NOW - 29 * minute},
+        "bind-card": {},
+    }  # the gone account dropped too
     assert journeys.scan(NOW).reminded == 0
 
 
@@ -588,18 +624,27 @@ class FakeDelayQueue:
     def retry(self, queue: str, receipts: list[str]) -> list[dq.RetryOutcome]:
         elements = [dq.parse_receipt(r)[1] for r in receipts]
         self.calls.append(("retry", queue, elements))
-        return [dq.RetryOutcome.DEAD if self.counts[e] >= self.max_deliveries else dq.RetryOutcome.RETRY for e in elements]
+        return [
+            dq.RetryOutcome.DEAD if self.counts[e] >= self.max_deliveries else dq.RetryOutcome.RETRY for e in elements
+        ]
 
 
 def test_drainer_hands_due_elements_to_their_handler_then_acknowledges_them():
     queue = FakeDelayQueue({"a": ["a1", "a2", "a3"], "b": []}, {"a": NOW + 500, "b": NOW + 100})
     handled = []
-    drainer = Drainer(queue, {"a": lambda es: handled.append(("a", es, list(queue.calls))), "b": handled.append}, batch=2)
+    drainer = Drainer(
+        queue, {"a": lambda es: handled.append(("a", es, list(queue.calls))), "b": handled.append}, batch=2
+    )
     assert drainer.drain_due(NOW) == NOW + 100  # the earliest next due time over every queue
     assert [(q, es) for q, es, _ in handled] == [("a", ["a1", "a2"]), ("a", ["a3"])]
     assert handled[0][2] == [("drain", "a", ["a1", "a2"])]  # handed over before its ack
-    assert queue.calls == [("drain", "a", ["a1", "a2"]), ("ack", "a", ["a1", "a2"]), ("drain", "a", ["a3"]),
-                           ("ack", "a", ["a3"]), ("drain", "b", [])]
+    assert queue.calls == [
+        ("drain", "a", ["a1", "a2"]),
+        ("ack", "a", ["a1", "a2"]),
+        ("drain", "a", ["a3"]),
+        ("ack", "a", ["a3"]),
+        ("drain", "b", []),
+    ]
     assert drainer.handled == 3
 
 
@@ -615,8 +660,14 @@ def test_a_failing_handler_does_not_stop_the_drainer_and_only_the_failing_elemen
 
     drainer = Drainer(queue, {"a": handler, "b": got.extend})
     drainer.drain_due(NOW)
-    assert queue.calls == [("drain", "a", ["a1", "bad", "a3"]), ("ack", "a", ["a1"]), ("retry", "a", ["bad"]),
-                           ("ack", "a", ["a3"]), ("drain", "b", ["b1"]), ("ack", "b", ["b1"])]
+    assert queue.calls == [
+        ("drain", "a", ["a1", "bad", "a3"]),
+        ("ack", "a", ["a1"]),
+        ("retry", "a", ["bad"]),
+        ("ack", "a", ["a3"]),
+        ("drain", "b", ["b1"]),
+        ("ack", "b", ["b1"]),
+    ]
     assert got == ["a1", "a3", "b1"] and drainer.handled == 3  # one at a time after the batch failed
     assert (drainer.runs["a"].failures, drainer.runs["a"].dead_lettered) == (1, 0)
 
@@ -674,11 +725,19 @@ def test_delay_script_replies_are_parsed():
     taken = dq.delay_take(lua, "q", NOW, 10, 30_000, 5)
     assert taken == Taken([dq.Delivery("e1", NOW, "7:e1", 1), dq.Delivery("e2", NOW, "8:e2", 3)], NOW + 500, NO_TIME, 2)
     assert taken.elements == [("e1", NOW), ("e2", NOW)]
-    assert lua.calls == [("delay_take", ["dq:due:{q}", "dq:taken:{q}", "dq:receipt:{q}", "dq:deliveries:{q}",
-                                         "dq:seq:{q}", "dq:dead:{q}"], [NOW, 10, 30_000, 5])]
+    assert lua.calls == [
+        (
+            "delay_take",
+            ["dq:due:{q}", "dq:taken:{q}", "dq:receipt:{q}", "dq:deliveries:{q}", "dq:seq:{q}", "dq:dead:{q}"],
+            [NOW, 10, 30_000, 5],
+        )
+    ]
     assert dq.delay_ack(ScriptedLua([1, 0]), "q", ["7:e1", "6:e2"]) == [True, False]
     assert dq.delay_retry(ScriptedLua([0, 1, 2]), "q", ["1:a", "2:b", "3:c"], NOW, 1000, 60_000, 5) == [
-        dq.RetryOutcome.STALE, dq.RetryOutcome.RETRY, dq.RetryOutcome.DEAD]
+        dq.RetryOutcome.STALE,
+        dq.RetryOutcome.RETRY,
+        dq.RetryOutcome.DEAD,
+    ]
     assert dq.delay_offer(ScriptedLua([0, b"1800000000000"]), "q", "e", NOW) == dq.Offered(False, NOW)
     assert dq.delay_remove(ScriptedLua(1), "q", "e") is True and dq.delay_remove(ScriptedLua(0), "q", "e") is False
 

@@ -1,5 +1,6 @@
 """What each Kafka client is configured with: MSK IAM (SASL_SSL + OAUTHBEARER, a token signed for the function's
 region by aws-msk-iam-sasl-signer-python) with KAFKA_AUTH=iam, the plain protocol with KAFKA_AUTH=none."""
+
 from __future__ import annotations
 
 import base64
@@ -62,7 +63,9 @@ def test_kafka_python_with_iam_uses_sasl_ssl_oauthbearer_and_a_token_provider_fo
 
 def test_the_token_provider_asks_the_signer_for_the_configured_region(monkeypatch):
     asked = []
-    monkeypatch.setattr(publisher, "msk_iam_token", lambda region: (asked.append(region), ("tok", 1_700_000_900_000))[1])
+    monkeypatch.setattr(
+        publisher, "msk_iam_token", lambda region: (asked.append(region), ("tok", 1_700_000_900_000))[1]
+    )
     confluent = publisher.confluent_config(iam_settings("us-west-2"))
     kafka_python = publisher.kafka_python_config(iam_settings("sa-east-1"))
     assert confluent["oauth_cb"]("ignored") == ("tok", 1_700_000_900.0)

@@ -1,5 +1,6 @@
 """The reconciler's bounded work (issue 10, item 14): budgets, cursors kept between runs, parts isolated from each
 other's failures. No server: the parts and the cursor store are fakes."""
+
 from hotledger.dal.budget import Budget
 from hotledger.ledger.reconcile import AccountsReconcileReport, LedgerReconcile
 from hotledger.ledger.rows import AccountBalance, CacheState
@@ -110,8 +111,13 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
     accounts = Part(AccountsReconcileReport(accounts=3))
     vouchers = Part(VoucherReconcileReport(), fail=True)
     packets = Part(PacketReconcileReport())
-    for name, fake in (("ledger_reconcile", accounts), ("voucher_reconciler", vouchers), ("packet_reconciler", packets),
-                       ("payment_orders", notices), ("journeys", notices)):
+    for name, fake in (
+        ("ledger_reconcile", accounts),
+        ("voucher_reconciler", vouchers),
+        ("packet_reconciler", packets),
+        ("payment_orders", notices),
+        ("journeys", notices),
+    ):
         monkeypatch.setattr(runtime, name, lambda fake=fake: fake)
     monkeypatch.setattr(runtime, "holds", lambda: NoHolds())
     monkeypatch.setattr(runtime, "monitors", lambda: NoHolds())
@@ -121,7 +127,20 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
     assert report.failed_parts == ["vouchers", "reminders"]
     assert notices.calls == ["journeys", "reminders", "orders"] and report.orders_closed == 2
     assert (report.accounts, report.next_after, accounts.calls) == (3, 15, [5])
-    assert cursors == {"accounts": 15, "holds": 0, "packets": 10}  # a failed part keeps its cursor: the next run repeats it
-    assert set(report.part_seconds) == {"accounts", "holds", "vouchers", "packets", "journeys", "reminders", "orders",
-                                        "alerts", "keys"}
+    assert cursors == {
+        "accounts": 15,
+        "holds": 0,
+        "packets": 10,
+    }  # a failed part keeps its cursor: the next run repeats it
+    assert set(report.part_seconds) == {
+        "accounts",
+        "holds",
+        "vouchers",
+        "packets",
+        "journeys",
+        "reminders",
+        "orders",
+        "alerts",
+        "keys",
+    }
     assert report.keys_pruned == 4

@@ -1,5 +1,6 @@
 """The decision "nothing changed" vs "outcome unknown" over every redis-py attempt (issue 10, item 4), with fake
 attempts: no server."""
+
 from __future__ import annotations
 
 import pytest

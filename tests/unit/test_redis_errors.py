@@ -1,5 +1,6 @@
 """Above dal and the stores a Redis failure is RedisUnavailable (nothing ran) or RedisOutcomeUnknown (it may have
 run): the translation every store relies on."""
+
 import pytest
 import redis
 
@@ -24,8 +25,9 @@ def test_a_refused_connection_means_nothing_ran():
     assert type(error) is RedisUnavailable
 
 
-@pytest.mark.parametrize("lost", [redis.TimeoutError("Timeout reading from socket"),
-                                  redis.ConnectionError("Connection closed by server.")])
+@pytest.mark.parametrize(
+    "lost", [redis.TimeoutError("Timeout reading from socket"), redis.ConnectionError("Connection closed by server.")]
+)
 def test_a_lost_answer_means_the_command_may_have_run(lost):
     assert type(translate(lost)) is RedisOutcomeUnknown
 

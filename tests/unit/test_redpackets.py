@@ -1,5 +1,6 @@
 """Red packets' decisions with in-memory stores: the split, send, grab, expiry, the writer's persister and the
 reconciler. No server is reached: the DB, Redis, the broker, the ledger and the delay queue are fakes here."""
+
 from __future__ import annotations
 
 import contextlib
@@ -108,8 +109,11 @@ class FakeStore:
         self._move(packet_id, "CREATING", "OPEN")
 
     def failed_with_debit(self, limit):
-        return sorted(p.packet_id for p in self.packets.values()
-                      if p.state == "FAILED" and (f"rp{p.packet_id}", p.sender_id) in self.orders)
+        return sorted(
+            p.packet_id
+            for p in self.packets.values()
+            if p.state == "FAILED" and (f"rp{p.packet_id}", p.sender_id) in self.orders
+        )
 
     def begin_failed_refund(self, packet_id):
         p = self.packets[packet_id]
@@ -143,7 +147,9 @@ class FakeStore:
         return [p for p in self.packets.values() if p.state == "CREATING"]
 
     def open_ids(self, after_id=0, limit=2**62):
-        return sorted(p.packet_id for p in self.packets.values() if p.state == "OPEN" and p.packet_id > after_id)[:limit]
+        return sorted(p.packet_id for p in self.packets.values() if p.state == "OPEN" and p.packet_id > after_id)[
+            :limit
+        ]
 
     def refunding_ids(self, limit):
         return [p.packet_id for p in self.packets.values() if p.state == "REFUNDING"]
@@ -152,8 +158,11 @@ class FakeStore:
         return (f"rprefund{packet_id}", sender_id) in self.pay
 
     def uncredited_claims(self, claimed_before, limit):
-        return [ClaimedItem(i.item_id, i.user_id, i.amount, (f"rp{i.item_id}", i.user_id) in self.pay)
-                for i in self.items.values() if i.user_id and i.item_id not in self.credited and i.claimed_at < claimed_before]
+        return [
+            ClaimedItem(i.item_id, i.user_id, i.amount, (f"rp{i.item_id}", i.user_id) in self.pay)
+            for i in self.items.values()
+            if i.user_id and i.item_id not in self.credited and i.claimed_at < claimed_before
+        ]
 
     def mark_credited(self, item_ids):
         self.credited.update(item_ids)
@@ -258,11 +267,21 @@ class World:
         self.published: list[tuple[str, dict]] = []
         self.publish_error: Exception | None = None
         ids = itertools.count(500)
-        self.packets = RedPackets(self.store, self.cache, Durability(Settings(), self.publish, lambda: next(ids), run_event_keys()),
-                                  lambda: next(ids), self.ledger, self.queue, HOLD_S * 1000,
-                                  LogHold(None, dict, "unused", streamed=True), rng=random.Random(3), clock=lambda: NOW)
-        self.persister = RedPacketPersister(self.store, self.cache, self.outbox, self.packets.credit_grab,
-                                            self.packets.undo_grab)
+        self.packets = RedPackets(
+            self.store,
+            self.cache,
+            Durability(Settings(), self.publish, lambda: next(ids), run_event_keys()),
+            lambda: next(ids),
+            self.ledger,
+            self.queue,
+            HOLD_S * 1000,
+            LogHold(None, dict, "unused", streamed=True),
+            rng=random.Random(3),
+            clock=lambda: NOW,
+        )
+        self.persister = RedPacketPersister(
+            self.store, self.cache, self.outbox, self.packets.credit_grab, self.packets.undo_grab
+        )
         self.reconciler = PacketReconciler(self.packets, self.persister, self.store)
 
     def publish(self, key, value):
@@ -277,8 +296,15 @@ def w() -> World:
 
 
 def claim(packet_id, item_id, user_id, amount, grab_id, ts=NOW):
-    return RedPacketClaimEvent(type="redpacket_claim", packet_id=packet_id, item_id=item_id, user_id=user_id, amount=amount,
-                               ts=ts, grab_id=grab_id)
+    return RedPacketClaimEvent(
+        type="redpacket_claim",
+        packet_id=packet_id,
+        item_id=item_id,
+        user_id=user_id,
+        amount=amount,
+        ts=ts,
+        grab_id=grab_id,
+    )
 
 
 # split ---------------------------------------------------------------------------------------------------
@@ -323,10 +349,18 @@ def test_send_from_an_unknown_account_stores_nothing(w):
     assert w.store.packets == {} and w.ledger.deducts == []
 
 
-@pytest.mark.parametrize("refusal", [errors.InsufficientBalance("short"), errors.ApiClosed("closed"),
-                                     errors.AccountNotFound("gone"), errors.IdempotencyKeyReused("other request"),
-                                     errors.PublishFailed("undone"), errors.ServiceUnavailable("not loaded"),
-                                     errors.FencedOut("fenced")])
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        errors.InsufficientBalance("short"),
+        errors.ApiClosed("closed"),
+        errors.AccountNotFound("gone"),
+        errors.IdempotencyKeyReused("other request"),
+        errors.PublishFailed("undone"),
+        errors.ServiceUnavailable("not loaded"),
+        errors.FencedOut("fenced"),
+    ],
+)
 def test_a_debit_the_ledger_refused_or_undid_marks_the_packet_failed_and_opens_nothing(w, refusal):
     w.ledger.deduct_error = refusal
     with pytest.raises(type(refusal)):
@@ -336,12 +370,21 @@ def test_a_debit_the_ledger_refused_or_undid_marks_the_packet_failed_and_opens_n
     assert w.cache.loaded == [] and w.queue.offers == []
 
 
-@pytest.mark.parametrize("failure", [errors.ChargeOutcomeUnknown("no answer", entry_id="77"),
-                                     errors.IdempotencyInProgress("first attempt running"),
-                                     RedisOutcomeUnknown("timed out"), RedisUnavailable("refused"),
-                                     DatabaseUnavailable("gone"), ValueError("a bug")])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        errors.ChargeOutcomeUnknown("no answer", entry_id="77"),
+        errors.IdempotencyInProgress("first attempt running"),
+        RedisOutcomeUnknown("timed out"),
+        RedisUnavailable("refused"),
+        DatabaseUnavailable("gone"),
+        ValueError("a bug"),
+    ],
+)
 @pytest.mark.parametrize("charged", [False, True])
-def test_a_debit_without_a_definitive_answer_leaves_the_packet_creating_and_the_reconciler_opens_it_once(w, failure, charged):
+def test_a_debit_without_a_definitive_answer_leaves_the_packet_creating_and_the_reconciler_opens_it_once(
+    w, failure, charged
+):
     w.ledger.deduct_error, w.ledger.charge_before_error = failure, charged
     with pytest.raises(errors.ChargeOutcomeUnknown) as unknown:
         w.packets.create(SENDER, 1000, 4, expires_in_s=60)
@@ -373,18 +416,28 @@ def test_a_grab_publishes_its_claim_and_credits_nothing_before_the_db_accepted_i
     grab = w.packets.grab(7, ALICE)
     assert (grab.item_id, grab.amount) == (701, 100)
     ((key, event),) = w.published
-    assert key == "rp7" and verified_fields(event) == {"type": "redpacket_claim", "packet_id": 7, "item_id": 701, "user_id": ALICE,
-                                      "amount": 100, "ts": NOW, "grab_id": w.cache.grab_ids[0]}
+    assert key == "rp7" and verified_fields(event) == {
+        "type": "redpacket_claim",
+        "packet_id": 7,
+        "item_id": 701,
+        "user_id": ALICE,
+        "amount": 100,
+        "ts": NOW,
+        "grab_id": w.cache.grab_ids[0],
+    }
     assert w.ledger.recharges == []
 
 
-@pytest.mark.parametrize("reply, code", [
-    (GrabReply(GrabStatus.ALREADY, item_id=701, amount=100), "ALREADY_GRABBED"),
-    (GrabReply(GrabStatus.EMPTY), "EMPTY"),
-    (GrabReply(GrabStatus.EXPIRED), "EXPIRED"),
-    (GrabReply(GrabStatus.NOT_OPEN, detail="CREATING"), "PACKET_NOT_OPEN"),
-    (GrabReply(GrabStatus.RECOVERING, detail=str(NOW + 5000)), "RECOVERING"),
-])
+@pytest.mark.parametrize(
+    "reply, code",
+    [
+        (GrabReply(GrabStatus.ALREADY, item_id=701, amount=100), "ALREADY_GRABBED"),
+        (GrabReply(GrabStatus.EMPTY), "EMPTY"),
+        (GrabReply(GrabStatus.EXPIRED), "EXPIRED"),
+        (GrabReply(GrabStatus.NOT_OPEN, detail="CREATING"), "PACKET_NOT_OPEN"),
+        (GrabReply(GrabStatus.RECOVERING, detail=str(NOW + 5000)), "RECOVERING"),
+    ],
+)
 def test_every_grab_refusal_is_its_error_and_moves_nothing(w, reply, code):
     w.cache.grab_replies = [reply]
     with pytest.raises(errors.DomainError) as refused:
@@ -448,8 +501,9 @@ def test_a_claim_the_writer_stamped_before_the_rollback_stands(w):
     assert w.cache.rolled_back == [] and w.store.rolled == set()
 
 
-@pytest.mark.parametrize("failure", [RedisUnavailable("refused"), errors.ServiceUnavailable("cache"),
-                                     errors.ChargeOutcomeUnknown("lost")])
+@pytest.mark.parametrize(
+    "failure", [RedisUnavailable("refused"), errors.ServiceUnavailable("cache"), errors.ChargeOutcomeUnknown("lost")]
+)
 def test_a_failed_credit_keeps_the_claim_is_counted_and_the_writer_goes_on_with_the_others(w, failure):
     w.store.add(7, "OPEN", [100, 200])
     w.ledger.recharge_error = failure
@@ -482,11 +536,16 @@ def test_the_persister_stamps_fresh_claims_and_dead_letters_what_can_never_apply
     other_packet = claim(8, 705, ALICE, 500, grab_id=7)
     report = w.persister.persist([fresh, replay, taken, refunded, unknown, wrong_amount, other_packet, fresh])
     assert (report.applied, report.duplicates, report.dead_lettered) == (1, 2, 5)
-    assert w.store.items[701].user_id == ALICE and w.store.items[703].user_id == BOB and w.store.items[705].user_id is None
+    assert (
+        w.store.items[701].user_id == ALICE and w.store.items[703].user_id == BOB and w.store.items[705].user_id is None
+    )
     reasons = {r.offset: r.error for r in w.outbox.dead}
-    assert reasons == {703: "item already grabbed by another user or refunded",
-                       704: "item already grabbed by another user or refunded",
-                       799: "no such red packet item", 705: "no such red packet item"}
+    assert reasons == {
+        703: "item already grabbed by another user or refunded",
+        704: "item already grabbed by another user or refunded",
+        799: "no such red packet item",
+        705: "no such red packet item",
+    }
     assert {r.topic for r in w.outbox.dead} == {REJECTED_TOPIC}
     assert w.cache.settled == [fresh, replay]  # persisted claims leave the pending hash, dead ones stay for a look
     # only the claim this commit stamped is credited: the replay was by its first delivery, the refused never
@@ -562,14 +621,19 @@ def test_a_failed_packet_refunded_by_a_run_counts_once(w):
 
 def test_only_stale_pending_claims_are_compensated_through_the_persister(w):
     w.store.add(7, "OPEN", [100, 200])
-    stale, recent = claim(7, 701, ALICE, 100, grab_id=1, ts=NOW - 61_000), claim(7, 702, BOB, 200, grab_id=2, ts=NOW - 1000)
+    stale, recent = (
+        claim(7, 701, ALICE, 100, grab_id=1, ts=NOW - 61_000),
+        claim(7, 702, BOB, 200, grab_id=2, ts=NOW - 1000),
+    )
     w.cache.pending[7] = [stale, recent]
     report = w.reconciler.run(NOW, age_s=60)
     assert report.compensated == 1
     assert (w.store.items[701].user_id, w.store.items[702].user_id) == (ALICE, None)
 
 
-@pytest.mark.parametrize("reply", [ExpireReply(ExpireStatus.OPEN), expired(claims_pending=1), expired(hold_until=NOW + 1)])
+@pytest.mark.parametrize(
+    "reply", [ExpireReply(ExpireStatus.OPEN), expired(claims_pending=1), expired(hold_until=NOW + 1)]
+)
 def test_no_refund_while_the_packet_is_open_or_a_claim_is_in_flight(w, reply):
     w.store.add(7, "OPEN", [100, 200])
     w.cache.expire_replies[7] = reply

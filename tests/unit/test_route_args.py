@@ -2,6 +2,7 @@
 other request goes through: whatever the step accepts, the validator accepts with the same values; whatever the step
 leaves to the validator is refused there or differs in a way the step cannot tell (so every error stays the
 validator's)."""
+
 import itertools
 import json
 
@@ -16,14 +17,26 @@ from infra.localrt import events
 USER_IDS = ["5", "05", "0", "-1", "2147483647", "2147483648", "abc", " 5", "5.0"]
 KEYS = [None, "k1", "key_1.a:b-c", "", "a b", "x" * 100, "x" * 101, ["k1", "k2"]]
 CONTENT_TYPES = [None, "application/json", "application/json; charset=utf-8", "Application/JSON", "text/plain", ""]
-BODIES = ['{"amount": "1.00"}', '{"amount": "0.00"}', '{"amount": 1}', '{"amount": "1.00", "extra": 1}', "null", "",
-          "not json", "[]", '{"amount": "1e2"}', '{"amount": "999999999999.99"}', '{"amount": "12.3"}']
+BODIES = [
+    '{"amount": "1.00"}',
+    '{"amount": "0.00"}',
+    '{"amount": 1}',
+    '{"amount": "1.00", "extra": 1}',
+    "null",
+    "",
+    "not json",
+    "[]",
+    '{"amount": "1e2"}',
+    '{"amount": "999999999999.99"}',
+    '{"amount": "12.3"}',
+]
 
 
 def _event(route: str, user_id: str, key, content_type, body: str) -> dict:
     headers = {} if content_type is None else {"Content-Type": content_type}
-    event = events.api_gateway_proxy("POST", f"/accounts/{user_id}/{route}", body or None, headers,
-                                     authorizer=caller_context(None, ("service",)))
+    event = events.api_gateway_proxy(
+        "POST", f"/accounts/{user_id}/{route}", body or None, headers, authorizer=caller_context(None, ("service",))
+    )
     if key is not None:
         values = key if isinstance(key, list) else [key]
         event["headers"] = {**(event["headers"] or {}), "Idempotency-Key": values[-1]}
@@ -58,9 +71,13 @@ def test_the_one_step_accepts_only_what_the_validator_accepts_with_the_same_valu
             taken.add((user_id, str(key), content_type, body))
             assert fast == _generic(app, route, event, {"user_id": user_id}), (user_id, key, content_type, body)
     # the plain requests take the step
-    plain = {(user_id, key, content_type, body) for user_id in ("5", "2147483647") for key in ("None", "k1", "x" * 100)
-             for content_type in (None, "application/json", "application/json; charset=utf-8")
-             for body in ('{"amount": "1.00"}', '{"amount": "999999999999.99"}')}
+    plain = {
+        (user_id, key, content_type, body)
+        for user_id in ("5", "2147483647")
+        for key in ("None", "k1", "x" * 100)
+        for content_type in (None, "application/json", "application/json; charset=utf-8")
+        for body in ('{"amount": "1.00"}', '{"amount": "999999999999.99"}')
+    }
     assert plain <= taken
 
 
@@ -68,6 +85,7 @@ def test_a_plain_charge_takes_the_one_step_and_gets_the_validated_values():
     from api.app import _HOT_ROUTES, app
 
     route = next(r for r in app._dynamic_routes if r.path == "/accounts/<user_id>/deduct")
-    args = _HOT_ROUTES[id(route)].parse(_event("deduct", "7", "k1", "application/json", json.dumps({"amount": "12.34"})),
-                                        {"user_id": "7"})
+    args = _HOT_ROUTES[id(route)].parse(
+        _event("deduct", "7", "k1", "application/json", json.dumps({"amount": "12.34"})), {"user_id": "7"}
+    )
     assert (args["user_id"], args["idempotency_key"], args["request"].amount) == (7, "k1", 1234)

@@ -1,6 +1,7 @@
 """Vouchers' decisions with in-memory stores: the order path (refusals, reload, unknown outcomes, publish or
 undo), the writer's persister (duplicates, clashes, stock) and the reconciler (compensate, rebuild, correct,
 retire). No server is reached."""
+
 from __future__ import annotations
 
 import contextlib
@@ -27,7 +28,9 @@ from hotledger.vouchers.rows import OrderRow, StockRow, VoucherRow, VoucherSnaps
 from hotledger.vouchers.service import VoucherOrder, Vouchers
 
 NOW = 1_700_000_000_000
-NO_LOG_HOLD = LogHold(None, dict, "unused", streamed=True)  # rebuilds hold by time only; the log hold is in tests/integration
+NO_LOG_HOLD = LogHold(
+    None, dict, "unused", streamed=True
+)  # rebuilds hold by time only; the log hold is in tests/integration
 CFG = Settings(event_transport="kafka", rebuild_hold_s=10, finished_keys_ttl_s=3600)
 HOUR = 3_600_000
 
@@ -43,8 +46,15 @@ class FakeDb:
 
     def add(self, stock=10, initial=None, begin_at=NOW - HOUR, end_at=NOW + HOUR, limit=1, version=0) -> int:
         voucher_id = next(self.ids)
-        self.vouchers[voucher_id] = dict(title="10 off", initial=initial or stock, stock=stock, limit=limit, begin=begin_at,
-                                         end=end_at, version=version)
+        self.vouchers[voucher_id] = dict(
+            title="10 off",
+            initial=initial or stock,
+            stock=stock,
+            limit=limit,
+            begin=begin_at,
+            end=end_at,
+            version=version,
+        )
         return voucher_id
 
     @staticmethod
@@ -63,8 +73,11 @@ class FakeDb:
         return row if row is not None and row.voucher_id == voucher_id else None
 
     def ending_after(self, moment_ms, after_id=0, limit=2**62):
-        return [(voucher_id, v["end"], 1) for voucher_id, v in sorted(self.vouchers.items())
-                if v["end"] > moment_ms and voucher_id > after_id][:limit]
+        return [
+            (voucher_id, v["end"], 1)
+            for voucher_id, v in sorted(self.vouchers.items())
+            if v["end"] > moment_ms and voucher_id > after_id
+        ][:limit]
 
     def lock_snapshot(self, cur, voucher_id):
         v = self.vouchers.get(voucher_id)
@@ -80,7 +93,11 @@ class FakeDb:
         return [self.vouchers[voucher_id]["stock"]]
 
     def lock_stocks(self, cur, voucher_ids):
-        return {i: StockRow(self.vouchers[i]["stock"], self.vouchers[i]["version"]) for i in voucher_ids if i in self.vouchers}
+        return {
+            i: StockRow(self.vouchers[i]["stock"], self.vouchers[i]["version"])
+            for i in voucher_ids
+            if i in self.vouchers
+        }
 
     def orders_by_id(self, cur, order_ids):
         return {i: self.orders[i] for i in order_ids if i in self.orders}
@@ -185,8 +202,20 @@ class Broker:
 def service(db=None, redis=None, broker=None):
     ids = itertools.count(1000)
     db, redis, broker = db or FakeDb(), redis or FakeRedis(), broker or Broker()
-    return Vouchers(CFG, db, redis, Durability(CFG, broker, lambda: next(ids), run_event_keys()), lambda: next(ids),
-                    NO_LOG_HOLD, clock=lambda: NOW), db, redis, broker
+    return (
+        Vouchers(
+            CFG,
+            db,
+            redis,
+            Durability(CFG, broker, lambda: next(ids), run_event_keys()),
+            lambda: next(ids),
+            NO_LOG_HOLD,
+            clock=lambda: NOW,
+        ),
+        db,
+        redis,
+        broker,
+    )
 
 
 def ok(seq=1, epoch="e1"):
@@ -194,8 +223,9 @@ def ok(seq=1, epoch="e1"):
 
 
 def event(order_id, voucher_id, user_id, seq=1, ts=NOW, epoch="e1"):
-    return VoucherOrderEvent(type="voucher_order", id=order_id, voucher_id=voucher_id, user_id=user_id, seq=seq, ts=ts,
-                             epoch=epoch)
+    return VoucherOrderEvent(
+        type="voucher_order", id=order_id, voucher_id=voucher_id, user_id=user_id, seq=seq, ts=ts, epoch=epoch
+    )
 
 
 def dead_reasons(outbox):
@@ -209,18 +239,34 @@ def test_an_order_taken_in_redis_is_published_before_it_is_answered():
     assert (order.order_id, order.voucher_id, order.user_id, order.seq, order.status) == (1000, 5, 42, 2, "PENDING")
     assert redis.orders == [(5, 42, 1000, NOW)]  # one bucket: the home is bucket 0
     assert [(key, verified_fields(event)) for key, event in broker.sent] == [
-        ("v5", {"type": "voucher_order", "id": 1000, "voucher_id": 5, "user_id": 42, "seq": 2, "ts": NOW, "epoch": "load7",
-                 "bucket": 0, "home": 0})]
+        (
+            "v5",
+            {
+                "type": "voucher_order",
+                "id": 1000,
+                "voucher_id": 5,
+                "user_id": 42,
+                "seq": 2,
+                "ts": NOW,
+                "epoch": "load7",
+                "bucket": 0,
+                "home": 0,
+            },
+        )
+    ]
     assert redis.rollbacks == []
 
 
-@pytest.mark.parametrize("reply, error, details", [
-    (OrderReply(OrderStatus.NOT_STARTED, at=str(NOW + HOUR)), errors.NotStarted, {"begin_at": str(NOW + HOUR)}),
-    (OrderReply(OrderStatus.ENDED, at=str(NOW - 1)), errors.Ended, {"end_at": str(NOW - 1)}),
-    (OrderReply(OrderStatus.SOLD_OUT), errors.SoldOut, {}),
-    (OrderReply(OrderStatus.ALREADY), errors.AlreadyOrdered, {}),
-    (OrderReply(OrderStatus.RECOVERING, at=str(NOW + 5000)), errors.Recovering, {"retry_at": str(NOW + 5000)}),
-])
+@pytest.mark.parametrize(
+    "reply, error, details",
+    [
+        (OrderReply(OrderStatus.NOT_STARTED, at=str(NOW + HOUR)), errors.NotStarted, {"begin_at": str(NOW + HOUR)}),
+        (OrderReply(OrderStatus.ENDED, at=str(NOW - 1)), errors.Ended, {"end_at": str(NOW - 1)}),
+        (OrderReply(OrderStatus.SOLD_OUT), errors.SoldOut, {}),
+        (OrderReply(OrderStatus.ALREADY), errors.AlreadyOrdered, {}),
+        (OrderReply(OrderStatus.RECOVERING, at=str(NOW + 5000)), errors.Recovering, {"retry_at": str(NOW + 5000)}),
+    ],
+)
 def test_every_refusal_is_its_domain_error_and_publishes_nothing(reply, error, details):
     vouchers, _, redis, broker = service(redis=FakeRedis(reply))
     with pytest.raises(error) as refused:
@@ -236,7 +282,7 @@ def test_a_voucher_redis_lost_is_rebuilt_with_a_hold_and_the_order_retried_under
     vouchers, _, redis, broker = service(db, FakeRedis(OrderReply(OrderStatus.MISSING), ok(seq=2)))
     reserved = []
     order = vouchers.order(voucher_id, 42, reserve=reserved.append)
-    (loaded, snapshot, epoch, hold_until), = redis.loads
+    ((loaded, snapshot, epoch, hold_until),) = redis.loads
     assert (loaded, snapshot.stock, snapshot.per_user_limit, snapshot.buyers) == (voucher_id, 7, 2, {42: 1})
     assert hold_until == NOW + CFG.rebuild_hold_s * 1000  # orders in flight before the loss land first
     # a refused 'missing' took nothing: the retry after the load runs under the id reserved before any effect
@@ -372,7 +418,11 @@ def test_a_redelivered_order_changes_nothing_and_is_settled_without_a_version():
     writer, redis = persister(db)
     writer.persist([event(1, voucher_id, 10)])
     report = writer.persist([event(1, voucher_id, 10), event(1, voucher_id, 10)])
-    assert (report.applied, report.duplicates, report.dead_lettered) == (0, 2, 0)  # one repeat in the batch, one in the DB
+    assert (report.applied, report.duplicates, report.dead_lettered) == (
+        0,
+        2,
+        0,
+    )  # one repeat in the batch, one in the DB
     assert db.vouchers[voucher_id]["stock"] == 4
     assert redis.settles[-2:] == [({}, []), ({}, [1])]  # version 0: never counted late a second time
 
@@ -383,16 +433,20 @@ def test_an_id_clash_and_a_taken_slot_are_dead_lettered_never_inserted():
     db.orders[1] = OrderRow(1, voucher_id, 10, 1)
     outbox = FakeOutbox()
     writer, _ = persister(db, outbox)
-    report = writer.persist([
-        event(1, voucher_id, 99),  # id 1 belongs to another order
-        event(2, voucher_id, 10, seq=1),  # user 10's first slot is order 1's
-        event(4, voucher_id, 11, seq=1, ts=NOW + 1),  # same slot as order 3, which came first
-        event(3, voucher_id, 11, seq=1, ts=NOW),
-    ])
+    report = writer.persist(
+        [
+            event(1, voucher_id, 99),  # id 1 belongs to another order
+            event(2, voucher_id, 10, seq=1),  # user 10's first slot is order 1's
+            event(4, voucher_id, 11, seq=1, ts=NOW + 1),  # same slot as order 3, which came first
+            event(3, voucher_id, 11, seq=1, ts=NOW),
+        ]
+    )
     assert (report.applied, report.dead_lettered) == (1, 3)
-    assert dead_reasons(outbox) == [(1, "order id already used by another order"),
-                                    (2, "the buyer's order slot is taken by another order"),
-                                    (4, "the buyer's order slot is taken by another order")]
+    assert dead_reasons(outbox) == [
+        (1, "order id already used by another order"),
+        (2, "the buyer's order slot is taken by another order"),
+        (4, "the buyer's order slot is taken by another order"),
+    ]
     assert sorted(db.orders) == [1, 3] and db.orders[1].user_id == 10
 
 
@@ -461,7 +515,10 @@ def test_orders_pending_longer_than_the_age_are_persisted_and_younger_ones_wait(
     voucher_id = db.add(stock=10)
     run, redis, persisted = reconciler(db)
     redis.held[voucher_id] = 8
-    redis.pending[voucher_id] = {1: event(1, voucher_id, 10, ts=NOW - 301_000), 2: event(2, voucher_id, 11, ts=NOW - 1000)}
+    redis.pending[voucher_id] = {
+        1: event(1, voucher_id, 10, ts=NOW - 301_000),
+        2: event(2, voucher_id, 11, ts=NOW - 1000),
+    }
     report = run.run(NOW, age_s=300)
     assert persisted.batches == [[1]]
     assert (report.vouchers, report.pending, report.compensated, report.corrected, report.rebuilt) == (1, 2, 1, 0, 0)

@@ -2,6 +2,7 @@
 budget and a time budget, whichever runs out first. A part that runs out stops at a page boundary and reports where
 it stopped; the next run continues from there (the cursor), so one part can neither overrun the run's timeout nor
 starve the parts after it."""
+
 from __future__ import annotations
 
 import time

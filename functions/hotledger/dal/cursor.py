@@ -2,6 +2,7 @@
 stopped (its cursor; the next run continues after it) and its last run (when, how long, whether it failed, what it
 found). Losing them (a Redis loss) restarts a part from its first item, work repeated, never skipped, and empties the
 console's view of past runs until the next one."""
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ invocation at a time), reconnected when it went away, and a transaction context 
 DB_TLS=verify: TLS with the server's certificate chain and host name checked against DB_CA_BUNDLE. Credentials
 from DB_SECRET_ARN are cached (SECRETS_MAX_AGE_S); when the DB refuses them (1045, the secret was rotated since),
 the secret is read again once, bypassing the cache, and the connection tried with what it holds now."""
+
 from __future__ import annotations
 
 import contextlib
@@ -40,7 +41,8 @@ def refused(exc: BaseException) -> str | None:
     lock wait timeout 1205, deadlock 1213, server gone) or a fault in the code (ProgrammingError, ...), which a
     deploy fixes; neither may set a record aside."""
     if isinstance(exc, (pymysql.err.IntegrityError, pymysql.err.DataError)) or (
-            isinstance(exc, pymysql.err.OperationalError) and exc.args and exc.args[0] in _REFUSALS_OF_DATA):
+        isinstance(exc, pymysql.err.OperationalError) and exc.args and exc.args[0] in _REFUSALS_OF_DATA
+    ):
         return f"the DB refused the record: ({exc.args[0]}) {exc.args[1] if len(exc.args) > 1 else ''}".strip()
     return None
 
@@ -86,7 +88,9 @@ def connect_rotating(cfg: Settings) -> tuple[pymysql.connections.Connection, Set
     except pymysql.err.OperationalError as exc:
         if not (cfg.db_secret_arn and exc.args and exc.args[0] == ACCESS_DENIED):
             raise
-    fresh = with_values(cfg, **db_credentials(secret_value(cfg.db_secret_arn, cfg.secrets_max_age_s, fresh=True), os.environ))
+    fresh = with_values(
+        cfg, **db_credentials(secret_value(cfg.db_secret_arn, cfg.secrets_max_age_s, fresh=True), os.environ)
+    )
     return connect(fresh), fresh
 
 

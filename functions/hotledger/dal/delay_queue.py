@@ -14,6 +14,7 @@ delay_offer / delay_remove / delay_take / delay_ack / delay_extend / delay_retry
 of the scripts of the same names; DelayQueue's public methods raise RedisUnavailable / RedisOutcomeUnknown, never
 redis-py's errors.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,14 +45,6 @@ def canonical(element) -> str:
     """Strings stay as they are; anything else becomes compact JSON with sorted keys, so equal elements are
     equal members."""
     return element if isinstance(element, str) else json.dumps(element, sort_keys=True, separators=(",", ":"))
-
-
-
-
-
-
-
-
 
 
 def receipt(sequence: int, element: str) -> str:
@@ -117,18 +110,41 @@ def delay_offer(lua: Lua, queue: str, element: str, due_at_ms: int, bound: int =
 
 def delay_remove(lua: Lua, queue: str, element: str) -> bool:
     """True when the element was there (waiting or taken)."""
-    return lua.run("delay_remove", [keys.delay_due(queue), keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue),
-                                    keys.delay_dead(queue)], [element]) == 1
+    return (
+        lua.run(
+            "delay_remove",
+            [
+                keys.delay_due(queue),
+                keys.delay_taken(queue),
+                keys.delay_receipts(queue),
+                keys.delay_deliveries(queue),
+                keys.delay_dead(queue),
+            ],
+            [element],
+        )
+        == 1
+    )
 
 
 def delay_take(lua: Lua, queue: str, now_ms: int, limit: int, visibility_ms: int, max_deliveries: int = 0) -> Taken:
     elements, earliest, deadline, dead = lua.run(
-        "delay_take", [keys.delay_due(queue), keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue), keys.delay_seq(queue),
-                       keys.delay_dead(queue)], [now_ms, limit, visibility_ms, max_deliveries])
+        "delay_take",
+        [
+            keys.delay_due(queue),
+            keys.delay_taken(queue),
+            keys.delay_receipts(queue),
+            keys.delay_deliveries(queue),
+            keys.delay_seq(queue),
+            keys.delay_dead(queue),
+        ],
+        [now_ms, limit, visibility_ms, max_deliveries],
+    )
     taken = []
     for i in range(0, len(elements), 4):
         element = text(elements[i])
-        taken.append(Delivery(element, _ms(elements[i + 1]), receipt(int(elements[i + 2]), element), int(elements[i + 3])))
+        taken.append(
+            Delivery(element, _ms(elements[i + 1]), receipt(int(elements[i + 2]), element), int(elements[i + 3]))
+        )
     return Taken(taken, _ms(earliest), _ms(deadline), int(dead))
 
 
@@ -141,12 +157,18 @@ def _pairs(receipts: list[str]) -> list[str]:
 
 def delay_ack(lua: Lua, queue: str, receipts: list[str]) -> list[bool]:
     """Per receipt: True when acknowledged, False when stale (a later delivery holds it, or it is not taken)."""
-    replies = lua.run("delay_ack", [keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue)], _pairs(receipts))
+    replies = lua.run(
+        "delay_ack",
+        [keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue)],
+        _pairs(receipts),
+    )
     return [r == 1 for r in replies]
 
 
 def delay_extend(lua: Lua, queue: str, receipts: list[str], deadline_ms: int) -> list[bool]:
-    replies = lua.run("delay_extend", [keys.delay_taken(queue), keys.delay_receipts(queue)], [deadline_ms, *_pairs(receipts)])
+    replies = lua.run(
+        "delay_extend", [keys.delay_taken(queue), keys.delay_receipts(queue)], [deadline_ms, *_pairs(receipts)]
+    )
     return [r == 1 for r in replies]
 
 
@@ -156,17 +178,24 @@ class RetryOutcome(Enum):
     DEAD = 2
 
 
-def delay_retry(lua: Lua, queue: str, receipts: list[str], now_ms: int, base_ms: int, cap_ms: int,
-                max_deliveries: int) -> list[RetryOutcome]:
-    replies = lua.run("delay_retry", [keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue), keys.delay_dead(queue)],
-                      [now_ms, base_ms, cap_ms, max_deliveries, *_pairs(receipts)])
+def delay_retry(
+    lua: Lua, queue: str, receipts: list[str], now_ms: int, base_ms: int, cap_ms: int, max_deliveries: int
+) -> list[RetryOutcome]:
+    replies = lua.run(
+        "delay_retry",
+        [keys.delay_taken(queue), keys.delay_receipts(queue), keys.delay_deliveries(queue), keys.delay_dead(queue)],
+        [now_ms, base_ms, cap_ms, max_deliveries, *_pairs(receipts)],
+    )
     return [RetryOutcome(int(r)) for r in replies]
 
 
 def delay_dead(lua: Lua, queue: str, action: str, elements: list[str], now_ms: int) -> list[bool]:
     """action 'replay' (queued again, due now, count reset) or 'drop'; per element: True when it was a dead letter."""
-    replies = lua.run("delay_dead", [keys.delay_dead(queue), keys.delay_deliveries(queue), keys.delay_due(queue), keys.delay_channel(queue)],
-                      [action, now_ms, *elements])
+    replies = lua.run(
+        "delay_dead",
+        [keys.delay_dead(queue), keys.delay_deliveries(queue), keys.delay_due(queue), keys.delay_channel(queue)],
+        [action, now_ms, *elements],
+    )
     return [r == 1 for r in replies]
 
 
@@ -187,14 +216,22 @@ class QueueStats:
 
 @redis_errors_translated
 class DelayQueue:
-    def __init__(self, lua: Lua, visibility_ms: int = 30_000, max_deliveries: int = 0, retry_base_ms: int = 1000,
-                 retry_cap_ms: int = 300_000, max_size: int = 0):
+    def __init__(
+        self,
+        lua: Lua,
+        visibility_ms: int = 30_000,
+        max_deliveries: int = 0,
+        retry_base_ms: int = 1000,
+        retry_cap_ms: int = 300_000,
+        max_size: int = 0,
+    ):
         self.lua, self.redis, self.visibility_ms = lua, lua.client, visibility_ms
         self.max_deliveries, self.retry_base_ms, self.retry_cap_ms = max_deliveries, retry_base_ms, retry_cap_ms
         self.max_size = max_size  # bounds offers made with bounded=True (clients'); 0: none
 
-    def offer(self, queue: str, element, due_at_ms: int | None = None, delay_ms: int | None = None,
-              bounded: bool = False) -> bool:
+    def offer(
+        self, queue: str, element, due_at_ms: int | None = None, delay_ms: int | None = None, bounded: bool = False
+    ) -> bool:
         """True when new, False when it was there and its due time moved. bounded: a new element for a queue
         holding max_size elements (waiting + taken) raises QueueFull."""
         if (due_at_ms is None) == (delay_ms is None):
@@ -218,7 +255,11 @@ class DelayQueue:
             pipe.zscore(keys.delay_due(queue), canonical(element))
             pipe.zscore(keys.delay_taken(queue), canonical(element))
         scores = pipe.execute()
-        return [e for e, due, taken in zip(elements, scores[0::2], scores[1::2], strict=True) if due is None and taken is None]
+        return [
+            e
+            for e, due, taken in zip(elements, scores[0::2], scores[1::2], strict=True)
+            if due is None and taken is None
+        ]
 
     def due_at(self, queue: str, element) -> int | None:
         score = self.redis.zscore(keys.delay_due(queue), canonical(element))
@@ -256,11 +297,16 @@ class DelayQueue:
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadLetter]:
         """The oldest first."""
-        dead = cast("list[tuple[bytes, float]]", self.redis.zrange(keys.delay_dead(queue), 0, limit - 1, withscores=True))
+        dead = cast(
+            "list[tuple[bytes, float]]", self.redis.zrange(keys.delay_dead(queue), 0, limit - 1, withscores=True)
+        )
         if not dead:
             return []
         counts = self.redis.hmget(keys.delay_deliveries(queue), [member for member, _ in dead])
-        return [DeadLetter(text(member), int(score), int(count or 0)) for (member, score), count in zip(dead, counts, strict=True)]
+        return [
+            DeadLetter(text(member), int(score), int(count or 0))
+            for (member, score), count in zip(dead, counts, strict=True)
+        ]
 
     def replay_dead(self, queue: str, elements: list[str], now_ms: int | None = None) -> list[bool]:
         now = now_ms if now_ms is not None else int(time.time() * 1000)
@@ -340,8 +386,11 @@ class Drainer:
             if len(deliveries) == 1:
                 self._failed(name, deliveries, seen)
                 return
-            log.warning("delay handler failed on a batch; handing it over one element at a time",
-                        extra={"queue": name, "elements": len(deliveries)}, exc_info=True)
+            log.warning(
+                "delay handler failed on a batch; handing it over one element at a time",
+                extra={"queue": name, "elements": len(deliveries)},
+                exc_info=True,
+            )
         else:
             self._acknowledged(name, deliveries, seen)
             return
@@ -354,15 +403,20 @@ class Drainer:
         self.handled += len(deliveries)
 
     def _failed(self, name: str, deliveries: list[Delivery], seen: QueueRun) -> None:
-        log.warning("delay handler failed", extra={"queue": name, "element": deliveries[0].element,
-                                                   "deliveries": deliveries[0].deliveries}, exc_info=True)
+        log.warning(
+            "delay handler failed",
+            extra={"queue": name, "element": deliveries[0].element, "deliveries": deliveries[0].deliveries},
+            exc_info=True,
+        )
         outcomes = self.queue.retry(name, [d.receipt for d in deliveries])
         seen.failures += len(deliveries)
         for delivery, outcome in zip(deliveries, outcomes, strict=True):
             if outcome is RetryOutcome.DEAD:
                 seen.dead_lettered += 1
-                log.error("delay element dead-lettered", extra={"queue": name, "element": delivery.element,
-                                                                "deliveries": delivery.deliveries})
+                log.error(
+                    "delay element dead-lettered",
+                    extra={"queue": name, "element": delivery.element, "deliveries": delivery.deliveries},
+                )
 
     def run(self, keep_going: Callable[[], bool]) -> int:
         pubsub = self.queue.wake_signals(list(self.handlers))

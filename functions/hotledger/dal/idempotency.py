@@ -18,6 +18,7 @@ voucher orders, payment orders): one Redis record per (scope, key), Stripe's mod
 
 The scripts are layers/lua/idem_begin.lua, idem_note.lua, idem_finish.lua and idem_abandon.lua.
 """
+
 from __future__ import annotations
 
 import time
@@ -74,9 +75,13 @@ class Idempotency:
         # the hold's start leads its token, so tokens of one key order as their holds: a later hold (one that took the
         # key over after this one's lease ran out) sorts after, and the DB row keeps what the latest wrote
         token = f"{now_ms:013d}{uuid.uuid4().hex[:19]}"
-        reply = reply_fields(self.lua.run("idem_begin", [record_key(scope, idem_key), quota_key(scope)],
-                                          [fingerprint, token, now_ms, self.lease_ms, self.ttl_s,
-                                           self.max_keys]))
+        reply = reply_fields(
+            self.lua.run(
+                "idem_begin",
+                [record_key(scope, idem_key), quota_key(scope)],
+                [fingerprint, token, now_ms, self.lease_ms, self.ttl_s, self.max_keys],
+            )
+        )
         if reply[0] == "retaken":
             return Begun(BeginStatus.NEW, token=token, retaken=True, note=reply[1] or None)
         status = BeginStatus(reply[0])
@@ -90,8 +95,10 @@ class Idempotency:
         """A key Redis did not know: what the DB kept of it. Its answer is replayed (and kept in Redis again); a note
         without an answer is the recovery point of an attempt that died (or whose Redis record was lost)."""
         try:
-            rows = db.query("SELECT fingerprint, note, status, response FROM t_route_key WHERE scope = %s AND idem_key = %s",
-                            (scope, idem_key))
+            rows = db.query(
+                "SELECT fingerprint, note, status, response FROM t_route_key WHERE scope = %s AND idem_key = %s",
+                (scope, idem_key),
+            )
         except db.DatabaseUnavailable:
             self.abandon(scope, idem_key, token)  # the key's past is unknown: nothing may run under it yet
             raise
@@ -107,8 +114,9 @@ class Idempotency:
         self._keep_answer(scope, idem_key, token, status, response)
         return Begun(BeginStatus.REPLAY, answer_status=int(status), body=response)
 
-    def note(self, scope: str, idem_key: str, token: str, note: str, durable: bool = False,
-             fingerprint: str = "") -> bool:
+    def note(
+        self, scope: str, idem_key: str, token: str, note: str, durable: bool = False, fingerprint: str = ""
+    ) -> bool:
         """Keep the holder's recovery point (durable: in the DB too, before the effect it names); False when the
         record is no longer this attempt's: the caller must stop before any effect. Redis first, as it holds the
         lease: an attempt that takes the key over later resumes from this point, whatever the DB write meets."""
@@ -116,31 +124,48 @@ class Idempotency:
             return False
         if durable:  # a hold that lost the key while this write stalled cannot overwrite its successor's point
             latest = "(status IS NULL AND (token IS NULL OR VALUES(token) >= token))"
-            db.execute("INSERT INTO t_route_key (scope, idem_key, fingerprint, note, token) VALUES (%s, %s, %s, %s, %s)"
-                       f" ON DUPLICATE KEY UPDATE note = IF({latest}, VALUES(note), note),"
-                       f" token = IF({latest}, VALUES(token), token)", (scope, idem_key, fingerprint, note, token))
+            db.execute(
+                "INSERT INTO t_route_key (scope, idem_key, fingerprint, note, token) VALUES (%s, %s, %s, %s, %s)"
+                f" ON DUPLICATE KEY UPDATE note = IF({latest}, VALUES(note), note),"
+                f" token = IF({latest}, VALUES(token), token)",
+                (scope, idem_key, fingerprint, note, token),
+            )
         return True
 
-    def finish(self, scope: str, idem_key: str, token: str, status: int, body: str, durable: bool = False,
-               fingerprint: str = "") -> bool:
+    def finish(
+        self,
+        scope: str,
+        idem_key: str,
+        token: str,
+        status: int,
+        body: str,
+        durable: bool = False,
+        fingerprint: str = "",
+    ) -> bool:
         """Keep the answer (durable: in the DB first, for good); False when the record is no longer this attempt's.
         In the DB an earlier hold than the row's latest (one that lost the key) writes nothing."""
         if durable:
             latest = "(token IS NULL OR VALUES(token) >= token)"
-            db.execute("INSERT INTO t_route_key (scope, idem_key, fingerprint, status, response, token)"
-                       " VALUES (%s, %s, %s, %s, %s, %s)"
-                       f" ON DUPLICATE KEY UPDATE status = IF({latest}, VALUES(status), status),"
-                       f" response = IF({latest}, VALUES(response), response), token = IF({latest}, VALUES(token), token)",
-                       (scope, idem_key, fingerprint, status, body, token))
+            db.execute(
+                "INSERT INTO t_route_key (scope, idem_key, fingerprint, status, response, token)"
+                " VALUES (%s, %s, %s, %s, %s, %s)"
+                f" ON DUPLICATE KEY UPDATE status = IF({latest}, VALUES(status), status),"
+                f" response = IF({latest}, VALUES(response), response), token = IF({latest}, VALUES(token), token)",
+                (scope, idem_key, fingerprint, status, body, token),
+            )
         return self._keep_answer(scope, idem_key, token, status, body)
 
     def _keep_answer(self, scope: str, idem_key: str, token: str, status: int, body: str) -> bool:
-        reply = reply_fields(self.lua.run("idem_finish", [record_key(scope, idem_key)], [token, status, body, self.ttl_s]))
+        reply = reply_fields(
+            self.lua.run("idem_finish", [record_key(scope, idem_key)], [token, status, body, self.ttl_s])
+        )
         return reply[0] == "done"
 
     def abandon(self, scope: str, idem_key: str, token: str, forget_note: bool = False) -> None:
         """Give the key back (nothing changed); forget_note: its recovery point in the DB goes too, so no later attempt
         resumes work that was taken back (a rolled-back order id)."""
         if forget_note:
-            db.execute("DELETE FROM t_route_key WHERE scope = %s AND idem_key = %s AND status IS NULL", (scope, idem_key))
+            db.execute(
+                "DELETE FROM t_route_key WHERE scope = %s AND idem_key = %s AND status IS NULL", (scope, idem_key)
+            )
         self.lua.run("idem_abandon", [record_key(scope, idem_key), quota_key(scope)], [token])

@@ -17,6 +17,7 @@ MARGIN_S covers the rate and offset differences of the hosts' clocks (ids carry 
 stay unique while the hosts' clocks agree within MARGIN_S. The cost is one wait of VALID_S + MARGIN_S per
 claim (a cold start, or after a lost lease) and one renewal per VALID_S while ids are issued.
 """
+
 from __future__ import annotations
 
 import os
@@ -71,8 +72,9 @@ class IdGenerator:
         late_renewals = 0
         while not (self._worker is not None and self._valid()):
             started = time.monotonic(), time.time()  # before the call: the window never outlasts the lease's
-            if self._worker is not None and ids_lease(self._lua, self._key(self._worker), self._token,
-                                                      LeaseAction.RENEW, self._lease_ms):
+            if self._worker is not None and ids_lease(
+                self._lua, self._key(self._worker), self._token, LeaseAction.RENEW, self._lease_ms
+            ):
                 self._valid_until = (started[0] + VALID_S, started[1] + VALID_S)
                 if not self._valid():  # answered after its own window: the lease is ours, this window gone; again
                     late_renewals += 1
@@ -104,7 +106,11 @@ class IdGenerator:
                 worker = self._lease()
                 now_ms = self._tick()
                 if self._valid():  # the window still held when the tick was taken (a tick may wait)
-                    return ((now_ms - EPOCH_MS) << (WORKER_BITS + SEQUENCE_BITS)) | (worker << SEQUENCE_BITS) | self._sequence
+                    return (
+                        ((now_ms - EPOCH_MS) << (WORKER_BITS + SEQUENCE_BITS))
+                        | (worker << SEQUENCE_BITS)
+                        | self._sequence
+                    )
 
     def _tick(self) -> int:
         """The millisecond of the next id, with self._sequence set for it."""

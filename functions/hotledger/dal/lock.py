@@ -20,6 +20,7 @@
   RedisUnavailable; hold() lets the lease run out instead).
 lock_acquire / lock_release / lock_renew are the typed wrappers of the scripts of the same names.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,10 +50,6 @@ class LockLost(Exception):
 
 class NotLockOwner(Exception):
     """A release by someone who does not hold the lock: refused."""
-
-
-
-
 
 
 class AcquireStatus(Enum):
@@ -86,13 +83,23 @@ class ReleaseStatus(Enum):
 
 def lock_acquire(lua: Lua, name: str, owner: str, lease_ms: int, queued_until: int) -> AcquireReply:
     """queued_until: until when the caller counts as waiting (epoch ms), 0 when it will not wait (not queued)."""
-    return AcquireReply.parse(lua.run("lock_acquire", [keys.lock(name), keys.lock_fence(name), keys.lock_waiters(name)],
-                                      [owner, lease_ms, queued_until]))
+    return AcquireReply.parse(
+        lua.run(
+            "lock_acquire",
+            [keys.lock(name), keys.lock_fence(name), keys.lock_waiters(name)],
+            [owner, lease_ms, queued_until],
+        )
+    )
 
 
 def lock_release(lua: Lua, name: str, owner: str, now_ms: int) -> ReleaseStatus:
-    return ReleaseStatus(reply_fields(lua.run("lock_release", [keys.lock(name), keys.lock_channel(name), keys.lock_waiters(name)],
-                                              [owner, now_ms]))[0])
+    return ReleaseStatus(
+        reply_fields(
+            lua.run(
+                "lock_release", [keys.lock(name), keys.lock_channel(name), keys.lock_waiters(name)], [owner, now_ms]
+            )
+        )[0]
+    )
 
 
 def lock_renew(lua: Lua, name: str, owner: str, lease_ms: int) -> bool:
@@ -160,8 +167,14 @@ class Watchdog:
 
 
 class DistributedLock:
-    def __init__(self, lua: Lua, lease_ms: int, wait_ms: int, on_lost: Callable[[Holding], None] | None = None,
-                 waiter_liveness_ms: int = 3000):
+    def __init__(
+        self,
+        lua: Lua,
+        lease_ms: int,
+        wait_ms: int,
+        on_lost: Callable[[Holding], None] | None = None,
+        waiter_liveness_ms: int = 3000,
+    ):
         self.lua, self.redis = lua, lua.client
         self.lease_ms, self.wait_ms, self.waiter_liveness_ms = lease_ms, wait_ms, waiter_liveness_ms
         self._process = uuid.uuid4().hex[:12]

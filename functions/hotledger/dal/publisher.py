@@ -12,6 +12,7 @@ a SigV4-signed kafka-cluster:Connect URL made from the function's own credential
 (valid 15 minutes; librdkafka asks oauth_cb again before it expires, kafka-python asks the provider on every
 connection). KAFKA_AUTH=none (local): KAFKA_SECURITY_PROTOCOL as given, no client authentication.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,9 +55,11 @@ def confluent_connection(cfg: Settings) -> dict:
     admin client that creates topics)."""
     config = {"bootstrap.servers": cfg.kafka_bootstrap, "security.protocol": cfg.kafka_security_protocol.lower()}
     if cfg.kafka_auth == "iam":
+
         def oauth_cb(_oauth_config: str) -> tuple[str, float]:
             token, expiry_ms = msk_iam_token(cfg.aws_region)
             return token, expiry_ms / 1000  # librdkafka wants the expiry in epoch seconds
+
         config.update({"security.protocol": "sasl_ssl", "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb})
     if "ssl" in config["security.protocol"]:
         config["ssl.ca.location"] = "probe"  # the wheel's own OpenSSL: find the system CA bundle (MSK TLS)
@@ -79,14 +82,25 @@ def kafka_python_connection(cfg: Settings) -> dict:
     """How a kafka-python client reaches the brokers and signs in (the producer and the end-offset reader)."""
     config = {"bootstrap_servers": cfg.kafka_bootstrap.split(","), "security_protocol": cfg.kafka_security_protocol}
     if cfg.kafka_auth == "iam":
-        config.update({"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER",
-                       "sasl_oauth_token_provider": msk_iam_token_provider(cfg.aws_region)})
+        config.update(
+            {
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": "OAUTHBEARER",
+                "sasl_oauth_token_provider": msk_iam_token_provider(cfg.aws_region),
+            }
+        )
     return config
 
 
 def confluent_config(cfg: Settings) -> dict:
-    return {**confluent_connection(cfg), "acks": "all", "enable.idempotence": False, "linger.ms": 0,
-            "socket.nagle.disable": True, "message.timeout.ms": int(cfg.publish_timeout_s * 1000)}
+    return {
+        **confluent_connection(cfg),
+        "acks": "all",
+        "enable.idempotence": False,
+        "linger.ms": 0,
+        "socket.nagle.disable": True,
+        "message.timeout.ms": int(cfg.publish_timeout_s * 1000),
+    }
 
 
 def kafka_python_config(cfg: Settings) -> dict:
@@ -122,7 +136,9 @@ class _Confluent:
     def send(self, topic: str, key: bytes, value: bytes) -> None:
         outcome: dict = {}
         try:
-            self.producer.produce(topic, key=key, value=value, on_delivery=lambda err, _msg: outcome.setdefault("err", err))
+            self.producer.produce(
+                topic, key=key, value=value, on_delivery=lambda err, _msg: outcome.setdefault("err", err)
+            )
         except Exception as exc:  # BufferError when the queue is full, KafkaException for bad config
             raise NotAcknowledged(repr(exc)) from exc
         deadline = time.monotonic() + self.timeout_s
@@ -135,13 +151,22 @@ class _Confluent:
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         # never subscribes: no group join, only metadata, ListOffsets and one fetch per non-empty partition
-        reader = Consumer({**self.connection, "group.id": "hotledger-end-offsets", "enable.auto.commit": False,
-                           "enable.partition.eof": True, "auto.offset.reset": "latest",
-                           "fetch.wait.max.ms": END_FETCH_WAIT_MS})
+        reader = Consumer(
+            {
+                **self.connection,
+                "group.id": "hotledger-end-offsets",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "latest",
+                "fetch.wait.max.ms": END_FETCH_WAIT_MS,
+            }
+        )
         try:
             partitions = reader.list_topics(topic, timeout=self.timeout_s).topics[topic].partitions
-            listed = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout_s, cached=False)[1]
-                      for p in partitions}
+            listed = {
+                p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout_s, cached=False)[1]
+                for p in partitions
+            }
             ends, unread = dict(listed), {p for p, end in listed.items() if end > 0}
             if unread:
                 reader.assign([TopicPartition(topic, p, listed[p] - 1) for p in unread])
@@ -186,11 +211,19 @@ class _KafkaPython:
     def end_offsets(self, topic: str) -> dict[int, int]:
         from kafka import KafkaConsumer, TopicPartition
 
-        reader = KafkaConsumer(**self.connection, request_timeout_ms=int(self.timeout_s * 1000) + 1,
-                               enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=END_FETCH_WAIT_MS)
+        reader = KafkaConsumer(
+            **self.connection,
+            request_timeout_ms=int(self.timeout_s * 1000) + 1,
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            fetch_max_wait_ms=END_FETCH_WAIT_MS,
+        )
         try:
             partitions = reader.partitions_for_topic(topic) or set()
-            listed = {tp.partition: end for tp, end in reader.end_offsets([TopicPartition(topic, p) for p in partitions]).items()}
+            listed = {
+                tp.partition: end
+                for tp, end in reader.end_offsets([TopicPartition(topic, p) for p in partitions]).items()
+            }
             ends, unread = dict(listed), {TopicPartition(topic, p) for p, end in listed.items() if end > 0}
             reader.assign(list(unread))
             for tp in unread:
@@ -198,7 +231,9 @@ class _KafkaPython:
             deadline = time.monotonic() + self.timeout_s
             while unread:
                 if time.monotonic() > deadline:
-                    raise NotAcknowledged(f"the end of partitions {sorted(tp.partition for tp in unread)} not read in time")
+                    raise NotAcknowledged(
+                        f"the end of partitions {sorted(tp.partition for tp in unread)} not read in time"
+                    )
                 for tp, records in reader.poll(timeout_ms=100, max_records=100_000).items():
                     ends[tp.partition] = max(ends[tp.partition], *(r.offset + 1 for r in records))
                 for tp in list(unread):
@@ -284,8 +319,13 @@ def read(topic: str, since: dict[int, int], limit: int) -> list[LogRecord]:
     from kafka import KafkaConsumer, TopicPartition
 
     cfg = settings()
-    reader = KafkaConsumer(**kafka_python_connection(cfg), request_timeout_ms=int(cfg.publish_timeout_s * 1000) + 1,
-                           enable_auto_commit=False, auto_offset_reset="earliest", consumer_timeout_ms=0)
+    reader = KafkaConsumer(
+        **kafka_python_connection(cfg),
+        request_timeout_ms=int(cfg.publish_timeout_s * 1000) + 1,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=0,
+    )
     try:
         partitions = sorted(reader.partitions_for_topic(topic) or ())
         tps = [TopicPartition(topic, p) for p in partitions]
@@ -300,8 +340,15 @@ def read(topic: str, since: dict[int, int], limit: int) -> list[LogRecord]:
             deadline = time.monotonic() + cfg.publish_timeout_s
             while reader.position(tp) < ends[tp] and len(found) < limit and time.monotonic() < deadline:
                 for record in reader.poll(timeout_ms=200, max_records=limit - len(found)).get(tp, []):
-                    found.append(LogRecord(tp.partition, record.offset, record.key, record.value,
-                                           {k: (v or b"").decode(errors="replace") for k, v in record.headers or []}))
+                    found.append(
+                        LogRecord(
+                            tp.partition,
+                            record.offset,
+                            record.key,
+                            record.value,
+                            {k: (v or b"").decode(errors="replace") for k, v in record.headers or []},
+                        )
+                    )
         return found[:limit]
     except Exception as exc:  # the client's own errors: no answer
         raise LogUnreadable(repr(exc)) from exc

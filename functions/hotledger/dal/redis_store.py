@@ -3,6 +3,7 @@
 Only dal/ and the features' store.py talk to redis-py. Above them a Redis failure is one of two things:
 RedisUnavailable (the command cannot have run: nothing changed) or RedisOutcomeUnknown (it was sent and its
 answer lost: it may have run). Each feature's store wraps its scripts in typed methods over Lua.run."""
+
 from __future__ import annotations
 
 import functools
@@ -71,7 +72,9 @@ class Lua:
 
     def __init__(self, client: redis.Redis | redis.RedisCluster, lua_dir: str):
         self.client = client
-        self._scripts = {path.stem: client.register_script(path.read_text()) for path in sorted(Path(lua_dir).glob("*.lua"))}
+        self._scripts = {
+            path.stem: client.register_script(path.read_text()) for path in sorted(Path(lua_dir).glob("*.lua"))
+        }
 
     def run(self, name: str, keys: list[str], args: list, client=None):
         """Run one script; with a pipeline as client it is queued there and its reply comes from execute()."""
@@ -110,8 +113,9 @@ class ScriptsPipeline:
         # fails every pipeline until something else makes the client discover the cluster again. Every script's
         # keys share one hash tag, so the slot is computed here and the command sent to its master; a resend after
         # a connection error (redis-py's, one by one) routes by the keys on the client as well.
-        return self._pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args,
-                                          target_nodes=self._client.get_node_from_key(keys[0]))
+        return self._pipe.execute_command(
+            "EVALSHA", script.sha, len(keys), *keys, *args, target_nodes=self._client.get_node_from_key(keys[0])
+        )
 
     def __getattr__(self, command):
         return getattr(self._pipe, command)
@@ -263,7 +267,9 @@ def never_ran(exc: redis.RedisError) -> bool:
     """True when every attempt redis-py made (AttemptsKept) was refused at connect: the command cannot have
     reached Redis. One attempt that timed out or lost its connection mid-command leaves the outcome unknown,
     whatever the later attempts met."""
-    return all(isinstance(attempt.__context__, ConnectionRefusedError) for attempt in getattr(exc, "attempts", None) or (exc,))
+    return all(
+        isinstance(attempt.__context__, ConnectionRefusedError) for attempt in getattr(exc, "attempts", None) or (exc,)
+    )
 
 
 def shard_subscription(client, channels: list[str]):

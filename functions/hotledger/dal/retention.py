@@ -2,6 +2,7 @@
 (t_idempotency for deducts and recharges, t_route_key for the other routes) and the rollback records (t_rolled_back).
 The reconciler's `keys` part deletes the older ones a bounded batch at a time, oldest first, within its budget; the
 next run goes on. A key older than the retention is a new key: the request runs again (Stripe keeps keys 24 h)."""
+
 from __future__ import annotations
 
 from hotledger.dal import db
@@ -19,7 +20,9 @@ def prune(older_than_ms: int, budget: Budget) -> dict[str, int]:
         deleted[table] = 0
         while True:
             batch = max(1, budget.page(BATCH))
-            gone = db.execute(f"DELETE FROM {table} WHERE create_time < %s ORDER BY create_time LIMIT {batch}", (cutoff,))
+            gone = db.execute(
+                f"DELETE FROM {table} WHERE create_time < %s ORDER BY create_time LIMIT {batch}", (cutoff,)
+            )
             budget.spend(max(gone, 1))
             deleted[table] += gone
             if gone < batch or budget.exhausted:

@@ -1,5 +1,6 @@
 """Schema migrations: every *.sql file of a folder (infra/migrations locally, the migrations layer in AWS) applied in
 name order, once each (recorded in schema_migrations). Idempotent: a second run applies nothing."""
+
 from __future__ import annotations
 
 from pathlib import Path

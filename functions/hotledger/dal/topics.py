@@ -1,5 +1,6 @@
 """The Kafka side of a deploy: where the brokers are (MSK has no bootstrap attribute in CloudFormation) and the topics
 the service needs, created when missing."""
+
 from __future__ import annotations
 
 from hotledger.config import Settings
@@ -31,4 +32,3 @@ def ensure_topics(cfg: Settings, names: list[str], partitions: int, timeout_s: f
         for future in futures.values():
             future.result()
     return missing
-

@@ -1,4 +1,5 @@
 """History routes: an account's entries (newest first, cursor pages), its balance at any time, statements."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -27,11 +28,16 @@ class EntryView(BaseModel):
     amount: str
     balance_change: str = Field(description="what the entry added to the balance (negative: taken)")
     balance_after: str = Field(description="the balance after this entry (pending: as charged in Redis)")
-    available_after: str | None = Field(description="the balance less active holds after this entry; null while pending")
-    at: int | None = Field(description="epoch ms the ledger booked it (history and balances follow this time); null "
-                                       "while pending")
+    available_after: str | None = Field(
+        description="the balance less active holds after this entry; null while pending"
+    )
+    at: int | None = Field(
+        description="epoch ms the ledger booked it (history and balances follow this time); null while pending"
+    )
     charged_at: int = Field(description="epoch ms the change was made")
-    ref: str | None = Field(description="what caused it: key:<Idempotency-Key>, payment_order:<id>, redpacket:<id>, ...")
+    ref: str | None = Field(
+        description="what caused it: key:<Idempotency-Key>, payment_order:<id>, redpacket:<id>, ..."
+    )
     state: str = Field(description="booked, or pending: acknowledged, not in the DB yet (read your writes)")
 
 
@@ -56,10 +62,19 @@ class StatementView(BaseModel):
 
 
 def _entry(e: HistoryEntry) -> dict:
-    return {"seq": e.seq, "entry_id": str(e.entry_id), "type": e.type, "amount": format_minor(e.amount),
-            "balance_change": format_minor(e.delta), "balance_after": format_minor(e.balance_after),
-            "available_after": None if e.available_after is None else format_minor(e.available_after), "at": e.at,
-            "charged_at": e.charged_at, "ref": e.ref, "state": e.state}
+    return {
+        "seq": e.seq,
+        "entry_id": str(e.entry_id),
+        "type": e.type,
+        "amount": format_minor(e.amount),
+        "balance_change": format_minor(e.delta),
+        "balance_after": format_minor(e.balance_after),
+        "available_after": None if e.available_after is None else format_minor(e.available_after),
+        "at": e.at,
+        "charged_at": e.charged_at,
+        "ref": e.ref,
+        "state": e.state,
+    }
 
 
 def _filters(types: str | None, since: int | None, until: int | None) -> Filters | None:
@@ -74,13 +89,24 @@ def _filters(types: str | None, since: int | None, until: int | None) -> Filters
     return Filters(wanted, since, until)
 
 
-@router.get("/accounts/<user_id>/entries", responses=responses(
-    200, EntriesPage, "the account's entries, newest first: the pending ones (first page only), then the booked ones",
-    _NOT_FOUND, (422, "INVALID_CURSOR: not a cursor of this account, or made for other filters; VALIDATION_ERROR")))
-def list_entries(user_id: UserId, limit: Annotated[int, Query(gt=0, le=1000)] = 100,
-                 cursor: Annotated[str | None, Query(min_length=1, max_length=512)] = None,
-                 types: Annotated[str | None, Query(max_length=512)] = None, since: EpochMs = None,
-                 until: EpochMs = None) -> dict:
+@router.get(
+    "/accounts/<user_id>/entries",
+    responses=responses(
+        200,
+        EntriesPage,
+        "the account's entries, newest first: the pending ones (first page only), then the booked ones",
+        _NOT_FOUND,
+        (422, "INVALID_CURSOR: not a cursor of this account, or made for other filters; VALIDATION_ERROR"),
+    ),
+)
+def list_entries(
+    user_id: UserId,
+    limit: Annotated[int, Query(gt=0, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=512)] = None,
+    types: Annotated[str | None, Query(max_length=512)] = None,
+    since: EpochMs = None,
+    until: EpochMs = None,
+) -> dict:
     page = history().entries(user_id, limit, cursor, _filters(types, since, until))
     return {"entries": [_entry(e) for e in page.entries], "next_cursor": page.next_cursor}
 
@@ -88,18 +114,38 @@ def list_entries(user_id: UserId, limit: Annotated[int, Query(gt=0, le=1000)] = 
 @router.get("/accounts/<user_id>/balance", responses=responses(200, BalanceView, "the balance at `at`", _NOT_FOUND))
 def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> dict:
     found = history().balance_at(user_id, at)
-    return {"balance": format_minor(found.balance), "available": format_minor(found.available), "seq": found.seq, "at": at}
+    return {
+        "balance": format_minor(found.balance),
+        "available": format_minor(found.available),
+        "seq": found.seq,
+        "at": at,
+    }
 
 
-@router.get("/accounts/<user_id>/statement", responses=responses(
-    200, StatementView, "opening balance, entries, closing balance", _NOT_FOUND,
-    (422, "INVALID_RANGE: until is not after since; STATEMENT_TOO_LARGE: more than 1,000 entries, narrow the range")))
-def statement(user_id: UserId, since: Annotated[int, Query(ge=0, lt=2**53)],
-              until: Annotated[int, Query(ge=1, lt=2**53)]) -> dict:
+@router.get(
+    "/accounts/<user_id>/statement",
+    responses=responses(
+        200,
+        StatementView,
+        "opening balance, entries, closing balance",
+        _NOT_FOUND,
+        (
+            422,
+            "INVALID_RANGE: until is not after since; STATEMENT_TOO_LARGE: more than 1,000 entries, narrow the range",
+        ),
+    ),
+)
+def statement(
+    user_id: UserId, since: Annotated[int, Query(ge=0, lt=2**53)], until: Annotated[int, Query(ge=1, lt=2**53)]
+) -> dict:
     s = history().statement(user_id, since, until)
-    return {"since": s.since, "until": s.until, "opening_balance": format_minor(s.opening.balance),
-            "entries": [_entry(HistoryEntry.booked(e)) for e in s.entries],
-            "closing_balance": format_minor(s.closing.balance)}
+    return {
+        "since": s.since,
+        "until": s.until,
+        "opening_balance": format_minor(s.opening.balance),
+        "entries": [_entry(HistoryEntry.booked(e)) for e in s.entries],
+        "closing_balance": format_minor(s.closing.balance),
+    }
 
 
 # services and operators read any account's history, end users their own

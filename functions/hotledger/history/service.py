@@ -5,6 +5,7 @@ the first page therefore starts with the account's pending entries (charged in R
 `state: "pending"`), then the booked ones. Pages after the first follow the booked entries by seq alone, so they are
 stable while new entries arrive: a cursor says "older than seq n" with the filters it was made for, and a cursor
 from one filter never pages another (Stripe's and Formance's users met cursors that dropped their filters)."""
+
 from __future__ import annotations
 
 import base64
@@ -17,8 +18,23 @@ from hotledger.history.store import BalanceAt, BookedEntry, HistoryStore
 from hotledger.ledger.book import type_and_ref
 from hotledger.ledger.entry import Entry
 
-ENTRY_TYPES = frozenset({"opening", "deduct", "recharge", "payment_charge", "payment_refund", "redpacket_debit",
-                         "redpacket_credit", "redpacket_refund", "hold", "capture", "void", "expiry", "refund"})
+ENTRY_TYPES = frozenset(
+    {
+        "opening",
+        "deduct",
+        "recharge",
+        "payment_charge",
+        "payment_refund",
+        "redpacket_debit",
+        "redpacket_credit",
+        "redpacket_refund",
+        "hold",
+        "capture",
+        "void",
+        "expiry",
+        "refund",
+    }
+)
 STATEMENT_MAX_ENTRIES = 1000
 NEWEST = 2**62  # a seq past any account's last
 
@@ -46,15 +62,41 @@ class HistoryEntry:
 
     @classmethod
     def booked(cls, e: BookedEntry) -> HistoryEntry:
-        return cls(e.seq, e.entry_id, e.type, e.amount, e.delta, e.balance_after, e.available_after, e.booked_at,
-                   e.charged_at, e.ref, "booked")
+        return cls(
+            e.seq,
+            e.entry_id,
+            e.type,
+            e.amount,
+            e.delta,
+            e.balance_after,
+            e.available_after,
+            e.booked_at,
+            e.charged_at,
+            e.ref,
+            "booked",
+        )
 
     @classmethod
     def pending(cls, e: Entry) -> HistoryEntry:
-        entry_type, ref = type_and_ref(e.kind, e.idem_key, e.hold.hold_id if e.hold else None,
-                                       f"{e.refund.charge_kind}:{e.refund.charge_id}" if e.refund else None)
-        return cls(None, e.entry_id, entry_type, e.amount, e.delta, e.balance_after,
-                   e.hold.available_after if e.hold else None, None, e.ts, ref, "pending")
+        entry_type, ref = type_and_ref(
+            e.kind,
+            e.idem_key,
+            e.hold.hold_id if e.hold else None,
+            f"{e.refund.charge_kind}:{e.refund.charge_id}" if e.refund else None,
+        )
+        return cls(
+            None,
+            e.entry_id,
+            entry_type,
+            e.amount,
+            e.delta,
+            e.balance_after,
+            e.hold.available_after if e.hold else None,
+            None,
+            e.ts,
+            ref,
+            "pending",
+        )
 
 
 @dataclass(frozen=True)
@@ -83,8 +125,9 @@ class History:
         if cursor is not None:
             before, carried = decode_cursor(user_id, cursor)
             if filters is not None and filters != carried:
-                raise errors.InvalidCursor("this cursor was made for other filters: send it without filters, or "
-                                           "start again without a cursor")
+                raise errors.InvalidCursor(
+                    "this cursor was made for other filters: send it without filters, or start again without a cursor"
+                )
             filters = carried
         else:
             before, filters = NEWEST, filters or Filters()
@@ -110,12 +153,19 @@ class History:
         if until <= since:
             raise errors.InvalidRange("until must be after since")
         low, high = self.store.first_seq_from(user_id, since), self.store.first_seq_from(user_id, until) - 1
-        entries = self.store.page(user_id, low, high, (), STATEMENT_MAX_ENTRIES + 1, newest_first=False) if high >= low else []
+        entries = (
+            self.store.page(user_id, low, high, (), STATEMENT_MAX_ENTRIES + 1, newest_first=False)
+            if high >= low
+            else []
+        )
         if len(entries) > STATEMENT_MAX_ENTRIES:
-            raise errors.StatementTooLarge(f"more than {STATEMENT_MAX_ENTRIES} entries in this range: narrow it, or page "
-                                           "through GET /accounts/{id}/entries with since and until")
-        return Statement(since, until, self.store.balance_at(user_id, since - 1), entries,
-                         self.store.balance_at(user_id, until - 1))
+            raise errors.StatementTooLarge(
+                f"more than {STATEMENT_MAX_ENTRIES} entries in this range: narrow it, or page "
+                "through GET /accounts/{id}/entries with since and until"
+            )
+        return Statement(
+            since, until, self.store.balance_at(user_id, since - 1), entries, self.store.balance_at(user_id, until - 1)
+        )
 
     def _account(self, user_id: int) -> None:
         if not self.is_known_account(user_id):
@@ -124,11 +174,18 @@ class History:
     def _pending(self, user_id: int, filters: Filters) -> list[HistoryEntry]:
         entries = self.pending_entries(user_id)
         booked = self.store.booked_ids(user_id, [e.entry_id for e in entries])  # committed, not settled yet
-        shown = [HistoryEntry.pending(e) for e in sorted(entries, key=lambda e: (e.version, e.entry_id), reverse=True)
-                 if e.entry_id not in booked]
-        return [e for e in shown if (not filters.types or e.type in filters.types)
-                and (filters.since is None or e.charged_at >= filters.since)
-                and (filters.until is None or e.charged_at < filters.until)]
+        shown = [
+            HistoryEntry.pending(e)
+            for e in sorted(entries, key=lambda e: (e.version, e.entry_id), reverse=True)
+            if e.entry_id not in booked
+        ]
+        return [
+            e
+            for e in shown
+            if (not filters.types or e.type in filters.types)
+            and (filters.since is None or e.charged_at >= filters.since)
+            and (filters.until is None or e.charged_at < filters.until)
+        ]
 
 
 def encode_cursor(user_id: int, before_seq: int, filters: Filters) -> str:
@@ -141,9 +198,15 @@ def decode_cursor(user_id: int, cursor: str) -> tuple[int, Filters]:
     try:
         body = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         before, types, since, until = body["b"], body["t"], body["s"], body["e"]
-        valid = (body["u"] == user_id and type(before) is int and before > 0 and isinstance(types, list)
-                 and all(t in ENTRY_TYPES for t in types) and types == sorted(set(types))
-                 and all(v is None or type(v) is int for v in (since, until)))
+        valid = (
+            body["u"] == user_id
+            and type(before) is int
+            and before > 0
+            and isinstance(types, list)
+            and all(t in ENTRY_TYPES for t in types)
+            and types == sorted(set(types))
+            and all(v is None or type(v) is int for v in (since, until))
+        )
     except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
         valid = False
     if not valid:

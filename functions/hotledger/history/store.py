@@ -1,5 +1,6 @@
 """The history's storage: reads of the ledger's rows (t_entry, written by ledger.book through the writer and the SYNC
 path). Every read is one indexed range: (user_id, seq) for pages, (user_id, booked_at, seq) for times."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,18 +40,24 @@ class HistoryStore:
         """The account after its last entry booked at or before at_ms."""
         # the time index, always: for an early `at` the optimizer would otherwise walk the primary key back from the
         # newest entry (a bench p99 of 200 ms at 100,000 entries)
-        rows = db.query("SELECT seq, balance_after, available_after, booked_at FROM t_entry FORCE INDEX (idx_entry_booked)"
-                        " WHERE user_id = %s AND booked_at <= %s ORDER BY booked_at DESC, seq DESC LIMIT 1", (user_id, at_ms))
+        rows = db.query(
+            "SELECT seq, balance_after, available_after, booked_at FROM t_entry FORCE INDEX (idx_entry_booked)"
+            " WHERE user_id = %s AND booked_at <= %s ORDER BY booked_at DESC, seq DESC LIMIT 1",
+            (user_id, at_ms),
+        )
         return BalanceAt(*rows[0]) if rows else BalanceAt(0, 0, 0, 0)
 
     def first_seq_from(self, user_id: int, since_ms: int) -> int:
         """The seq of the first entry booked at or after since_ms; past the last when there is none."""
-        rows = db.query("SELECT seq FROM t_entry WHERE user_id = %s AND booked_at >= %s ORDER BY booked_at, seq LIMIT 1",
-                        (user_id, since_ms))
+        rows = db.query(
+            "SELECT seq FROM t_entry WHERE user_id = %s AND booked_at >= %s ORDER BY booked_at, seq LIMIT 1",
+            (user_id, since_ms),
+        )
         return rows[0][0] if rows else 2**62
 
-    def page(self, user_id: int, seq_from: int, seq_to: int, types: tuple[str, ...], limit: int,
-             newest_first: bool = True) -> list[BookedEntry]:
+    def page(
+        self, user_id: int, seq_from: int, seq_to: int, types: tuple[str, ...], limit: int, newest_first: bool = True
+    ) -> list[BookedEntry]:
         """Entries with seq_from <= seq <= seq_to of these types (all when empty), at most `limit`."""
         where, args = "user_id = %s AND seq BETWEEN %s AND %s", [user_id, seq_from, seq_to]  # type: list[object]
         if types:
@@ -64,6 +71,8 @@ class HistoryStore:
         """Those of the ids the ledger holds already (a pending entry between its commit and its settle)."""
         if not entry_ids:
             return set()
-        rows = db.query(f"SELECT entry_id FROM t_entry WHERE user_id = %s AND entry_id IN ({','.join(['%s'] * len(entry_ids))})",
-                        (user_id, *entry_ids))
+        rows = db.query(
+            f"SELECT entry_id FROM t_entry WHERE user_id = %s AND entry_id IN ({','.join(['%s'] * len(entry_ids))})",
+            (user_id, *entry_ids),
+        )
         return {row[0] for row in rows}

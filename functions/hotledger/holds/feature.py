@@ -1,5 +1,6 @@
 """Holds' registration (hotledger.features): their routes, the delay queue that ends expired holds, and the
 reconciler part that ends those whose delay element was lost."""
+
 from __future__ import annotations
 
 from hotledger.features import Feature, ReconcilePart
@@ -36,5 +37,6 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
     return (ReconcilePart(name="holds", run=expired_holds),)
 
 
-FEATURE = Feature(name="holds", routes="hotledger.holds.routes", reconcile_parts=_reconcile_parts,
-                  delay_handlers=_delay_handlers)
+FEATURE = Feature(
+    name="holds", routes="hotledger.holds.routes", reconcile_parts=_reconcile_parts, delay_handlers=_delay_handlers
+)

@@ -1,4 +1,5 @@
 """Holds: the typed replies of its Lua scripts and their parsers."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,8 +54,19 @@ class HoldReply:
         if status is HoldStatus.OK:
             balance, version, epoch, open_flag, available, *change = rest
             amount, captured, state, released, expires_at = change or ("0", "0", ACTIVE, "0", "0")
-            return cls(status, int(balance), int(version), epoch, open_flag, int(available), int(amount), int(captured),
-                       state, int(released), int(expires_at))
+            return cls(
+                status,
+                int(balance),
+                int(version),
+                epoch,
+                open_flag,
+                int(available),
+                int(amount),
+                int(captured),
+                state,
+                int(released),
+                int(expires_at),
+            )
         if status in (HoldStatus.CLOSED, HoldStatus.INSUFFICIENT):
             return cls(status, balance=int(rest[0]), version=int(rest[1]))
         if status is HoldStatus.ENDED:

@@ -1,4 +1,5 @@
 """Hold routes: authorize, capture, void, read (issue 20's API shape)."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -23,8 +24,10 @@ UserId = Annotated[int, Path(gt=0, lt=2**31)]
 HoldId = Annotated[int, Path(gt=0, lt=2**63)]
 HoldState = Annotated[str | None, Query(pattern="^(ACTIVE|CAPTURED|VOIDED|EXPIRED)$")]
 _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND or HOLD_NOT_FOUND")
-_ENDED = "HOLD_CAPTURED, HOLD_VOIDED or HOLD_EXPIRED: the hold ended so already; HOLD_BUSY: a capture is still being " \
-         "recorded, retry; "
+_ENDED = (
+    "HOLD_CAPTURED, HOLD_VOIDED or HOLD_EXPIRED: the hold ended so already; HOLD_BUSY: a capture is still being "
+    "recorded, retry; "
+)
 
 
 class AuthorizeRequest(BaseModel):
@@ -51,7 +54,9 @@ class HoldAnswer(BaseModel):
     created_at: int
     description: str
     balance: str | None = Field(description="the account's balance after this request (null on reads)")
-    available: str | None = Field(description="balance - held credits - active holds after this request (null on reads)")
+    available: str | None = Field(
+        description="balance - held credits - active holds after this request (null on reads)"
+    )
     entry_id: str | None = Field(description="the ledger entry this request made (its history entry; null on reads)")
 
 
@@ -62,48 +67,114 @@ class HoldsPage(BaseModel):
 
 def _answer(view: HoldView) -> dict:
     h = view.hold
-    return {"hold_id": str(h.hold_id), "user_id": h.user_id, "amount": format_minor(h.amount),
-            "captured": format_minor(h.captured),
-            "remaining": format_minor(h.amount - h.captured if h.state == "ACTIVE" else 0), "state": h.state,
-            "expires_at": h.expires_at, "created_at": h.created_at, "description": h.description,
-            "balance": None if view.balance is None else format_minor(view.balance),
-            "available": None if view.available is None else format_minor(view.available),
-            "entry_id": None if view.entry_id is None else str(view.entry_id)}
+    return {
+        "hold_id": str(h.hold_id),
+        "user_id": h.user_id,
+        "amount": format_minor(h.amount),
+        "captured": format_minor(h.captured),
+        "remaining": format_minor(h.amount - h.captured if h.state == "ACTIVE" else 0),
+        "state": h.state,
+        "expires_at": h.expires_at,
+        "created_at": h.created_at,
+        "description": h.description,
+        "balance": None if view.balance is None else format_minor(view.balance),
+        "available": None if view.available is None else format_minor(view.available),
+        "entry_id": None if view.entry_id is None else str(view.entry_id),
+    }
 
 
-@router.post("/accounts/<user_id>/holds", status_code=201, responses=responses(
-    201, HoldAnswer, "authorized: the amount left `available` at once", _NOT_FOUND, UNAVAILABLE, KEY_CONFLICT,
-    TOO_MANY_KEYS, (402, "INSUFFICIENT_BALANCE: available - amount would fall below the threshold"), (403, "API_CLOSED"),
-    (409, KEY_CONFLICT[1])))
+@router.post(
+    "/accounts/<user_id>/holds",
+    status_code=201,
+    responses=responses(
+        201,
+        HoldAnswer,
+        "authorized: the amount left `available` at once",
+        _NOT_FOUND,
+        UNAVAILABLE,
+        KEY_CONFLICT,
+        TOO_MANY_KEYS,
+        (402, "INSUFFICIENT_BALANCE: available - amount would fall below the threshold"),
+        (403, "API_CLOSED"),
+        (409, KEY_CONFLICT[1]),
+    ),
+)
 def authorize(user_id: UserId, request: Annotated[AuthorizeRequest, Body()], idempotency_key: RouteKey = None):
     def run(attempt):
-        view = holds().authorize(user_id, request.amount, request.expires_in_s, request.description, attempt.remember,
-                                 attempt.resumed_from)
+        view = holds().authorize(
+            user_id, request.amount, request.expires_in_s, request.description, attempt.remember, attempt.resumed_from
+        )
         metrics.add_metric(name="HoldsAuthorized", unit=MetricUnit.Count, value=1)
         return _answer(view)
-    return once(f"account:{user_id}", idempotency_key, f"POST /accounts/{user_id}/holds", request.model_dump(), run,
-                status=201, resumable=True, durable=True)
+
+    return once(
+        f"account:{user_id}",
+        idempotency_key,
+        f"POST /accounts/{user_id}/holds",
+        request.model_dump(),
+        run,
+        status=201,
+        resumable=True,
+        durable=True,
+    )
 
 
-@router.post("/accounts/<user_id>/holds/<hold_id>/capture", responses=responses(
-    200, HoldAnswer, "captured: the balance went down by the amount", _NOT_FOUND, UNAVAILABLE, TOO_MANY_KEYS,
-    (409, _ENDED + "CAPTURE_EXCEEDS_HOLD: more than is left; " + KEY_CONFLICT[1])))
-def capture(user_id: UserId, hold_id: HoldId, request: Annotated[CaptureRequest, Body()], idempotency_key: RouteKey = None):
+@router.post(
+    "/accounts/<user_id>/holds/<hold_id>/capture",
+    responses=responses(
+        200,
+        HoldAnswer,
+        "captured: the balance went down by the amount",
+        _NOT_FOUND,
+        UNAVAILABLE,
+        TOO_MANY_KEYS,
+        (409, _ENDED + "CAPTURE_EXCEEDS_HOLD: more than is left; " + KEY_CONFLICT[1]),
+    ),
+)
+def capture(
+    user_id: UserId, hold_id: HoldId, request: Annotated[CaptureRequest, Body()], idempotency_key: RouteKey = None
+):
     def run(attempt):
-        return _answer(holds().capture(user_id, hold_id, request.amount, request.final, attempt.remember,
-                                       attempt.resumed_from))
-    return once(f"account:{user_id}", idempotency_key, f"POST /accounts/{user_id}/holds/{hold_id}/capture",
-                request.model_dump(), run, resumable=True, durable=True)
+        return _answer(
+            holds().capture(user_id, hold_id, request.amount, request.final, attempt.remember, attempt.resumed_from)
+        )
+
+    return once(
+        f"account:{user_id}",
+        idempotency_key,
+        f"POST /accounts/{user_id}/holds/{hold_id}/capture",
+        request.model_dump(),
+        run,
+        resumable=True,
+        durable=True,
+    )
 
 
-@router.post("/accounts/<user_id>/holds/<hold_id>/void", responses=responses(
-    200, HoldAnswer, "voided: what was left is available again", _NOT_FOUND, UNAVAILABLE, TOO_MANY_KEYS,
-    (409, _ENDED + KEY_CONFLICT[1])))
+@router.post(
+    "/accounts/<user_id>/holds/<hold_id>/void",
+    responses=responses(
+        200,
+        HoldAnswer,
+        "voided: what was left is available again",
+        _NOT_FOUND,
+        UNAVAILABLE,
+        TOO_MANY_KEYS,
+        (409, _ENDED + KEY_CONFLICT[1]),
+    ),
+)
 def void(user_id: UserId, hold_id: HoldId, idempotency_key: RouteKey = None):
     def run(attempt):
         return _answer(holds().void(user_id, hold_id, attempt.remember, attempt.resumed_from))
-    return once(f"account:{user_id}", idempotency_key, f"POST /accounts/{user_id}/holds/{hold_id}/void", None, run,
-                resumable=True, durable=True)
+
+    return once(
+        f"account:{user_id}",
+        idempotency_key,
+        f"POST /accounts/{user_id}/holds/{hold_id}/void",
+        None,
+        run,
+        resumable=True,
+        durable=True,
+    )
 
 
 @router.get("/accounts/<user_id>/holds/<hold_id>", responses=responses(200, HoldAnswer, "the hold", _NOT_FOUND))
@@ -111,13 +182,21 @@ def get_hold(user_id: UserId, hold_id: HoldId) -> dict:
     return _answer(HoldView(holds().get(user_id, hold_id)))
 
 
-@router.get("/accounts/<user_id>/holds", responses=responses(200, HoldsPage, "the account's holds, newest first", _NOT_FOUND))
-def list_holds(user_id: UserId, state: HoldState = None, limit: Annotated[int, Query(gt=0, le=200)] = 50,
-               after: Annotated[int | None, Query(gt=0, lt=2**63)] = None) -> dict:
+@router.get(
+    "/accounts/<user_id>/holds", responses=responses(200, HoldsPage, "the account's holds, newest first", _NOT_FOUND)
+)
+def list_holds(
+    user_id: UserId,
+    state: HoldState = None,
+    limit: Annotated[int, Query(gt=0, le=200)] = 50,
+    after: Annotated[int | None, Query(gt=0, lt=2**63)] = None,
+) -> dict:
     found = holds().list(user_id, state, limit + 1, after or 0)
     page = found[:limit]
-    return {"holds": [_answer(HoldView(h)) for h in page],
-            "next_after": str(page[-1].hold_id) if len(found) > limit else None}
+    return {
+        "holds": [_answer(HoldView(h)) for h in page],
+        "next_after": str(page[-1].hold_id) if len(found) > limit else None,
+    }
 
 
 # services authorize, capture and void (the merchant's backend); end users read their own holds

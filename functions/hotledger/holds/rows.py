@@ -1,4 +1,5 @@
 """Holds: typed rows and values its store and transactions hand out."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -18,6 +18,7 @@ Invariants (the defects other ledgers' users met, made impossible here):
 - with an Idempotency-Key each request acts once (api.idempotency `once`, durable): its retry answers the first
   answer, and a retry of a request that died resumes from the hold or change id it left.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,16 +52,30 @@ class HoldView:
 
 
 class Holds:
-    def __init__(self, store: HoldStore, durability: Durability, ledger, queue, next_id: Callable[[], int],
-                 clock: Callable[[], int] = lambda: int(time.time() * 1000)):
+    def __init__(
+        self,
+        store: HoldStore,
+        durability: Durability,
+        ledger,
+        queue,
+        next_id: Callable[[], int],
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ):
         """ledger: the accounts' service (load_cache, take_back of an entry, post of a durable entry); queue: the
         delay queue that tidies expired holds."""
         self.store, self.durability, self.ledger, self.queue = store, durability, ledger, queue
         self.next_id, self.clock = next_id, clock
 
     # authorize ------------------------------------------------------------------------------------------------------
-    def authorize(self, user_id: int, amount: int, expires_in_s: int, description: str, remember=None,
-                  resumed_from: str | None = None) -> HoldView:
+    def authorize(
+        self,
+        user_id: int,
+        amount: int,
+        expires_in_s: int,
+        description: str,
+        remember=None,
+        resumed_from: str | None = None,
+    ) -> HoldView:
         if not 0 < amount <= MAX_MINOR:
             raise errors.DomainError("amount out of range")
         if resumed_from is not None:  # the request died after it left this id: the hold may stand
@@ -78,8 +93,19 @@ class Holds:
             return self.store.authorize(user_id, hold_id, amount, now, expires_at, description)
 
         def outbound(hold_id: int, reply: HoldReply) -> Outbound:
-            entry = Entry(hold_id, user_id, amount, now, reply.balance, reply.version, "H", reply.epoch, reply.open_flag,
-                          None, HoldChange(hold_id, 0, expires_at, reply.available, ACTIVE, description, 0))
+            entry = Entry(
+                hold_id,
+                user_id,
+                amount,
+                now,
+                reply.balance,
+                reply.version,
+                "H",
+                reply.epoch,
+                reply.open_flag,
+                None,
+                HoldChange(hold_id, 0, expires_at, reply.available, ACTIVE, description, 0),
+            )
             return self._outbound(entry)
 
         def in_db(tx, account, now_ms: int) -> LedgerEvent:
@@ -89,10 +115,23 @@ class Holds:
             if available - amount < account.threshold:
                 raise errors.InsufficientBalance("available - amount would fall below the account's threshold")
             made[hold_id] = Hold(hold_id, user_id, amount, 0, ACTIVE, expires_at, now, description)
-            return LedgerEvent(type="ledger", id=hold_id, kind="H", user_id=user_id, amount=amount,
-                               balance_after=account.balance, version=account.version + 1, epoch="", ts=now,
-                               open=account.open_flag, hold_id=hold_id, expires_at=expires_at,
-                               available_after=available - amount, hold_state=ACTIVE, description=description)
+            return LedgerEvent(
+                type="ledger",
+                id=hold_id,
+                kind="H",
+                user_id=user_id,
+                amount=amount,
+                balance_after=account.balance,
+                version=account.version + 1,
+                epoch="",
+                ts=now,
+                open=account.open_flag,
+                hold_id=hold_id,
+                expires_at=expires_at,
+                available_after=available - amount,
+                hold_state=ACTIVE,
+                description=description,
+            )
 
         while True:
             hold_id, reply = self._apply(user_id, attempt, outbound, "hold")
@@ -105,8 +144,15 @@ class Holds:
             return HoldView(made[hold_id], reply.balance, reply.available, hold_id)
 
     # capture, void, expire ----------------------------------------------------------------------------------------
-    def capture(self, user_id: int, hold_id: int, amount: int | None, final: bool, remember=None,
-                resumed_from: str | None = None) -> HoldView:
+    def capture(
+        self,
+        user_id: int,
+        hold_id: int,
+        amount: int | None,
+        final: bool,
+        remember=None,
+        resumed_from: str | None = None,
+    ) -> HoldView:
         return self._change(CAPTURE, user_id, hold_id, amount or 0, final, remember, resumed_from)
 
     def void(self, user_id: int, hold_id: int, remember=None, resumed_from: str | None = None) -> HoldView:
@@ -143,8 +189,9 @@ class Holds:
         """(user_id, hold_id) of holds the DB still has ACTIVE though they expired before before_ms, after after_id."""
         return self.store.due_in_db(before_ms, after_id, limit)
 
-    def _change(self, op: str, user_id: int, hold_id: int, amount: int, final: bool, remember,
-                resumed_from: str | None) -> HoldView:
+    def _change(
+        self, op: str, user_id: int, hold_id: int, amount: int, final: bool, remember, resumed_from: str | None
+    ) -> HoldView:
         if resumed_from is not None:
             found = self._changed(user_id, int(resumed_from))
             if found is not None:
@@ -157,9 +204,21 @@ class Holds:
             return self.store.change(op, user_id, hold_id, entry_id, now, amount, final)
 
         def outbound(entry_id: int, reply: HoldReply) -> Outbound:
-            entry = Entry(entry_id, user_id, reply.amount, now, reply.balance, reply.version, op, reply.epoch,
-                          reply.open_flag, None, HoldChange(hold_id, reply.released, reply.expires_at, reply.available,
-                                                            reply.state, None, reply.captured))
+            entry = Entry(
+                entry_id,
+                user_id,
+                reply.amount,
+                now,
+                reply.balance,
+                reply.version,
+                op,
+                reply.epoch,
+                reply.open_flag,
+                None,
+                HoldChange(
+                    hold_id, reply.released, reply.expires_at, reply.available, reply.state, None, reply.captured
+                ),
+            )
             return self._outbound(entry, waits=op == CAPTURE and reply.state == ACTIVE)
 
         def in_db(tx, account, now_ms: int) -> LedgerEvent:
@@ -169,12 +228,24 @@ class Holds:
             take, released, state = transition(op, hold, amount, final, now_ms)
             live = tx.live_on_hold(account, now_ms)
             change_amount = take if op == CAPTURE else released
-            return LedgerEvent(type="ledger", id=entry_id_of[0], kind=op, user_id=user_id, amount=change_amount,
-                               balance_after=account.balance - take, version=account.version + 1, epoch="", ts=now_ms,
-                               open=after_change("D", account.balance - take, account.open_flag) if take else account.open_flag,
-                               hold_id=hold_id, released=released, expires_at=hold.expires_at,
-                               available_after=account.balance - take - (live - take - released), hold_state=state,
-                               captured_after=hold.captured + take)
+            return LedgerEvent(
+                type="ledger",
+                id=entry_id_of[0],
+                kind=op,
+                user_id=user_id,
+                amount=change_amount,
+                balance_after=account.balance - take,
+                version=account.version + 1,
+                epoch="",
+                ts=now_ms,
+                open=after_change("D", account.balance - take, account.open_flag) if take else account.open_flag,
+                hold_id=hold_id,
+                released=released,
+                expires_at=hold.expires_at,
+                available_after=account.balance - take - (live - take - released),
+                hold_state=state,
+                captured_after=hold.captured + take,
+            )
 
         entry_id_of: list[int] = [0]
         while True:
@@ -184,14 +255,22 @@ class Holds:
             entry_id_of[0] = entry_id
             change = self.ledger.change_in_db(user_id, entry_id, in_db, insert_changes)
             if change is not None:
-                reply = HoldReply(HoldStatus.OK, change.balance_after, change.version, available=change.available_after,
-                                  amount=change.amount, captured=change.captured_after, state=change.hold_state,
-                                  released=change.released)
+                reply = HoldReply(
+                    HoldStatus.OK,
+                    change.balance_after,
+                    change.version,
+                    available=change.available_after,
+                    amount=change.amount,
+                    captured=change.captured_after,
+                    state=change.hold_state,
+                    released=change.released,
+                )
                 break
         hold = self.store.cached(user_id, hold_id) or self.store.stored(user_id, hold_id)
         # as this change left it: a later change by another request may have moved it since
-        return HoldView(replace(hold, captured=reply.captured, state=reply.state), reply.balance, reply.available,
-                        entry_id)
+        return HoldView(
+            replace(hold, captured=reply.captured, state=reply.state), reply.balance, reply.available, entry_id
+        )
 
     # reads ------------------------------------------------------------------------------------------------------
     def get(self, user_id: int, hold_id: int) -> Hold:
@@ -210,12 +289,20 @@ class Holds:
 
     # helpers ----------------------------------------------------------------------------------------------------
     def _apply(self, user_id: int, attempt, outbound, what: str, hold_id: int | None = None) -> tuple[int, HoldReply]:
-        return self.durability.apply(Step(
-            what=what, attempt=attempt, reload=lambda: self.ledger.load_cache(user_id),
-            refusal=lambda r: self._refusal(user_id, hold_id, r), outbound=self._outbound_of(outbound),
-            unknown=lambda i, why: errors.ChargeOutcomeUnknown(
-                f"{why}: the {what} {i} may or may not be made; look at GET /accounts/{user_id}/holds before "
-                "retrying (or retry with the same Idempotency-Key)", entry_id=str(i))))
+        return self.durability.apply(
+            Step(
+                what=what,
+                attempt=attempt,
+                reload=lambda: self.ledger.load_cache(user_id),
+                refusal=lambda r: self._refusal(user_id, hold_id, r),
+                outbound=self._outbound_of(outbound),
+                unknown=lambda i, why: errors.ChargeOutcomeUnknown(
+                    f"{why}: the {what} {i} may or may not be made; look at GET /accounts/{user_id}/holds before "
+                    "retrying (or retry with the same Idempotency-Key)",
+                    entry_id=str(i),
+                ),
+            )
+        )
 
     def _refusal(self, user_id: int, hold_id: int | None, reply: HoldReply) -> errors.DomainError | None:
         status = reply.status
@@ -250,8 +337,12 @@ class Holds:
 
     def _outbound(self, entry: Entry, waits: bool = False) -> Outbound:
         """waits: a partial capture, whose hold may not end before it is durable (ledger_post ends its inflight count)."""
-        return Outbound(str(entry.user_id), entry.event, lambda: self.ledger.take_back(entry.user_id, entry.entry_id, entry.kind),
-                        made_durable=(lambda: self.ledger.post(entry.user_id, entry.entry_id)) if waits else None)
+        return Outbound(
+            str(entry.user_id),
+            entry.event,
+            lambda: self.ledger.take_back(entry.user_id, entry.entry_id, entry.kind),
+            made_durable=(lambda: self.ledger.post(entry.user_id, entry.entry_id)) if waits else None,
+        )
 
     def _schedule_expiry(self, user_id: int, hold_id: int, expires_at: int) -> None:
         with contextlib.suppress(Exception):
@@ -271,8 +362,20 @@ class Holds:
     def _as_seen(self, hold: Hold) -> Hold:
         """An ACTIVE hold past expires_at is EXPIRED to its readers at once, as it is to the scripts."""
         state = self._state(hold)
-        return hold if state == hold.state else Hold(hold.hold_id, hold.user_id, hold.amount, hold.captured, state,
-                                                     hold.expires_at, hold.created_at, hold.description)
+        return (
+            hold
+            if state == hold.state
+            else Hold(
+                hold.hold_id,
+                hold.user_id,
+                hold.amount,
+                hold.captured,
+                state,
+                hold.expires_at,
+                hold.created_at,
+                hold.description,
+            )
+        )
 
 
 def transition(op: str, hold: Hold, amount: int, final: bool, now_ms: int) -> tuple[int, int, str]:

@@ -2,6 +2,7 @@
 the DB knows it) and t_hold_change (each booked change of a hold, the writer's duplicate check).
 
 A hold's record in Redis (keys.holds): 'amount;captured;state;expiresAt;createdAt;description'."""
+
 from __future__ import annotations
 
 from hotledger import keys
@@ -21,35 +22,80 @@ class HoldStore:
         self.stream_flag, self.entry_ttl_s, self.max_pending = stream_flag, entry_ttl_s, max_pending
 
     # Redis --------------------------------------------------------------------------------------------------
-    def authorize(self, user_id: int, hold_id: int, amount: int, ts: int, expires_at: int, description: str) -> HoldReply:
-        return self.change(AUTHORIZE, user_id, hold_id, hold_id, ts, amount, expires_at=expires_at,
-                           description=description)
+    def authorize(
+        self, user_id: int, hold_id: int, amount: int, ts: int, expires_at: int, description: str
+    ) -> HoldReply:
+        return self.change(
+            AUTHORIZE, user_id, hold_id, hold_id, ts, amount, expires_at=expires_at, description=description
+        )
 
-    def change(self, op: str, user_id: int, hold_id: int, entry_id: int, ts: int, amount: int = 0, final: bool = False,
-               expires_at: int = 0, description: str = "") -> HoldReply:
+    def change(
+        self,
+        op: str,
+        user_id: int,
+        hold_id: int,
+        entry_id: int,
+        ts: int,
+        amount: int = 0,
+        final: bool = False,
+        expires_at: int = 0,
+        description: str = "",
+    ) -> HoldReply:
         """hold_change.lua: one change of a hold (AUTHORIZE with its expires_at and description, CAPTURE, VOID, EXPIRE)."""
-        return HoldReply.parse(self.lua.run(
-            "hold_change",
-            [keys.balance(user_id), keys.entry(user_id, entry_id), keys.pending(user_id), keys.holds(user_id),
-             keys.hold_expiry(user_id), keys.held(user_id), keys.account_stream(user_id)],
-            [op, amount or "", "1" if final else "", ts, entry_id, hold_id, self.entry_ttl_s, self.stream_flag, user_id,
-             self.max_pending, expires_at, description]))
+        return HoldReply.parse(
+            self.lua.run(
+                "hold_change",
+                [
+                    keys.balance(user_id),
+                    keys.entry(user_id, entry_id),
+                    keys.pending(user_id),
+                    keys.holds(user_id),
+                    keys.hold_expiry(user_id),
+                    keys.held(user_id),
+                    keys.account_stream(user_id),
+                ],
+                [
+                    op,
+                    amount or "",
+                    "1" if final else "",
+                    ts,
+                    entry_id,
+                    hold_id,
+                    self.entry_ttl_s,
+                    self.stream_flag,
+                    user_id,
+                    self.max_pending,
+                    expires_at,
+                    description,
+                ],
+            )
+        )
 
     def adopt(self, hold: Hold) -> str:
         """hold_adopt.lua: the DB's ACTIVE hold back into the cached account ('adopted', 'known' or 'missing')."""
-        return reply_fields(self.lua.run(
-            "hold_adopt", [keys.balance(hold.user_id), keys.holds(hold.user_id), keys.hold_expiry(hold.user_id)],
-            [hold.hold_id, hold.record(), hold.expires_at, hold.amount - hold.captured]))[0]
+        return reply_fields(
+            self.lua.run(
+                "hold_adopt",
+                [keys.balance(hold.user_id), keys.holds(hold.user_id), keys.hold_expiry(hold.user_id)],
+                [hold.hold_id, hold.record(), hold.expires_at, hold.amount - hold.captured],
+            )
+        )[0]
 
     def cached(self, user_id: int, hold_id: int) -> Hold | None:
         raw = self.redis.hget(keys.holds(user_id), str(hold_id))
-        return None if raw is None else Hold.of_record(user_id, hold_id, raw.decode() if isinstance(raw, bytes) else raw)
+        return (
+            None if raw is None else Hold.of_record(user_id, hold_id, raw.decode() if isinstance(raw, bytes) else raw)
+        )
 
     def cached_all(self, user_id: int) -> list[Hold]:
-        return [Hold.of_record(user_id, int(field), raw.decode() if isinstance(raw, bytes) else raw)
-                for field, raw in ((f.decode() if isinstance(f, bytes) else f, r)
-                                   for f, r in self.redis.hgetall(keys.holds(user_id)).items())
-                if field.isdigit()]
+        return [
+            Hold.of_record(user_id, int(field), raw.decode() if isinstance(raw, bytes) else raw)
+            for field, raw in (
+                (f.decode() if isinstance(f, bytes) else f, r)
+                for f, r in self.redis.hgetall(keys.holds(user_id)).items()
+            )
+            if field.isdigit()
+        ]
 
     def hold_of_change(self, user_id: int, entry_id: int) -> Hold | None:
         """The hold a change acted on, if the change stands (its entry string in Redis, or booked in the DB)."""
@@ -65,9 +111,13 @@ class HoldStore:
     def due_in_db(self, before_ms: int, after_id: int, limit: int) -> list[tuple[int, int]]:
         """(user_id, hold_id) of ACTIVE holds the DB knows whose expires_at passed before before_ms, by id after
         after_id: the reconciler ends those whose delay element was lost."""
-        return [tuple(row) for row in db.query(
-            "SELECT user_id, id FROM t_hold WHERE state = 'ACTIVE' AND expires_at < %s AND id > %s ORDER BY id LIMIT %s",
-            (before_ms, after_id, limit))]
+        return [
+            tuple(row)
+            for row in db.query(
+                "SELECT user_id, id FROM t_hold WHERE state = 'ACTIVE' AND expires_at < %s AND id > %s ORDER BY id LIMIT %s",
+                (before_ms, after_id, limit),
+            )
+        ]
 
     # DB -----------------------------------------------------------------------------------------------------
     def stored(self, user_id: int, hold_id: int) -> Hold | None:
@@ -90,10 +140,19 @@ def holds_with_pending(stored: list[Hold], pending: list[Entry]) -> list[Hold]:
     changes = sorted(((e, e.hold) for e in pending if e.hold is not None), key=lambda pair: pair[0].version)
     for e, change in changes:
         if e.kind == "H":
-            holds[change.hold_id] = Hold(change.hold_id, e.user_id, e.amount, 0, ACTIVE, change.expires_at, e.ts,
-                                         change.description or "")
+            holds[change.hold_id] = Hold(
+                change.hold_id, e.user_id, e.amount, 0, ACTIVE, change.expires_at, e.ts, change.description or ""
+            )
         elif change.hold_id in holds:
             h = holds[change.hold_id]
-            holds[h.hold_id] = Hold(h.hold_id, h.user_id, h.amount, change.captured_after, change.state, h.expires_at,
-                                    h.created_at, h.description)
+            holds[h.hold_id] = Hold(
+                h.hold_id,
+                h.user_id,
+                h.amount,
+                change.captured_after,
+                change.state,
+                h.expires_at,
+                h.created_at,
+                h.description,
+            )
     return [h for h in holds.values() if h.state == ACTIVE]

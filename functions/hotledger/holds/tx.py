@@ -1,9 +1,12 @@
 """Holds: what runs inside a DB transaction (row locks, inserts)."""
+
 from __future__ import annotations
 
 from hotledger.holds.rows import ACTIVE, Hold
 
-HOLD_SELECT = "SELECT id, user_id, amount, captured, state, expires_at, created_at, COALESCE(description, '') FROM t_hold"
+HOLD_SELECT = (
+    "SELECT id, user_id, amount, captured, state, expires_at, created_at, COALESCE(description, '') FROM t_hold"
+)
 
 
 def active_holds(cursor, user_id: int) -> list[Hold]:
@@ -14,8 +17,11 @@ def active_holds(cursor, user_id: int) -> list[Hold]:
 
 def expired_on_hold(cursor, user_id: int, now_ms: int) -> int:
     """What the account's ACTIVE holds past expires_at still keep in the DB (not tidied yet: they count for nothing)."""
-    cursor.execute("SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s AND state = 'ACTIVE'"
-                   " AND expires_at <= %s", (user_id, now_ms))
+    cursor.execute(
+        "SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s AND state = 'ACTIVE'"
+        " AND expires_at <= %s",
+        (user_id, now_ms),
+    )
     return int(cursor.fetchone()[0])
 
 
@@ -34,24 +40,37 @@ def insert_changes(cursor, events) -> None:
         return
     cursor.execute(
         "INSERT INTO t_hold_change (id, user_id, hold_id, kind, amount, released, version, create_time) VALUES "
-        + ",".join("(%d,%d,%d,'%s',%d,%d,%d,FROM_UNIXTIME(%d/1000))" % (
-            e.id, e.user_id, e.hold_id, e.kind, e.amount, e.released, e.version, e.ts) for e in events))
+        + ",".join(
+            "(%d,%d,%d,'%s',%d,%d,%d,FROM_UNIXTIME(%d/1000))"
+            % (e.id, e.user_id, e.hold_id, e.kind, e.amount, e.released, e.version, e.ts)
+            for e in events
+        )
+    )
     escape = cursor.connection.escape
     for e in events:
         if e.kind == "H":
             cursor.execute(
                 "INSERT INTO t_hold (id, user_id, amount, captured, state, expires_at, created_at, description) VALUES "
-                "(%d,%d,%d,0,'ACTIVE',%d,%d,%s)" % (e.hold_id, e.user_id, e.amount, e.expires_at, e.ts,
-                                                     escape(e.description or ""))
+                "(%d,%d,%d,0,'ACTIVE',%d,%d,%s)"
+                % (e.hold_id, e.user_id, e.amount, e.expires_at, e.ts, escape(e.description or ""))
                 + " ON DUPLICATE KEY UPDATE amount = VALUES(amount), expires_at = VALUES(expires_at),"
-                  " created_at = VALUES(created_at), description = VALUES(description)")
+                " created_at = VALUES(created_at), description = VALUES(description)"
+            )
         else:
             captured = e.amount if e.kind == "C" else 0
             ended = e.hold_state if e.hold_state != ACTIVE else None
             cursor.execute(
                 "INSERT INTO t_hold (id, user_id, amount, captured, state, expires_at, created_at, ended_at) VALUES "
-                "(%d,%d,0,%d,'%s',%d,0,%s)" % (e.hold_id, e.user_id, captured, ended or ACTIVE, e.expires_at or 0,
-                                               "NULL" if ended is None else "%d" % e.ts)
+                "(%d,%d,0,%d,'%s',%d,0,%s)"
+                % (
+                    e.hold_id,
+                    e.user_id,
+                    captured,
+                    ended or ACTIVE,
+                    e.expires_at or 0,
+                    "NULL" if ended is None else "%d" % e.ts,
+                )
                 + " ON DUPLICATE KEY UPDATE captured = captured + VALUES(captured),"
-                  " state = IF(VALUES(state) <> 'ACTIVE', VALUES(state), state),"
-                  " ended_at = COALESCE(VALUES(ended_at), ended_at)")
+                " state = IF(VALUES(state) <> 'ACTIVE', VALUES(state), state),"
+                " ended_at = COALESCE(VALUES(ended_at), ended_at)"
+            )

@@ -10,6 +10,7 @@ same row lock). booked_at never goes back within an account, so seq order and ti
 any time is the balance_after of one row.
 
 Invariant (statement): opening balance + the sum of the entries' deltas = closing balance, for any range of seq."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -47,12 +48,16 @@ HOLD_TYPES = {"H": "hold", "C": "capture", "V": "void", "X": "expiry"}
 
 # the service's own Idempotency-Keys name what caused a charge (redpackets/store.py, notices/payment_orders.py); the
 # longer prefix first
-_SERVICE_KEYS = (("payorderrefund", "payment_refund", "payment_order"), ("payorder", "payment_charge", "payment_order"),
-                 ("rprefund", "redpacket_refund", "redpacket"))
+_SERVICE_KEYS = (
+    ("payorderrefund", "payment_refund", "payment_order"),
+    ("payorder", "payment_charge", "payment_order"),
+    ("rprefund", "redpacket_refund", "redpacket"),
+)
 
 
-def type_and_ref(kind: str, idem_key: str | None, hold_id: int | None = None,
-                 refund_of: str | None = None) -> tuple[str, str | None]:
+def type_and_ref(
+    kind: str, idem_key: str | None, hold_id: int | None = None, refund_of: str | None = None
+) -> tuple[str, str | None]:
     """(type, ref) of a change: a hold's (ref: the hold), a payment order's charge and refund, a red packet's debit,
     credit and refund, or a client's deduct or recharge (ref: its Idempotency-Key)."""
     if kind in HOLD_TYPES:
@@ -63,13 +68,16 @@ def type_and_ref(kind: str, idem_key: str | None, hold_id: int | None = None,
     if not idem_key:
         return plain, None
     if idem_key.startswith(CLIENT_PREFIX):
-        return plain, "key:" + idem_key[len(CLIENT_PREFIX):]
+        return plain, "key:" + idem_key[len(CLIENT_PREFIX) :]
     for prefix, entry_type, ref in _SERVICE_KEYS:
         if idem_key.startswith(prefix):
-            return entry_type, f"{ref}:{idem_key[len(prefix):]}"
+            return entry_type, f"{ref}:{idem_key[len(prefix) :]}"
     if idem_key.startswith("rp"):  # the packet's debit (a deduct) or one item's credit (a recharge)
-        return ("redpacket_debit", f"redpacket:{idem_key[2:]}") if kind == KIND_DEDUCT else (
-            "redpacket_credit", f"redpacket_item:{idem_key[2:]}")
+        return (
+            ("redpacket_debit", f"redpacket:{idem_key[2:]}")
+            if kind == KIND_DEDUCT
+            else ("redpacket_credit", f"redpacket_item:{idem_key[2:]}")
+        )
     return plain, None
 
 
@@ -78,7 +86,9 @@ def refund_ref(change) -> str | None:
     return f"{change.refund_of_kind}:{change.refund_of}" if change.kind == KIND_REFUND else None
 
 
-def book(changes: Iterable[Change], heads: dict[int, LedgerHead], now_ms: int) -> tuple[list[Booked], dict[int, LedgerHead]]:
+def book(
+    changes: Iterable[Change], heads: dict[int, LedgerHead], now_ms: int
+) -> tuple[list[Booked], dict[int, LedgerHead]]:
     """The rows of the changes, each account's in version order after its head, and each account's new head.
     Accounts without a head are left out (the caller dead-letters their changes)."""
     by_account: dict[int, list[Change]] = defaultdict(list)
@@ -91,10 +101,28 @@ def book(changes: Iterable[Change], heads: dict[int, LedgerHead], now_ms: int) -
         head = heads[user_id]
         booked_at = max(now_ms, head.booked_at)
         for change in sorted(account_changes, key=lambda c: (c.version, c.id)):
-            head = replace(head, seq=head.seq + 1, balance=head.balance + change.delta,
-                           on_hold=head.on_hold + change.hold_delta, booked_at=booked_at)
+            head = replace(
+                head,
+                seq=head.seq + 1,
+                balance=head.balance + change.delta,
+                on_hold=head.on_hold + change.hold_delta,
+                booked_at=booked_at,
+            )
             entry_type, ref = type_and_ref(change.kind, change.idem_key, change.hold_id, refund_ref(change))
-            rows.append(Booked(user_id, head.seq, change.id, entry_type, change.amount, change.delta,
-                               head.balance, head.available, booked_at, change.ts, ref))
+            rows.append(
+                Booked(
+                    user_id,
+                    head.seq,
+                    change.id,
+                    entry_type,
+                    change.amount,
+                    change.delta,
+                    head.balance,
+                    head.available,
+                    booked_at,
+                    change.ts,
+                    ref,
+                )
+            )
         moved[user_id] = head
     return rows, moved

@@ -3,6 +3,7 @@
 ledger_apply.lua writes it as the string 'amount;ts;balanceAfter;version;kind;epoch;open;idemKey' (idemKey may be
 empty); the writer persists it from its event, the reconciler from the string when the event was lost.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,8 +57,20 @@ class Entry:
         idem_key = rest[0] if rest and rest[0] else None
         hold = HoldChange.parse(kind, rest[1:]) if kind in HOLD_KINDS else None
         refund = RefundOf.parse(rest[1:]) if kind == KIND_REFUND else None
-        return cls(entry_id, user_id, int(amount), int(ts), int(balance_after), int(version), kind, epoch, open_,
-                   idem_key, hold, refund)
+        return cls(
+            entry_id,
+            user_id,
+            int(amount),
+            int(ts),
+            int(balance_after),
+            int(version),
+            kind,
+            epoch,
+            open_,
+            idem_key,
+            hold,
+            refund,
+        )
 
     @property
     def delta(self) -> int:
@@ -72,17 +85,43 @@ class Entry:
         """The event as published: a deduct's or recharge's without the hold fields (the bytes signed and sent stay
         what they were). Its fields are LedgerEvent's, from this entry's typed values: a charge does not build and
         dump the model to publish them (the writer validates every event it reads)."""
-        fields = {"type": "ledger", "id": self.entry_id, "kind": self.kind, "user_id": self.user_id, "amount": self.amount,
-                  "balance_after": self.balance_after, "version": self.version, "epoch": self.epoch, "ts": self.ts,
-                  "open": self.open, "idem_key": self.idem_key}
+        fields = {
+            "type": "ledger",
+            "id": self.entry_id,
+            "kind": self.kind,
+            "user_id": self.user_id,
+            "amount": self.amount,
+            "balance_after": self.balance_after,
+            "version": self.version,
+            "epoch": self.epoch,
+            "ts": self.ts,
+            "open": self.open,
+            "idem_key": self.idem_key,
+        }
         if self.hold is not None:
-            fields.update({"hold_id": self.hold.hold_id, "released": self.hold.released, "expires_at": self.hold.expires_at,
-                           "available_after": self.hold.available_after, "hold_state": self.hold.state})
-            fields.update({"description": self.hold.description} if self.kind == "H"
-                          else {"captured_after": self.hold.captured_after})
+            fields.update(
+                {
+                    "hold_id": self.hold.hold_id,
+                    "released": self.hold.released,
+                    "expires_at": self.hold.expires_at,
+                    "available_after": self.hold.available_after,
+                    "hold_state": self.hold.state,
+                }
+            )
+            fields.update(
+                {"description": self.hold.description}
+                if self.kind == "H"
+                else {"captured_after": self.hold.captured_after}
+            )
         if self.refund is not None:
-            fields.update({"refund_of": self.refund.charge_id, "refund_of_kind": self.refund.charge_kind,
-                           "refunded_after": self.refund.refunded_after, "reason": self.refund.reason})
+            fields.update(
+                {
+                    "refund_of": self.refund.charge_id,
+                    "refund_of_kind": self.refund.charge_kind,
+                    "refunded_after": self.refund.refunded_after,
+                    "reason": self.refund.reason,
+                }
+            )
         return fields
 
 

@@ -1,4 +1,5 @@
 """The ledger's registration (hotledger.features): accounts and their charges."""
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -27,5 +28,6 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
     return (ReconcilePart(name="accounts", run=accounts),)
 
 
-FEATURE = Feature(name="ledger", routes="hotledger.ledger.routes", persisters=_persisters,
-                  reconcile_parts=_reconcile_parts)
+FEATURE = Feature(
+    name="ledger", routes="hotledger.ledger.routes", persisters=_persisters, reconcile_parts=_reconcile_parts
+)

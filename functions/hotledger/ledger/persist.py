@@ -18,6 +18,7 @@ the first) is dead-lettered, never persisted as a second charge. A key whose ans
 such an entry was charged, and acknowledged, before that refusal (Redis records either atomically and the API
 asks the DB when Redis has no record, so the refusal came from a Redis that had lost the charge).
 """
+
 from __future__ import annotations
 
 import time
@@ -36,8 +37,9 @@ from hotledger.outbox.writer import PersistReport, distinct
 from hotledger.refunds.tx import insert_refunds
 
 
-def split_by_db(events: list[LedgerEvent],
-                stored: dict[int, tuple[int, int, int]]) -> tuple[list[LedgerEvent], list[LedgerEvent]]:
+def split_by_db(
+    events: list[LedgerEvent], stored: dict[int, tuple[int, int, int]]
+) -> tuple[list[LedgerEvent], list[LedgerEvent]]:
     """(not in the DB yet, same id in the DB with other content: an id clash, never silently dropped); the rest
     are in the DB already. `stored`: entry id -> (user_id, amount, version) the DB holds."""
     fresh = [e for e in events if e.id not in stored]
@@ -45,7 +47,9 @@ def split_by_db(events: list[LedgerEvent],
     return fresh, clashes
 
 
-def account_moves(events: list[LedgerEvent], db_versions: dict[int, int], heads: dict[int, LedgerHead]) -> list[AccountMove]:
+def account_moves(
+    events: list[LedgerEvent], db_versions: dict[int, int], heads: dict[int, LedgerHead]
+) -> list[AccountMove]:
     """Per account: the sum of the deltas, the highest version, the open flag of the newest entry if it is
     newer than what the DB has seen (an older one must not undo a later close or reopen), and its ledger head after
     the entries (`heads`, from ledger.book)."""
@@ -55,9 +59,16 @@ def account_moves(events: list[LedgerEvent], db_versions: dict[int, int], heads:
         delta[e.user_id] += e.delta
         if e.user_id not in latest or e.version > latest[e.user_id].version:
             latest[e.user_id] = e
-    return [AccountMove(user_id, d, latest[user_id].version,
-                        latest[user_id].open if latest[user_id].version > db_versions[user_id] else None, heads[user_id])
-            for user_id, d in delta.items()]
+    return [
+        AccountMove(
+            user_id,
+            d,
+            latest[user_id].version,
+            latest[user_id].open if latest[user_id].version > db_versions[user_id] else None,
+            heads[user_id],
+        )
+        for user_id, d in delta.items()
+    ]
 
 
 def now_ms() -> int:
@@ -69,12 +80,19 @@ KEY_TAKEN = "Idempotency-Key already answered by another entry"
 
 def answer_of(e: LedgerEvent) -> dict:
     """The answer an ASYNC charge gave, as t_idempotency keeps it (the fields of LedgerResult)."""
-    return {"entry_id": e.id, "user_id": e.user_id, "amount": e.amount, "balance": e.balance_after,
-            "version": e.version, "mode": "ASYNC"}
+    return {
+        "entry_id": e.id,
+        "user_id": e.user_id,
+        "amount": e.amount,
+        "balance": e.balance_after,
+        "version": e.version,
+        "mode": "ASYNC",
+    }
 
 
-def split_by_key(events: list[LedgerEvent], answers: dict[tuple[int, str], IdempotentAnswer]
-                 ) -> tuple[list[LedgerEvent], list[LedgerEvent]]:
+def split_by_key(
+    events: list[LedgerEvent], answers: dict[tuple[int, str], IdempotentAnswer]
+) -> tuple[list[LedgerEvent], list[LedgerEvent]]:
     """(the entries to persist, the entries whose Idempotency-Key already answers another entry), in batch order:
     the first entry of a key wins in a batch; a key whose stored answer is a refusal is taken by the entry."""
     kept, taken, seen = [], [], set()
@@ -117,17 +135,31 @@ class LedgerPersister(BatchPersister[LedgerEvent]):
         keyed = sorted({(e.user_id, e.idem_key) for e in fresh if e.idem_key is not None})
         fresh, taken = split_by_key(fresh, tx.idempotent_answers(keyed))
         refused = {e.id for e in fresh + clashes + taken}
-        return Judged(fresh=fresh, replayed=[e for e in known if e.id not in refused],
-                      dead=[(e, why) for group, why in ((orphans, "account does not exist"),
-                                                        (clashes, "entry id already used by another entry"),
-                                                        (taken, KEY_TAKEN)) for e in group])
+        return Judged(
+            fresh=fresh,
+            replayed=[e for e in known if e.id not in refused],
+            dead=[
+                (e, why)
+                for group, why in (
+                    (orphans, "account does not exist"),
+                    (clashes, "entry id already used by another entry"),
+                    (taken, KEY_TAKEN),
+                )
+                for e in group
+            ],
+        )
 
     def write(self, tx, locked: dict[int, LockedAccount], fresh: list[LedgerEvent]) -> None:
         tx.insert_events(fresh)
         insert_changes(tx.cursor, [e for e in fresh if e.kind in HOLD_KINDS])
         insert_refunds(tx.cursor, [e for e in fresh if e.kind == KIND_REFUND])
-        tx.remember_answers([(e.user_id, e.idem_key, fingerprint(e.kind, e.user_id, e.amount), answer_of(e))
-                             for e in fresh if e.idem_key is not None])
+        tx.remember_answers(
+            [
+                (e.user_id, e.idem_key, fingerprint(e.kind, e.user_id, e.amount), answer_of(e))
+                for e in fresh
+                if e.idem_key is not None
+            ]
+        )
         booked, heads = book(fresh, {user_id: account.head for user_id, account in locked.items()}, now_ms())
         tx.insert_booked(booked)
         tx.move_accounts(account_moves(fresh, {user_id: account.version for user_id, account in locked.items()}, heads))

@@ -14,6 +14,7 @@
   is corrected in one run (a compare-and-set on the version never won against ~1k charges/s).
 - A SYNC account whose cached version is older than the DB's is evicted (the next read reloads it).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,7 +64,9 @@ class LedgerReconcile:
             report.next_after = accounts[-1].user_id
         return report
 
-    def _account(self, account: AccountBalance, cache: CacheState, now_ms: int, report: AccountsReconcileReport) -> None:
+    def _account(
+        self, account: AccountBalance, cache: CacheState, now_ms: int, report: AccountsReconcileReport
+    ) -> None:
         report.accounts += 1
         report.pending += cache.pending_count
         if cache.oldest_ms is not None:
@@ -84,7 +87,9 @@ class LedgerReconcile:
         if snapshot is None:
             return
         entries, _ = self.store.entries(account.user_id, snapshot.ids)
-        quick = account.balance + sum(e.delta for e in entries)  # may count an entry persisted meanwhile: then _correct finds it right
+        quick = account.balance + sum(
+            e.delta for e in entries
+        )  # may count an entry persisted meanwhile: then _correct finds it right
         if cache.dirty or cache.version < account.version or snapshot.balance != quick:
             report.corrected += self._correct(account.user_id, report)
 
@@ -109,8 +114,10 @@ class LedgerReconcile:
                     report.deferred += 1
                     return 0
                 entries, missing = self.store.entries(user_id, snapshot.ids)
-                in_db = tx.stored_entries([(e.entry_id, e.kind) for e in entries]
-                                          + [(i, kind) for i in missing for kind in (KIND_DEDUCT, KIND_RECHARGE)])
+                in_db = tx.stored_entries(
+                    [(e.entry_id, e.kind) for e in entries]
+                    + [(i, kind) for i in missing for kind in (KIND_DEDUCT, KIND_RECHARGE)]
+                )
                 # an id the snapshot saw, whose string is gone, that the DB lacks and that left the set since: rolled
                 # back after the snapshot, so its amount is unknown here; take the snapshot again. One still in the
                 # set lost its string long ago (expired): it counts for nothing, as at every cache load.

@@ -1,4 +1,5 @@
 """Ledger: the typed replies of its Lua scripts and their parsers."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,6 +1,7 @@
 """Account routes: create, read and change accounts, charge them (deduct, recharge), read orders.
 
 Amounts arrive validated as integer minor units (api.schemas.Amount / Threshold): nothing here parses money."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -39,26 +40,46 @@ def _charged(id_field: str, result):
     """A charge's answer (DeductResult / RechargeResult), serialized once, here. The hot routes return this Response
     and carry no return annotation: a dict would be validated against the annotation, dumped by pydantic and then
     serialized again by the resolver, on every deduct."""
-    return json_answer({id_field: str(result.entry_id), "user_id": result.user_id,
-                        "amount": format_minor(result.amount), "balance": format_minor(result.balance),
-                        "version": result.version, "mode": result.mode})
+    return json_answer(
+        {
+            id_field: str(result.entry_id),
+            "user_id": result.user_id,
+            "amount": format_minor(result.amount),
+            "balance": format_minor(result.balance),
+            "version": result.version,
+            "mode": result.mode,
+        }
+    )
 
 
 def _account_body(account) -> dict:
     return AccountView(
-        user_id=account.user_id, user_name=account.user_name, balance=format_minor(account.balance),
-        version=account.version, threshold=format_minor(account.threshold), deduct_type=account.deduct_type,
-        api_open=account.api_open, pending_orders=account.pending_orders, held_credits=format_minor(account.held_credits),
-        held=format_minor(account.held), available=format_minor(account.available),
+        user_id=account.user_id,
+        user_name=account.user_name,
+        balance=format_minor(account.balance),
+        version=account.version,
+        threshold=format_minor(account.threshold),
+        deduct_type=account.deduct_type,
+        api_open=account.api_open,
+        pending_orders=account.pending_orders,
+        held_credits=format_minor(account.held_credits),
+        held=format_minor(account.held),
+        available=format_minor(account.available),
     ).model_dump()
 
 
-_BACKLOG = (429, "TOO_MANY_PENDING: the account's charges are not reaching the DB; TOO_MANY_KEYS: the account opened "
-                 "its most new Idempotency-Keys this window (MAX_IDEMPOTENCY_KEYS per 24 h). Nothing was changed, retry later")
+_BACKLOG = (
+    429,
+    "TOO_MANY_PENDING: the account's charges are not reaching the DB; TOO_MANY_KEYS: the account opened "
+    "its most new Idempotency-Keys this window (MAX_IDEMPOTENCY_KEYS per 24 h). Nothing was changed, retry later",
+)
 
 
-@router.post("/accounts", status_code=201, responses=responses(201, AccountCreated, "account created",
-                                                                 (409, "DUPLICATE_USER_NAME")))
+@router.post(
+    "/accounts",
+    status_code=201,
+    responses=responses(201, AccountCreated, "account created", (409, "DUPLICATE_USER_NAME")),
+)
 def create_account(request: Annotated[CreateAccountRequest, Body()]) -> dict:
     user_id = ledger().create_account(request.user_name, request.deduct_type, request.threshold)
     metrics.add_metric(name="AccountsCreated", unit=MetricUnit.Count, value=1)
@@ -70,14 +91,33 @@ def get_account(user_id: UserId) -> dict:
     return _account_body(ledger().get_account(user_id))
 
 
-@router.patch("/accounts/<user_id>", responses=responses(200, AccountView, "the account after the change", _NOT_FOUND,
-                                                         (409, "PENDING_ORDERS: switch to SYNC once nothing is pending")))
+@router.patch(
+    "/accounts/<user_id>",
+    responses=responses(
+        200,
+        AccountView,
+        "the account after the change",
+        _NOT_FOUND,
+        (409, "PENDING_ORDERS: switch to SYNC once nothing is pending"),
+    ),
+)
 def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body()]) -> dict:
     return _account_body(ledger().patch_account(user_id, request.deduct_type, request.threshold, request.api_open))
 
 
-@router.post("/accounts/<user_id>/recharge", responses=responses(200, RechargeResult, "recharged", _NOT_FOUND, _CHARGE_CONFLICT,
-                                                                 UNAVAILABLE, (422, "BALANCE_LIMIT or invalid input"), _BACKLOG))
+@router.post(
+    "/accounts/<user_id>/recharge",
+    responses=responses(
+        200,
+        RechargeResult,
+        "recharged",
+        _NOT_FOUND,
+        _CHARGE_CONFLICT,
+        UNAVAILABLE,
+        (422, "BALANCE_LIMIT or invalid input"),
+        _BACKLOG,
+    ),
+)
 def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None):
     result = ledger().recharge(user_id, request.amount, idempotency_key)
     metrics.add_metric(name="Recharges", unit=MetricUnit.Count, value=1)
@@ -85,10 +125,20 @@ def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempot
     return _charged("pay_id", result)
 
 
-@router.post("/accounts/<user_id>/deduct", responses=responses(
-    200, DeductResult, "charged; the order is durable in the broker (ASYNC) or the DB (SYNC)", _NOT_FOUND, _CHARGE_CONFLICT,
-    UNAVAILABLE, (402, "INSUFFICIENT_BALANCE: balance - amount would fall below the threshold"), (403, "API_CLOSED"),
-    _BACKLOG))
+@router.post(
+    "/accounts/<user_id>/deduct",
+    responses=responses(
+        200,
+        DeductResult,
+        "charged; the order is durable in the broker (ASYNC) or the DB (SYNC)",
+        _NOT_FOUND,
+        _CHARGE_CONFLICT,
+        UNAVAILABLE,
+        (402, "INSUFFICIENT_BALANCE: balance - amount would fall below the threshold"),
+        (403, "API_CLOSED"),
+        _BACKLOG,
+    ),
+)
 def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None):
     result = ledger().deduct(user_id, request.amount, idempotency_key)
     metrics.add_metric(name="Deducts", unit=MetricUnit.Count, value=1)
@@ -96,18 +146,34 @@ def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempoten
     return _charged("order_id", result)
 
 
-@router.get("/accounts/<user_id>/orders/<order_id>", responses=responses(200, OrderView, "the order",
-                                                                         (404, "ACCOUNT_NOT_FOUND or ORDER_NOT_FOUND")))
+@router.get(
+    "/accounts/<user_id>/orders/<order_id>",
+    responses=responses(200, OrderView, "the order", (404, "ACCOUNT_NOT_FOUND or ORDER_NOT_FOUND")),
+)
 def get_order(user_id: UserId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -> dict:
     order = ledger().get_deduct(user_id, order_id)
-    return OrderView(order_id=str(order.entry_id), user_id=order.user_id, amount=format_minor(order.amount),
-                     balance_after=format_minor(order.balance_after), status=order.status).model_dump()
+    return OrderView(
+        order_id=str(order.entry_id),
+        user_id=order.user_id,
+        amount=format_minor(order.amount),
+        balance_after=format_minor(order.balance_after),
+        status=order.status,
+    ).model_dump()
 
 
 def _log_charge(what: str, result) -> None:
     # one line per money movement: with the correlation id it ties a request to its entry id
-    logger.info(what, extra={"user_id": result.user_id, "entry_id": str(result.entry_id), "amount_minor": result.amount,
-                             "balance_minor": result.balance, "version": result.version, "mode": result.mode})
+    logger.info(
+        what,
+        extra={
+            "user_id": result.user_id,
+            "entry_id": str(result.entry_id),
+            "amount_minor": result.amount,
+            "balance_minor": result.balance,
+            "version": result.version,
+            "mode": result.mode,
+        },
+    )
 
 
 # the routes every charge takes: their path, header and body validated in one precompiled step (api/route_args.py)

@@ -1,4 +1,5 @@
 """Ledger: typed rows and values its store and transactions hand out."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,8 +39,18 @@ class AccountRow:
     @classmethod
     def of(cls, row) -> AccountRow:
         user_id, user_name, deduct_type, balance, version, threshold, seq, on_hold, booked_at, api_open, reason = row
-        return cls(user_id, user_name, deduct_type, balance, version, threshold, seq, on_hold, booked_at,
-                   open_flag(api_open, reason))
+        return cls(
+            user_id,
+            user_name,
+            deduct_type,
+            balance,
+            version,
+            threshold,
+            seq,
+            on_hold,
+            booked_at,
+            open_flag(api_open, reason),
+        )
 
     @property
     def head(self) -> LedgerHead:

@@ -18,6 +18,7 @@ Invariants:
   version of its own, so no entry charged before it can undo it;
 - the cached balance of an ASYNC account is the DB balance plus every entry charged in Redis and not in the DB.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -109,24 +110,34 @@ def fingerprint(kind: str, user_id: int, amount: int) -> str:
 
 
 _REFUSALS = {
-    ApplyStatus.CLOSED: lambda r: errors.ApiClosed("the account's API is closed (balance exhausted or closed by an operator)"),
+    ApplyStatus.CLOSED: lambda r: errors.ApiClosed(
+        "the account's API is closed (balance exhausted or closed by an operator)"
+    ),
     ApplyStatus.INSUFFICIENT: lambda r: errors.InsufficientBalance(
-        f"balance {format_minor(r.balance)} minus the amount would fall below the account threshold"),
+        f"balance {format_minor(r.balance)} minus the amount would fall below the account threshold"
+    ),
     ApplyStatus.LIMIT: lambda r: errors.BalanceLimit("the balance would exceed the largest supported balance"),
-    ApplyStatus.CONFLICT: lambda r: errors.IdempotencyKeyReused("this Idempotency-Key was used with a different request"),
+    ApplyStatus.CONFLICT: lambda r: errors.IdempotencyKeyReused(
+        "this Idempotency-Key was used with a different request"
+    ),
     ApplyStatus.IN_PROGRESS: lambda r: errors.IdempotencyInProgress(
-        "the first request with this Idempotency-Key is still in progress"),
+        "the first request with this Idempotency-Key is still in progress"
+    ),
     ApplyStatus.TOO_MANY_PENDING: lambda r: errors.TooManyPending(
-        "the account holds its most charges not yet in the DB; retry when they are persisted"),
+        "the account holds its most charges not yet in the DB; retry when they are persisted"
+    ),
     ApplyStatus.TOO_MANY_KEYS: lambda r: errors.TooManyKeys(
         "this account opened its most Idempotency-Keys for now (MAX_IDEMPOTENCY_KEYS per 24 h): retry later, or replay "
-        "a key it holds"),
+        "a key it holds"
+    ),
 }
 
 
 # the business refusals: each is the definitive answer for its Idempotency-Key (TigerBeetle: id_already_failed;
 # Stripe replays the stored error), unlike a transient failure (503), which changed nothing and may be retried
 BUSINESS_REFUSALS = frozenset({ApplyStatus.CLOSED, ApplyStatus.INSUFFICIENT, ApplyStatus.LIMIT})
+
+
 # ...except for the service's own keys (ServiceKey: red packet debits rp<id>, credits rp<item id>, refunds rprefund<id>,
 # payment orders payorder<id>): their callers keep the outcome in their own state (a FAILED packet, an OPEN payment
 # order, a credit to retry) and charge again under the same key once the cause is gone (a pay after a top-up), so a
@@ -155,8 +166,9 @@ def stored_reply(seen: IdempotentAnswer, request: str) -> ApplyReply:
     answer = seen.answer
     if "refused" in answer:
         return ApplyReply(ApplyStatus(answer["refused"]), balance=answer["balance"], version=answer["version"])
-    return ApplyReply(ApplyStatus.REPLAY, answer["entry_id"], answer["balance"], answer["version"], done=True,
-                      mode=answer["mode"])
+    return ApplyReply(
+        ApplyStatus.REPLAY, answer["entry_id"], answer["balance"], answer["version"], done=True, mode=answer["mode"]
+    )
 
 
 def refused_in_db(kind: str, amount: int, account: AccountRow, on_hold: int = 0) -> ApplyReply | None:
@@ -192,7 +204,11 @@ def expected_cache(tx: LedgerTx, store: LedgerStore, account: AccountRow) -> tup
 
 
 def _outcome_unknown(kind: str, user_id: int, entry_id: int, why: str) -> errors.DomainError:
-    where = f"GET /accounts/{user_id}/orders/{entry_id}" if kind == KIND_DEDUCT else f"the balance at GET /accounts/{user_id}"
+    where = (
+        f"GET /accounts/{user_id}/orders/{entry_id}"
+        if kind == KIND_DEDUCT
+        else f"the balance at GET /accounts/{user_id}"
+    )
     return errors.ChargeOutcomeUnknown(
         f"{why}: entry {entry_id} may or may not be made. Check {where} (or retry with the same Idempotency-Key, "
         "which answers with the first outcome) before trying again",
@@ -222,8 +238,17 @@ class _Charge:
         self.charges: dict[int, Charge] = {}  # entry id -> the charge its attempt made
 
     def attempt(self, entry_id: int) -> ApplyReply:
-        charge = Charge(self.kind, self.user_id, self.amount, entry_id, int(time.time() * 1000), self.idem_key,
-                        self.request, self.key_checked, self.refusal_final)
+        charge = Charge(
+            self.kind,
+            self.user_id,
+            self.amount,
+            entry_id,
+            int(time.time() * 1000),
+            self.idem_key,
+            self.request,
+            self.key_checked,
+            self.refusal_final,
+        )
         self.charges[entry_id] = charge
         reply = self.store.apply(charge)
         if reply.status is ApplyStatus.UNKNOWN_KEY:
@@ -251,10 +276,24 @@ class _Charge:
         if reply.status is not ApplyStatus.OK:
             return None
         user_id, kind, idem_key = self.user_id, self.kind, self.idem_key
-        entry = Entry(entry_id, user_id, self.amount, self.charges[entry_id].ts, reply.balance, reply.version, kind,
-                      reply.epoch, reply.open_flag, idem_key)
-        return Outbound(str(user_id), entry.event, lambda: self.ledger._undo(user_id, entry_id, kind, idem_key),
-                        made_durable=(lambda: self.store.post(user_id, entry_id)) if kind == "R" else None)
+        entry = Entry(
+            entry_id,
+            user_id,
+            self.amount,
+            self.charges[entry_id].ts,
+            reply.balance,
+            reply.version,
+            kind,
+            reply.epoch,
+            reply.open_flag,
+            idem_key,
+        )
+        return Outbound(
+            str(user_id),
+            entry.event,
+            lambda: self.ledger._undo(user_id, entry_id, kind, idem_key),
+            made_durable=(lambda: self.store.post(user_id, entry_id)) if kind == "R" else None,
+        )
 
     def unknown(self, entry_id: int, why: str) -> errors.DomainError:
         return _outcome_unknown(self.kind, self.user_id, entry_id, why)
@@ -296,12 +335,21 @@ class Ledger:
                 self.load_cache(user_id)
                 cached = self.store.cached(user_id)
             if cached is not None:
-                balance, version, threshold, flag, held, on_hold = (cached.balance, cached.version, cached.threshold,
-                                                                    cached.open_flag, cached.held, cached.on_hold)
-        return Account(user_id, row.user_name, balance, version, threshold, row.deduct_type, flag == "1", pending, held,
-                       on_hold)
+                balance, version, threshold, flag, held, on_hold = (
+                    cached.balance,
+                    cached.version,
+                    cached.threshold,
+                    cached.open_flag,
+                    cached.held,
+                    cached.on_hold,
+                )
+        return Account(
+            user_id, row.user_name, balance, version, threshold, row.deduct_type, flag == "1", pending, held, on_hold
+        )
 
-    def patch_account(self, user_id: int, deduct_type: str | None, threshold: int | None, api_open: bool | None) -> Account:
+    def patch_account(
+        self, user_id: int, deduct_type: str | None, threshold: int | None, api_open: bool | None
+    ) -> Account:
         with self.lock.hold(keys.account_lock(user_id)) as held:
             cache_ahead = False  # the cache holds the operator's flag before the DB committed it
             try:
@@ -313,7 +361,8 @@ class Ledger:
                         switch = self.store.switch_to_sync(user_id)
                         if switch.status is ToSyncStatus.PENDING:
                             raise errors.PendingOrders(
-                                f"{switch.pending} orders are not in the DB yet; switch to SYNC once pending_orders is 0")
+                                f"{switch.pending} orders are not in the DB yet; switch to SYNC once pending_orders is 0"
+                            )
                     if deduct_type is not None:
                         tx.set_deduct_type(user_id, deduct_type)
                     if threshold is not None:
@@ -329,7 +378,9 @@ class Ledger:
                         cache_ahead = True
                         version = self.store.set_cached_open(user_id, flag, locked.version)
                         if version is None:  # not cached: above the entries Redis still holds for the DB too
-                            version = max([locked.version, *(e.version for e in self.store.pending_entries(user_id))]) + 1
+                            version = (
+                                max([locked.version, *(e.version for e in self.store.pending_entries(user_id))]) + 1
+                            )
                         tx.raise_version(user_id, version)
             except Exception:
                 if cache_ahead:  # the DB did not take it: drop the cache, the next read reloads it from the DB
@@ -349,8 +400,12 @@ class Ledger:
             account = self._locked_account(tx, user_id, held)
             balance, flag, pending = expected_cache(tx, self.store, account)
             holds = holds_with_pending(tx.active_holds(user_id), pending)
-            self.store.cache_account(replace(account, open_flag=flag), balance, epoch=str(self.next_id()),
-                                     holds={h.hold_id: (h.record(), h.expires_at, h.amount - h.captured) for h in holds})
+            self.store.cache_account(
+                replace(account, open_flag=flag),
+                balance,
+                epoch=str(self.next_id()),
+                holds={h.hold_id: (h.record(), h.expires_at, h.amount - h.captured) for h in holds},
+            )
 
     @staticmethod
     def _locked_account(tx: LedgerTx, user_id: int, held: Holding) -> AccountRow:
@@ -383,7 +438,9 @@ class Ledger:
                     continue  # the key's charge was rolled back for good (and is now given back): charge afresh
                 return LedgerResult(reply.entry_id, user_id, amount, reply.balance, reply.version, reply.mode)
             if idem_key and not self.durability.streamed:
-                with contextlib.suppress(RedisUnavailable):  # the charge is durable: a retry replays it once the record is stale
+                with contextlib.suppress(
+                    RedisUnavailable
+                ):  # the charge is durable: a retry replays it once the record is stale
                     self.store.mark_answer_done(user_id, idem_key)
             return LedgerResult(entry_id, user_id, amount, reply.balance, reply.version, "ASYNC")
         raise errors.ServiceUnavailable(f"account {user_id} could not be loaded into the cache; retry")
@@ -394,8 +451,11 @@ class Ledger:
         raises its refusal); the change is booked with the account's next seq, record(cursor, [change]) writes the
         feature's rows, the account row moves, all in one transaction. None when the account is ASYNC after all (the
         stale cache is dropped: the caller goes the Redis way)."""
-        with (self.lock.hold(keys.account_lock(user_id)) as held, _commit_outcome_of("change", user_id, entry_id),
-              self.store.transaction() as tx):
+        with (
+            self.lock.hold(keys.account_lock(user_id)) as held,
+            _commit_outcome_of("change", user_id, entry_id),
+            self.store.transaction() as tx,
+        ):
             account = self._locked_account(tx, user_id, held)
             if account.deduct_type != "SYNC":
                 self.store.drop_cache(user_id)
@@ -405,9 +465,14 @@ class Ledger:
             (booked,), heads = book([change], {user_id: account.head}, now)
             record(tx.cursor, [change])
             tx.book_change(account, booked, heads[user_id], change.open)
-        with contextlib.suppress(RedisUnavailable):  # a cache left behind is corrected by the reconciler (older version)
-            self.store.update_cache(user_id, {"balance": booked.balance_after, "v": account.version + 1,
-                                              "open": change.open}, if_older_than=account.version + 1)
+        with contextlib.suppress(
+            RedisUnavailable
+        ):  # a cache left behind is corrected by the reconciler (older version)
+            self.store.update_cache(
+                user_id,
+                {"balance": booked.balance_after, "v": account.version + 1, "open": change.open},
+                if_older_than=account.version + 1,
+            )
         return change
 
     def take_back(self, user_id: int, entry_id: int, kind: str) -> bool:
@@ -448,7 +513,9 @@ class Ledger:
                 self.store.post(user_id, entry_id)
         return True
 
-    def _charge_in_db(self, kind: str, user_id: int, amount: int, idem_key: str | None, request: str) -> LedgerResult | None:
+    def _charge_in_db(
+        self, kind: str, user_id: int, amount: int, idem_key: str | None, request: str
+    ) -> LedgerResult | None:
         """SYNC path. Returns None when the DB says the account is ASYNC after all (cache was stale)."""
         entry_id = self.next_id()
         with self.lock.hold(keys.account_lock(user_id)) as held, _commit_outcome_of(kind, user_id, entry_id):
@@ -460,8 +527,9 @@ class Ledger:
                         error = refusal(replayed)
                         if error is not None:
                             raise error
-                        return LedgerResult(replayed.entry_id, user_id, amount, replayed.balance, replayed.version,
-                                            replayed.mode)
+                        return LedgerResult(
+                            replayed.entry_id, user_id, amount, replayed.balance, replayed.version, replayed.mode
+                        )
                 account = self._locked_account(tx, user_id, held)
                 if account.deduct_type != "SYNC":
                     self.store.drop_cache(user_id)
@@ -477,9 +545,19 @@ class Ledger:
                     if flag != account.open_flag:
                         tx.set_open(user_id, flag)
                     now = int(time.time() * 1000)
-                    change = LedgerEvent(type="ledger", id=entry_id, kind=kind, user_id=user_id, amount=amount,
-                                         balance_after=balance, version=version, epoch="", ts=now, open=flag,
-                                         idem_key=idem_key)
+                    change = LedgerEvent(
+                        type="ledger",
+                        id=entry_id,
+                        kind=kind,
+                        user_id=user_id,
+                        amount=amount,
+                        balance_after=balance,
+                        version=version,
+                        epoch="",
+                        ts=now,
+                        open=flag,
+                        idem_key=idem_key,
+                    )
                     (booked,), _ = book([change], {user_id: account.head}, now)
                     tx.insert_sync_entry(kind, entry_id, user_id, amount, balance, version, idem_key, booked)
                     result = LedgerResult(entry_id, user_id, amount, balance, version, "SYNC")
@@ -489,7 +567,9 @@ class Ledger:
                 raise refusal(refused)
             # committed: a cache left behind here is corrected by the reconciler (its version is older than the DB's)
             with contextlib.suppress(RedisUnavailable):
-                self.store.update_cache(user_id, {"balance": balance, "v": version, "open": flag}, if_older_than=version)
+                self.store.update_cache(
+                    user_id, {"balance": balance, "v": version, "open": flag}, if_older_than=version
+                )
             return result
 
     # reads ----------------------------------------------------------------------------------------

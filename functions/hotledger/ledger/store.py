@@ -9,6 +9,7 @@ Redis (tagged {uid}: one slot per account) and one typed wrapper per ledger_*.lu
 - Redis failures leave here as RedisUnavailable / RedisOutcomeUnknown (dal.redis_store), a duplicate user name
   as errors.DuplicateUserName.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,7 +52,11 @@ def pending_entries(client, user_id: int) -> list[Entry]:
     if not ids:
         return []
     raws = client.mget([keys.entry(user_id, i) for i in ids])
-    return [Entry.parse(user_id, i, text(raw)) for i, raw in zip(ids, raws, strict=True) if raw is not None and not settled(raw)]
+    return [
+        Entry.parse(user_id, i, text(raw))
+        for i, raw in zip(ids, raws, strict=True)
+        if raw is not None and not settled(raw)
+    ]
 
 
 @redis_errors_translated
@@ -73,11 +78,15 @@ class LedgerStore:
         """A new account holds 0, so its API starts closed for balance; a recharge opens it."""
         try:
             with db.transaction() as cur:
-                cur.execute("INSERT INTO t_user (user_name, api_open, close_reason, deduct_type) VALUES (%s, %s, %s, %s)",
-                            (user_name, *open_columns("BALANCE"), deduct_type))
+                cur.execute(
+                    "INSERT INTO t_user (user_name, api_open, close_reason, deduct_type) VALUES (%s, %s, %s, %s)",
+                    (user_name, *open_columns("BALANCE"), deduct_type),
+                )
                 user_id = cur.lastrowid
-                cur.execute("INSERT INTO t_account (user_id, balance, version, threshold) VALUES (%s, 0, 1, %s)",
-                            (user_id, threshold))
+                cur.execute(
+                    "INSERT INTO t_account (user_id, balance, version, threshold) VALUES (%s, 0, 1, %s)",
+                    (user_id, threshold),
+                )
         except pymysql.err.IntegrityError as exc:
             raise errors.DuplicateUserName(f"user_name {user_name!r} is taken") from exc
         return user_id
@@ -101,15 +110,18 @@ class LedgerStore:
 
     def stored_answer(self, user_id: int, idem_key: str) -> IdempotentAnswer | None:
         """The first answer the DB holds for this key (no lock: asked only when Redis has no record)."""
-        rows = db.query("SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s",
-                        (user_id, idem_key))
+        rows = db.query(
+            "SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s", (user_id, idem_key)
+        )
         return IdempotentAnswer(rows[0][0], json.loads(rows[0][1])) if rows else None
 
     def remember_refusal(self, user_id: int, idem_key: str, fingerprint: str, answer: dict) -> None:
         """Keep an ASYNC refusal as the key's answer; a key that has an answer already keeps it."""
         with db.transaction() as cur:
-            cur.execute("INSERT IGNORE INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES (%s, %s, %s, %s)",
-                        (user_id, idem_key, fingerprint, json.dumps(answer)))
+            cur.execute(
+                "INSERT IGNORE INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES (%s, %s, %s, %s)",
+                (user_id, idem_key, fingerprint, json.dumps(answer)),
+            )
 
     def record_rollback(self, user_id: int, entry_id: int, kind: str) -> bool:
         """The DB's verdict on an entry whose event the broker did not acknowledge, taken under the account's row
@@ -123,8 +135,10 @@ class LedgerStore:
             cur.execute(f"SELECT 1 FROM {table} WHERE id = %s", (entry_id,))
             if cur.fetchone() is not None:
                 return True
-            cur.execute("INSERT IGNORE INTO t_rolled_back (change_id, feature, owner_id) VALUES (%s, 'ledger', %s)",
-                        (entry_id, user_id))
+            cur.execute(
+                "INSERT IGNORE INTO t_rolled_back (change_id, feature, owner_id) VALUES (%s, 'ledger', %s)",
+                (entry_id, user_id),
+            )
         return False
 
     def is_rolled_back(self, entry_id: int) -> bool:
@@ -133,25 +147,38 @@ class LedgerStore:
 
     def accounts_after(self, user_id: int, limit: int) -> list[AccountBalance]:
         """The next page of accounts in id order."""
-        rows = db.query("SELECT u.id, u.deduct_type, a.balance, a.version FROM t_user u JOIN t_account a ON a.user_id = u.id"
-                        " WHERE u.id > %s ORDER BY u.id LIMIT %s", (user_id, limit))
+        rows = db.query(
+            "SELECT u.id, u.deduct_type, a.balance, a.version FROM t_user u JOIN t_account a ON a.user_id = u.id"
+            " WHERE u.id > %s ORDER BY u.id LIMIT %s",
+            (user_id, limit),
+        )
         return [AccountBalance(*row) for row in rows]
 
     # Redis -------------------------------------------------------------------------------------------
     def cached(self, user_id: int) -> CachedAccount | None:
-        fields = cast("list[bytes | None]", self.redis.hmget(keys.balance(user_id), "balance", "v", "threshold", "open",
-                                                             "held", "on_hold"))
+        fields = cast(
+            "list[bytes | None]",
+            self.redis.hmget(keys.balance(user_id), "balance", "v", "threshold", "open", "held", "on_hold"),
+        )
         balance, version, threshold, flag, held, on_hold = fields
         if balance is None:
             return None
-        return CachedAccount(int(balance), int(version or 0), int(threshold or 0), text(flag or b""), int(held or 0),
-                             self._live_on_hold(user_id, int(on_hold or 0)))
+        return CachedAccount(
+            int(balance),
+            int(version or 0),
+            int(threshold or 0),
+            text(flag or b""),
+            int(held or 0),
+            self._live_on_hold(user_id, int(on_hold or 0)),
+        )
 
     def _live_on_hold(self, user_id: int, on_hold: int) -> int:
         """What the ACTIVE holds keep, less those past expires_at (as the scripts count it)."""
         if on_hold <= 0:
             return 0
-        expired = cast("list[bytes]", self.redis.zrangebyscore(keys.hold_expiry(user_id), "-inf", int(time.time() * 1000)))
+        expired = cast(
+            "list[bytes]", self.redis.zrangebyscore(keys.hold_expiry(user_id), "-inf", int(time.time() * 1000))
+        )
         if not expired:
             return on_hold
         records = cast("list[bytes | None]", self.redis.hmget(keys.holds(user_id), expired))
@@ -211,7 +238,11 @@ class LedgerStore:
         if not entry_ids:  # a cluster client refuses an MGET of no key (it has no slot to send it to)
             return [], []
         raws = self.redis.mget([keys.entry(user_id, i) for i in entry_ids])
-        found = [Entry.parse(user_id, i, text(raw)) for i, raw in zip(entry_ids, raws, strict=True) if raw is not None and not settled(raw)]
+        found = [
+            Entry.parse(user_id, i, text(raw))
+            for i, raw in zip(entry_ids, raws, strict=True)
+            if raw is not None and not settled(raw)
+        ]
         return found, [i for i, raw in zip(entry_ids, raws, strict=True) if raw is None]
 
     def forget_pending(self, user_id: int, entry_ids: list[int]) -> None:
@@ -231,31 +262,76 @@ class LedgerStore:
             pipe.zrange(keys.pending(user_id), 0, 0, withscores=True)
             pipe.zrangebyscore(keys.pending(user_id), "-inf", f"({stale_before_ms}", start=0, num=limit)
         replies = pipe.execute()
-        return [CacheState(None if balance is None else int(balance), None if version is None else int(version),
-                           dirty is not None, count, oldest[0][1] if oldest else None, [int(text(m)) for m in stale])
-                for (balance, version, dirty), count, oldest, stale in zip(*[iter(replies)] * 4, strict=True)]
+        return [
+            CacheState(
+                None if balance is None else int(balance),
+                None if version is None else int(version),
+                dirty is not None,
+                count,
+                oldest[0][1] if oldest else None,
+                [int(text(m)) for m in stale],
+            )
+            for (balance, version, dirty), count, oldest, stale in zip(*[iter(replies)] * 4, strict=True)
+        ]
 
     # scripts -----------------------------------------------------------------------------------------
     def apply(self, c: Charge) -> ApplyReply:
         """ledger_apply.lua: charge an ASYNC account in Redis."""
-        return ApplyReply.parse(self.lua.run(
-            "ledger_apply",
-            [keys.balance(c.user_id), keys.entry(c.user_id, c.entry_id), keys.pending(c.user_id),
-             keys.idempotency(c.user_id, c.idem_key or ""), keys.account_stream(c.user_id), keys.idempotency_quota(c.user_id),
-             keys.held(c.user_id), keys.holds(c.user_id), keys.hold_expiry(c.user_id)],
-            [c.kind, c.amount, c.ts, c.entry_id, self.entry_ttl_s, c.fingerprint, self.idempotency_ttl_s, MAX_BALANCE,
-             c.ts - self.idempotency_stale_ms, c.idem_key or "", self.stream_flag, c.user_id,
-             "checked" if c.key_checked else "", "1" if c.refusal_final else "", self.max_pending,
-             self.max_keys if is_client_key(c.idem_key) else ""]))
+        return ApplyReply.parse(
+            self.lua.run(
+                "ledger_apply",
+                [
+                    keys.balance(c.user_id),
+                    keys.entry(c.user_id, c.entry_id),
+                    keys.pending(c.user_id),
+                    keys.idempotency(c.user_id, c.idem_key or ""),
+                    keys.account_stream(c.user_id),
+                    keys.idempotency_quota(c.user_id),
+                    keys.held(c.user_id),
+                    keys.holds(c.user_id),
+                    keys.hold_expiry(c.user_id),
+                ],
+                [
+                    c.kind,
+                    c.amount,
+                    c.ts,
+                    c.entry_id,
+                    self.entry_ttl_s,
+                    c.fingerprint,
+                    self.idempotency_ttl_s,
+                    MAX_BALANCE,
+                    c.ts - self.idempotency_stale_ms,
+                    c.idem_key or "",
+                    self.stream_flag,
+                    c.user_id,
+                    "checked" if c.key_checked else "",
+                    "1" if c.refusal_final else "",
+                    self.max_pending,
+                    self.max_keys if is_client_key(c.idem_key) else "",
+                ],
+            )
+        )
 
     def rollback(self, user_id: int, entry_id: int, idem_key: str | None) -> RollbackReply:
         """ledger_rollback.lua: give back in Redis a charge the DB recorded as rolled back (record_rollback)."""
-        return RollbackReply.parse(self.lua.run(
-            "ledger_rollback", [keys.balance(user_id), keys.entry(user_id, entry_id), keys.pending(user_id),
-                                keys.fate(user_id, entry_id), keys.idempotency(user_id, idem_key or ""),
-                                keys.idempotency_quota(user_id), keys.held(user_id), keys.holds(user_id),
-                                keys.hold_expiry(user_id), keys.refunds(user_id)],
-            [entry_id, self.entry_ttl_s, "1" if is_client_key(idem_key) else ""]))
+        return RollbackReply.parse(
+            self.lua.run(
+                "ledger_rollback",
+                [
+                    keys.balance(user_id),
+                    keys.entry(user_id, entry_id),
+                    keys.pending(user_id),
+                    keys.fate(user_id, entry_id),
+                    keys.idempotency(user_id, idem_key or ""),
+                    keys.idempotency_quota(user_id),
+                    keys.held(user_id),
+                    keys.holds(user_id),
+                    keys.hold_expiry(user_id),
+                    keys.refunds(user_id),
+                ],
+                [entry_id, self.entry_ttl_s, "1" if is_client_key(idem_key) else ""],
+            )
+        )
 
     def take_back(self, user_id: int, entry_id: int, kind: str, idem_key: str | None) -> bool:
         """The DB's verdict first (record_rollback, under the account row lock), then, rolled back, the charge given
@@ -269,18 +345,41 @@ class LedgerStore:
     def post(self, user_id: int, entry_id: int) -> bool:
         """ledger_post.lua: the entry's event is durable: release what waited for it, a credit's amount or a capture's
         inflight count (False: nothing waited)."""
-        return self.lua.run("ledger_post", [keys.balance(user_id), keys.held(user_id), keys.holds(user_id)], [entry_id]) == 1
+        return (
+            self.lua.run("ledger_post", [keys.balance(user_id), keys.held(user_id), keys.holds(user_id)], [entry_id])
+            == 1
+        )
 
-    def cache_account(self, account: AccountRow, balance: int, epoch: str, holds: dict[int, tuple[str, int, int]]) -> bool:
+    def cache_account(
+        self, account: AccountRow, balance: int, epoch: str, holds: dict[int, tuple[str, int, int]]
+    ) -> bool:
         """ledger_load.lua: cache the account with this balance and its ACTIVE holds (hold id -> (record, expires_at,
         what it keeps)) unless it is cached already; False when it was. `epoch` names this load: every entry charged
         from it carries it."""
         user_id = account.user_id
-        return self.lua.run("ledger_load", [keys.balance(user_id), keys.held(user_id), keys.holds(user_id),
-                                            keys.hold_expiry(user_id), keys.refunds(user_id)],
-                            [balance, account.version, account.threshold, account.open_flag, account.deduct_type, epoch,
-                             sum(kept for _, _, kept in holds.values()),
-                             *(x for hold_id, (record, expires_at, _) in holds.items() for x in (hold_id, record, expires_at))]) == 1
+        return (
+            self.lua.run(
+                "ledger_load",
+                [
+                    keys.balance(user_id),
+                    keys.held(user_id),
+                    keys.holds(user_id),
+                    keys.hold_expiry(user_id),
+                    keys.refunds(user_id),
+                ],
+                [
+                    balance,
+                    account.version,
+                    account.threshold,
+                    account.open_flag,
+                    account.deduct_type,
+                    epoch,
+                    sum(kept for _, _, kept in holds.values()),
+                    *(x for hold_id, (record, expires_at, _) in holds.items() for x in (hold_id, record, expires_at)),
+                ],
+            )
+            == 1
+        )
 
     def update_cache(self, user_id: int, fields: dict[str, int | str], *, if_older_than: int | None = None) -> bool:
         """ledger_cache_update.lua: set fields of the cached account if it is cached (and, with if_older_than,
@@ -296,13 +395,20 @@ class LedgerStore:
 
     def switch_to_sync(self, user_id: int) -> ToSyncReply:
         """ledger_to_sync.lua: mark the cached account SYNC unless entries still wait for the DB."""
-        return ToSyncReply.parse(self.lua.run("ledger_to_sync", [keys.balance(user_id), keys.pending(user_id),
-                                                                 keys.holds(user_id), keys.hold_expiry(user_id)], []))
+        return ToSyncReply.parse(
+            self.lua.run(
+                "ledger_to_sync",
+                [keys.balance(user_id), keys.pending(user_id), keys.holds(user_id), keys.hold_expiry(user_id)],
+                [],
+            )
+        )
 
     def reconcile_cache(self, user_id: int, *, epoch: str, drift: int, db_version: int) -> ReconcileReply:
         """ledger_reconcile.lua: add `drift` to the cached balance (an adjusting entry: charges made since the
         snapshot it was computed from stay counted) unless the cache was reloaded since (another epoch)."""
-        return ReconcileReply.parse(self.lua.run("ledger_reconcile", [keys.balance(user_id)], [epoch, drift, db_version]))
+        return ReconcileReply.parse(
+            self.lua.run("ledger_reconcile", [keys.balance(user_id)], [epoch, drift, db_version])
+        )
 
     def settle(self, persisted: dict[int, list[LedgerEvent]]) -> dict[int, SettleReply]:
         """ledger_settle.lua per account, pipelined: drop the persisted entries from Redis, flag accounts whose
@@ -311,8 +417,19 @@ class LedgerStore:
             return {}
         pipe = self.lua.pipeline()
         for user_id, events in persisted.items():
-            self.lua.run("ledger_settle",
-                         [keys.pending(user_id), keys.balance(user_id), keys.held(user_id), keys.holds(user_id),
-                          *(keys.entry(user_id, e.id) for e in events)],
-                         [",".join(sorted({e.epoch for e in events}))], client=pipe)
-        return {user_id: SettleReply(removed, flagged == 1) for user_id, (removed, flagged) in zip(persisted, pipe.execute(), strict=True)}
+            self.lua.run(
+                "ledger_settle",
+                [
+                    keys.pending(user_id),
+                    keys.balance(user_id),
+                    keys.held(user_id),
+                    keys.holds(user_id),
+                    *(keys.entry(user_id, e.id) for e in events),
+                ],
+                [",".join(sorted({e.epoch for e in events}))],
+                client=pipe,
+            )
+        return {
+            user_id: SettleReply(removed, flagged == 1)
+            for user_id, (removed, flagged) in zip(persisted, pipe.execute(), strict=True)
+        }

@@ -1,4 +1,5 @@
 """Ledger: what runs inside a DB transaction (row locks, inserts)."""
+
 from __future__ import annotations
 
 import json
@@ -21,12 +22,18 @@ from hotledger.outbox.events import LedgerEvent
 from hotledger.webhooks.store import enqueue
 
 # kind -> (table, amount column): where the writer keeps each booked change by its id (its ledger row is in t_entry)
-ACCOUNT_SELECT = ("SELECT u.id, u.user_name, u.deduct_type, a.balance, a.version, a.threshold, a.seq, a.on_hold, a.booked_at,"
-            " u.api_open, u.close_reason"
-            " FROM t_user u JOIN t_account a ON a.user_id = u.id WHERE u.id = %s")
+ACCOUNT_SELECT = (
+    "SELECT u.id, u.user_name, u.deduct_type, a.balance, a.version, a.threshold, a.seq, a.on_hold, a.booked_at,"
+    " u.api_open, u.close_reason"
+    " FROM t_user u JOIN t_account a ON a.user_id = u.id WHERE u.id = %s"
+)
 
-ENTRY_TABLES = {KIND_DEDUCT: ("t_order", "amount"), KIND_RECHARGE: ("t_pay", "pay"), KIND_REFUND: ("t_refund", "amount"),
-                **{kind: ("t_hold_change", "amount") for kind in HOLD_KINDS}}
+ENTRY_TABLES = {
+    KIND_DEDUCT: ("t_order", "amount"),
+    KIND_RECHARGE: ("t_pay", "pay"),
+    KIND_REFUND: ("t_refund", "amount"),
+    **{kind: ("t_hold_change", "amount") for kind in HOLD_KINDS},
+}
 
 
 class LedgerTx:
@@ -43,8 +50,10 @@ class LedgerTx:
         cur.execute("SELECT fence, fence_owner FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
         seen = cur.fetchone()
         if seen is not None and (seen[0] > fence or (seen[0] == fence and seen[1] not in (None, owner))):
-            raise errors.FencedOut("this request's hold on the account lock ran out and a newer one wrote first; "
-                                   "nothing was changed, retry")
+            raise errors.FencedOut(
+                "this request's hold on the account lock ran out and a newer one wrote first; "
+                "nothing was changed, retry"
+            )
         if seen is not None and (seen[0] < fence or seen[1] is None):
             cur.execute("UPDATE t_account SET fence = %s, fence_owner = %s WHERE user_id = %s", (fence, owner, user_id))
         cur.execute(ACCOUNT_SELECT, (user_id,))
@@ -62,8 +71,10 @@ class LedgerTx:
         if not user_ids:
             return {}
         ordered = sorted(user_ids)
-        self.cursor.execute(f"SELECT user_id, version, seq, balance, on_hold, booked_at FROM t_account"
-                            f" WHERE user_id IN ({_ints(ordered)}) ORDER BY user_id FOR UPDATE")
+        self.cursor.execute(
+            f"SELECT user_id, version, seq, balance, on_hold, booked_at FROM t_account"
+            f" WHERE user_id IN ({_ints(ordered)}) ORDER BY user_id FOR UPDATE"
+        )
         return {row[0]: LockedAccount(row[1], LedgerHead(*row[2:])) for row in self.cursor.fetchall()}
 
     def stored_entries(self, ids_and_kinds: list[tuple[int, str]]) -> dict[int, tuple[int, int, int]]:
@@ -73,7 +84,9 @@ class LedgerTx:
         for table, amount_col in set(ENTRY_TABLES.values()):
             ids = [entry_id for entry_id, entry_kind in ids_and_kinds if ENTRY_TABLES[entry_kind][0] == table]
             if ids:
-                self.cursor.execute(f"SELECT id, user_id, {amount_col}, version FROM {table} WHERE id IN ({_ints(ids)})")
+                self.cursor.execute(
+                    f"SELECT id, user_id, {amount_col}, version FROM {table} WHERE id IN ({_ints(ids)})"
+                )
                 found.update((row[0], tuple(row[1:])) for row in self.cursor.fetchall())
         return found
 
@@ -88,9 +101,11 @@ class LedgerTx:
     def book_change(self, account: AccountRow, booked: Booked, head: LedgerHead, open_flag: str) -> None:
         """A SYNC change of another feature (a hold's, a refund): its ledger row and the account row after it."""
         self.insert_booked([booked])
-        self.cursor.execute("UPDATE t_account SET balance = %s, version = version + 1, seq = %s, on_hold = %s,"
-                            " booked_at = %s WHERE user_id = %s",
-                            (head.balance, head.seq, head.on_hold, head.booked_at, account.user_id))
+        self.cursor.execute(
+            "UPDATE t_account SET balance = %s, version = version + 1, seq = %s, on_hold = %s,"
+            " booked_at = %s WHERE user_id = %s",
+            (head.balance, head.seq, head.on_hold, head.booked_at, account.user_id),
+        )
         if open_flag != account.open_flag:
             self.set_open(account.user_id, open_flag)
 
@@ -107,14 +122,17 @@ class LedgerTx:
         of an account's answers holds it: the key is not locked itself, since a locking read of a key not there yet
         locked the gap around it, and SYNC charges of other accounts inserting their keys there waited or deadlocked."""
         self.cursor.execute("SELECT 1 FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
-        self.cursor.execute("SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s",
-                            (user_id, idem_key))
+        self.cursor.execute(
+            "SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s", (user_id, idem_key)
+        )
         seen = self.cursor.fetchone()
         return None if seen is None else IdempotentAnswer(seen[0], json.loads(seen[1]))
 
     def remember_answer(self, user_id: int, idem_key: str, fingerprint: str, answer: dict) -> None:
-        self.cursor.execute("INSERT INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES (%s, %s, %s, %s)",
-                            (user_id, idem_key, fingerprint, json.dumps(answer)))
+        self.cursor.execute(
+            "INSERT INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES (%s, %s, %s, %s)",
+            (user_id, idem_key, fingerprint, json.dumps(answer)),
+        )
 
     def idempotent_answers(self, pairs: list[tuple[int, str]]) -> dict[tuple[int, str], IdempotentAnswer]:
         """(user_id, idem_key) -> the answer the DB holds, for those of the pairs it holds. Read under the caller's
@@ -125,8 +143,11 @@ class LedgerTx:
         into each other's gaps deadlocked (MySQL 1213), so their batches were retried."""
         if not pairs:
             return {}
-        self.cursor.execute("SELECT user_id, idem_key, fingerprint, response FROM t_idempotency WHERE (user_id, idem_key)"
-                            f" IN ({','.join(['(%s, %s)'] * len(pairs))})", [x for pair in pairs for x in pair])
+        self.cursor.execute(
+            "SELECT user_id, idem_key, fingerprint, response FROM t_idempotency WHERE (user_id, idem_key)"
+            f" IN ({','.join(['(%s, %s)'] * len(pairs))})",
+            [x for pair in pairs for x in pair],
+        )
         return {(row[0], row[1]): IdempotentAnswer(row[2], json.loads(row[3])) for row in self.cursor.fetchall()}
 
     def remember_answers(self, answers: list[tuple[int, str, str, dict]]) -> None:
@@ -137,13 +158,18 @@ class LedgerTx:
                 "INSERT INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES "
                 + ",".join(["(%s, %s, %s, %s)"] * len(answers))
                 + " ON DUPLICATE KEY UPDATE fingerprint = VALUES(fingerprint), response = VALUES(response)",
-                [x for user_id, key, fp, answer in answers for x in (user_id, key, fp, json.dumps(answer))])
+                [x for user_id, key, fp, answer in answers for x in (user_id, key, fp, json.dumps(answer))],
+            )
 
     def raise_version(self, user_id: int, version: int) -> None:
-        self.cursor.execute("UPDATE t_account SET version = GREATEST(version, %s) WHERE user_id = %s", (version, user_id))
+        self.cursor.execute(
+            "UPDATE t_account SET version = GREATEST(version, %s) WHERE user_id = %s", (version, user_id)
+        )
 
     def set_balance(self, user_id: int, balance: int, version: int) -> None:
-        self.cursor.execute("UPDATE t_account SET balance = %s, version = %s WHERE user_id = %s", (balance, version, user_id))
+        self.cursor.execute(
+            "UPDATE t_account SET balance = %s, version = %s WHERE user_id = %s", (balance, version, user_id)
+        )
 
     def set_threshold(self, user_id: int, threshold: int) -> None:
         self.cursor.execute("UPDATE t_account SET threshold = %s WHERE user_id = %s", (threshold, user_id))
@@ -152,17 +178,30 @@ class LedgerTx:
         self.cursor.execute("UPDATE t_user SET deduct_type = %s WHERE id = %s", (deduct_type, user_id))
 
     def set_open(self, user_id: int, flag: str) -> None:
-        self.cursor.execute("UPDATE t_user SET api_open = %s, close_reason = %s WHERE id = %s", (*open_columns(flag), user_id))
+        self.cursor.execute(
+            "UPDATE t_user SET api_open = %s, close_reason = %s WHERE id = %s", (*open_columns(flag), user_id)
+        )
 
-    def insert_sync_entry(self, kind: str, entry_id: int, user_id: int, amount: int, balance: int, version: int,
-                          idem_key: str | None, booked: Booked) -> None:
+    def insert_sync_entry(
+        self,
+        kind: str,
+        entry_id: int,
+        user_id: int,
+        amount: int,
+        balance: int,
+        version: int,
+        idem_key: str | None,
+        booked: Booked,
+    ) -> None:
         """A SYNC charge: its t_order / t_pay row, its ledger row, and the account's ledger head."""
         self.cursor.execute(
             _insert_entries(kind) + "(%s, %s, %s, %s, %s, 'SYNC', %s, %s)",
-            (entry_id, user_id, amount, balance, version, idem_key, datetime.now(UTC).replace(tzinfo=None)))
+            (entry_id, user_id, amount, balance, version, idem_key, datetime.now(UTC).replace(tzinfo=None)),
+        )
         self.insert_booked([booked])
-        self.cursor.execute("UPDATE t_account SET seq = %s, booked_at = %s WHERE user_id = %s",
-                            (booked.seq, booked.booked_at, user_id))
+        self.cursor.execute(
+            "UPDATE t_account SET seq = %s, booked_at = %s WHERE user_id = %s", (booked.seq, booked.booked_at, user_id)
+        )
 
     def insert_booked(self, rows: list[Booked]) -> None:
         """Ledger rows (t_entry), one statement, with what follows from them in the same transaction: the balance
@@ -174,9 +213,24 @@ class LedgerTx:
             self.cursor.execute(
                 "INSERT INTO t_entry (user_id, seq, entry_id, type, amount, delta, balance_after, available_after,"
                 " booked_at, charged_at, ref) VALUES "
-                + ",".join("(%d,%d,%d,%s,%d,%d,%d,%d,%d,%d,%s)" % (
-                    r.user_id, r.seq, r.entry_id, escape(r.type), r.amount, r.delta, r.balance_after, r.available_after,
-                    r.booked_at, r.charged_at, "NULL" if r.ref is None else escape(r.ref)) for r in rows))
+                + ",".join(
+                    "(%d,%d,%d,%s,%d,%d,%d,%d,%d,%d,%s)"
+                    % (
+                        r.user_id,
+                        r.seq,
+                        r.entry_id,
+                        escape(r.type),
+                        r.amount,
+                        r.delta,
+                        r.balance_after,
+                        r.available_after,
+                        r.booked_at,
+                        r.charged_at,
+                        "NULL" if r.ref is None else escape(r.ref),
+                    )
+                    for r in rows
+                )
+            )
 
     def insert_events(self, events: list[LedgerEvent]) -> None:
         """ASYNC deducts and recharges, one multi-row INSERT per table (a hold's changes: holds.store)."""
@@ -190,7 +244,14 @@ class LedgerTx:
         # escaping, which matters at tens of thousands of rows per second; the key is escaped by the driver
         idem_key = "NULL" if e.idem_key is None else self.cursor.connection.escape(e.idem_key)
         return "(%d,%d,%d,%d,%d,'ASYNC',%s,FROM_UNIXTIME(%d/1000))" % (
-            e.id, e.user_id, e.amount, e.balance_after, e.version, idem_key, e.ts)
+            e.id,
+            e.user_id,
+            e.amount,
+            e.balance_after,
+            e.version,
+            idem_key,
+            e.ts,
+        )
 
     def move_accounts(self, moves: list[AccountMove]) -> None:
         """Add each move's delta to its balance and raise its version (never lower it), in one statement; then
@@ -199,10 +260,13 @@ class LedgerTx:
             return
         self.cursor.execute(
             "INSERT INTO t_account (user_id, balance, version, seq, on_hold, booked_at) VALUES "
-            + ",".join("(%d,%d,%d,%d,%d,%d)" % (m.user_id, m.delta, m.version, m.head.seq, m.head.on_hold, m.head.booked_at)
-                       for m in moves)
+            + ",".join(
+                "(%d,%d,%d,%d,%d,%d)" % (m.user_id, m.delta, m.version, m.head.seq, m.head.on_hold, m.head.booked_at)
+                for m in moves
+            )
             + " ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance), version = GREATEST(version, VALUES(version)),"
-              " seq = VALUES(seq), on_hold = VALUES(on_hold), booked_at = VALUES(booked_at)")
+            " seq = VALUES(seq), on_hold = VALUES(on_hold), booked_at = VALUES(booked_at)"
+        )
         flags = [(m.user_id, open_columns(m.open_flag)) for m in moves if m.open_flag is not None]
         if flags:
             cases = " ".join(["WHEN %s THEN %s"] * len(flags))
@@ -211,7 +275,8 @@ class LedgerTx:
                 f" WHERE id IN ({_marks(flags)})",
                 [x for user_id, (api_open, _) in flags for x in (user_id, api_open)]
                 + [x for user_id, (_, reason) in flags for x in (user_id, reason)]
-                + [user_id for user_id, _ in flags])
+                + [user_id for user_id, _ in flags],
+            )
 
 
 def _insert_entries(kind: str) -> str:

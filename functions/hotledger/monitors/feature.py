@@ -1,5 +1,6 @@
 """Balance monitors' registration (hotledger.features): routes, and the reconciler part that posts crossings to the
 user's inbox (the crossings themselves are judged with the ledger's bookings: monitors.store.judge)."""
+
 from __future__ import annotations
 
 from hotledger.features import Feature, ReconcilePart

@@ -1,4 +1,5 @@
 """Balance monitor routes: POST/GET /accounts/{id}/monitors, DELETE /accounts/{id}/monitors/{monitor_id}."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -21,6 +22,7 @@ _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND or MONITOR_NOT_FOUND")
 
 class MonitorRequest(BaseModel):
     """Either below (with rearm_above, default: below) or above (with rearm_below, default: above)."""
+
     model_config = ConfigDict(extra="forbid")
     below: Threshold | None = None
     rearm_above: Threshold | None = None
@@ -31,7 +33,8 @@ class MonitorRequest(BaseModel):
     def one_direction(self):
         one_way = (self.below is None) != (self.above is None)
         mixed = (self.below is not None and self.rearm_below is not None) or (
-            self.above is not None and self.rearm_above is not None)
+            self.above is not None and self.rearm_above is not None
+        )
         if not one_way or mixed:
             raise ValueError("give below (and rearm_above) or above (and rearm_below)")
         return self
@@ -47,20 +50,36 @@ class MonitorView(BaseModel):
 
 
 def _view(m) -> dict:
-    return {"monitor_id": str(m.monitor_id), "user_id": m.user_id, "direction": m.direction,
-            "threshold": format_minor(m.threshold), "rearm": format_minor(m.rearm), "armed": m.armed}
+    return {
+        "monitor_id": str(m.monitor_id),
+        "user_id": m.user_id,
+        "direction": m.direction,
+        "threshold": format_minor(m.threshold),
+        "rearm": format_minor(m.rearm),
+        "armed": m.armed,
+    }
 
 
-@router.post("/accounts/<user_id>/monitors", status_code=201, responses=responses(
-    201, MonitorView, "watching: one balance.below / balance.above event and inbox message per crossing", _NOT_FOUND,
-    (422, "INVALID_MONITOR: the re-arm line on the wrong side, or too many monitors; VALIDATION_ERROR")))
+@router.post(
+    "/accounts/<user_id>/monitors",
+    status_code=201,
+    responses=responses(
+        201,
+        MonitorView,
+        "watching: one balance.below / balance.above event and inbox message per crossing",
+        _NOT_FOUND,
+        (422, "INVALID_MONITOR: the re-arm line on the wrong side, or too many monitors; VALIDATION_ERROR"),
+    ),
+)
 def create_monitor(user_id: UserId, request: Annotated[MonitorRequest, Body()]) -> dict:
     if request.below is not None:
         return _view(monitors().create(user_id, "below", request.below, request.rearm_above))
     return _view(monitors().create(user_id, "above", request.above, request.rearm_below))
 
 
-@router.get("/accounts/<user_id>/monitors", responses=responses(200, list[MonitorView], "the account's monitors", _NOT_FOUND))
+@router.get(
+    "/accounts/<user_id>/monitors", responses=responses(200, list[MonitorView], "the account's monitors", _NOT_FOUND)
+)
 def list_monitors(user_id: UserId) -> list:
     return [_view(m) for m in monitors().list(user_id)]
 

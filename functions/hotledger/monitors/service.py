@@ -8,6 +8,7 @@ nothing for it. 100,000 oscillations around the line give exactly the crossings 
 waits for the re-arm line), not one alert per charge, which is what Blnk's and Lago's users met. Each crossing is a
 webhook event (balance.below / balance.above, with the seq of the entry that crossed) and one inbox message to the
 user (outer id monitor:seq, so posting it twice is one message), posted by the reconciler's `alerts` part."""
+
 from __future__ import annotations
 
 import time
@@ -21,8 +22,13 @@ MAX_MONITORS = 20  # per account
 
 
 class Monitors:
-    def __init__(self, store: MonitorStore, inbox, account_exists: Callable[[int], bool],
-                 clock: Callable[[], int] = lambda: int(time.time() * 1000)):
+    def __init__(
+        self,
+        store: MonitorStore,
+        inbox,
+        account_exists: Callable[[int], bool],
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ):
         self.store, self.inbox, self.account_exists, self.clock = store, inbox, account_exists, clock
 
     def create(self, user_id: int, direction: str, threshold: int, rearm: int | None) -> Monitor:
@@ -30,8 +36,10 @@ class Monitors:
             raise errors.AccountNotFound(f"account {user_id} does not exist")
         rearm = threshold if rearm is None else rearm
         if (direction == BELOW and rearm < threshold) or (direction == ABOVE and rearm > threshold):
-            raise errors.InvalidMonitor("the re-arm line is on the other side of the line from the alert (below: "
-                                        "rearm_above >= below; above: rearm_below <= above)")
+            raise errors.InvalidMonitor(
+                "the re-arm line is on the other side of the line from the alert (below: "
+                "rearm_above >= below; above: rearm_below <= above)"
+            )
         if len(self.store.monitors(user_id)) >= MAX_MONITORS:
             raise errors.InvalidMonitor(f"an account has at most {MAX_MONITORS} monitors")
         return self.store.create(user_id, direction, threshold, rearm, self.clock())
@@ -52,8 +60,13 @@ class Monitors:
                 break
             for a in alerts:
                 word = "below" if a.direction == BELOW else "above"
-                self.inbox.post(a.user_id, f"balance.{a.direction}", f"{a.monitor_id}:{a.seq}", f"Balance {word} "
-                                f"{format_minor(a.threshold)}", f"Your balance is {format_minor(a.balance)}.")
+                self.inbox.post(
+                    a.user_id,
+                    f"balance.{a.direction}",
+                    f"{a.monitor_id}:{a.seq}",
+                    f"Balance {word} {format_minor(a.threshold)}",
+                    f"Your balance is {format_minor(a.balance)}.",
+                )
                 self.store.posted(a)
                 posted += 1
             budget.spend(len(alerts))

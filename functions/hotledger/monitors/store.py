@@ -1,5 +1,6 @@
 """Balance monitors' storage: t_balance_monitor and t_monitor_alert, and `judge`, the booking transaction's part that
 fires and re-arms the monitors of the accounts it books (in seq order, under their row locks)."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -52,8 +53,11 @@ def judge(cursor, rows: list[Booked]) -> list[Alert]:
     users = sorted({r.user_id for r in rows})
     if not users:
         return []
-    cursor.execute("SELECT id, user_id, direction, threshold, rearm, armed FROM t_balance_monitor WHERE deleted = 0 AND"
-                   f" user_id IN ({','.join(['%s'] * len(users))}) FOR UPDATE", users)
+    cursor.execute(
+        "SELECT id, user_id, direction, threshold, rearm, armed FROM t_balance_monitor WHERE deleted = 0 AND"
+        f" user_id IN ({','.join(['%s'] * len(users))}) FOR UPDATE",
+        users,
+    )
     monitors = [_monitor(row) for row in cursor.fetchall()]
     if not monitors:
         return []
@@ -65,7 +69,9 @@ def judge(cursor, rows: list[Booked]) -> list[Alert]:
         armed = m.armed
         for r in by_user[m.user_id]:
             if armed and crossed(m, r.balance_after):
-                alerts.append(Alert(m.monitor_id, r.seq, m.user_id, m.direction, m.threshold, r.balance_after, r.booked_at))
+                alerts.append(
+                    Alert(m.monitor_id, r.seq, m.user_id, m.direction, m.threshold, r.balance_after, r.booked_at)
+                )
                 armed = False
             elif not armed and rearmed(m, r.balance_after):
                 armed = True
@@ -74,9 +80,11 @@ def judge(cursor, rows: list[Booked]) -> list[Alert]:
     if changed:
         cursor.executemany("UPDATE t_balance_monitor SET armed = %s WHERE id = %s", changed)
     if alerts:
-        cursor.executemany("INSERT IGNORE INTO t_monitor_alert (monitor_id, seq, user_id, direction, threshold, balance, at)"
-                           " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                           [(a.monitor_id, a.seq, a.user_id, a.direction, a.threshold, a.balance, a.at) for a in alerts])
+        cursor.executemany(
+            "INSERT IGNORE INTO t_monitor_alert (monitor_id, seq, user_id, direction, threshold, balance, at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            [(a.monitor_id, a.seq, a.user_id, a.direction, a.threshold, a.balance, a.at) for a in alerts],
+        )
     return alerts
 
 
@@ -88,29 +96,54 @@ class MonitorStore:
             (balance,) = cur.fetchone()
             probe = Monitor(0, user_id, direction, threshold, rearm, True)
             armed = not crossed(probe, balance)
-            cur.execute("INSERT INTO t_balance_monitor (user_id, direction, threshold, rearm, armed, created_at)"
-                        " VALUES (%s, %s, %s, %s, %s, %s)", (user_id, direction, threshold, rearm, int(armed), now_ms))
+            cur.execute(
+                "INSERT INTO t_balance_monitor (user_id, direction, threshold, rearm, armed, created_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s)",
+                (user_id, direction, threshold, rearm, int(armed), now_ms),
+            )
             return Monitor(cur.lastrowid, user_id, direction, threshold, rearm, armed)
 
     def monitors(self, user_id: int) -> list[Monitor]:
-        return [_monitor(row) for row in db.query(
-            "SELECT id, user_id, direction, threshold, rearm, armed FROM t_balance_monitor WHERE user_id = %s"
-            " AND deleted = 0 ORDER BY id", (user_id,))]
+        return [
+            _monitor(row)
+            for row in db.query(
+                "SELECT id, user_id, direction, threshold, rearm, armed FROM t_balance_monitor WHERE user_id = %s"
+                " AND deleted = 0 ORDER BY id",
+                (user_id,),
+            )
+        ]
 
     def delete(self, user_id: int, monitor_id: int) -> bool:
-        return db.execute("UPDATE t_balance_monitor SET deleted = 1 WHERE id = %s AND user_id = %s AND deleted = 0",
-                          (monitor_id, user_id)) == 1
+        return (
+            db.execute(
+                "UPDATE t_balance_monitor SET deleted = 1 WHERE id = %s AND user_id = %s AND deleted = 0",
+                (monitor_id, user_id),
+            )
+            == 1
+        )
 
     def unposted(self, limit: int) -> list[Alert]:
-        return [Alert(*row) for row in db.query(
-            "SELECT monitor_id, seq, user_id, direction, threshold, balance, at FROM t_monitor_alert"
-            " WHERE inbox_posted = 0 ORDER BY at LIMIT %s", (limit,))]
+        return [
+            Alert(*row)
+            for row in db.query(
+                "SELECT monitor_id, seq, user_id, direction, threshold, balance, at FROM t_monitor_alert"
+                " WHERE inbox_posted = 0 ORDER BY at LIMIT %s",
+                (limit,),
+            )
+        ]
 
     def posted(self, alert: Alert) -> None:
-        db.execute("UPDATE t_monitor_alert SET inbox_posted = 1 WHERE monitor_id = %s AND seq = %s",
-                   (alert.monitor_id, alert.seq))
+        db.execute(
+            "UPDATE t_monitor_alert SET inbox_posted = 1 WHERE monitor_id = %s AND seq = %s",
+            (alert.monitor_id, alert.seq),
+        )
 
     def alerts(self, user_id: int, limit: int) -> list[Alert]:
-        return [Alert(*row) for row in db.query(
-            "SELECT monitor_id, seq, user_id, direction, threshold, balance, at FROM t_monitor_alert WHERE user_id = %s"
-            " ORDER BY seq DESC LIMIT %s", (user_id, limit))]
+        return [
+            Alert(*row)
+            for row in db.query(
+                "SELECT monitor_id, seq, user_id, direction, threshold, balance, at FROM t_monitor_alert WHERE user_id = %s"
+                " ORDER BY seq DESC LIMIT %s",
+                (user_id, limit),
+            )
+        ]

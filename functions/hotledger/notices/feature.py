@@ -1,4 +1,5 @@
 """Payment orders, delay queues, the inbox and journeys: their registration (hotledger.features)."""
+
 from __future__ import annotations
 
 from hotledger.features import Feature, ReconcilePart
@@ -14,14 +15,18 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
 
     def reminders(run):
         run.report.reminders_reoffered, run.report.reminders_next_after = payment_orders.reoffer_lost_reminders_within(
-            run.now_ms, run.budget, run.cursor)
+            run.now_ms, run.budget, run.cursor
+        )
         return run.report.reminders_next_after
 
     def orders(run):
         run.report.orders_closed = payment_orders.close_overdue(run.now_ms)  # one page: bounded already
 
-    return (ReconcilePart(name="journeys", run=journeys_part), ReconcilePart(name="reminders", run=reminders),
-            ReconcilePart(name="orders", run=orders))
+    return (
+        ReconcilePart(name="journeys", run=journeys_part),
+        ReconcilePart(name="reminders", run=reminders),
+        ReconcilePart(name="orders", run=orders),
+    )
 
 
 def _delay_handlers() -> dict:
@@ -31,5 +36,6 @@ def _delay_handlers() -> dict:
     return {REMINDER_QUEUE: runtime.payment_orders().fire_reminders, CLOSE_QUEUE: runtime.payment_orders().close_due}
 
 
-FEATURE = Feature(name="notices", routes="hotledger.notices.routes", reconcile_parts=_reconcile_parts,
-                  delay_handlers=_delay_handlers)
+FEATURE = Feature(
+    name="notices", routes="hotledger.notices.routes", reconcile_parts=_reconcile_parts, delay_handlers=_delay_handlers
+)

@@ -3,6 +3,7 @@
 scan turns starts older than the biz's threshold into one inbox message each (outer_biz_id = account:start, so
 a rescan or a crash between the message and the removal writes nothing twice; a journey started again
 meanwhile is kept for its own reminder)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,9 +13,11 @@ from hotledger import errors
 from hotledger.notices.store import JourneyStore
 
 TEXTS = {
-    "password-recovery": ("Recover your password with your face",
-                          "You did not finish recovering your password. Face recognition in the app does it in a minute.",
-                          "app://security/face-recovery"),
+    "password-recovery": (
+        "Recover your password with your face",
+        "You did not finish recovering your password. Face recognition in the app does it in a minute.",
+        "app://security/face-recovery",
+    ),
 }
 DEFAULT_TEXT = ("Pick up where you left off", "You started something in the app and did not finish it.", None)
 

@@ -24,6 +24,7 @@ request), waits (retryable 503), since that pay may still charge. A pay whose le
 landed after a newer owner closed the order all the same refunds it (ledger recharge, key payorderrefund<id>) and
 answers ORDER_CLOSED.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -75,16 +76,39 @@ def _now_ms() -> int:
 
 
 class PaymentOrders:
-    def __init__(self, store: PaymentOrderStore, ledger: Ledger, delay_queue, inbox, ids, lock, reminder_before_close_s: int,
-                 now_ms: Callable[[], int] = _now_ms, pay_horizon_ms: int = PAY_HORIZON_MS):
+    def __init__(
+        self,
+        store: PaymentOrderStore,
+        ledger: Ledger,
+        delay_queue,
+        inbox,
+        ids,
+        lock,
+        reminder_before_close_s: int,
+        now_ms: Callable[[], int] = _now_ms,
+        pay_horizon_ms: int = PAY_HORIZON_MS,
+    ):
         """pay_horizon_ms: longer than a live pay spends between pay_started_at and its charge's final fate (the
         ledger's bound on a live request between its charge and the broker's answer or its rollback)."""
-        self.store, self.ledger, self.queue, self.inbox, self.ids, self.lock = store, ledger, delay_queue, inbox, ids, lock
+        self.store, self.ledger, self.queue, self.inbox, self.ids, self.lock = (
+            store,
+            ledger,
+            delay_queue,
+            inbox,
+            ids,
+            lock,
+        )
         self.reminder_before_close_ms = reminder_before_close_s * 1000
         self.now_ms, self.pay_horizon_ms = now_ms, pay_horizon_ms
 
-    def create(self, user_id: int, amount: int, close_in_s: int, reserve: Callable[[int], object] | None = None,
-               payment_order_id: int | None = None) -> PaymentOrder:
+    def create(
+        self,
+        user_id: int,
+        amount: int,
+        close_in_s: int,
+        reserve: Callable[[int], object] | None = None,
+        payment_order_id: int | None = None,
+    ) -> PaymentOrder:
         """`reserve(id)` runs before any effect (an Idempotency-Key's recovery point); `payment_order_id`: the id an
         attempt that died under the same key reserved: that order, if it was inserted, is the answer (its queue
         elements offered again, in case the attempt died before offering them)."""
@@ -112,13 +136,17 @@ class PaymentOrders:
             self.queue.offer(REMINDER_QUEUE, str(payment_order.id), due_at_ms=payment_order.reminder_due_at)
             self.queue.offer(CLOSE_QUEUE, str(payment_order.id), due_at_ms=payment_order.close_at)
         except RedisUnavailable:
-            log.warning("payment order created; its reminder and close left to the reconciler",
-                        extra={"payment_order_id": str(payment_order.id)}, exc_info=True)
+            log.warning(
+                "payment order created; its reminder and close left to the reconciler",
+                extra={"payment_order_id": str(payment_order.id)},
+                exc_info=True,
+            )
 
     def get(self, payment_order_id: int) -> PaymentOrder:
         """The payment order, with its reminder's due time while the reminder is queued."""
-        return dataclasses.replace(self._load(payment_order_id),
-                                   reminder_due_at=self.queue.due_at(REMINDER_QUEUE, str(payment_order_id)))
+        return dataclasses.replace(
+            self._load(payment_order_id), reminder_due_at=self.queue.due_at(REMINDER_QUEUE, str(payment_order_id))
+        )
 
     def _load(self, payment_order_id: int) -> PaymentOrder:
         payment_order = self.store.get(payment_order_id)
@@ -168,10 +196,13 @@ class PaymentOrders:
             return
         refund = self.ledger.recharge(payment_order.user_id, payment_order.amount, refund_key(payment_order.id))
         self.store.mark_refunded(payment_order.id, refund.entry_id)
-        log.warning("payment order charged after its close: refunded",
-                    extra={"order": payment_order.id, "charge": entry_id, "refund": refund.entry_id})
-        raise errors.PaymentOrderClosed(f"order {payment_order.id} was closed before its payment landed; "
-                                        "the payment was refunded")
+        log.warning(
+            "payment order charged after its close: refunded",
+            extra={"order": payment_order.id, "charge": entry_id, "refund": refund.entry_id},
+        )
+        raise errors.PaymentOrderClosed(
+            f"order {payment_order.id} was closed before its payment landed; the payment was refunded"
+        )
 
     def _charge_of(self, payment_order: PaymentOrder):
         return self.ledger.charged_with(KIND_DEDUCT, payment_order.user_id, pay_key(payment_order.id))
@@ -192,11 +223,15 @@ class PaymentOrders:
                 self.store.claim(payment_order_id, held)
                 charge = self._charge_of(payment_order)
                 in_flight = (charge is not None and not self._stands(charge)) or (
-                    charge is None and payment_order.pay_started_at is not None
-                    and self.now_ms() - payment_order.pay_started_at < self.pay_horizon_ms)
+                    charge is None
+                    and payment_order.pay_started_at is not None
+                    and self.now_ms() - payment_order.pay_started_at < self.pay_horizon_ms
+                )
                 if in_flight:
-                    raise errors.ServiceUnavailable(f"a payment of order {payment_order_id} may still be in progress; "
-                                                    "nothing was changed, retry in a few seconds")
+                    raise errors.ServiceUnavailable(
+                        f"a payment of order {payment_order_id} may still be in progress; "
+                        "nothing was changed, retry in a few seconds"
+                    )
                 if charge is not None:
                     self._settle_paid(payment_order, charge.entry_id)
                     self._unqueue(payment_order_id)
@@ -204,8 +239,10 @@ class PaymentOrders:
                 if not self.store.mark_closed(payment_order_id, held):
                     if self._load(payment_order_id).state is PaymentOrderState.PAID:
                         raise errors.PaymentOrderPaid(f"order {payment_order_id} is paid")
-                    raise errors.FencedOut("this request's hold on the order lock ran out and a newer one took the "
-                                           "order; nothing was changed, retry")
+                    raise errors.FencedOut(
+                        "this request's hold on the order lock ran out and a newer one took the "
+                        "order; nothing was changed, retry"
+                    )
         self._unqueue(payment_order_id)
         return dataclasses.replace(payment_order, state=PaymentOrderState.CLOSED)
 
@@ -240,8 +277,13 @@ class PaymentOrders:
         for payment_order in due:
             minutes = max(1, math.ceil((payment_order.close_at - now) / 60_000))
             try:
-                self.inbox.post(payment_order.user_id, REMINDER_BIZ_TYPE, str(payment_order.id), "Payment reminder",
-                                f"Your order {payment_order.id} closes in {minutes} minutes: pay now so it is not closed.")
+                self.inbox.post(
+                    payment_order.user_id,
+                    REMINDER_BIZ_TYPE,
+                    str(payment_order.id),
+                    "Payment reminder",
+                    f"Your order {payment_order.id} closes in {minutes} minutes: pay now so it is not closed.",
+                )
             except errors.AccountNotFound:
                 log.warning("payment order reminder for a missing account dropped", extra={"order": payment_order.id})
             except Exception:  # this one alone is tried again later; the rest of the batch goes on

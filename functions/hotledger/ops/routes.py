@@ -1,5 +1,6 @@
 """The operators' console routes (admin scope only): dead letters and their replays, an account as Redis and the DB
 hold it, the reconciler's parts, and the log of what operators did. `hotledger ops` (infra/ops.py) calls these."""
+
 from __future__ import annotations
 
 from typing import Annotated, Literal
@@ -21,10 +22,16 @@ _BAD_ID = (422, "INVALID_DEAD_LETTER_ID")
 
 class ReplayRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    source: Source = Field(description="writer (t_dead_letter), topic (<topic>.dead-letter), stream (events:dead:*) or"
-                                       " webhook (dead-lettered deliveries; ids are endpoint ids)")
-    ids: Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=64)]], Field(max_length=500)] | None = Field(
-        None, description="the dead letters to replay; absent: every one not replayed yet (topic: always all, in order)")
+    source: Source = Field(
+        description="writer (t_dead_letter), topic (<topic>.dead-letter), stream (events:dead:*) or"
+        " webhook (dead-lettered deliveries; ids are endpoint ids)"
+    )
+    ids: Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=64)]], Field(max_length=500)] | None = (
+        Field(
+            None,
+            description="the dead letters to replay; absent: every one not replayed yet (topic: always all, in order)",
+        )
+    )
 
 
 class ReplayAnswer(BaseModel):
@@ -33,20 +40,31 @@ class ReplayAnswer(BaseModel):
 
 
 @router.get("/ops/dead-letters", responses=responses(200, dict, "each source's dead letters, by source"))
-def list_dead_letters(source: Annotated[str | None, Query(pattern="^(writer|topic|stream|webhook|delay)$")] = None,
-                      limit: Annotated[int, Query(gt=0, le=500)] = 100) -> dict:
+def list_dead_letters(
+    source: Annotated[str | None, Query(pattern="^(writer|topic|stream|webhook|delay)$")] = None,
+    limit: Annotated[int, Query(gt=0, le=500)] = 100,
+) -> dict:
     return operations().dead_letters((source,) if source else SOURCES, limit)
 
 
-@router.post("/ops/dead-letters/replay", responses=responses(
-    200, ReplayAnswer, "what was sent again and what was not, and why; logged", _BAD_ID))
+@router.post(
+    "/ops/dead-letters/replay",
+    responses=responses(200, ReplayAnswer, "what was sent again and what was not, and why; logged", _BAD_ID),
+)
 def replay_dead_letters(request: Annotated[ReplayRequest, Body()]) -> dict:
     outcome = operations().replay(request.source, request.ids, principal_of(router.current_event))
     return {"replayed": outcome.replayed, "skipped": outcome.skipped}
 
 
-@router.get("/ops/accounts/<user_id>", responses=responses(
-    200, dict, "the account in the DB and in Redis, its pending entries, whether they agree", (404, "ACCOUNT_NOT_FOUND")))
+@router.get(
+    "/ops/accounts/<user_id>",
+    responses=responses(
+        200,
+        dict,
+        "the account in the DB and in Redis, its pending entries, whether they agree",
+        (404, "ACCOUNT_NOT_FOUND"),
+    ),
+)
 def account_state(user_id: Annotated[int, Path(gt=0, lt=2**31)]) -> dict:
     return operations().account(user_id)
 
@@ -58,8 +76,16 @@ def reconciler_parts() -> list:
 
 @router.get("/ops/log", responses=responses(200, list[dict], "what operators did, newest first"))
 def ops_log(limit: Annotated[int, Query(gt=0, le=500)] = 100) -> list:
-    return [{"id": str(line.log_id), "actor": line.actor, "action": line.action, "detail": line.detail,
-             "created_at": line.created_at} for line in operations().log(limit)]
+    return [
+        {
+            "id": str(line.log_id),
+            "actor": line.actor,
+            "action": line.action,
+            "detail": line.detail,
+            "created_at": line.created_at,
+        }
+        for line in operations().log(limit)
+    ]
 
 
 RULES = {

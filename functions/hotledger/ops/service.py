@@ -15,6 +15,7 @@ Dead letters come from five places, each named by a source:
 Every replay is idempotent and logged (t_ops_log: who, what, what came of it). Replaying a writer or topic record
 twice can reach the writer twice; the writer applies each event once (by its id), so the second is a no-op.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,6 +45,7 @@ class ReplayOutcome:
 class Transport:
     """How replayed bytes reach the writer again: the Kafka publisher's republish(topic, key, value) and read(topic,
     since, limit), or (EVENT_TRANSPORT=redis-stream) an XADD to the stream they came from."""
+
     streamed: bool
     topic: str
     republish: Callable[[str, bytes | None, bytes], None]
@@ -53,11 +55,29 @@ class Transport:
 
 
 class Operations:
-    def __init__(self, *, outbox, streams, webhooks, delay_queue, delay_queues: Callable[[], list[str]], ledger_store,
-                 cursors, part_names: Callable[[], list[str]], transport: Transport, lua, ops_log: OpsLog,
-                 clock: Callable[[], int] = lambda: int(time.time() * 1000)):
+    def __init__(
+        self,
+        *,
+        outbox,
+        streams,
+        webhooks,
+        delay_queue,
+        delay_queues: Callable[[], list[str]],
+        ledger_store,
+        cursors,
+        part_names: Callable[[], list[str]],
+        transport: Transport,
+        lua,
+        ops_log: OpsLog,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ):
         self.outbox, self.streams, self.webhooks, self.delay_queue = outbox, streams, webhooks, delay_queue
-        self.delay_queues, self.ledger_store, self.cursors, self.part_names = delay_queues, ledger_store, cursors, part_names
+        self.delay_queues, self.ledger_store, self.cursors, self.part_names = (
+            delay_queues,
+            ledger_store,
+            cursors,
+            part_names,
+        )
         self.transport, self.lua, self.ops_log, self.clock = transport, lua, ops_log, clock
 
     # looking -------------------------------------------------------------------------------------------------------
@@ -68,14 +88,30 @@ class Operations:
         if "topic" in sources:
             listed["topic"] = [] if self.transport.streamed else [_topic_view(r) for r in self._unresolved(limit)]
         if "stream" in sources:
-            listed["stream"] = [] if not self.transport.streamed else [
-                {"id": f"{shard}:{e.entry_id}", "stream_entry_id": e.stream_entry_id, "error": e.error}
-                for shard in range(self.transport.shards) for e in self.streams.dead_entries(keys.dead_stream(shard), limit)][:limit]
+            listed["stream"] = (
+                []
+                if not self.transport.streamed
+                else [
+                    {"id": f"{shard}:{e.entry_id}", "stream_entry_id": e.stream_entry_id, "error": e.error}
+                    for shard in range(self.transport.shards)
+                    for e in self.streams.dead_entries(keys.dead_stream(shard), limit)
+                ][:limit]
+            )
         if "webhook" in sources:
-            listed["webhook"] = [{"id": str(d.endpoint_id), "endpoint_id": str(d.endpoint_id), "event_id": d.event_id,
-                                  "type": d.type, "user_id": d.user_id, "seq": d.seq, "attempts": d.attempts,
-                                  "last_status": d.last_status, "last_error": d.last_error}
-                                 for d in self.webhooks.dead_letters(limit)]
+            listed["webhook"] = [
+                {
+                    "id": str(d.endpoint_id),
+                    "endpoint_id": str(d.endpoint_id),
+                    "event_id": d.event_id,
+                    "type": d.type,
+                    "user_id": d.user_id,
+                    "seq": d.seq,
+                    "attempts": d.attempts,
+                    "last_status": d.last_status,
+                    "last_error": d.last_error,
+                }
+                for d in self.webhooks.dead_letters(limit)
+            ]
         if "delay" in sources:
             listed["delay"] = [{"queue": q, "dead": self.delay_queue.stats(q).dead} for q in self.delay_queues()]
         return listed
@@ -91,19 +127,43 @@ class Operations:
         cached = self.ledger_store.cached(user_id)
         return {
             "user_id": user_id,
-            "db": {"balance": account.balance, "version": account.version, "seq": account.seq,
-                   "on_hold": account.on_hold, "mode": account.deduct_type, "open": account.open_flag},
-            "redis": None if cached is None else {"balance": cached.balance, "version": cached.version,
-                                                   "held": cached.held, "on_hold": cached.on_hold, "open": cached.open_flag},
-            "pending": [{"entry_id": str(e.entry_id), "kind": e.kind, "amount": e.amount, "delta": e.delta,
-                         "charged_at": e.ts, "version": e.version} for e in pending],
+            "db": {
+                "balance": account.balance,
+                "version": account.version,
+                "seq": account.seq,
+                "on_hold": account.on_hold,
+                "mode": account.deduct_type,
+                "open": account.open_flag,
+            },
+            "redis": None
+            if cached is None
+            else {
+                "balance": cached.balance,
+                "version": cached.version,
+                "held": cached.held,
+                "on_hold": cached.on_hold,
+                "open": cached.open_flag,
+            },
+            "pending": [
+                {
+                    "entry_id": str(e.entry_id),
+                    "kind": e.kind,
+                    "amount": e.amount,
+                    "delta": e.delta,
+                    "charged_at": e.ts,
+                    "version": e.version,
+                }
+                for e in pending
+            ],
             "expected_balance": expected,
             "agrees": cached is None or (cached.balance == expected and cached.open_flag == flag),
         }
 
     def reconciler(self) -> list[dict]:
         runs = self.cursors.last_runs()
-        return [{"part": part, "cursor": self.cursors.get(part), "last_run": runs.get(part)} for part in self.part_names()]
+        return [
+            {"part": part, "cursor": self.cursors.get(part), "last_run": runs.get(part)} for part in self.part_names()
+        ]
 
     def log(self, limit: int) -> list[OpsLogLine]:
         return self.ops_log.lines(limit)
@@ -113,8 +173,12 @@ class Operations:
         """Replay the source's dead letters (the ids given, or every one not replayed yet), then log it."""
         if source == "topic" and ids:
             raise errors.InvalidDeadLetterId("the dead-letter topic is replayed whole and in order: send no ids")
-        outcome = {"writer": self._replay_writer, "topic": self._replay_topic, "stream": self._replay_stream,
-                   "webhook": self._replay_webhooks}[source](ids)
+        outcome = {
+            "writer": self._replay_writer,
+            "topic": self._replay_topic,
+            "stream": self._replay_stream,
+            "webhook": self._replay_webhooks,
+        }[source](ids)
         self.record(actor, f"replay.{source}", {"ids": ids, **asdict(outcome)})
         return outcome
 
@@ -125,12 +189,18 @@ class Operations:
 
     def _replay_writer(self, ids: list[str] | None) -> ReplayOutcome:
         outcome = ReplayOutcome()
-        wanted = self.outbox.dead_letters_by_id([_number(i) for i in ids]) if ids else self.outbox.unreplayed_dead_letters(500)
+        wanted = (
+            self.outbox.dead_letters_by_id([_number(i) for i in ids])
+            if ids
+            else self.outbox.unreplayed_dead_letters(500)
+        )
         for missing in set(ids or ()) - {str(d.dead_letter_id) for d in wanted}:
             outcome.skipped[missing] = "no such dead letter"
         for d in wanted:
             if d.final:
-                outcome.skipped[str(d.dead_letter_id)] = "final: the DB refused this verified change and it was given back"
+                outcome.skipped[str(d.dead_letter_id)] = (
+                    "final: the DB refused this verified change and it was given back"
+                )
             elif d.replayed_at is not None:
                 outcome.skipped[str(d.dead_letter_id)] = f"replayed already at {d.replayed_at}"
             elif d.value is None:
@@ -156,7 +226,9 @@ class Operations:
             return outcome
         last: dict[int, int] = {}
         for record in self._unresolved(1000):
-            self.transport.republish(record.headers.get("source-topic") or self.transport.topic, record.key, record.value)
+            self.transport.republish(
+                record.headers.get("source-topic") or self.transport.topic, record.key, record.value
+            )
             last[record.partition] = record.offset
             outcome.replayed.append(f"{record.partition}:{record.offset}")
         # resolved through the last one replayed: the next replay starts after it, rebuilt entities may sell again
@@ -168,8 +240,11 @@ class Operations:
         named = [_stream_id(i) for i in ids or ()]
         if not self.transport.streamed:
             return outcome
-        wanted = named or [(shard, e.entry_id) for shard in range(self.transport.shards)
-                           for e in self.streams.dead_entries(keys.dead_stream(shard), 500)]
+        wanted = named or [
+            (shard, e.entry_id)
+            for shard in range(self.transport.shards)
+            for e in self.streams.dead_entries(keys.dead_stream(shard), 500)
+        ]
         for shard, entry_id in wanted:
             if shard >= self.transport.shards or self.streams.revive(self.lua, shard, entry_id) is None:
                 outcome.skipped[f"{shard}:{entry_id}"] = "not a dead entry (replayed already, or no such entry)"
@@ -179,7 +254,7 @@ class Operations:
 
     def _replay_webhooks(self, ids: list[str] | None) -> ReplayOutcome:
         outcome = ReplayOutcome()
-        for endpoint in ([_number(i) for i in ids] if ids else [None]):
+        for endpoint in [_number(i) for i in ids] if ids else [None]:
             revived = self.webhooks.replay_dead(endpoint)
             name = "every endpoint" if endpoint is None else str(endpoint)
             if revived:
@@ -204,12 +279,26 @@ def _stream_id(dead_letter_id: str) -> tuple[int, str]:
 
 
 def _writer_view(d) -> dict:
-    return {"id": str(d.dead_letter_id), "topic": d.topic, "partition": d.partition, "offset": d.offset,
-            "key": (d.key or b"").decode(errors="replace"), "error": d.error, "created_at": db.to_ms(d.created_at),
-            "replayed_at": d.replayed_at, "final": d.final}
+    return {
+        "id": str(d.dead_letter_id),
+        "topic": d.topic,
+        "partition": d.partition,
+        "offset": d.offset,
+        "key": (d.key or b"").decode(errors="replace"),
+        "error": d.error,
+        "created_at": db.to_ms(d.created_at),
+        "replayed_at": d.replayed_at,
+        "final": d.final,
+    }
 
 
 def _topic_view(r) -> dict:
-    return {"id": f"{r.partition}:{r.offset}", "partition": r.partition, "offset": r.offset,
-            "source_topic": r.headers.get("source-topic"), "source_partition": r.headers.get("source-partition"),
-            "source_offset": r.headers.get("source-offset"), "reason": r.headers.get("failure-reason")}
+    return {
+        "id": f"{r.partition}:{r.offset}",
+        "partition": r.partition,
+        "offset": r.offset,
+        "source_topic": r.headers.get("source-topic"),
+        "source_partition": r.headers.get("source-partition"),
+        "source_offset": r.headers.get("source-offset"),
+        "reason": r.headers.get("failure-reason"),
+    }

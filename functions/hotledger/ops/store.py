@@ -1,4 +1,5 @@
 """The operators' log (t_ops_log): every replay an operator made, who made it, what was asked and what came of it."""
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,17 @@ class OpsLog:
     @staticmethod
     def write(actor: str, action: str, detail: dict, now_ms: int) -> int:
         with db.transaction() as cur:
-            cur.execute("INSERT INTO t_ops_log (actor, action, detail, created_at) VALUES (%s, %s, %s, %s)",
-                        (actor[:200], action, json.dumps(detail, separators=(",", ":"), default=str), now_ms))
+            cur.execute(
+                "INSERT INTO t_ops_log (actor, action, detail, created_at) VALUES (%s, %s, %s, %s)",
+                (actor[:200], action, json.dumps(detail, separators=(",", ":"), default=str), now_ms),
+            )
             return cur.lastrowid
 
     @staticmethod
     def lines(limit: int) -> list[OpsLogLine]:
-        rows = db.query("SELECT id, actor, action, detail, created_at FROM t_ops_log ORDER BY id DESC LIMIT %s", (limit,))
-        return [OpsLogLine(id_, actor, action, json.loads(detail), created) for id_, actor, action, detail, created in rows]
+        rows = db.query(
+            "SELECT id, actor, action, detail, created_at FROM t_ops_log ORDER BY id DESC LIMIT %s", (limit,)
+        )
+        return [
+            OpsLogLine(id_, actor, action, json.loads(detail), created) for id_, actor, action, detail, created in rows
+        ]

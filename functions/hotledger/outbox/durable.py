@@ -13,6 +13,7 @@ Invariants this step keeps for all three features (ledger, vouchers, red packets
 - a change is answered only once it is durable, or undone, or reported OUTCOME_UNKNOWN when even the undo
   cannot reach Redis.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -89,7 +90,9 @@ class Step(Generic[Reply]):
 
 
 class Durability:
-    def __init__(self, cfg: Settings, publish: Callable[[str, bytes], None], next_id: Callable[[], int], keys: EventKeys):
+    def __init__(
+        self, cfg: Settings, publish: Callable[[str, bytes], None], next_id: Callable[[], int], keys: EventKeys
+    ):
         self.streamed = cfg.event_transport == "redis-stream"
         self.stream_flag = stream_flag(cfg)
         self.publish = publish

@@ -11,6 +11,7 @@ Redis Stream entries are not signed: the Lua scripts XADD them in the same step 
 trusted Redis (TLS + AUTH), and whoever can write there can change the balances directly; the reconciler rebuilds
 events from Redis entry strings, also inside that boundary.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -202,5 +203,7 @@ def decode(records: Iterable[RawRecord], keys: EventKeys | None) -> tuple[list, 
                 event = _verified(record.value or b"", verifier)
             events.append(event)
         except (ValueError, ValidationError) as exc:
-            poison.append(PoisonRecord(record.topic, record.partition, record.offset, record.key, record.value, str(exc)))
+            poison.append(
+                PoisonRecord(record.topic, record.partition, record.offset, record.key, record.value, str(exc))
+            )
     return events, poison

@@ -23,6 +23,7 @@ With the Redis Streams transport there is no log outside Redis: a change and its
 to one slot, so whatever a loss keeps is a consistent prefix; an entity Redis no longer holds has no event left
 in the stream either. Its rebuild keeps the time hold only.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -13,6 +13,7 @@ settled as refused (outbox.writer.isolating_refusals); any other failure raises 
 As Powertools' BasePersistenceLayer is one contract with small storage implementations, this is one contract with
 small per-feature steps.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -30,6 +31,7 @@ Locked = Any  # what a feature's lock step returns: its locked rows, by id
 @dataclass
 class Judged(Generic[E]):
     """What a batch's events are, judged against the locked rows."""
+
     fresh: list[E] = field(default_factory=list)  # to write now
     replayed: list[E] = field(default_factory=list)  # in the DB already: nothing to write, settled again
     dead: list[tuple[E, str]] = field(default_factory=list)  # can never apply: dead-lettered with the reason
@@ -41,8 +43,13 @@ class BatchPersister(ABC, Generic[E]):
     outbox: OutboxStore
 
     def persist(self, events: list[E]) -> PersistReport:
-        return persist_isolating(self._persist, events, lambda e, why: rejected(*self.dead_letter_id(e), e, why),
-                                 self.outbox, self.settle_refused)
+        return persist_isolating(
+            self._persist,
+            events,
+            lambda e, why: rejected(*self.dead_letter_id(e), e, why),
+            self.outbox,
+            self.settle_refused,
+        )
 
     def _persist(self, events: list[E]) -> PersistReport:
         report = PersistReport()
@@ -54,7 +61,8 @@ class BatchPersister(ABC, Generic[E]):
             judged = self.judge(tx, locked, [e for e in claimed if self.id_of(e) not in undone])
             self.write(tx, locked, judged.fresh)
             report.dead_lettered = self.outbox.dead_letter(
-                self.cursor_of(tx), [rejected(*self.dead_letter_id(e), e, why) for e, why in judged.dead])
+                self.cursor_of(tx), [rejected(*self.dead_letter_id(e), e, why) for e, why in judged.dead]
+            )
         report.rolled_back += len(given_back)
         report.applied, report.late_refused = len(judged.fresh), judged.late
         report.duplicates += len(judged.replayed)

@@ -1,6 +1,7 @@
 """The outbox's storage: the fate claim every persister takes before its commit (outbox_claim.lua), the
 dead-letter table, the writer's log watermark (t_log_watermark) with the log hold of rebuilt entities
 (outbox_hold_swap.lua), and the Redis Streams transport's consumer-group calls."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,9 +35,11 @@ class OutboxStore:
         """Record what can never apply, once (unique by topic, partition, offset), in the caller's transaction."""
         if not records:
             return 0
-        cur.execute("INSERT IGNORE INTO t_dead_letter (topic, partition_no, offset_no, record_key, record_value, error) VALUES "
-                    + ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(records)),
-                    [v for r in records for v in (r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024])])
+        cur.execute(
+            "INSERT IGNORE INTO t_dead_letter (topic, partition_no, offset_no, record_key, record_value, error) VALUES "
+            + ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(records)),
+            [v for r in records for v in (r.topic, r.partition, r.offset, r.key, r.value, r.error[:1024])],
+        )
         return len(records)
 
     def dead_letter_alone(self, records: list[PoisonRecord]) -> int:
@@ -48,19 +51,28 @@ class OutboxStore:
     def dead_letters(limit: int, before_id: int | None = None) -> list[DeadLetter]:
         """The writer's dead letters, newest first (before_id: those older than it)."""
         where, args = ("WHERE id < %s", (before_id,)) if before_id else ("", ())
-        return [DeadLetter(*row) for row in db.query(f"{_DEAD_LETTER} {where} ORDER BY id DESC LIMIT %s", (*args, limit))]
+        return [
+            DeadLetter(*row) for row in db.query(f"{_DEAD_LETTER} {where} ORDER BY id DESC LIMIT %s", (*args, limit))
+        ]
 
     @staticmethod
     def dead_letters_by_id(ids: list[int]) -> list[DeadLetter]:
         if not ids:
             return []
-        return [DeadLetter(*row) for row in db.query(f"{_DEAD_LETTER} WHERE id IN ({','.join(['%s'] * len(ids))})"
-                                                     " ORDER BY id", ids)]
+        return [
+            DeadLetter(*row)
+            for row in db.query(f"{_DEAD_LETTER} WHERE id IN ({','.join(['%s'] * len(ids))}) ORDER BY id", ids)
+        ]
 
     @staticmethod
     def unreplayed_dead_letters(limit: int) -> list[DeadLetter]:
-        return [DeadLetter(*row) for row in db.query(f"{_DEAD_LETTER} WHERE replayed_at IS NULL AND topic <> %s"
-                                                     " ORDER BY id LIMIT %s", (REJECTED_TOPIC, limit))]
+        return [
+            DeadLetter(*row)
+            for row in db.query(
+                f"{_DEAD_LETTER} WHERE replayed_at IS NULL AND topic <> %s ORDER BY id LIMIT %s",
+                (REJECTED_TOPIC, limit),
+            )
+        ]
 
     @staticmethod
     def mark_replayed(dead_letter_id: int, now_ms: int) -> None:
@@ -73,10 +85,12 @@ class OutboxStore:
         GREATEST: a re-delivered older batch lowers it for a while (later holds wait longer, never shorter), and
         a broker that lost its log and numbers from 0 again is followed."""
         if offsets:
-            db.execute("INSERT INTO t_log_watermark (topic, partition_no, applied_offset) VALUES "
-                       + ",".join(["(%s,%s,%s)"] * len(offsets))
-                       + " ON DUPLICATE KEY UPDATE applied_offset = VALUES(applied_offset)",
-                       [v for (topic, partition), offset in offsets.items() for v in (topic, partition, offset)])
+            db.execute(
+                "INSERT INTO t_log_watermark (topic, partition_no, applied_offset) VALUES "
+                + ",".join(["(%s,%s,%s)"] * len(offsets))
+                + " ON DUPLICATE KEY UPDATE applied_offset = VALUES(applied_offset)",
+                [v for (topic, partition), offset in offsets.items() for v in (topic, partition, offset)],
+            )
 
     @staticmethod
     def applied_offsets(topic: str) -> dict[int, int]:
@@ -96,8 +110,10 @@ class OutboxStore:
 # persisters' own refusals (outbox.writer.rejected): records that decoded and verified but the DB refused; their
 # changes were settled as refused (given back in Redis), so they are final, never replayed
 REJECTED_TOPIC = "rejected-entries"
-_DEAD_LETTER = ("SELECT id, topic, partition_no, offset_no, record_key, record_value, error, create_time, replayed_at"
-                " FROM t_dead_letter")
+_DEAD_LETTER = (
+    "SELECT id, topic, partition_no, offset_no, record_key, record_value, error, create_time, replayed_at"
+    " FROM t_dead_letter"
+)
 
 
 @dataclass(frozen=True)
@@ -165,7 +181,9 @@ class EventStreams:
                 if "BUSYGROUP" not in str(exc):
                     raise
 
-    def read_new(self, consumer: str, streams: list[str], count: int, block_ms: int) -> list[tuple[str, list[StreamEntry]]]:
+    def read_new(
+        self, consumer: str, streams: list[str], count: int, block_ms: int
+    ) -> list[tuple[str, list[StreamEntry]]]:
         """Up to `count` new entries per stream, waiting up to block_ms when there are none."""
         if not isinstance(self.redis, redis.RedisCluster) or len(streams) == 1:
             return self._read_new(consumer, streams, count, block_ms)
@@ -185,13 +203,21 @@ class EventStreams:
 
     def reclaim(self, stream: str, consumer: str, min_idle_ms: int, count: int) -> list[StreamEntry]:
         """Entries other consumers left pending longer than min_idle_ms, now this consumer's, with their delivery counts."""
-        claimed = cast(list, self.redis.xautoclaim(stream, self.group, consumer, min_idle_time=min_idle_ms, count=count))
+        claimed = cast(
+            list, self.redis.xautoclaim(stream, self.group, consumer, min_idle_time=min_idle_ms, count=count)
+        )
         _, raw, _ = claimed
         entries = _entries(raw)
         if not entries:
             return []
-        pending: list[dict] = self.redis.xpending_range(stream, self.group, min=entries[0].entry_id,
-                                                       max=entries[-1].entry_id, count=len(entries), consumername=consumer)
+        pending: list[dict] = self.redis.xpending_range(
+            stream,
+            self.group,
+            min=entries[0].entry_id,
+            max=entries[-1].entry_id,
+            count=len(entries),
+            consumername=consumer,
+        )
         counts: dict[str, int] = {text(p["message_id"]): p["times_delivered"] for p in pending}
         return [StreamEntry(e.entry_id, e.value, counts.get(e.entry_id, 0)) for e in entries]
 
@@ -207,8 +233,12 @@ class EventStreams:
 
     def dead_entries(self, dead_stream: str, count: int) -> list[DeadStreamEntry]:
         found = cast("list[tuple[bytes, dict[bytes, bytes]]]", self.redis.xrange(dead_stream, count=count))
-        return [DeadStreamEntry(text(entry_id), text(fields.get(b"id")) or "", text(fields.get(b"error")) or "",
-                                fields.get(b"e", b"")) for entry_id, fields in found]
+        return [
+            DeadStreamEntry(
+                text(entry_id), text(fields.get(b"id")) or "", text(fields.get(b"error")) or "", fields.get(b"e", b"")
+            )
+            for entry_id, fields in found
+        ]
 
     def revive(self, lua: Lua, shard: int, dead_entry_id: str) -> str | None:
         """A dead entry appended to its stream again (outbox_stream_revive.lua); None when it is not there."""

@@ -8,6 +8,7 @@ persisting is idempotent, so a retry changes nothing twice. An entry delivered m
 STREAM_MAX_DELIVERIES times is retried alone, and moved to events:dead:{s<n>} only if it fails alone
 for a reason other than an unavailable DB or Redis (an outage must not dead-letter good events).
 """
+
 from __future__ import annotations
 
 import logging
@@ -64,7 +65,9 @@ class StreamConsumer:
         return report
 
     def _read_new(self, report: DrainReport) -> None:
-        for stream, entries in self.events.read_new(self.name, self.streams, self.cfg.stream_batch, self.cfg.stream_block_ms):
+        for stream, entries in self.events.read_new(
+            self.name, self.streams, self.cfg.stream_batch, self.cfg.stream_block_ms
+        ):
             report.read += len(entries)
             if entries:
                 self._persist(stream, entries, report)

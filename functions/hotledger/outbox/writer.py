@@ -11,6 +11,7 @@ can never apply. Every persister keeps the same contract:
   uk_packet_user, a value out of range: see isolating_refusals), so one bad record never stalls a partition;
 - a transient failure (DB or Redis unavailable, lock wait, deadlock) raises, and the whole batch is retried.
 """
+
 from __future__ import annotations
 
 import logging
@@ -73,13 +74,22 @@ def dedupe_and_claim(outbox: OutboxStore, events: list, event_id, slot_of, fate_
     for e in unique:
         by_slot[slot_of(e)].append(e)
     verdicts = outbox.claim([[fate_key(slot, e) for e in group] for slot, group in by_slot.items()])
-    claimed = [e for group, marks in zip(by_slot.values(), verdicts, strict=True) for e, mark in zip(group, marks, strict=True) if mark]
+    claimed = [
+        e
+        for group, marks in zip(by_slot.values(), verdicts, strict=True)
+        for e, mark in zip(group, marks, strict=True)
+        if mark
+    ]
     return claimed, repeats, len(unique) - len(claimed)
 
 
-def persist_isolating(persist: Callable[[list], PersistReport], events: list,
-                      reject: Callable[[object, str], PoisonRecord], outbox: OutboxStore,
-                      settle_refused: Callable[[object], object]) -> PersistReport:
+def persist_isolating(
+    persist: Callable[[list], PersistReport],
+    events: list,
+    reject: Callable[[object, str], PoisonRecord],
+    outbox: OutboxStore,
+    settle_refused: Callable[[object], object],
+) -> PersistReport:
     """persist(events), so that one record the DB refuses for its data (db.refused: a unique key, a NOT NULL, a CHECK,
     a value out of range) cannot fail its batch forever: the failed batch is split in halves and each half persisted on
     its own, down to the records the DB refuses alone; each of those is dead-lettered once with the DB's reason
@@ -113,8 +123,9 @@ class Writer:
     def __init__(self, persisters: dict[type, Persister], outbox: OutboxStore):
         self.persisters, self.outbox = persisters, outbox
 
-    def persist(self, events: list, poison: Sequence[PoisonRecord] = (),
-                applied: dict[tuple[str, int], int] | None = None) -> PersistReport:
+    def persist(
+        self, events: list, poison: Sequence[PoisonRecord] = (), applied: dict[tuple[str, int], int] | None = None
+    ) -> PersistReport:
         """`applied`: (topic, partition) -> the batch's last offset, recorded as the log watermark once every
         persister committed (after them, not within: the watermark can only lag what is applied, never lead it;
         a crash in between re-delivers the batch, which records it then)."""

@@ -1,4 +1,5 @@
 """Red packets' registration (hotledger.features)."""
+
 from __future__ import annotations
 
 from hotledger.features import Feature, ReconcilePart
@@ -30,5 +31,10 @@ def _delay_handlers() -> dict:
     return {PACKET_EXPIRY: runtime.redpackets().expire_due}
 
 
-FEATURE = Feature(name="redpackets", routes="hotledger.redpackets.routes", persisters=_persisters,
-                  reconcile_parts=_reconcile_parts, delay_handlers=_delay_handlers)
+FEATURE = Feature(
+    name="redpackets",
+    routes="hotledger.redpackets.routes",
+    persisters=_persisters,
+    reconcile_parts=_reconcile_parts,
+    delay_handlers=_delay_handlers,
+)

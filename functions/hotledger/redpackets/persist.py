@@ -12,6 +12,7 @@ After the commit the persisted claims leave the packets' pending hashes in Redis
 is credited (credit_key, once): only now, so a claim the DB refused is never paid. A crash or a ledger failure
 between the commit and a credit leaves it to the reconciler (claimed items not in t_pay are credited there).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -47,8 +48,14 @@ def verdict(claim: RedPacketClaimEvent, item: ItemRow | None) -> Verdict:
 class RedPacketPersister(BatchPersister[RedPacketClaimEvent]):
     """The template's steps for red packet claims (outbox/persister.py), with the grabbers' credits after the commit."""
 
-    def __init__(self, store: PacketStore, cache: PacketCache, outbox: OutboxStore, credit: Callable[[int, int, int], bool],
-                 undo_grab: Callable[[int, int, int, int, int], bool]):
+    def __init__(
+        self,
+        store: PacketStore,
+        cache: PacketCache,
+        outbox: OutboxStore,
+        credit: Callable[[int, int, int], bool],
+        undo_grab: Callable[[int, int, int, int, int], bool],
+    ):
         """credit(user id, item id, amount): the grabber's credit through the ledger, False when it failed.
         undo_grab(packet id, grab id, item id, user id, amount): takes a grab back (RedPackets.undo_grab), for a claim
         the DB refuses for its data: it can never be stamped, so it is recorded rolled back and its item put back."""
@@ -56,7 +63,8 @@ class RedPacketPersister(BatchPersister[RedPacketClaimEvent]):
 
     def claim(self, events: list[RedPacketClaimEvent], report: PersistReport) -> list[RedPacketClaimEvent]:
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
-            self.outbox, events, lambda e: e.grab_id, lambda e: e.packet_id, lambda p, e: keys.packet_fate(p, e.grab_id))
+            self.outbox, events, lambda e: e.grab_id, lambda e: e.packet_id, lambda p, e: keys.packet_fate(p, e.grab_id)
+        )
         return claimed
 
     def transaction(self):

@@ -2,6 +2,7 @@
 ledger call) left half done. Every step repeats safely: money moves under the same Idempotency-Keys as the
 first attempt, and claims go through the writer's exactly-once persister.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Red packet routes: send, grab, read."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -22,13 +23,33 @@ PacketId = Annotated[int, Path(gt=0, lt=2**63)]
 _NOT_FOUND = (404, "PACKET_NOT_FOUND or ACCOUNT_NOT_FOUND")
 
 
-@router.post("/redpackets", status_code=201, responses=responses(
-    201, RedPacketCreated, "the sender was debited the total; the packet is open", UNAVAILABLE,
-    (402, "INSUFFICIENT_BALANCE"), (403, "API_CLOSED"), (404, "ACCOUNT_NOT_FOUND"),
-    (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input"), KEY_CONFLICT, TOO_MANY_KEYS))
+@router.post(
+    "/redpackets",
+    status_code=201,
+    responses=responses(
+        201,
+        RedPacketCreated,
+        "the sender was debited the total; the packet is open",
+        UNAVAILABLE,
+        (402, "INSUFFICIENT_BALANCE"),
+        (403, "API_CLOSED"),
+        (404, "ACCOUNT_NOT_FOUND"),
+        (422, "TOTAL_TOO_SMALL: below count x 0.01, or invalid input"),
+        KEY_CONFLICT,
+        TOO_MANY_KEYS,
+    ),
+)
 def create_packet(request: Annotated[CreateRedPacketRequest, Body()], idempotency_key: RouteKey = None):
-    return once(f"account:{request.sender_id}", idempotency_key, "POST /redpackets", request.model_dump(),
-                lambda attempt: _create_packet(request, attempt), status=201, resumable=True, durable=True)
+    return once(
+        f"account:{request.sender_id}",
+        idempotency_key,
+        "POST /redpackets",
+        request.model_dump(),
+        lambda attempt: _create_packet(request, attempt),
+        status=201,
+        resumable=True,
+        durable=True,
+    )
 
 
 def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict:
@@ -40,18 +61,45 @@ def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict:
     else:
         packet = redpackets().create(*args, reserve=lambda packet_id: attempt.remember(str(packet_id)))
     metrics.add_metric(name="RedPacketsSent", unit=MetricUnit.Count, value=1)
-    logger.info("red packet sent", extra={"packet_id": str(packet.packet_id), "sender_id": packet.sender_id,
-                                          "total_minor": packet.total, "count": packet.count})
-    return RedPacketCreated(packet_id=str(packet.packet_id), sender_id=packet.sender_id, total=format_minor(packet.total),
-                            count=packet.count, expires_at=packet.expires_at).model_dump()
+    logger.info(
+        "red packet sent",
+        extra={
+            "packet_id": str(packet.packet_id),
+            "sender_id": packet.sender_id,
+            "total_minor": packet.total,
+            "count": packet.count,
+        },
+    )
+    return RedPacketCreated(
+        packet_id=str(packet.packet_id),
+        sender_id=packet.sender_id,
+        total=format_minor(packet.total),
+        count=packet.count,
+        expires_at=packet.expires_at,
+    ).model_dump()
 
 
-@router.post("/redpackets/<packet_id>/grab", responses=responses(
-    200, GrabResult, "claimed; the credit follows once the claim is durable in the DB (credit: PENDING)", _NOT_FOUND,
-    UNAVAILABLE, (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN; " + KEY_CONFLICT[1]), TOO_MANY_KEYS))
+@router.post(
+    "/redpackets/<packet_id>/grab",
+    responses=responses(
+        200,
+        GrabResult,
+        "claimed; the credit follows once the claim is durable in the DB (credit: PENDING)",
+        _NOT_FOUND,
+        UNAVAILABLE,
+        (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN; " + KEY_CONFLICT[1]),
+        TOO_MANY_KEYS,
+    ),
+)
 def grab_packet(packet_id: PacketId, request: Annotated[GrabRequest, Body()], idempotency_key: RouteKey = None):
-    return once(f"account:{request.user_id}", idempotency_key, f"POST /redpackets/{packet_id}/grab", request.model_dump(),
-                lambda attempt: _grab_packet(packet_id, request, attempt), resumable=True)
+    return once(
+        f"account:{request.user_id}",
+        idempotency_key,
+        f"POST /redpackets/{packet_id}/grab",
+        request.model_dump(),
+        lambda attempt: _grab_packet(packet_id, request, attempt),
+        resumable=True,
+    )
 
 
 def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict:
@@ -66,21 +114,39 @@ def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict
         amount = dict(redpackets().get(packet_id).grabs).get(request.user_id)
         if amount is None:
             raise
-        return GrabResult(packet_id=str(packet_id), item_id=exc.details["item_id"], user_id=request.user_id,
-                          amount=format_minor(amount)).model_dump()
+        return GrabResult(
+            packet_id=str(packet_id),
+            item_id=exc.details["item_id"],
+            user_id=request.user_id,
+            amount=format_minor(amount),
+        ).model_dump()
     metrics.add_metric(name="RedPacketGrabs", unit=MetricUnit.Count, value=1)
-    logger.info("red packet grabbed", extra={"packet_id": str(packet_id), "item_id": str(grab.item_id),
-                                             "user_id": grab.user_id, "amount_minor": grab.amount})
-    return GrabResult(packet_id=str(packet_id), item_id=str(grab.item_id), user_id=grab.user_id,
-                      amount=format_minor(grab.amount)).model_dump()
+    logger.info(
+        "red packet grabbed",
+        extra={
+            "packet_id": str(packet_id),
+            "item_id": str(grab.item_id),
+            "user_id": grab.user_id,
+            "amount_minor": grab.amount,
+        },
+    )
+    return GrabResult(
+        packet_id=str(packet_id), item_id=str(grab.item_id), user_id=grab.user_id, amount=format_minor(grab.amount)
+    ).model_dump()
 
 
 @router.get("/redpackets/<packet_id>", responses=responses(200, RedPacketView, "the packet", _NOT_FOUND))
 def get_packet(packet_id: PacketId) -> dict:
     p = redpackets().get(packet_id)
     return RedPacketView(
-        packet_id=str(p.packet_id), sender_id=p.sender_id, state=p.state, total=format_minor(p.total), count=p.count,
-        claimed=len(p.grabs), remaining=p.count - len(p.grabs), expires_at=p.expires_at,
+        packet_id=str(p.packet_id),
+        sender_id=p.sender_id,
+        state=p.state,
+        total=format_minor(p.total),
+        count=p.count,
+        claimed=len(p.grabs),
+        remaining=p.count - len(p.grabs),
+        expires_at=p.expires_at,
         refund=None if p.refund is None else format_minor(p.refund),
         grabs=[RedPacketGrab(user_id=user, amount=format_minor(amount)) for user, amount in p.grabs],
     ).model_dump()

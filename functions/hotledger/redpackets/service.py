@@ -20,6 +20,7 @@ Invariants:
   claim the log held then (outbox/log_hold.py; at least REBUILD_HOLD_S), so no item claimed before the loss is
   handed out again.
 """
+
 from __future__ import annotations
 
 import random
@@ -106,24 +107,32 @@ def _creation_unknown(packet_id: int, why: str, **details: str) -> errors.Domain
     return errors.ChargeOutcomeUnknown(
         f"{why}: red packet {packet_id} may or may not be created (its sender may or may not be debited). Check GET "
         f"/redpackets/{packet_id}: the reconciler opens it, or marks it FAILED if the debit was not made",
-        **details, packet_id=str(packet_id))
+        **details,
+        packet_id=str(packet_id),
+    )
 
 
 def _grab_unknown(packet_id: int, why: str) -> errors.DomainError:
-    return errors.ChargeOutcomeUnknown(f"{why}: the grab may or may not be made. Check GET /redpackets/{packet_id} "
-                                       "before trying again")
+    return errors.ChargeOutcomeUnknown(
+        f"{why}: the grab may or may not be made. Check GET /redpackets/{packet_id} before trying again"
+    )
 
 
 _REFUSALS = {
-    GrabStatus.ALREADY: lambda r: errors.AlreadyGrabbed("this user grabbed from this red packet already",
-                                                        item_id=str(r.item_id)),
+    GrabStatus.ALREADY: lambda r: errors.AlreadyGrabbed(
+        "this user grabbed from this red packet already", item_id=str(r.item_id)
+    ),
     GrabStatus.EMPTY: lambda r: errors.PacketEmpty("every packet has been grabbed"),
     GrabStatus.EXPIRED: lambda r: errors.PacketExpired("the red packet has expired"),
     GrabStatus.NOT_OPEN: lambda r: errors.PacketNotOpen(f"the red packet is {r.detail}, not open"),
-    GrabStatus.RECOVERING: lambda r: errors.Recovering("the red packet is being restored after a cache failure; retry in a "
-                                                       "few seconds", retry_at=r.detail),
-    GrabStatus.HELD: lambda r: errors.Recovering("the red packet is being restored after a cache failure: grabs made before "
-                                                 "it are still on their way to the DB; retry in a few seconds", retry_at=r.detail),
+    GrabStatus.RECOVERING: lambda r: errors.Recovering(
+        "the red packet is being restored after a cache failure; retry in a few seconds", retry_at=r.detail
+    ),
+    GrabStatus.HELD: lambda r: errors.Recovering(
+        "the red packet is being restored after a cache failure: grabs made before "
+        "it are still on their way to the DB; retry in a few seconds",
+        retry_at=r.detail,
+    ),
 }
 
 
@@ -137,17 +146,34 @@ def _now_ms() -> int:
 
 
 class RedPackets:
-    def __init__(self, store: PacketStore, cache: PacketCache, durability: Durability, next_id: Callable[[], int],
-                 ledger: Ledger, queue: DelayQueue, rebuild_hold_ms: int, hold: LogHold, rng: random.Random | None = None,
-                 clock: Callable[[], int] = _now_ms):
+    def __init__(
+        self,
+        store: PacketStore,
+        cache: PacketCache,
+        durability: Durability,
+        next_id: Callable[[], int],
+        ledger: Ledger,
+        queue: DelayQueue,
+        rebuild_hold_ms: int,
+        hold: LogHold,
+        rng: random.Random | None = None,
+        clock: Callable[[], int] = _now_ms,
+    ):
         self.store, self.cache, self.durability, self.next_id = store, cache, durability, next_id
         self.ledger, self.queue, self.rebuild_hold_ms, self.hold = ledger, queue, rebuild_hold_ms, hold
         self.rng = rng or random.SystemRandom()
         self.clock = clock
 
     # send -----------------------------------------------------------------------------------------------
-    def create(self, sender_id: int, total: int, count: int, expires_in_s: int,
-               reserve: Callable[[int], object] | None = None, packet_id: int | None = None) -> PacketView:
+    def create(
+        self,
+        sender_id: int,
+        total: int,
+        count: int,
+        expires_in_s: int,
+        reserve: Callable[[int], object] | None = None,
+        packet_id: int | None = None,
+    ) -> PacketView:
         """Send a packet. `reserve(packet_id)` runs before any effect (an Idempotency-Key's recovery point: an attempt
         that takes the key over after this one died resumes this packet, see resume); `packet_id`: the id an earlier
         attempt reserved and never inserted."""
@@ -158,7 +184,9 @@ class RedPackets:
         if reserve is not None:
             reserve(packet_id)
         packet = PacketRow(packet_id, sender_id, "CREATING", total, count, None, self.clock() + expires_in_s * 1000)
-        if not self.store.insert(packet.packet_id, sender_id, total, packet.expires_at, [(self.next_id(), a) for a in amounts]):
+        if not self.store.insert(
+            packet.packet_id, sender_id, total, packet.expires_at, [(self.next_id(), a) for a in amounts]
+        ):
             # an attempt that took the key over while this one stalled inserted it: finish the one packet as it does
             return self.resume(packet_id, sender_id, total, count, expires_in_s)
         self.debit_and_open(packet)
@@ -201,8 +229,9 @@ class RedPackets:
             self.cache.mark_open(packet.packet_id)  # a concurrent grab may have loaded it while CREATING
             self.queue.offer(PACKET_EXPIRY, str(packet.packet_id), due_at_ms=packet.expires_at)
         except Exception as exc:
-            raise _creation_unknown(packet.packet_id, f"the sender was debited but opening the packet failed"
-                                                      f" ({type(exc).__name__}: {exc})") from exc
+            raise _creation_unknown(
+                packet.packet_id, f"the sender was debited but opening the packet failed ({type(exc).__name__}: {exc})"
+            ) from exc
 
     def refund_failed_debit(self, packet_id: int) -> bool:
         """A FAILED packet whose sender was debited after all gives the whole total back: REFUNDING (once, under
@@ -236,10 +265,20 @@ class RedPackets:
         now = self.clock()
 
         def outbound(grab_id: int, reply: GrabReply) -> Outbound:
-            claim = RedPacketClaimEvent(type="redpacket_claim", packet_id=packet_id, item_id=reply.item_id, user_id=user_id,
-                                        amount=reply.amount, ts=now, grab_id=grab_id)
-            return Outbound(f"rp{packet_id}", claim.model_dump,
-                            lambda: self.undo_grab(packet_id, grab_id, reply.item_id, user_id, reply.amount))
+            claim = RedPacketClaimEvent(
+                type="redpacket_claim",
+                packet_id=packet_id,
+                item_id=reply.item_id,
+                user_id=user_id,
+                amount=reply.amount,
+                ts=now,
+                grab_id=grab_id,
+            )
+            return Outbound(
+                f"rp{packet_id}",
+                claim.model_dump,
+                lambda: self.undo_grab(packet_id, grab_id, reply.item_id, user_id, reply.amount),
+            )
 
         def attempt(grab_id: int) -> GrabReply:
             reply = self.cache.grab(packet_id, user_id, grab_id, now)
@@ -247,9 +286,16 @@ class RedPackets:
                 reply = self.cache.grab(packet_id, user_id, grab_id, now)  # the first call changed nothing
             return reply
 
-        _, reply = self.durability.apply(Step(
-            what=f"grab of red packet {packet_id}", attempt=attempt, reload=lambda: self.rebuild(packet_id),
-            refusal=_refusal, outbound=outbound, unknown=lambda _grab_id, why: _grab_unknown(packet_id, why)))
+        _, reply = self.durability.apply(
+            Step(
+                what=f"grab of red packet {packet_id}",
+                attempt=attempt,
+                reload=lambda: self.rebuild(packet_id),
+                refusal=_refusal,
+                outbound=outbound,
+                unknown=lambda _grab_id, why: _grab_unknown(packet_id, why),
+            )
+        )
         return Grab(packet_id, reply.item_id, user_id, reply.amount)
 
     def undo_grab(self, packet_id: int, grab_id: int, item_id: int, user_id: int, amount: int) -> bool:
@@ -313,10 +359,13 @@ class RedPackets:
         packet = self.store.packet(packet_id)
         if packet is None:
             raise errors.PacketNotFound(f"red packet {packet_id} does not exist")
-        view = PacketView(packet_id, packet.sender_id, packet.state, packet.total, packet.count, packet.refund,
-                          packet.expires_at)
+        view = PacketView(
+            packet_id, packet.sender_id, packet.state, packet.total, packet.count, packet.refund, packet.expires_at
+        )
         # Redis knows grabs the writer has not persisted yet; a CREATING packet has none
-        view.grabs = (self.cache.grabs(packet_id) if packet.state != "CREATING" else []) or self.store.persisted_grabs(packet_id)
+        view.grabs = (self.cache.grabs(packet_id) if packet.state != "CREATING" else []) or self.store.persisted_grabs(
+            packet_id
+        )
         return view
 
     def pending_claims(self, packet_id: int) -> list[RedPacketClaimEvent]:

@@ -4,6 +4,7 @@ Double mean: each item is uniform in [1, 2 x the mean of what is left], keeping 
 item still to come. Invariants: there are exactly `count` items, every item is >= MIN_ITEM, they sum to the
 total exactly, and the same seed gives the same items.
 """
+
 from __future__ import annotations
 
 import random

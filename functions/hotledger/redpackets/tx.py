@@ -1,4 +1,5 @@
 """Redpackets: what runs inside a DB transaction (row locks, inserts)."""
+
 from __future__ import annotations
 
 from hotledger.dal import db
@@ -23,9 +24,14 @@ class PacketTx:
         return None if row is None else (row[0], db.to_ms(row[1]))
 
     def items(self, packet_id: int) -> list[ItemRow]:
-        self.cursor.execute("SELECT id, amount, user_id, claim_time FROM t_red_packet_item WHERE packet_id = %s ORDER BY id",
-                            (packet_id,))
-        return [ItemRow(i, packet_id, a, user, None if at is None else db.to_ms(at)) for i, a, user, at in self.cursor.fetchall()]
+        self.cursor.execute(
+            "SELECT id, amount, user_id, claim_time FROM t_red_packet_item WHERE packet_id = %s ORDER BY id",
+            (packet_id,),
+        )
+        return [
+            ItemRow(i, packet_id, a, user, None if at is None else db.to_ms(at))
+            for i, a, user, at in self.cursor.fetchall()
+        ]
 
     def lock_for_claims(self, packet_ids: list[int], item_ids: list[int]) -> dict[int, ItemRow]:
         """Share-lock the packets (in id order), then lock the items: item id -> row for those that exist."""
@@ -34,12 +40,18 @@ class PacketTx:
         # a shared lock on the packets orders the claims' commit against a rebuild (which holds the row
         # exclusively from its DB read until Redis holds the result)
         ordered = sorted(set(packet_ids))
-        self.cursor.execute(f"SELECT id FROM t_red_packet WHERE id IN ({_marks(len(ordered))}) ORDER BY id LOCK IN SHARE MODE",
-                            ordered)
-        self.cursor.execute(f"SELECT id, packet_id, amount, user_id, claim_time, refunded FROM t_red_packet_item WHERE id IN"
-                            f" ({_marks(len(item_ids))}) ORDER BY id FOR UPDATE", item_ids)
-        return {i: ItemRow(i, packet_id, amount, user, None if at is None else db.to_ms(at), bool(refunded))
-                for i, packet_id, amount, user, at, refunded in self.cursor.fetchall()}
+        self.cursor.execute(
+            f"SELECT id FROM t_red_packet WHERE id IN ({_marks(len(ordered))}) ORDER BY id LOCK IN SHARE MODE", ordered
+        )
+        self.cursor.execute(
+            f"SELECT id, packet_id, amount, user_id, claim_time, refunded FROM t_red_packet_item WHERE id IN"
+            f" ({_marks(len(item_ids))}) ORDER BY id FOR UPDATE",
+            item_ids,
+        )
+        return {
+            i: ItemRow(i, packet_id, amount, user, None if at is None else db.to_ms(at), bool(refunded))
+            for i, packet_id, amount, user, at, refunded in self.cursor.fetchall()
+        }
 
     def record_rollback(self, packet_id: int, item_id: int, grab_id: int, user_id: int) -> bool:
         """The DB's verdict on a grab whose claim the broker did not acknowledge, under the locks the writer
@@ -49,15 +61,19 @@ class PacketTx:
         item = self.lock_for_claims([packet_id], [item_id]).get(item_id)
         if item is not None and item.user_id == user_id:
             return True
-        self.cursor.execute("INSERT IGNORE INTO t_rolled_back (change_id, feature, owner_id) VALUES (%s, 'redpacket', %s)",
-                            (grab_id, packet_id))
+        self.cursor.execute(
+            "INSERT IGNORE INTO t_rolled_back (change_id, feature, owner_id) VALUES (%s, 'redpacket', %s)",
+            (grab_id, packet_id),
+        )
         return False
 
     def rolled_back(self, grab_ids: list[int]) -> set[int]:
         """Those of the grabs rolled back for good, read under the item locks the caller holds."""
         if not grab_ids:
             return set()
-        self.cursor.execute(f"SELECT change_id FROM t_rolled_back WHERE change_id IN ({_marks(len(grab_ids))})", grab_ids)
+        self.cursor.execute(
+            f"SELECT change_id FROM t_rolled_back WHERE change_id IN ({_marks(len(grab_ids))})", grab_ids
+        )
         return {row[0] for row in self.cursor.fetchall()}
 
     def stamp_claims(self, claims: list[RedPacketClaimEvent]) -> None:
@@ -65,8 +81,10 @@ class PacketTx:
         if not claims:
             return
         # every value is a validated int: formatted directly (a batch may hold thousands of claims)
-        self.cursor.execute("UPDATE t_red_packet_item SET user_id = CASE id "
-                            + " ".join("WHEN %d THEN %d" % (c.item_id, c.user_id) for c in claims)
-                            + " END, claim_time = CASE id "
-                            + " ".join("WHEN %d THEN FROM_UNIXTIME(%d/1000)" % (c.item_id, c.ts) for c in claims)
-                            + " END WHERE id IN ({}) AND user_id IS NULL".format(",".join("%d" % c.item_id for c in claims)))
+        self.cursor.execute(
+            "UPDATE t_red_packet_item SET user_id = CASE id "
+            + " ".join("WHEN %d THEN %d" % (c.item_id, c.user_id) for c in claims)
+            + " END, claim_time = CASE id "
+            + " ".join("WHEN %d THEN FROM_UNIXTIME(%d/1000)" % (c.item_id, c.ts) for c in claims)
+            + " END WHERE id IN ({}) AND user_id IS NULL".format(",".join("%d" % c.item_id for c in claims))
+        )

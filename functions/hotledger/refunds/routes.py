@@ -1,4 +1,5 @@
 """Refund routes: POST /accounts/{id}/orders/{order_id}/refunds and /accounts/{id}/holds/{hold_id}/refunds."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -21,8 +22,10 @@ router = Router()
 metrics = observability.metrics()
 UserId = Annotated[int, Path(gt=0, lt=2**31)]
 ChargeId = Annotated[int, Path(gt=0, lt=2**63)]
-_REFUSED = (409, "REFUND_EXCEEDS_CHARGE: more than was charged would be refunded in total; HOLD_NOT_ENDED; "
-                 + KEY_CONFLICT[1])
+_REFUSED = (
+    409,
+    "REFUND_EXCEEDS_CHARGE: more than was charged would be refunded in total; HOLD_NOT_ENDED; " + KEY_CONFLICT[1],
+)
 
 
 class RefundRequest(BaseModel):
@@ -42,34 +45,72 @@ class RefundAnswer(BaseModel):
 
 def _answer(result: RefundResult) -> dict:
     r = result.refund
-    return {"refund_id": str(r.refund_id), f"{r.charge_kind}_id": str(r.charge_id), "amount": format_minor(r.amount),
-            "refunded_total": None if r.refunded_after is None else format_minor(r.refunded_after),
-            "balance": None if result.balance is None else format_minor(result.balance)}
+    return {
+        "refund_id": str(r.refund_id),
+        f"{r.charge_kind}_id": str(r.charge_id),
+        "amount": format_minor(r.amount),
+        "refunded_total": None if r.refunded_after is None else format_minor(r.refunded_after),
+        "balance": None if result.balance is None else format_minor(result.balance),
+    }
 
 
 def _refund(user_id: int, kind: str, charge_id: int, request: RefundRequest, idempotency_key: str | None, path: str):
     def run(attempt):
-        result = refunds().refund(user_id, kind, charge_id, request.amount, request.reason, attempt.remember,
-                                  attempt.resumed_from)
+        result = refunds().refund(
+            user_id, kind, charge_id, request.amount, request.reason, attempt.remember, attempt.resumed_from
+        )
         metrics.add_metric(name="Refunds", unit=MetricUnit.Count, value=1)
         return _answer(result)
-    return once(f"account:{user_id}", idempotency_key, f"POST {path}", request.model_dump(), run, status=201,
-                resumable=True, durable=True)
+
+    return once(
+        f"account:{user_id}",
+        idempotency_key,
+        f"POST {path}",
+        request.model_dump(),
+        run,
+        status=201,
+        resumable=True,
+        durable=True,
+    )
 
 
-@router.post("/accounts/<user_id>/orders/<order_id>/refunds", status_code=201, responses=responses(
-    201, RefundAnswer, "refunded: a credit, spendable once durable", (404, "ACCOUNT_NOT_FOUND or ORDER_NOT_FOUND"),
-    UNAVAILABLE, _REFUSED, TOO_MANY_KEYS, (422, "BALANCE_LIMIT or invalid input")))
-def refund_order(user_id: UserId, order_id: ChargeId, request: Annotated[RefundRequest, Body()],
-                 idempotency_key: RouteKey = None):
+@router.post(
+    "/accounts/<user_id>/orders/<order_id>/refunds",
+    status_code=201,
+    responses=responses(
+        201,
+        RefundAnswer,
+        "refunded: a credit, spendable once durable",
+        (404, "ACCOUNT_NOT_FOUND or ORDER_NOT_FOUND"),
+        UNAVAILABLE,
+        _REFUSED,
+        TOO_MANY_KEYS,
+        (422, "BALANCE_LIMIT or invalid input"),
+    ),
+)
+def refund_order(
+    user_id: UserId, order_id: ChargeId, request: Annotated[RefundRequest, Body()], idempotency_key: RouteKey = None
+):
     return _refund(user_id, ORDER, order_id, request, idempotency_key, f"/accounts/{user_id}/orders/{order_id}/refunds")
 
 
-@router.post("/accounts/<user_id>/holds/<hold_id>/refunds", status_code=201, responses=responses(
-    201, RefundAnswer, "refunded: a credit, spendable once durable", (404, "ACCOUNT_NOT_FOUND or HOLD_NOT_FOUND"),
-    UNAVAILABLE, _REFUSED, TOO_MANY_KEYS, (422, "BALANCE_LIMIT or invalid input")))
-def refund_hold(user_id: UserId, hold_id: ChargeId, request: Annotated[RefundRequest, Body()],
-                idempotency_key: RouteKey = None):
+@router.post(
+    "/accounts/<user_id>/holds/<hold_id>/refunds",
+    status_code=201,
+    responses=responses(
+        201,
+        RefundAnswer,
+        "refunded: a credit, spendable once durable",
+        (404, "ACCOUNT_NOT_FOUND or HOLD_NOT_FOUND"),
+        UNAVAILABLE,
+        _REFUSED,
+        TOO_MANY_KEYS,
+        (422, "BALANCE_LIMIT or invalid input"),
+    ),
+)
+def refund_hold(
+    user_id: UserId, hold_id: ChargeId, request: Annotated[RefundRequest, Body()], idempotency_key: RouteKey = None
+):
     return _refund(user_id, HOLD, hold_id, request, idempotency_key, f"/accounts/{user_id}/holds/{hold_id}/refunds")
 
 

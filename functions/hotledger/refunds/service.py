@@ -9,6 +9,7 @@ loaded into Redis on first use from the DB plus the refunds still on their way t
 
 With an Idempotency-Key (api.idempotency `once`, durable) a refund happens once and its retry answers the first
 answer; a retry of a request that died resumes from the refund id it left."""
+
 from __future__ import annotations
 
 import time
@@ -35,14 +36,29 @@ class RefundResult:
 
 
 class Refunds:
-    def __init__(self, store: RefundStore, durability: Durability, ledger, holds, next_id: Callable[[], int],
-                 clock: Callable[[], int] = lambda: int(time.time() * 1000)):
+    def __init__(
+        self,
+        store: RefundStore,
+        durability: Durability,
+        ledger,
+        holds,
+        next_id: Callable[[], int],
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ):
         """ledger: the accounts' service (the charge, loads, take-backs, pending entries); holds: the holds' service."""
         self.store, self.durability, self.ledger, self.holds = store, durability, ledger, holds
         self.next_id, self.clock = next_id, clock
 
-    def refund(self, user_id: int, charge_kind: str, charge_id: int, amount: int, reason: str, remember=None,
-               resumed_from: str | None = None) -> RefundResult:
+    def refund(
+        self,
+        user_id: int,
+        charge_kind: str,
+        charge_id: int,
+        amount: int,
+        reason: str,
+        remember=None,
+        resumed_from: str | None = None,
+    ) -> RefundResult:
         if resumed_from is not None:
             stood = self.store.stored(user_id, int(resumed_from)) or self._pending(user_id, int(resumed_from))
             if stood is not None:
@@ -54,18 +70,36 @@ class Refunds:
         def attempt(refund_id: int) -> RefundReply:
             if remember is not None:
                 remember(str(refund_id))
-            reply = self.store.refund(user_id, refund_id, amount, now, charge_id, charge_kind, charged, known[0], reason)
+            reply = self.store.refund(
+                user_id, refund_id, amount, now, charge_id, charge_kind, charged, known[0], reason
+            )
             if reply.status is RefundStatus.UNKNOWN_TOTAL:
                 known[0] = self._refunded_so_far(user_id, charge_id)
-                reply = self.store.refund(user_id, refund_id, amount, now, charge_id, charge_kind, charged, known[0],
-                                          reason)
+                reply = self.store.refund(
+                    user_id, refund_id, amount, now, charge_id, charge_kind, charged, known[0], reason
+                )
             return reply
 
         def outbound(refund_id: int, reply: RefundReply) -> Outbound:
-            entry = Entry(refund_id, user_id, amount, now, reply.balance, reply.version, KIND_REFUND, reply.epoch,
-                          reply.open_flag, None, refund=RefundOf(charge_id, charge_kind, reply.refunded, reason))
-            return Outbound(str(user_id), entry.event, lambda: self.ledger.take_back(user_id, refund_id, KIND_REFUND),
-                            made_durable=lambda: self.ledger.post(user_id, refund_id))
+            entry = Entry(
+                refund_id,
+                user_id,
+                amount,
+                now,
+                reply.balance,
+                reply.version,
+                KIND_REFUND,
+                reply.epoch,
+                reply.open_flag,
+                None,
+                refund=RefundOf(charge_id, charge_kind, reply.refunded, reason),
+            )
+            return Outbound(
+                str(user_id),
+                entry.event,
+                lambda: self.ledger.take_back(user_id, refund_id, KIND_REFUND),
+                made_durable=lambda: self.ledger.post(user_id, refund_id),
+            )
 
         def in_db(tx, account, now_ms: int) -> LedgerEvent:
             refunded = refunded_in_tx(tx.cursor, charge_id)  # every refund of the charge waits for this row lock
@@ -73,25 +107,46 @@ class Refunds:
                 raise self._refusal(RefundReply(RefundStatus.EXCEEDS, refunded=refunded, charged=charged))
             if account.balance + amount > self.store.max_balance:
                 raise errors.BalanceLimit("the refund would take the balance past its largest value")
-            return LedgerEvent(type="ledger", id=refund_id, kind=KIND_REFUND, user_id=user_id, amount=amount,
-                               balance_after=account.balance + amount, version=account.version + 1, epoch="", ts=now_ms,
-                               open=after_change(KIND_RECHARGE, account.balance + amount, account.open_flag),
-                               refund_of=charge_id, refund_of_kind=charge_kind, refunded_after=refunded + amount,
-                               reason=reason)
+            return LedgerEvent(
+                type="ledger",
+                id=refund_id,
+                kind=KIND_REFUND,
+                user_id=user_id,
+                amount=amount,
+                balance_after=account.balance + amount,
+                version=account.version + 1,
+                epoch="",
+                ts=now_ms,
+                open=after_change(KIND_RECHARGE, account.balance + amount, account.open_flag),
+                refund_of=charge_id,
+                refund_of_kind=charge_kind,
+                refunded_after=refunded + amount,
+                reason=reason,
+            )
 
         while True:
-            refund_id, reply = self.durability.apply(Step(
-                what="refund", attempt=attempt, reload=lambda: self.ledger.load_cache(user_id), refusal=self._refusal,
-                outbound=lambda i, r: outbound(i, r) if r.status is RefundStatus.OK else None,
-                unknown=lambda i, why: errors.ChargeOutcomeUnknown(
-                    f"{why}: refund {i} may or may not be made; look at GET /accounts/{user_id}/entries before retrying "
-                    "(or retry with the same Idempotency-Key)", entry_id=str(i))))
+            refund_id, reply = self.durability.apply(
+                Step(
+                    what="refund",
+                    attempt=attempt,
+                    reload=lambda: self.ledger.load_cache(user_id),
+                    refusal=self._refusal,
+                    outbound=lambda i, r: outbound(i, r) if r.status is RefundStatus.OK else None,
+                    unknown=lambda i, why: errors.ChargeOutcomeUnknown(
+                        f"{why}: refund {i} may or may not be made; look at GET /accounts/{user_id}/entries before retrying "
+                        "(or retry with the same Idempotency-Key)",
+                        entry_id=str(i),
+                    ),
+                )
+            )
             if reply.status is RefundStatus.SYNC:
                 change = self.ledger.change_in_db(user_id, refund_id, in_db, insert_refunds)
                 if change is None:
                     continue  # ASYNC after all: the stale cache was dropped
                 reply = RefundReply(RefundStatus.OK, change.balance_after, refunded=change.refunded_after)
-            return RefundResult(Refund(refund_id, user_id, charge_id, charge_kind, amount, reply.refunded), reply.balance)
+            return RefundResult(
+                Refund(refund_id, user_id, charge_id, charge_kind, amount, reply.refunded), reply.balance
+            )
 
     def _charged(self, user_id: int, charge_kind: str, charge_id: int) -> int:
         """What the charge took (raises ORDER_NOT_FOUND / HOLD_NOT_FOUND for one that is not this account's)."""
@@ -107,20 +162,27 @@ class Refunds:
     def _refunded_so_far(self, user_id: int, charge_id: int) -> int:
         """The DB's total plus the refunds of this charge still on their way to it."""
         in_db, booked = self.store.refunded_in_db(charge_id)
-        return in_db + sum(e.amount for e in self.ledger.pending_entries(user_id)
-                           if e.refund is not None and e.refund.charge_id == charge_id and e.entry_id not in booked)
+        return in_db + sum(
+            e.amount
+            for e in self.ledger.pending_entries(user_id)
+            if e.refund is not None and e.refund.charge_id == charge_id and e.entry_id not in booked
+        )
 
     def _pending(self, user_id: int, refund_id: int) -> Refund | None:
         for e in self.ledger.pending_entries(user_id):
             if e.entry_id == refund_id and e.refund is not None:
-                return Refund(refund_id, user_id, e.refund.charge_id, e.refund.charge_kind, e.amount, e.refund.refunded_after)
+                return Refund(
+                    refund_id, user_id, e.refund.charge_id, e.refund.charge_kind, e.amount, e.refund.refunded_after
+                )
         return None
 
     @staticmethod
     def _refusal(reply: RefundReply) -> errors.DomainError | None:
         if reply.status is RefundStatus.EXCEEDS:
-            return errors.RefundExceedsCharge(f"{reply.refunded} of the {reply.charged} minor units charged were refunded "
-                                              "already: this refund would pass the charge")
+            return errors.RefundExceedsCharge(
+                f"{reply.refunded} of the {reply.charged} minor units charged were refunded "
+                "already: this refund would pass the charge"
+            )
         if reply.status is RefundStatus.LIMIT:
             return errors.BalanceLimit("the refund would take the balance past its largest value")
         return None  # OK, or SYNC: the DB decides (Ledger.change_in_db)

@@ -1,4 +1,5 @@
 """The refunds' storage: the typed wrapper of ledger_refund.lua and the SQL of t_refund."""
+
 from __future__ import annotations
 
 from hotledger import keys
@@ -13,14 +14,45 @@ class RefundStore:
         self.lua, self.redis = lua, lua.client
         self.stream_flag, self.entry_ttl_s, self.max_balance = stream_flag, entry_ttl_s, max_balance
 
-    def refund(self, user_id: int, refund_id: int, amount: int, ts: int, charge_id: int, charge_kind: str, charged: int,
-               known_refunded: int | None, reason: str) -> RefundReply:
-        return RefundReply.parse(self.lua.run(
-            "ledger_refund",
-            [keys.balance(user_id), keys.entry(user_id, refund_id), keys.pending(user_id), keys.refunds(user_id),
-             keys.held(user_id), keys.account_stream(user_id)],
-            [amount, ts, refund_id, self.entry_ttl_s, self.stream_flag, user_id, charge_id, charge_kind, charged,
-             "" if known_refunded is None else known_refunded, self.max_balance, reason]))
+    def refund(
+        self,
+        user_id: int,
+        refund_id: int,
+        amount: int,
+        ts: int,
+        charge_id: int,
+        charge_kind: str,
+        charged: int,
+        known_refunded: int | None,
+        reason: str,
+    ) -> RefundReply:
+        return RefundReply.parse(
+            self.lua.run(
+                "ledger_refund",
+                [
+                    keys.balance(user_id),
+                    keys.entry(user_id, refund_id),
+                    keys.pending(user_id),
+                    keys.refunds(user_id),
+                    keys.held(user_id),
+                    keys.account_stream(user_id),
+                ],
+                [
+                    amount,
+                    ts,
+                    refund_id,
+                    self.entry_ttl_s,
+                    self.stream_flag,
+                    user_id,
+                    charge_id,
+                    charge_kind,
+                    charged,
+                    "" if known_refunded is None else known_refunded,
+                    self.max_balance,
+                    reason,
+                ],
+            )
+        )
 
     def refunded_in_db(self, charge_id: int) -> tuple[int, set[int]]:
         """(the charge's refunded total the DB holds, the ids of those refunds)."""
@@ -28,8 +60,10 @@ class RefundStore:
         return sum(amount for _, amount in rows), {refund_id for refund_id, _ in rows}
 
     def stored(self, user_id: int, refund_id: int) -> Refund | None:
-        rows = db.query("SELECT id, user_id, charge_id, charge_kind, amount FROM t_refund WHERE id = %s AND user_id = %s",
-                        (refund_id, user_id))
+        rows = db.query(
+            "SELECT id, user_id, charge_id, charge_kind, amount FROM t_refund WHERE id = %s AND user_id = %s",
+            (refund_id, user_id),
+        )
         if not rows:
             return None
         refund_id, owner, charge_id, charge_kind, amount = rows[0]

@@ -1,4 +1,5 @@
 """Refunds: what runs inside a DB transaction (row locks, inserts)."""
+
 from __future__ import annotations
 
 
@@ -14,6 +15,18 @@ def insert_refunds(cursor, events) -> None:
         escape = cursor.connection.escape
         cursor.execute(
             "INSERT INTO t_refund (id, user_id, charge_id, charge_kind, amount, version, reason, create_time) VALUES "
-            + ",".join("(%d,%d,%d,%s,%d,%d,%s,FROM_UNIXTIME(%d/1000))" % (
-                e.id, e.user_id, e.refund_of, escape(e.refund_of_kind), e.amount, e.version, escape(e.reason or ""), e.ts)
-                for e in events))
+            + ",".join(
+                "(%d,%d,%d,%s,%d,%d,%s,FROM_UNIXTIME(%d/1000))"
+                % (
+                    e.id,
+                    e.user_id,
+                    e.refund_of,
+                    escape(e.refund_of_kind),
+                    e.amount,
+                    e.version,
+                    escape(e.reason or ""),
+                    e.ts,
+                )
+                for e in events
+            )
+        )

@@ -1,4 +1,5 @@
 """Flash-sale vouchers' registration (hotledger.features)."""
+
 from __future__ import annotations
 
 from hotledger.features import Feature, ReconcilePart
@@ -23,5 +24,6 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
     return (ReconcilePart(name="vouchers", run=vouchers),)
 
 
-FEATURE = Feature(name="vouchers", routes="hotledger.vouchers.routes", persisters=_persisters,
-                  reconcile_parts=_reconcile_parts)
+FEATURE = Feature(
+    name="vouchers", routes="hotledger.vouchers.routes", persisters=_persisters, reconcile_parts=_reconcile_parts
+)

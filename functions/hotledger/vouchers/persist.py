@@ -14,6 +14,7 @@ rebuild is counted into the rebuilt stock exactly once. Stock buckets: an order 
 and its bucket's (t_voucher_bucket); it is claimed, settled and given back in its unit's bucket, and its buyer's away
 reservation, when the buyer's home is another bucket, is settled or given back there.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -44,8 +45,12 @@ class VoucherPersister(BatchPersister[VoucherOrderEvent]):
 
     def claim(self, events: list[VoucherOrderEvent], report: PersistReport) -> list[VoucherOrderEvent]:
         claimed, report.duplicates, report.rolled_back = dedupe_and_claim(
-            self.outbox, events, lambda e: e.id, lambda e: (e.voucher_id, e.bucket),
-            lambda slot, e: keys.voucher_fate(e.voucher_id, e.id, e.bucket))
+            self.outbox,
+            events,
+            lambda e: e.id,
+            lambda e: (e.voucher_id, e.bucket),
+            lambda slot, e: keys.voucher_fate(e.voucher_id, e.id, e.bucket),
+        )
         return claimed
 
     def transaction(self):
@@ -66,10 +71,22 @@ class VoucherPersister(BatchPersister[VoucherOrderEvent]):
         duplicates, clashes, candidates = self._split_by_id(known, self.db.orders_by_id(tx, [e.id for e in known]))
         fresh, taken = self._split_by_slot(candidates, self.db.slot_holders(tx, [_slot(e) for e in candidates]))
         accepted, sold_out = self._within_stock(fresh, locked)
-        return Judged(fresh=accepted, replayed=duplicates, refused=clashes + taken + sold_out,
-                      late=len(taken) + len(sold_out),
-                      dead=[(e, why) for group, why in ((unknown, UNKNOWN_VOUCHER), (clashes, ID_CLASH),
-                                                        (taken, SLOT_TAKEN), (sold_out, SOLD_OUT_IN_DB)) for e in group])
+        return Judged(
+            fresh=accepted,
+            replayed=duplicates,
+            refused=clashes + taken + sold_out,
+            late=len(taken) + len(sold_out),
+            dead=[
+                (e, why)
+                for group, why in (
+                    (unknown, UNKNOWN_VOUCHER),
+                    (clashes, ID_CLASH),
+                    (taken, SLOT_TAKEN),
+                    (sold_out, SOLD_OUT_IN_DB),
+                )
+                for e in group
+            ],
+        )
 
     def write(self, tx, locked: dict[int, StockRow], fresh: list[VoucherOrderEvent]) -> None:
         self.db.insert_orders(tx, fresh)

@@ -14,6 +14,7 @@ Per voucher, in this order:
 Vouchers are taken in id order, in pages, within the run's budget; `next_after` is where the next run continues
 (0: this run reached the last one).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,15 +44,17 @@ class VoucherReconciler:
     def __init__(self, vouchers: Vouchers, persister: VoucherPersister, db: VoucherDb, redis: VoucherRedis):
         self.vouchers, self.persister, self.db, self.redis = vouchers, persister, db, redis
 
-    def run(self, now_ms: int, age_s: int, budget: Budget | None = None, after: int = 0,
-            page: int = PAGE) -> VoucherReconcileReport:
+    def run(
+        self, now_ms: int, age_s: int, budget: Budget | None = None, after: int = 0, page: int = PAGE
+    ) -> VoucherReconcileReport:
         """Reconcile the vouchers whose keys may still be in Redis, after `after` and within `budget`; age_s: how
         long an order may stay pending before its event counts as lost."""
         budget = budget or Budget.unlimited()
         report = VoucherReconcileReport(next_after=after)
         while not budget.exhausted:
-            vouchers = self.db.ending_after(now_ms - self.vouchers.finished_keys_ttl_s * 1000, report.next_after,
-                                            budget.page(page))
+            vouchers = self.db.ending_after(
+                now_ms - self.vouchers.finished_keys_ttl_s * 1000, report.next_after, budget.page(page)
+            )
             if not vouchers:
                 report.next_after = 0
                 break
@@ -61,8 +64,9 @@ class VoucherReconciler:
             report.next_after = vouchers[-1][0]
         return report
 
-    def _voucher(self, voucher_id: int, end_at: int, shards: int, now_ms: int, age_s: int,
-                 report: VoucherReconcileReport) -> None:
+    def _voucher(
+        self, voucher_id: int, end_at: int, shards: int, now_ms: int, age_s: int, report: VoucherReconcileReport
+    ) -> None:
         report.vouchers += 1
         buckets = range(shards)
         pending = [e for b in buckets for e in self.redis.pending_orders(voucher_id, b)]

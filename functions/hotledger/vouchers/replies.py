@@ -1,4 +1,5 @@
 """Vouchers: the typed replies of its Lua scripts and their parsers."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Flash-sale routes: create and read vouchers, take and look up orders."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -28,33 +29,69 @@ VoucherId = Annotated[int, Path(gt=0, lt=2**63)]
 _NOT_FOUND = (404, "VOUCHER_NOT_FOUND")
 
 
-@router.post("/vouchers", status_code=201, responses=responses(201, VoucherCreated, "voucher created and loaded into Redis",
-                                                                 (422, "VALIDATION_ERROR: stock, times, limit or stock_shards invalid")))
+@router.post(
+    "/vouchers",
+    status_code=201,
+    responses=responses(
+        201,
+        VoucherCreated,
+        "voucher created and loaded into Redis",
+        (422, "VALIDATION_ERROR: stock, times, limit or stock_shards invalid"),
+    ),
+)
 def create_voucher(request: Annotated[CreateVoucherRequest, Body()]) -> dict:
-    voucher_id = vouchers().create_voucher(request.title, request.stock, request.begin_at, request.end_at,
-                                           request.per_user_limit, request.stock_shards)
+    voucher_id = vouchers().create_voucher(
+        request.title, request.stock, request.begin_at, request.end_at, request.per_user_limit, request.stock_shards
+    )
     return {"voucher_id": str(voucher_id)}
 
 
 @router.get("/vouchers/<voucher_id>", responses=responses(200, VoucherView, "the voucher", _NOT_FOUND))
 def get_voucher(voucher_id: VoucherId) -> dict:
     v = vouchers().get_voucher(voucher_id)
-    return VoucherView(voucher_id=str(v.voucher_id), title=v.title, initial_stock=v.initial_stock, stock_left=v.stock_left,
-                       sold=v.sold, pending=v.pending, per_user_limit=v.per_user_limit, begin_at=v.begin_at,
-                       end_at=v.end_at, stock_shards=len(v.bucket_stock_left),
-                       bucket_stock_left=list(v.bucket_stock_left)).model_dump()
+    return VoucherView(
+        voucher_id=str(v.voucher_id),
+        title=v.title,
+        initial_stock=v.initial_stock,
+        stock_left=v.stock_left,
+        sold=v.sold,
+        pending=v.pending,
+        per_user_limit=v.per_user_limit,
+        begin_at=v.begin_at,
+        end_at=v.end_at,
+        stock_shards=len(v.bucket_stock_left),
+        bucket_stock_left=list(v.bucket_stock_left),
+    ).model_dump()
 
 
-@router.post("/vouchers/<voucher_id>/orders", responses=responses(
-    200, VoucherOrderResult, "order taken; durable in the broker or the Redis Stream", _NOT_FOUND, UNAVAILABLE,
-    (409, "SALE_NOT_STARTED, SALE_ENDED, SOLD_OUT or ALREADY_ORDERED; " + KEY_CONFLICT[1]),
-    (404, "VOUCHER_NOT_FOUND or ACCOUNT_NOT_FOUND"), TOO_MANY_KEYS))
-def order_voucher(voucher_id: VoucherId, request: Annotated[VoucherOrderRequest, Body()], idempotency_key: RouteKey = None):
+@router.post(
+    "/vouchers/<voucher_id>/orders",
+    responses=responses(
+        200,
+        VoucherOrderResult,
+        "order taken; durable in the broker or the Redis Stream",
+        _NOT_FOUND,
+        UNAVAILABLE,
+        (409, "SALE_NOT_STARTED, SALE_ENDED, SOLD_OUT or ALREADY_ORDERED; " + KEY_CONFLICT[1]),
+        (404, "VOUCHER_NOT_FOUND or ACCOUNT_NOT_FOUND"),
+        TOO_MANY_KEYS,
+    ),
+)
+def order_voucher(
+    voucher_id: VoucherId, request: Annotated[VoucherOrderRequest, Body()], idempotency_key: RouteKey = None
+):
     # one order per user: (voucher, user) is the order's natural key, no DB write keeps the key's answer; more than
     # one: the key's reserved order id and answer are kept in the DB
     durable = idempotency_key is not None and vouchers().per_user_limit(voucher_id) > 1
-    return once(f"account:{request.user_id}", idempotency_key, f"POST /vouchers/{voucher_id}/orders", request.model_dump(),
-                lambda attempt: _order_voucher(voucher_id, request, attempt), resumable=True, durable=durable)
+    return once(
+        f"account:{request.user_id}",
+        idempotency_key,
+        f"POST /vouchers/{voucher_id}/orders",
+        request.model_dump(),
+        lambda attempt: _order_voucher(voucher_id, request, attempt),
+        resumable=True,
+        durable=durable,
+    )
 
 
 def _order_voucher(voucher_id: int, request: VoucherOrderRequest, attempt: Attempt) -> dict:
@@ -62,8 +99,9 @@ def _order_voucher(voucher_id: int, request: VoucherOrderRequest, attempt: Attem
     that order instead of taking a second unit."""
     resumed = None if attempt.resumed_from is None else int(attempt.resumed_from)
     try:
-        order = vouchers().order(voucher_id, request.user_id, order_id=resumed,
-                                 reserve=lambda order_id: attempt.remember(str(order_id)))
+        order = vouchers().order(
+            voucher_id, request.user_id, order_id=resumed, reserve=lambda order_id: attempt.remember(str(order_id))
+        )
     except errors.AlreadyOrdered:
         # a keyed order of a one-per-user voucher whose buyer holds it: that order is the key's answer (Redis lost the
         # key's record, or the key is new)
@@ -72,21 +110,27 @@ def _order_voucher(voucher_id: int, request: VoucherOrderRequest, attempt: Attem
             raise
         return _order_body(order)
     metrics.add_metric(name="VoucherOrders", unit=MetricUnit.Count, value=1)
-    logger.info("voucher ordered", extra={"voucher_id": voucher_id, "order_id": str(order.order_id), "user_id": order.user_id})
+    logger.info(
+        "voucher ordered", extra={"voucher_id": voucher_id, "order_id": str(order.order_id), "user_id": order.user_id}
+    )
     return _order_body(order)
 
 
 def _order_body(order) -> dict:
-    return VoucherOrderResult(order_id=str(order.order_id), voucher_id=str(order.voucher_id), user_id=order.user_id,
-                              seq=order.seq).model_dump()
+    return VoucherOrderResult(
+        order_id=str(order.order_id), voucher_id=str(order.voucher_id), user_id=order.user_id, seq=order.seq
+    ).model_dump()
 
 
-@router.get("/vouchers/<voucher_id>/orders/<order_id>", responses=responses(
-    200, VoucherOrderView, "the order", (404, "ORDER_NOT_FOUND")))
+@router.get(
+    "/vouchers/<voucher_id>/orders/<order_id>",
+    responses=responses(200, VoucherOrderView, "the order", (404, "ORDER_NOT_FOUND")),
+)
 def get_voucher_order(voucher_id: VoucherId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -> dict:
     order = vouchers().get_order(voucher_id, order_id)
-    return VoucherOrderView(order_id=str(order.order_id), voucher_id=str(voucher_id), user_id=order.user_id,
-                            status=order.status).model_dump()
+    return VoucherOrderView(
+        order_id=str(order.order_id), voucher_id=str(voucher_id), user_id=order.user_id, status=order.status
+    ).model_dump()
 
 
 def _voucher_order_owner(args: dict) -> int:
@@ -95,7 +139,8 @@ def _voucher_order_owner(args: dict) -> int:
 
 # another user's order answers as a missing one (no oracle)
 _voucher_order_owner.hidden_as = lambda args: errors.OrderNotFound(
-    f"order {args['order_id']} of voucher {args['voucher_id']} does not exist")
+    f"order {args['order_id']} of voucher {args['voucher_id']} does not exist"
+)
 
 RULES = {
     ("POST", "/vouchers"): only(ADMIN),

@@ -1,4 +1,5 @@
 """Vouchers: typed rows and values its store and transactions hand out."""
+
 from __future__ import annotations
 
 import zlib
@@ -70,6 +71,7 @@ class AwayOrder:
     user_id: int
     seq: int
     ts: int
+
 
 def home_bucket(user_id: int, shards: int) -> int:
     """The bucket holding a buyer's record (orders taken) and trying first to sell to them: stable for the sale."""

@@ -29,6 +29,7 @@ Invariants:
 - an ended sale's keys leave Redis FINISHED_KEYS_TTL_S after it ends and nothing is pending (a late request
   reloads them and is refused ENDED).
 """
+
 from __future__ import annotations
 
 import time
@@ -77,19 +78,26 @@ class VoucherOrder:
 def _order_unknown(voucher_id: int, order_id: int, why: str) -> errors.DomainError:
     return errors.ChargeOutcomeUnknown(
         f"{why}: order {order_id} may or may not be taken. Check GET /vouchers/{voucher_id}/orders/{order_id} before "
-        "trying again", entry_id=str(order_id))
+        "trying again",
+        entry_id=str(order_id),
+    )
 
 
 _REFUSALS = {
-    OrderStatus.RECOVERING: lambda at: errors.Recovering("the sale is being restored after a cache failure; retry in a few "
-                                                         "seconds", retry_at=at),
-    OrderStatus.HELD: lambda at: errors.Recovering("the sale is being restored after a cache failure: orders taken before "
-                                                   "it are still on their way to the DB; retry in a few seconds", retry_at=at),
+    OrderStatus.RECOVERING: lambda at: errors.Recovering(
+        "the sale is being restored after a cache failure; retry in a few seconds", retry_at=at
+    ),
+    OrderStatus.HELD: lambda at: errors.Recovering(
+        "the sale is being restored after a cache failure: orders taken before "
+        "it are still on their way to the DB; retry in a few seconds",
+        retry_at=at,
+    ),
     OrderStatus.NOT_STARTED: lambda at: errors.NotStarted("the sale has not started yet", begin_at=at),
     OrderStatus.ENDED: lambda at: errors.Ended("the sale has ended", end_at=at),
     OrderStatus.SOLD_OUT: lambda at: errors.SoldOut("the voucher is sold out"),
-    OrderStatus.ALREADY: lambda at: errors.AlreadyOrdered("this user already holds the most orders of this voucher allowed "
-                                                          "per user"),
+    OrderStatus.ALREADY: lambda at: errors.AlreadyOrdered(
+        "this user already holds the most orders of this voucher allowed per user"
+    ),
 }
 
 
@@ -111,15 +119,24 @@ class _Persisted(Exception):
 
 
 class Vouchers:
-    def __init__(self, cfg: Settings, db: VoucherDb, redis: VoucherRedis, durability: Durability, next_id: Callable[[], int],
-                 hold: LogHold, clock: Callable[[], int] = wall_clock_ms):
+    def __init__(
+        self,
+        cfg: Settings,
+        db: VoucherDb,
+        redis: VoucherRedis,
+        durability: Durability,
+        next_id: Callable[[], int],
+        hold: LogHold,
+        clock: Callable[[], int] = wall_clock_ms,
+    ):
         self.db, self.redis, self.durability, self.next_id, self.clock = db, redis, durability, next_id, clock
         self.hold = hold
         self.rebuild_hold_ms, self.finished_keys_ttl_s = cfg.rebuild_hold_ms, cfg.finished_keys_ttl_s
         self._shards: dict[int, int] = {}  # voucher id -> stock buckets: fixed at creation, read once per process
 
-    def create_voucher(self, title: str, stock: int, begin_at: int, end_at: int, per_user_limit: int,
-                       stock_shards: int = 1) -> int:
+    def create_voucher(
+        self, title: str, stock: int, begin_at: int, end_at: int, per_user_limit: int, stock_shards: int = 1
+    ) -> int:
         # inserted and loaded into Redis in one transaction: nobody (the reconciler) sees the row before Redis holds
         # the voucher, so a new voucher is never taken for one Redis lost and rebuilt with a hold
         with self.db.transaction() as cur:
@@ -151,8 +168,9 @@ class Vouchers:
         if snapshot is None:
             raise _not_found(voucher_id)
         for bucket in range(snapshot.shards):
-            self.redis.load(voucher_id, snapshot, epoch=str(self.next_id()), hold_until=hold_until, hold_log=hold_log,
-                            bucket=bucket)
+            self.redis.load(
+                voucher_id, snapshot, epoch=str(self.next_id()), hold_until=hold_until, hold_log=hold_log, bucket=bucket
+            )
         return snapshot
 
     def _retire_if_ended(self, voucher_id: int, snapshot: VoucherSnapshot) -> None:
@@ -179,9 +197,18 @@ class Vouchers:
         if None in stock_left:
             self.rebuild(voucher_id)
             stock_left = [self.redis.stock_left(voucher_id, b) for b in buckets]
-        return Voucher(voucher_id, row.title, row.initial_stock, sum(stock_left), row.initial_stock - row.stock,
-                       sum(self.redis.pending_count(voucher_id, b) for b in buckets), row.per_user_limit, row.begin_at,
-                       row.end_at, tuple(stock_left))
+        return Voucher(
+            voucher_id,
+            row.title,
+            row.initial_stock,
+            sum(stock_left),
+            row.initial_stock - row.stock,
+            sum(self.redis.pending_count(voucher_id, b) for b in buckets),
+            row.per_user_limit,
+            row.begin_at,
+            row.end_at,
+            tuple(stock_left),
+        )
 
     def per_user_limit(self, voucher_id: int) -> int:
         limit = self.redis.per_user_limit(voucher_id)
@@ -192,8 +219,9 @@ class Vouchers:
             limit = row.per_user_limit
         return limit
 
-    def order(self, voucher_id: int, user_id: int, order_id: int | None = None,
-              reserve: Callable[[int], object] | None = None) -> VoucherOrder:
+    def order(
+        self, voucher_id: int, user_id: int, order_id: int | None = None, reserve: Callable[[int], object] | None = None
+    ) -> VoucherOrder:
         """Take one unit for the buyer. `reserve(order_id)` runs before any effect (an Idempotency-Key's recovery
         point); `order_id`: the id an attempt that died under the same key reserved: its order, if the DB or Redis
         holds it, is the answer (voucher_order.lua answers a pending or settled id as itself), else it is taken now."""
@@ -213,10 +241,22 @@ class Vouchers:
         now = self.clock()
 
         def outbound(order_id: int, reply: OrderReply) -> Outbound:
-            event = VoucherOrderEvent(type="voucher_order", id=order_id, voucher_id=voucher_id, user_id=user_id,
-                                      seq=reply.seq, ts=now, epoch=reply.epoch, bucket=reply.bucket, home=home)
-            return Outbound(keys.voucher_entity(voucher_id, reply.bucket), event.model_dump,
-                            lambda: self._undo(voucher_id, order_id, user_id, reply.bucket, home))
+            event = VoucherOrderEvent(
+                type="voucher_order",
+                id=order_id,
+                voucher_id=voucher_id,
+                user_id=user_id,
+                seq=reply.seq,
+                ts=now,
+                epoch=reply.epoch,
+                bucket=reply.bucket,
+                home=home,
+            )
+            return Outbound(
+                keys.voucher_entity(voucher_id, reply.bucket),
+                event.model_dump,
+                lambda: self._undo(voucher_id, order_id, user_id, reply.bucket, home),
+            )
 
         def attempt(_attempt_id: int) -> OrderReply:
             def answer_found_in_the_db() -> None:
@@ -226,25 +266,39 @@ class Vouchers:
                 if row is not None:
                     raise _Persisted(VoucherOrder(order_id, voucher_id, row.user_id, row.seq, "PERSISTED"))
 
-            reply = self._lifting_hold(voucher_id, home, lambda: self.redis.order(voucher_id, user_id, order_id, now, home,
-                                                                                   shards),
-                                       once_lifted=answer_found_in_the_db if resumed else None)
+            reply = self._lifting_hold(
+                voucher_id,
+                home,
+                lambda: self.redis.order(voucher_id, user_id, order_id, now, home, shards),
+                once_lifted=answer_found_in_the_db if resumed else None,
+            )
             if reply.status is OrderStatus.AWAY:
                 reply = self._take_elsewhere(voucher_id, user_id, order_id, now, home, reply)
             return reply
 
         # every attempt of the loop (a reload between them) runs under the reserved id: a refused 'missing' took nothing
         try:
-            _, reply = self.durability.apply(Step(
-                what=f"order of voucher {voucher_id}", attempt=attempt, reload=lambda: self.rebuild(voucher_id),
-                refusal=_refusal, outbound=lambda _attempt_id, reply: outbound(order_id, reply),
-                unknown=lambda _attempt_id, why: _order_unknown(voucher_id, order_id, why)))
+            _, reply = self.durability.apply(
+                Step(
+                    what=f"order of voucher {voucher_id}",
+                    attempt=attempt,
+                    reload=lambda: self.rebuild(voucher_id),
+                    refusal=_refusal,
+                    outbound=lambda _attempt_id, reply: outbound(order_id, reply),
+                    unknown=lambda _attempt_id, why: _order_unknown(voucher_id, order_id, why),
+                )
+            )
         except _Persisted as persisted:
             return persisted.order
         return VoucherOrder(order_id, voucher_id, user_id, reply.seq)
 
-    def _lifting_hold(self, voucher_id: int, bucket: int, script: Callable[[], OrderReply],
-                      once_lifted: Callable[[], None] | None = None) -> OrderReply:
+    def _lifting_hold(
+        self,
+        voucher_id: int,
+        bucket: int,
+        script: Callable[[], OrderReply],
+        once_lifted: Callable[[], None] | None = None,
+    ) -> OrderReply:
         """Run an order script on a bucket; a HELD answer makes this caller check the log hold (outbox/log_hold.py)
         and, once lifted, call `once_lifted` and run it again (the first call changed nothing)."""
         reply = script()
@@ -254,17 +308,22 @@ class Vouchers:
             reply = script()
         return reply
 
-    def _take_elsewhere(self, voucher_id: int, user_id: int, order_id: int, now: int, home: int,
-                        away: OrderReply) -> OrderReply:
+    def _take_elsewhere(
+        self, voucher_id: int, user_id: int, order_id: int, now: int, home: int, away: OrderReply
+    ) -> OrderReply:
         """The home bucket is empty and reserved the buyer's slot: take the unit from the first of the buckets it
         named that has one; when none has, give the slot back and answer SOLD_OUT (or RECOVERING when a bucket
         that may have one is being rebuilt). Buckets seen empty are marked so at home for SEEN_EMPTY_MS."""
         empty, waiting = [], None
         for bucket in away.probes:
+
             def take(bucket=bucket) -> OrderReply:
                 return self.redis.take(voucher_id, bucket, user_id, order_id, now, away.seq, home)
+
             reply = self._lifting_hold(voucher_id, bucket, take)
-            if reply.missing:  # Redis lost this bucket: rebuilt with its hold, it sells nothing until the log is applied
+            if (
+                reply.missing
+            ):  # Redis lost this bucket: rebuilt with its hold, it sells nothing until the log is applied
                 self.rebuild(voucher_id)
                 reply = take()
             if reply.status is OrderStatus.OK:
@@ -273,8 +332,9 @@ class Vouchers:
                 empty.append(bucket)
             else:
                 waiting = reply
-        self.redis.release(voucher_id, home, order_id, user_id, give_back=True, seen_empty=empty,
-                           empty_until=now + SEEN_EMPTY_MS)
+        self.redis.release(
+            voucher_id, home, order_id, user_id, give_back=True, seen_empty=empty, empty_until=now + SEEN_EMPTY_MS
+        )
         return waiting or OrderReply(OrderStatus.SOLD_OUT)
 
     def order_in_slot(self, voucher_id: int, user_id: int, seq: int) -> VoucherOrder | None:
@@ -309,4 +369,6 @@ class Vouchers:
         raise errors.OrderNotFound(f"order {order_id} of voucher {voucher_id} does not exist")
 
     def pending_orders(self, voucher_id: int) -> list[VoucherOrderEvent]:
-        return [e for bucket in range(self.stock_shards(voucher_id)) for e in self.redis.pending_orders(voucher_id, bucket)]
+        return [
+            e for bucket in range(self.stock_shards(voucher_id)) for e in self.redis.pending_orders(voucher_id, bucket)
+        ]

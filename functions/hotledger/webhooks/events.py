@@ -1,6 +1,7 @@
 """What a webhook event is: one booked ledger entry (t_entry) of a subscribed type, named for receivers, with the
 account's seq and the seq of the previous event of that account for the same endpoint, so a receiver can check the
 order and see a gap (Stripe's receivers cannot)."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -12,11 +13,19 @@ from hotledger.money import format_minor
 
 # the ledger's entry types -> the event types receivers subscribe to
 EVENT_TYPES = {
-    "deduct": "charge.persisted", "recharge": "recharge.persisted", "refund": "refund.persisted",
-    "hold": "hold.authorized", "capture": "hold.captured", "void": "hold.voided", "expiry": "hold.expired",
-    "payment_charge": "payment_order.paid", "payment_refund": "payment_order.refunded",
-    "redpacket_debit": "redpacket.sent", "redpacket_credit": "redpacket.grab_credited",
-    "redpacket_refund": "redpacket.refunded", "opening": "account.opened",
+    "deduct": "charge.persisted",
+    "recharge": "recharge.persisted",
+    "refund": "refund.persisted",
+    "hold": "hold.authorized",
+    "capture": "hold.captured",
+    "void": "hold.voided",
+    "expiry": "hold.expired",
+    "payment_charge": "payment_order.paid",
+    "payment_refund": "payment_order.refunded",
+    "redpacket_debit": "redpacket.sent",
+    "redpacket_credit": "redpacket.grab_credited",
+    "redpacket_refund": "redpacket.refunded",
+    "opening": "account.opened",
 }
 BALANCE_TYPES = {"below": "balance.below", "above": "balance.above"}  # a balance monitor's crossing
 ALL_TYPES = frozenset(EVENT_TYPES.values()) | frozenset(BALANCE_TYPES.values())
@@ -24,10 +33,13 @@ ALL_TYPES = frozenset(EVENT_TYPES.values()) | frozenset(BALANCE_TYPES.values())
 
 # what each ledger entry type means to a receiver (the OpenAPI document's `webhooks` section)
 MEANING = {
-    "charge.persisted": "a deduct is in the ledger", "recharge.persisted": "a recharge is in the ledger",
+    "charge.persisted": "a deduct is in the ledger",
+    "recharge.persisted": "a recharge is in the ledger",
     "refund.persisted": "a refund of a charge or a captured hold is in the ledger",
-    "hold.authorized": "a hold was placed", "hold.captured": "a hold was captured (in part or the rest)",
-    "hold.voided": "a hold was voided", "hold.expired": "a hold expired uncaptured",
+    "hold.authorized": "a hold was placed",
+    "hold.captured": "a hold was captured (in part or the rest)",
+    "hold.voided": "a hold was voided",
+    "hold.expired": "a hold expired uncaptured",
     "payment_order.paid": "a payment order was paid from the balance",
     "payment_order.refunded": "a payment order's payment was given back",
     "redpacket.sent": "a red packet's total left the sender's balance",
@@ -43,8 +55,10 @@ class EntryEventData(BaseModel):
     event_id: str = Field(description="stable across retries and replays: the receiver's de-duplication key")
     user_id: int
     seq: int = Field(description="the entry's place in the account's ledger: gapless, rising")
-    prev_seq: int | None = Field(description="seq of the previous event of this account sent to this endpoint (null: the "
-                                             "first); a receiver that has not seen it missed one")
+    prev_seq: int | None = Field(
+        description="seq of the previous event of this account sent to this endpoint (null: the "
+        "first); a receiver that has not seen it missed one"
+    )
     entry_id: str
     entry_type: str = Field(description="the ledger's type of the entry (deduct, recharge, refund, hold, capture, ...)")
     amount: str = Field(description="decimal string")
@@ -84,11 +98,23 @@ def event_id(booked: Booked) -> str:
 
 def payload(booked: Booked, prev_seq: int | None) -> str:
     """The body as sent (and signed): Standard Webhooks' {type, timestamp, data}."""
-    return EntryEvent(type=EVENT_TYPES[booked.type], timestamp=booked.booked_at, data=EntryEventData(
-        event_id=event_id(booked), user_id=booked.user_id, seq=booked.seq, prev_seq=prev_seq,
-        entry_id=str(booked.entry_id), entry_type=booked.type, amount=format_minor(booked.amount),
-        balance_change=format_minor(booked.delta), balance_after=format_minor(booked.balance_after),
-        available_after=format_minor(booked.available_after), ref=booked.ref, charged_at=booked.charged_at),
+    return EntryEvent(
+        type=EVENT_TYPES[booked.type],
+        timestamp=booked.booked_at,
+        data=EntryEventData(
+            event_id=event_id(booked),
+            user_id=booked.user_id,
+            seq=booked.seq,
+            prev_seq=prev_seq,
+            entry_id=str(booked.entry_id),
+            entry_type=booked.type,
+            amount=format_minor(booked.amount),
+            balance_change=format_minor(booked.delta),
+            balance_after=format_minor(booked.balance_after),
+            available_after=format_minor(booked.available_after),
+            ref=booked.ref,
+            charged_at=booked.charged_at,
+        ),
     ).model_dump_json()
 
 
@@ -98,7 +124,16 @@ def alert_event_id(alert) -> str:
 
 def alert_payload(alert, prev_seq: int | None) -> str:
     """A balance monitor's crossing: the entry (seq) whose booking took the balance past the line."""
-    return BalanceEvent(type=BALANCE_TYPES[alert.direction], timestamp=alert.at, data=BalanceEventData(
-        event_id=alert_event_id(alert), user_id=alert.user_id, seq=alert.seq, prev_seq=prev_seq,
-        monitor_id=str(alert.monitor_id), threshold=format_minor(alert.threshold), balance=format_minor(alert.balance)),
+    return BalanceEvent(
+        type=BALANCE_TYPES[alert.direction],
+        timestamp=alert.at,
+        data=BalanceEventData(
+            event_id=alert_event_id(alert),
+            user_id=alert.user_id,
+            seq=alert.seq,
+            prev_seq=prev_seq,
+            monitor_id=str(alert.monitor_id),
+            threshold=format_minor(alert.threshold),
+            balance=format_minor(alert.balance),
+        ),
     ).model_dump_json()

@@ -1,4 +1,5 @@
 """Webhook endpoint routes: register, read, change, rotate the secret, remove; deliveries and replays."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -76,18 +77,37 @@ class DeliveryView(BaseModel):
 
 
 def _view(e, secret: str | None = None) -> dict:
-    return {"endpoint_id": str(e.endpoint_id), "url": e.url, "event_types": list(e.event_types),
-            "description": e.description, "enabled": e.enabled, "failing": e.failing,
-            **({"secret": secret} if secret else {})}
+    return {
+        "endpoint_id": str(e.endpoint_id),
+        "url": e.url,
+        "event_types": list(e.event_types),
+        "description": e.description,
+        "enabled": e.enabled,
+        "failing": e.failing,
+        **({"secret": secret} if secret else {}),
+    }
 
 
 def _delivery(d) -> dict:
-    return {"event_id": d.event_id, "type": d.type, "user_id": d.user_id, "seq": d.seq, "prev_seq": d.prev_seq,
-            "state": d.state, "attempts": d.attempts, "last_status": d.last_status, "last_error": d.last_error,
-            "next_attempt_at": d.next_attempt_at, "created_at": d.created_at, "delivered_at": d.delivered_at}
+    return {
+        "event_id": d.event_id,
+        "type": d.type,
+        "user_id": d.user_id,
+        "seq": d.seq,
+        "prev_seq": d.prev_seq,
+        "state": d.state,
+        "attempts": d.attempts,
+        "last_status": d.last_status,
+        "last_error": d.last_error,
+        "next_attempt_at": d.next_attempt_at,
+        "created_at": d.created_at,
+        "delivered_at": d.delivered_at,
+    }
 
 
-@router.post("/webhook-endpoints", status_code=201, responses=responses(201, EndpointView, "registered, with its secret", _BAD))
+@router.post(
+    "/webhook-endpoints", status_code=201, responses=responses(201, EndpointView, "registered, with its secret", _BAD)
+)
 def create_endpoint(request: Annotated[EndpointRequest, Body()]) -> dict:
     endpoint, secret = webhooks().create(request.url, request.event_types, request.description)
     return _view(endpoint, secret)
@@ -108,8 +128,10 @@ def patch_endpoint(endpoint_id: EndpointId, request: Annotated[EndpointPatch, Bo
     return _view(webhooks().update(endpoint_id, request.url, request.event_types, request.description, request.enabled))
 
 
-@router.post("/webhook-endpoints/<endpoint_id>/rotate-secret", responses=responses(
-    200, EndpointView, "the new secret; the old one signs too until the overlap ends", _NOT_FOUND))
+@router.post(
+    "/webhook-endpoints/<endpoint_id>/rotate-secret",
+    responses=responses(200, EndpointView, "the new secret; the old one signs too until the overlap ends", _NOT_FOUND),
+)
 def rotate_secret(endpoint_id: EndpointId, request: Annotated[RotateRequest, Body()]) -> dict:
     secret = webhooks().rotate(endpoint_id, request.overlap_s)
     return _view(webhooks().get(endpoint_id), secret)
@@ -121,50 +143,75 @@ def delete_endpoint(endpoint_id: EndpointId):
     return Response(status_code=204, body="")
 
 
-@router.get("/webhook-endpoints/<endpoint_id>/deliveries", responses=responses(
-    200, list[DeliveryView], "the endpoint's deliveries, newest first", _NOT_FOUND))
-def list_deliveries(endpoint_id: EndpointId, state: Annotated[str | None, Query(pattern="^(PENDING|DELIVERED|DEAD)$")] = None,
-                    limit: Annotated[int, Query(gt=0, le=500)] = 100) -> list:
+@router.get(
+    "/webhook-endpoints/<endpoint_id>/deliveries",
+    responses=responses(200, list[DeliveryView], "the endpoint's deliveries, newest first", _NOT_FOUND),
+)
+def list_deliveries(
+    endpoint_id: EndpointId,
+    state: Annotated[str | None, Query(pattern="^(PENDING|DELIVERED|DEAD)$")] = None,
+    limit: Annotated[int, Query(gt=0, le=500)] = 100,
+) -> list:
     return [_delivery(d) for d in webhooks().deliveries(endpoint_id, state, limit)]
 
 
-@router.post("/webhook-endpoints/<endpoint_id>/replay", responses=responses(
-    200, dict, "how many deliveries are sent again, in order", _NOT_FOUND))
+@router.post(
+    "/webhook-endpoints/<endpoint_id>/replay",
+    responses=responses(200, dict, "how many deliveries are sent again, in order", _NOT_FOUND),
+)
 def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -> dict:
     replayed = webhooks().replay(endpoint_id, request.since_seq, request.since, request.user_id)
-    operations().record(principal_of(router.current_event), "replay.webhook-endpoint",
-                        {"endpoint_id": str(endpoint_id), **request.model_dump(exclude_none=True), "replayed": replayed})
+    operations().record(
+        principal_of(router.current_event),
+        "replay.webhook-endpoint",
+        {"endpoint_id": str(endpoint_id), **request.model_dump(exclude_none=True), "replayed": replayed},
+    )
     return {"replayed": replayed}
 
 
 DELIVERY = (
     "Signed per Standard Webhooks 1.0: `webhook-id` (the event_id), `webhook-timestamp` (unix seconds) and "
-    "`webhook-signature` (`v1,<base64 HMAC-SHA256 of \"<id>.<timestamp>.<body>\">` with the endpoint's `whsec_` secret; "
+    '`webhook-signature` (`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">` with the endpoint\'s `whsec_` secret; '
     "two space-separated signatures while a rotated secret overlaps): verify with any Standard Webhooks library, with a "
     "5-minute tolerance. Sent only once the change is durable in the DB, and for every such change of a subscribed type; "
     "in order per account per endpoint (`seq`, `prev_seq`: a gap is visible), at least once (de-duplicate on "
     f"`event_id`). Any 2xx answer acknowledges; anything else, or no answer in {SEND_TIMEOUT_S:g} s, is retried with "
     "exponential backoff "
     "and jitter for 3 days, later events of that account waiting behind it; then the event is dead-lettered and the "
-    "endpoint flagged `failing` (operators replay it).")
-_HEADERS = [{"name": name, "in": "header", "required": True, "schema": {"type": "string"}, "description": text}
-            for name, text in (("webhook-id", "the event_id"), ("webhook-timestamp", "unix seconds of this attempt"),
-                               ("webhook-signature", "v1,<base64 signature>[ v1,<base64 signature>]"))]
+    "endpoint flagged `failing` (operators replay it)."
+)
+_HEADERS = [
+    {"name": name, "in": "header", "required": True, "schema": {"type": "string"}, "description": text}
+    for name, text in (
+        ("webhook-id", "the event_id"),
+        ("webhook-timestamp", "unix seconds of this attempt"),
+        ("webhook-signature", "v1,<base64 signature>[ v1,<base64 signature>]"),
+    )
+]
 
 
 def _webhook(event_type: str, model) -> dict:
-    return {"post": {"summary": f"{event_type}: {MEANING[event_type]}", "description": DELIVERY, "parameters": _HEADERS,
-                     "requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}},
-                     "responses": {"2XX": {"description": "received: not sent again"}}}}
+    return {
+        "post": {
+            "summary": f"{event_type}: {MEANING[event_type]}",
+            "description": DELIVERY,
+            "parameters": _HEADERS,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}},
+            "responses": {"2XX": {"description": "received: not sent again"}},
+        }
+    }
 
 
 # the OpenAPI document's `webhooks` section: what an endpoint receives, per event type (api/app.py adds it)
-OPENAPI_WEBHOOKS = {**{t: _webhook(t, EntryEvent) for t in EVENT_TYPES.values()},
-                    **{t: _webhook(t, BalanceEvent) for t in BALANCE_TYPES.values()}}
+OPENAPI_WEBHOOKS = {
+    **{t: _webhook(t, EntryEvent) for t in EVENT_TYPES.values()},
+    **{t: _webhook(t, BalanceEvent) for t in BALANCE_TYPES.values()},
+}
 
 # operators and services manage endpoints; end users none
 RULES = {
-    ("POST", "/webhook-endpoints"): only(SERVICE, ADMIN), ("GET", "/webhook-endpoints"): only(SERVICE, ADMIN),
+    ("POST", "/webhook-endpoints"): only(SERVICE, ADMIN),
+    ("GET", "/webhook-endpoints"): only(SERVICE, ADMIN),
     ("GET", "/webhook-endpoints/<endpoint_id>"): only(SERVICE, ADMIN),
     ("PATCH", "/webhook-endpoints/<endpoint_id>"): only(SERVICE, ADMIN),
     ("POST", "/webhook-endpoints/<endpoint_id>/rotate-secret"): only(SERVICE, ADMIN),

@@ -16,6 +16,7 @@ signed per Standard Webhooks 1.0, in order per account per endpoint, with retrie
   never to a host that resolves to a private, loopback, link-local, reserved or metadata address, checked at
   delivery time too (DNS can change after the endpoint was registered).
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,8 +51,13 @@ def new_secret() -> str:
 def signatures(event_id: str, timestamp: int, body: str, keys: list[str]) -> str:
     """Standard Webhooks 1.0: 'v1,<base64(HMAC-SHA256(secret, id.timestamp.body))>' per secret, space-separated."""
     signed = f"{event_id}.{timestamp}.{body}".encode()
-    return " ".join("v1," + base64.b64encode(hmac.new(base64.b64decode(key.removeprefix("whsec_")), signed,
-                                                      hashlib.sha256).digest()).decode() for key in keys)
+    return " ".join(
+        "v1,"
+        + base64.b64encode(
+            hmac.new(base64.b64decode(key.removeprefix("whsec_")), signed, hashlib.sha256).digest()
+        ).decode()
+        for key in keys
+    )
 
 
 def next_attempt(attempts: int, now_ms: int, created_at: int) -> int | None:
@@ -83,8 +89,9 @@ def check_url(url: str, allow_local: bool, resolve: Callable = socket.getaddrinf
 
 
 class Webhooks:
-    def __init__(self, store: WebhookStore, allow_local: bool,
-                 clock: Callable[[], int] = lambda: int(time.time() * 1000)):
+    def __init__(
+        self, store: WebhookStore, allow_local: bool, clock: Callable[[], int] = lambda: int(time.time() * 1000)
+    ):
         self.store, self.allow_local, self.clock = store, allow_local, clock
 
     # endpoints ----------------------------------------------------------------------------------------------------
@@ -103,8 +110,14 @@ class Webhooks:
     def list(self) -> list[Endpoint]:
         return self.store.endpoints()
 
-    def update(self, endpoint_id: int, url: str | None, event_types: list[str] | None, description: str | None,
-               enabled: bool | None) -> Endpoint:
+    def update(
+        self,
+        endpoint_id: int,
+        url: str | None,
+        event_types: list[str] | None,
+        description: str | None,
+        enabled: bool | None,
+    ) -> Endpoint:
         self.get(endpoint_id)
         fields: dict = {}
         if url is not None:
@@ -166,7 +179,9 @@ class Webhooks:
             endpoints = {e.endpoint_id: e for e in self.store.endpoints() if e.endpoint_id in due}
             sent = 0
             with ThreadPoolExecutor(max_workers=min(16, len(due))) as pool:
-                for outcomes in pool.map(lambda item: self._send_endpoint(endpoints.get(item[0]), item[1]), due.items()):
+                for outcomes in pool.map(
+                    lambda item, endpoints=endpoints: self._send_endpoint(endpoints.get(item[0]), item[1]), due.items()
+                ):
                     for outcome in outcomes:
                         counts[outcome] += 1
                         sent += outcome == "delivered"
@@ -187,10 +202,18 @@ class Webhooks:
         status, error = None, ""
         try:
             check_url(endpoint.url, self.allow_local)
-            request = urllib.request.Request(endpoint.url, data=d.payload.encode(), method="POST", headers={
-                "content-type": "application/json", "webhook-id": d.event_id, "webhook-timestamp": str(timestamp),
-                "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
-                "user-agent": "hotledger-webhooks/1"})
+            request = urllib.request.Request(
+                endpoint.url,
+                data=d.payload.encode(),
+                method="POST",
+                headers={
+                    "content-type": "application/json",
+                    "webhook-id": d.event_id,
+                    "webhook-timestamp": str(timestamp),
+                    "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
+                    "user-agent": "hotledger-webhooks/1",
+                },
+            )
             with _NO_REDIRECTS.open(request, timeout=SEND_TIMEOUT_S) as answer:
                 status = answer.status
         except urllib.error.HTTPError as exc:
@@ -218,6 +241,7 @@ _NO_REDIRECTS = urllib.request.build_opener(_RefuseRedirects)
 def _types(event_types: list[str]) -> list[str]:
     unknown = sorted(set(event_types) - ALL_TYPES)
     if unknown or not event_types:
-        raise errors.InvalidWebhookTypes(f"event_types: unknown {', '.join(unknown) or '(none given)'}; known: "
-                                         f"{', '.join(sorted(ALL_TYPES))}")
+        raise errors.InvalidWebhookTypes(
+            f"event_types: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(ALL_TYPES))}"
+        )
     return sorted(set(event_types))

@@ -1,5 +1,6 @@
 """The webhooks' storage: endpoints (t_webhook_endpoint) and deliveries (t_webhook_delivery), and `enqueue`, the part
 of the booking transaction that writes a delivery for each subscribed endpoint."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -27,7 +28,9 @@ class Endpoint:
 
     def secrets(self, now_ms: int) -> list[str]:
         """The secrets a delivery is signed with now: the current one, and the previous one during its overlap."""
-        return [self.secret] + ([self.previous_secret] if self.previous_secret and (self.previous_until or 0) > now_ms else [])
+        return [self.secret] + (
+            [self.previous_secret] if self.previous_secret and (self.previous_until or 0) > now_ms else []
+        )
 
 
 @dataclass(frozen=True)
@@ -48,16 +51,30 @@ class Delivery:
     delivered_at: int | None
 
 
-_ENDPOINT = ("SELECT id, url, event_types, description, secret, previous_secret, previous_until, enabled, failing,"
-             " created_at FROM t_webhook_endpoint")
-_DELIVERY = ("SELECT endpoint_id, user_id, seq, prev_seq, event_id, type, payload, state, attempts, next_attempt_at,"
-             " last_status, last_error, created_at, delivered_at FROM t_webhook_delivery")
+_ENDPOINT = (
+    "SELECT id, url, event_types, description, secret, previous_secret, previous_until, enabled, failing,"
+    " created_at FROM t_webhook_endpoint"
+)
+_DELIVERY = (
+    "SELECT endpoint_id, user_id, seq, prev_seq, event_id, type, payload, state, attempts, next_attempt_at,"
+    " last_status, last_error, created_at, delivered_at FROM t_webhook_delivery"
+)
 
 
 def _endpoint(row) -> Endpoint:
     id_, url, types, description, secret, previous, until, enabled, failing, created = row
-    return Endpoint(id_, url, tuple(t for t in types.split(",") if t), description, secret, previous, until,
-                    bool(enabled), bool(failing), created)
+    return Endpoint(
+        id_,
+        url,
+        tuple(t for t in types.split(",") if t),
+        description,
+        secret,
+        previous,
+        until,
+        bool(enabled),
+        bool(failing),
+        created,
+    )
 
 
 def enqueue(cursor, rows: list[Booked], alerts: list = ()) -> None:
@@ -68,17 +85,30 @@ def enqueue(cursor, rows: list[Booked], alerts: list = ()) -> None:
     cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE enabled = 1 AND deleted = 0")
     endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
     # (user, seq, sub_seq, type, at, its id and body given the previous seq): a crossing follows its entry's event
-    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, lambda prev, r=r: (event_id(r), payload(r, prev)))
-              for r in rows] + [
-        (a.user_id, a.seq, 1, BALANCE_TYPES[a.direction], a.at, lambda prev, a=a: (alert_event_id(a), alert_payload(a, prev)))
-        for a in alerts]
+    events = [
+        (r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, lambda prev, r=r: (event_id(r), payload(r, prev)))
+        for r in rows
+    ] + [
+        (
+            a.user_id,
+            a.seq,
+            1,
+            BALANCE_TYPES[a.direction],
+            a.at,
+            lambda prev, a=a: (alert_event_id(a), alert_payload(a, prev)),
+        )
+        for a in alerts
+    ]
     wanted = [(id_, e) for id_, types in endpoints for e in events if e[3] in types]
     if not wanted:
         return
     users, ids = sorted({e[0] for _, e in wanted}), sorted({id_ for id_, _ in wanted})
-    cursor.execute(f"SELECT endpoint_id, user_id, MAX(seq) FROM t_webhook_delivery WHERE endpoint_id IN"
-                   f" ({','.join(['%s'] * len(ids))}) AND user_id IN ({','.join(['%s'] * len(users))})"
-                   " GROUP BY endpoint_id, user_id", (*ids, *users))
+    cursor.execute(
+        f"SELECT endpoint_id, user_id, MAX(seq) FROM t_webhook_delivery WHERE endpoint_id IN"
+        f" ({','.join(['%s'] * len(ids))}) AND user_id IN ({','.join(['%s'] * len(users))})"
+        " GROUP BY endpoint_id, user_id",
+        (*ids, *users),
+    )
     last: dict[tuple[int, int], int] = {(e, u): s for e, u, s in cursor.fetchall()}
     values = []
     for endpoint_id, (user_id, seq, sub_seq, type_, at, body) in sorted(wanted, key=lambda w: (w[0], *w[1][:3])):
@@ -88,15 +118,20 @@ def enqueue(cursor, rows: list[Booked], alerts: list = ()) -> None:
         last[(endpoint_id, user_id)] = seq
     cursor.executemany(
         "INSERT IGNORE INTO t_webhook_delivery (endpoint_id, user_id, seq, sub_seq, prev_seq, event_id, type, payload,"
-        " state, next_attempt_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s)", values)
+        " state, next_attempt_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s)",
+        values,
+    )
 
 
 class WebhookStore:
     # endpoints ----------------------------------------------------------------------------------------------------
     def create(self, url: str, event_types: list[str], description: str, secret: str, now_ms: int) -> int:
         with db.transaction() as cur:
-            cur.execute("INSERT INTO t_webhook_endpoint (url, event_types, description, secret, created_at)"
-                        " VALUES (%s, %s, %s, %s, %s)", (url, ",".join(event_types), description, secret, now_ms))
+            cur.execute(
+                "INSERT INTO t_webhook_endpoint (url, event_types, description, secret, created_at)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (url, ",".join(event_types), description, secret, now_ms),
+            )
             return cur.lastrowid
 
     def endpoint(self, endpoint_id: int) -> Endpoint | None:
@@ -107,39 +142,65 @@ class WebhookStore:
         return [_endpoint(row) for row in db.query(_ENDPOINT + " WHERE deleted = 0 ORDER BY id")]
 
     def update(self, endpoint_id: int, **fields) -> None:
-        columns = {"url": "url", "event_types": "event_types", "description": "description", "enabled": "enabled",
-                   "failing": "failing", "deleted": "deleted"}
+        columns = {
+            "url": "url",
+            "event_types": "event_types",
+            "description": "description",
+            "enabled": "enabled",
+            "failing": "failing",
+            "deleted": "deleted",
+        }
         sets = [(columns[name], ",".join(value) if name == "event_types" else value) for name, value in fields.items()]
         if sets:
-            db.execute(f"UPDATE t_webhook_endpoint SET {', '.join(f'{c} = %s' for c, _ in sets)} WHERE id = %s",
-                       (*(v for _, v in sets), endpoint_id))
+            db.execute(
+                f"UPDATE t_webhook_endpoint SET {', '.join(f'{c} = %s' for c, _ in sets)} WHERE id = %s",
+                (*(v for _, v in sets), endpoint_id),
+            )
 
     def rotate(self, endpoint_id: int, secret: str, previous_until: int) -> None:
-        db.execute("UPDATE t_webhook_endpoint SET previous_secret = secret, previous_until = %s, secret = %s"
-                   " WHERE id = %s", (previous_until, secret, endpoint_id))
+        db.execute(
+            "UPDATE t_webhook_endpoint SET previous_secret = secret, previous_until = %s, secret = %s WHERE id = %s",
+            (previous_until, secret, endpoint_id),
+        )
 
     # deliveries ---------------------------------------------------------------------------------------------------
     def due(self, now_ms: int, limit: int) -> list[Delivery]:
         """PENDING deliveries due now that are the first PENDING one of their account for their endpoint (in order)."""
-        return [Delivery(*row) for row in db.query(
-            _DELIVERY + " d WHERE state = 'PENDING' AND next_attempt_at <= %s AND NOT EXISTS (SELECT 1 FROM"
-            " t_webhook_delivery e WHERE e.endpoint_id = d.endpoint_id AND e.user_id = d.user_id AND e.state = 'PENDING'"
-            " AND (e.seq < d.seq OR (e.seq = d.seq AND e.sub_seq < d.sub_seq))) ORDER BY next_attempt_at LIMIT %s",
-            (now_ms, limit))]
+        return [
+            Delivery(*row)
+            for row in db.query(
+                _DELIVERY + " d WHERE state = 'PENDING' AND next_attempt_at <= %s AND NOT EXISTS (SELECT 1 FROM"
+                " t_webhook_delivery e WHERE e.endpoint_id = d.endpoint_id AND e.user_id = d.user_id AND e.state = 'PENDING'"
+                " AND (e.seq < d.seq OR (e.seq = d.seq AND e.sub_seq < d.sub_seq))) ORDER BY next_attempt_at LIMIT %s",
+                (now_ms, limit),
+            )
+        ]
 
     def delivered(self, d: Delivery, status: int, now_ms: int) -> None:
-        db.execute("UPDATE t_webhook_delivery SET state = 'DELIVERED', attempts = attempts + 1, last_status = %s,"
-                   " last_error = NULL, delivered_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s AND event_id = %s",
-                   (status, now_ms, d.endpoint_id, d.user_id, d.seq, d.event_id))
+        db.execute(
+            "UPDATE t_webhook_delivery SET state = 'DELIVERED', attempts = attempts + 1, last_status = %s,"
+            " last_error = NULL, delivered_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s AND event_id = %s",
+            (status, now_ms, d.endpoint_id, d.user_id, d.seq, d.event_id),
+        )
 
     def failed(self, d: Delivery, status: int | None, error: str, next_attempt_at: int | None) -> None:
         """Another attempt at next_attempt_at, or (None) dead-lettered and the endpoint flagged failing."""
         with db.transaction() as cur:
-            cur.execute("UPDATE t_webhook_delivery SET attempts = attempts + 1, last_status = %s, last_error = %s,"
-                        " state = %s, next_attempt_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s"
-                        " AND event_id = %s", (status, error[:500], PENDING if next_attempt_at else DEAD,
-                                               next_attempt_at or d.next_attempt_at, d.endpoint_id, d.user_id, d.seq,
-                                               d.event_id))
+            cur.execute(
+                "UPDATE t_webhook_delivery SET attempts = attempts + 1, last_status = %s, last_error = %s,"
+                " state = %s, next_attempt_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s"
+                " AND event_id = %s",
+                (
+                    status,
+                    error[:500],
+                    PENDING if next_attempt_at else DEAD,
+                    next_attempt_at or d.next_attempt_at,
+                    d.endpoint_id,
+                    d.user_id,
+                    d.seq,
+                    d.event_id,
+                ),
+            )
             if next_attempt_at is None:
                 cur.execute("UPDATE t_webhook_endpoint SET failing = 1 WHERE id = %s", (d.endpoint_id,))
 
@@ -148,11 +209,14 @@ class WebhookStore:
         if state:
             where += " AND state = %s"
             args.append(state)
-        return [Delivery(*row) for row in db.query(f"{_DELIVERY} {where} ORDER BY created_at DESC, seq DESC LIMIT %s",
-                                                   (*args, limit))]
+        return [
+            Delivery(*row)
+            for row in db.query(f"{_DELIVERY} {where} ORDER BY created_at DESC, seq DESC LIMIT %s", (*args, limit))
+        ]
 
-    def replay(self, endpoint_id: int, now_ms: int, since_seq: int | None, since_ms: int | None,
-               user_id: int | None) -> int:
+    def replay(
+        self, endpoint_id: int, now_ms: int, since_seq: int | None, since_ms: int | None, user_id: int | None
+    ) -> int:
         """Deliveries of the endpoint from since_seq (of user_id's account, or every account's) or booked since since_ms
         become PENDING again, due now, in their order; returns how many."""
         where, args = "endpoint_id = %s", [endpoint_id]
@@ -165,27 +229,38 @@ class WebhookStore:
         if user_id is not None:
             where += " AND user_id = %s"
             args.append(user_id)
-        return db.execute(f"UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s"
-                          f" WHERE {where}", (now_ms, *args))
-
+        return db.execute(
+            f"UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s WHERE {where}",
+            (now_ms, *args),
+        )
 
     def dead(self, limit: int) -> list[Delivery]:
         """Every endpoint's dead-lettered deliveries, newest first."""
-        return [Delivery(*row) for row in db.query(f"{_DELIVERY} WHERE state = 'DEAD' ORDER BY created_at DESC, seq DESC"
-                                                   " LIMIT %s", (limit,))]
+        return [
+            Delivery(*row)
+            for row in db.query(
+                f"{_DELIVERY} WHERE state = 'DEAD' ORDER BY created_at DESC, seq DESC LIMIT %s", (limit,)
+            )
+        ]
 
     def revive_dead(self, endpoint_id: int | None, now_ms: int) -> int:
         """The dead-lettered deliveries (of one endpoint, or of every one) PENDING again, due now, their endpoints no
         longer flagged failing; returns how many. A second call finds none: a replay is done once."""
-        where, args = ("state = 'DEAD'", ()) if endpoint_id is None else ("state = 'DEAD' AND endpoint_id = %s", (endpoint_id,))
+        where, args = (
+            ("state = 'DEAD'", ()) if endpoint_id is None else ("state = 'DEAD' AND endpoint_id = %s", (endpoint_id,))
+        )
         with db.transaction() as cur:
             cur.execute(f"SELECT DISTINCT endpoint_id FROM t_webhook_delivery WHERE {where} FOR UPDATE", args)
             endpoints = [row[0] for row in cur.fetchall()]
-            revived = cur.execute(f"UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s"
-                                  f" WHERE {where}", (now_ms, *args))
+            revived = cur.execute(
+                f"UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s WHERE {where}",
+                (now_ms, *args),
+            )
             if endpoints:
-                cur.execute("UPDATE t_webhook_endpoint SET failing = 0 WHERE id IN (" + ",".join(["%s"] * len(endpoints))
-                            + ")", endpoints)
+                cur.execute(
+                    "UPDATE t_webhook_endpoint SET failing = 0 WHERE id IN (" + ",".join(["%s"] * len(endpoints)) + ")",
+                    endpoints,
+                )
             return revived
 
 
