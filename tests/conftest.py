@@ -175,7 +175,7 @@ def local_hooks(monkeypatch):
 
     monkeypatch.setattr(webhooks(), "allow_local", True)
     receivers = []
-    yield lambda status=204: receivers.append(Receiver(status)) or receivers[-1]
+    yield lambda status=204, hold=None: receivers.append(Receiver(status, hold)) or receivers[-1]
     for r in receivers:
         r.close()
         # its endpoints go too: an endpoint left pointing at a closed port would be tried by every later test's sends

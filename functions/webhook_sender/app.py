@@ -13,7 +13,7 @@ from hotledger.runtime import webhooks
 logger = observability.logger()
 metrics = observability.metrics()
 tracer = observability.tracer()
-STOP_BEFORE_TIMEOUT_MS = 8000  # a pass's sends (5 s timeout each, per endpoint in parallel) end before the timeout
+STOP_BEFORE_TIMEOUT_MS = 8000  # no send starts later, and one lasts SEND_TIMEOUT_S (5 s) at most
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -7,16 +7,19 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 
 class Receiver:
-    """A local webhook endpoint (tests of webhooks and balance monitors): records what it got; answers `status`."""
+    """A local webhook endpoint (tests of webhooks and balance monitors): records what it got; answers `status`.
+    With `hold`, it answers each request only once that event is set (a hanging endpoint)."""
 
-    def __init__(self, status: int = 204):
-        self.status, self.got = status, []
+    def __init__(self, status: int = 204, hold: threading.Event | None = None):
+        self.status, self.got, self.hold = status, [], hold
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["content-length"])).decode()
                 receiver.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                if receiver.hold is not None:
+                    receiver.hold.wait(60)
                 self.send_response(receiver.status)
                 self.end_headers()
 
@@ -34,4 +37,6 @@ class Receiver:
         return [Webhook(secret).verify(body, headers) for headers, body in self.got]
 
     def close(self):
+        if self.hold is not None:
+            self.hold.set()
         self.server.shutdown()

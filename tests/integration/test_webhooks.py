@@ -121,6 +121,38 @@ def test_a_failing_endpoint_retries_in_order_and_holds_back_only_its_own_events(
     assert [e["data"]["seq"] for e in last_two] == [2, 3]
 
 
+def test_a_hanging_endpoint_never_holds_back_another_endpoints_events(api, local_hooks):
+    """Failing first: each pass sent to every endpoint and waited for all of them, so a healthy endpoint got one event
+    per hanging endpoint's timeout. Now each endpoint has its own worker: the healthy one gets all of its account's
+    events while the hanging one's first attempt is still in flight."""
+    import threading
+
+    from helpers import LocalService
+    from hotledger.runtime import webhooks
+
+    release = threading.Event()
+    hanging, healthy = local_hooks(hold=release), local_hooks()
+    stuck = _endpoint(api, hanging.url, ["charge.persisted"])
+    working = _endpoint(api, healthy.url, ["charge.persisted"])
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    for amount in ("1.00", "2.00", "3.00"):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
+    sender = threading.Thread(target=webhooks().send_due, kwargs={"seconds": 60})
+    sender.start()
+    try:
+
+        def healthy_seqs():
+            return [e["data"]["seq"] for e in healthy.events(working["secret"]) if e["data"]["user_id"] == user_id]
+
+        LocalService.wait_until(lambda: healthy_seqs() == [2, 3, 4] or not sender.is_alive(), 60, "the sends")
+        status, deliveries = api("GET", f"/webhook-endpoints/{stuck['endpoint_id']}/deliveries")
+        first = {d["seq"]: d for d in deliveries if d["user_id"] == user_id}[2]
+        assert healthy_seqs() == [2, 3, 4] and first["attempts"] == 0  # the hanging one's attempt is still on
+    finally:
+        release.set()
+        sender.join()
+
+
 def test_a_rotated_secret_signs_alongside_the_old_one_for_the_overlap(api, redis_client, local_hooks):
     receiver = local_hooks()
     endpoint = _endpoint(api, receiver.url, ["recharge.persisted"])

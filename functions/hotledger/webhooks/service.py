@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from urllib.parse import urlsplit
 
 from hotledger import errors
@@ -40,6 +40,7 @@ from hotledger.webhooks.store import Delivery, Endpoint, WebhookStore, by_endpoi
 RETRY_FOR_MS = 3 * 86_400_000
 FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
 SEND_TIMEOUT_S = 5.0
+SEND_WORKERS = 16  # endpoints sent to at once
 ROTATION_OVERLAP_S = 86_400
 TOLERANCE_S = 300  # what receivers allow between webhook-timestamp and their clock (the standard's 5 minutes)
 
@@ -163,38 +164,42 @@ class Webhooks:
 
     # sending ------------------------------------------------------------------------------------------------------
     def send_due(self, batch: int = 200, seconds: float = 50.0, idle_wait_s: float | None = None) -> dict[str, int]:
-        """Passes until nothing due is left (with idle_wait_s: waiting that long and looking again) or `seconds` ran
-        out: each pass sends every due delivery that is first in its account's order for its endpoint (the next one is
-        first in the next pass), each endpoint by its own worker. Returns counts of delivered, retried and
-        dead-lettered."""
+        """Sends until nothing due is left (with idle_wait_s: waiting up to that long and looking again) or `seconds` ran
+        out. Each endpoint with due deliveries (each the first PENDING one of its account for it) gets a worker of its
+        own and is looked at again as soon as that worker is done (the next of each of its accounts is first then),
+        while the other endpoints go on: a slow or hanging endpoint holds back only its own events. Returns counts of
+        delivered, retried and dead-lettered."""
         counts = {"delivered": 0, "retried": 0, "dead": 0}
         stop_at = time.monotonic() + seconds
-        while time.monotonic() < stop_at:
-            due = by_endpoint(self.store.due(self.clock(), batch))
-            if not due:
-                if idle_wait_s is None:
-                    break
-                time.sleep(idle_wait_s)
-                continue
-            endpoints = {e.endpoint_id: e for e in self.store.endpoints() if e.endpoint_id in due}
-            sent = 0
-            with ThreadPoolExecutor(max_workers=min(16, len(due))) as pool:
-                for outcomes in pool.map(
-                    lambda item, endpoints=endpoints: self._send_endpoint(endpoints.get(item[0]), item[1]), due.items()
-                ):
-                    for outcome in outcomes:
+        busy: dict[Future, int] = {}  # a worker -> its endpoint
+        with ThreadPoolExecutor(max_workers=SEND_WORKERS) as pool:
+            while time.monotonic() < stop_at:
+                due = {
+                    e: d for e, d in by_endpoint(self.store.due(self.clock(), batch)).items() if e not in busy.values()
+                }
+                endpoints = {e.endpoint_id: e for e in self.store.endpoints() if e.endpoint_id in due}
+                for endpoint_id, deliveries in due.items():
+                    endpoint = endpoints.get(endpoint_id)
+                    if endpoint is not None and endpoint.enabled:  # else deleted or disabled: replay or enable sends
+                        busy[pool.submit(self._send_endpoint, endpoint, deliveries, stop_at)] = endpoint_id
+                if not busy:
+                    if idle_wait_s is None:
+                        break  # what is left waits for its next attempt
+                    time.sleep(min(idle_wait_s, max(0.0, stop_at - time.monotonic())))
+                    continue
+                done, _ = wait(busy, timeout=idle_wait_s, return_when=FIRST_COMPLETED)
+                for worker in done:
+                    del busy[worker]
+                    for outcome in worker.result():
                         counts[outcome] += 1
-                        sent += outcome == "delivered"
-            if not sent and idle_wait_s is None:
-                break  # what is left waits for its next attempt
-            if not sent:
-                time.sleep(idle_wait_s)
+            for worker in list(busy):
+                for outcome in worker.result():
+                    counts[outcome] += 1
         return counts
 
-    def _send_endpoint(self, endpoint: Endpoint | None, deliveries: list[Delivery]) -> list[str]:
-        if endpoint is None or not endpoint.enabled:
-            return []  # deleted or disabled: its deliveries wait (replay or enable sends them)
-        return [self._send(endpoint, d) for d in deliveries]
+    def _send_endpoint(self, endpoint: Endpoint, deliveries: list[Delivery], stop_at: float) -> list[str]:
+        """The endpoint's deliveries one after another; none starts past stop_at (those stay due)."""
+        return [self._send(endpoint, d) for d in deliveries if time.monotonic() < stop_at]
 
     def _send(self, endpoint: Endpoint, d: Delivery) -> str:
         now = self.clock()
