@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
+from pydantic.config import JsonDict
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 _REPO_LUA_DIR = Path(__file__).resolve().parents[2] / "layers" / "lua"
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
-TUNABLE = {"tunable": True}  # json_schema_extra of a setting SSM may change
+TUNABLE: JsonDict = {"tunable": True}  # json_schema_extra of a setting SSM may change
 
 
 class Settings(BaseSettings):

@@ -2,6 +2,7 @@
 
 import json
 import os
+from typing import Any, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.shared.functions import powertools_dev_is_set
@@ -24,8 +25,10 @@ def _message_as_json(message: str):
 
 
 def logger() -> Logger:
-    options = {} if powertools_dev_is_set() else {"json_serializer": _LOG_LINE.encode}  # dev: Powertools indents
-    return Logger(service=SERVICE, json_deserializer=_message_as_json, **options)
+    # dev (POWERTOOLS_DEV): Powertools indents its lines; else one encoder, shared
+    serializer: dict[str, Any] = {} if powertools_dev_is_set() else {"json_serializer": _LOG_LINE.encode}
+    # Powertools annotates json_deserializer as returning str; a JSON decoder returns any JSON value
+    return Logger(service=SERVICE, json_deserializer=cast(Any, _message_as_json), **serializer)
 
 
 def metrics() -> Metrics:
