@@ -153,6 +153,19 @@ def test_a_hanging_endpoint_never_holds_back_another_endpoints_events(api, local
         sender.join()
 
 
+def test_a_disabled_endpoint_receives_nothing_and_an_endpoint_only_its_types(api, local_hooks):
+    disabled, charges_only = local_hooks(), local_hooks()
+    off = _endpoint(api, disabled.url, ["charge.persisted", "recharge.persisted"])
+    on = _endpoint(api, charges_only.url, ["charge.persisted"])
+    assert api("PATCH", f"/webhook-endpoints/{off['endpoint_id']}", {"enabled": False})[0] == 200
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+    _send()
+    assert disabled.got == []
+    mine = [e for e in charges_only.events(on["secret"]) if e["data"]["user_id"] == user_id]
+    assert [e["type"] for e in mine] == ["charge.persisted"]  # the deduct, not the recharge before it
+
+
 def test_a_rotated_secret_signs_alongside_the_old_one_for_the_overlap(api, redis_client, local_hooks):
     receiver = local_hooks()
     endpoint = _endpoint(api, receiver.url, ["recharge.persisted"])

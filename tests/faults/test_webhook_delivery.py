@@ -1,0 +1,106 @@
+"""Issue 21: webhooks through real faults. Charges keep coming while the receiver answers 500s and then hangs, the
+sending process (the local runtime's scheduled WebhookSenderFunction) is SIGKILLed and started again, the broker is
+killed and Redis paused. Afterwards every booked change of a subscribed type has reached the receiver, signed (checked
+with the `standardwebhooks` package), at least once; de-duplicated by event_id, each account's events arrived in seq
+order with no gap, each naming the previous one as its prev_seq."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+
+from standardwebhooks import Webhook
+
+from faults.test_faults import _account, stack  # noqa: F401 (fixture)
+from helpers import LocalService, Receiver
+
+TYPES = ("charge.persisted", "recharge.persisted")
+
+
+def _charges(api: LocalService, accounts: list[int], stop: threading.Event) -> None:
+    """Deducts and recharges, one after another, until stopped; what a fault refuses is simply not booked."""
+    n = 0
+    while not stop.is_set():
+        user_id = accounts[n % len(accounts)]
+        kind = "deduct" if n % 3 else "recharge"
+        with contextlib.suppress(OSError):  # the API's answer lost in a fault: the DB says what was booked
+            api.request("POST", f"/accounts/{user_id}/{kind}", {"amount": "0.10"}, timeout=20)
+        n += 1
+        time.sleep(0.05)
+
+
+def _arrived(receiver: Receiver, secret: str) -> dict[int, list[dict]]:
+    """Per account, the verified events in the order they first arrived (a repeat of an event_id dropped)."""
+    seen, per_account = set(), {}
+    for headers, body in list(receiver.got):
+        event = Webhook(secret).verify(body, headers)
+        if event["data"]["event_id"] not in seen:
+            seen.add(event["data"]["event_id"])
+            per_account.setdefault(event["data"]["user_id"], []).append(event["data"])
+    return per_account
+
+
+def _booked(servers, accounts: list[int]) -> dict[int, list[int]]:
+    rows = servers.sql(
+        f"SELECT user_id, seq FROM t_entry WHERE user_id IN ({','.join(['%s'] * len(accounts))})"
+        " AND type IN ('deduct', 'recharge') ORDER BY user_id, seq",
+        accounts,
+    )
+    booked: dict[int, list[int]] = {}
+    for user_id, seq in rows:
+        booked.setdefault(user_id, []).append(seq)
+    return booked
+
+
+def test_every_event_arrives_in_order_once_deduplicated_through_kills_and_a_failing_receiver(stack):  # noqa: F811
+    api = stack.service("hooks-api", "--no-schedules").start()  # the API and the writer
+    sender = stack.service("hooks-sender-1", "--no-api", "--no-msk").start(wait_http=False)  # the scheduled functions
+    receiver = Receiver(500)
+    hang = threading.Event()
+    try:
+        status, endpoint = api.request("POST", "/webhook-endpoints", {"url": receiver.url, "event_types": list(TYPES)})
+        assert status == 201, endpoint
+        accounts = [_account(api, "100.00") for _ in range(3)]
+        stop = threading.Event()
+        clients = threading.Thread(target=_charges, args=(api, accounts, stop))
+        clients.start()
+        try:
+            time.sleep(4)  # answered 500: retried with backoff
+            receiver.hold = hang  # now it hangs: each attempt times out
+            time.sleep(3)
+            sender.kill()  # the sender dies mid-send
+            sender = stack.service("hooks-sender-2", "--no-api", "--no-msk").start(wait_http=False)
+            receiver.status, receiver.hold = 204, None
+            hang.set()
+            time.sleep(2)
+            stack.kill_broker()  # events stop being booked until the writer is back
+            time.sleep(2)
+            stack.pause_redis(3)
+            time.sleep(2)
+        finally:
+            stop.set()
+            clients.join()
+
+        def all_booked_changes_arrived() -> bool:
+            pending = [api.request("GET", f"/accounts/{u}")[1].get("pending_orders") for u in accounts]
+            if any(pending):
+                return False  # still on their way to the DB
+            booked, arrived = _booked(stack, accounts), _arrived(receiver, endpoint["secret"])
+            return all([e["seq"] for e in arrived.get(u, [])] == booked.get(u, []) for u in accounts)
+
+        LocalService.wait_until(all_booked_changes_arrived, 180, "every booked change delivered", 1.0)
+        booked, arrived = _booked(stack, accounts), _arrived(receiver, endpoint["secret"])
+        for user_id in accounts:
+            events = arrived[user_id]
+            assert [e["seq"] for e in events] == booked[user_id]  # in order, no gap, each once after de-duplication
+            assert [e["prev_seq"] for e in events] == [None, *booked[user_id][:-1]]
+        repeats = len(receiver.got) - sum(len(e) for e in arrived.values())
+        print(f"deliveries: {len(receiver.got)}, events: {len(receiver.got) - repeats}, repeats: {repeats}")
+        assert json.loads(receiver.got[0][1])["type"] in TYPES
+    finally:
+        hang.set()
+        receiver.close()
+        sender.kill()
+        api.stop()
