@@ -36,6 +36,9 @@ TARGETS = {
     "history_page_p99_ms_1m_entries": ("<=", 50),
     "balance_at_p99_ms_1m_entries": ("<=", 20),
     "deduct_script_vs_before_holds_ratio": (">=", 0.95),
+    # issue 21: webhooks from the durable log
+    "webhook_delivery_lag_p99_ms": ("<=", 2000),
+    "webhook_not_delivered": ("<=", 0),
 }
 
 

@@ -602,6 +602,23 @@ def ledger_history_figures(figures: report.Figures, quick: bool) -> None:
         )
 
 
+def webhook_figures(figures: report.Figures, quick: bool) -> None:
+    import webhooks
+
+    found = webhooks.figures(quick)
+    samples = found.pop("_samples")
+    measures = webhooks.__doc__.split("\n\n")[0]
+    baselines = {
+        "webhook_events_per_s": "bare_posts_per_s",
+        "monitor_check_us_per_booked_entry": "monitor_check_us_per_booked_entry_without_monitors",
+    }
+    for name, value in found.items():
+        unit = (
+            "1/s" if name.endswith("_per_s") else "ms" if name.endswith("_ms") else "us" if "_us_" in name else "count"
+        )
+        figures.add(name, value, unit, samples.get(name), baselines.get(name), measures)
+
+
 def hotpath_figures(figures: report.Figures, extra: dict, deducts: int) -> None:
     import hotpath
 
@@ -629,6 +646,7 @@ STAGES = [
     "Redis Cluster",
     "memory per entity",
     "holds and history",
+    "webhooks and balance monitors",
     "cost and plots",
 ]
 
@@ -691,6 +709,7 @@ def main() -> int:
             lambda: cluster_figures(figures, call, redis_server, args.procs, args.quick, seconds, state),
             lambda: extra.update(memory=memory_figures(figures, args.quick, state)),
             lambda: ledger_history_figures(figures, args.quick),
+            lambda: webhook_figures(figures, args.quick),
             cost_and_plots,
         ]
         for number, (name, step) in enumerate(zip(STAGES, steps, strict=False), 1):

@@ -1,0 +1,214 @@
+"""Issue 21's figures: webhooks and balance monitors.
+
+- `webhook_events_per_s`: deliveries one sender (`Webhooks.send_due`, as WebhookSenderFunction runs it) signs, sends
+  and records per second to a local receiver that answers 204 at once; baseline `bare_posts_per_s`: the same bodies
+  POSTed to the same receiver from one thread with nothing else (no signing, no DB). Events booked beforehand by SYNC
+  deducts (each writes its delivery row in the booking transaction).
+- `webhook_delivery_lag_p50_ms` / `_p99_ms` at `WEBHOOK_LAG_RATE` deducts/s: from a SYNC deduct's answer (booked
+  when it answers) to the receiver's 200, with the sender running as the function runs it (looking again every
+  50 ms when idle). An ASYNC charge adds the writer's lag (`ack_to_commit_lag_*` figures). Goal p99 <= 2,000 ms.
+- `monitor_check_us_per_booked_entry`: what judging balance monitors adds to booking one entry (`monitors.store.judge`
+  in the booking transaction, accounts with one monitor each), against `..._without_monitors` (the same rows,
+  accounts with none). The deduct script itself does not change with monitors: they are judged where the entry is
+  booked, so a crossing is a durable fact.
+
+Called by bench/run.py; alone: PYTHONPATH=functions:. .venv/bin/python bench/webhooks.py [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WEBHOOK_LAG_RATE = 20  # deducts per second while the lag is measured
+
+
+class _Receiver:
+    """A local endpoint answering 204 at once; records when each event_id first arrived (monotonic seconds)."""
+
+    def __init__(self):
+        self.arrived: dict[str, float] = {}
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["content-length"]))
+                event_id = self.headers.get("webhook-id") or json.loads(body)["data"]["event_id"]
+                receiver.arrived.setdefault(event_id, time.monotonic())
+                self.send_response(204)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def _accounts(n: int, balance: int) -> list[int]:
+    from hotledger.runtime import ledger
+
+    service = ledger()
+    ids = [service.create_account(f"wh-{time.monotonic_ns()}-{i}", "SYNC", 0) for i in range(n)]
+    for user_id in ids:
+        service.recharge(user_id, balance)
+    return ids
+
+
+def _p(values: list[float], q: float) -> float | None:
+    if len(values) < (100 if q >= 0.99 else 1):
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+def events_per_s(events: int) -> dict:
+    from hotledger.runtime import ledger, webhooks
+
+    hooks = webhooks()
+    hooks.allow_local = True
+    receiver = _Receiver()
+    endpoint, _ = hooks.create(receiver.url, ["charge.persisted"], "bench")
+    try:
+        accounts = _accounts(50, 10**9)
+        for i in range(events):
+            ledger().deduct(accounts[i % len(accounts)], 1)
+        started = time.monotonic()
+        counts = hooks.send_due(batch=500, seconds=600)
+        sent_s = time.monotonic() - started
+        body = json.dumps({"type": "charge.persisted", "data": {"event_id": "bench"}}).encode()
+        started = time.monotonic()
+        for _ in range(events):
+            request = urllib.request.Request(
+                receiver.url, data=body, method="POST", headers={"content-type": "application/json"}
+            )
+            with urllib.request.urlopen(request, timeout=5):
+                pass
+        bare_s = time.monotonic() - started
+    finally:
+        hooks.delete(endpoint.endpoint_id)
+        receiver.server.shutdown()
+    return {
+        "webhook_events_per_s": round(counts["delivered"] / sent_s, 1),
+        "bare_posts_per_s": round(events / bare_s, 1),
+        "webhook_events_delivered": counts["delivered"],
+    }
+
+
+def delivery_lag(seconds: float) -> dict:
+    from hotledger.runtime import ledger, webhooks
+
+    hooks = webhooks()
+    hooks.allow_local = True
+    receiver = _Receiver()
+    endpoint, _ = hooks.create(receiver.url, ["charge.persisted"], "bench-lag")
+    accounts = _accounts(20, 10**9)
+    answered: dict[str, float] = {}
+    stop = threading.Event()
+
+    def send_until_stopped() -> None:  # as the function runs it: invocations back to back, looking again when idle
+        while not stop.is_set():
+            hooks.send_due(batch=200, seconds=1, idle_wait_s=0.05)
+
+    sender = threading.Thread(target=send_until_stopped)
+    sender.start()
+    try:
+        start = time.monotonic()
+        for i in range(int(seconds * WEBHOOK_LAG_RATE)):
+            time.sleep(max(0.0, start + i / WEBHOOK_LAG_RATE - time.monotonic()))  # paced: offered, not closed-loop
+            result = ledger().deduct(accounts[i % len(accounts)], 1)
+            answered[f"evt_{result.entry_id}"] = time.monotonic()
+        deadline = time.monotonic() + 60
+        while set(answered) - set(receiver.arrived) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        sender.join()
+        hooks.delete(endpoint.endpoint_id)
+        receiver.server.shutdown()
+    lags = [(receiver.arrived[e] - t) * 1000 for e, t in answered.items() if e in receiver.arrived]
+    return {
+        "webhook_delivery_lag_p50_ms": _p(lags, 0.5),
+        "webhook_delivery_lag_p99_ms": _p(lags, 0.99),
+        "webhook_delivery_lag_samples": len(lags),
+        "webhook_not_delivered": len(answered) - len(lags),
+        "webhook_lag_offered_per_s": WEBHOOK_LAG_RATE,
+    }
+
+
+def monitor_check(rows: int, rounds: int) -> dict:
+    from hotledger.dal import db
+    from hotledger.ledger.entry import Booked
+    from hotledger.monitors import store as monitors
+    from hotledger.runtime import monitors as monitor_service
+
+    watched, unwatched = _accounts(100, 10**6), _accounts(100, 10**6)
+    for user_id in watched:
+        monitor_service().create(user_id, "below", 500_000, None)
+    now = int(time.time() * 1000)
+
+    def booked(accounts: list[int]) -> list[Booked]:
+        return [
+            Booked(
+                user_id=accounts[i % len(accounts)],
+                seq=10**6 + i,
+                entry_id=10**15 + i,
+                type="deduct",
+                amount=1,
+                delta=-1,
+                balance_after=10**6 - 1,
+                available_after=10**6 - 1,
+                booked_at=now,
+                charged_at=now,
+                ref=None,
+            )
+            for i in range(rows)
+        ]
+
+    def per_row_us(accounts: list[int]) -> float:
+        times = []
+        for _ in range(rounds):
+            with db.transaction() as cur:
+                started = time.perf_counter()
+                monitors.judge(cur, booked(accounts))
+                times.append((time.perf_counter() - started) / rows * 1e6)
+                cur.connection.rollback()  # measured, not kept
+        return round(statistics.median(times), 2)
+
+    with_monitors, without = per_row_us(watched), per_row_us(unwatched)
+    return {
+        "monitor_check_us_per_booked_entry": with_monitors,
+        "monitor_check_us_per_booked_entry_without_monitors": without,
+    }
+
+
+def figures(quick: bool) -> dict:
+    found = {
+        **events_per_s(300 if quick else 2000),
+        **delivery_lag(5 if quick else 20),
+        **monitor_check(200, 5 if quick else 20),
+    }
+    found["_samples"] = {
+        "webhook_events_per_s": found["webhook_events_delivered"],
+        "webhook_delivery_lag_p99_ms": found["webhook_delivery_lag_samples"],
+    }
+    return found
+
+
+if __name__ == "__main__":
+    sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
+    import harness
+
+    with harness.environment("hotledger_bench_webhooks"):
+        print(json.dumps(figures("--quick" in sys.argv), indent=2))
