@@ -45,8 +45,8 @@ serve:
 token:
 	@$(PY) -m infra.dev_issuer $(if $(SUB),--sub '$(SUB)') $(if $(SCOPES),--scopes '$(SCOPES)')
 
-## the whole suite: template lint + sam build, Lua, handlers, writer, reconciler, e2e over HTTP, faults; then the
-## cluster subset (below) again on a private Redis Cluster
+## the whole suite: make lint (ruff, the template), then sam build, Lua, handlers, writer, reconciler, e2e over HTTP,
+## faults; then the cluster subset (below) again on a private Redis Cluster
 test: setup tools services lint
 	$(PY) -m pytest
 	$(CLUSTER_RUN)
