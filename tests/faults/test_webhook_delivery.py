@@ -1,6 +1,6 @@
-"""Issue 21: webhooks through real faults. Charges keep coming while the receiver answers 500s and then hangs, the
-sending process (the local runtime's scheduled WebhookSenderFunction) is SIGKILLed and started again, the broker is
-killed and Redis paused. Afterwards every booked change of a subscribed type has reached the receiver, signed (checked
+"""Issue 21: webhooks through real faults. Charges keep coming while the receiver is down (connections refused),
+answers 500s, hangs, then answers slowly, the sending process (the local runtime's scheduled WebhookSenderFunction) is
+SIGKILLed and started again, the broker is killed and Redis paused. Afterwards every booked change of a subscribed type has reached the receiver, signed (checked
 with the `standardwebhooks` package), at least once; de-duplicated by event_id, each account's events arrived in seq
 order with no gap, each naming the previous one as its prev_seq."""
 
@@ -67,14 +67,18 @@ def test_every_event_arrives_in_order_once_deduplicated_through_kills_and_a_fail
         clients = threading.Thread(target=_charges, args=(api, accounts, stop))
         clients.start()
         try:
-            time.sleep(4)  # answered 500: retried with backoff
+            receiver.down()  # nothing listens: connections refused
+            time.sleep(3)
+            receiver.up()  # answering 500s: retried with backoff
+            time.sleep(3)
             receiver.hold = hang  # now it hangs: each attempt times out
             time.sleep(3)
             sender.kill()  # the sender dies mid-send
             sender = stack.service("hooks-sender-2", "--no-api", "--no-msk").start(wait_http=False)
-            receiver.status, receiver.hold = 204, None
+            receiver.status, receiver.hold, receiver.delay_s = 204, None, 1.0  # slow: a 204 a second later
             hang.set()
-            time.sleep(2)
+            time.sleep(3)
+            receiver.delay_s = 0.0
             stack.kill_broker()  # events stop being booked until the writer is back
             time.sleep(2)
             stack.pause_redis(3)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 
 class Receiver:
     """A local webhook endpoint (tests of webhooks and balance monitors): records what it got; answers `status`.
-    With `hold`, it answers each request only once that event is set (a hanging endpoint)."""
+    With `hold`, it answers each request only once that event is set (a hanging endpoint); with `delay_s`, that much
+    later (a slow one); down() makes nothing listen on its port (connections refused) until up()."""
 
     def __init__(self, status: int = 204, hold: threading.Event | None = None):
-        self.status, self.got, self.hold = status, [], hold
+        self.status, self.got, self.hold, self.delay_s = status, [], hold, 0.0
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -20,14 +22,25 @@ class Receiver:
                 receiver.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
                 if receiver.hold is not None:
                     receiver.hold.wait(60)
+                time.sleep(receiver.delay_s)
                 self.send_response(receiver.status)
                 self.end_headers()
 
             def log_message(self, *args):
                 pass
 
+        self.handler = Handler
         self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks"
+        self.port = self.server.server_port
+        self.url = f"http://127.0.0.1:{self.port}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def down(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def up(self) -> None:
+        self.server = HTTPServer(("127.0.0.1", self.port), self.handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def events(self, secret: str) -> list[dict]:
