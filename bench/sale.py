@@ -213,39 +213,14 @@ def redpacket_script(redis_port: int, clients: int, requests: int) -> dict:
     pipe.execute()
     grab_sha = client.script_load((REPO / "layers/lua/redpacket_grab.lua").read_text())
     seed_sha = client.script_load(SEED_GRAB)
-    ours_per_s = _redis_benchmark(
-        redis_port,
-        clients,
-        requests,
-        "evalsha",
-        grab_sha,
-        "5",
-        *ours,
-        str(packet_id),
-        "__rand_int__",
-        "1700000000000",
-        "__rand_int__",
-        "",
-    )
+    # redpacket_grab.lua called as redis-benchmark calls it, its KEYS and ARGV as the script takes them
+    grab = ("evalsha", grab_sha, "5", *ours, str(packet_id), "__rand_int__", "1700000000000", "__rand_int__", "")
+    ours_per_s = _redis_benchmark(redis_port, clients, requests, *grab)
     seed_per_s = _redis_benchmark(redis_port, clients, requests, "evalsha", seed_sha, "4", *seed, "__rand_int__")
     grabbed = requests - client.llen(ours[1])
     # Redis's own cost of the script: 16 calls per round trip, so the client's and the network's share drops out
     client.rpush(ours[1], *(f"{8_000_000_000 + i};1" for i in range(grabbed)))
-    pipelined = _redis_benchmark(
-        redis_port,
-        clients,
-        requests,
-        "evalsha",
-        grab_sha,
-        "5",
-        *ours,
-        str(packet_id),
-        "__rand_int__",
-        "1700000000000",
-        "__rand_int__",
-        "",
-        pipeline=16,
-    )
+    pipelined = _redis_benchmark(redis_port, clients, requests, *grab, pipeline=16)
     return {
         "redpacket_grabs_per_s": ours_per_s,
         "redpacket_seed_script_grabs_per_s": seed_per_s,
