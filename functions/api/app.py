@@ -16,7 +16,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupp
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from api import authorization, responses
-from api.route_args import RouteArgs
+from api.hot_lane import HotLane
 from hotledger import errors, observability
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.lock import LockUnavailable
@@ -44,12 +44,7 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
                 return route(parsed)
 
             next_middleware = owned
-        hot = _HOT_ROUTES.get(id(app.context["_route"]))
-        args = hot.parse(app.current_event.raw_event, app.context["_route_args"]) if hot is not None else None
-        if args is None:
-            return super().handler(app, next_middleware)
-        app.context["_route_args"] = args
-        return next_middleware(app)
+        return super().handler(app, next_middleware)
 
     def _get_body(self, app):
         content_type = (app.current_event.headers.get("content-type") or "").strip()
@@ -71,12 +66,8 @@ for feature in registered():  # the ledger first: the hot routes (deduct, rechar
         routes_module = importlib.import_module(feature.routes)
         app.include_router(routes_module.router)
         _hot_paths |= getattr(routes_module, "HOT_ROUTES", set())
-# route -> its arguments' one-step validation (api/route_args.py), for the routes every charge takes
-_HOT_ROUTES = {
-    id(route): RouteArgs(f"{route.method} {route.path}", route.dependant)
-    for route in (*app._static_routes, *app._dynamic_routes)
-    if (route.method, route.path) in _hot_paths
-}
+# the routes every charge takes, answered by the lane when the request is plain (api/hot_lane.py)
+_hot_lane = HotLane(app, _hot_paths)
 
 _error = responses.error
 
@@ -236,7 +227,7 @@ def resolve_request(event: dict, context) -> dict:
     # the REST API's request id is the correlation id: read directly, not through a JMESPath query per request
     logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))
     metrics.add_metric(name="ApiRequests", unit=MetricUnit.Count, value=1)
-    return app.resolve(event, context)
+    return _hot_lane.answer(event, context) or app.resolve(event, context)
 
 
 _traced = tracer.capture_lambda_handler(resolve_request)

@@ -99,10 +99,16 @@ def rule_of(app) -> Rule:
 def admit_request(app) -> Callable[[dict], None] | None:
     """Before the request is parsed (401 / 403 whatever the body): the caller from the authorizer context, the
     route's rule. Returns the check left for the parsed arguments (an end user's ownership), if any."""
-    caller = caller_of(app.current_event.request_context.authorizer.get_context())
-    owner = admit(rule_of(app), caller, time.time())
+    return admit_caller(rule_of(app), app.current_event.request_context.authorizer.get_context())
+
+
+def admit_caller(rule: Rule, authorizer_context: dict) -> Callable[[dict], None] | None:
+    """admit() for the caller in the authorizer context, remembering for this request whether it acts as an end
+    user; the check left for the parsed arguments, if any."""
+    caller = caller_of(authorizer_context)
+    owner = admit(rule, caller, time.time())
     _end_user.set(owner is not None)
-    return None if owner is None else functools.partial(check_owner, owner, caller)
+    return None if owner is None or caller is None else functools.partial(check_owner, owner, caller)
 
 
 # whether this request was admitted as an end user acting on their own account (not by a scope)

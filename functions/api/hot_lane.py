@@ -1,0 +1,92 @@
+"""The hot routes (every charge: deduct, recharge) answered without the resolver's generic per-request machinery.
+
+Powertools' resolver, for any request, wraps the event, walks the middleware stack (frames, kwargs, a processed-stack
+record per layer), runs the request validator's passes and writes debug lines that are filtered out. For a request
+that takes a hot route and is plain, this lane does only what that request needs, with the resolver's own parts:
+its routes in its order and their compiled rules (the same route matches), the route's rule (api.authorization),
+the route's one-step validation (api.route_args), the route function, the resolver's exception handlers and its
+ResponseBuilder. So the answer is the resolver's answer, byte for byte (tests/integration/test_hot_lane.py).
+
+A request the lane does not take returns None before anything ran, and the resolver takes it: another route, no
+caller or one the rule refuses, an end user's ownership to check, arguments the one-step validation sends the generic
+way. Every refusal before the route runs stays the resolver's own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools.event_handler.api_gateway import APIGatewayRestResolver, BaseRouter, Route
+
+from api import authorization
+from api.route_args import RouteArgs
+from api.rules import Rule
+from hotledger import errors
+
+
+class HotLane:
+    def __init__(self, app: APIGatewayRestResolver, hot_paths: set[tuple[str, str]]):
+        self.app = app
+        self.routes: list[Route] = [*app._static_routes, *app._dynamic_routes]
+        # only the routes up to the last hot one can be the first match of a hot route's request
+        last = max((i for i, r in enumerate(self.routes) if (r.method, r.path) in hot_paths), default=-1)
+        self.routes = self.routes[: last + 1]
+        self.hot: dict[int, tuple[RouteArgs, Rule]] = {
+            id(route): (RouteArgs(f"{route.method} {route.path}", route.dependant), authorization.rules()[key])
+            for route in self.routes
+            if (key := (route.method, route.path)) in hot_paths
+        }
+
+    def answer(self, event: dict[str, Any], context: Any) -> dict[str, Any] | None:
+        """The resolver's answer to a plain request of a hot route, or None: the resolver takes the request."""
+        app = self.app
+        method, path = event.get("httpMethod"), event.get("path")
+        if not isinstance(method, str) or not isinstance(path, str):
+            return None
+        method, path = method.upper(), app._remove_prefix(path)
+        for route in self.routes:
+            if route.method != method:
+                continue
+            matched = route.rule.match(path)
+            if matched is not None:
+                break
+        else:
+            return None
+        hot = self.hot.get(id(route))
+        if hot is None:
+            return None
+        route_args, rule = hot
+        args = self._admitted_args(event, route_args, rule, app._convert_matches_into_route_keys(matched))
+        if args is None:
+            return None
+        BaseRouter.current_event = app._to_proxy_event(event)
+        BaseRouter.lambda_context = context
+        app.append_context(_route=route, _path=path, _route_args=args)
+        try:
+            return app._build_response(self._call(route, route.func, args))
+        finally:
+            app.clear_context()
+
+    @staticmethod
+    def _admitted_args(event: dict[str, Any], route_args: RouteArgs, rule: Rule, path_args: dict[str, str]):
+        authorizer = (event.get("requestContext") or {}).get("authorizer") or {}
+        if not isinstance(authorizer, dict):
+            return None
+        try:
+            owner_check = authorization.admit_caller(rule, authorizer)
+        except errors.DomainError:
+            return None  # the resolver refuses it, in its own words
+        if owner_check is not None:
+            return None  # an end user acting on their own account: the resolver checks the owner
+        return route_args.parse(event, path_args)
+
+    def _call(self, route: Route, func: Callable[..., Any], args: dict[str, Any]):
+        app = self.app
+        try:
+            result = func(**args)
+        except Exception as exc:
+            handled = app._call_exception_handler(exc, route)
+            if handled is None:
+                raise
+            return handled
+        return app._response_builder_class(response=app._to_response(result), serializer=app._serializer, route=route)
