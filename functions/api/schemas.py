@@ -28,25 +28,30 @@ _DECIMAL = r"(0|[1-9][0-9]{0,11})(\.[0-9]{1,2})?"
 _POSITIVE = r"([1-9][0-9]{0,11}(\.[0-9]{1,2})?|0\.([1-9][0-9]?|0[1-9]))"
 
 
-def _minor_units(example: str, *, allow_zero: bool):
-    """A decimal string on the wire ("12.34"), integer minor units (1234) once validated."""
+def _minor_units_schema(example: str, *, allow_zero: bool) -> WithJsonSchema:
+    """How a minor-units field looks on the wire: a decimal string ("12.34"), never a JSON number."""
     pattern = f"^{_DECIMAL if allow_zero else _POSITIVE}$"
     description = (
         "a decimal string with at most 2 fractional digits, "
         + ("0.00" if allow_zero else "0.01")
         + " to 999999999999.99; never a JSON number"
     )
-    return Annotated[
-        int,
-        PlainValidator(functools.partial(parse_minor, allow_zero=allow_zero)),
-        WithJsonSchema(
-            {"type": "string", "pattern": pattern, "maxLength": 15, "description": description, "examples": [example]}
-        ),
-    ]
+    return WithJsonSchema(
+        {"type": "string", "pattern": pattern, "maxLength": 15, "description": description, "examples": [example]}
+    )
 
 
-Amount = _minor_units("12.34", allow_zero=False)
-Threshold = _minor_units("0.00", allow_zero=True)
+# A decimal string on the wire ("12.34"), integer minor units (1234) once validated.
+Amount = Annotated[
+    int,
+    PlainValidator(functools.partial(parse_minor, allow_zero=False)),
+    _minor_units_schema("12.34", allow_zero=False),
+]
+Threshold = Annotated[
+    int,
+    PlainValidator(functools.partial(parse_minor, allow_zero=True)),
+    _minor_units_schema("0.00", allow_zero=True),
+]
 
 
 def _integral(value: object) -> object:
@@ -56,14 +61,25 @@ def _integral(value: object) -> object:
     return value
 
 
-def _int(**field):
-    """An integer field (counts, limits, ids, times; never money): a JSON integer, 3.0 included; not a bool or a
-    string. The conversion wraps the constraints (last in Annotated), so the document keeps minimum/maximum."""
-    return Annotated[StrictInt, Field(**field), BeforeValidator(_integral)]
-
-
 # Epoch milliseconds up to 9999-12-31T23:59:59.999Z: the DB keeps times as DATETIME(3)
 MAX_EPOCH_MS = 253_402_300_799_999
+
+# Integer fields (counts, limits, ids, times; never money): a JSON integer, 3.0 included; not a bool or a string. One
+# alias per constraint set. The conversion comes last in Annotated so it wraps the constraints, and the document keeps
+# minimum/maximum; a field's own description goes in a Field after it.
+_EpochMs = Annotated[StrictInt, Field(ge=0, le=MAX_EPOCH_MS), BeforeValidator(_integral)]
+_PositiveEpochMs = Annotated[StrictInt, Field(gt=0, le=MAX_EPOCH_MS), BeforeValidator(_integral)]
+_Stock = Annotated[StrictInt, Field(gt=0, le=10_000_000), BeforeValidator(_integral)]
+_UpTo1000 = Annotated[StrictInt, Field(gt=0, le=1000), BeforeValidator(_integral)]
+_PacketCount = Annotated[StrictInt, Field(gt=0, le=10_000), BeforeValidator(_integral)]
+_PacketTtlS = Annotated[StrictInt, Field(gt=0, le=7 * 24 * 3600), BeforeValidator(_integral)]
+_DelayS = Annotated[StrictInt, Field(ge=0, le=365 * 86400), BeforeValidator(_integral)]
+_CloseInS = Annotated[StrictInt, Field(gt=0, le=30 * 86400), BeforeValidator(_integral)]
+# In a union (X | None) a Field after the conversion would describe the conversion, not the integer: the
+# description goes with the constraints
+_DueAtMs = Annotated[
+    StrictInt, Field(ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds"), BeforeValidator(_integral)
+]
 DeductType = Literal["ASYNC", "SYNC"]
 
 
@@ -74,7 +90,8 @@ class _Strict(BaseModel):
 class CreateAccountRequest(_Strict):
     user_name: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")]
     deduct_type: DeductType = "ASYNC"
-    threshold: Annotated[Threshold, Field(validate_default=True)] = "0.00"
+    # the text default is parsed like a sent value (pydantic types Field(default, validate_default=True) as Any)
+    threshold: Threshold = Field("0.00", validate_default=True)
 
 
 class PatchAccountRequest(_Strict):
@@ -136,26 +153,28 @@ class OrderView(BaseModel):
 
 
 # flash sale -------------------------------------------------------------------------------------------
-UserRef = _int(gt=0, lt=2**31)
+UserRef = Annotated[StrictInt, Field(gt=0, lt=2**31), BeforeValidator(_integral)]
 
 
 MAX_STOCK_SHARDS = 64
+_StockShards = Annotated[StrictInt, Field(gt=0, le=MAX_STOCK_SHARDS), BeforeValidator(_integral)]
 
 
 class CreateVoucherRequest(_Strict):
     """end_at must be after begin_at, stock_shards at most stock (422 VALIDATION_ERROR otherwise)."""
 
     title: Annotated[StrictStr, Field(min_length=1, max_length=128)]
-    stock: _int(gt=0, le=10_000_000)
-    begin_at: _int(ge=0, le=MAX_EPOCH_MS, description="sale opens, epoch milliseconds")
-    end_at: _int(gt=0, le=MAX_EPOCH_MS, description="sale closes, epoch milliseconds (after begin_at)")
-    per_user_limit: _int(gt=0, le=1000) = 1
-    stock_shards: _int(
-        gt=0,
-        le=MAX_STOCK_SHARDS,
-        description="stock buckets, each its own Redis slot (shard): a hot "
-        "sale spreads over them; 1 (the default) sells from one",
-    ) = 1
+    stock: _Stock
+    begin_at: Annotated[_EpochMs, Field(description="sale opens, epoch milliseconds")]
+    end_at: Annotated[_PositiveEpochMs, Field(description="sale closes, epoch milliseconds (after begin_at)")]
+    per_user_limit: _UpTo1000 = 1
+    stock_shards: Annotated[
+        _StockShards,
+        Field(
+            description="stock buckets, each its own Redis slot (shard): a hot "
+            "sale spreads over them; 1 (the default) sells from one",
+        ),
+    ] = 1
 
     @model_validator(mode="after")
     def _ends_after_it_begins(self) -> CreateVoucherRequest:
@@ -208,8 +227,8 @@ class CreateRedPacketRequest(_Strict):
 
     sender_id: UserRef
     total: Amount
-    count: _int(gt=0, le=10_000)
-    expires_in_s: _int(gt=0, le=7 * 24 * 3600) = 24 * 3600
+    count: _PacketCount
+    expires_in_s: _PacketTtlS = 24 * 3600
 
 
 class RedPacketCreated(BaseModel):
@@ -267,8 +286,8 @@ class DelayOfferRequest(_Strict):
     """Give exactly one of delay_s and due_at (422 VALIDATION_ERROR otherwise)."""
 
     element: Element
-    delay_s: _int(ge=0, le=365 * 86400) | None = None
-    due_at: _int(ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds") | None = None
+    delay_s: _DelayS | None = None
+    due_at: _DueAtMs | None = None
 
     @model_validator(mode="after")
     def _one_time(self) -> DelayOfferRequest:
@@ -293,7 +312,7 @@ class DelayQueueView(BaseModel):
 
 
 class DelayTakeRequest(_Strict):
-    limit: _int(gt=0, le=1000) = 100
+    limit: _UpTo1000 = 100
 
 
 class DelayTakenElement(BaseModel):
@@ -368,7 +387,7 @@ class DeadLetterReplayResult(BaseModel):
 class CreatePaymentOrderRequest(_Strict):
     user_id: UserRef
     amount: Amount
-    close_in_s: _int(gt=0, le=30 * 86400)
+    close_in_s: _CloseInS
 
 
 class PaymentOrderView(BaseModel):
