@@ -8,11 +8,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.middlewares.openapi_validation import OpenAPIRequestValidationMiddleware
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, SecuritySchemeType
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from api import authorization, responses
@@ -22,6 +25,11 @@ from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.lock import LockUnavailable
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.features import registered
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from pydantic import JsonValue
 
 logger = observability.logger()
 metrics = observability.metrics()
@@ -35,18 +43,23 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
     body without a boundary raised ValueError (a 502), and a parsed form reached the route. Anything else is refused
     with RequestUnsupportedContentType (our 415) before it is parsed."""
 
-    def handler(self, app, next_middleware):
+    # Powertools types `app` as a TypeVar of the method alone (this base class does not parameterize its generic base),
+    # so no override may name the resolver it is installed on: this one is only ever the REST resolver's (below)
+    def handler(  # type: ignore[override]
+        self, app: APIGatewayRestResolver, next_middleware: NextMiddleware
+    ) -> Response[Any]:
         owner_check = authorization.admit_request(app)
         if owner_check is not None:
 
-            def owned(parsed, route=next_middleware):
+            def owned(parsed: APIGatewayRestResolver, route: NextMiddleware = next_middleware) -> Response[Any]:
                 owner_check(parsed.context.get("_route_args", {}))
                 return route(parsed)
 
-            next_middleware = owned
+            # Powertools' NextMiddleware protocol declares __name__ a method, which no function matches
+            next_middleware = owned  # type: ignore[assignment]
         return super().handler(app, next_middleware)
 
-    def _get_body(self, app):
+    def _get_body(self, app: APIGatewayRestResolver) -> dict[str, Any]:  # type: ignore[override]  # as handler
         content_type = (app.current_event.headers.get("content-type") or "").strip()
         if content_type and not content_type.lower().startswith("application/json"):
             raise RequestUnsupportedContentType(
@@ -59,7 +72,8 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
 
 
 app = APIGatewayRestResolver(enable_validation=True)
-app._request_validation_middleware = _AuthorizedJsonBodies()
+# Powertools' OpenAPIRequestValidationMiddleware.__init__ has no annotations (an untyped call under --strict only)
+app._request_validation_middleware = _AuthorizedJsonBodies()  # type: ignore[no-untyped-call, unused-ignore]
 _hot_paths: set[tuple[str, str]] = set()
 for feature in registered():  # the ledger first: the hot routes (deduct, recharge) are matched before the others
     if feature.routes:
@@ -73,7 +87,7 @@ _error = responses.error
 
 
 @app.get("/openapi.json", include_in_schema=False)
-def openapi_document():
+def openapi_document() -> Response[str]:
     return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=openapi_json())
 
 
@@ -84,7 +98,7 @@ SWAGGER_HTML = """<!doctype html><html><head><title>hotledger API</title>
 
 
 @app.get("/swagger", include_in_schema=False)
-def swagger_ui():
+def swagger_ui() -> Response[str]:
     return Response(status_code=200, content_type="text/html", body=SWAGGER_HTML)
 
 
@@ -96,12 +110,12 @@ def openapi_json() -> str:
             version="1.0.0",
             description="Prepaid balances: Redis Lua hot path, Kafka to MySQL.",
             security_schemes={
-                "bearer": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "bearerFormat": "JWT",
-                    "description": "a Cognito (or local dev issuer) ID or access token",
-                }
+                "bearer": HTTPBearer(
+                    type_=SecuritySchemeType.http,
+                    scheme="bearer",
+                    bearerFormat="JWT",
+                    description="a Cognito (or local dev issuer) ID or access token",
+                )
             },
             security=[{"bearer": []}],
         )
@@ -140,7 +154,7 @@ def openapi_json() -> str:
 _BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 
 
-def _exact_bounds(node):
+def _exact_bounds(node: JsonValue) -> JsonValue:
     """The generator writes integer bounds as floats (9.223372036854776e+18 for 2**63): a client comparing against
     the float takes 9223372036854775998 for valid. Every bound here is an integer (2**63 and 2**31 are exact
     doubles), so it is written as one."""
@@ -155,14 +169,15 @@ def _exact_bounds(node):
 
 
 # errors -------------------------------------------------------------------------------------------
+# (Powertools' exception_handler has no return annotation: --strict takes each handler it decorates for untyped)
 def _count_rejection(code: str) -> None:
     logger.info("rejected", extra={"code": code})
     with single_metric(name="Rejections", unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
         metric.add_dimension(name="code", value=code)
 
 
-@app.exception_handler(errors.DomainError)
-def domain_error(exc: errors.DomainError) -> Response:
+@app.exception_handler(errors.DomainError)  # type: ignore[untyped-decorator, unused-ignore]
+def domain_error(exc: errors.DomainError) -> Response[str]:
     _count_rejection(exc.code)
     if exc.code == "PUBLISH_FAILED":
         metrics.add_metric(name="PublishFailures", unit=MetricUnit.Count, value=1)
@@ -172,14 +187,14 @@ def domain_error(exc: errors.DomainError) -> Response:
 _AMOUNT_FIELDS = {"amount", "threshold", "total", "below", "above", "rearm_above", "rearm_below"}
 
 
-@app.exception_handler(RequestUnsupportedContentType)
-def unsupported_content_type(exc: RequestUnsupportedContentType) -> Response:
+@app.exception_handler(RequestUnsupportedContentType)  # type: ignore[untyped-decorator, unused-ignore]
+def unsupported_content_type(exc: RequestUnsupportedContentType) -> Response[str]:
     _count_rejection("UNSUPPORTED_MEDIA_TYPE")
     return _error(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with Content-Type: application/json")
 
 
-@app.exception_handler(RequestValidationError)
-def validation_error(exc: RequestValidationError) -> Response:
+@app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator, unused-ignore]
+def validation_error(exc: RequestValidationError) -> Response[str]:
     content_type = (app.current_event.headers or {}).get("content-type", "application/json")
     if app.current_event.body and "json" not in content_type.lower():
         _count_rejection("UNSUPPORTED_MEDIA_TYPE")
@@ -201,15 +216,15 @@ def validation_error(exc: RequestValidationError) -> Response:
     return _error(status, code, message)
 
 
-@app.exception_handler([RedisUnavailable, DatabaseUnavailable, LockUnavailable])
-def dependency_down(exc: Exception) -> Response:
+@app.exception_handler([RedisUnavailable, DatabaseUnavailable, LockUnavailable])  # type: ignore[untyped-decorator, unused-ignore]
+def dependency_down(exc: Exception) -> Response[str]:
     logger.warning("dependency unavailable", exc_info=exc)
     _count_rejection("SERVICE_UNAVAILABLE")
     return _error(503, "SERVICE_UNAVAILABLE", "a backing service is unavailable; nothing was changed, retry later")
 
 
 @app.not_found
-def route_not_found(exc: NotFoundError) -> Response:
+def route_not_found(exc: NotFoundError) -> Response[str]:
     path = app.current_event.path
     allowed = sorted({route.method for route in app._static_routes + app._dynamic_routes if route.rule.match(path)})
     if allowed:
@@ -223,20 +238,20 @@ def route_not_found(exc: NotFoundError) -> Response:
     return _error(404, "ROUTE_NOT_FOUND", "no such route")
 
 
-def resolve_request(event: dict, context) -> dict:
+def resolve_request(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # the REST API's request id is the correlation id: read directly, not through a JMESPath query per request
     logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))
     metrics.add_metric(name="ApiRequests", unit=MetricUnit.Count, value=1)
     return _hot_lane.answer(event, context) or app.resolve(event, context)
 
 
-_traced = tracer.capture_lambda_handler(resolve_request)
+_traced: Callable[[dict[str, Any], LambdaContext], dict[str, Any]] = tracer.capture_lambda_handler(resolve_request)
 _first_invocation = True
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
-def handler(event: dict, context) -> dict:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # X-Ray keeps only sampled traces (the default rule: one a second, then 5%): the subsegments of an unsampled
     # invocation are never sent, so it skips building them. The first invocation is traced whatever its header, for
     # its ColdStart annotation.

@@ -19,10 +19,17 @@ import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 from api.rules import ADMIN, SERVICE, OwnerOf, Rule  # noqa: F401 (SERVICE, ADMIN: the scopes, named here too)
 from hotledger import errors
 from hotledger.features import registered
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+    from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 
 
 @dataclass(frozen=True)
@@ -32,7 +39,7 @@ class Caller:
     expires_at: int
 
 
-def caller_of(context: dict) -> Caller | None:
+def caller_of(context: dict[str, Any]) -> Caller | None:
     """The caller from the authorizer context, or None when there is none (no authorizer ran: public routes, or an
     event that did not come through API Gateway)."""
     if not context or "scopes" not in context:
@@ -45,9 +52,12 @@ def caller_of(context: dict) -> Caller | None:
     )
 
 
-def principal_of(event) -> str:
+def principal_of(event: BaseProxyEvent) -> str:
     """Who made the request, as the authorizer named them (principalId: the token's subject), for the logs of what
-    operators did."""
+    operators did. `event`: a router's current_event, which Powertools types as any proxy event; this API's resolver
+    makes REST events (anything else has no request context to read)."""
+    if not isinstance(event, APIGatewayProxyEvent):
+        raise TypeError(f"an API Gateway REST event is needed, not {type(event).__name__}")
     return str((event.request_context.authorizer.get_context() or {}).get("principalId") or "unknown")
 
 
@@ -55,7 +65,10 @@ def principal_of(event) -> str:
 def rules() -> dict[tuple[str, str], Rule]:
     """Every route's rule: the API's own description, then each registered feature's (collected on first use: the
     routes modules import this one)."""
-    collected = {("GET", "/openapi.json"): Rule(public=True), ("GET", "/swagger"): Rule(public=True)}
+    collected: dict[tuple[str, str], Rule] = {
+        ("GET", "/openapi.json"): Rule(public=True),
+        ("GET", "/swagger"): Rule(public=True),
+    }
     for feature in registered():
         if feature.routes:
             collected.update(importlib.import_module(feature.routes).RULES)
@@ -78,7 +91,7 @@ def admit(rule: Rule, caller: Caller | None, now_s: float) -> OwnerOf | None:
     return rule.owner
 
 
-def check_owner(owner: OwnerOf, caller: Caller, args: dict) -> None:
+def check_owner(owner: OwnerOf, caller: Caller, args: dict[str, Any]) -> None:
     if owner(args) != caller.user_id:
         hidden_as = getattr(owner, "hidden_as", None)
         if hidden_as is not None:  # an entity found by its id: another user's answers as a missing one (no oracle)
@@ -86,7 +99,7 @@ def check_owner(owner: OwnerOf, caller: Caller, args: dict) -> None:
         raise errors.Forbidden("an end user acts only on their own account")
 
 
-def rule_of(app) -> Rule:
+def rule_of(app: APIGatewayRestResolver) -> Rule:
     route = app.context["_route"]
     rule = rules().get((route.method, route.path))
     if rule is None:
@@ -96,13 +109,13 @@ def rule_of(app) -> Rule:
     return rule
 
 
-def admit_request(app) -> Callable[[dict], None] | None:
+def admit_request(app: APIGatewayRestResolver) -> Callable[[dict[str, Any]], None] | None:
     """Before the request is parsed (401 / 403 whatever the body): the caller from the authorizer context, the
     route's rule. Returns the check left for the parsed arguments (an end user's ownership), if any."""
     return admit_caller(rule_of(app), app.current_event.request_context.authorizer.get_context())
 
 
-def admit_caller(rule: Rule, authorizer_context: dict) -> Callable[[dict], None] | None:
+def admit_caller(rule: Rule, authorizer_context: dict[str, Any]) -> Callable[[dict[str, Any]], None] | None:
     """admit() for the caller in the authorizer context, remembering for this request whether it acts as an end
     user; the check left for the parsed arguments, if any."""
     caller = caller_of(authorizer_context)

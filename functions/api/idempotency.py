@@ -22,7 +22,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Header
@@ -77,7 +77,7 @@ KEY_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another 
 TOO_MANY_KEYS = (429, "TOO_MANY_KEYS: the caller opened its most Idempotency-Keys for now; nothing was changed")
 
 
-def fingerprint(route: str, body: dict | None) -> str:
+def fingerprint(route: str, body: dict[str, Any] | None) -> str:
     return hashlib.sha256(json.dumps([route, body], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -98,12 +98,12 @@ def once(
     scope: str,
     idem_key: str | None,
     route: str,
-    body: dict | None,
-    run: Callable[..., dict],
+    body: dict[str, Any] | None,
+    run: Callable[..., dict[str, Any]],
     status: int = 200,
     resumable: bool = False,
     durable: bool = False,
-) -> Response:
+) -> Response[str]:
     """Answer `run()` (its dict as JSON with `status`), once per (scope, key): a retry replays the first answer.
     With `resumable`, run(attempt) is given an Attempt (Stripe's recovery points). With `durable`, the recovery point
     and the answer are kept in the DB too, for good."""
@@ -119,6 +119,7 @@ def once(
             "retry later, or replay a key it holds"
         )
     if begun.status is BeginStatus.REPLAY:
+        assert begun.answer_status is not None  # a REPLAY carries the first answer's status and body
         return Response(
             status_code=begun.answer_status,
             content_type="application/json",
@@ -141,13 +142,13 @@ def once(
 
         attempt = Attempt(begun.note, remember, begun.retaken, keyed=True)
 
-        def call():
+        def call() -> dict[str, Any]:
             return run(attempt)
     else:
         call = run
 
-    def finish(answer):
-        return _finish(scope, idem_key, begun.token, answer, durable, request_fp)
+    def finish(answer: Response[str]) -> None:
+        _finish(scope, idem_key, begun.token, answer, durable, request_fp)
 
     # a 5xx that changed nothing gives the key back; the recovery point of an attempt that died under it stays (its
     # effect may stand: a resumed voucher order found RECOVERING after a Redis loss is in the DB once the hold passes)
@@ -172,7 +173,8 @@ def once(
     return answer
 
 
-def _finish(scope: str, idem_key: str, token: str, answer: Response, durable: bool, request_fp: str) -> None:
+def _finish(scope: str, idem_key: str, token: str, answer: Response[str], durable: bool, request_fp: str) -> None:
+    assert answer.body is not None  # json_answer and error always give a body
     try:
         if not idempotency().finish(scope, idem_key, token, answer.status_code, answer.body, durable, request_fp):
             logger.warning("idempotency record taken over before the answer", extra={"scope": scope})

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.event_handler import Response, content_types
 
 from api.schemas import ErrorResponse
 
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-def error(status: int, code: str, message: str, **details: str) -> Response:
+
+def error(status: int, code: str, message: str, **details: str) -> Response[str]:
     return Response(
         status_code=status,
         content_type=content_types.APPLICATION_JSON,
@@ -17,15 +21,16 @@ def error(status: int, code: str, message: str, **details: str) -> Response:
     )
 
 
-def json_answer(body: dict, status: int = 200) -> Response:
+def json_answer(body: dict[str, Any], status: int = 200) -> Response[str]:
     """A JSON answer serialized as the resolver would (compact separators), for routes that serialize it themselves."""
     return Response(
         status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body, separators=(",", ":"))
     )
 
 
-def responses(ok_status: int, ok_model, ok_text: str, *errors_: tuple[int, str]) -> dict:
-    answers = {
+def responses(ok_status: int, ok_model: object, ok_text: str, *errors_: tuple[int, str]) -> dict[int, OpenAPIResponse]:
+    """ok_model: what the answer's body is (a model, dict, list[X], ...; the OpenAPI table takes any type)."""
+    answers: dict[int, OpenAPIResponse] = {
         ok_status: {"description": ok_text, "content": {"application/json": {"model": ok_model}}}
         if ok_model is not None
         else {"description": ok_text}

@@ -11,9 +11,13 @@ messages); what the step accepts, the generic passes accept with the same values
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ValidationError, create_model
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler.openapi.params import Dependant
+    from pydantic.fields import FieldInfo
 
 _JSON = "application/json"
 
@@ -21,19 +25,22 @@ _JSON = "application/json"
 class RouteArgs:
     """The validated arguments of one route (its dependant: Powertools' parameters of the route function)."""
 
-    def __init__(self, name: str, dependant):
+    def __init__(self, name: str, dependant: Dependant) -> None:
         if dependant.query_params or dependant.cookie_params or len(dependant.body_params) > 1:
             raise ValueError(f"{name}: only path and header parameters and one JSON body are validated in one step")
         fields = [*dependant.path_params, *dependant.header_params, *dependant.body_params]
-        # each field as the validator checks it on its own (its type and constraints); keyed by the field's name
-        self.model: type[BaseModel] = create_model(
-            f"{name}_args", **{f.name: (_checked(f.field_info), ... if f.required else f.default) for f in fields}
-        )
+        # each field as the validator checks it on its own (its type and constraints); keyed by the field's name.
+        # (type form, default) pairs, typed Any: mypy checks a **-unpacked dict's values against every keyword
+        # parameter of create_model (__config__, __base__, ...), not only **field_definitions
+        definitions: dict[str, Any] = {
+            f.name: (_checked(f.field_info), ... if f.required else f.default) for f in fields
+        }
+        self.model: type[BaseModel] = create_model(f"{name}_args", **definitions)
         self.path = [(f.name, f.alias) for f in dependant.path_params]
         self.headers = [(f.name, f.alias.lower()) for f in dependant.header_params]
         self.body = dependant.body_params[0].name if dependant.body_params else None
 
-    def parse(self, event: dict, route_args: dict[str, str]) -> dict[str, Any] | None:
+    def parse(self, event: dict[str, Any], route_args: dict[str, str]) -> dict[str, Any] | None:
         """The route function's arguments by name, or None: the request takes the generic passes."""
         raw: dict[str, Any] = {name: route_args[alias] for name, alias in self.path}
         headers = _plain_headers(event)
@@ -62,14 +69,14 @@ class RouteArgs:
             return None
 
 
-def _checked(field_info):
+def _checked(field_info: FieldInfo) -> Any:
     """The field's type with its constraints (gt, pattern, ...: pydantic keeps them in `metadata`)."""
     if not field_info.metadata:
         return field_info.annotation
     return Annotated[(field_info.annotation, *field_info.metadata)]
 
 
-def _plain_headers(event: dict) -> dict[str, str] | None:
+def _plain_headers(event: dict[str, Any]) -> dict[str, str] | None:
     """The request's headers by lower-cased name, as the validator reads them (multiValueHeaders when given, else
     headers), or None when one is given more than once (the validator's own rules decide those)."""
     multi = event.get("multiValueHeaders")
@@ -89,7 +96,7 @@ def _plain_headers(event: dict) -> dict[str, str] | None:
     return found
 
 
-def _content_type(event: dict) -> str | None:
+def _content_type(event: dict[str, Any]) -> str | None:
     """Content-Type as the validator reads it (from headers, whatever multiValueHeaders says); None when it is
     there more than once."""
     given = [value for name, value in (event.get("headers") or {}).items() if name.lower() == "content-type"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 SERVICE, ADMIN = "service", "admin"
 
-OwnerOf = Callable[[dict], int]  # the account a request acts on, from the route's validated arguments
+OwnerOf = Callable[[dict[str, Any]], int]  # the account a request acts on, from the route's validated arguments
 
 
 @dataclass(frozen=True)
