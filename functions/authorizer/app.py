@@ -24,10 +24,14 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
 
 import jwt
 
 from hotledger import observability
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = observability.logger()
 
@@ -68,7 +72,7 @@ class Caller:
     scopes: frozenset[str]
     expires_at: int
 
-    def context(self) -> dict:
+    def context(self) -> dict[str, str | int]:
         """Authorizer context values must be strings, numbers or booleans."""
         return {
             "kind": self.kind,
@@ -83,7 +87,15 @@ _MAX_AGE = re.compile(r"max-age=(\d+)")
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
         return None  # the key set is read from its own URL only, as PyJWT does
 
 
@@ -92,7 +104,7 @@ class CachingJwksClient(jwt.PyJWKClient):
     refetch cooldown; its own lifespan when the issuer says nothing). Only the fetch is its own: PyJWT reads no
     response headers."""
 
-    def fetch_data(self):
+    def fetch_data(self) -> Any:  # the JWKS document as read (PyJWT's type)
         request = urllib.request.Request(url=self.uri, headers=self.headers)
         try:
             with urllib.request.build_opener(_NoRedirect()).open(request, timeout=self.timeout) as response:
@@ -109,7 +121,7 @@ class CachingJwksClient(jwt.PyJWKClient):
 
 
 class Verifier:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         # keys are cached for the container's life; an unknown kid (a rotated pool key) fetches the set again, at
         # most once a minute (PyJWT's cooldown): tokens with made-up kids must not make the authorizer hammer the JWKS
@@ -156,7 +168,7 @@ class Verifier:
         )
 
 
-def allow_policy(method_arn: str) -> dict:
+def allow_policy(method_arn: str) -> dict[str, Any]:
     """Allow every method of the stage: API Gateway caches the answer per token, and the API function decides
     per route (a policy naming only this method would refuse the token's next, different request from the cache)."""
     api, stage = method_arn.split("/")[:2]
@@ -169,7 +181,7 @@ def allow_policy(method_arn: str) -> dict:
 _verifier: Verifier | None = None
 
 
-def handler(event: dict, context) -> dict:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     global _verifier
     if _verifier is None:
         _verifier = Verifier(Settings.from_env())

@@ -12,10 +12,17 @@ waiting element is), DelayRedeliveries, DelayHandlerFailures, DelayDeadLettered 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from hotledger import observability
 from hotledger.runtime import delay_drainer
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from hotledger.dal.delay_queue import Drainer
 
 logger = observability.logger()
 metrics = observability.metrics()
@@ -23,7 +30,7 @@ tracer = observability.tracer()
 STOP_BEFORE_TIMEOUT_MS = 2000
 
 
-def _queue_metrics(drainer) -> None:
+def _queue_metrics(drainer: Drainer) -> None:
     """One EMF record per queue, with the queue as a dimension."""
     for name, seen in drainer.runs.items():
         stats = drainer.queue.stats(name)
@@ -43,7 +50,7 @@ def _queue_metrics(drainer) -> None:
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
-def handler(event: dict, context) -> dict:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     drainer = delay_drainer()
     # the drainer sleeps at most its idle wait (1 s) at a time: leave that and a batch's handling before the timeout
     handled = drainer.run(

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from hotledger import observability
 from hotledger.runtime import reconciler
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = observability.logger()
 metrics = observability.metrics()
@@ -20,7 +24,7 @@ tracer = observability.tracer()
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
-def handler(event: dict, context) -> dict:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report = reconciler().run(int(time.time() * 1000))
     metrics.add_metric(name="PendingOrders", unit=MetricUnit.Count, value=report.pending)
     metrics.add_metric(name="OldestPendingAge", unit=MetricUnit.Seconds, value=report.oldest_pending_age_s)

@@ -8,17 +8,22 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from hotledger import observability
 from hotledger.config import settings, with_values
 from hotledger.dal import db, schema, topics
 
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
 logger = observability.logger()
 tracer = observability.tracer()
 
 
-def run(env=os.environ) -> dict:
+def run(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     cfg = settings()
     out = {"BootstrapBrokers": cfg.kafka_bootstrap, "TopicsCreated": "", "MigrationsApplied": ""}
     if cfg.event_transport == "kafka":
@@ -39,7 +44,7 @@ def run(env=os.environ) -> dict:
     return out
 
 
-def _answer(event: dict, context, status: str, data: dict, reason: str = "") -> None:
+def _answer(event: dict[str, Any], context: LambdaContext, status: str, data: dict[str, str], reason: str = "") -> None:
     """The custom resource's answer: a PUT of the result to CloudFormation's pre-signed S3 URL."""
     body = json.dumps(
         {
@@ -61,10 +66,11 @@ def _answer(event: dict, context, status: str, data: dict, reason: str = "") -> 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
-def handler(event: dict, context) -> dict:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, str]:
     if "RequestType" not in event:  # invoked directly
         return run()
-    status, data, reason = "SUCCESS", {}, ""
+    status, reason = "SUCCESS", ""
+    data: dict[str, str] = {}
     try:
         if event["RequestType"] != "Delete":
             data = run()

@@ -9,12 +9,16 @@ transport it returns at once (MSK triggers the writer instead)."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from hotledger import observability
 from hotledger.config import settings
 from hotledger.runtime import stream_consumer
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = observability.logger()
 metrics = observability.metrics()
@@ -25,7 +29,7 @@ STOP_BEFORE_TIMEOUT_MS = 3000
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
-def handler(event: dict, context) -> dict:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if settings().event_transport != "redis-stream":
         return {"skipped": "EVENT_TRANSPORT is not redis-stream"}
     consumer = stream_consumer(context.aws_request_id)

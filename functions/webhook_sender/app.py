@@ -5,10 +5,15 @@ Metrics: WebhooksDelivered, WebhooksRetried, WebhooksDeadLettered (alarm on > 0:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from aws_lambda_powertools.metrics import MetricUnit
 
 from hotledger import observability
 from hotledger.runtime import webhooks
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = observability.logger()
 metrics = observability.metrics()
@@ -19,7 +24,7 @@ STOP_BEFORE_TIMEOUT_MS = 8000  # no send starts later, and one lasts SEND_TIMEOU
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
-def handler(event: dict, context) -> dict:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     seconds = max(1.0, (context.get_remaining_time_in_millis() - STOP_BEFORE_TIMEOUT_MS) / 1000)
     counts = webhooks().send_due(seconds=seconds, idle_wait_s=1.0)  # a new event goes out within about a second
     metrics.add_metric(name="WebhooksDelivered", unit=MetricUnit.Count, value=counts["delivered"])

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import binascii
 import gc
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from hotledger import observability
 from hotledger.outbox.events import RawRecord, decode
 from hotledger.runtime import event_keys, writer
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = observability.logger()
 metrics = observability.metrics()
@@ -23,7 +27,7 @@ gc.collect()
 gc.freeze()
 
 
-def msk_records(event: dict) -> list[RawRecord]:
+def msk_records(event: dict[str, Any]) -> list[RawRecord]:
     """The records of an MSK event in partition order, base64 decoded."""
     # binascii.a2b_base64 is base64.b64decode without its per-call argument handling (a tenth of a batch's decode)
     return [
@@ -50,7 +54,7 @@ def last_offsets(records: list[RawRecord]) -> dict[tuple[str, int], int]:
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
-def handler(event: dict, context) -> dict:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, list[dict[str, str]]]:
     records = msk_records(event)
     events, poison = decode(records, event_keys())  # a record the service did not sign is poison
     report = writer().persist(events, poison, last_offsets(records))
