@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -32,7 +33,7 @@ class RefundReply:
         return self.status is RefundStatus.MISSING
 
     @classmethod
-    def parse(cls, raw) -> RefundReply:
+    def parse(cls, raw: Sequence[bytes | str | int]) -> RefundReply:
         status, *rest = reply_fields(raw)
         status = RefundStatus(status)
         if status is RefundStatus.OK:
