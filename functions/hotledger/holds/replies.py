@@ -52,8 +52,8 @@ class HoldReply:
 
     @classmethod
     def parse(cls, raw: Sequence[bytes | str | int]) -> HoldReply:
-        status, *rest = reply_fields(raw)
-        status = HoldStatus(status)
+        head, *rest = reply_fields(raw)
+        status = HoldStatus(head)
         if status is HoldStatus.OK:
             balance, version, epoch, open_flag, available, *change = rest
             amount, captured, state, released, expires_at = change or ("0", "0", ACTIVE, "0", "0")

@@ -47,8 +47,8 @@ class ApplyReply:
 
     @classmethod
     def parse(cls, raw: Sequence[bytes | str | int]) -> ApplyReply:
-        status, *rest = reply_fields(raw)
-        status = ApplyStatus(status)
+        head, *rest = reply_fields(raw)
+        status = ApplyStatus(head)
         if status is ApplyStatus.OK:
             return cls(status, int(rest[0]), int(rest[1]), int(rest[2]), rest[3], rest[4])
         if status is ApplyStatus.REPLAY:

@@ -34,8 +34,8 @@ class RefundReply:
 
     @classmethod
     def parse(cls, raw: Sequence[bytes | str | int]) -> RefundReply:
-        status, *rest = reply_fields(raw)
-        status = RefundStatus(status)
+        head, *rest = reply_fields(raw)
+        status = RefundStatus(head)
         if status is RefundStatus.OK:
             return cls(status, int(rest[0]), int(rest[1]), rest[2], rest[3], int(rest[4]))
         if status is RefundStatus.EXCEEDS:
