@@ -59,7 +59,10 @@ class Change(Protocol[Reply]):
     """One charge-then-make-durable step of a feature, as Durability.apply runs it: the contract every money- or
     stock-moving change implements (the ledger's charge, a hold's change, a refund, a voucher order, a grab)."""
 
-    what: str  # named in the errors: "charge", "order of voucher 7", ...
+    @property
+    def what(self) -> str:
+        """Named in the errors: "charge", "order of voucher 7", ... (read-only: a frozen Step or a class
+        attribute implements it)."""
 
     def attempt(self, change_id: int) -> Reply:
         """One script call under a fresh id (a resend of the same attempt is recognised by the script)."""
