@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pymysql
-from pymysql.cursors import Cursor
+from pymysql.cursors import Cursor as Cursor  # a transaction's; re-exported: only dal/ and stores import the driver
 
 from hotledger.config import Settings, db_credentials, secret_value, settings, with_values
 
