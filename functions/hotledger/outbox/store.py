@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 import redis
@@ -128,7 +129,7 @@ class DeadLetter:
     key: bytes | None
     value: bytes | None
     error: str
-    created_at: object  # datetime
+    created_at: datetime  # the DB's DATETIME (naive UTC)
     replayed_at: int | None
 
     @property
