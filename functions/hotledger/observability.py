@@ -68,7 +68,7 @@ class _Stamp:
 class ServiceLogger(Logger):
     """Powertools' Logger; `info` of a plain line (a text message, plain extra fields) is written without a LogRecord."""
 
-    def info(  # type: ignore[override]  # Powertools' parameters; only a plain call takes the short way
+    def info(  # Powertools' parameters; only a plain call takes the short way
         self, msg: object, *args: object, extra: Mapping[str, object] | None = None, **kwargs: Any
     ) -> None:
         if args or kwargs or not isinstance(msg, str) or not self._plain_line(msg, extra, sys._getframe(1)):
