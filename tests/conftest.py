@@ -179,6 +179,6 @@ def local_hooks(monkeypatch):
     for r in receivers:
         r.close()
         # its endpoints go too: an endpoint left pointing at a closed port would be tried by every later test's sends
-        for endpoint in webhooks().list():
+        for endpoint in webhooks().endpoints():
             if endpoint.url == r.url:
                 webhooks().delete(endpoint.endpoint_id)

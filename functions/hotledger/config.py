@@ -139,7 +139,12 @@ class Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(
-        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, _Variables(settings_cls), _Secrets(settings_cls), _Tunables(settings_cls)
 
@@ -203,7 +208,7 @@ def secret_value(secret_id: str, max_age_s: int, fresh: bool = False) -> str:
     return parameters.get_secret(secret_id, max_age=max_age_s, force_fetch=fresh)
 
 
-def db_credentials(secret: str, env: Mapping[str, str]) -> dict:
+def db_credentials(secret: str, env: Mapping[str, str]) -> dict[str, Any]:
     """Settings from the DB secret (username, password; host, port, dbname unless set by their variables)."""
     value = json.loads(secret)
     values = {"db_user": value["username"], "db_password": value["password"]}

@@ -1,10 +1,31 @@
-"""Powertools Logger, Metrics and Tracer with the service's defaults (env vars still override them)."""
+"""Powertools Logger, Metrics and Tracer with the service's defaults (env vars still override them).
 
+Each charge writes one log line and one EMF line. Powertools builds both generically: a LogRecord with the caller
+found by walking the stack, the record's attributes copied and filtered, the message tried as JSON; every metric
+validated and debug-formatted, the EMF document built and serialized afresh. For the plain cases (an INFO line of a
+text message with plain extra fields; counts of standard resolution under the service dimension) the lines are
+written here from the same state with less work: the same lines, field for field (tests/unit/test_log_lines.py,
+tests/unit/test_metric_lines.py). Anything else takes Powertools' own way."""
+
+from __future__ import annotations
+
+import datetime as dt
 import json
+import logging
 import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.filters import SuppressFilter
+from aws_lambda_powertools.logging.formatter import RESERVED_LOG_ATTRS, LambdaPowertoolsFormatter
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.constants import MAX_METRIC_NAME_LENGTH, MAX_METRICS
 from aws_lambda_powertools.shared.functions import powertools_dev_is_set
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "hotledger")
@@ -16,7 +37,7 @@ _LOG_LINE = json.JSONEncoder(default=str, separators=(",", ":"), ensure_ascii=Fa
 _JSON_STARTS = frozenset('{["-0123456789tfnNI \t\n\r')
 
 
-def _message_as_json(message: str):
+def _message_as_json(message: str) -> Any:
     """Powertools decodes a message that is JSON text into the line's object; a message that cannot be JSON (most:
     "deducted") is refused here without raising out of the JSON decoder."""
     if not message or message[0] not in _JSON_STARTS:
@@ -24,15 +45,187 @@ def _message_as_json(message: str):
     return json.loads(message)
 
 
+# the placeholders of Powertools' default keys, and what they are for an INFO line written here
+_DEFAULT_PLACEHOLDERS = {"%(levelname)s", "%(funcName)s:%(lineno)d", "%(asctime)s"}
+_RESERVED = frozenset(RESERVED_LOG_ATTRS)
+# keys Powertools sets after the extra fields (from the record; None without an exception: left out)
+_NOT_EXTRA = frozenset(
+    {*RESERVED_LOG_ATTRS, "message", "exception", "exception_name", "exception_notes", "stack_trace", "xray_trace_id"}
+)
+
+
+class _Stamp:
+    """What the formatter's formatTime reads of a record."""
+
+    __slots__ = ("created", "msecs")
+
+    def __init__(self) -> None:
+        now_ns = time.time_ns()
+        self.created = now_ns / 1e9
+        self.msecs = float((now_ns % 1_000_000_000) // 1_000_000)
+
+
+class ServiceLogger(Logger):
+    """Powertools' Logger; `info` of a plain line (a text message, plain extra fields) is written without a LogRecord."""
+
+    def info(  # Powertools' parameters; only a plain call takes the short way
+        self, msg: object, *args: object, extra: Mapping[str, object] | None = None, **kwargs: Any
+    ) -> None:
+        if args or kwargs or not isinstance(msg, str) or not self._plain_line(msg, extra, sys._getframe(1)):
+            # one frame more than a direct call: the line's location is still the caller's
+            kwargs["stacklevel"] = cast(int, kwargs.get("stacklevel", 2)) + 1
+            super().info(msg, *args, extra=extra, **kwargs)
+
+    def _plain_line(self, message: str, extra: Mapping[str, object] | None, caller: Any) -> bool:
+        """Writes the line Powertools would write and says True, or writes nothing and says False."""
+        logger = self._logger
+        if self._buffer_config or logger.filters or not self._only_own_handler_writes():
+            return False
+        if not logger.isEnabledFor(logging.INFO):
+            return True  # no line at all, as Powertools would write none
+        if message and message[0] in _JSON_STARTS:
+            return False  # it may be JSON: Powertools decodes it
+        handler = self.registered_handler
+        formatter = handler.formatter
+        if (
+            type(handler) is not logging.StreamHandler
+            or handler.filters
+            or handler.level > logging.INFO
+            or type(formatter) is not LambdaPowertoolsFormatter
+        ):
+            return False
+        line: dict[str, Any] = {}
+        for keys in (formatter.log_format, formatter.thread_safe_get_current_keys()):
+            for key, value in keys.items():
+                if value and key in _RESERVED:
+                    if value == "%(levelname)s":
+                        value = "INFO"
+                    elif value == "%(funcName)s:%(lineno)d":
+                        value = f"{caller.f_code.co_name}:{caller.f_lineno}"
+                    elif value == "%(asctime)s":
+                        value = formatter.formatTime(cast(logging.LogRecord, _Stamp()))
+                    else:
+                        return False  # another record attribute: Powertools fills it in
+                line[key] = value
+        if extra:
+            if not _NOT_EXTRA.isdisjoint(extra):
+                return False
+            line.update(extra)
+        line["message"] = message
+        line["xray_trace_id"] = formatter._get_latest_trace_id()
+        text = formatter.serialize({k: v for k, v in line.items() if v is not None})
+        handler.acquire()
+        try:
+            handler.stream.write(text + handler.terminator)
+            handler.flush()
+        finally:
+            handler.release()
+        return True
+
+    def _only_own_handler_writes(self) -> bool:
+        """A record reaches the loggers above only to be suppressed (Powertools filters the root's handlers for the
+        service's records); a handler that would write it too (pytest's capture, one added later) means the record
+        must be made."""
+        parent = self._logger.parent if self._logger.propagate else None
+        while parent is not None:
+            for handler in parent.handlers:
+                if not any(isinstance(f, SuppressFilter) and f.logger in self._logger.name for f in handler.filters):
+                    return False
+            parent = parent.parent if parent.propagate else None
+        return True
+
+
 def logger() -> Logger:
     # dev (POWERTOOLS_DEV): Powertools indents its lines; else one encoder, shared
     serializer: dict[str, Any] = {} if powertools_dev_is_set() else {"json_serializer": _LOG_LINE.encode}
     # Powertools annotates json_deserializer as returning str; a JSON decoder returns any JSON value
-    return Logger(service=SERVICE, json_deserializer=cast(Any, _message_as_json), **serializer)
+    return ServiceLogger(service=SERVICE, json_deserializer=cast(Any, _message_as_json), **serializer)
+
+
+_VALUES = json.JSONEncoder(separators=(",", ":"))
+
+
+class CountsFirst(AmazonCloudWatchEMFProvider):
+    """Powertools' EMF provider; counts of standard resolution (every request's ApiRequests, a feature's Deducts) are
+    added without generic validation, and an invocation with only those under the service dimension is flushed
+    from a template per metric names."""
+
+    _templates: dict[tuple[str, ...], str] = {}
+
+    def add_metric(self, name: str, unit: MetricUnit | str, value: float, resolution: Any = 60) -> None:
+        if (
+            unit is not MetricUnit.Count
+            or resolution != 60
+            or type(value) is not int
+            or not 0 < len(name) <= MAX_METRIC_NAME_LENGTH
+            or name != name.strip()
+            or len(self.metric_set) >= MAX_METRICS - 1
+        ):
+            super().add_metric(name, unit, value, resolution)
+            return
+        metric = self.metric_set.get(name)
+        if metric is None:
+            metric = self.metric_set[name] = defaultdict(list)
+        elif len(metric["Value"]) >= MAX_METRICS - 1:
+            super().add_metric(name, unit, value, resolution)
+            return
+        metric["Unit"] = "Count"
+        metric["StorageResolution"] = 60
+        metric["Value"].append(float(value))
+
+    def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
+        line = self._counts_line()
+        if line is None:
+            super().flush_metrics(raise_on_empty_metrics)
+            return
+        print(line)
+        self.clear_metrics()
+
+    def _counts_line(self) -> str | None:
+        """The EMF line Powertools would print, or None: it builds this one itself."""
+        metrics, service = self.metric_set, self.service
+        if (
+            not metrics
+            or self.metadata_set
+            or self.dimension_sets
+            or self.timestamp is not None
+            or not self.namespace
+            or not service
+            or (self.dimension_set and self.dimension_set != {"service": service})
+            or is_metrics_disabled()
+        ):
+            return None
+        names = tuple(metrics)
+        for metric in metrics.values():
+            if metric.get("Unit") != "Count" or metric.get("StorageResolution", 60) != 60:
+                return None
+        head = self._templates.get((self.namespace, service, *names))
+        if head is None:
+            definitions = [{"Name": name, "Unit": "Count"} for name in names]
+            head = self._templates[(self.namespace, service, *names)] = (
+                '{"_aws":{"Timestamp":%d,"CloudWatchMetrics":'
+                + _VALUES.encode(
+                    [{"Namespace": self.namespace, "Dimensions": [["service"]], "Metrics": definitions}]
+                ).replace("%", "%%")
+                + "},"
+                + _VALUES.encode({"service": service})[1:-1].replace("%", "%%")
+            )
+        values = _VALUES.encode({name: metric["Value"] for name, metric in metrics.items()})[1:]
+        return head % int(dt.datetime.now().timestamp() * 1000) + "," + values
 
 
 def metrics() -> Metrics:
-    return Metrics(namespace=NAMESPACE, service=SERVICE)
+    shared = Metrics(namespace=NAMESPACE, service=SERVICE)  # the process-wide metric, dimension and metadata sets
+    return Metrics(
+        provider=CountsFirst(
+            namespace=NAMESPACE,
+            service=SERVICE,
+            metric_set=shared.metric_set,
+            dimension_set=shared.dimension_set,
+            metadata_set=shared.metadata_set,
+            default_dimensions=shared.default_dimensions,
+        )
+    )
 
 
 def tracer() -> Tracer:

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from hotledger.dal.budget import Budget
 from hotledger.features import PartContext, ReconcilePart
@@ -27,6 +28,9 @@ from hotledger.ledger.reconcile import AccountsReconcileReport
 from hotledger.notices.journeys import JourneyScanReport
 from hotledger.redpackets.reconcile import PacketReconcileReport
 from hotledger.vouchers.reconcile import VoucherReconcileReport
+
+if TYPE_CHECKING:
+    from hotledger.dal.cursor import Cursors
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +57,7 @@ class Reconciler:
         self,
         parts: Sequence[ReconcilePart],
         age_s: int,
-        cursors=None,
+        cursors: Cursors | None = None,
         part_items: int = 2**62,
         part_s: float = 10.0**9,
         clock: Callable[[], float] = time.monotonic,
@@ -88,7 +92,7 @@ class Reconciler:
         report.part_seconds[part.name] = round(self.clock() - started, 3)
         self._record(part.name, now_ms, report, before)
 
-    def _record(self, part: str, now_ms: int, report: ReconcileReport, before: dict) -> None:
+    def _record(self, part: str, now_ms: int, report: ReconcileReport, before: dict[str, Any]) -> None:
         """The part's last run for operators: what it changed in the report is what it found."""
         if self.cursors is None:
             return
@@ -118,9 +122,9 @@ class Reconciler:
             self.cursors.set(part, after)
 
 
-def _flat(values: dict, prefix: str = "") -> dict:
+def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """A report's fields as name -> value, nested reports' fields as 'vouchers.rebuilt' and so on."""
-    flat = {}
+    flat: dict[str, Any] = {}
     for name, value in values.items():
         if isinstance(value, dict):
             flat.update(_flat(value, f"{prefix}{name}."))

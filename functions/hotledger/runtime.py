@@ -7,7 +7,7 @@ import functools
 from hotledger.config import settings
 from hotledger.dal import publisher
 from hotledger.dal.cursor import Cursors
-from hotledger.dal.delay_queue import DelayQueue, Drainer
+from hotledger.dal.delay_queue import DelayQueue, Drainer, Handler
 from hotledger.dal.event_keys import EventKeys
 from hotledger.dal.idempotency import Idempotency
 from hotledger.dal.ids import IdGenerator
@@ -259,7 +259,7 @@ def journeys() -> Journeys:
     return Journeys(JourneyStore(lua()), inbox(), parse_thresholds(settings().journeys))
 
 
-def delay_handlers() -> dict:
+def delay_handlers() -> dict[str, Handler]:
     """The queues the scheduled drainer serves (every registered feature's), with their handlers; other queues are
     served over HTTP."""
     return {queue: handle for feature in registered() for queue, handle in feature.delay_handlers().items()}
@@ -273,13 +273,17 @@ def delay_drainer() -> Drainer:
 def operations() -> Operations:
     cfg = settings()
     client = lua().client
+
+    def append_to_stream(stream: str, value: bytes) -> None:
+        client.xadd(stream, {"e": value})
+
     transport = Transport(
         streamed=cfg.event_transport == "redis-stream",
         topic=cfg.kafka_topic,
         republish=publisher.republish,
         read=publisher.read,
         shards=cfg.stream_shards,
-        append_to_stream=lambda stream, value: client.xadd(stream, {"e": value}),
+        append_to_stream=append_to_stream,
     )
     return Operations(
         outbox=outbox(),

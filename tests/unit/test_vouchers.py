@@ -383,6 +383,18 @@ def test_reading_a_voucher_redis_lost_rebuilds_it_from_the_db():
         vouchers.get_voucher(99)
 
 
+def test_a_voucher_redis_loses_again_while_it_is_read_is_redis_unavailable_not_a_crash():
+    class LosingRedis(FakeRedis):
+        def stock_left(self, voucher_id, bucket=0):
+            return None  # gone again right after each rebuild (a flush or failover meanwhile)
+
+    db = FakeDb()
+    voucher_id = db.add(stock=4)
+    vouchers, *_ = service(db, LosingRedis())
+    with pytest.raises(RedisUnavailable):
+        vouchers.get_voucher(voucher_id)
+
+
 def test_an_order_is_pending_in_redis_then_persisted_in_the_db_or_not_found():
     db = FakeDb()
     voucher_id = db.add()

@@ -6,6 +6,7 @@ console's view of past runs until the next one."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis
 
@@ -15,7 +16,7 @@ from hotledger.dal.redis_store import redis_errors_translated, text
 
 @redis_errors_translated
 class Cursors:
-    def __init__(self, client: redis.Redis):
+    def __init__(self, client: redis.Redis | redis.RedisCluster):
         self.client = client
 
     def get(self, part: str) -> int:
@@ -25,9 +26,10 @@ class Cursors:
     def set(self, part: str, after: int) -> None:
         self.client.set(keys.reconcile_cursor(part), after)
 
-    def record_run(self, part: str, run: dict) -> None:
+    def record_run(self, part: str, run: dict[str, Any]) -> None:
         """The part's last run: {at_ms, seconds, failed, findings} (JSON), replacing the one before."""
         self.client.hset(keys.reconcile_runs(), part, json.dumps(run, separators=(",", ":"), default=str))
 
-    def last_runs(self) -> dict[str, dict]:
+    def last_runs(self) -> dict[str, dict[str, Any]]:
+        """Each part's last run, as record_run wrote it (a JSON object)."""
         return {text(part): json.loads(raw) for part, raw in self.client.hgetall(keys.reconcile_runs()).items()}

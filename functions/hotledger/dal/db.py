@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import pymysql
+from pymysql.cursors import Cursor as Cursor  # a transaction's; re-exported: only dal/ and stores import the driver
 
 from hotledger.config import Settings, db_credentials, secret_value, settings, with_values
 
@@ -50,7 +53,7 @@ def refused(exc: BaseException) -> str | None:
 ACCESS_DENIED = 1045
 
 
-def tls_args(cfg: Settings) -> dict:
+def tls_args(cfg: Settings) -> dict[str, str | bool]:
     """PyMySQL's TLS arguments: with DB_TLS=verify the chain and the host name are checked (PyMySQL >= 1.1)."""
     if cfg.db_tls != "verify":
         return {}
@@ -123,7 +126,7 @@ def _drop_connection() -> None:
 
 
 @contextlib.contextmanager
-def transaction():
+def transaction() -> Iterator[Cursor]:
     """Yield a cursor inside BEGIN ... COMMIT; roll back on any error. Connection-level (transient) failures
     surface as DatabaseUnavailable so callers can retry or fail the batch; a refusal of the data (see refused())
     is raised as PyMySQL raised it, after the rollback."""
@@ -154,8 +157,12 @@ def transaction():
         raise CommitOutcomeUnknown(str(exc)) from exc
 
 
-def query(sql: str, args=None) -> list[tuple]:
-    """Autocommit read."""
+# a statement's parameters: positional (%s) or named (%(name)s)
+SqlArgs = Sequence[object] | Mapping[str, object] | None
+
+
+def query(sql: str, args: SqlArgs = None) -> list[tuple[Any, ...]]:
+    """Autocommit read: the rows, as PyMySQL answers them (a tuple of the columns' values each)."""
     try:
         conn = connection()
         with conn.cursor() as cur:
@@ -166,10 +173,10 @@ def query(sql: str, args=None) -> list[tuple]:
         raise DatabaseUnavailable(str(exc)) from exc
 
 
-def execute(sql: str, args=None) -> int:
+def execute(sql: str, args: SqlArgs = None) -> int:
     """One statement in its own transaction; returns the affected row count."""
     with transaction() as cur:
-        return cur.execute(sql, args)
+        return int(cur.execute(sql, args))
 
 
 def to_datetime(ms: int) -> datetime:

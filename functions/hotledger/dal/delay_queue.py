@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import cast
+from typing import TypeVar, cast
 
 import redis
+from redis.client import PubSub
 
 from hotledger import keys
 from hotledger.dal.redis_store import (
@@ -39,9 +40,10 @@ from hotledger.dal.redis_store import (
 
 log = logging.getLogger(__name__)
 NO_TIME = -1
+_E = TypeVar("_E")
 
 
-def canonical(element) -> str:
+def canonical(element: object) -> str:
     """Strings stay as they are; anything else becomes compact JSON with sorted keys, so equal elements are
     equal members."""
     return element if isinstance(element, str) else json.dumps(element, sort_keys=True, separators=(",", ":"))
@@ -96,7 +98,7 @@ class QueueFull(Exception):
     """A new element for a queue holding its bound (waiting + taken); nothing was changed."""
 
 
-def _ms(score) -> int:
+def _ms(score: bytes | str | float) -> int:
     """A zset score as the script returns it (text, maybe in exponent form) -> epoch ms."""
     return int(float(score))
 
@@ -111,16 +113,18 @@ def delay_offer(lua: Lua, queue: str, element: str, due_at_ms: int, bound: int =
 def delay_remove(lua: Lua, queue: str, element: str) -> bool:
     """True when the element was there (waiting or taken)."""
     return (
-        lua.run(
-            "delay_remove",
-            [
-                keys.delay_due(queue),
-                keys.delay_taken(queue),
-                keys.delay_receipts(queue),
-                keys.delay_deliveries(queue),
-                keys.delay_dead(queue),
-            ],
-            [element],
+        int(
+            lua.run(
+                "delay_remove",
+                [
+                    keys.delay_due(queue),
+                    keys.delay_taken(queue),
+                    keys.delay_receipts(queue),
+                    keys.delay_deliveries(queue),
+                    keys.delay_dead(queue),
+                ],
+                [element],
+            )
         )
         == 1
     )
@@ -139,7 +143,7 @@ def delay_take(lua: Lua, queue: str, now_ms: int, limit: int, visibility_ms: int
         ],
         [now_ms, limit, visibility_ms, max_deliveries],
     )
-    taken = []
+    taken: list[Delivery] = []
     for i in range(0, len(elements), 4):
         element = text(elements[i])
         taken.append(
@@ -230,7 +234,12 @@ class DelayQueue:
         self.max_size = max_size  # bounds offers made with bounded=True (clients'); 0: none
 
     def offer(
-        self, queue: str, element, due_at_ms: int | None = None, delay_ms: int | None = None, bounded: bool = False
+        self,
+        queue: str,
+        element: object,
+        due_at_ms: int | None = None,
+        delay_ms: int | None = None,
+        bounded: bool = False,
     ) -> bool:
         """True when new, False when it was there and its due time moved. bounded: a new element for a queue
         holding max_size elements (waiting + taken) raises QueueFull."""
@@ -242,13 +251,13 @@ class DelayQueue:
             raise QueueFull(f"queue {queue!r} holds {self.max_size} elements")
         return offered.new
 
-    def remove(self, queue: str, element) -> bool:
+    def remove(self, queue: str, element: object) -> bool:
         return delay_remove(self.lua, queue, canonical(element))
 
-    def contains(self, queue: str, element) -> bool:
+    def contains(self, queue: str, element: object) -> bool:
         return not self.absent(queue, [element])
 
-    def absent(self, queue: str, elements: list) -> list:
+    def absent(self, queue: str, elements: Sequence[_E]) -> list[_E]:
         """The elements neither waiting nor taken (one pipelined round trip)."""
         pipe = self.redis.pipeline(transaction=False)
         for element in elements:
@@ -261,7 +270,7 @@ class DelayQueue:
             if due is None and taken is None
         ]
 
-    def due_at(self, queue: str, element) -> int | None:
+    def due_at(self, queue: str, element: object) -> int | None:
         score = self.redis.zscore(keys.delay_due(queue), canonical(element))
         return None if score is None else int(score)
 
@@ -326,7 +335,7 @@ class DelayQueue:
         lag = max(0, now - int(head[0][1])) if head else 0
         return QueueStats(waiting, taken, dead, lag)
 
-    def wake_signals(self, queues: list[str]):
+    def wake_signals(self, queues: list[str]) -> PubSub:
         """A sharded pub/sub subscription to the queues' earliest-due channels (an offer publishes an earlier due time)."""
         return shard_subscription(self.redis, [keys.delay_channel(name) for name in queues])
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 # the canonical JSON the MACs cover: one encoder for all, json.dumps would make one per call
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
@@ -27,11 +28,12 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 _SIGNATURE = re.compile(rb',"kid":("(?:[^"\\]|\\.)*"),"mac":"([0-9a-f]{64})"\}\Z')
 
 
-def canonical(fields: dict) -> bytes:
+def canonical(fields: object) -> bytes:
+    """The canonical JSON of a JSON value (an event's fields, or one string of them)."""
     return _CANONICAL.encode(fields).encode()
 
 
-def record_value(event: dict) -> bytes:
+def record_value(event: dict[str, Any]) -> bytes:
     """The record's bytes: canonical JSON of the event's fields, then its `kid` and `mac` (when signed)."""
     fields = {k: v for k, v in event.items() if k not in ("kid", "mac")}
     body = canonical(fields)
@@ -66,7 +68,7 @@ class Keyring:
     previous_until: float = 0.0  # epoch seconds
 
     @classmethod
-    def parse(cls, value: dict) -> Keyring:
+    def parse(cls, value: dict[str, Any]) -> Keyring:
         previous = value.get("previous_kid") and value.get("previous_key")
         return cls(
             value["kid"],
@@ -96,6 +98,7 @@ class EventKeys:
     def keyring(self, fresh: bool = False) -> Keyring:
         """The current keyring; `fresh` reads the secret again instead of the cached one (Powertools keeps the
         secret's value for max_age_s; each value is parsed once, not once per signed event)."""
+        value: dict[str, Any] | str
         if self.secret_id:
             from aws_lambda_powertools.utilities import parameters
 

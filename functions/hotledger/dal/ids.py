@@ -50,7 +50,7 @@ class LeaseAction(Enum):
 def ids_lease(lua: Lua, key: str, token: str, action: LeaseAction, lease_ms: int = 0) -> bool:
     """Release or renew (for lease_ms) a lease key only while it holds our token; False when it is gone or
     someone else's."""
-    return lua.run("ids_lease", [key], [token, action.value, lease_ms]) == 1
+    return int(lua.run("ids_lease", [key], [token, action.value, lease_ms])) == 1
 
 
 @redis_errors_translated

@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -68,7 +68,7 @@ class AcquireReply:
     pttl: int = 0
 
     @classmethod
-    def parse(cls, raw) -> AcquireReply:
+    def parse(cls, raw: Sequence[bytes | str | int]) -> AcquireReply:
         status, *rest = reply_fields(raw)
         if AcquireStatus(status) is AcquireStatus.ACQUIRED:
             return cls(AcquireStatus.ACQUIRED, fence=int(rest[0]), count=int(rest[1]))
@@ -104,7 +104,7 @@ def lock_release(lua: Lua, name: str, owner: str, now_ms: int) -> ReleaseStatus:
 
 def lock_renew(lua: Lua, name: str, owner: str, lease_ms: int) -> bool:
     """False when the owner no longer holds the lock (lease expired, taken over)."""
-    return lua.run("lock_renew", [keys.lock(name)], [owner, lease_ms]) == 1
+    return int(lua.run("lock_renew", [keys.lock(name)], [owner, lease_ms])) == 1
 
 
 @dataclass
@@ -122,7 +122,9 @@ class Holding:
 class Watchdog:
     """Renews the leases of the locks this process holds; one daemon thread, started on first use."""
 
-    def __init__(self, renew, lease_ms: int, on_lost: Callable[[Holding], None] | None = None):
+    def __init__(
+        self, renew: Callable[[Holding], bool], lease_ms: int, on_lost: Callable[[Holding], None] | None = None
+    ):
         self._renew, self._lease_ms, self._on_lost = renew, lease_ms, on_lost
         self._held: dict[tuple[str, str], Holding] = {}
         self._guard = threading.Lock()
@@ -251,7 +253,7 @@ class DistributedLock:
         return lock_renew(self.lua, holding.name, holding.owner, self.lease_ms)
 
     @contextlib.contextmanager
-    def hold(self, name: str, wait_ms: int | None = None):
+    def hold(self, name: str, wait_ms: int | None = None) -> Iterator[Holding]:
         holding = self.acquire(name, wait_ms)
         try:
             yield holding

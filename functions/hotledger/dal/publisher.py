@@ -21,11 +21,15 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from hotledger.config import Settings, settings
 
+if TYPE_CHECKING:  # the clients are imported where used: a process loads only the one it runs
+    from confluent_kafka import KafkaError
+
 _lock = threading.Lock()
-_current = None
+_current: _Confluent | _KafkaPython | None = None
 
 
 class NotAcknowledged(Exception):
@@ -47,13 +51,17 @@ def msk_iam_token(region: str) -> tuple[str, int]:
     """An MSK IAM auth token for this region and its expiry (epoch ms), signed with the function's credentials."""
     from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
 
-    return MSKAuthTokenProvider.generate_auth_token(region)
+    token, expiry_ms = MSKAuthTokenProvider.generate_auth_token(region)  # the signer is untyped: (str, int)
+    return str(token), int(expiry_ms)
 
 
-def confluent_connection(cfg: Settings) -> dict:
+def confluent_connection(cfg: Settings) -> dict[str, Any]:
     """How a librdkafka client reaches the brokers and signs in (the producer, the end-offset reader and the setup's
-    admin client that creates topics)."""
-    config = {"bootstrap.servers": cfg.kafka_bootstrap, "security.protocol": cfg.kafka_security_protocol.lower()}
+    admin client that creates topics). librdkafka's settings: text, numbers, flags and callbacks (oauth_cb)."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": cfg.kafka_bootstrap,
+        "security.protocol": cfg.kafka_security_protocol.lower(),
+    }
     if cfg.kafka_auth == "iam":
 
         def oauth_cb(_oauth_config: str) -> tuple[str, float]:
@@ -66,21 +74,26 @@ def confluent_connection(cfg: Settings) -> dict:
     return config
 
 
-def msk_iam_token_provider(region: str):
+def msk_iam_token_provider(region: str) -> object:
     """kafka-python's OAUTHBEARER token source: a fresh MSK IAM token per broker connection (imported here: the
     confluent path never loads kafka-python)."""
     from kafka.net.sasl.oauth import AbstractTokenProvider
 
-    class MskIamTokenProvider(AbstractTokenProvider):
+    # kafka-python ships no types: its base class is Any to mypy (disallow_subclassing_any)
+    class MskIamTokenProvider(AbstractTokenProvider):  # type: ignore[misc, unused-ignore]
         def token(self) -> str:
             return msk_iam_token(region)[0]
 
     return MskIamTokenProvider()
 
 
-def kafka_python_connection(cfg: Settings) -> dict:
-    """How a kafka-python client reaches the brokers and signs in (the producer and the end-offset reader)."""
-    config = {"bootstrap_servers": cfg.kafka_bootstrap.split(","), "security_protocol": cfg.kafka_security_protocol}
+def kafka_python_connection(cfg: Settings) -> dict[str, Any]:
+    """How a kafka-python client reaches the brokers and signs in (the producer and the end-offset reader): its
+    keyword arguments."""
+    config: dict[str, Any] = {
+        "bootstrap_servers": cfg.kafka_bootstrap.split(","),
+        "security_protocol": cfg.kafka_security_protocol,
+    }
     if cfg.kafka_auth == "iam":
         config.update(
             {
@@ -92,7 +105,7 @@ def kafka_python_connection(cfg: Settings) -> dict:
     return config
 
 
-def confluent_config(cfg: Settings) -> dict:
+def confluent_config(cfg: Settings) -> dict[str, Any]:
     return {
         **confluent_connection(cfg),
         "acks": "all",
@@ -103,7 +116,7 @@ def confluent_config(cfg: Settings) -> dict:
     }
 
 
-def kafka_python_config(cfg: Settings) -> dict:
+def kafka_python_config(cfg: Settings) -> dict[str, Any]:
     timeout_ms = int(cfg.publish_timeout_s * 1000)
     return {
         **kafka_python_connection(cfg),
@@ -134,11 +147,13 @@ class _Confluent:
         self.producer = Producer(confluent_config(cfg))
 
     def send(self, topic: str, key: bytes, value: bytes) -> None:
-        outcome: dict = {}
+        outcome: dict[str, KafkaError | None] = {}  # "err": the delivery report's error, None when acknowledged
+
+        def delivered(err: KafkaError | None, _msg: object) -> None:
+            outcome.setdefault("err", err)
+
         try:
-            self.producer.produce(
-                topic, key=key, value=value, on_delivery=lambda err, _msg: outcome.setdefault("err", err)
-            )
+            self.producer.produce(topic, key=key, value=value, on_delivery=delivered)
         except Exception as exc:  # BufferError when the queue is full, KafkaException for bad config
             raise NotAcknowledged(repr(exc)) from exc
         deadline = time.monotonic() + self.timeout_s
@@ -177,13 +192,17 @@ class _Confluent:
                 msg = reader.poll(min(0.1, max(deadline - time.monotonic(), 0)))
                 if msg is None:
                     continue
-                if msg.error() is None:
-                    ends[msg.partition()] = max(ends[msg.partition()], msg.offset() + 1)
-                elif msg.error().code() == KafkaError._PARTITION_EOF:  # its offset: where the fetched log ends
-                    ends[msg.partition()] = max(ends[msg.partition()], msg.offset())
-                    unread.discard(msg.partition())
-                else:
-                    raise NotAcknowledged(str(msg.error()))
+                error = msg.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise NotAcknowledged(str(error))
+                partition, offset = msg.partition(), msg.offset()
+                if partition is None or offset is None:  # librdkafka gives both for a record and for a partition EOF
+                    raise NotAcknowledged(f"a fetch answered without its partition or offset: {error}")
+                if error is None:
+                    ends[partition] = max(ends[partition], offset + 1)
+                else:  # the partition's EOF; its offset: where the fetched log ends
+                    ends[partition] = max(ends[partition], offset)
+                    unread.discard(partition)
             return ends
         finally:
             reader.close()
@@ -248,7 +267,7 @@ class _KafkaPython:
         self.producer.close(timeout=0)
 
 
-def _producer():
+def _producer() -> _Confluent | _KafkaPython:
     global _current
     with _lock:
         if _current is None:

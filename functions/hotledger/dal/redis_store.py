@@ -9,13 +9,16 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, ParamSpec, TypeVar, overload
 from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
-from redis.cluster import ClusterNode
+from redis.client import Pipeline, PubSub
+from redis.cluster import ClusterNode, ClusterPipeline
+from redis.commands.core import Script
 from redis.retry import Retry
 
 from hotledger.config import CLUSTER_SCHEMES, Settings, settings
@@ -42,7 +45,15 @@ def translate(exc: redis.RedisError) -> RedisUnavailable:
     return kind(f"{type(exc).__name__}: {exc}")
 
 
-def redis_errors_translated(cls):
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_C = TypeVar("_C", bound=type)
+
+# what a script takes in ARGV (redis-py encodes each)
+ScriptArg = bytes | str | int | float
+
+
+def redis_errors_translated(cls: _C) -> _C:
     """Class decorator for stores and dal classes: their public methods raise RedisUnavailable /
     RedisOutcomeUnknown instead of redis-py's errors."""
     for name, member in list(vars(cls).items()):
@@ -55,9 +66,9 @@ def redis_errors_translated(cls):
     return cls
 
 
-def _translating(method):
+def _translating(method: Callable[_P, _R]) -> Callable[_P, _R]:
     @functools.wraps(method)
-    def call(*args, **kwargs):
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(*args, **kwargs)
         except redis.RedisError as exc:
@@ -76,8 +87,16 @@ class Lua:
             path.stem: client.register_script(path.read_text()) for path in sorted(Path(lua_dir).glob("*.lua"))
         }
 
-    def run(self, name: str, keys: list[str], args: list, client=None):
-        """Run one script; with a pipeline as client it is queued there and its reply comes from execute()."""
+    def run(
+        self,
+        name: str,
+        keys: list[str],
+        args: Sequence[ScriptArg],
+        client: redis.Redis | redis.RedisCluster | ScriptsPipeline | None = None,
+    ) -> Any:
+        """Run one script; with a pipeline as client it is queued there and its reply comes from execute().
+        The reply is redis-py's, untyped (Any): its shape is the script's, which each store's typed wrapper knows
+        and converts (an int, bytes, an array of them, ...)."""
         if isinstance(client, ScriptsPipeline):
             return client.queue(self._scripts[name], keys, args)
         try:
@@ -85,7 +104,8 @@ class Lua:
         except redis.RedisError as exc:
             raise translate(exc) from exc
 
-    def pipeline(self):
+    def pipeline(self) -> ScriptsPipeline | Pipeline:
+        """A pipeline without a transaction (scripts and other commands; their replies come from execute())."""
         if isinstance(self.client, redis.RedisCluster):
             return ScriptsPipeline(self.client)
         return self.client.pipeline(transaction=False)
@@ -103,24 +123,30 @@ class ScriptsPipeline:
 
     def __init__(self, client: redis.RedisCluster):
         self._client = client
-        self._pipe = client.pipeline(transaction=False)
-        self._scripts: dict[int, tuple] = {}  # position in the pipeline -> (script, keys, args)
+        # redis-py leaves RedisCluster.pipeline unannotated (it answers a ClusterPipeline)
+        self._pipe: ClusterPipeline = client.pipeline(transaction=False)  # type: ignore[no-untyped-call, unused-ignore]
+        # position in the pipeline -> (script, keys, args)
+        self._scripts: dict[int, tuple[Script, list[str], Sequence[ScriptArg]]] = {}
 
-    def queue(self, script, keys: list[str], args: list):
+    def queue(self, script: Script, keys: list[str], args: Sequence[ScriptArg]) -> Any:
         self._scripts[len(self._pipe)] = (script, keys, args)
         # redis-py blocks the evalsha method on cluster pipelines (it cannot load scripts there), and a cluster
         # pipeline asks the client's default node for an EVALSHA's keys (COMMAND GETKEYS): a dead default node then
         # fails every pipeline until something else makes the client discover the cluster again. Every script's
         # keys share one hash tag, so the slot is computed here and the command sent to its master; a resend after
         # a connection error (redis-py's, one by one) routes by the keys on the client as well.
-        return self._pipe.execute_command(
-            "EVALSHA", script.sha, len(keys), *keys, *args, target_nodes=self._client.get_node_from_key(keys[0])
+        # redis-py leaves RedisCluster.get_node_from_key unannotated (it answers a ClusterNode)
+        node: ClusterNode = self._client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call, unused-ignore]
+        # redis-py leaves ClusterPipeline.execute_command unannotated (it answers the pipeline)
+        return self._pipe.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
+            "EVALSHA", script.sha, len(keys), *keys, *args, target_nodes=node
         )
 
-    def __getattr__(self, command):
+    def __getattr__(self, command: str) -> Any:
+        """Any other command, queued on the cluster pipeline (redis-py's commands, untyped replies)."""
         return getattr(self._pipe, command)
 
-    def execute(self):
+    def execute(self) -> list[Any]:
         replies = self._pipe.execute(raise_on_error=False)
         for position, reply in enumerate(replies):
             if isinstance(reply, redis.exceptions.NoScriptError) and position in self._scripts:
@@ -137,10 +163,16 @@ class AttemptsKept(Retry):
     last). Whether a command may have run depends on every attempt: one that timed out after Redis ran the
     script, followed by resends refused at connect, must not read as "nothing changed" (never_ran)."""
 
-    def call_with_retry(self, do, fail, is_retryable=None, with_failure_count=False):
+    def call_with_retry(
+        self,
+        do: Callable[[], _R],
+        fail: Callable[[Exception], Any] | Callable[[Exception, int], Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> _R:
         attempts: list[Exception] = []
 
-        def attempt():
+        def attempt() -> _R:
             try:
                 return do()
             except Exception as error:
@@ -150,7 +182,7 @@ class AttemptsKept(Retry):
         try:
             return super().call_with_retry(attempt, fail, is_retryable, with_failure_count)
         except Exception as error:
-            error.attempts = tuple(attempts)
+            keep_attempts(error, tuple(attempts))
             raise
 
 
@@ -166,11 +198,12 @@ class AttemptsKeptCluster(redis.RedisCluster):
     meanwhile), not through its Retry: keep every attempt's error on the error it finally raises, as AttemptsKept
     does, for never_ran."""
 
-    def __init__(self, *args, seed: tuple[str, int] | None = None, **kwargs):
+    def __init__(self, *args: Any, seed: tuple[str, int] | None = None, **kwargs: Any):
         self._attempts = threading.local()  # before the base class's start-up, which runs commands already
         super().__init__(*args, **kwargs)
         if seed is not None:
-            self._keep_seed(ClusterNode(*seed))
+            # redis-py leaves ClusterNode's constructor unannotated
+            self._keep_seed(ClusterNode(*seed))  # type: ignore[no-untyped-call, unused-ignore]
 
     def _keep_seed(self, seed: ClusterNode) -> None:
         """Keep the configured address among the nodes a topology refresh starts from. redis-py replaces them with
@@ -184,28 +217,33 @@ class AttemptsKeptCluster(redis.RedisCluster):
         def keep() -> None:
             if seed.name not in manager.startup_nodes:
                 # a new dict: redis-py's startup nodes are its node cache itself after a discovery
-                manager.startup_nodes = {**manager.startup_nodes, seed.name: ClusterNode(seed.host, seed.port)}
+                # redis-py leaves ClusterNode's constructor unannotated
+                node = ClusterNode(seed.host, seed.port)  # type: ignore[no-untyped-call, unused-ignore]
+                manager.startup_nodes = {**manager.startup_nodes, seed.name: node}
 
-        def initialize_keeping_seed(*args, **kwargs):
+        def initialize_keeping_seed(*args: Any, **kwargs: Any) -> object:
             try:
                 return initialize(*args, **kwargs)
             finally:
                 keep()
 
-        manager.initialize = initialize_keeping_seed  # redis-py's own, wrapped
+        # redis-py's own, wrapped on this one instance (setattr: a method is not assigned to, but here it is meant)
+        setattr(manager, "initialize", initialize_keeping_seed)  # noqa: B010
         keep()
 
-    def execute_command(self, *args, **kwargs):
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         self._attempts.errors = []
         try:
-            return super().execute_command(*args, **kwargs)
+            # redis-py leaves RedisCluster.execute_command unannotated (its reply is the command's, untyped)
+            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
         except Exception as error:
-            error.attempts = tuple(self._attempts.errors) or (error,)
+            keep_attempts(error, tuple(self._attempts.errors) or (error,))
             raise
 
-    def _execute_command(self, target_node, *args, **kwargs):
+    def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super()._execute_command(target_node, *args, **kwargs)
+            # redis-py leaves RedisCluster._execute_command unannotated (its reply is the command's, untyped)
+            return super()._execute_command(target_node, *args, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
         except Exception as error:
             getattr(self._attempts, "errors", []).append(error)
             raise
@@ -258,7 +296,7 @@ def expire_once(client: redis.Redis | redis.RedisCluster, names: list[str], ttl_
 def text(value: bytes | str) -> str: ...
 @overload
 def text(value: None) -> None: ...
-def text(value):
+def text(value: bytes | str | None) -> str | None:
     """A Redis reply as text (redis-py answers bytes); None stays None (a missing key or field)."""
     return value.decode() if isinstance(value, bytes) else value
 
@@ -267,15 +305,26 @@ def never_ran(exc: redis.RedisError) -> bool:
     """True when every attempt redis-py made (AttemptsKept) was refused at connect: the command cannot have
     reached Redis. One attempt that timed out or lost its connection mid-command leaves the outcome unknown,
     whatever the later attempts met."""
-    return all(
-        isinstance(attempt.__context__, ConnectionRefusedError) for attempt in getattr(exc, "attempts", None) or (exc,)
-    )
+    return all(isinstance(attempt.__context__, ConnectionRefusedError) for attempt in attempts_of(exc) or (exc,))
 
 
-def shard_subscription(client, channels: list[str]):
+def keep_attempts(error: BaseException, attempts: tuple[BaseException, ...]) -> None:
+    """Keep every attempt's error on the error finally raised (never_ran reads them with attempts_of); an attribute
+    of the exception's own, which its type does not declare."""
+    setattr(error, "attempts", attempts)  # noqa: B010
+
+
+def attempts_of(error: BaseException) -> tuple[BaseException, ...]:
+    """The attempts keep_attempts kept on the error; () when it kept none."""
+    attempts: tuple[BaseException, ...] | None = getattr(error, "attempts", None)
+    return attempts or ()
+
+
+def shard_subscription(client: redis.Redis | redis.RedisCluster, channels: list[str]) -> PubSub:
     """A sharded pub/sub subscription (SSUBSCRIBE, Redis 7): on a cluster each channel is heard on the master of
     its slot, where the scripts SPUBLISH it; on one Redis it works the same."""
-    pubsub = client.pubsub()
+    # redis-py leaves pubsub() unannotated (a PubSub; a ClusterPubSub, its subclass, on a cluster)
+    pubsub: PubSub = client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
     pubsub.ssubscribe(*channels)
     return pubsub
 
@@ -285,7 +334,7 @@ def shard_subscription(client, channels: list[str]):
 LISTEN_SLICE_S = 0.05
 
 
-def wait_for_message(pubsub, timeout_s: float, addressed_to: str | None = None) -> bool:
+def wait_for_message(pubsub: PubSub, timeout_s: float, addressed_to: str | None = None) -> bool:
     """Sleep until a published message arrives (True) or timeout_s passes (False); subscribe confirmations
     do not count, nor, with addressed_to, messages whose payload names someone else."""
     end = time.monotonic() + timeout_s
@@ -298,6 +347,6 @@ def wait_for_message(pubsub, timeout_s: float, addressed_to: str | None = None) 
     return False
 
 
-def reply_fields(raw) -> list[Any]:
+def reply_fields(raw: Iterable[bytes | str | int]) -> list[str]:
     """A script's array reply as text: [status, field, ...] (integers as their decimal text)."""
     return [str(x) if isinstance(x, int) else text(x) for x in raw]

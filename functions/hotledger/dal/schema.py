@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pymysql.connections import Connection
+
 
 def _statements(sql: str) -> list[str]:
     lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
     return [stmt.strip() for stmt in "\n".join(lines).split(";") if stmt.strip()]
 
 
-def migrate(conn, database: str, migrations: Path) -> list[str]:
+def migrate(conn: Connection, database: str, migrations: Path) -> list[str]:
     """Apply what is new over `conn` (autocommit, no database selected); returns the files applied now."""
-    applied_now = []
+    applied_now: list[str] = []
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS `{database}` CHARACTER SET utf8mb4")
         cur.execute(f"USE `{database}`")

@@ -11,7 +11,7 @@ def bootstrap_brokers(cluster_arn: str) -> str:
     """The IAM-authenticated bootstrap brokers of an MSK cluster (provisioned or serverless), host:9098,..."""
     import boto3
 
-    return boto3.client("kafka").get_bootstrap_brokers(ClusterArn=cluster_arn)["BootstrapBrokerStringSaslIam"]
+    return str(boto3.client("kafka").get_bootstrap_brokers(ClusterArn=cluster_arn)["BootstrapBrokerStringSaslIam"])
 
 
 def dead_letter_topic(topic: str) -> str:
@@ -21,7 +21,8 @@ def dead_letter_topic(topic: str) -> str:
 
 def ensure_topics(cfg: Settings, names: list[str], partitions: int, timeout_s: float = 30) -> list[str]:
     """Create the topics that do not exist yet (the others are left as they are); returns the ones created."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    # confluent-kafka documents NewTopic under confluent_kafka.admin, whose stub re-imports it without exporting it
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined, unused-ignore]
 
     admin = AdminClient(confluent_connection(cfg))
     existing = set(admin.list_topics(timeout=timeout_s).topics)

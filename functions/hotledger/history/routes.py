@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
@@ -61,7 +61,7 @@ class StatementView(BaseModel):
     closing_balance: str = Field(description="opening_balance + the entries' balance changes")
 
 
-def _entry(e: HistoryEntry) -> dict:
+def _entry(e: HistoryEntry) -> dict[str, Any]:
     return {
         "seq": e.seq,
         "entry_id": str(e.entry_id),
@@ -106,13 +106,13 @@ def list_entries(
     types: Annotated[str | None, Query(max_length=512)] = None,
     since: EpochMs = None,
     until: EpochMs = None,
-) -> dict:
+) -> dict[str, Any]:
     page = history().entries(user_id, limit, cursor, _filters(types, since, until))
     return {"entries": [_entry(e) for e in page.entries], "next_cursor": page.next_cursor}
 
 
 @router.get("/accounts/<user_id>/balance", responses=responses(200, BalanceView, "the balance at `at`", _NOT_FOUND))
-def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> dict:
+def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> dict[str, Any]:
     found = history().balance_at(user_id, at)
     return {
         "balance": format_minor(found.balance),
@@ -137,7 +137,7 @@ def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> di
 )
 def statement(
     user_id: UserId, since: Annotated[int, Query(ge=0, lt=2**53)], until: Annotated[int, Query(ge=1, lt=2**53)]
-) -> dict:
+) -> dict[str, Any]:
     s = history().statement(user_id, since, until)
     return {
         "since": s.since,

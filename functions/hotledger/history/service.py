@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hotledger import errors
@@ -115,7 +116,12 @@ class Statement:
 
 
 class History:
-    def __init__(self, store: HistoryStore, pending_entries, is_known_account):
+    def __init__(
+        self,
+        store: HistoryStore,
+        pending_entries: Callable[[int], list[Entry]],
+        is_known_account: Callable[[int], bool],
+    ) -> None:
         """pending_entries(user_id) -> the account's entries charged in Redis and not in the DB yet (the ledger's);
         is_known_account(user_id) -> bool."""
         self.store, self.pending_entries, self.is_known_account = store, pending_entries, is_known_account

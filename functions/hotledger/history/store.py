@@ -59,7 +59,8 @@ class HistoryStore:
         self, user_id: int, seq_from: int, seq_to: int, types: tuple[str, ...], limit: int, newest_first: bool = True
     ) -> list[BookedEntry]:
         """Entries with seq_from <= seq <= seq_to of these types (all when empty), at most `limit`."""
-        where, args = "user_id = %s AND seq BETWEEN %s AND %s", [user_id, seq_from, seq_to]  # type: list[object]
+        where = "user_id = %s AND seq BETWEEN %s AND %s"
+        args: list[object] = [user_id, seq_from, seq_to]
         if types:
             where += f" AND type IN ({','.join(['%s'] * len(types))})"
             args += list(types)

@@ -3,13 +3,16 @@ reconciler part that ends those whose delay element was lost."""
 
 from __future__ import annotations
 
-from hotledger.features import Feature, ReconcilePart
+from collections.abc import Callable
+from typing import Any
+
+from hotledger.features import Feature, PartContext, ReconcilePart
 
 # an expired hold counts for nothing at once; its expiry entry is the drainer's, and the reconciler's past this grace
 EXPIRY_GRACE_MS = 60_000
 
 
-def _delay_handlers() -> dict:
+def _delay_handlers() -> dict[str, Callable[[list[str]], Any]]:
     from hotledger import runtime
     from hotledger.holds.service import HOLD_EXPIRY
 
@@ -21,7 +24,7 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
 
     holds = runtime.holds()
 
-    def expired_holds(run):
+    def expired_holds(run: PartContext) -> int:
         after, ended = run.cursor, 0
         while not run.budget.exhausted:
             due = holds.overdue(run.now_ms - EXPIRY_GRACE_MS, after, run.budget.page(100))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from hotledger.dal.redis_store import reply_fields
 from hotledger.holds.rows import ACTIVE
+from hotledger.ledger.entry import carried
+from hotledger.outbox.events import LedgerEvent
 
 
 class HoldStatus(Enum):
@@ -48,9 +51,9 @@ class HoldReply:
         return self.status is HoldStatus.MISSING
 
     @classmethod
-    def parse(cls, raw) -> HoldReply:
-        status, *rest = reply_fields(raw)
-        status = HoldStatus(status)
+    def parse(cls, raw: Sequence[bytes | str | int]) -> HoldReply:
+        head, *rest = reply_fields(raw)
+        status = HoldStatus(head)
         if status is HoldStatus.OK:
             balance, version, epoch, open_flag, available, *change = rest
             amount, captured, state, released, expires_at = change or ("0", "0", ACTIVE, "0", "0")
@@ -74,3 +77,18 @@ class HoldReply:
         if status is HoldStatus.EXCEEDS:
             return cls(status, remaining=int(rest[0]))
         return cls(status)
+
+    @classmethod
+    def booked(cls, change: LedgerEvent) -> HoldReply:
+        """A change the SYNC path made (Ledger.change_in_db), as the script answers one it made (OK); its event carries
+        the hold's fields (an authorize's, no captured_after: nothing is captured yet)."""
+        return cls(
+            HoldStatus.OK,
+            change.balance_after,
+            change.version,
+            available=carried(change.available_after, "available_after"),
+            amount=change.amount,
+            captured=change.captured_after or 0,
+            state=carried(change.hold_state, "hold_state"),
+            released=change.released,
+        )

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, RouteKey, once
+from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
 from api.responses import UNAVAILABLE, responses
 from api.rules import ADMIN, SERVICE, only, path_arg
 from api.schemas import Amount
@@ -65,7 +66,7 @@ class HoldsPage(BaseModel):
     next_after: str | None = Field(description="pass as after= for the next (older) page; null: this was the last")
 
 
-def _answer(view: HoldView) -> dict:
+def _answer(view: HoldView) -> dict[str, Any]:
     h = view.hold
     return {
         "hold_id": str(h.hold_id),
@@ -99,8 +100,10 @@ def _answer(view: HoldView) -> dict:
         (409, KEY_CONFLICT[1]),
     ),
 )
-def authorize(user_id: UserId, request: Annotated[AuthorizeRequest, Body()], idempotency_key: RouteKey = None):
-    def run(attempt):
+def authorize(
+    user_id: UserId, request: Annotated[AuthorizeRequest, Body()], idempotency_key: RouteKey = None
+) -> Response[str]:
+    def run(attempt: Attempt) -> dict[str, Any]:
         view = holds().authorize(
             user_id, request.amount, request.expires_in_s, request.description, attempt.remember, attempt.resumed_from
         )
@@ -133,8 +136,8 @@ def authorize(user_id: UserId, request: Annotated[AuthorizeRequest, Body()], ide
 )
 def capture(
     user_id: UserId, hold_id: HoldId, request: Annotated[CaptureRequest, Body()], idempotency_key: RouteKey = None
-):
-    def run(attempt):
+) -> Response[str]:
+    def run(attempt: Attempt) -> dict[str, Any]:
         return _answer(
             holds().capture(user_id, hold_id, request.amount, request.final, attempt.remember, attempt.resumed_from)
         )
@@ -162,8 +165,8 @@ def capture(
         (409, _ENDED + KEY_CONFLICT[1]),
     ),
 )
-def void(user_id: UserId, hold_id: HoldId, idempotency_key: RouteKey = None):
-    def run(attempt):
+def void(user_id: UserId, hold_id: HoldId, idempotency_key: RouteKey = None) -> Response[str]:
+    def run(attempt: Attempt) -> dict[str, Any]:
         return _answer(holds().void(user_id, hold_id, attempt.remember, attempt.resumed_from))
 
     return once(
@@ -178,7 +181,7 @@ def void(user_id: UserId, hold_id: HoldId, idempotency_key: RouteKey = None):
 
 
 @router.get("/accounts/<user_id>/holds/<hold_id>", responses=responses(200, HoldAnswer, "the hold", _NOT_FOUND))
-def get_hold(user_id: UserId, hold_id: HoldId) -> dict:
+def get_hold(user_id: UserId, hold_id: HoldId) -> dict[str, Any]:
     return _answer(HoldView(holds().get(user_id, hold_id)))
 
 
@@ -190,7 +193,7 @@ def list_holds(
     state: HoldState = None,
     limit: Annotated[int, Query(gt=0, le=200)] = 50,
     after: Annotated[int | None, Query(gt=0, lt=2**63)] = None,
-) -> dict:
+) -> dict[str, Any]:
     found = holds().list(user_id, state, limit + 1, after or 0)
     page = found[:limit]
     return {

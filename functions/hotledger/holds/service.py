@@ -27,12 +27,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from hotledger import errors
+from hotledger.dal.delay_queue import DelayQueue
 from hotledger.holds.replies import HoldReply, HoldStatus
-from hotledger.holds.rows import Hold
-from hotledger.holds.store import ACTIVE, CAPTURE, EXPIRE, VOID, HoldStore
+from hotledger.holds.rows import ACTIVE, Hold
+from hotledger.holds.store import CAPTURE, EXPIRE, VOID, HoldStore
 from hotledger.holds.tx import insert_changes, lock_hold
 from hotledger.ledger.entry import Entry, HoldChange
-from hotledger.ledger.service import after_change
+from hotledger.ledger.rows import AccountRow
+from hotledger.ledger.service import Ledger, after_change
+from hotledger.ledger.tx import LedgerTx
 from hotledger.money import MAX_MINOR
 from hotledger.outbox.durable import Durability, Outbound, Step
 from hotledger.outbox.events import LedgerEvent
@@ -41,6 +44,10 @@ HOLD_EXPIRY = "hold-expiry"  # delay queue of 'user_id:hold_id' elements, due at
 EXPIRY_RETRY_MS = 1_000
 MAX_EXPIRES_IN_S = 30 * 86_400
 ENDED = {"CAPTURED": errors.HoldCaptured, "VOIDED": errors.HoldVoided, "EXPIRED": errors.HoldExpired}
+
+# what a request leaves before any effect: the id of the hold or change it is about to make (api.idempotency's
+# Attempt.remember), so a retry of a request that died resumes from it
+Remember = Callable[[str], object]
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,11 @@ class Holds:
         self,
         store: HoldStore,
         durability: Durability,
-        ledger,
-        queue,
+        ledger: Ledger,
+        queue: DelayQueue,
         next_id: Callable[[], int],
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
-    ):
+    ) -> None:
         """ledger: the accounts' service (load_cache, take_back of an entry, post of a durable entry); queue: the
         delay queue that tidies expired holds."""
         self.store, self.durability, self.ledger, self.queue = store, durability, ledger, queue
@@ -73,7 +80,7 @@ class Holds:
         amount: int,
         expires_in_s: int,
         description: str,
-        remember=None,
+        remember: Remember | None = None,
         resumed_from: str | None = None,
     ) -> HoldView:
         if not 0 < amount <= MAX_MINOR:
@@ -108,7 +115,7 @@ class Holds:
             )
             return self._outbound(entry)
 
-        def in_db(tx, account, now_ms: int) -> LedgerEvent:
+        def in_db(tx: LedgerTx, account: AccountRow, now_ms: int) -> LedgerEvent:
             available = account.balance - tx.live_on_hold(account, now_ms)
             if account.open_flag != "1":
                 raise errors.ApiClosed("the account's API is closed")
@@ -139,7 +146,7 @@ class Holds:
                 change = self.ledger.change_in_db(user_id, hold_id, in_db, insert_changes)
                 if change is None:
                     continue  # ASYNC after all: the stale cache was dropped
-                reply = HoldReply(HoldStatus.OK, change.balance_after, change.version, available=change.available_after)
+                reply = HoldReply.booked(change)
             self._schedule_expiry(user_id, hold_id, expires_at)
             return HoldView(made[hold_id], reply.balance, reply.available, hold_id)
 
@@ -150,12 +157,14 @@ class Holds:
         hold_id: int,
         amount: int | None,
         final: bool,
-        remember=None,
+        remember: Remember | None = None,
         resumed_from: str | None = None,
     ) -> HoldView:
         return self._change(CAPTURE, user_id, hold_id, amount or 0, final, remember, resumed_from)
 
-    def void(self, user_id: int, hold_id: int, remember=None, resumed_from: str | None = None) -> HoldView:
+    def void(
+        self, user_id: int, hold_id: int, remember: Remember | None = None, resumed_from: str | None = None
+    ) -> HoldView:
         return self._change(VOID, user_id, hold_id, 0, False, remember, resumed_from)
 
     def expire_due(self, elements: list[str]) -> None:
@@ -190,7 +199,14 @@ class Holds:
         return self.store.due_in_db(before_ms, after_id, limit)
 
     def _change(
-        self, op: str, user_id: int, hold_id: int, amount: int, final: bool, remember, resumed_from: str | None
+        self,
+        op: str,
+        user_id: int,
+        hold_id: int,
+        amount: int,
+        final: bool,
+        remember: Remember | None,
+        resumed_from: str | None,
     ) -> HoldView:
         if resumed_from is not None:
             found = self._changed(user_id, int(resumed_from))
@@ -221,7 +237,7 @@ class Holds:
             )
             return self._outbound(entry, waits=op == CAPTURE and reply.state == ACTIVE)
 
-        def in_db(tx, account, now_ms: int) -> LedgerEvent:
+        def in_db(tx: LedgerTx, account: AccountRow, now_ms: int) -> LedgerEvent:
             hold = lock_hold(tx.cursor, user_id, hold_id)
             if hold is None:
                 raise errors.HoldNotFound(f"hold {hold_id} of account {user_id} does not exist")
@@ -255,18 +271,13 @@ class Holds:
             entry_id_of[0] = entry_id
             change = self.ledger.change_in_db(user_id, entry_id, in_db, insert_changes)
             if change is not None:
-                reply = HoldReply(
-                    HoldStatus.OK,
-                    change.balance_after,
-                    change.version,
-                    available=change.available_after,
-                    amount=change.amount,
-                    captured=change.captured_after,
-                    state=change.hold_state,
-                    released=change.released,
-                )
+                reply = HoldReply.booked(change)
                 break
         hold = self.store.cached(user_id, hold_id) or self.store.stored(user_id, hold_id)
+        if hold is None:
+            # the change stands, but Redis lost the hold before the DB booked it: no answer to give (not a domain
+            # error, which would free the Idempotency-Key: a retry resumes from the change once the hold is readable)
+            raise LookupError(f"hold {hold_id} of account {user_id}, changed by entry {entry_id}, could not be read")
         # as this change left it: a later change by another request may have moved it since
         return HoldView(
             replace(hold, captured=reply.captured, state=reply.state), reply.balance, reply.available, entry_id
@@ -288,7 +299,14 @@ class Holds:
         return [self._as_seen(h) for h in sorted(chosen, key=lambda h: h.hold_id, reverse=True)[:limit]]
 
     # helpers ----------------------------------------------------------------------------------------------------
-    def _apply(self, user_id: int, attempt, outbound, what: str, hold_id: int | None = None) -> tuple[int, HoldReply]:
+    def _apply(
+        self,
+        user_id: int,
+        attempt: Callable[[int], HoldReply],
+        outbound: Callable[[int, HoldReply], Outbound],
+        what: str,
+        hold_id: int | None = None,
+    ) -> tuple[int, HoldReply]:
         return self.durability.apply(
             Step(
                 what=what,
@@ -332,7 +350,9 @@ class Holds:
             return ENDED[stored.state](f"hold {hold_id} is {stored.state.lower()} already")
         return errors.HoldNotFound(f"hold {hold_id} of account {user_id} does not exist")
 
-    def _outbound_of(self, outbound):
+    def _outbound_of(
+        self, outbound: Callable[[int, HoldReply], Outbound]
+    ) -> Callable[[int, HoldReply], Outbound | None]:
         return lambda change_id, reply: outbound(change_id, reply) if reply.status is HoldStatus.OK else None
 
     def _outbound(self, entry: Entry, waits: bool = False) -> Outbound:

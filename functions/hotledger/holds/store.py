@@ -73,13 +73,15 @@ class HoldStore:
 
     def adopt(self, hold: Hold) -> str:
         """hold_adopt.lua: the DB's ACTIVE hold back into the cached account ('adopted', 'known' or 'missing')."""
-        return reply_fields(
-            self.lua.run(
-                "hold_adopt",
-                [keys.balance(hold.user_id), keys.holds(hold.user_id), keys.hold_expiry(hold.user_id)],
-                [hold.hold_id, hold.record(), hold.expires_at, hold.amount - hold.captured],
-            )
-        )[0]
+        return str(
+            reply_fields(
+                self.lua.run(
+                    "hold_adopt",
+                    [keys.balance(hold.user_id), keys.holds(hold.user_id), keys.hold_expiry(hold.user_id)],
+                    [hold.hold_id, hold.record(), hold.expires_at, hold.amount - hold.captured],
+                )
+            )[0]
+        )
 
     def cached(self, user_id: int, hold_id: int) -> Hold | None:
         raw = self.redis.hget(keys.holds(user_id), str(hold_id))
@@ -126,7 +128,8 @@ class HoldStore:
 
     def stored_page(self, user_id: int, state: str | None, after_id: int, limit: int) -> list[Hold]:
         """The account's holds the DB knows, newest first, below after_id (0: from the newest)."""
-        where, args = "WHERE user_id = %s AND id < %s", [user_id, after_id or 2**63 - 1]  # type: list[object]
+        where = "WHERE user_id = %s AND id < %s"
+        args: list[object] = [user_id, after_id or 2**63 - 1]
         if state:
             where += " AND state = %s"
             args.append(state)

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hotledger.holds.rows import ACTIVE, Hold
+from hotledger.ledger.entry import carried
+
+if TYPE_CHECKING:
+    from pymysql.cursors import Cursor
+
+    from hotledger.outbox.events import LedgerEvent
 
 HOLD_SELECT = (
     "SELECT id, user_id, amount, captured, state, expires_at, created_at, COALESCE(description, '') FROM t_hold"
 )
 
 
-def active_holds(cursor, user_id: int) -> list[Hold]:
+def active_holds(cursor: Cursor, user_id: int) -> list[Hold]:
     """The account's ACTIVE holds as the DB holds them (in the caller's transaction, under the account row lock)."""
     cursor.execute(HOLD_SELECT + " WHERE user_id = %s AND state = 'ACTIVE'", (user_id,))
     return [Hold(*row) for row in cursor.fetchall()]
 
 
-def expired_on_hold(cursor, user_id: int, now_ms: int) -> int:
+def expired_on_hold(cursor: Cursor, user_id: int, now_ms: int) -> int:
     """What the account's ACTIVE holds past expires_at still keep in the DB (not tidied yet: they count for nothing)."""
     cursor.execute(
         "SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s AND state = 'ACTIVE'"
@@ -25,14 +33,14 @@ def expired_on_hold(cursor, user_id: int, now_ms: int) -> int:
     return int(cursor.fetchone()[0])
 
 
-def lock_hold(cursor, user_id: int, hold_id: int) -> Hold | None:
+def lock_hold(cursor: Cursor, user_id: int, hold_id: int) -> Hold | None:
     """The hold, its row locked until the transaction ends (the SYNC path's compare-and-set)."""
     cursor.execute(HOLD_SELECT + " WHERE id = %s AND user_id = %s FOR UPDATE", (hold_id, user_id))
     row = cursor.fetchone()
     return None if row is None else Hold(*row)
 
 
-def insert_changes(cursor, events) -> None:
+def insert_changes(cursor: Cursor, events: list[LedgerEvent]) -> None:
     """The writer's part for a batch's hold changes (kinds H, C, V, X; new to the DB): t_hold_change rows and t_hold
     brought up to date. Order-independent: an authorize sets what the hold is, a capture adds to what is captured,
     the change that ends a hold sets its final state; each change is applied once (the writer skips booked ids)."""
@@ -42,7 +50,7 @@ def insert_changes(cursor, events) -> None:
         "INSERT INTO t_hold_change (id, user_id, hold_id, kind, amount, released, version, create_time) VALUES "
         + ",".join(
             "(%d,%d,%d,'%s',%d,%d,%d,FROM_UNIXTIME(%d/1000))"
-            % (e.id, e.user_id, e.hold_id, e.kind, e.amount, e.released, e.version, e.ts)
+            % (e.id, e.user_id, carried(e.hold_id, "hold_id"), e.kind, e.amount, e.released, e.version, e.ts)
             for e in events
         )
     )
@@ -52,7 +60,14 @@ def insert_changes(cursor, events) -> None:
             cursor.execute(
                 "INSERT INTO t_hold (id, user_id, amount, captured, state, expires_at, created_at, description) VALUES "
                 "(%d,%d,%d,0,'ACTIVE',%d,%d,%s)"
-                % (e.hold_id, e.user_id, e.amount, e.expires_at, e.ts, escape(e.description or ""))
+                % (
+                    carried(e.hold_id, "hold_id"),
+                    e.user_id,
+                    e.amount,
+                    carried(e.expires_at, "expires_at"),
+                    e.ts,
+                    escape(e.description or ""),
+                )
                 + " ON DUPLICATE KEY UPDATE amount = VALUES(amount), expires_at = VALUES(expires_at),"
                 " created_at = VALUES(created_at), description = VALUES(description)"
             )
@@ -63,7 +78,7 @@ def insert_changes(cursor, events) -> None:
                 "INSERT INTO t_hold (id, user_id, amount, captured, state, expires_at, created_at, ended_at) VALUES "
                 "(%d,%d,0,%d,'%s',%d,0,%s)"
                 % (
-                    e.hold_id,
+                    carried(e.hold_id, "hold_id"),
                     e.user_id,
                     captured,
                     ended or ACTIVE,

@@ -22,19 +22,38 @@ from hotledger.ledger.entry import CLIENT_PREFIX, KIND_DEDUCT, KIND_REFUND, Book
 
 
 class Change(Protocol):
-    """What the writer and the SYNC path book: a ledger event (outbox.events.LedgerEvent) or a SYNC charge."""
+    """What the writer and the SYNC path book: a ledger event (outbox.events.LedgerEvent) or a SYNC charge. Read
+    only: booking reads a change, never sets it (so a frozen model or a narrower type, e.g. a Literal kind, fits)."""
 
-    id: int
-    user_id: int
-    kind: str
-    amount: int
-    version: int
-    ts: int
-    idem_key: str | None
+    @property
+    def id(self) -> int: ...
 
-    hold_id: int | None
-    refund_of: int | None
-    refund_of_kind: str | None
+    @property
+    def user_id(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def amount(self) -> int: ...
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def ts(self) -> int: ...
+
+    @property
+    def idem_key(self) -> str | None: ...
+
+    @property
+    def hold_id(self) -> int | None: ...
+
+    @property
+    def refund_of(self) -> int | None: ...
+
+    @property
+    def refund_of_kind(self) -> str | None: ...
 
     @property
     def delta(self) -> int: ...
@@ -81,7 +100,7 @@ def type_and_ref(
     return plain, None
 
 
-def refund_ref(change) -> str | None:
+def refund_ref(change: Change) -> str | None:
     """What a refund gives back: 'order:<id>' or 'hold:<id>'."""
     return f"{change.refund_of_kind}:{change.refund_of}" if change.kind == KIND_REFUND else None
 

@@ -7,10 +7,21 @@ empty); the writer persists it from its event, the reconciler from the string wh
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from hotledger.outbox.events import LedgerEvent
 
 KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND = "D", "R", "F"
+
+T = TypeVar("T")
+
+
+def carried(value: T | None, field: str) -> T:
+    """A LedgerEvent field that its kind always carries (the model keeps it optional for the other kinds): a hold
+    change's hold_id, a refund's refund_of. An event without it is refused (TypeError, as '%d' % None refused it)."""
+    if value is None:
+        raise TypeError(f"the event carries no {field}")
+    return value
 
 
 class ServiceKey(str):
@@ -81,11 +92,11 @@ class Entry:
     def to_event(self) -> LedgerEvent:
         return LedgerEvent(**self.event())
 
-    def event(self) -> dict:
+    def event(self) -> dict[str, Any]:
         """The event as published: a deduct's or recharge's without the hold fields (the bytes signed and sent stay
         what they were). Its fields are LedgerEvent's, from this entry's typed values: a charge does not build and
         dump the model to publish them (the writer validates every event it reads)."""
-        fields = {
+        fields: dict[str, Any] = {
             "type": "ledger",
             "id": self.entry_id,
             "kind": self.kind,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
-from hotledger.features import Feature, ReconcilePart
+from hotledger.features import Feature, PartContext, ReconcilePart
 
 
-def _persisters() -> dict:
+def _persisters() -> dict[type, Any]:
     from hotledger import runtime
     from hotledger.outbox.events import LedgerEvent
 
@@ -19,7 +20,7 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
 
     reconcile = runtime.ledger_reconcile()
 
-    def accounts(run):
+    def accounts(run: PartContext) -> int:
         done = reconcile.run(run.now_ms, run.age_s, run.budget, run.cursor)
         for name, value in asdict(done).items():
             setattr(run.report, name, value)

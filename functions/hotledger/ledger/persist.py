@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from contextlib import AbstractContextManager
+from typing import Any
 
 from hotledger.holds.tx import insert_changes
 from hotledger.ledger.book import book
@@ -30,6 +32,7 @@ from hotledger.ledger.entry import HOLD_KINDS, KIND_REFUND, LedgerHead
 from hotledger.ledger.rows import AccountMove, IdempotentAnswer, LockedAccount
 from hotledger.ledger.service import fingerprint
 from hotledger.ledger.store import LedgerStore
+from hotledger.ledger.tx import LedgerTx
 from hotledger.outbox.events import LedgerEvent
 from hotledger.outbox.persister import BatchPersister, Judged
 from hotledger.outbox.store import OutboxStore
@@ -78,7 +81,7 @@ def now_ms() -> int:
 KEY_TAKEN = "Idempotency-Key already answered by another entry"
 
 
-def answer_of(e: LedgerEvent) -> dict:
+def answer_of(e: LedgerEvent) -> dict[str, Any]:
     """The answer an ASYNC charge gave, as t_idempotency keeps it (the fields of LedgerResult)."""
     return {
         "entry_id": e.id,
@@ -95,9 +98,11 @@ def split_by_key(
 ) -> tuple[list[LedgerEvent], list[LedgerEvent]]:
     """(the entries to persist, the entries whose Idempotency-Key already answers another entry), in batch order:
     the first entry of a key wins in a batch; a key whose stored answer is a refusal is taken by the entry."""
-    kept, taken, seen = [], [], set()
+    kept: list[LedgerEvent] = []
+    taken: list[LedgerEvent] = []
+    seen: set[tuple[int, str]] = set()
     for e in events:
-        key = (e.user_id, e.idem_key)
+        key = (e.user_id, e.idem_key or "")  # '' for an entry without a key: not looked at below
         stored = answers.get(key)
         if e.idem_key is not None and (key in seen or (stored is not None and "refused" not in stored.answer)):
             taken.append(e)
@@ -118,17 +123,17 @@ class LedgerPersister(BatchPersister[LedgerEvent]):
         unique, report.duplicates = distinct(events, lambda e: e.id)
         return unique
 
-    def transaction(self):
+    def transaction(self) -> AbstractContextManager[LedgerTx]:
         return self.store.transaction()
 
-    def lock(self, tx, events: list[LedgerEvent]) -> dict[int, LockedAccount]:
+    def lock(self, tx: LedgerTx, events: list[LedgerEvent]) -> dict[int, LockedAccount]:
         return tx.lock_accounts({e.user_id for e in events})
 
-    def rolled_back(self, tx, locked: dict[int, LockedAccount], events: list[LedgerEvent]) -> set[int]:
+    def rolled_back(self, tx: LedgerTx, locked: dict[int, LockedAccount], events: list[LedgerEvent]) -> set[int]:
         # the DB's rollback records, read under the row locks the API records them under
         return tx.rolled_back([e.id for e in events if e.user_id in locked])
 
-    def judge(self, tx, locked: dict[int, LockedAccount], events: list[LedgerEvent]) -> Judged[LedgerEvent]:
+    def judge(self, tx: LedgerTx, locked: dict[int, LockedAccount], events: list[LedgerEvent]) -> Judged[LedgerEvent]:
         orphans = [e for e in events if e.user_id not in locked]
         known = [e for e in events if e.user_id in locked]
         fresh, clashes = split_by_db(known, tx.stored_entries([(e.id, e.kind) for e in known]))
@@ -149,7 +154,7 @@ class LedgerPersister(BatchPersister[LedgerEvent]):
             ],
         )
 
-    def write(self, tx, locked: dict[int, LockedAccount], fresh: list[LedgerEvent]) -> None:
+    def write(self, tx: LedgerTx, locked: dict[int, LockedAccount], fresh: list[LedgerEvent]) -> None:
         tx.insert_events(fresh)
         insert_changes(tx.cursor, [e for e in fresh if e.kind in HOLD_KINDS])
         insert_refunds(tx.cursor, [e for e in fresh if e.kind == KIND_REFUND])

@@ -73,7 +73,7 @@ class LedgerReconcile:
             report.oldest_pending_age_s = max(report.oldest_pending_age_s, (now_ms - cache.oldest_ms) / 1000)
         if cache.stale:
             self._compensate(account.user_id, cache.stale, report)
-        if cache.balance is None:
+        if cache.balance is None or cache.version is None:  # not cached (every script that sets a balance sets v)
             return
         if account.deduct_type == "SYNC":
             if cache.version < account.version:

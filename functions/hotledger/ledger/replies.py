@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -45,9 +46,9 @@ class ApplyReply:
         return self.status is ApplyStatus.MISSING
 
     @classmethod
-    def parse(cls, raw) -> ApplyReply:
-        status, *rest = reply_fields(raw)
-        status = ApplyStatus(status)
+    def parse(cls, raw: Sequence[bytes | str | int]) -> ApplyReply:
+        head, *rest = reply_fields(raw)
+        status = ApplyStatus(head)
         if status is ApplyStatus.OK:
             return cls(status, int(rest[0]), int(rest[1]), int(rest[2]), rest[3], rest[4])
         if status is ApplyStatus.REPLAY:
@@ -71,7 +72,7 @@ class RollbackReply:
     version: int | None = None
 
     @classmethod
-    def parse(cls, raw) -> RollbackReply:
+    def parse(cls, raw: Sequence[bytes | str | int]) -> RollbackReply:
         status, *rest = reply_fields(raw)
         return cls(RollbackStatus(status), *(int(x) for x in rest))
 
@@ -89,7 +90,7 @@ class ToSyncReply:
     pending: int = 0
 
     @classmethod
-    def parse(cls, raw) -> ToSyncReply:
+    def parse(cls, raw: Sequence[bytes | str | int]) -> ToSyncReply:
         status, *rest = reply_fields(raw)
         return cls(ToSyncStatus(status), *(int(x) for x in rest))
 
@@ -106,7 +107,7 @@ class ReconcileReply:
     version: int | None = None  # the new cached version when OK
 
     @classmethod
-    def parse(cls, raw) -> ReconcileReply:
+    def parse(cls, raw: Sequence[bytes | str | int]) -> ReconcileReply:
         status, *rest = reply_fields(raw)
         return cls(ReconcileStatus(status), *(int(x) for x in rest))
 
@@ -117,7 +118,7 @@ class SettleReply:
     flagged: bool  # an entry was charged from an earlier cache load: the reconciler corrects the account
 
 
-def settled(raw) -> bool:
+def settled(raw: bytes | str) -> bool:
     """ledger_settle keeps a persisted entry's string as 'settled;<entry string>' for a while, as resend evidence
     for ledger_apply: it is no pending entry."""
     return text(raw).startswith("settled;")

@@ -4,8 +4,9 @@ Amounts arrive validated as integer minor units (api.schemas.Amount / Threshold)
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
@@ -24,6 +25,7 @@ from api.schemas import (
     RechargeResult,
 )
 from hotledger import observability
+from hotledger.ledger.service import Account, LedgerResult
 from hotledger.money import format_minor
 from hotledger.runtime import ledger
 
@@ -36,10 +38,10 @@ _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND")
 _CHARGE_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another body; IDEMPOTENCY_IN_PROGRESS")
 
 
-def _charged(id_field: str, result):
-    """A charge's answer (DeductResult / RechargeResult), serialized once, here. The hot routes return this Response
-    and carry no return annotation: a dict would be validated against the annotation, dumped by pydantic and then
-    serialized again by the resolver, on every deduct."""
+def _charged(id_field: str, result: LedgerResult) -> Response[str]:
+    """A charge's answer (DeductResult / RechargeResult), serialized once, here. The hot routes return this Response,
+    annotated as one: a dict would be validated against the annotation, dumped by pydantic and then serialized again
+    by the resolver, on every deduct (the resolver only checks the body is a str)."""
     return json_answer(
         {
             id_field: str(result.entry_id),
@@ -52,7 +54,7 @@ def _charged(id_field: str, result):
     )
 
 
-def _account_body(account) -> dict:
+def _account_body(account: Account) -> dict[str, Any]:
     return AccountView(
         user_id=account.user_id,
         user_name=account.user_name,
@@ -80,14 +82,14 @@ _BACKLOG = (
     status_code=201,
     responses=responses(201, AccountCreated, "account created", (409, "DUPLICATE_USER_NAME")),
 )
-def create_account(request: Annotated[CreateAccountRequest, Body()]) -> dict:
+def create_account(request: Annotated[CreateAccountRequest, Body()]) -> dict[str, Any]:
     user_id = ledger().create_account(request.user_name, request.deduct_type, request.threshold)
     metrics.add_metric(name="AccountsCreated", unit=MetricUnit.Count, value=1)
     return {"user_id": user_id}
 
 
 @router.get("/accounts/<user_id>", responses=responses(200, AccountView, "the account", _NOT_FOUND))
-def get_account(user_id: UserId) -> dict:
+def get_account(user_id: UserId) -> dict[str, Any]:
     return _account_body(ledger().get_account(user_id))
 
 
@@ -101,7 +103,7 @@ def get_account(user_id: UserId) -> dict:
         (409, "PENDING_ORDERS: switch to SYNC once nothing is pending"),
     ),
 )
-def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body()]) -> dict:
+def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body()]) -> dict[str, Any]:
     return _account_body(ledger().patch_account(user_id, request.deduct_type, request.threshold, request.api_open))
 
 
@@ -118,7 +120,9 @@ def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body(
         _BACKLOG,
     ),
 )
-def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None):
+def recharge(
+    user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None
+) -> Response[str]:
     result = ledger().recharge(user_id, request.amount, idempotency_key)
     metrics.add_metric(name="Recharges", unit=MetricUnit.Count, value=1)
     _log_charge("recharged", result)
@@ -139,7 +143,9 @@ def recharge(user_id: UserId, request: Annotated[AmountRequest, Body()], idempot
         _BACKLOG,
     ),
 )
-def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None):
+def deduct(
+    user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None
+) -> Response[str]:
     result = ledger().deduct(user_id, request.amount, idempotency_key)
     metrics.add_metric(name="Deducts", unit=MetricUnit.Count, value=1)
     _log_charge("deducted", result)
@@ -150,7 +156,7 @@ def deduct(user_id: UserId, request: Annotated[AmountRequest, Body()], idempoten
     "/accounts/<user_id>/orders/<order_id>",
     responses=responses(200, OrderView, "the order", (404, "ACCOUNT_NOT_FOUND or ORDER_NOT_FOUND")),
 )
-def get_order(user_id: UserId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -> dict:
+def get_order(user_id: UserId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -> dict[str, Any]:
     order = ledger().get_deduct(user_id, order_id)
     return OrderView(
         order_id=str(order.entry_id),
@@ -161,7 +167,7 @@ def get_order(user_id: UserId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -
     ).model_dump()
 
 
-def _log_charge(what: str, result) -> None:
+def _log_charge(what: str, result: LedgerResult) -> None:
     # one line per money movement: with the correlation id it ties a request to its entry id
     logger.info(
         what,

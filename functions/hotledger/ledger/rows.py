@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hotledger.ledger.entry import (
     LedgerHead,
@@ -37,7 +39,7 @@ class AccountRow:
     open_flag: str
 
     @classmethod
-    def of(cls, row) -> AccountRow:
+    def of(cls, row: Sequence[Any]) -> AccountRow:
         user_id, user_name, deduct_type, balance, version, threshold, seq, on_hold, booked_at, api_open, reason = row
         return cls(
             user_id,
@@ -127,7 +129,7 @@ class IdempotentAnswer:
     ASYNC entry it persists; never deleted (a key is answered the same for good)."""
 
     fingerprint: str
-    answer: dict
+    answer: dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from hotledger import errors, keys
 from hotledger.dal.db import CommitOutcomeUnknown
-from hotledger.dal.lock import Holding
+from hotledger.dal.lock import DistributedLock, Holding
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.holds.store import holds_with_pending
@@ -42,6 +43,9 @@ from hotledger.ledger.tx import LedgerTx
 from hotledger.money import MAX_MINOR, format_minor
 from hotledger.outbox.durable import LOAD_ATTEMPTS, Durability, Outbound
 from hotledger.outbox.events import LedgerEvent
+
+if TYPE_CHECKING:
+    from hotledger.ledger.tx import Cursor
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ def fingerprint(kind: str, user_id: int, amount: int) -> str:
     return hashlib.sha256(f"{kind}:{user_id}:{amount}".encode()).hexdigest()
 
 
-_REFUSALS = {
+_REFUSALS: dict[ApplyStatus, Callable[[ApplyReply], errors.DomainError]] = {
     ApplyStatus.CLOSED: lambda r: errors.ApiClosed(
         "the account's API is closed (balance exhausted or closed by an operator)"
     ),
@@ -142,7 +146,7 @@ BUSINESS_REFUSALS = frozenset({ApplyStatus.CLOSED, ApplyStatus.INSUFFICIENT, App
 # payment orders payorder<id>): their callers keep the outcome in their own state (a FAILED packet, an OPEN payment
 # order, a credit to retry) and charge again under the same key once the cause is gone (a pay after a top-up), so a
 # refusal is not their answer. Client keys are stored under their own prefix (entry.stored_key): the two never meet.
-def refusal_is_answer(idem_key: str | None) -> bool:
+def refusal_is_answer(idem_key: str | None) -> TypeGuard[str]:
     """Whether a business refusal is this key's answer for good (every client key, never a ServiceKey)."""
     return bool(idem_key) and not isinstance(idem_key, ServiceKey)
 
@@ -153,7 +157,7 @@ def refusal(reply: ApplyReply) -> errors.DomainError | None:
     return refuse(reply) if refuse else None
 
 
-def refusal_answer(reply: ApplyReply) -> dict:
+def refusal_answer(reply: ApplyReply) -> dict[str, Any]:
     """A business refusal as t_idempotency keeps it (enough to answer it again with the same message)."""
     return {"refused": reply.status.value, "balance": reply.balance, "version": reply.version}
 
@@ -217,7 +221,7 @@ def _outcome_unknown(kind: str, user_id: int, entry_id: int, why: str) -> errors
 
 
 @contextlib.contextmanager
-def _commit_outcome_of(kind: str, user_id: int, entry_id: int):
+def _commit_outcome_of(kind: str, user_id: int, entry_id: int) -> Iterator[None]:
     try:
         yield
     except CommitOutcomeUnknown as exc:
@@ -254,7 +258,8 @@ class _Charge:
         if reply.status is ApplyStatus.UNKNOWN_KEY:
             # Redis has no record of this key (a new key, or one Redis forgot: expired, lost, or answered on SYNC):
             # the DB keeps every answer; one read, only for keys Redis does not know
-            seen = self.store.stored_answer(self.user_id, self.idem_key)
+            # only a keyed charge is answered so (the script asks only when the charge has a fingerprint)
+            seen = self.store.stored_answer(self.user_id, self.idem_key) if self.idem_key is not None else None
             if seen is not None:
                 return stored_reply(seen, self.request)
             self.key_checked = True
@@ -267,7 +272,7 @@ class _Charge:
 
     def refusal(self, reply: ApplyReply) -> errors.DomainError | None:
         error = refusal(reply)
-        if error is not None and self.refusal_final and reply.status in BUSINESS_REFUSALS:
+        if error is not None and refusal_is_answer(self.idem_key) and reply.status in BUSINESS_REFUSALS:
             # the refusal is the key's answer for good: kept in the DB (Redis recorded it too) before it is given
             self.store.remember_refusal(self.user_id, self.idem_key, self.request, refusal_answer(reply))
         return error
@@ -304,7 +309,7 @@ class Ledger:
     DB write of an account; `next_id`: ids of SYNC entries and of cache loads (ASYNC entries take theirs from
     `durability`)."""
 
-    def __init__(self, store: LedgerStore, durability: Durability, lock, next_id: Callable[[], int]):
+    def __init__(self, store: LedgerStore, durability: Durability, lock: DistributedLock, next_id: Callable[[], int]):
         self.store, self.durability, self.lock, self.next_id = store, durability, lock, next_id
 
     # accounts -------------------------------------------------------------------------------
@@ -434,7 +439,12 @@ class Ledger:
                     return result
                 continue  # the DB says ASYNC after all: the stale cache was dropped, charge in Redis
             if reply.status is ApplyStatus.REPLAY:
-                if not reply.done and not self._publish_stale(user_id, reply.entry_id, idem_key):
+                # a replay answers an Idempotency-Key: only a keyed charge is answered so
+                if (
+                    not reply.done
+                    and idem_key is not None
+                    and not self._publish_stale(user_id, reply.entry_id, idem_key)
+                ):
                     continue  # the key's charge was rolled back for good (and is now given back): charge afresh
                 return LedgerResult(reply.entry_id, user_id, amount, reply.balance, reply.version, reply.mode)
             if idem_key and not self.durability.streamed:
@@ -445,7 +455,13 @@ class Ledger:
             return LedgerResult(entry_id, user_id, amount, reply.balance, reply.version, "ASYNC")
         raise errors.ServiceUnavailable(f"account {user_id} could not be loaded into the cache; retry")
 
-    def change_in_db(self, user_id: int, entry_id: int, decide, record) -> LedgerEvent | None:
+    def change_in_db(
+        self,
+        user_id: int,
+        entry_id: int,
+        decide: Callable[[LedgerTx, AccountRow, int], LedgerEvent],
+        record: Callable[[Cursor, list[LedgerEvent]], None],
+    ) -> LedgerEvent | None:
         """The SYNC path of another feature's change (a hold's, a refund), as a SYNC charge: under the account lock and
         row lock, decide(tx, account, now_ms) checks the feature's rules on the DB's account and returns the change (or
         raises its refusal); the change is booked with the account's next seq, record(cursor, [change]) writes the
@@ -563,8 +579,8 @@ class Ledger:
                     result = LedgerResult(entry_id, user_id, amount, balance, version, "SYNC")
                     if idem_key:
                         tx.remember_answer(user_id, idem_key, request, asdict(result))
-            if refused is not None:
-                raise refusal(refused)
+            if refused is not None:  # refused_in_db answers only refusals _REFUSALS names
+                raise _REFUSALS[refused.status](refused)
             # committed: a cache left behind here is corrected by the reconciler (its version is older than the DB's)
             with contextlib.suppress(RedisUnavailable):
                 self.store.update_cache(
@@ -577,11 +593,13 @@ class Ledger:
         """The entry of this kind charged on this account with this Idempotency-Key, if any, whatever the age of
         the key's idempotency record. Redis first: the writer deletes the entry string only after its DB commit,
         so an entry gone from Redis between the two reads is found in the DB."""
-        idem_key = stored_key(idem_key)
+        stored = stored_key(idem_key)
+        if stored is None:  # no key (''): nothing was charged with it
+            return None
         for entry in self.store.pending_entries(user_id):
-            if entry.kind == kind and entry.idem_key == idem_key:
+            if entry.kind == kind and entry.idem_key == stored:
                 return KeyedCharge(entry.entry_id, persisted=False, ts=entry.ts)
-        entry_id = self.store.stored_by_key(kind, user_id, idem_key)
+        entry_id = self.store.stored_by_key(kind, user_id, stored)
         return None if entry_id is None else KeyedCharge(entry_id, persisted=True)
 
     def get_deduct(self, user_id: int, entry_id: int) -> DeductEntry:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
-from typing import cast
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
 
 import pymysql
+import redis
 
 from hotledger import errors, keys
 from hotledger.config import Settings
@@ -46,9 +47,19 @@ from hotledger.ledger.tx import ACCOUNT_SELECT, ENTRY_TABLES, LedgerTx
 from hotledger.outbox.events import LedgerEvent
 
 
-def pending_entries(client, user_id: int) -> list[Entry]:
+def member_ids(members: Iterable[object]) -> list[int]:
+    """A ZRANGE reply read without scores (entry ids) as ints; redis-py types the reply of both ZRANGE forms alike."""
+    ids = []
+    for m in members:
+        if not isinstance(m, (bytes, str)):
+            raise TypeError(f"a sorted set member was expected, not {m!r}")
+        ids.append(int(text(m)))
+    return ids
+
+
+def pending_entries(client: redis.Redis | redis.RedisCluster, user_id: int) -> list[Entry]:
     """Entries in the pending set whose entry string still exists."""
-    ids = [int(text(m)) for m in client.zrange(keys.pending(user_id), 0, -1)]
+    ids = member_ids(client.zrange(keys.pending(user_id), 0, -1))
     if not ids:
         return []
     raws = client.mget([keys.entry(user_id, i) for i in ids])
@@ -82,7 +93,7 @@ class LedgerStore:
                     "INSERT INTO t_user (user_name, api_open, close_reason, deduct_type) VALUES (%s, %s, %s, %s)",
                     (user_name, *open_columns("BALANCE"), deduct_type),
                 )
-                user_id = cur.lastrowid
+                user_id = int(cur.lastrowid)
                 cur.execute(
                     "INSERT INTO t_account (user_id, balance, version, threshold) VALUES (%s, 0, 1, %s)",
                     (user_id, threshold),
@@ -115,7 +126,7 @@ class LedgerStore:
         )
         return IdempotentAnswer(rows[0][0], json.loads(rows[0][1])) if rows else None
 
-    def remember_refusal(self, user_id: int, idem_key: str, fingerprint: str, answer: dict) -> None:
+    def remember_refusal(self, user_id: int, idem_key: str, fingerprint: str, answer: dict[str, Any]) -> None:
         """Keep an ASYNC refusal as the key's answer; a key that has an answer already keeps it."""
         with db.transaction() as cur:
             cur.execute(
@@ -346,7 +357,11 @@ class LedgerStore:
         """ledger_post.lua: the entry's event is durable: release what waited for it, a credit's amount or a capture's
         inflight count (False: nothing waited)."""
         return (
-            self.lua.run("ledger_post", [keys.balance(user_id), keys.held(user_id), keys.holds(user_id)], [entry_id])
+            int(
+                self.lua.run(
+                    "ledger_post", [keys.balance(user_id), keys.held(user_id), keys.holds(user_id)], [entry_id]
+                )
+            )
             == 1
         )
 
@@ -358,25 +373,31 @@ class LedgerStore:
         from it carries it."""
         user_id = account.user_id
         return (
-            self.lua.run(
-                "ledger_load",
-                [
-                    keys.balance(user_id),
-                    keys.held(user_id),
-                    keys.holds(user_id),
-                    keys.hold_expiry(user_id),
-                    keys.refunds(user_id),
-                ],
-                [
-                    balance,
-                    account.version,
-                    account.threshold,
-                    account.open_flag,
-                    account.deduct_type,
-                    epoch,
-                    sum(kept for _, _, kept in holds.values()),
-                    *(x for hold_id, (record, expires_at, _) in holds.items() for x in (hold_id, record, expires_at)),
-                ],
+            int(
+                self.lua.run(
+                    "ledger_load",
+                    [
+                        keys.balance(user_id),
+                        keys.held(user_id),
+                        keys.holds(user_id),
+                        keys.hold_expiry(user_id),
+                        keys.refunds(user_id),
+                    ],
+                    [
+                        balance,
+                        account.version,
+                        account.threshold,
+                        account.open_flag,
+                        account.deduct_type,
+                        epoch,
+                        sum(kept for _, _, kept in holds.values()),
+                        *(
+                            x
+                            for hold_id, (record, expires_at, _) in holds.items()
+                            for x in (hold_id, record, expires_at)
+                        ),
+                    ],
+                )
             )
             == 1
         )
@@ -385,7 +406,7 @@ class LedgerStore:
         """ledger_cache_update.lua: set fields of the cached account if it is cached (and, with if_older_than,
         only if its version is older than that); False when nothing was set."""
         args = ["" if if_older_than is None else if_older_than, *(x for item in fields.items() for x in item)]
-        return self.lua.run("ledger_cache_update", [keys.balance(user_id)], args) == 1
+        return int(self.lua.run("ledger_cache_update", [keys.balance(user_id)], args)) == 1
 
     def set_cached_open(self, user_id: int, flag: str, db_version: int) -> int | None:
         """ledger_set_open.lua: an operator's open flag on the cached account, with a version of its own (above the

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sized
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from hotledger import errors
 from hotledger.holds.rows import Hold
@@ -20,6 +22,10 @@ from hotledger.ledger.rows import AccountMove, AccountRow, IdempotentAnswer, Loc
 from hotledger.monitors.store import judge
 from hotledger.outbox.events import LedgerEvent
 from hotledger.webhooks.store import enqueue
+
+if TYPE_CHECKING:
+    # a transaction's cursor (re-exported: the services name it without importing the driver)
+    from pymysql.cursors import Cursor as Cursor
 
 # kind -> (table, amount column): where the writer keeps each booked change by its id (its ledger row is in t_entry)
 ACCOUNT_SELECT = (
@@ -39,7 +45,7 @@ ENTRY_TABLES = {
 class LedgerTx:
     """One DB transaction of the ledger (LedgerStore.transaction())."""
 
-    def __init__(self, cursor):
+    def __init__(self, cursor: Cursor) -> None:
         self.cursor = cursor  # for the outbox's dead letters, written in the same transaction
 
     def lock_account(self, user_id: int, fence: int, owner: str) -> AccountRow | None:
@@ -63,7 +69,8 @@ class LedgerTx:
     def lock_balance(self, user_id: int) -> tuple[int, int]:
         """Lock the account row; (balance, version)."""
         self.cursor.execute("SELECT balance, version FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
-        return self.cursor.fetchone()
+        balance, version = self.cursor.fetchone()
+        return int(balance), int(version)
 
     def lock_accounts(self, user_ids: set[int]) -> dict[int, LockedAccount]:
         """Lock the accounts in id order (no deadlock between writers); user_id -> version and ledger head of those
@@ -128,7 +135,7 @@ class LedgerTx:
         seen = self.cursor.fetchone()
         return None if seen is None else IdempotentAnswer(seen[0], json.loads(seen[1]))
 
-    def remember_answer(self, user_id: int, idem_key: str, fingerprint: str, answer: dict) -> None:
+    def remember_answer(self, user_id: int, idem_key: str, fingerprint: str, answer: dict[str, Any]) -> None:
         self.cursor.execute(
             "INSERT INTO t_idempotency (user_id, idem_key, fingerprint, response) VALUES (%s, %s, %s, %s)",
             (user_id, idem_key, fingerprint, json.dumps(answer)),
@@ -150,7 +157,7 @@ class LedgerTx:
         )
         return {(row[0], row[1]): IdempotentAnswer(row[2], json.loads(row[3])) for row in self.cursor.fetchall()}
 
-    def remember_answers(self, answers: list[tuple[int, str, str, dict]]) -> None:
+    def remember_answers(self, answers: list[tuple[int, str, str, dict[str, Any]]]) -> None:
         """(user_id, idem_key, fingerprint, answer) each, in one statement; an answer already held is replaced
         (the writer replaces only a refusal, by the charge that was made before it)."""
         if answers:
@@ -284,11 +291,11 @@ def _insert_entries(kind: str) -> str:
     return f"INSERT INTO {table} (id, user_id, {amount_col}, balance, version, mode, idem_key, create_time) VALUES "
 
 
-def _marks(values: list) -> str:
+def _marks(values: Sized) -> str:
     return ",".join(["%s"] * len(values))
 
 
-def _ints(values) -> str:
+def _ints(values: Iterable[int]) -> str:
     """An IN list of ints, formatted directly (%d refuses anything but a number): the driver's escaping of a
     thousand ids costs more than the query."""
     return ",".join(["%d" % v for v in values])

@@ -3,7 +3,7 @@ user's inbox (the crossings themselves are judged with the ledger's bookings: mo
 
 from __future__ import annotations
 
-from hotledger.features import Feature, ReconcilePart
+from hotledger.features import Feature, PartContext, ReconcilePart
 
 
 def _reconcile_parts() -> tuple[ReconcilePart, ...]:
@@ -11,7 +11,7 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
 
     monitors = runtime.monitors()
 
-    def alerts(run):
+    def alerts(run: PartContext) -> None:
         run.report.alerts_posted = monitors.post_alerts(run.budget)
 
     return (ReconcilePart(name="alerts", run=alerts),)

@@ -15,8 +15,11 @@ import time
 from collections.abc import Callable
 
 from hotledger import errors
+from hotledger.dal.budget import Budget
 from hotledger.money import format_minor
-from hotledger.monitors.store import ABOVE, BELOW, Monitor, MonitorStore
+from hotledger.monitors.store import ABOVE, BELOW, MonitorStore
+from hotledger.monitors.store import Monitor as Monitor  # re-exported: the routes name it, never the store
+from hotledger.notices.inbox import Inbox
 
 MAX_MONITORS = 20  # per account
 
@@ -25,10 +28,10 @@ class Monitors:
     def __init__(
         self,
         store: MonitorStore,
-        inbox,
+        inbox: Inbox,
         account_exists: Callable[[int], bool],
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
-    ):
+    ) -> None:
         self.store, self.inbox, self.account_exists, self.clock = store, inbox, account_exists, clock
 
     def create(self, user_id: int, direction: str, threshold: int, rearm: int | None) -> Monitor:
@@ -51,7 +54,7 @@ class Monitors:
         if not self.store.delete(user_id, monitor_id):
             raise errors.MonitorNotFound(f"monitor {monitor_id} of account {user_id} does not exist")
 
-    def post_alerts(self, budget) -> int:
+    def post_alerts(self, budget: Budget) -> int:
         """The crossings not in the inbox yet, each one message (idempotent by monitor:seq); returns how many."""
         posted = 0
         while not budget.exhausted:

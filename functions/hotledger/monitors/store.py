@@ -4,10 +4,15 @@ fires and re-arms the monitors of the accounts it books (in seq order, under the
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from hotledger.dal import db
 from hotledger.ledger.entry import Booked
+
+if TYPE_CHECKING:
+    from pymysql.cursors import Cursor
 
 BELOW, ABOVE = "below", "above"
 
@@ -22,7 +27,7 @@ class Monitor:
     armed: bool
 
 
-def _monitor(row) -> Monitor:
+def _monitor(row: Sequence[Any]) -> Monitor:
     """A t_balance_monitor row (id, user_id, direction, threshold, rearm, armed)."""
     monitor_id, user_id, direction, threshold, rearm, armed = row
     return Monitor(monitor_id, user_id, direction, threshold, rearm, bool(armed))
@@ -47,7 +52,7 @@ def rearmed(m: Monitor, balance: int) -> bool:
     return balance >= m.rearm if m.direction == BELOW else balance <= m.rearm
 
 
-def judge(cursor, rows: list[Booked]) -> list[Alert]:
+def judge(cursor: Cursor, rows: list[Booked]) -> list[Alert]:
     """Each monitor of the booked accounts, over the rows in seq order: an armed one that the balance crosses fires (one
     alert) and disarms; a disarmed one re-arms once the balance is back past its re-arm line. Returns the alerts."""
     users = sorted({r.user_id for r in rows})

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from hotledger.features import Feature, ReconcilePart
+from collections.abc import Callable
+from typing import Any
+
+from hotledger.features import Feature, PartContext, ReconcilePart
 
 
 def _reconcile_parts() -> tuple[ReconcilePart, ...]:
@@ -10,16 +13,16 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
 
     payment_orders, journeys = runtime.payment_orders(), runtime.journeys()
 
-    def journeys_part(run):
+    def journeys_part(run: PartContext) -> None:
         run.report.journeys = journeys.scan(run.now_ms)  # one page per journey kind: bounded already
 
-    def reminders(run):
+    def reminders(run: PartContext) -> int:
         run.report.reminders_reoffered, run.report.reminders_next_after = payment_orders.reoffer_lost_reminders_within(
             run.now_ms, run.budget, run.cursor
         )
         return run.report.reminders_next_after
 
-    def orders(run):
+    def orders(run: PartContext) -> None:
         run.report.orders_closed = payment_orders.close_overdue(run.now_ms)  # one page: bounded already
 
     return (
@@ -29,7 +32,7 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
     )
 
 
-def _delay_handlers() -> dict:
+def _delay_handlers() -> dict[str, Callable[[list[str]], Any]]:
     from hotledger import runtime
     from hotledger.notices.payment_orders import CLOSE_QUEUE, REMINDER_QUEUE
 

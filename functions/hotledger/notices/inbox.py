@@ -10,10 +10,13 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from hotledger import errors
 from hotledger.notices.store import InboxStore, PostStatus
+
+if TYPE_CHECKING:
+    from hotledger.dal.ids import IdGenerator
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class Inbox:
     def __init__(
         self,
         store: InboxStore,
-        ids,
+        ids: IdGenerator,
         ttl_s: int,
         max_messages: int,
         account_exists: Callable[[int], bool],

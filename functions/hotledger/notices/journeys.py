@@ -10,6 +10,7 @@ import contextlib
 from dataclasses import dataclass
 
 from hotledger import errors
+from hotledger.notices.inbox import Inbox
 from hotledger.notices.store import JourneyStore
 
 TEXTS = {
@@ -33,7 +34,7 @@ class JourneyScanReport:
 
 
 class Journeys:
-    def __init__(self, store: JourneyStore, inbox, thresholds: dict[str, int], page: int = 500):
+    def __init__(self, store: JourneyStore, inbox: Inbox, thresholds: dict[str, int], page: int = 500):
         self.store, self.inbox, self.thresholds, self.page = store, inbox, thresholds, page
 
     def _known(self, biz: str) -> None:

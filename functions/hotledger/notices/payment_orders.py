@@ -32,12 +32,21 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from hotledger import errors
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.ledger.entry import KIND_DEDUCT, ServiceKey
-from hotledger.notices.store import PaymentOrder, PaymentOrderState, PaymentOrderStore
+from hotledger.notices.inbox import Inbox
+from hotledger.notices.store import PaymentOrder as PaymentOrder  # re-exported: the routes' view of one
+from hotledger.notices.store import PaymentOrderState, PaymentOrderStore
+
+if TYPE_CHECKING:
+    from hotledger.dal.budget import Budget
+    from hotledger.dal.delay_queue import DelayQueue
+    from hotledger.dal.ids import IdGenerator
+    from hotledger.dal.lock import DistributedLock, Holding
+    from hotledger.ledger.service import KeyedCharge, LedgerResult
 
 # the queue names are stored in Redis and reserved in the HTTP API: they keep their seed names
 REMINDER_QUEUE = "order-close-reminder"
@@ -64,11 +73,11 @@ class Ledger(Protocol):
 
     def account_exists(self, user_id: int) -> bool: ...
 
-    def deduct(self, user_id: int, amount: int, idem_key: str | None = None): ...  # a result with its entry_id
+    def deduct(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult: ...
 
-    def recharge(self, user_id: int, amount: int, idem_key: str | None = None): ...  # a result with its entry_id
+    def recharge(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult: ...
 
-    def charged_with(self, kind: str, user_id: int, idem_key: str): ...  # KeyedCharge | None
+    def charged_with(self, kind: str, user_id: int, idem_key: str) -> KeyedCharge | None: ...
 
 
 def _now_ms() -> int:
@@ -80,14 +89,14 @@ class PaymentOrders:
         self,
         store: PaymentOrderStore,
         ledger: Ledger,
-        delay_queue,
-        inbox,
-        ids,
-        lock,
+        delay_queue: DelayQueue,
+        inbox: Inbox,
+        ids: IdGenerator,
+        lock: DistributedLock,
         reminder_before_close_s: int,
         now_ms: Callable[[], int] = _now_ms,
         pay_horizon_ms: int = PAY_HORIZON_MS,
-    ):
+    ) -> None:
         """pay_horizon_ms: longer than a live pay spends between pay_started_at and its charge's final fate (the
         ledger's bound on a live request between its charge and the broker's answer or its rollback)."""
         self.store, self.ledger, self.queue, self.inbox, self.ids, self.lock = (
@@ -174,7 +183,7 @@ class PaymentOrders:
         self._unqueue(payment_order_id)
         return dataclasses.replace(payment_order, state=PaymentOrderState.PAID)
 
-    def _deduct(self, payment_order: PaymentOrder, held, past_close: bool) -> int:
+    def _deduct(self, payment_order: PaymentOrder, held: Holding, past_close: bool) -> int:
         if past_close and self.now_ms() >= payment_order.close_at:
             self.store.pay_refused(payment_order.id, held)
             raise errors.PaymentOrderClosed(f"order {payment_order.id} passed its close time")
@@ -204,12 +213,12 @@ class PaymentOrders:
             f"order {payment_order.id} was closed before its payment landed; the payment was refunded"
         )
 
-    def _charge_of(self, payment_order: PaymentOrder):
+    def _charge_of(self, payment_order: PaymentOrder) -> KeyedCharge | None:
         return self.ledger.charged_with(KIND_DEDUCT, payment_order.user_id, pay_key(payment_order.id))
 
-    def _stands(self, charge) -> bool:
-        """Persisted, or pending longer than any live request could still roll it back."""
-        return charge.persisted or self.now_ms() - charge.ts >= self.pay_horizon_ms
+    def _stands(self, charge: KeyedCharge) -> bool:
+        """Persisted, or pending longer than any live request could still roll it back (a pending charge has its ts)."""
+        return charge.persisted or (charge.ts is not None and self.now_ms() - charge.ts >= self.pay_horizon_ms)
 
     def close(self, payment_order_id: int) -> PaymentOrder:
         """Closing a closed payment order answers CLOSED again; one with a charge is settled PAID and answers
@@ -299,7 +308,7 @@ class PaymentOrders:
         queued (Redis lost them). One paid or closed meanwhile gets a reminder that fires into nothing."""
         return self.reoffer_lost_reminders_within(now_ms, None, 0)[0]
 
-    def reoffer_lost_reminders_within(self, now_ms: int, budget, after: int) -> tuple[int, int]:
+    def reoffer_lost_reminders_within(self, now_ms: int, budget: Budget | None, after: int) -> tuple[int, int]:
         """reoffer_lost_reminders for the orders after id `after`, page by page while `budget` (dal.budget.Budget,
         None: no limit) lasts; (reminders offered, the id the next run continues after, 0 when the last was reached)."""
         offered = 0

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from api.authorization import principal_of
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
 from api.responses import responses
-from api.rules import ADMIN, SERVICE, only, path_arg
+from api.rules import ADMIN, SERVICE, OwnerOf, only, path_arg
 from api.schemas import (
     CreatePaymentOrderRequest,
     DeadLetterReplayRequest,
@@ -56,8 +59,8 @@ def _open_queue(queue: str) -> str:
     "/delay-queues/<queue>/items",
     responses=responses(200, DelayOfferResult, "queued (or its due time moved)", _RESERVED, _FULL),
 )
-def offer(queue: Queue, request: Annotated[DelayOfferRequest, Body()]) -> dict:
-    due = request.due_at if request.due_at is not None else int(time.time() * 1000) + request.delay_s * 1000
+def offer(queue: Queue, request: Annotated[DelayOfferRequest, Body()]) -> dict[str, Any]:
+    due = _due_at(request)
     try:
         new = delay_queue().offer(_open_queue(queue), request.element, due_at_ms=due, bounded=True)
     except QueueFull as exc:
@@ -65,11 +68,22 @@ def offer(queue: Queue, request: Annotated[DelayOfferRequest, Body()]) -> dict:
     return DelayOfferResult(queue=queue, element=request.element, due_at=due, new=new).model_dump()
 
 
+def _due_at(request: DelayOfferRequest) -> int:
+    """due_at, or delay_s from now: the request holds exactly one of them (DelayOfferRequest's validator)."""
+    due_at: int | None = request.due_at
+    delay_s: int | None = request.delay_s
+    if due_at is not None:
+        return due_at
+    if delay_s is None:  # never: refused by the validator
+        raise ValueError("give exactly one of delay_s and due_at")
+    return int(time.time() * 1000) + delay_s * 1000
+
+
 @router.delete(
     "/delay-queues/<queue>/items/<element>",
     responses=responses(200, DelayOfferResult, "removed", (404, "ELEMENT_NOT_FOUND"), _RESERVED),
 )
-def remove(queue: Queue, element: Annotated[str, Path(min_length=1, max_length=512)]) -> dict:
+def remove(queue: Queue, element: Annotated[str, Path(min_length=1, max_length=512)]) -> dict[str, Any]:
     due = delay_queue().due_at(_open_queue(queue), element)
     if not delay_queue().remove(queue, element):
         raise errors.ElementNotFound(f"{element!r} is not in queue {queue!r}")
@@ -77,7 +91,7 @@ def remove(queue: Queue, element: Annotated[str, Path(min_length=1, max_length=5
 
 
 @router.get("/delay-queues/<queue>", responses=responses(200, DelayQueueView, "size and earliest due time"))
-def queue_view(queue: Queue) -> dict:
+def queue_view(queue: Queue) -> dict[str, Any]:
     return _view(queue).model_dump()
 
 
@@ -95,7 +109,7 @@ def _view(queue: str) -> DelayQueueView:
 @router.post(
     "/delay-queues/<queue>/take", responses=responses(200, DelayTakeResult, "due elements, now taken", _RESERVED)
 )
-def take(queue: Queue, request: Annotated[DelayTakeRequest, Body()]) -> dict:
+def take(queue: Queue, request: Annotated[DelayTakeRequest, Body()]) -> dict[str, Any]:
     taken = delay_queue().drain(_open_queue(queue), int(time.time() * 1000), request.limit)
     return {
         "elements": [
@@ -112,7 +126,7 @@ def take(queue: Queue, request: Annotated[DelayTakeRequest, Body()]) -> dict:
         200, DelayAckResult, "acknowledged by receipt (handled for good); stale receipts change nothing", _RESERVED
     ),
 )
-def ack(queue: Queue, request: Annotated[DelayAckRequest, Body()]) -> dict:
+def ack(queue: Queue, request: Annotated[DelayAckRequest, Body()]) -> dict[str, Any]:
     done = delay_queue().ack(_open_queue(queue), request.receipts)
     stale = [receipt for receipt, ok in zip(request.receipts, done, strict=True) if not ok]
     return DelayAckResult(**_view(queue).model_dump(), acknowledged=sum(done), stale_receipts=stale).model_dump()
@@ -122,7 +136,7 @@ def ack(queue: Queue, request: Annotated[DelayAckRequest, Body()]) -> dict:
     "/delay-queues/<queue>/extend",
     responses=responses(200, DelayExtendResult, "visibility deadlines moved, by receipt", _RESERVED),
 )
-def extend(queue: Queue, request: Annotated[DelayExtendRequest, Body()]) -> dict:
+def extend(queue: Queue, request: Annotated[DelayExtendRequest, Body()]) -> dict[str, Any]:
     done = delay_queue().extend(_open_queue(queue), request.receipts, request.visibility_ms)
     return DelayExtendResult(
         extended=sum(done), stale_receipts=[r for r, ok in zip(request.receipts, done, strict=True) if not ok]
@@ -131,7 +145,7 @@ def extend(queue: Queue, request: Annotated[DelayExtendRequest, Body()]) -> dict
 
 # dead letters: allowed on the service's own queues too (an operator replays a reminder the service gave up on)
 @router.get("/delay-queues/<queue>/dead-letters", responses=responses(200, DeadLettersView, "the oldest first"))
-def dead_letters(queue: Queue, limit: Annotated[int, Query(gt=0, le=1000)] = 100) -> dict:
+def dead_letters(queue: Queue, limit: Annotated[int, Query(gt=0, le=1000)] = 100) -> dict[str, Any]:
     dead = delay_queue().dead_letters(queue, limit)
     return DeadLettersView(
         queue=queue,
@@ -143,7 +157,7 @@ def dead_letters(queue: Queue, limit: Annotated[int, Query(gt=0, le=1000)] = 100
     "/delay-queues/<queue>/dead-letters/replay",
     responses=responses(200, DeadLetterReplayResult, "queued again, due now"),
 )
-def replay_dead_letters(queue: Queue, request: Annotated[DeadLetterReplayRequest, Body()]) -> dict:
+def replay_dead_letters(queue: Queue, request: Annotated[DeadLetterReplayRequest, Body()]) -> dict[str, Any]:
     done = delay_queue().replay_dead(queue, request.elements)
     result = DeadLetterReplayResult(
         replayed=[e for e, ok in zip(request.elements, done, strict=True) if ok],
@@ -159,13 +173,13 @@ def replay_dead_letters(queue: Queue, request: Annotated[DeadLetterReplayRequest
         200, DeadLettersView, "dropped; the dead letters left (the oldest first)", (404, "ELEMENT_NOT_FOUND")
     ),
 )
-def drop_dead_letter(queue: Queue, element: Annotated[str, Path(min_length=1, max_length=512)]) -> dict:
+def drop_dead_letter(queue: Queue, element: Annotated[str, Path(min_length=1, max_length=512)]) -> dict[str, Any]:
     if not delay_queue().drop_dead(queue, [element])[0]:
         raise errors.ElementNotFound(f"{element!r} is not a dead letter of queue {queue!r}")
     return dead_letters(queue)
 
 
-def _payment_order_body(payment_order: PaymentOrder) -> dict:
+def _payment_order_body(payment_order: PaymentOrder) -> dict[str, Any]:
     return PaymentOrderView(
         order_id=str(payment_order.id),
         user_id=payment_order.user_id,
@@ -187,7 +201,9 @@ PaymentOrderId = Annotated[int, Path(gt=0, lt=2**63)]
         201, PaymentOrderView, "order created, reminder queued", (404, "ACCOUNT_NOT_FOUND"), KEY_CONFLICT, TOO_MANY_KEYS
     ),
 )
-def create_order(request: Annotated[CreatePaymentOrderRequest, Body()], idempotency_key: RouteKey = None):
+def create_order(
+    request: Annotated[CreatePaymentOrderRequest, Body()], idempotency_key: RouteKey = None
+) -> Response[str]:
     return once(
         f"account:{request.user_id}",
         idempotency_key,
@@ -200,7 +216,7 @@ def create_order(request: Annotated[CreatePaymentOrderRequest, Body()], idempote
     )
 
 
-def _create_order(request: CreatePaymentOrderRequest, attempt: Attempt) -> dict:
+def _create_order(request: CreatePaymentOrderRequest, attempt: Attempt) -> dict[str, Any]:
     """The order's id is the key's recovery point, kept (in the DB too) before the order is inserted: an attempt
     resuming a dead one answers that order instead of creating a second."""
     resumed = None if attempt.resumed_from is None else int(attempt.resumed_from)
@@ -216,7 +232,7 @@ def _create_order(request: CreatePaymentOrderRequest, attempt: Attempt) -> dict:
 
 
 @router.get("/orders/<order_id>", responses=responses(200, PaymentOrderView, "the order", _PAYMENT_ORDER_NOT_FOUND))
-def get_order(order_id: PaymentOrderId) -> dict:
+def get_order(order_id: PaymentOrderId) -> dict[str, Any]:
     return _payment_order_body(payment_orders().get(order_id))
 
 
@@ -232,7 +248,7 @@ def get_order(order_id: PaymentOrderId) -> dict:
         TOO_MANY_KEYS,
     ),
 )
-def pay_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None):
+def pay_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None) -> Response[str]:
     return once(
         f"order:{order_id}",
         idempotency_key,
@@ -254,7 +270,7 @@ def pay_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None):
         TOO_MANY_KEYS,
     ),
 )
-def close_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None):
+def close_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None) -> Response[str]:
     return once(
         f"order:{order_id}",
         idempotency_key,
@@ -269,7 +285,7 @@ def close_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None):
     "/inbox/<account>/messages",
     responses=responses(200, PostMessageResult, "written, or the first message's id", (404, "ACCOUNT_NOT_FOUND")),
 )
-def post_message(account: Account, request: Annotated[PostMessageRequest, Body()]) -> dict:
+def post_message(account: Account, request: Annotated[PostMessageRequest, Body()]) -> dict[str, Any]:
     message_id, new = inbox().post(
         account, request.biz_type, request.outer_biz_id, request.title, request.content, request.url
     )
@@ -281,7 +297,7 @@ def pull_messages(
     account: Account,
     after: Annotated[str | None, Query(max_length=32)] = None,
     limit: Annotated[int, Query(gt=0, le=200)] = 50,
-) -> dict:
+) -> dict[str, Any]:
     return {"messages": [m.__dict__ for m in inbox().pull(account, after, limit)]}
 
 
@@ -291,7 +307,7 @@ def pull_messages(
         200, JourneyView, "started (a repeat keeps the first start)", (404, "JOURNEY_NOT_FOUND or ACCOUNT_NOT_FOUND")
     ),
 )
-def start_journey(biz: Annotated[str, Path(max_length=64)], account: Account) -> dict:
+def start_journey(biz: Annotated[str, Path(max_length=64)], account: Account) -> dict[str, Any]:
     return {"biz": biz, "account": account, "started_at": journeys().start(biz, account, int(time.time() * 1000))}
 
 
@@ -299,17 +315,30 @@ def start_journey(biz: Annotated[str, Path(max_length=64)], account: Account) ->
     "/journeys/<biz>/<account>/finish",
     responses=responses(200, JourneyView, "finished: no reminder", (404, "JOURNEY_NOT_FOUND")),
 )
-def finish_journey(biz: Annotated[str, Path(max_length=64)], account: Account) -> dict:
+def finish_journey(biz: Annotated[str, Path(max_length=64)], account: Account) -> dict[str, Any]:
     journeys().finish(biz, account)
     return {"biz": biz, "account": account, "started_at": None}
 
 
-def _payment_order_owner(args: dict) -> int:
+@dataclass(frozen=True)
+class _HiddenOwner:
+    """An owner rule whose entity, when another user's, answers as a missing one (no oracle): api.authorization's
+    check_owner raises `hidden_as(args)` instead of FORBIDDEN."""
+
+    owner: OwnerOf
+    hidden_as: Callable[[dict[str, Any]], errors.DomainError]
+
+    def __call__(self, args: dict[str, Any]) -> int:
+        return self.owner(args)
+
+
+def _order_owner(args: dict[str, Any]) -> int:
     return payment_orders().get(args["order_id"]).user_id
 
 
-# another user's order answers as a missing one (no oracle)
-_payment_order_owner.hidden_as = lambda args: errors.PaymentOrderNotFound(f"order {args['order_id']} does not exist")
+_payment_order_owner = _HiddenOwner(
+    _order_owner, lambda args: errors.PaymentOrderNotFound(f"order {args['order_id']} does not exist")
+)
 
 RULES = {
     # payment orders: the merchant's backend creates and closes them, the user pays their own

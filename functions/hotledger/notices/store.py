@@ -4,6 +4,7 @@ and journey_done.lua. Redis methods raise RedisUnavailable / RedisOutcomeUnknown
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -47,7 +48,7 @@ class PaymentOrderStore:
                 payment_order.amount,
                 payment_order.state.value,
                 db.to_datetime(payment_order.close_at),
-                db.to_datetime(payment_order.reminder_due_at),
+                None if payment_order.reminder_due_at is None else db.to_datetime(payment_order.reminder_due_at),
             ),
         )
 
@@ -181,7 +182,7 @@ class PostReply:
     message_id: str
 
     @classmethod
-    def parse(cls, raw) -> PostReply:
+    def parse(cls, raw: Sequence[bytes | str | int]) -> PostReply:
         status, message_id = reply_fields(raw)
         return cls(PostStatus(status), message_id)
 
@@ -247,8 +248,10 @@ class JourneyStore:
     def started_before(self, biz: str, before_ms: int, limit: int) -> list[tuple[int, int]]:
         """(account, start time) of the journeys started at or before before_ms, oldest first."""
         stale = self.redis.zrangebyscore(keys.journeys(biz), "-inf", before_ms, start=0, num=limit, withscores=True)
-        return [(int(text(account)), int(started)) for account, started in stale]
+        # withscores=True answers (member, score) pairs: redis-py's stub does not narrow its reply type on it
+        pairs: list[tuple[bytes | str, float]] = stale  # type: ignore[assignment]
+        return [(int(text(account)), int(started)) for account, started in pairs]
 
     def done(self, biz: str, account: int, started: int) -> bool:
         """Drop a reminded journey unless it started again meanwhile (journey_done.lua); True when dropped."""
-        return self.lua.run("journey_done", [keys.journeys(biz)], [account, started]) == 1
+        return int(self.lua.run("journey_done", [keys.journeys(biz)], [account, started])) == 1

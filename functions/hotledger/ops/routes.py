@@ -3,7 +3,7 @@ hold it, the reconciler's parts, and the log of what operators did. `hotledger o
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
@@ -43,7 +43,7 @@ class ReplayAnswer(BaseModel):
 def list_dead_letters(
     source: Annotated[str | None, Query(pattern="^(writer|topic|stream|webhook|delay)$")] = None,
     limit: Annotated[int, Query(gt=0, le=500)] = 100,
-) -> dict:
+) -> dict[str, list[dict[str, Any]]]:
     return operations().dead_letters((source,) if source else SOURCES, limit)
 
 
@@ -51,7 +51,7 @@ def list_dead_letters(
     "/ops/dead-letters/replay",
     responses=responses(200, ReplayAnswer, "what was sent again and what was not, and why; logged", _BAD_ID),
 )
-def replay_dead_letters(request: Annotated[ReplayRequest, Body()]) -> dict:
+def replay_dead_letters(request: Annotated[ReplayRequest, Body()]) -> dict[str, Any]:
     outcome = operations().replay(request.source, request.ids, principal_of(router.current_event))
     return {"replayed": outcome.replayed, "skipped": outcome.skipped}
 
@@ -65,17 +65,17 @@ def replay_dead_letters(request: Annotated[ReplayRequest, Body()]) -> dict:
         (404, "ACCOUNT_NOT_FOUND"),
     ),
 )
-def account_state(user_id: Annotated[int, Path(gt=0, lt=2**31)]) -> dict:
+def account_state(user_id: Annotated[int, Path(gt=0, lt=2**31)]) -> dict[str, Any]:
     return operations().account(user_id)
 
 
-@router.get("/ops/reconciler", responses=responses(200, list[dict], "each part: its cursor and last run"))
-def reconciler_parts() -> list:
+@router.get("/ops/reconciler", responses=responses(200, list[dict[str, Any]], "each part: its cursor and last run"))
+def reconciler_parts() -> list[dict[str, Any]]:
     return operations().reconciler()
 
 
-@router.get("/ops/log", responses=responses(200, list[dict], "what operators did, newest first"))
-def ops_log(limit: Annotated[int, Query(gt=0, le=500)] = 100) -> list:
+@router.get("/ops/log", responses=responses(200, list[dict[str, Any]], "what operators did, newest first"))
+def ops_log(limit: Annotated[int, Query(gt=0, le=500)] = 100) -> list[dict[str, Any]]:
     return [
         {
             "id": str(line.log_id),

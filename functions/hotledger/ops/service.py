@@ -22,12 +22,22 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from hotledger import errors, keys
 from hotledger.dal import db
 from hotledger.dal.topics import dead_letter_topic
 from hotledger.ledger.service import expected_cache
 from hotledger.ops.store import OpsLog, OpsLogLine
+
+if TYPE_CHECKING:
+    from hotledger.dal.cursor import Cursors
+    from hotledger.dal.delay_queue import DelayQueue
+    from hotledger.dal.publisher import LogRecord
+    from hotledger.dal.redis_store import Lua
+    from hotledger.ledger.store import LedgerStore
+    from hotledger.outbox.store import DeadLetter, EventStreams, OutboxStore
+    from hotledger.webhooks.service import Webhooks
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +59,7 @@ class Transport:
     streamed: bool
     topic: str
     republish: Callable[[str, bytes | None, bytes], None]
-    read: Callable[[str, dict[int, int], int], list]
+    read: Callable[[str, dict[int, int], int], list[LogRecord]]
     append_to_stream: Callable[[str, bytes], None]
     shards: int
 
@@ -58,16 +68,16 @@ class Operations:
     def __init__(
         self,
         *,
-        outbox,
-        streams,
-        webhooks,
-        delay_queue,
+        outbox: OutboxStore,
+        streams: EventStreams,
+        webhooks: Webhooks,
+        delay_queue: DelayQueue,
         delay_queues: Callable[[], list[str]],
-        ledger_store,
-        cursors,
+        ledger_store: LedgerStore,
+        cursors: Cursors,
         part_names: Callable[[], list[str]],
         transport: Transport,
-        lua,
+        lua: Lua,
         ops_log: OpsLog,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ):
@@ -81,8 +91,8 @@ class Operations:
         self.transport, self.lua, self.ops_log, self.clock = transport, lua, ops_log, clock
 
     # looking -------------------------------------------------------------------------------------------------------
-    def dead_letters(self, sources: tuple[str, ...], limit: int) -> dict:
-        listed = {}
+    def dead_letters(self, sources: tuple[str, ...], limit: int) -> dict[str, list[dict[str, Any]]]:
+        listed: dict[str, list[dict[str, Any]]] = {}
         if "writer" in sources:
             listed["writer"] = [_writer_view(d) for d in self.outbox.dead_letters(limit)]
         if "topic" in sources:
@@ -116,7 +126,7 @@ class Operations:
             listed["delay"] = [{"queue": q, "dead": self.delay_queue.stats(q).dead} for q in self.delay_queues()]
         return listed
 
-    def account(self, user_id: int) -> dict:
+    def account(self, user_id: int) -> dict[str, Any]:
         """The account as the DB and Redis hold it now, its pending entries, and whether the cache is what the DB
         plus those entries make (a moment's view: a writer committing meanwhile can show a passing difference)."""
         account = self.ledger_store.account(user_id)
@@ -159,7 +169,7 @@ class Operations:
             "agrees": cached is None or (cached.balance == expected and cached.open_flag == flag),
         }
 
-    def reconciler(self) -> list[dict]:
+    def reconciler(self) -> list[dict[str, Any]]:
         runs = self.cursors.last_runs()
         return [
             {"part": part, "cursor": self.cursors.get(part), "last_run": runs.get(part)} for part in self.part_names()
@@ -182,7 +192,7 @@ class Operations:
         self.record(actor, f"replay.{source}", {"ids": ids, **asdict(outcome)})
         return outcome
 
-    def record(self, actor: str, action: str, detail: dict) -> None:
+    def record(self, actor: str, action: str, detail: dict[str, Any]) -> None:
         """An operator's action in the operators' log and the function's log."""
         self.ops_log.write(actor, action, detail, self.clock())
         log.warning("operator action", extra={"actor": actor, "action": action, "detail": detail})
@@ -215,12 +225,12 @@ class Operations:
                 outcome.replayed.append(str(d.dead_letter_id))
         return outcome
 
-    def _unresolved(self, limit: int) -> list:
+    def _unresolved(self, limit: int) -> list[LogRecord]:
         topic = dead_letter_topic(self.transport.topic)
         resolved = self.outbox.applied_offsets(topic)
         return self.transport.read(topic, {p: offset + 1 for p, offset in resolved.items()}, limit)
 
-    def _replay_topic(self, _ids) -> ReplayOutcome:
+    def _replay_topic(self, _ids: list[str] | None) -> ReplayOutcome:
         outcome = ReplayOutcome()
         if self.transport.streamed:
             return outcome
@@ -278,7 +288,7 @@ def _stream_id(dead_letter_id: str) -> tuple[int, str]:
     return int(shard), entry_id
 
 
-def _writer_view(d) -> dict:
+def _writer_view(d: DeadLetter) -> dict[str, Any]:
     return {
         "id": str(d.dead_letter_id),
         "topic": d.topic,
@@ -292,7 +302,7 @@ def _writer_view(d) -> dict:
     }
 
 
-def _topic_view(r) -> dict:
+def _topic_view(r: LogRecord) -> dict[str, Any]:
     return {
         "id": f"{r.partition}:{r.offset}",
         "partition": r.partition,

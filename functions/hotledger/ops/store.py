@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from hotledger.dal import db
 
@@ -13,19 +14,19 @@ class OpsLogLine:
     log_id: int
     actor: str
     action: str
-    detail: dict
+    detail: dict[str, Any]
     created_at: int
 
 
 class OpsLog:
     @staticmethod
-    def write(actor: str, action: str, detail: dict, now_ms: int) -> int:
+    def write(actor: str, action: str, detail: dict[str, Any], now_ms: int) -> int:
         with db.transaction() as cur:
             cur.execute(
                 "INSERT INTO t_ops_log (actor, action, detail, created_at) VALUES (%s, %s, %s, %s)",
                 (actor[:200], action, json.dumps(detail, separators=(",", ":"), default=str), now_ms),
             )
-            return cur.lastrowid
+            return int(cur.lastrowid)
 
     @staticmethod
     def lines(limit: int) -> list[OpsLogLine]:

@@ -17,9 +17,10 @@ Invariants this step keeps for all three features (ledger, vouchers, red packets
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from hotledger import errors
 from hotledger.config import Settings
@@ -46,7 +47,7 @@ class Outbound:
     """A change a script made in Redis, to be made durable."""
 
     key: str  # partition key: every event of one entity lands in one partition, in order
-    event: Callable[[], dict]
+    event: Callable[[], dict[str, Any]]  # the event model's model_dump()
     # takes the change back; True when it stands instead: the writer had it first (ledger: persisted, as the DB
     # decides under the account row lock; vouchers, red packets: claimed in Redis)
     undo: Callable[[], bool]
@@ -59,7 +60,10 @@ class Change(Protocol[Reply]):
     """One charge-then-make-durable step of a feature, as Durability.apply runs it: the contract every money- or
     stock-moving change implements (the ledger's charge, a hold's change, a refund, a voucher order, a grab)."""
 
-    what: str  # named in the errors: "charge", "order of voucher 7", ...
+    @property
+    def what(self) -> str:
+        """Named in the errors: "charge", "order of voucher 7", ... (read-only: a frozen Step or a class
+        attribute implements it)."""
 
     def attempt(self, change_id: int) -> Reply:
         """One script call under a fresh id (a resend of the same attempt is recognised by the script)."""
@@ -99,7 +103,7 @@ class Durability:
         self.next_id = next_id
         self.keys = keys
 
-    def send(self, key: str, event: dict) -> None:
+    def send(self, key: str, event: dict[str, Any]) -> None:
         """Sign the event with the current key and publish it; NotAcknowledged if either fails."""
         try:
             keyring = self.keys.keyring()
@@ -124,7 +128,7 @@ class Durability:
                 raise error
             outbound = change.outbound(change_id, reply)
             if outbound is not None:
-                self.publish_or_undo(outbound, lambda why, change_id=change_id: change.unknown(change_id, why))
+                self.publish_or_undo(outbound, functools.partial(_unknown_of, change, change_id))
             return change_id, reply
         raise errors.ServiceUnavailable(f"the {change.what} could not be loaded into Redis; retry")
 
@@ -148,3 +152,8 @@ class Durability:
             # the change is durable; what waited on it follows when the writer settles it
             with contextlib.suppress(RedisUnavailable):
                 change.made_durable()
+
+
+def _unknown_of(change: Change[Reply], change_id: int, why: str) -> errors.DomainError:
+    """The change's OUTCOME_UNKNOWN for the attempt `change_id`."""
+    return change.unknown(change_id, why)

@@ -19,7 +19,7 @@ import hmac
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -109,8 +109,9 @@ class RedPacketClaimEvent(BaseModel):
     grab_id: Annotated[StrictInt, Field(gt=0)]  # unique per grab: an item rolled back is grabbed again under a new id
 
 
-AnyEvent = Annotated[LedgerEvent | VoucherOrderEvent | RedPacketClaimEvent, Field(discriminator="type")]
-EVENT_ADAPTER = TypeAdapter(AnyEvent)
+Event = LedgerEvent | VoucherOrderEvent | RedPacketClaimEvent
+AnyEvent = Annotated[Event, Field(discriminator="type")]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(AnyEvent)
 
 
 @dataclass(frozen=True)
@@ -145,14 +146,14 @@ def _mac(key: bytes, covered: bytes) -> str:
     return hmac.digest(key, covered, hashlib.sha256).hex()
 
 
-def signed_value(event: dict, keyring: Keyring) -> bytes:
+def signed_value(event: dict[str, Any], keyring: Keyring) -> bytes:
     """The record value of the signed event, record_value(signed(event, keyring)), with the canonical JSON encoded
     once: the bytes the MAC covers are the record's own."""
     covered = canonical(event)
     return with_signature(covered, keyring.kid, _mac(keyring.key, covered))
 
 
-def signed(event: dict, keyring: Keyring) -> dict:
+def signed(event: dict[str, Any], keyring: Keyring) -> dict[str, Any]:
     """The event (an event model's model_dump()) with the current key's id and its MAC; published as
     record_value(signed(...)), the layout the writer checks without encoding the event again."""
     return {**event, "kid": keyring.kid, "mac": _mac(keyring.key, canonical(event))}
@@ -165,7 +166,7 @@ class _Verifier:
     def __init__(self, keys: EventKeys):
         self.keys, self.keyring, self.refreshed = keys, keys.keyring(), False
 
-    def check(self, kid, mac, covered: Callable[[], bytes]) -> None:
+    def check(self, kid: object, mac: object, covered: Callable[[], bytes]) -> None:
         """Raises Forged unless `mac` is the MAC of covered() under the key `kid` names."""
         if not isinstance(kid, str) or not isinstance(mac, str):
             raise Forged("forged: the record carries no signature (kid, mac)")
@@ -178,7 +179,7 @@ class _Verifier:
             raise Forged(f"forged: the MAC does not match the record's fields under key {kid!r}")
 
 
-def _verified(value: bytes, verifier: _Verifier):
+def _verified(value: bytes, verifier: _Verifier) -> Event:
     """The event of a signed record value, or Forged. The layout record_value writes is the only one: the MAC over
     the value's own bytes, then one parse; the signed bytes are the record's fields, so the event is what was signed."""
     part = signed_part(value)
@@ -189,10 +190,11 @@ def _verified(value: bytes, verifier: _Verifier):
     return EVENT_ADAPTER.validate_json(value)
 
 
-def decode(records: Iterable[RawRecord], keys: EventKeys | None) -> tuple[list, list[PoisonRecord]]:
+def decode(records: Iterable[RawRecord], keys: EventKeys | None) -> tuple[list[Event], list[PoisonRecord]]:
     """Records -> events in their order, plus the records that can never be applied (undecodable or, with `keys`,
     not signed by the service). `keys` is None only for Redis Stream entries (see the module's docstring)."""
-    events, poison = [], []
+    events: list[Event] = []
+    poison: list[PoisonRecord] = []
     verifier = None
     for record in records:
         try:

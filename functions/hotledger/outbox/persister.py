@@ -19,13 +19,27 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol
 
+from pydantic import BaseModel
+from typing_extensions import TypeVar
+
+from hotledger.dal.db import Cursor
 from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.writer import PersistReport, persist_isolating, rejected
 
-E = TypeVar("E")
-Locked = Any  # what a feature's lock step returns: its locked rows, by id
+E = TypeVar("E", bound=BaseModel)  # the event class a persister persists
+# what a feature's transaction() yields (a LedgerTx, a PacketTx, a cursor) and its lock step returns (its locked rows,
+# by id); a persister names them as BatchPersister[Event, Tx, Locked], else they are left open (Any)
+Tx = TypeVar("Tx", bound="HasCursor", default=Any)
+Locked = TypeVar("Locked", default=Any)
+
+
+class HasCursor(Protocol):
+    """A transaction as cursor_of takes it by default: its cursor is where the batch's dead letters are written."""
+
+    @property
+    def cursor(self) -> Cursor: ...
 
 
 @dataclass
@@ -39,7 +53,7 @@ class Judged(Generic[E]):
     late: int = 0  # of the dead, those whose unit or item the DB gave to another change first (LateChangesRefused)
 
 
-class BatchPersister(ABC, Generic[E]):
+class BatchPersister(ABC, Generic[E, Tx, Locked]):
     outbox: OutboxStore
 
     def persist(self, events: list[E]) -> PersistReport:
@@ -79,26 +93,27 @@ class BatchPersister(ABC, Generic[E]):
         API rolled back first dropped (counted in report.rolled_back)."""
 
     @abstractmethod
-    def transaction(self) -> AbstractContextManager:
+    def transaction(self) -> AbstractContextManager[Tx]:
         """The batch's DB transaction (committed when the block ends)."""
 
-    def cursor_of(self, tx):
+    def cursor_of(self, tx: Tx) -> Cursor:
+        """The transaction's cursor, for the dead letters written in it (a feature whose Tx has none overrides this)."""
         return tx.cursor
 
     @abstractmethod
-    def lock(self, tx, events: list[E]) -> Locked:
+    def lock(self, tx: Tx, events: list[E]) -> Locked:
         """Lock the rows the events change; returns them."""
 
     @abstractmethod
-    def rolled_back(self, tx, locked: Locked, events: list[E]) -> set[int]:
+    def rolled_back(self, tx: Tx, locked: Locked, events: list[E]) -> set[int]:
         """The ids of those events the DB records as rolled back."""
 
     @abstractmethod
-    def judge(self, tx, locked: Locked, events: list[E]) -> Judged[E]:
+    def judge(self, tx: Tx, locked: Locked, events: list[E]) -> Judged[E]:
         """What each event is (Judged)."""
 
     @abstractmethod
-    def write(self, tx, locked: Locked, fresh: list[E]) -> None:
+    def write(self, tx: Tx, locked: Locked, fresh: list[E]) -> None:
         """Write the fresh events and what they move."""
 
     @abstractmethod

@@ -4,8 +4,10 @@ dead-letter table, the writer's log watermark (t_log_watermark) with the log hol
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from datetime import datetime
+from typing import Any, cast
 
 import redis
 
@@ -31,7 +33,7 @@ class OutboxStore:
         return [[mark == 1 for mark in marks] for marks in pipe.execute()]
 
     @staticmethod
-    def dead_letter(cur, records: list[PoisonRecord]) -> int:
+    def dead_letter(cur: db.Cursor, records: list[PoisonRecord]) -> int:
         """Record what can never apply, once (unique by topic, partition, offset), in the caller's transaction."""
         if not records:
             return 0
@@ -99,12 +101,12 @@ class OutboxStore:
 
     def log_hold(self, hold_key: str) -> str:
         """The hold_log field of a rebuilt entity's hash ('' when it has no log hold)."""
-        held = cast("bytes | None", self.lua.client.hget(hold_key, "hold_log"))
-        return text(held or b"")
+        return text(self.lua.client.hget(hold_key, "hold_log") or b"")
 
     def swap_log_hold(self, hold_key: str, read: str, new: str) -> str:
         """Set hold_log from `read` to `new` ('': lift the hold), only if it still holds `read`; returns what it holds."""
-        return text(self.lua.run("outbox_hold_swap", [hold_key], [read, new]))
+        held: bytes = self.lua.run("outbox_hold_swap", [hold_key], [read, new])  # a bulk string, '' for no hold
+        return text(held)
 
 
 # persisters' own refusals (outbox.writer.rejected): records that decoded and verified but the DB refused; their
@@ -127,7 +129,7 @@ class DeadLetter:
     key: bytes | None
     value: bytes | None
     error: str
-    created_at: object  # datetime
+    created_at: datetime  # the DB's DATETIME (naive UTC)
     replayed_at: int | None
 
     @property
@@ -161,7 +163,8 @@ class DeadStreamEntry:
     value: bytes
 
 
-def _entries(raw) -> list[StreamEntry]:
+def _entries(raw: Iterable[tuple[bytes, Mapping[bytes, bytes] | None]]) -> list[StreamEntry]:
+    """Stream entries as redis-py answers them over RESP2, undecoded: (entry id, fields)."""
     # an entry deleted while pending comes back with no fields: nothing to retry
     return [StreamEntry(text(entry_id), fields.get(b"e", b"")) for entry_id, fields in raw if fields is not None]
 
@@ -170,7 +173,7 @@ def _entries(raw) -> list[StreamEntry]:
 class EventStreams:
     """The Redis Streams transport's consumer-group calls (EVENT_TRANSPORT=redis-stream)."""
 
-    def __init__(self, client: redis.Redis, group: str):
+    def __init__(self, client: redis.Redis | redis.RedisCluster, group: str):
         self.redis, self.group = client, group
 
     def ensure_groups(self, streams: list[str]) -> None:
@@ -197,20 +200,21 @@ class EventStreams:
                     break
         return found
 
-    def _read_new(self, consumer: str, streams: list[str], count: int, block_ms: int | None):
+    def _read_new(
+        self, consumer: str, streams: list[str], count: int, block_ms: int | None
+    ) -> list[tuple[str, list[StreamEntry]]]:
         replies = self.redis.xreadgroup(self.group, consumer, {s: ">" for s in streams}, count=count, block=block_ms)
-        return [(text(stream), _entries(entries)) for stream, entries in replies or []]
+        # RESP2 (what the client speaks): [[stream, [(entry id, fields), ...]], ...]; None when nothing came in time
+        return [(text(stream), _entries(entries)) for stream, entries in _array(replies)]
 
     def reclaim(self, stream: str, consumer: str, min_idle_ms: int, count: int) -> list[StreamEntry]:
         """Entries other consumers left pending longer than min_idle_ms, now this consumer's, with their delivery counts."""
-        claimed = cast(
-            list, self.redis.xautoclaim(stream, self.group, consumer, min_idle_time=min_idle_ms, count=count)
-        )
-        _, raw, _ = claimed
+        # [the next id to scan from, [(entry id, fields), ...], the ids of entries deleted meanwhile]
+        _, raw, _ = self.redis.xautoclaim(stream, self.group, consumer, min_idle_time=min_idle_ms, count=count)
         entries = _entries(raw)
         if not entries:
             return []
-        pending: list[dict] = self.redis.xpending_range(
+        pending = self.redis.xpending_range(
             stream,
             self.group,
             min=entries[0].entry_id,
@@ -218,7 +222,7 @@ class EventStreams:
             count=len(entries),
             consumername=consumer,
         )
-        counts: dict[str, int] = {text(p["message_id"]): p["times_delivered"] for p in pending}
+        counts = {_text(p["message_id"]): int(p["times_delivered"]) for p in pending}
         return [StreamEntry(e.entry_id, e.value, counts.get(e.entry_id, 0)) for e in entries]
 
     def ack(self, stream: str, entry_ids: list[str]) -> None:
@@ -253,3 +257,17 @@ class EventStreams:
                 if consumer["pending"] == 0 and consumer["idle"] > idle_ms and text(consumer["name"]) != keep:
                     removed += self.redis.xgroup_delconsumer(stream, self.group, consumer["name"])
         return removed
+
+
+def _array(reply: object) -> list[Any]:
+    """An array reply over RESP2 (a list); None, an empty answer, as []."""
+    if reply is None:
+        return []
+    if not isinstance(reply, list):
+        raise TypeError(f"not an array reply (RESP2): {type(reply).__name__}")
+    return reply
+
+
+def _text(value: bytes | str | int) -> str:
+    """A field of a reply's map as text (redis-py answers bytes, or an int where Redis gives a number)."""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hotledger import keys
@@ -47,7 +48,7 @@ class StreamConsumer:
         self.events.ensure_groups(self.streams)
         self._groups_ready = True
 
-    def drain(self, keep_going) -> DrainReport:
+    def drain(self, keep_going: Callable[[], bool]) -> DrainReport:
         """Read, persist and acknowledge until keep_going() is false. Starts with what dead consumers left."""
         report = DrainReport()
         while keep_going():

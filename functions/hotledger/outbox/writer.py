@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+from typing_extensions import TypeVar
 
 from hotledger.dal import db
-from hotledger.outbox.events import PoisonRecord
+from hotledger.outbox.events import Event, PoisonRecord
 from hotledger.outbox.store import REJECTED_TOPIC, OutboxStore
 
 log = logging.getLogger(__name__)
+_E = TypeVar("_E")
+_Persisted = TypeVar("_Persisted", default=Any)  # the event class a Persister persists (Persister[LedgerEvent])
+_Slot = TypeVar("_Slot", bound=Hashable)
 
 
 @dataclass
@@ -50,27 +56,33 @@ class PersistReport:
         self.flagged_accounts += other.flagged_accounts
 
 
-class Persister(Protocol):
-    def persist(self, events: list) -> PersistReport:
+class Persister(Protocol[_Persisted]):
+    def persist(self, events: list[_Persisted]) -> PersistReport:
         """Persist a batch of one event type, exactly once."""
 
 
-def rejected(key: str, event_id: int, event, why: str) -> PoisonRecord:
+def rejected(key: str, event_id: int, event: BaseModel, why: str) -> PoisonRecord:
     """An event that decoded fine but cannot apply: keyed by its id (partition -1) in the dead letters."""
     return PoisonRecord(REJECTED_TOPIC, -1, event_id, key.encode(), event.model_dump_json().encode(), why)
 
 
-def distinct(events: list, event_id) -> tuple[list, int]:
+def distinct(events: list[_E], event_id: Callable[[_E], int]) -> tuple[list[_E], int]:
     """(the events with repeated ids dropped, how many repeats)."""
     unique = list({event_id(e): e for e in events}.values())
     return unique, len(events) - len(unique)
 
 
-def dedupe_and_claim(outbox: OutboxStore, events: list, event_id, slot_of, fate_key) -> tuple[list, int, int]:
+def dedupe_and_claim(
+    outbox: OutboxStore,
+    events: list[_E],
+    event_id: Callable[[_E], int],
+    slot_of: Callable[[_E], _Slot],
+    fate_key: Callable[[_Slot, _E], str],
+) -> tuple[list[_E], int, int]:
     """Drop repeated ids, then claim every event's fate key, one claim script per slot (voucher, packet).
     Returns (the claimed events, how many repeats, how many the API rolled back first)."""
     unique, repeats = distinct(events, event_id)
-    by_slot = defaultdict(list)
+    by_slot: defaultdict[_Slot, list[_E]] = defaultdict(list)
     for e in unique:
         by_slot[slot_of(e)].append(e)
     verdicts = outbox.claim([[fate_key(slot, e) for e in group] for slot, group in by_slot.items()])
@@ -84,11 +96,11 @@ def dedupe_and_claim(outbox: OutboxStore, events: list, event_id, slot_of, fate_
 
 
 def persist_isolating(
-    persist: Callable[[list], PersistReport],
-    events: list,
-    reject: Callable[[object, str], PoisonRecord],
+    persist: Callable[[list[_E]], PersistReport],
+    events: list[_E],
+    reject: Callable[[_E, str], PoisonRecord],
     outbox: OutboxStore,
-    settle_refused: Callable[[object], object],
+    settle_refused: Callable[[_E], object],
 ) -> PersistReport:
     """persist(events), so that one record the DB refuses for its data (db.refused: a unique key, a NOT NULL, a CHECK,
     a value out of range) cannot fail its batch forever: the failed batch is split in halves and each half persisted on
@@ -120,11 +132,15 @@ def persist_isolating(
 
 
 class Writer:
-    def __init__(self, persisters: dict[type, Persister], outbox: OutboxStore):
+    def __init__(self, persisters: dict[type, Persister[Any]], outbox: OutboxStore):
+        """`persisters`: event class -> the persister of its events (each persists its own class only)."""
         self.persisters, self.outbox = persisters, outbox
 
     def persist(
-        self, events: list, poison: Sequence[PoisonRecord] = (), applied: dict[tuple[str, int], int] | None = None
+        self,
+        events: Sequence[Event],
+        poison: Sequence[PoisonRecord] = (),
+        applied: dict[tuple[str, int], int] | None = None,
     ) -> PersistReport:
         """`applied`: (topic, partition) -> the batch's last offset, recorded as the log watermark once every
         persister committed (after them, not within: the watermark can only lag what is applied, never lead it;

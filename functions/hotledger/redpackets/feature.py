@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from hotledger.features import Feature, ReconcilePart
+from collections.abc import Callable
+from typing import Any
+
+from hotledger.features import Feature, PartContext, ReconcilePart
 
 
-def _persisters() -> dict:
+def _persisters() -> dict[type, Any]:
     from hotledger import runtime
     from hotledger.outbox.events import RedPacketClaimEvent
 
@@ -17,14 +20,14 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
 
     reconcile = runtime.packet_reconciler()
 
-    def packets(run):
+    def packets(run: PartContext) -> int:
         run.report.packets = reconcile.run(run.now_ms, run.age_s, run.budget, run.cursor)
         return run.report.packets.next_after
 
     return (ReconcilePart(name="packets", run=packets),)
 
 
-def _delay_handlers() -> dict:
+def _delay_handlers() -> dict[str, Callable[[list[str]], Any]]:
     from hotledger import runtime
     from hotledger.redpackets.service import PACKET_EXPIRY
 

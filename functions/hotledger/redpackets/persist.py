@@ -16,6 +16,7 @@ between the commit and a credit leaves it to the reconciler (claimed items not i
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from enum import Enum
 
 from hotledger import keys
@@ -25,6 +26,7 @@ from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.writer import PersistReport, dedupe_and_claim
 from hotledger.redpackets.rows import ItemRow
 from hotledger.redpackets.store import PacketCache, PacketStore
+from hotledger.redpackets.tx import PacketTx
 
 
 class Verdict(Enum):
@@ -67,16 +69,18 @@ class RedPacketPersister(BatchPersister[RedPacketClaimEvent]):
         )
         return claimed
 
-    def transaction(self):
+    def transaction(self) -> AbstractContextManager[PacketTx]:
         return self.store.transaction()
 
-    def lock(self, tx, events: list[RedPacketClaimEvent]) -> dict[int, ItemRow]:
+    def lock(self, tx: PacketTx, events: list[RedPacketClaimEvent]) -> dict[int, ItemRow]:
         return tx.lock_for_claims([e.packet_id for e in events], [e.item_id for e in events])
 
-    def rolled_back(self, tx, locked: dict[int, ItemRow], events: list[RedPacketClaimEvent]) -> set[int]:
+    def rolled_back(self, tx: PacketTx, locked: dict[int, ItemRow], events: list[RedPacketClaimEvent]) -> set[int]:
         return tx.rolled_back([e.grab_id for e in events])
 
-    def judge(self, tx, locked: dict[int, ItemRow], events: list[RedPacketClaimEvent]) -> Judged[RedPacketClaimEvent]:
+    def judge(
+        self, tx: PacketTx, locked: dict[int, ItemRow], events: list[RedPacketClaimEvent]
+    ) -> Judged[RedPacketClaimEvent]:
         judged: Judged[RedPacketClaimEvent] = Judged()
         for e in events:
             found = verdict(e, locked.get(e.item_id))
@@ -89,7 +93,7 @@ class RedPacketPersister(BatchPersister[RedPacketClaimEvent]):
                 judged.late += found is Verdict.TAKEN
         return judged
 
-    def write(self, tx, locked: dict[int, ItemRow], fresh: list[RedPacketClaimEvent]) -> None:
+    def write(self, tx: PacketTx, locked: dict[int, ItemRow], fresh: list[RedPacketClaimEvent]) -> None:
         tx.stamp_claims(fresh)
 
     def settle(self, locked: dict[int, ItemRow], judged: Judged[RedPacketClaimEvent], report: PersistReport) -> None:

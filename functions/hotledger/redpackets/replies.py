@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -33,9 +34,9 @@ class GrabReply:
         return self.status is GrabStatus.MISSING
 
     @classmethod
-    def parse(cls, raw) -> GrabReply:
-        status, *rest = reply_fields(raw)
-        status = GrabStatus(status)
+    def parse(cls, raw: Sequence[bytes | str | int]) -> GrabReply:
+        head, *rest = reply_fields(raw)
+        status = GrabStatus(head)
         if status in (GrabStatus.OK, GrabStatus.ALREADY):
             return cls(status, item_id=int(rest[0]), amount=int(rest[1]))
         return cls(status, detail=rest[0] if rest else "")
@@ -64,9 +65,9 @@ class ExpireReply:
         return self.status is ExpireStatus.MISSING
 
     @classmethod
-    def parse(cls, raw) -> ExpireReply:
-        status, *rest = reply_fields(raw)
-        status = ExpireStatus(status)
+    def parse(cls, raw: Sequence[bytes | str | int]) -> ExpireReply:
+        head, *rest = reply_fields(raw)
+        status = ExpireStatus(head)
         if status is ExpireStatus.EXPIRED:
             return cls(status, claims_pending=int(rest[0]), hold_until=int(rest[1]), hold_log=rest[2])
         return cls(status, state=rest[0] if rest else "")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
@@ -39,7 +40,9 @@ _NOT_FOUND = (404, "PACKET_NOT_FOUND or ACCOUNT_NOT_FOUND")
         TOO_MANY_KEYS,
     ),
 )
-def create_packet(request: Annotated[CreateRedPacketRequest, Body()], idempotency_key: RouteKey = None):
+def create_packet(
+    request: Annotated[CreateRedPacketRequest, Body()], idempotency_key: RouteKey = None
+) -> Response[str]:
     return once(
         f"account:{request.sender_id}",
         idempotency_key,
@@ -52,7 +55,7 @@ def create_packet(request: Annotated[CreateRedPacketRequest, Body()], idempotenc
     )
 
 
-def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict:
+def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict[str, Any]:
     """The packet's id is the key's recovery point, kept before the sender is debited: an attempt resuming a dead
     one finishes that packet (debited at most once under rp<id>) instead of sending a second."""
     args = (request.sender_id, request.total, request.count, request.expires_in_s)
@@ -91,7 +94,9 @@ def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict:
         TOO_MANY_KEYS,
     ),
 )
-def grab_packet(packet_id: PacketId, request: Annotated[GrabRequest, Body()], idempotency_key: RouteKey = None):
+def grab_packet(
+    packet_id: PacketId, request: Annotated[GrabRequest, Body()], idempotency_key: RouteKey = None
+) -> Response[str]:
     return once(
         f"account:{request.user_id}",
         idempotency_key,
@@ -102,7 +107,7 @@ def grab_packet(packet_id: PacketId, request: Annotated[GrabRequest, Body()], id
     )
 
 
-def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict:
+def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict[str, Any]:
     try:
         grab = redpackets().grab(packet_id, request.user_id)
     except errors.AlreadyGrabbed as exc:
@@ -136,7 +141,7 @@ def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict
 
 
 @router.get("/redpackets/<packet_id>", responses=responses(200, RedPacketView, "the packet", _NOT_FOUND))
-def get_packet(packet_id: PacketId) -> dict:
+def get_packet(packet_id: PacketId) -> dict[str, Any]:
     p = redpackets().get(packet_id)
     return RedPacketView(
         packet_id=str(p.packet_id),

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from hotledger import errors
 from hotledger.dal.db import DatabaseUnavailable
@@ -41,6 +41,9 @@ from hotledger.redpackets.replies import ExpireStatus, GrabReply, GrabStatus
 from hotledger.redpackets.rows import PacketRow
 from hotledger.redpackets.split import split
 from hotledger.redpackets.store import PacketCache, PacketStore, credit_key, debit_key, refund_key
+
+if TYPE_CHECKING:
+    from hotledger.ledger.service import LedgerResult
 
 PACKET_EXPIRY = "redpacket-expiry"
 EXPIRY_RETRY_MS = 2000
@@ -88,9 +91,9 @@ class Ledger(Protocol):
 
     def account_exists(self, user_id: int) -> bool: ...
 
-    def deduct(self, user_id: int, amount: int, idem_key: str | None = None): ...  # its result has the entry_id
+    def deduct(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult: ...
 
-    def recharge(self, user_id: int, amount: int, idem_key: str | None = None): ...
+    def recharge(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult: ...
 
 
 def _debit_not_made(exc: errors.DomainError) -> bool:
@@ -345,6 +348,8 @@ class RedPackets:
         """Credit a REFUNDING packet's refund to the sender (once: a t_pay row with its key means it was made),
         then mark it REFUNDED and retire its keys. False when the credit failed: it stays REFUNDING."""
         packet = self.store.packet(packet_id)
+        if packet is None:  # never: a packet is refunded once its row is REFUNDING
+            raise errors.PacketNotFound(f"red packet {packet_id} does not exist")
         if packet.refund and not self.store.refund_paid(packet_id, packet.sender_id):
             try:
                 self.ledger.recharge(packet.sender_id, packet.refund, refund_key(packet_id))

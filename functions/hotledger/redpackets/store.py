@@ -265,10 +265,12 @@ class PacketCache:
             x for i in items if i.user_id is not None for x in (i.user_id, f"{i.item_id};{i.amount};{i.claimed_at};")
         ]
         return (
-            self.lua.run(
-                "redpacket_load",
-                packet_keys(packet_id),
-                [state, expires_at, hold_until, hold_log, len(unclaimed), *unclaimed, *grabbers],
+            int(
+                self.lua.run(
+                    "redpacket_load",
+                    packet_keys(packet_id),
+                    [state, expires_at, hold_until, hold_log, len(unclaimed), *unclaimed, *grabbers],
+                )
             )
             == 1
         )

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hotledger.dal import db
 from hotledger.outbox.events import RedPacketClaimEvent
 from hotledger.redpackets.rows import ItemRow
+
+if TYPE_CHECKING:
+    from pymysql.cursors import Cursor
 
 
 def _marks(n: int) -> str:
@@ -14,7 +19,7 @@ def _marks(n: int) -> str:
 class PacketTx:
     """The statements that run while rows stay locked, inside PacketStore.transaction()."""
 
-    def __init__(self, cur):
+    def __init__(self, cur: Cursor) -> None:
         self.cursor = cur  # for the outbox's dead letters, written in the same transaction
 
     def packet_for_update(self, packet_id: int) -> tuple[str, int] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -32,9 +33,9 @@ class RefundReply:
         return self.status is RefundStatus.MISSING
 
     @classmethod
-    def parse(cls, raw) -> RefundReply:
-        status, *rest = reply_fields(raw)
-        status = RefundStatus(status)
+    def parse(cls, raw: Sequence[bytes | str | int]) -> RefundReply:
+        head, *rest = reply_fields(raw)
+        status = RefundStatus(head)
         if status is RefundStatus.OK:
             return cls(status, int(rest[0]), int(rest[1]), rest[2], rest[3], int(rest[4]))
         if status is RefundStatus.EXCEEDS:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, RouteKey, once
+from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
 from api.responses import UNAVAILABLE, responses
 from api.rules import SERVICE, only
 from api.schemas import Amount
@@ -43,7 +44,7 @@ class RefundAnswer(BaseModel):
     balance: str | None = Field(description="the account's balance after the refund (null on a resumed request)")
 
 
-def _answer(result: RefundResult) -> dict:
+def _answer(result: RefundResult) -> dict[str, Any]:
     r = result.refund
     return {
         "refund_id": str(r.refund_id),
@@ -54,8 +55,10 @@ def _answer(result: RefundResult) -> dict:
     }
 
 
-def _refund(user_id: int, kind: str, charge_id: int, request: RefundRequest, idempotency_key: str | None, path: str):
-    def run(attempt):
+def _refund(
+    user_id: int, kind: str, charge_id: int, request: RefundRequest, idempotency_key: str | None, path: str
+) -> Response[str]:
+    def run(attempt: Attempt) -> dict[str, Any]:
         result = refunds().refund(
             user_id, kind, charge_id, request.amount, request.reason, attempt.remember, attempt.resumed_from
         )
@@ -90,7 +93,7 @@ def _refund(user_id: int, kind: str, charge_id: int, request: RefundRequest, ide
 )
 def refund_order(
     user_id: UserId, order_id: ChargeId, request: Annotated[RefundRequest, Body()], idempotency_key: RouteKey = None
-):
+) -> Response[str]:
     return _refund(user_id, ORDER, order_id, request, idempotency_key, f"/accounts/{user_id}/orders/{order_id}/refunds")
 
 
@@ -110,7 +113,7 @@ def refund_order(
 )
 def refund_hold(
     user_id: UserId, hold_id: ChargeId, request: Annotated[RefundRequest, Body()], idempotency_key: RouteKey = None
-):
+) -> Response[str]:
     return _refund(user_id, HOLD, hold_id, request, idempotency_key, f"/accounts/{user_id}/holds/{hold_id}/refunds")
 
 

@@ -17,8 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hotledger import errors
+from hotledger.holds.service import Holds
 from hotledger.ledger.entry import KIND_RECHARGE, KIND_REFUND, Entry, RefundOf
-from hotledger.ledger.service import after_change
+from hotledger.ledger.rows import AccountRow
+from hotledger.ledger.service import Ledger, after_change
+from hotledger.ledger.tx import LedgerTx
 from hotledger.outbox.durable import Durability, Outbound, Step
 from hotledger.outbox.events import LedgerEvent
 from hotledger.refunds.replies import RefundReply, RefundStatus
@@ -40,11 +43,11 @@ class Refunds:
         self,
         store: RefundStore,
         durability: Durability,
-        ledger,
-        holds,
+        ledger: Ledger,
+        holds: Holds,
         next_id: Callable[[], int],
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
-    ):
+    ) -> None:
         """ledger: the accounts' service (the charge, loads, take-backs, pending entries); holds: the holds' service."""
         self.store, self.durability, self.ledger, self.holds = store, durability, ledger, holds
         self.next_id, self.clock = next_id, clock
@@ -56,7 +59,7 @@ class Refunds:
         charge_id: int,
         amount: int,
         reason: str,
-        remember=None,
+        remember: Callable[[str], object] | None = None,
         resumed_from: str | None = None,
     ) -> RefundResult:
         if resumed_from is not None:
@@ -101,10 +104,10 @@ class Refunds:
                 made_durable=lambda: self.ledger.post(user_id, refund_id),
             )
 
-        def in_db(tx, account, now_ms: int) -> LedgerEvent:
+        def in_db(tx: LedgerTx, account: AccountRow, now_ms: int) -> LedgerEvent:
             refunded = refunded_in_tx(tx.cursor, charge_id)  # every refund of the charge waits for this row lock
             if refunded + amount > charged:
-                raise self._refusal(RefundReply(RefundStatus.EXCEEDS, refunded=refunded, charged=charged))
+                raise _exceeds(refunded, charged)
             if account.balance + amount > self.store.max_balance:
                 raise errors.BalanceLimit("the refund would take the balance past its largest value")
             return LedgerEvent(
@@ -143,7 +146,10 @@ class Refunds:
                 change = self.ledger.change_in_db(user_id, refund_id, in_db, insert_refunds)
                 if change is None:
                     continue  # ASYNC after all: the stale cache was dropped
-                reply = RefundReply(RefundStatus.OK, change.balance_after, refunded=change.refunded_after)
+                return RefundResult(
+                    Refund(refund_id, user_id, charge_id, charge_kind, amount, change.refunded_after),
+                    change.balance_after,
+                )
             return RefundResult(
                 Refund(refund_id, user_id, charge_id, charge_kind, amount, reply.refunded), reply.balance
             )
@@ -179,10 +185,13 @@ class Refunds:
     @staticmethod
     def _refusal(reply: RefundReply) -> errors.DomainError | None:
         if reply.status is RefundStatus.EXCEEDS:
-            return errors.RefundExceedsCharge(
-                f"{reply.refunded} of the {reply.charged} minor units charged were refunded "
-                "already: this refund would pass the charge"
-            )
+            return _exceeds(reply.refunded, reply.charged)
         if reply.status is RefundStatus.LIMIT:
             return errors.BalanceLimit("the refund would take the balance past its largest value")
         return None  # OK, or SYNC: the DB decides (Ledger.change_in_db)
+
+
+def _exceeds(refunded: int, charged: int) -> errors.DomainError:
+    return errors.RefundExceedsCharge(
+        f"{refunded} of the {charged} minor units charged were refunded already: this refund would pass the charge"
+    )

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def refunded_in_tx(cursor, charge_id: int) -> int:
+from hotledger.ledger.entry import carried
+
+if TYPE_CHECKING:
+    from pymysql.cursors import Cursor
+
+    from hotledger.outbox.events import LedgerEvent
+
+
+def refunded_in_tx(cursor: Cursor, charge_id: int) -> int:
     """The charge's refunded total, in the caller's transaction (the SYNC path, under the account row lock)."""
     cursor.execute("SELECT COALESCE(SUM(amount), 0) FROM t_refund WHERE charge_id = %s", (charge_id,))
     return int(cursor.fetchone()[0])
 
 
-def insert_refunds(cursor, events) -> None:
+def insert_refunds(cursor: Cursor, events: list[LedgerEvent]) -> None:
     """The writer's part for a batch's refunds (kind F, new to the DB): their t_refund rows."""
     if events:
         escape = cursor.connection.escape
@@ -20,7 +29,7 @@ def insert_refunds(cursor, events) -> None:
                 % (
                     e.id,
                     e.user_id,
-                    e.refund_of,
+                    carried(e.refund_of, "refund_of"),
                     escape(e.refund_of_kind),
                     e.amount,
                     e.version,

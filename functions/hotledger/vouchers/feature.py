@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from hotledger.features import Feature, ReconcilePart
+from typing import Any
+
+from hotledger.features import Feature, PartContext, ReconcilePart
 
 
-def _persisters() -> dict:
+def _persisters() -> dict[type, Any]:
     from hotledger import runtime
     from hotledger.outbox.events import VoucherOrderEvent
 
@@ -17,7 +19,7 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
 
     reconcile = runtime.voucher_reconciler()
 
-    def vouchers(run):
+    def vouchers(run: PartContext) -> int:
         run.report.vouchers = reconcile.run(run.now_ms, run.age_s, run.budget, run.cursor)
         return run.report.vouchers.next_after
 

@@ -18,6 +18,8 @@ reservation, when the buyer's home is another bucket, is settled or given back t
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from hotledger import keys
 from hotledger.outbox.events import VoucherOrderEvent
@@ -26,6 +28,11 @@ from hotledger.outbox.store import OutboxStore
 from hotledger.outbox.writer import PersistReport, dedupe_and_claim
 from hotledger.vouchers.rows import OrderRow, Slot, StockRow
 from hotledger.vouchers.store import VoucherDb, VoucherRedis
+
+if TYPE_CHECKING:
+    from hotledger.vouchers.store import Cursor
+
+_Events = list[VoucherOrderEvent]
 
 UNKNOWN_VOUCHER = "voucher does not exist"
 ID_CLASH = "order id already used by another order"
@@ -53,19 +60,21 @@ class VoucherPersister(BatchPersister[VoucherOrderEvent]):
         )
         return claimed
 
-    def transaction(self):
+    def transaction(self) -> AbstractContextManager[Cursor]:
         return self.db.transaction()
 
-    def cursor_of(self, tx):
+    def cursor_of(self, tx: Cursor) -> Cursor:
         return tx  # VoucherDb's transaction is the cursor itself
 
-    def lock(self, tx, events: list[VoucherOrderEvent]) -> dict[int, StockRow]:
+    def lock(self, tx: Cursor, events: list[VoucherOrderEvent]) -> dict[int, StockRow]:
         return self.db.lock_stocks(tx, {e.voucher_id for e in events})
 
-    def rolled_back(self, tx, locked: dict[int, StockRow], events: list[VoucherOrderEvent]) -> set[int]:
+    def rolled_back(self, tx: Cursor, locked: dict[int, StockRow], events: list[VoucherOrderEvent]) -> set[int]:
         return self.db.rolled_back(tx, [e.id for e in events if e.voucher_id in locked])
 
-    def judge(self, tx, locked: dict[int, StockRow], events: list[VoucherOrderEvent]) -> Judged[VoucherOrderEvent]:
+    def judge(
+        self, tx: Cursor, locked: dict[int, StockRow], events: list[VoucherOrderEvent]
+    ) -> Judged[VoucherOrderEvent]:
         unknown = [e for e in events if e.voucher_id not in locked]
         known = [e for e in events if e.voucher_id in locked]
         duplicates, clashes, candidates = self._split_by_id(known, self.db.orders_by_id(tx, [e.id for e in known]))
@@ -88,7 +97,7 @@ class VoucherPersister(BatchPersister[VoucherOrderEvent]):
             ],
         )
 
-    def write(self, tx, locked: dict[int, StockRow], fresh: list[VoucherOrderEvent]) -> None:
+    def write(self, tx: Cursor, locked: dict[int, StockRow], fresh: list[VoucherOrderEvent]) -> None:
         self.db.insert_orders(tx, fresh)
         self.db.take_stock(tx, Counter((e.voucher_id, e.bucket) for e in fresh))
 
@@ -110,17 +119,18 @@ class VoucherPersister(BatchPersister[VoucherOrderEvent]):
         return f"v{e.voucher_id}", e.id
 
     @staticmethod
-    def _split_by_id(events: list[VoucherOrderEvent], stored: dict[int, OrderRow]):
+    def _split_by_id(events: _Events, stored: dict[int, OrderRow]) -> tuple[_Events, _Events, _Events]:
         """(orders the DB holds already, ids the DB gives to another order, ids not in the DB)."""
         duplicates = [e for e in events if e.id in stored and stored[e.id].slot == _slot(e)]
         clashes = [e for e in events if e.id in stored and stored[e.id].slot != _slot(e)]
         return duplicates, clashes, [e for e in events if e.id not in stored]
 
     @staticmethod
-    def _split_by_slot(events: list[VoucherOrderEvent], holders: dict[Slot, int]):
+    def _split_by_slot(events: _Events, holders: dict[Slot, int]) -> tuple[_Events, _Events]:
         """(orders whose slot is free, orders whose slot the DB or an earlier order of the batch holds)."""
         holders = dict(holders)
-        fresh, taken = [], []
+        fresh: _Events = []
+        taken: _Events = []
         for e in sorted(events, key=lambda e: (e.ts, e.id)):
             if _slot(e) in holders:
                 taken.append(e)
@@ -130,11 +140,12 @@ class VoucherPersister(BatchPersister[VoucherOrderEvent]):
         return fresh, taken
 
     @staticmethod
-    def _within_stock(events: list[VoucherOrderEvent], stocks: dict[int, StockRow]):
+    def _within_stock(events: _Events, stocks: dict[int, StockRow]) -> tuple[_Events, _Events]:
         """(orders within the DB stock, orders beyond it). Redis sells only what it holds, so an order is beyond
         the DB stock only after Redis lost state and oversold."""
         left = {voucher_id: row.stock for voucher_id, row in stocks.items()}
-        accepted, refused = [], []
+        accepted: _Events = []
+        refused: _Events = []
         for e in events:
             if left[e.voucher_id] > 0:
                 left[e.voucher_id] -= 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -38,9 +39,9 @@ class OrderReply:
         return self.status is OrderStatus.MISSING
 
     @classmethod
-    def parse(cls, raw) -> OrderReply:
-        status, *rest = reply_fields(raw)
-        status = OrderStatus(status)
+    def parse(cls, raw: Sequence[bytes | str | int]) -> OrderReply:
+        head, *rest = reply_fields(raw)
+        status = OrderStatus(head)
         if status is OrderStatus.OK:
             return cls(status, seq=int(rest[0]), epoch=rest[1], bucket=int(rest[3]))
         if status is OrderStatus.AWAY:
@@ -48,9 +49,9 @@ class OrderReply:
         return cls(status, at=rest[0] if rest and status is not OrderStatus.ALREADY else "")
 
     @classmethod
-    def parse_take(cls, raw, seq: int, bucket: int) -> OrderReply:
-        status, *rest = reply_fields(raw)
-        status = OrderStatus(status)
+    def parse_take(cls, raw: Sequence[bytes | str | int], seq: int, bucket: int) -> OrderReply:
+        head, *rest = reply_fields(raw)
+        status = OrderStatus(head)
         if status is OrderStatus.OK:
             return cls(status, seq=seq, epoch=rest[0], bucket=bucket)
         return cls(status, at=rest[0] if rest else "", bucket=bucket)
@@ -79,9 +80,9 @@ class ReconcileReply:
     stock_after: int = 0
 
     @classmethod
-    def parse(cls, raw) -> ReconcileReply:
-        status, *rest = reply_fields(raw)
-        status = ReconcileStatus(status)
+    def parse(cls, raw: Sequence[bytes | str | int]) -> ReconcileReply:
+        head, *rest = reply_fields(raw)
+        status = ReconcileStatus(head)
         if status is ReconcileStatus.SAME:
             return cls(status, int(rest[0]), int(rest[0]))
         if status is ReconcileStatus.CORRECTED:

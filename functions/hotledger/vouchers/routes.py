@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.metrics import MetricUnit
 
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
 from api.responses import UNAVAILABLE, responses
-from api.rules import ADMIN, SERVICE, Rule, body_field, only
+from api.rules import ADMIN, SERVICE, OwnerOf, Rule, body_field, only
 from api.schemas import (
     CreateVoucherRequest,
     VoucherCreated,
@@ -21,6 +24,7 @@ from api.schemas import (
 )
 from hotledger import errors, observability
 from hotledger.runtime import vouchers
+from hotledger.vouchers.service import VoucherOrder
 
 router = Router()
 logger = observability.logger()
@@ -39,7 +43,7 @@ _NOT_FOUND = (404, "VOUCHER_NOT_FOUND")
         (422, "VALIDATION_ERROR: stock, times, limit or stock_shards invalid"),
     ),
 )
-def create_voucher(request: Annotated[CreateVoucherRequest, Body()]) -> dict:
+def create_voucher(request: Annotated[CreateVoucherRequest, Body()]) -> dict[str, Any]:
     voucher_id = vouchers().create_voucher(
         request.title, request.stock, request.begin_at, request.end_at, request.per_user_limit, request.stock_shards
     )
@@ -47,7 +51,7 @@ def create_voucher(request: Annotated[CreateVoucherRequest, Body()]) -> dict:
 
 
 @router.get("/vouchers/<voucher_id>", responses=responses(200, VoucherView, "the voucher", _NOT_FOUND))
-def get_voucher(voucher_id: VoucherId) -> dict:
+def get_voucher(voucher_id: VoucherId) -> dict[str, Any]:
     v = vouchers().get_voucher(voucher_id)
     return VoucherView(
         voucher_id=str(v.voucher_id),
@@ -79,7 +83,7 @@ def get_voucher(voucher_id: VoucherId) -> dict:
 )
 def order_voucher(
     voucher_id: VoucherId, request: Annotated[VoucherOrderRequest, Body()], idempotency_key: RouteKey = None
-):
+) -> Response[str]:
     # one order per user: (voucher, user) is the order's natural key, no DB write keeps the key's answer; more than
     # one: the key's reserved order id and answer are kept in the DB
     durable = idempotency_key is not None and vouchers().per_user_limit(voucher_id) > 1
@@ -94,7 +98,7 @@ def order_voucher(
     )
 
 
-def _order_voucher(voucher_id: int, request: VoucherOrderRequest, attempt: Attempt) -> dict:
+def _order_voucher(voucher_id: int, request: VoucherOrderRequest, attempt: Attempt) -> dict[str, Any]:
     """The order id is the key's recovery point, kept before the unit is taken: an attempt resuming a dead one answers
     that order instead of taking a second unit."""
     resumed = None if attempt.resumed_from is None else int(attempt.resumed_from)
@@ -105,10 +109,10 @@ def _order_voucher(voucher_id: int, request: VoucherOrderRequest, attempt: Attem
     except errors.AlreadyOrdered:
         # a keyed order of a one-per-user voucher whose buyer holds it: that order is the key's answer (Redis lost the
         # key's record, or the key is new)
-        order = vouchers().order_in_slot(voucher_id, request.user_id, 1) if attempt.keyed else None
-        if order is None or vouchers().per_user_limit(voucher_id) != 1:
+        held = vouchers().order_in_slot(voucher_id, request.user_id, 1) if attempt.keyed else None
+        if held is None or vouchers().per_user_limit(voucher_id) != 1:
             raise
-        return _order_body(order)
+        return _order_body(held)
     metrics.add_metric(name="VoucherOrders", unit=MetricUnit.Count, value=1)
     logger.info(
         "voucher ordered", extra={"voucher_id": voucher_id, "order_id": str(order.order_id), "user_id": order.user_id}
@@ -116,7 +120,7 @@ def _order_voucher(voucher_id: int, request: VoucherOrderRequest, attempt: Attem
     return _order_body(order)
 
 
-def _order_body(order) -> dict:
+def _order_body(order: VoucherOrder) -> dict[str, Any]:
     return VoucherOrderResult(
         order_id=str(order.order_id), voucher_id=str(order.voucher_id), user_id=order.user_id, seq=order.seq
     ).model_dump()
@@ -126,20 +130,32 @@ def _order_body(order) -> dict:
     "/vouchers/<voucher_id>/orders/<order_id>",
     responses=responses(200, VoucherOrderView, "the order", (404, "ORDER_NOT_FOUND")),
 )
-def get_voucher_order(voucher_id: VoucherId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -> dict:
+def get_voucher_order(voucher_id: VoucherId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -> dict[str, Any]:
     order = vouchers().get_order(voucher_id, order_id)
     return VoucherOrderView(
         order_id=str(order.order_id), voucher_id=str(voucher_id), user_id=order.user_id, status=order.status
     ).model_dump()
 
 
-def _voucher_order_owner(args: dict) -> int:
+@dataclass(frozen=True)
+class _HiddenOwner:
+    """An owner rule whose entity, when another user's, answers as a missing one (no oracle): api.authorization's
+    check_owner raises `hidden_as(args)` instead of FORBIDDEN."""
+
+    owner: OwnerOf
+    hidden_as: Callable[[dict[str, Any]], errors.DomainError]
+
+    def __call__(self, args: dict[str, Any]) -> int:
+        return self.owner(args)
+
+
+def _order_owner(args: dict[str, Any]) -> int:
     return vouchers().get_order(args["voucher_id"], args["order_id"]).user_id
 
 
-# another user's order answers as a missing one (no oracle)
-_voucher_order_owner.hidden_as = lambda args: errors.OrderNotFound(
-    f"order {args['order_id']} of voucher {args['voucher_id']} does not exist"
+_voucher_order_owner = _HiddenOwner(
+    _order_owner,
+    lambda args: errors.OrderNotFound(f"order {args['order_id']} of voucher {args['voucher_id']} does not exist"),
 )
 
 RULES = {

@@ -35,15 +35,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hotledger import errors, keys
 from hotledger.config import Settings
+from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.outbox.durable import Durability, Outbound, Step
 from hotledger.outbox.events import VoucherOrderEvent
 from hotledger.outbox.log_hold import LogHold
 from hotledger.vouchers.replies import OrderReply, OrderStatus
 from hotledger.vouchers.rows import VoucherSnapshot, home_bucket
 from hotledger.vouchers.store import VoucherDb, VoucherRedis
+
+if TYPE_CHECKING:
+    from hotledger.vouchers.store import Cursor
 
 SEEN_EMPTY_MS = 1000  # how long a home's buyers skip a bucket found empty (a unit given back there waits this long)
 
@@ -163,7 +168,7 @@ class Vouchers:
             snapshot = self._load(cur, voucher_id, hold_until, hold_log)
         self._retire_if_ended(voucher_id, snapshot)
 
-    def _load(self, cur, voucher_id: int, hold_until: int, hold_log: str = "") -> VoucherSnapshot:
+    def _load(self, cur: Cursor, voucher_id: int, hold_until: int, hold_log: str = "") -> VoucherSnapshot:
         snapshot = self.db.lock_snapshot(cur, voucher_id)
         if snapshot is None:
             raise _not_found(voucher_id)
@@ -193,10 +198,13 @@ class Vouchers:
         if row is None:
             raise _not_found(voucher_id)
         buckets = range(row.stock_shards)
-        stock_left = [self.redis.stock_left(voucher_id, b) for b in buckets]
-        if None in stock_left:
+        read = [self.redis.stock_left(voucher_id, b) for b in buckets]
+        if None in read:
             self.rebuild(voucher_id)
-            stock_left = [self.redis.stock_left(voucher_id, b) for b in buckets]
+            read = [self.redis.stock_left(voucher_id, b) for b in buckets]
+        stock_left = [stock for stock in read if stock is not None]
+        if len(stock_left) < len(read):  # lost again right after its rebuild (a flush or failover meanwhile)
+            raise RedisUnavailable(f"Redis lost voucher {voucher_id} again while it was read")
         return Voucher(
             voucher_id,
             row.title,
@@ -226,7 +234,7 @@ class Vouchers:
         point); `order_id`: the id an attempt that died under the same key reserved: its order, if the DB or Redis
         holds it, is the answer (voucher_order.lua answers a pending or settled id as itself), else it is taken now."""
         resumed = order_id is not None
-        if resumed:
+        if order_id is not None:
             row = self.db.find_order(voucher_id, order_id)
             if row is not None:
                 return VoucherOrder(order_id, voucher_id, row.user_id, row.seq, "PERSISTED")
@@ -235,9 +243,9 @@ class Vouchers:
                     order_id = None
         shards = self.stock_shards(voucher_id)
         home = home_bucket(user_id, shards)
-        order_id = order_id or self.next_id()
+        taken_id = order_id or self.next_id()  # the order's id from here on
         if reserve is not None:
-            reserve(order_id)
+            reserve(taken_id)
         now = self.clock()
 
         def outbound(order_id: int, reply: OrderReply) -> Outbound:
@@ -262,18 +270,18 @@ class Vouchers:
             def answer_found_in_the_db() -> None:
                 # the log as it was at the rebuild is applied now: the dead attempt's order, if it was published, is
                 # in the DB and is the answer
-                row = self.db.find_order(voucher_id, order_id)
+                row = self.db.find_order(voucher_id, taken_id)
                 if row is not None:
-                    raise _Persisted(VoucherOrder(order_id, voucher_id, row.user_id, row.seq, "PERSISTED"))
+                    raise _Persisted(VoucherOrder(taken_id, voucher_id, row.user_id, row.seq, "PERSISTED"))
 
             reply = self._lifting_hold(
                 voucher_id,
                 home,
-                lambda: self.redis.order(voucher_id, user_id, order_id, now, home, shards),
+                lambda: self.redis.order(voucher_id, user_id, taken_id, now, home, shards),
                 once_lifted=answer_found_in_the_db if resumed else None,
             )
             if reply.status is OrderStatus.AWAY:
-                reply = self._take_elsewhere(voucher_id, user_id, order_id, now, home, reply)
+                reply = self._take_elsewhere(voucher_id, user_id, taken_id, now, home, reply)
             return reply
 
         # every attempt of the loop (a reload between them) runs under the reserved id: a refused 'missing' took nothing
@@ -284,13 +292,13 @@ class Vouchers:
                     attempt=attempt,
                     reload=lambda: self.rebuild(voucher_id),
                     refusal=_refusal,
-                    outbound=lambda _attempt_id, reply: outbound(order_id, reply),
-                    unknown=lambda _attempt_id, why: _order_unknown(voucher_id, order_id, why),
+                    outbound=lambda _attempt_id, reply: outbound(taken_id, reply),
+                    unknown=lambda _attempt_id, why: _order_unknown(voucher_id, taken_id, why),
                 )
             )
         except _Persisted as persisted:
             return persisted.order
-        return VoucherOrder(order_id, voucher_id, user_id, reply.seq)
+        return VoucherOrder(taken_id, voucher_id, user_id, reply.seq)
 
     def _lifting_hold(
         self,
@@ -317,7 +325,7 @@ class Vouchers:
         empty, waiting = [], None
         for bucket in away.probes:
 
-            def take(bucket=bucket) -> OrderReply:
+            def take(bucket: int = bucket) -> OrderReply:
                 return self.redis.take(voucher_id, bucket, user_id, order_id, now, away.seq, home)
 
             reply = self._lifting_hold(voucher_id, bucket, take)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from hotledger import keys
 from hotledger.dal import db
@@ -21,6 +22,9 @@ from hotledger.dal.redis_store import Lua, expire_once, redis_errors_translated,
 from hotledger.outbox.events import VoucherOrderEvent
 from hotledger.vouchers.replies import OrderReply, ReconcileReply, SettleReply
 from hotledger.vouchers.rows import AwayOrder, OrderRow, Slot, StockRow, VoucherRow, VoucherSnapshot
+
+if TYPE_CHECKING:
+    from pymysql.cursors import Cursor as Cursor  # a transaction's, handed to VoucherDb (re-exported for its callers)
 
 """(voucher id, user id, seq): the buyer's n-th order of a voucher, held by at most one order."""
 
@@ -38,7 +42,7 @@ def bucket_shares(stock: int, shards: int) -> list[int]:
     return [stock // shards + (1 if k < stock % shards else 0) for k in range(shards)]
 
 
-def _in(values: list) -> str:
+def _in(values: Sequence[object]) -> str:
     return ",".join(["%s"] * len(values))
 
 
@@ -46,19 +50,19 @@ class VoucherDb:
     """Reads outside a transaction run on their own; the others take the cursor of `transaction()`."""
 
     @staticmethod
-    def transaction() -> contextlib.AbstractContextManager:
+    def transaction() -> contextlib.AbstractContextManager[Cursor]:
         return db.transaction()
 
     @staticmethod
     def create(
-        cur, title: str, stock: int, per_user_limit: int, begin_at: int, end_at: int, stock_shards: int = 1
+        cur: Cursor, title: str, stock: int, per_user_limit: int, begin_at: int, end_at: int, stock_shards: int = 1
     ) -> int:
         cur.execute(
             "INSERT INTO t_seckill_voucher (title, initial_stock, stock, per_user_limit, begin_time, end_time,"
             " stock_shards) VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (title, stock, stock, per_user_limit, db.to_datetime(begin_at), db.to_datetime(end_at), stock_shards),
         )
-        voucher_id = cur.lastrowid
+        voucher_id = int(cur.lastrowid)
         cur.executemany(
             "INSERT INTO t_voucher_bucket (voucher_id, bucket, stock) VALUES (%s, %s, %s)",
             [(voucher_id, k, share) for k, share in enumerate(bucket_shares(stock, stock_shards))],
@@ -104,7 +108,7 @@ class VoucherDb:
         return [(voucher_id, db.to_ms(end), shards) for voucher_id, end, shards in rows]
 
     @staticmethod
-    def lock_snapshot(cur, voucher_id: int) -> VoucherSnapshot | None:
+    def lock_snapshot(cur: Cursor, voucher_id: int) -> VoucherSnapshot | None:
         cur.execute(
             "SELECT stock, begin_time, end_time, per_user_limit, version FROM t_seckill_voucher WHERE id = %s"
             " FOR UPDATE",
@@ -129,13 +133,13 @@ class VoucherDb:
         )
 
     @staticmethod
-    def bucket_stocks(cur, voucher_id: int) -> list[int]:
+    def bucket_stocks(cur: Cursor, voucher_id: int) -> list[int]:
         """The stock left in the DB of each of the voucher's buckets (bucket order), read under its row lock."""
         cur.execute("SELECT stock FROM t_voucher_bucket WHERE voucher_id = %s ORDER BY bucket", (voucher_id,))
         return [row[0] for row in cur.fetchall()]
 
     @staticmethod
-    def lock_stocks(cur, voucher_ids: Iterable[int]) -> dict[int, StockRow]:
+    def lock_stocks(cur: Cursor, voucher_ids: Iterable[int]) -> dict[int, StockRow]:
         """Lock the voucher rows in id order (no deadlock between writers); the ids that exist -> stock, version."""
         ordered = sorted(set(voucher_ids))
         if not ordered:
@@ -147,7 +151,7 @@ class VoucherDb:
         return {voucher_id: StockRow(stock, version) for voucher_id, stock, version in cur.fetchall()}
 
     @staticmethod
-    def orders_by_id(cur, order_ids: list[int]) -> dict[int, OrderRow]:
+    def orders_by_id(cur: Cursor, order_ids: list[int]) -> dict[int, OrderRow]:
         """The orders the DB holds among these ids."""
         if not order_ids:
             return {}
@@ -174,7 +178,7 @@ class VoucherDb:
         return False
 
     @staticmethod
-    def rolled_back(cur, order_ids: list[int]) -> set[int]:
+    def rolled_back(cur: Cursor, order_ids: list[int]) -> set[int]:
         """Those of the orders rolled back for good, read under the voucher row locks the caller holds."""
         if not order_ids:
             return set()
@@ -182,7 +186,7 @@ class VoucherDb:
         return {row[0] for row in cur.fetchall()}
 
     @staticmethod
-    def slot_holders(cur, slots: list[Slot]) -> dict[Slot, int]:
+    def slot_holders(cur: Cursor, slots: list[Slot]) -> dict[Slot, int]:
         """slot -> id of the order the DB holds in it, for the slots taken among these."""
         if not slots:
             return {}
@@ -195,7 +199,7 @@ class VoucherDb:
         return {tuple(row[:3]): row[3] for row in cur.fetchall()}
 
     @staticmethod
-    def insert_orders(cur, orders: list[VoucherOrderEvent]) -> None:
+    def insert_orders(cur: Cursor, orders: list[VoucherOrderEvent]) -> None:
         if orders:
             # every value is a validated int: formatted directly, far cheaper than the driver's escaping per row
             cur.execute(
@@ -207,7 +211,7 @@ class VoucherDb:
             )
 
     @staticmethod
-    def take_stock(cur, sold: Counter[tuple[int, int]]) -> None:
+    def take_stock(cur: Cursor, sold: Counter[tuple[int, int]]) -> None:
         """Move each voucher's DB stock, and each of its buckets', down by the orders sold ((voucher id, bucket) ->
         orders); the voucher's version rises by one per call."""
         per_voucher: Counter[int] = Counter()
@@ -223,7 +227,7 @@ class VoucherDb:
             )
 
 
-def _pending_order(voucher_id: int, order_id, value, bucket: int) -> VoucherOrderEvent:
+def _pending_order(voucher_id: int, order_id: bytes | str | int, value: bytes | str, bucket: int) -> VoucherOrderEvent:
     user_id, seq, ts, epoch, *home = text(value).split(";")  # 'home' absent: taken before stock buckets, bucket 0
     return VoucherOrderEvent(
         type="voucher_order",
@@ -293,20 +297,18 @@ class VoucherRedis:
     ) -> bool:
         """End an AWAY reservation (give_back: the buyer's slot is freed; else the order stands); buckets in
         `seen_empty` are skipped by this home's buyers until `empty_until`. True when the reservation was there."""
-        return (
-            reply_fields(
-                self.lua.run(
-                    "voucher_release",
-                    [
-                        keys.voucher(voucher_id, home),
-                        keys.voucher_buyers(voucher_id, home),
-                        keys.voucher_away(voucher_id, home),
-                    ],
-                    [order_id, user_id, "give_back" if give_back else "keep", empty_until, *seen_empty],
-                )
-            )[0]
-            == "released"
-        )
+        status: str = reply_fields(
+            self.lua.run(
+                "voucher_release",
+                [
+                    keys.voucher(voucher_id, home),
+                    keys.voucher_buyers(voucher_id, home),
+                    keys.voucher_away(voucher_id, home),
+                ],
+                [order_id, user_id, "give_back" if give_back else "keep", empty_until, *seen_empty],
+            )
+        )[0]
+        return status == "released"
 
     def rollback(self, voucher_id: int, order_id: int, user_id: int, bucket: int = 0, home: int = 0) -> None:
         """Give back in Redis an order the DB recorded as rolled back (VoucherDb.record_rollback): its unit in its
@@ -333,20 +335,22 @@ class VoucherRedis:
         hold) one a second answers HELD."""
         buyers = [x for pair in snapshot.bucket_buyers(bucket).items() for x in pair]
         return (
-            self.lua.run(
-                "voucher_load",
-                [*voucher_keys(voucher_id, bucket)[:2], keys.voucher_away(voucher_id, bucket)],
-                [
-                    snapshot.bucket_stock(bucket),
-                    snapshot.begin_at,
-                    snapshot.end_at,
-                    snapshot.per_user_limit,
-                    epoch,
-                    hold_until,
-                    snapshot.version,
-                    hold_log,
-                    *buyers,
-                ],
+            int(
+                self.lua.run(
+                    "voucher_load",
+                    [*voucher_keys(voucher_id, bucket)[:2], keys.voucher_away(voucher_id, bucket)],
+                    [
+                        snapshot.bucket_stock(bucket),
+                        snapshot.begin_at,
+                        snapshot.end_at,
+                        snapshot.per_user_limit,
+                        epoch,
+                        hold_until,
+                        snapshot.version,
+                        hold_log,
+                        *buyers,
+                    ],
+                )
             )
             == 1
         )

@@ -4,12 +4,15 @@ order and see a gap (Stripe's receivers cannot)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from hotledger.ledger.entry import Booked
 from hotledger.money import format_minor
+
+if TYPE_CHECKING:
+    from hotledger.monitors.store import Alert
 
 # the ledger's entry types -> the event types receivers subscribe to
 EVENT_TYPES = {
@@ -118,11 +121,11 @@ def payload(booked: Booked, prev_seq: int | None) -> str:
     ).model_dump_json()
 
 
-def alert_event_id(alert) -> str:
+def alert_event_id(alert: Alert) -> str:
     return f"evt_m{alert.monitor_id}_{alert.seq}"
 
 
-def alert_payload(alert, prev_seq: int | None) -> str:
+def alert_payload(alert: Alert, prev_seq: int | None) -> str:
     """A balance monitor's crossing: the entry (seq) whose booking took the balance past the line."""
     return BalanceEvent(
         type=BALANCE_TYPES[alert.direction],

@@ -29,13 +29,17 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from http.client import HTTPMessage
+from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
 from hotledger import errors
 from hotledger.webhooks.events import ALL_TYPES
-from hotledger.webhooks.store import Delivery, Endpoint, WebhookStore, by_endpoint
+from hotledger.webhooks.store import Delivery as Delivery  # re-exported: what the routes show
+from hotledger.webhooks.store import Endpoint as Endpoint
+from hotledger.webhooks.store import EndpointChange, WebhookStore, by_endpoint
 
 RETRY_FOR_MS = 3 * 86_400_000
 FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
@@ -68,7 +72,13 @@ def next_attempt(attempts: int, now_ms: int, created_at: int) -> int | None:
     return at if at < created_at + RETRY_FOR_MS else None
 
 
-def check_url(url: str, allow_local: bool, resolve: Callable = socket.getaddrinfo) -> None:
+class Resolve(Protocol):
+    """socket.getaddrinfo's shape, as check_url calls it: each answer's last field starts with the address."""
+
+    def __call__(self, host: str, port: int, *, proto: int) -> Iterable[tuple[int, int, int, str, tuple[Any, ...]]]: ...
+
+
+def check_url(url: str, allow_local: bool, resolve: Resolve = socket.getaddrinfo) -> None:
     """Refuses (InvalidWebhookUrl) what the endpoint may not be: not https (but local http with allow_local), or a
     host resolving to a private, loopback, link-local, reserved, multicast or metadata address."""
     parts = urlsplit(url)
@@ -80,7 +90,7 @@ def check_url(url: str, allow_local: bool, resolve: Callable = socket.getaddrinf
     if local:
         return
     try:
-        addresses = {info[4][0] for info in resolve(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)}
+        addresses = {str(info[4][0]) for info in resolve(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)}
     except (OSError, UnicodeError) as exc:
         raise errors.InvalidWebhookUrl(f"{parts.hostname} does not resolve") from exc
     for address in addresses:
@@ -108,7 +118,7 @@ class Webhooks:
             raise errors.WebhookEndpointNotFound(f"webhook endpoint {endpoint_id} does not exist")
         return found
 
-    def list(self) -> list[Endpoint]:
+    def endpoints(self) -> list[Endpoint]:
         return self.store.endpoints()
 
     def update(
@@ -120,7 +130,7 @@ class Webhooks:
         enabled: bool | None,
     ) -> Endpoint:
         self.get(endpoint_id)
-        fields: dict = {}
+        fields: EndpointChange = {}
         if url is not None:
             check_url(url, self.allow_local)
             fields["url"] = url
@@ -171,7 +181,7 @@ class Webhooks:
         delivered, retried and dead-lettered."""
         counts = {"delivered": 0, "retried": 0, "dead": 0}
         stop_at = time.monotonic() + seconds
-        busy: dict[Future, int] = {}  # a worker -> its endpoint
+        busy: dict[Future[list[str]], int] = {}  # a worker -> its endpoint
         with ThreadPoolExecutor(max_workers=SEND_WORKERS) as pool:
             while time.monotonic() < stop_at:
                 due = {
@@ -236,7 +246,15 @@ class Webhooks:
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
     """A redirect could lead to an address the endpoint check refused: a 3xx counts as a failed attempt."""
 
-    def redirect_request(self, *args, **kwargs):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
         return None
 
 

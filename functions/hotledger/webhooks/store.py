@@ -4,11 +4,18 @@ of the booking transaction that writes a delivery for each subscribed endpoint."
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from hotledger.dal import db
 from hotledger.ledger.entry import Booked
 from hotledger.webhooks.events import BALANCE_TYPES, EVENT_TYPES, alert_event_id, alert_payload, event_id, payload
+
+if TYPE_CHECKING:
+    from pymysql.cursors import Cursor
+
+    from hotledger.monitors.store import Alert
 
 PENDING, DELIVERED, DEAD = "PENDING", "DELIVERED", "DEAD"
 
@@ -61,7 +68,18 @@ _DELIVERY = (
 )
 
 
-def _endpoint(row) -> Endpoint:
+class EndpointChange(TypedDict, total=False):
+    """The columns WebhookStore.update sets (flags as 0 / 1)."""
+
+    url: str
+    event_types: list[str]
+    description: str
+    enabled: int
+    failing: int
+    deleted: int
+
+
+def _endpoint(row: tuple[Any, ...]) -> Endpoint:
     id_, url, types, description, secret, previous, until, enabled, failing, created = row
     return Endpoint(
         id_,
@@ -77,7 +95,18 @@ def _endpoint(row) -> Endpoint:
     )
 
 
-def enqueue(cursor, rows: list[Booked], alerts: list = ()) -> None:
+_Body = Callable[[int | None], tuple[str, str]]  # an event's id and body, given the previous seq
+
+
+def _entry_body(r: Booked) -> _Body:
+    return lambda prev: (event_id(r), payload(r, prev))
+
+
+def _alert_body(a: Alert) -> _Body:
+    return lambda prev: (alert_event_id(a), alert_payload(a, prev))
+
+
+def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) -> None:
     """In the transaction that books `rows` (and judged the balance monitors' `alerts` of them): one PENDING delivery
     per event and enabled endpoint subscribed to its type, with the previous seq of that account for that endpoint."""
     if not rows:
@@ -85,19 +114,8 @@ def enqueue(cursor, rows: list[Booked], alerts: list = ()) -> None:
     cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE enabled = 1 AND deleted = 0")
     endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
     # (user, seq, sub_seq, type, at, its id and body given the previous seq): a crossing follows its entry's event
-    events = [
-        (r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, lambda prev, r=r: (event_id(r), payload(r, prev)))
-        for r in rows
-    ] + [
-        (
-            a.user_id,
-            a.seq,
-            1,
-            BALANCE_TYPES[a.direction],
-            a.at,
-            lambda prev, a=a: (alert_event_id(a), alert_payload(a, prev)),
-        )
-        for a in alerts
+    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, _entry_body(r)) for r in rows] + [
+        (a.user_id, a.seq, 1, BALANCE_TYPES[a.direction], a.at, _alert_body(a)) for a in alerts
     ]
     wanted = [(id_, e) for id_, types in endpoints for e in events if e[3] in types]
     if not wanted:
@@ -132,7 +150,7 @@ class WebhookStore:
                 " VALUES (%s, %s, %s, %s, %s)",
                 (url, ",".join(event_types), description, secret, now_ms),
             )
-            return cur.lastrowid
+            return int(cur.lastrowid)
 
     def endpoint(self, endpoint_id: int) -> Endpoint | None:
         rows = db.query(_ENDPOINT + " WHERE id = %s AND deleted = 0", (endpoint_id,))
@@ -141,7 +159,7 @@ class WebhookStore:
     def endpoints(self) -> list[Endpoint]:
         return [_endpoint(row) for row in db.query(_ENDPOINT + " WHERE deleted = 0 ORDER BY id")]
 
-    def update(self, endpoint_id: int, **fields) -> None:
+    def update(self, endpoint_id: int, **fields: Unpack[EndpointChange]) -> None:
         columns = {
             "url": "url",
             "event_types": "event_types",
@@ -150,7 +168,10 @@ class WebhookStore:
             "failing": "failing",
             "deleted": "deleted",
         }
-        sets = [(columns[name], ",".join(value) if name == "event_types" else value) for name, value in fields.items()]
+        values: dict[str, object] = {**fields}
+        if "event_types" in fields:
+            values["event_types"] = ",".join(fields["event_types"])
+        sets = [(columns[name], value) for name, value in values.items()]
         if sets:
             db.execute(
                 f"UPDATE t_webhook_endpoint SET {', '.join(f'{c} = %s' for c, _ in sets)} WHERE id = %s",
@@ -205,7 +226,8 @@ class WebhookStore:
                 cur.execute("UPDATE t_webhook_endpoint SET failing = 1 WHERE id = %s", (d.endpoint_id,))
 
     def deliveries(self, endpoint_id: int, state: str | None, limit: int) -> list[Delivery]:
-        where, args = "WHERE endpoint_id = %s", [endpoint_id]
+        where = "WHERE endpoint_id = %s"
+        args: list[int | str] = [endpoint_id]
         if state:
             where += " AND state = %s"
             args.append(state)
@@ -261,7 +283,7 @@ class WebhookStore:
                     "UPDATE t_webhook_endpoint SET failing = 0 WHERE id IN (" + ",".join(["%s"] * len(endpoints)) + ")",
                     endpoints,
                 )
-            return revived
+            return int(revived)
 
 
 def by_endpoint(deliveries: list[Delivery]) -> dict[int, list[Delivery]]:
