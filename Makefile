@@ -87,13 +87,14 @@ lock: setup
 	.venv/bin/uv pip compile functions/requirements.txt --python-version 3.13 --python-platform aarch64-manylinux_2_28 \
 	  --generate-hashes --no-header -q -o functions/requirements.lock
 
-## mypy over the functions' code (mypy.ini); not yet part of `make lint`: it still reports errors (docs/testing.md)
+## mypy --strict over the functions' code (mypy.ini); make lint runs it
 typecheck: setup
 	.venv/bin/mypy functions/hotledger functions/api functions/authorizer functions/writer functions/reconciler \
 	  functions/delay_drainer functions/stream_drainer functions/webhook_sender functions/setup
 
-## lint: ruff (lint and format check, ruff.toml) over the Python code, then the template (cfn-lint, sam validate)
-lint: setup tools
+## lint: ruff (lint and format check, ruff.toml) over the Python code, mypy --strict over functions/, then the
+## template (cfn-lint, sam validate)
+lint: setup tools typecheck
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/cfn-lint --include-checks I -- template.yaml
