@@ -74,7 +74,7 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
 
 app = APIGatewayRestResolver(enable_validation=True)
 # Powertools' OpenAPIRequestValidationMiddleware.__init__ has no annotations (an untyped call under --strict only)
-app._request_validation_middleware = _AuthorizedJsonBodies()  # type: ignore[no-untyped-call, unused-ignore]
+app._request_validation_middleware = _AuthorizedJsonBodies()  # type: ignore[no-untyped-call]
 _hot_paths: set[tuple[str, str]] = set()
 for feature in registered():  # the ledger first: the hot routes (deduct, recharge) are matched before the others
     if feature.routes:
@@ -177,7 +177,7 @@ def _count_rejection(code: str) -> None:
         metric.add_dimension(name="code", value=code)
 
 
-@app.exception_handler(errors.DomainError)  # type: ignore[untyped-decorator, unused-ignore]
+@app.exception_handler(errors.DomainError)  # type: ignore[untyped-decorator]
 def domain_error(exc: errors.DomainError) -> Response[str]:
     _count_rejection(exc.code)
     if exc.code == "PUBLISH_FAILED":
@@ -188,13 +188,13 @@ def domain_error(exc: errors.DomainError) -> Response[str]:
 _AMOUNT_FIELDS = {"amount", "threshold", "total", "below", "above", "rearm_above", "rearm_below"}
 
 
-@app.exception_handler(RequestUnsupportedContentType)  # type: ignore[untyped-decorator, unused-ignore]
+@app.exception_handler(RequestUnsupportedContentType)  # type: ignore[untyped-decorator]
 def unsupported_content_type(exc: RequestUnsupportedContentType) -> Response[str]:
     _count_rejection("UNSUPPORTED_MEDIA_TYPE")
     return _error(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with Content-Type: application/json")
 
 
-@app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator, unused-ignore]
+@app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
 def validation_error(exc: RequestValidationError) -> Response[str]:
     content_type = (app.current_event.headers or {}).get("content-type", "application/json")
     if app.current_event.body and "json" not in content_type.lower():
@@ -217,7 +217,7 @@ def validation_error(exc: RequestValidationError) -> Response[str]:
     return _error(status, code, message)
 
 
-@app.exception_handler([RedisUnavailable, DatabaseUnavailable, LockUnavailable])  # type: ignore[untyped-decorator, unused-ignore]
+@app.exception_handler([RedisUnavailable, DatabaseUnavailable, LockUnavailable])  # type: ignore[untyped-decorator]
 def dependency_down(exc: Exception) -> Response[str]:
     logger.warning("dependency unavailable", exc_info=exc)
     _count_rejection("SERVICE_UNAVAILABLE")

@@ -80,7 +80,7 @@ def msk_iam_token_provider(region: str) -> object:
     from kafka.net.sasl.oauth import AbstractTokenProvider
 
     # kafka-python ships no types: its base class is Any to mypy (disallow_subclassing_any)
-    class MskIamTokenProvider(AbstractTokenProvider):  # type: ignore[misc, unused-ignore]
+    class MskIamTokenProvider(AbstractTokenProvider):  # type: ignore[misc]
         def token(self) -> str:
             return msk_iam_token(region)[0]
 

@@ -124,7 +124,7 @@ class ScriptsPipeline:
     def __init__(self, client: redis.RedisCluster):
         self._client = client
         # redis-py leaves RedisCluster.pipeline unannotated (it answers a ClusterPipeline)
-        self._pipe: ClusterPipeline = client.pipeline(transaction=False)  # type: ignore[no-untyped-call, unused-ignore]
+        self._pipe: ClusterPipeline = client.pipeline(transaction=False)  # type: ignore[no-untyped-call]
         # position in the pipeline -> (script, keys, args)
         self._scripts: dict[int, tuple[Script, list[str], Sequence[ScriptArg]]] = {}
 
@@ -136,9 +136,9 @@ class ScriptsPipeline:
         # keys share one hash tag, so the slot is computed here and the command sent to its master; a resend after
         # a connection error (redis-py's, one by one) routes by the keys on the client as well.
         # redis-py leaves RedisCluster.get_node_from_key unannotated (it answers a ClusterNode)
-        node: ClusterNode = self._client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call, unused-ignore]
+        node: ClusterNode = self._client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
         # redis-py leaves ClusterPipeline.execute_command unannotated (it answers the pipeline)
-        return self._pipe.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
+        return self._pipe.execute_command(  # type: ignore[no-untyped-call]
             "EVALSHA", script.sha, len(keys), *keys, *args, target_nodes=node
         )
 
@@ -203,7 +203,7 @@ class AttemptsKeptCluster(redis.RedisCluster):
         super().__init__(*args, **kwargs)
         if seed is not None:
             # redis-py leaves ClusterNode's constructor unannotated
-            self._keep_seed(ClusterNode(*seed))  # type: ignore[no-untyped-call, unused-ignore]
+            self._keep_seed(ClusterNode(*seed))  # type: ignore[no-untyped-call]
 
     def _keep_seed(self, seed: ClusterNode) -> None:
         """Keep the configured address among the nodes a topology refresh starts from. redis-py replaces them with
@@ -218,7 +218,7 @@ class AttemptsKeptCluster(redis.RedisCluster):
             if seed.name not in manager.startup_nodes:
                 # a new dict: redis-py's startup nodes are its node cache itself after a discovery
                 # redis-py leaves ClusterNode's constructor unannotated
-                node = ClusterNode(seed.host, seed.port)  # type: ignore[no-untyped-call, unused-ignore]
+                node = ClusterNode(seed.host, seed.port)  # type: ignore[no-untyped-call]
                 manager.startup_nodes = {**manager.startup_nodes, seed.name: node}
 
         def initialize_keeping_seed(*args: Any, **kwargs: Any) -> object:
@@ -235,7 +235,7 @@ class AttemptsKeptCluster(redis.RedisCluster):
         self._attempts.errors = []
         try:
             # redis-py leaves RedisCluster.execute_command unannotated (its reply is the command's, untyped)
-            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
+            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
         except Exception as error:
             keep_attempts(error, tuple(self._attempts.errors) or (error,))
             raise
@@ -243,7 +243,7 @@ class AttemptsKeptCluster(redis.RedisCluster):
     def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
         try:
             # redis-py leaves RedisCluster._execute_command unannotated (its reply is the command's, untyped)
-            return super()._execute_command(target_node, *args, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
+            return super()._execute_command(target_node, *args, **kwargs)  # type: ignore[no-untyped-call]
         except Exception as error:
             getattr(self._attempts, "errors", []).append(error)
             raise
@@ -324,7 +324,7 @@ def shard_subscription(client: redis.Redis | redis.RedisCluster, channels: list[
     """A sharded pub/sub subscription (SSUBSCRIBE, Redis 7): on a cluster each channel is heard on the master of
     its slot, where the scripts SPUBLISH it; on one Redis it works the same."""
     # redis-py leaves pubsub() unannotated (a PubSub; a ClusterPubSub, its subclass, on a cluster)
-    pubsub: PubSub = client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
+    pubsub: PubSub = client.pubsub()  # type: ignore[no-untyped-call]
     pubsub.ssubscribe(*channels)
     return pubsub
 

@@ -22,7 +22,7 @@ def dead_letter_topic(topic: str) -> str:
 def ensure_topics(cfg: Settings, names: list[str], partitions: int, timeout_s: float = 30) -> list[str]:
     """Create the topics that do not exist yet (the others are left as they are); returns the ones created."""
     # confluent-kafka documents NewTopic under confluent_kafka.admin, whose stub re-imports it without exporting it
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined, unused-ignore]
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient(confluent_connection(cfg))
     existing = set(admin.list_topics(timeout=timeout_s).topics)

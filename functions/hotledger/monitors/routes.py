@@ -91,7 +91,7 @@ def list_monitors(user_id: UserId) -> list[dict[str, Any]]:
 # no return annotation: Powertools makes it the answer's schema (a 204 has none; the OpenAPI document would change,
 # for Response[str] and Response[None] alike), so --strict's no-untyped-def is ignored here alone
 @router.delete("/accounts/<user_id>/monitors/<monitor_id>", responses=responses(204, None, "removed", _NOT_FOUND))
-def delete_monitor(user_id: UserId, monitor_id: Annotated[int, Path(gt=0, lt=2**63)]):  # type: ignore[no-untyped-def, unused-ignore]
+def delete_monitor(user_id: UserId, monitor_id: Annotated[int, Path(gt=0, lt=2**63)]):  # type: ignore[no-untyped-def]
     monitors().delete(user_id, monitor_id)
     return Response(status_code=204, body="")
 

@@ -139,7 +139,7 @@ def rotate_secret(endpoint_id: EndpointId, request: Annotated[RotateRequest, Bod
 
 # no return annotation: Powertools makes it the answer's schema (a 204 has none; the OpenAPI document would change)
 @router.delete("/webhook-endpoints/<endpoint_id>", responses=responses(204, None, "removed", _NOT_FOUND))
-def delete_endpoint(endpoint_id: EndpointId):  # type: ignore[no-untyped-def, unused-ignore]
+def delete_endpoint(endpoint_id: EndpointId):  # type: ignore[no-untyped-def]
     webhooks().delete(endpoint_id)
     return Response(status_code=204, body="")
 
