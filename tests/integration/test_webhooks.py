@@ -153,6 +153,26 @@ def test_a_hanging_endpoint_never_holds_back_another_endpoints_events(api, local
         sender.join()
 
 
+def test_a_backlog_of_one_account_drains_in_seq_order_in_a_few_passes(api, local_hooks, monkeypatch):
+    """Failing first: each pass sent only the first PENDING delivery of an account per endpoint and scanned the whole
+    backlog to find it, so 300 events of one account took 300 passes (quadratic). Now a pass sends each account's run
+    of due deliveries in order: the 300 go out in seq order within a few looks at what is due."""
+    from hotledger.runtime import webhooks
+
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    for _ in range(300):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+    store, looks = webhooks().store, []
+    due = store.due
+    monkeypatch.setattr(store, "due", lambda now_ms, limit: looks.append(limit) or due(now_ms, limit))
+    counts = webhooks().send_due(batch=200)
+    seqs = [e["data"]["seq"] for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id]
+    assert seqs == list(range(2, 302)) and counts["delivered"] >= 300
+    assert len(looks) <= 5  # 200, 100, then nothing due (was 301)
+
+
 def test_a_disabled_endpoint_receives_nothing_and_an_endpoint_only_its_types(api, local_hooks):
     disabled, charges_only = local_hooks(), local_hooks()
     off = _endpoint(api, disabled.url, ["charge.persisted", "recharge.persisted"])
