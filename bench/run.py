@@ -610,6 +610,7 @@ def webhook_figures(figures: report.Figures, quick: bool) -> None:
     measures = webhooks.__doc__.split("\n\n")[0]
     baselines = {
         "webhook_events_per_s": "bare_posts_per_s",
+        "webhook_backlog_drain_per_s": "bare_posts_per_s",
         "monitor_check_us_per_booked_entry": "monitor_check_us_per_booked_entry_without_monitors",
     }
     for name, value in found.items():

@@ -4,6 +4,10 @@
   and records per second to a local receiver that answers 204 at once; baseline `bare_posts_per_s`: the same bodies
   POSTed to the same receiver from one thread with nothing else (no signing, no DB). Events booked beforehand by SYNC
   deducts (each writes its delivery row in the booking transaction).
+- `webhook_backlog_drain_per_s`: a backlog of `BACKLOG` PENDING deliveries of `BACKLOG_ACCOUNTS` accounts (booked by
+  SYNC deducts while no sender ran) drained by one `send_due` to the same kind of receiver, events/s from its start
+  to the last one delivered; baseline `bare_posts_per_s`. Each pass sends every account's run of due deliveries in
+  order (before: one delivery per account per pass, each pass scanning the whole backlog).
 - `webhook_delivery_lag_p50_ms` / `_p99_ms` at `WEBHOOK_LAG_RATE` deducts/s: from a SYNC deduct's answer (booked
   when it answers) to the receiver's 200, with the sender running as the function runs it (looking again every
   50 ms when idle). An ASYNC charge adds the writer's lag (`ack_to_commit_lag_*` figures). Goal p99 <= 2,000 ms.
@@ -28,6 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 WEBHOOK_LAG_RATE = 20  # deducts per second while the lag is measured
+BACKLOG, BACKLOG_ACCOUNTS = 5_000, 3  # the backlog drained, of how many accounts
 
 
 class _Receiver:
@@ -103,6 +108,30 @@ def events_per_s(events: int) -> dict:
         "webhook_events_per_s": round(counts["delivered"] / sent_s, 1),
         "bare_posts_per_s": round(events / bare_s, 1),
         "webhook_events_delivered": counts["delivered"],
+    }
+
+
+def backlog_drain_per_s(events: int, accounts: int) -> dict:
+    from hotledger.runtime import ledger, webhooks
+
+    hooks = webhooks()
+    hooks.allow_local = True
+    receiver = _Receiver()
+    endpoint, _ = hooks.create(receiver.url, ["charge.persisted"], "bench-backlog")
+    try:
+        owners = _accounts(accounts, 10**9)
+        for i in range(events):  # no sender runs: each stays PENDING
+            ledger().deduct(owners[i % len(owners)], 1)
+        started = time.monotonic()
+        counts = hooks.send_due(batch=200, seconds=900)
+        drained_s = time.monotonic() - started
+    finally:
+        hooks.delete(endpoint.endpoint_id)
+        receiver.server.shutdown()
+    return {
+        "webhook_backlog_drain_per_s": round(counts["delivered"] / drained_s, 1),
+        "webhook_backlog_delivered": counts["delivered"],
+        "webhook_backlog_left": events - counts["delivered"],
     }
 
 
@@ -196,11 +225,13 @@ def monitor_check(rows: int, rounds: int) -> dict:
 def figures(quick: bool) -> dict:
     found = {
         **events_per_s(300 if quick else 2000),
+        **backlog_drain_per_s(BACKLOG, BACKLOG_ACCOUNTS),
         **delivery_lag(5 if quick else 20),
         **monitor_check(200, 5 if quick else 20),
     }
     found["_samples"] = {
         "webhook_events_per_s": found["webhook_events_delivered"],
+        "webhook_backlog_drain_per_s": found["webhook_backlog_delivered"],
         "webhook_delivery_lag_p99_ms": found["webhook_delivery_lag_samples"],
     }
     return found

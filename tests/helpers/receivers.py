@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 
 class Receiver:
     """A local webhook endpoint (tests of webhooks and balance monitors): records what it got; answers `status`.
     With `hold`, it answers each request only once that event is set (a hanging endpoint); with `delay_s`, that much
-    later (a slow one); down() makes nothing listen on its port (connections refused) until up()."""
+    later (a slow one); down() makes nothing listen on its port (connections refused) until up(). With `answer`, the
+    status is answer(event) for each event (the body parsed) instead."""
 
     def __init__(self, status: int = 204, hold: threading.Event | None = None):
         self.status, self.got, self.hold, self.delay_s = status, [], hold, 0.0
+        self.answer: Callable[[dict], int] | None = None
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -23,7 +27,7 @@ class Receiver:
                 if receiver.hold is not None:
                     receiver.hold.wait(60)
                 time.sleep(receiver.delay_s)
-                self.send_response(receiver.status)
+                self.send_response(receiver.answer(json.loads(body)) if receiver.answer else receiver.status)
                 self.end_headers()
 
             def log_message(self, *args):

@@ -153,6 +153,83 @@ def test_a_hanging_endpoint_never_holds_back_another_endpoints_events(api, local
         sender.join()
 
 
+def test_a_backlog_of_one_account_drains_in_seq_order_in_a_few_passes(api, local_hooks, monkeypatch):
+    """Failing first: each pass sent only the first PENDING delivery of an account per endpoint and scanned the whole
+    backlog to find it, so 300 events of one account took 300 passes (quadratic). Now a pass sends each account's run
+    of due deliveries in order: the 300 go out in seq order within a few looks at what is due."""
+    from hotledger.runtime import webhooks
+
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    for _ in range(300):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+    store, looks = webhooks().store, []
+    due = store.due
+    monkeypatch.setattr(store, "due", lambda now_ms, limit: looks.append(limit) or due(now_ms, limit))
+    counts = webhooks().send_due(batch=200)
+    seqs = [e["data"]["seq"] for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id]
+    assert seqs == list(range(2, 302)) and counts["delivered"] >= 300
+    assert len(looks) <= 5  # 200, 100, then nothing due (was 301)
+
+
+def test_an_accounts_run_ends_at_its_first_failure_and_the_rest_waits_untouched(api, local_hooks):
+    """A pass sends each account's run in order; the first delivery that fails ends its account's run (the later ones
+    stay PENDING, never attempted, behind its retry) while the other account's run goes on to its end."""
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    failing, other = api.account(balance="10.00", deduct_type="SYNC"), api.account(balance="10.00", deduct_type="SYNC")
+    for user_id in (failing, other):
+        for _ in range(5):
+            assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+    receiver.answer = lambda event: 500 if (event["data"]["user_id"], event["data"]["seq"]) == (failing, 4) else 204
+    _send()
+    sent: dict[int, list[int]] = {}
+    for _, body in receiver.got:
+        data = json.loads(body)["data"]
+        sent.setdefault(data["user_id"], []).append(data["seq"])
+    assert sent[other] == [2, 3, 4, 5, 6]
+    # seq 4 failed: 5 and 6 wait behind it (4 may have been retried once already if the pass was slow)
+    assert sent[failing][:3] == [2, 3, 4] and set(sent[failing][3:]) <= {4}
+    status, deliveries = api("GET", f"/webhook-endpoints/{endpoint['endpoint_id']}/deliveries")
+    mine = {d["seq"]: d for d in deliveries if d["user_id"] == failing}
+    assert (mine[4]["state"], mine[4]["last_status"]) == ("PENDING", 500) and mine[4]["attempts"] >= 1
+    assert [(mine[s]["state"], mine[s]["attempts"]) for s in (5, 6)] == [("PENDING", 0), ("PENDING", 0)]
+    assert [mine[s]["state"] for s in (2, 3)] == ["DELIVERED", "DELIVERED"]
+
+
+def test_what_is_due_is_each_accounts_run_up_to_its_first_delivery_not_due_yet(api, local_hooks, sql):
+    """WebhookStore.due, as send_due reads it: per account, from its first PENDING delivery in (seq, sub_seq) order
+    (a balance crossing right after its entry's event) up to the first one not due yet; a disabled endpoint's none."""
+    from hotledger.runtime import webhooks
+
+    receiver, off = local_hooks(), local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted", "balance.below"])
+    disabled = _endpoint(api, off.url, ["charge.persisted"])
+    cut, whole = api.account(balance="10.00", deduct_type="SYNC"), api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{whole}/monitors", {"below": "9.98"})[0] == 201
+    for user_id in (cut, whole):
+        for _ in range(4):
+            assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+    assert api("PATCH", f"/webhook-endpoints/{disabled['endpoint_id']}", {"enabled": False})[0] == 200  # with a backlog
+    endpoint_id, disabled_id, now = int(endpoint["endpoint_id"]), int(disabled["endpoint_id"]), webhooks().clock()
+    sql(
+        "UPDATE t_webhook_delivery SET next_attempt_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = 4",
+        (now + 60_000, endpoint_id, cut),
+    )
+    due = webhooks().store.due(now, 1000)
+    assert disabled_id not in {d.endpoint_id for d in due}
+    mine = [(d.user_id, d.seq, d.type) for d in due if d.endpoint_id == endpoint_id]
+    assert [(s, t) for u, s, t in mine if u == cut] == [(2, "charge.persisted"), (3, "charge.persisted")]
+    assert [(s, t) for u, s, t in mine if u == whole] == [
+        (2, "charge.persisted"),
+        (3, "charge.persisted"),
+        (4, "charge.persisted"),
+        (4, "balance.below"),  # 9.97 < 9.98: the crossing, right after its entry's event
+        (5, "charge.persisted"),
+    ]
+
+
 def test_a_disabled_endpoint_receives_nothing_and_an_endpoint_only_its_types(api, local_hooks):
     disabled, charges_only = local_hooks(), local_hooks()
     off = _endpoint(api, disabled.url, ["charge.persisted", "recharge.persisted"])

@@ -7,8 +7,9 @@ signed per Standard Webhooks 1.0, in order per account per endpoint, with retrie
   the previous event of that account for that endpoint): a receiver checks the order and sees a gap.
 - Headers webhook-id, webhook-timestamp and webhook-signature ('v1,<base64 HMAC-SHA256 of id.timestamp.body>'; during
   a secret rotation's overlap one signature per secret, space-separated); secrets are 'whsec_<base64>'.
-- In order per account per endpoint: only the first PENDING delivery of an account for an endpoint is sent; a retry
-  holds back the ones after it (of that account and endpoint alone). Each endpoint is sent to by its own worker with a
+- In order per account per endpoint: an account's due PENDING deliveries for an endpoint are sent one after another
+  in (seq, sub_seq) order from its first PENDING one, and the first that fails ends that account's run: a retry holds
+  back the ones after it (of that account and endpoint alone). Each endpoint is sent to by its own worker with a
   short timeout, so a slow or dead endpoint never delays the others (nor the writer: it only wrote rows).
 - Retries: exponential backoff with jitter, from 5 s up to an hour, for 3 days; then the event is dead-lettered (DEAD)
   and the endpoint flagged `failing`. GET .../deliveries shows attempts and answers; POST .../replay sends again.
@@ -39,7 +40,7 @@ from hotledger import errors
 from hotledger.webhooks.events import ALL_TYPES
 from hotledger.webhooks.store import Delivery as Delivery  # re-exported: what the routes show
 from hotledger.webhooks.store import Endpoint as Endpoint
-from hotledger.webhooks.store import EndpointChange, WebhookStore, by_endpoint
+from hotledger.webhooks.store import EndpointChange, WebhookStore, by_endpoint, runs
 
 RETRY_FOR_MS = 3 * 86_400_000
 FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
@@ -175,8 +176,8 @@ class Webhooks:
     # sending ------------------------------------------------------------------------------------------------------
     def send_due(self, batch: int = 200, seconds: float = 50.0, idle_wait_s: float | None = None) -> dict[str, int]:
         """Sends until nothing due is left (with idle_wait_s: waiting up to that long and looking again) or `seconds` ran
-        out. Each endpoint with due deliveries (each the first PENDING one of its account for it) gets a worker of its
-        own and is looked at again as soon as that worker is done (the next of each of its accounts is first then),
+        out. Each endpoint with due deliveries (WebhookStore.due: per account, its run of due ones from its first
+        PENDING one, `batch` in all) gets a worker of its own and is looked at again as soon as that worker is done,
         while the other endpoints go on: a slow or hanging endpoint holds back only its own events. Returns counts of
         delivered, retried and dead-lettered."""
         counts = {"delivered": 0, "retried": 0, "dead": 0}
@@ -208,8 +209,18 @@ class Webhooks:
         return counts
 
     def _send_endpoint(self, endpoint: Endpoint, deliveries: list[Delivery], stop_at: float) -> list[str]:
-        """The endpoint's deliveries one after another; none starts past stop_at (those stay due)."""
-        return [self._send(endpoint, d) for d in deliveries if time.monotonic() < stop_at]
+        """The endpoint's deliveries, account by account, each account's run one after another in its order until one
+        fails (retried or dead-lettered): the rest of that run stays PENDING, untouched, behind it. None starts past
+        stop_at (those stay due)."""
+        outcomes: list[str] = []
+        for run in runs(deliveries):
+            for d in run:
+                if time.monotonic() >= stop_at:
+                    return outcomes
+                outcomes.append(self._send(endpoint, d))
+                if outcomes[-1] != "delivered":
+                    break
+        return outcomes
 
     def _send(self, endpoint: Endpoint, d: Delivery) -> str:
         now = self.clock()

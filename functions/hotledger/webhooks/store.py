@@ -68,6 +68,24 @@ _DELIVERY = (
 )
 
 
+# One pass over the PENDING rows of enabled endpoints (idx_delivery_run: the index alone, no payload read), numbered
+# per (endpoint, account) in (seq, sub_seq) order, with a running count of those not due yet: a row is in its account's
+# run while that count is 0. Then the payloads of at most `limit` of them, round-robin over the runs.
+_RUNS = (
+    "SELECT d.endpoint_id, d.user_id, d.seq, d.prev_seq, d.event_id, d.type, d.payload, d.state, d.attempts,"
+    " d.next_attempt_at, d.last_status, d.last_error, d.created_at, d.delivered_at FROM ("
+    "SELECT p.endpoint_id, p.user_id, p.seq, p.sub_seq,"
+    " ROW_NUMBER() OVER (PARTITION BY p.endpoint_id, p.user_id ORDER BY p.seq, p.sub_seq) AS n,"
+    " SUM(p.next_attempt_at > %s) OVER (PARTITION BY p.endpoint_id, p.user_id ORDER BY p.seq, p.sub_seq"
+    " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS waiting"
+    " FROM t_webhook_delivery p JOIN t_webhook_endpoint e ON e.id = p.endpoint_id AND e.enabled = 1 AND e.deleted = 0"
+    " WHERE p.state = 'PENDING') r"
+    " JOIN t_webhook_delivery d ON d.endpoint_id = r.endpoint_id AND d.user_id = r.user_id AND d.seq = r.seq"
+    " AND d.sub_seq = r.sub_seq"
+    " WHERE r.waiting = 0 AND r.n <= %s ORDER BY r.n, d.next_attempt_at, d.endpoint_id, d.user_id LIMIT %s"
+)
+
+
 class EndpointChange(TypedDict, total=False):
     """The columns WebhookStore.update sets (flags as 0 / 1)."""
 
@@ -186,16 +204,10 @@ class WebhookStore:
 
     # deliveries ---------------------------------------------------------------------------------------------------
     def due(self, now_ms: int, limit: int) -> list[Delivery]:
-        """PENDING deliveries due now that are the first PENDING one of their account for their endpoint (in order)."""
-        return [
-            Delivery(*row)
-            for row in db.query(
-                _DELIVERY + " d WHERE state = 'PENDING' AND next_attempt_at <= %s AND NOT EXISTS (SELECT 1 FROM"
-                " t_webhook_delivery e WHERE e.endpoint_id = d.endpoint_id AND e.user_id = d.user_id AND e.state = 'PENDING'"
-                " AND (e.seq < d.seq OR (e.seq = d.seq AND e.sub_seq < d.sub_seq))) ORDER BY next_attempt_at LIMIT %s",
-                (now_ms, limit),
-            )
-        ]
+        """Per enabled endpoint and account, the run of PENDING deliveries from the account's first PENDING one up to
+        (not including) the first one not due yet, in (seq, sub_seq) order; at most `limit` in all, taken round-robin
+        (every run's first one, then every run's second, ...), so each run returned is a prefix of its account's."""
+        return [Delivery(*row) for row in db.query(_RUNS, (now_ms, limit, limit))]
 
     def delivered(self, d: Delivery, status: int, now_ms: int) -> None:
         db.execute(
@@ -287,7 +299,16 @@ class WebhookStore:
 
 
 def by_endpoint(deliveries: list[Delivery]) -> dict[int, list[Delivery]]:
+    """Grouped by endpoint, in the order given (WebhookStore.due's: each account's run in its order)."""
     grouped: dict[int, list[Delivery]] = defaultdict(list)
     for d in deliveries:
         grouped[d.endpoint_id].append(d)
     return grouped
+
+
+def runs(deliveries: list[Delivery]) -> list[list[Delivery]]:
+    """One endpoint's deliveries split into its accounts' runs, each in the order given."""
+    grouped: dict[int, list[Delivery]] = defaultdict(list)
+    for d in deliveries:
+        grouped[d.user_id].append(d)
+    return list(grouped.values())
