@@ -56,11 +56,12 @@ def private_cluster(state: Path):
 
 
 @contextlib.contextmanager
-def environment(schema: str = "hotledger_bench"):
-    """The run's servers: a private Redis, its own schema (dropped and made again), a fresh topic of the local
-    partitions (MariaDB and the broker are started when absent). Yields (settings, the Redis server, the run's state
-    dir); stops the Redis after."""
+def environment(name: str = "hotledger_bench"):
+    """The run's servers: a private Redis, a schema of its own (`<name>_<run id>`: runs beside each other never drop
+    each other's), a fresh topic of the local partitions (MariaDB and the broker are started when absent). Yields
+    (settings, the Redis server, the run's state dir); stops the Redis and drops the schema after."""
     run_id = uuid.uuid4().hex[:8]
+    schema = f"{name}_{run_id}"
     state = services.STATE / f"bench-{run_id}"
     redis_server = services.RedisServer(services.free_port(), state / "redis").start()
     os.environ.update(
@@ -84,14 +85,14 @@ def environment(schema: str = "hotledger_bench"):
     host, port = cfg.kafka_bootstrap.split(",")[0].rsplit(":", 1)
     services.ensure_broker(host, int(port))
     services.ensure_topic(cfg.kafka_bootstrap, cfg.kafka_topic, services.LOCAL_PARTITIONS)
-    import pymysql
-
-    conn = pymysql.connect(host=cfg.db_host, port=cfg.db_port, user=cfg.db_user, password=cfg.db_password)
-    conn.cursor().execute(f"DROP DATABASE IF EXISTS `{schema}`")
-    conn.close()
     migrate(cfg.db_host, cfg.db_port, cfg.db_user, cfg.db_password, schema)
     try:
         yield cfg, redis_server, state
     finally:
         redis_server.stop()
         shutil.rmtree(state / "redis", ignore_errors=True)
+        import pymysql
+
+        conn = pymysql.connect(host=cfg.db_host, port=cfg.db_port, user=cfg.db_user, password=cfg.db_password)
+        conn.cursor().execute(f"DROP DATABASE IF EXISTS `{schema}`")
+        conn.close()

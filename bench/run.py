@@ -1,8 +1,8 @@
 """hotledger benchmarks: figures, never assertions. Writes bench/results.json, PNG charts beside it, and prints a table.
 
 Everything runs side by side in one run on this machine: a private Redis (its own port), the schema
-`hotledger_bench`, a fresh topic of the local partitions on the configured broker. Every figure is counted in its
-measured window only (workers spawned, imported and warmed up before it opens), names its baseline measured in the
+`hotledger_bench_<run id>` (dropped after), a fresh topic of the local partitions on the configured broker. Every
+figure is counted in its measured window only (workers spawned, imported and warmed up before it opens), names its baseline measured in the
 same run, its unit and its sample count; the run records its commit and the machine's load before and after. One
 progress line per stage goes to stderr. Usage (from the repo root, or `make bench`):
     PYTHONPATH=functions:. .venv/bin/python bench/run.py [--quick] [--procs N] [--seconds T]
