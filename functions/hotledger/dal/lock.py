@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -36,6 +36,7 @@ import redis
 
 from hotledger import keys
 from hotledger.dal.redis_store import Lua, RedisUnavailable, reply_fields, shard_subscription, wait_for_message
+from hotledger.dal.script_reply import ScriptReply
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class AcquireStatus(Enum):
 
 
 @dataclass(frozen=True)
-class AcquireReply:
+class AcquireReply(ScriptReply):
     """lock_acquire.lua's answer: ACQUIRED with the owner's fencing token and hold count (1: a new owner), or
     HELD by another owner for `pttl` more ms."""
 
@@ -67,12 +68,7 @@ class AcquireReply:
     count: int = 0
     pttl: int = 0
 
-    @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> AcquireReply:
-        status, *rest = reply_fields(raw)
-        if AcquireStatus(status) is AcquireStatus.ACQUIRED:
-            return cls(AcquireStatus.ACQUIRED, fence=int(rest[0]), count=int(rest[1]))
-        return cls(AcquireStatus.HELD, pttl=int(rest[0]))
+    FIELDS = {AcquireStatus.ACQUIRED: ("fence", "count"), AcquireStatus.HELD: ("pttl",)}
 
 
 class ReleaseStatus(Enum):

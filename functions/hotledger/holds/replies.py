@@ -1,13 +1,11 @@
-"""Holds: the typed replies of its Lua scripts and their parsers."""
+"""Holds: the typed replies of its Lua scripts, each stating its shape (dal/script_reply.py parses them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from hotledger.dal.redis_store import reply_fields
-from hotledger.holds.rows import ACTIVE
+from hotledger.dal.script_reply import ScriptReply
 from hotledger.ledger.entry import carried
 from hotledger.outbox.events import LedgerEvent
 
@@ -28,10 +26,29 @@ class HoldStatus(Enum):
 
 
 @dataclass(frozen=True)
-class HoldReply:
+class HoldReply(ScriptReply):
     """hold_change.lua's answer. OK: the account after it (balance, version, epoch, open flag,
-    available) and, for a change, what the entry moved and the hold after it. ENDED: the state it ended in;
+    available), what the entry moved and the hold after it. ENDED: the state it ended in;
     EXCEEDS: what is left to capture."""
+
+    FIELDS = {
+        HoldStatus.OK: (
+            "balance",
+            "version",
+            "epoch",
+            "open_flag",
+            "available",
+            "amount",
+            "captured",
+            "state",
+            "released",
+            "expires_at",
+        ),
+        HoldStatus.CLOSED: ("balance", "version"),
+        HoldStatus.INSUFFICIENT: ("balance", "version"),
+        HoldStatus.ENDED: ("state",),
+        HoldStatus.EXCEEDS: ("remaining",),
+    }
 
     status: HoldStatus
     balance: int = 0
@@ -49,34 +66,6 @@ class HoldReply:
     @property
     def missing(self) -> bool:
         return self.status is HoldStatus.MISSING
-
-    @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> HoldReply:
-        head, *rest = reply_fields(raw)
-        status = HoldStatus(head)
-        if status is HoldStatus.OK:
-            balance, version, epoch, open_flag, available, *change = rest
-            amount, captured, state, released, expires_at = change or ("0", "0", ACTIVE, "0", "0")
-            return cls(
-                status,
-                int(balance),
-                int(version),
-                epoch,
-                open_flag,
-                int(available),
-                int(amount),
-                int(captured),
-                state,
-                int(released),
-                int(expires_at),
-            )
-        if status in (HoldStatus.CLOSED, HoldStatus.INSUFFICIENT):
-            return cls(status, balance=int(rest[0]), version=int(rest[1]))
-        if status is HoldStatus.ENDED:
-            return cls(status, state=rest[0])
-        if status is HoldStatus.EXCEEDS:
-            return cls(status, remaining=int(rest[0]))
-        return cls(status)
 
     @classmethod
     def booked(cls, change: LedgerEvent) -> HoldReply:

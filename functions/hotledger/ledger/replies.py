@@ -1,12 +1,12 @@
-"""Ledger: the typed replies of its Lua scripts and their parsers."""
+"""Ledger: the typed replies of its Lua scripts, each stating its shape (dal/script_reply.py parses them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from hotledger.dal.redis_store import reply_fields, text
+from hotledger.dal.redis_store import text
+from hotledger.dal.script_reply import ScriptReply
 
 
 # script replies --------------------------------------------------------------------------------------------
@@ -26,7 +26,7 @@ class ApplyStatus(Enum):
 
 
 @dataclass(frozen=True)
-class ApplyReply:
+class ApplyReply(ScriptReply):
     """ledger_apply.lua's answer. OK: the new entry's balance after, version, cache epoch and open flag.
     REPLAY: the first answer for the Idempotency-Key (entry_id, balance, version, the mode that charged it) and
     whether its event is known durable (`done`). CLOSED / INSUFFICIENT / LIMIT carry the balance and version the
@@ -41,21 +41,18 @@ class ApplyReply:
     done: bool = False
     mode: str = "ASYNC"
 
+    FIELDS = {
+        ApplyStatus.OK: ("entry_id", "balance", "version", "epoch", "open_flag"),
+        ApplyStatus.REPLAY: ("entry_id", "balance", "version", "done"),
+        ApplyStatus.CLOSED: ("balance", "version"),
+        ApplyStatus.INSUFFICIENT: ("balance", "version"),
+        ApplyStatus.LIMIT: ("balance", "version"),
+    }
+    CONVERT = {"done": lambda state: state == "done"}  # REPLAY: the key's state, 'done' or 'pending'
+
     @property
     def missing(self) -> bool:
         return self.status is ApplyStatus.MISSING
-
-    @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> ApplyReply:
-        head, *rest = reply_fields(raw)
-        status = ApplyStatus(head)
-        if status is ApplyStatus.OK:
-            return cls(status, int(rest[0]), int(rest[1]), int(rest[2]), rest[3], rest[4])
-        if status is ApplyStatus.REPLAY:
-            return cls(status, int(rest[0]), int(rest[1]), int(rest[2]), done=rest[3] == "done")
-        if status in (ApplyStatus.CLOSED, ApplyStatus.INSUFFICIENT, ApplyStatus.LIMIT):
-            return cls(status, balance=int(rest[0]), version=int(rest[1]))
-        return cls(status)
 
 
 class RollbackStatus(Enum):
@@ -64,17 +61,14 @@ class RollbackStatus(Enum):
 
 
 @dataclass(frozen=True)
-class RollbackReply:
+class RollbackReply(ScriptReply):
     """ledger_rollback.lua's answer; balance/version after the money went back (None when the hash was lost)."""
 
     status: RollbackStatus
     balance: int | None = None
     version: int | None = None
 
-    @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> RollbackReply:
-        status, *rest = reply_fields(raw)
-        return cls(RollbackStatus(status), *(int(x) for x in rest))
+    FIELDS = {RollbackStatus.ROLLED_BACK: ("balance", "version")}
 
 
 class ToSyncStatus(Enum):
@@ -83,16 +77,13 @@ class ToSyncStatus(Enum):
 
 
 @dataclass(frozen=True)
-class ToSyncReply:
+class ToSyncReply(ScriptReply):
     """ledger_to_sync.lua's answer: PENDING with how many entries still wait for the DB."""
 
     status: ToSyncStatus
     pending: int = 0
 
-    @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> ToSyncReply:
-        status, *rest = reply_fields(raw)
-        return cls(ToSyncStatus(status), *(int(x) for x in rest))
+    FIELDS = {ToSyncStatus.PENDING: ("pending",)}
 
 
 class ReconcileStatus(Enum):
@@ -102,14 +93,11 @@ class ReconcileStatus(Enum):
 
 
 @dataclass(frozen=True)
-class ReconcileReply:
+class ReconcileReply(ScriptReply):
     status: ReconcileStatus
     version: int | None = None  # the new cached version when OK
 
-    @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> ReconcileReply:
-        status, *rest = reply_fields(raw)
-        return cls(ReconcileStatus(status), *(int(x) for x in rest))
+    FIELDS = {ReconcileStatus.OK: ("version",)}
 
 
 @dataclass(frozen=True)

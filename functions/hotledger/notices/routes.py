@@ -249,14 +249,7 @@ def get_order(order_id: PaymentOrderId) -> dict[str, Any]:
     ),
 )
 def pay_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None) -> Response[str]:
-    return once(
-        f"order:{order_id}",
-        idempotency_key,
-        f"POST /orders/{order_id}/pay",
-        None,
-        lambda: _payment_order_body(payment_orders().pay(order_id)),
-        durable=True,
-    )
+    return _order_step(order_id, idempotency_key, "pay", lambda: payment_orders().pay(order_id))
 
 
 @router.post(
@@ -271,12 +264,20 @@ def pay_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None) -> Res
     ),
 )
 def close_order(order_id: PaymentOrderId, idempotency_key: RouteKey = None) -> Response[str]:
+    return _order_step(order_id, idempotency_key, "close", lambda: payment_orders().close(order_id))
+
+
+def _order_step(
+    order_id: int, idempotency_key: str | None, step: str, run: Callable[[], PaymentOrder]
+) -> Response[str]:
+    """POST /orders/<id>/<step> (pay, close): once per Idempotency-Key in the order's scope (a key used for one
+    step conflicts with the other), the answer kept in the DB too."""
     return once(
         f"order:{order_id}",
         idempotency_key,
-        f"POST /orders/{order_id}/close",
+        f"POST /orders/{order_id}/{step}",
         None,
-        lambda: _payment_order_body(payment_orders().close(order_id)),
+        lambda: _payment_order_body(run()),
         durable=True,
     )
 

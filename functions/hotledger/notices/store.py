@@ -4,14 +4,14 @@ and journey_done.lua. Redis methods raise RedisUnavailable / RedisOutcomeUnknown
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from hotledger import errors, keys
 from hotledger.dal import db
 from hotledger.dal.lock import Holding
-from hotledger.dal.redis_store import Lua, redis_errors_translated, reply_fields, text
+from hotledger.dal.redis_store import Lua, redis_errors_translated, text
+from hotledger.dal.script_reply import ScriptReply
 
 
 class PaymentOrderState(Enum):
@@ -175,16 +175,13 @@ class PostStatus(Enum):
 
 
 @dataclass(frozen=True)
-class PostReply:
+class PostReply(ScriptReply):
     """inbox_post.lua's answer: the message id written now (NEW) or the one written first (DUPLICATE)."""
 
     status: PostStatus
     message_id: str
 
-    @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> PostReply:
-        status, message_id = reply_fields(raw)
-        return cls(PostStatus(status), message_id)
+    FIELDS = {PostStatus.NEW: ("message_id",), PostStatus.DUPLICATE: ("message_id",)}
 
 
 @redis_errors_translated

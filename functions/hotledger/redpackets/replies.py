@@ -1,12 +1,11 @@
-"""Redpackets: the typed replies of its Lua scripts and their parsers."""
+"""Redpackets: the typed replies of its Lua scripts, each stating its shape (dal/script_reply.py parses them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from hotledger.dal.redis_store import reply_fields
+from hotledger.dal.script_reply import ScriptReply
 
 
 class GrabStatus(Enum):
@@ -21,7 +20,7 @@ class GrabStatus(Enum):
 
 
 @dataclass(frozen=True)
-class GrabReply:
+class GrabReply(ScriptReply):
     """redpacket_grab.lua's answer: the item (OK, ALREADY), the packet state (NOT_OPEN) or the retry time (RECOVERING)."""
 
     status: GrabStatus
@@ -29,17 +28,17 @@ class GrabReply:
     amount: int = 0
     detail: str = ""
 
+    FIELDS = {
+        GrabStatus.OK: ("item_id", "amount"),
+        GrabStatus.ALREADY: ("item_id", "amount"),
+        GrabStatus.NOT_OPEN: ("detail",),
+        GrabStatus.RECOVERING: ("detail",),
+        GrabStatus.HELD: ("detail",),
+    }
+
     @property
     def missing(self) -> bool:
         return self.status is GrabStatus.MISSING
-
-    @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> GrabReply:
-        head, *rest = reply_fields(raw)
-        status = GrabStatus(head)
-        if status in (GrabStatus.OK, GrabStatus.ALREADY):
-            return cls(status, item_id=int(rest[0]), amount=int(rest[1]))
-        return cls(status, detail=rest[0] if rest else "")
 
 
 class ExpireStatus(Enum):
@@ -50,7 +49,7 @@ class ExpireStatus(Enum):
 
 
 @dataclass(frozen=True)
-class ExpireReply:
+class ExpireReply(ScriptReply):
     """redpacket_expire.lua's answer; when EXPIRED, how many claims are still on their way to the DB, the end of
     the time hold after a rebuild (epoch ms) and its log hold ('': none)."""
 
@@ -60,14 +59,11 @@ class ExpireReply:
     hold_until: int = 0
     hold_log: str = ""
 
+    FIELDS = {
+        ExpireStatus.EXPIRED: ("claims_pending", "hold_until", "hold_log"),
+        ExpireStatus.NOT_OPEN: ("state",),
+    }
+
     @property
     def missing(self) -> bool:
         return self.status is ExpireStatus.MISSING
-
-    @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> ExpireReply:
-        head, *rest = reply_fields(raw)
-        status = ExpireStatus(head)
-        if status is ExpireStatus.EXPIRED:
-            return cls(status, claims_pending=int(rest[0]), hold_until=int(rest[1]), hold_log=rest[2])
-        return cls(status, state=rest[0] if rest else "")

@@ -43,6 +43,17 @@ def refund_key(packet_id: int) -> ServiceKey:
     return ServiceKey(f"rprefund{packet_id}")
 
 
+def _refund_unclaimed(cur: db.Cursor, packet_id: int) -> int:
+    """In the caller's transaction (the packet row locked): mark the packet's unclaimed items refunded and answer
+    their sum, the packet's refund."""
+    cur.execute(
+        "SELECT COALESCE(SUM(amount), 0) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NULL", (packet_id,)
+    )
+    (refund,) = cur.fetchone()
+    cur.execute("UPDATE t_red_packet_item SET refunded = 1 WHERE packet_id = %s AND user_id IS NULL", (packet_id,))
+    return int(refund)
+
+
 class PacketStore:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[PacketTx]:
@@ -85,17 +96,8 @@ class PacketStore:
             cur.execute("SELECT state FROM t_red_packet WHERE id = %s FOR UPDATE", (packet_id,))
             if cur.fetchone()[0] != "OPEN":
                 return False
-            cur.execute(
-                "SELECT COALESCE(SUM(amount), 0) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NULL",
-                (packet_id,),
-            )
-            (refund,) = cur.fetchone()
-            cur.execute(
-                "UPDATE t_red_packet_item SET refunded = 1 WHERE packet_id = %s AND user_id IS NULL", (packet_id,)
-            )
-            cur.execute(
-                "UPDATE t_red_packet SET state = 'REFUNDING', refund = %s WHERE id = %s", (int(refund), packet_id)
-            )
+            refund = _refund_unclaimed(cur, packet_id)
+            cur.execute("UPDATE t_red_packet SET state = 'REFUNDING', refund = %s WHERE id = %s", (refund, packet_id))
         return True
 
     @staticmethod
@@ -112,17 +114,10 @@ class PacketStore:
             debit = cur.fetchone()
             if debit is None:
                 return False
-            cur.execute(
-                "SELECT COALESCE(SUM(amount), 0) FROM t_red_packet_item WHERE packet_id = %s AND user_id IS NULL",
-                (packet_id,),
-            )
-            (refund,) = cur.fetchone()
-            cur.execute(
-                "UPDATE t_red_packet_item SET refunded = 1 WHERE packet_id = %s AND user_id IS NULL", (packet_id,)
-            )
+            refund = _refund_unclaimed(cur, packet_id)
             cur.execute(
                 "UPDATE t_red_packet SET state = 'REFUNDING', refund = %s, debit_order_id = %s WHERE id = %s",
-                (int(refund), debit[0], packet_id),
+                (refund, debit[0], packet_id),
             )
         return True
 

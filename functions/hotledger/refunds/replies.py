@@ -1,12 +1,11 @@
-"""Refunds: the typed replies of its Lua scripts and their parsers."""
+"""Refunds: the typed replies of its Lua scripts, each stating its shape (dal/script_reply.py parses them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from hotledger.dal.redis_store import reply_fields
+from hotledger.dal.script_reply import ScriptReply
 
 
 class RefundStatus(Enum):
@@ -19,7 +18,7 @@ class RefundStatus(Enum):
 
 
 @dataclass(frozen=True)
-class RefundReply:
+class RefundReply(ScriptReply):
     status: RefundStatus
     balance: int = 0
     version: int = 0
@@ -28,18 +27,12 @@ class RefundReply:
     refunded: int = 0  # the charge's refunded total after the refund (EXCEEDS: before it)
     charged: int = 0
 
+    FIELDS = {
+        RefundStatus.OK: ("balance", "version", "epoch", "open_flag", "refunded"),
+        RefundStatus.EXCEEDS: ("refunded", "charged"),
+        RefundStatus.LIMIT: ("balance", "version"),
+    }
+
     @property
     def missing(self) -> bool:
         return self.status is RefundStatus.MISSING
-
-    @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> RefundReply:
-        head, *rest = reply_fields(raw)
-        status = RefundStatus(head)
-        if status is RefundStatus.OK:
-            return cls(status, int(rest[0]), int(rest[1]), rest[2], rest[3], int(rest[4]))
-        if status is RefundStatus.EXCEEDS:
-            return cls(status, refunded=int(rest[0]), charged=int(rest[1]))
-        if status is RefundStatus.LIMIT:
-            return cls(status, balance=int(rest[0]), version=int(rest[1]))
-        return cls(status)

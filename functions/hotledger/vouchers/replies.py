@@ -1,12 +1,13 @@
-"""Vouchers: the typed replies of its Lua scripts and their parsers."""
+"""Vouchers: the typed replies of its Lua scripts, each stating its shape (dal/script_reply.py parses them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any, ClassVar, Self
 
-from hotledger.dal.redis_store import reply_fields
+from hotledger.dal.script_reply import Fields, ScriptReply
 
 
 # ---------------------------------------------------------------------------------------------- script replies
@@ -23,7 +24,7 @@ class OrderStatus(Enum):
 
 
 @dataclass(frozen=True)
-class OrderReply:
+class OrderReply(ScriptReply):
     """voucher_order.lua's (and voucher_take.lua's) answer. `seq`/`epoch`/`bucket` when OK (the unit's bucket);
     `seq`/`probes` when AWAY; `at` is the begin, end or retry time of a refusal."""
 
@@ -34,27 +35,29 @@ class OrderReply:
     bucket: int = 0
     probes: tuple[int, ...] = ()
 
+    FIELDS = {
+        OrderStatus.OK: ("seq", "epoch", None, "bucket"),  # None: the stock left, not kept
+        OrderStatus.AWAY: ("seq", "probes"),
+        OrderStatus.NOT_STARTED: ("at",),
+        OrderStatus.ENDED: ("at",),
+        OrderStatus.RECOVERING: ("at",),
+        OrderStatus.HELD: ("at",),
+    }
+    TAKE_FIELDS: ClassVar[Mapping[OrderStatus, Fields]] = {
+        OrderStatus.OK: ("epoch",),
+        OrderStatus.RECOVERING: ("at",),
+        OrderStatus.HELD: ("at",),
+    }
+
     @property
     def missing(self) -> bool:
         return self.status is OrderStatus.MISSING
 
     @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> OrderReply:
-        head, *rest = reply_fields(raw)
-        status = OrderStatus(head)
-        if status is OrderStatus.OK:
-            return cls(status, seq=int(rest[0]), epoch=rest[1], bucket=int(rest[3]))
-        if status is OrderStatus.AWAY:
-            return cls(status, seq=int(rest[0]), probes=tuple(int(b) for b in rest[1:]))
-        return cls(status, at=rest[0] if rest and status is not OrderStatus.ALREADY else "")
-
-    @classmethod
     def parse_take(cls, raw: Sequence[bytes | str | int], seq: int, bucket: int) -> OrderReply:
-        head, *rest = reply_fields(raw)
-        status = OrderStatus(head)
-        if status is OrderStatus.OK:
-            return cls(status, seq=seq, epoch=rest[0], bucket=bucket)
-        return cls(status, at=rest[0] if rest else "", bucket=bucket)
+        """voucher_take.lua's answer: its OK carries the epoch only; the buyer's slot and this bucket are the caller's."""
+        reply = cls.parse(raw, cls.TAKE_FIELDS)
+        return replace(reply, seq=seq if reply.status is OrderStatus.OK else 0, bucket=bucket)
 
 
 @dataclass(frozen=True)
@@ -72,19 +75,17 @@ class ReconcileStatus(Enum):
 
 
 @dataclass(frozen=True)
-class ReconcileReply:
+class ReconcileReply(ScriptReply):
     """voucher_reconcile.lua's answer: the Redis stock found and the one it holds now."""
 
     status: ReconcileStatus
     stock_before: int = 0
     stock_after: int = 0
 
+    FIELDS = {ReconcileStatus.SAME: ("stock_before",), ReconcileStatus.CORRECTED: ("stock_before", "stock_after")}
+
     @classmethod
-    def parse(cls, raw: Sequence[bytes | str | int]) -> ReconcileReply:
-        head, *rest = reply_fields(raw)
-        status = ReconcileStatus(head)
-        if status is ReconcileStatus.SAME:
-            return cls(status, int(rest[0]), int(rest[0]))
-        if status is ReconcileStatus.CORRECTED:
-            return cls(status, int(rest[0]), int(rest[1]))
-        return cls(status)
+    def parse(cls, raw: Sequence[bytes | str | int], fields: Mapping[Any, Fields] | None = None) -> Self:
+        # SAME's one value is the stock both before and after: a field filled twice, which FIELDS cannot state
+        reply = super().parse(raw, fields)
+        return replace(reply, stock_after=reply.stock_before) if reply.status is ReconcileStatus.SAME else reply
