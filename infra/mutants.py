@@ -518,7 +518,7 @@ MUTANTS: list[Mutant] = [
     m(
         "py-no-existence-oracle",
         "functions/api/authorization.py",
-        "        if hidden_as is not None:",
+        "        if isinstance(owner, HiddenOwner):  # an entity found by its id: another user's answers as a missing one",
         "        if False:",
         ["tests/integration/test_authorization.py"],
         "another user's order named by id answers as a missing one",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
-from api.rules import ADMIN, SERVICE, OwnerOf, Rule  # noqa: F401 (SERVICE, ADMIN: the scopes, named here too)
+from api.rules import ADMIN, SERVICE, HiddenOwner, OwnerOf, Rule  # noqa: F401 (SERVICE, ADMIN: the scopes, named here too)
 from hotledger import errors
 from hotledger.features import registered
 
@@ -93,9 +93,8 @@ def admit(rule: Rule, caller: Caller | None, now_s: float) -> OwnerOf | None:
 
 def check_owner(owner: OwnerOf, caller: Caller, args: dict[str, Any]) -> None:
     if owner(args) != caller.user_id:
-        hidden_as = getattr(owner, "hidden_as", None)
-        if hidden_as is not None:  # an entity found by its id: another user's answers as a missing one (no oracle)
-            raise hidden_as(args)
+        if isinstance(owner, HiddenOwner):  # an entity found by its id: another user's answers as a missing one
+            raise owner.hidden_as(args)
         raise errors.Forbidden("an end user acts only on their own account")
 
 

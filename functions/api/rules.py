@@ -20,6 +20,18 @@ class Rule:
     anyone: bool = False  # any authenticated caller
 
 
+@dataclass(frozen=True)
+class HiddenOwner:
+    """An owner rule whose entity, when another user's, answers as a missing one (no oracle): check_owner
+    (api/authorization.py) raises `hidden_as(args)` instead of FORBIDDEN."""
+
+    owner: OwnerOf
+    hidden_as: Callable[[dict[str, Any]], Exception]
+
+    def __call__(self, args: dict[str, Any]) -> int:
+        return self.owner(args)
+
+
 def path_arg(name: str) -> OwnerOf:
     return lambda args: args[name]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -14,7 +13,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from api.authorization import principal_of
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
 from api.responses import responses
-from api.rules import ADMIN, SERVICE, OwnerOf, only, path_arg
+from api.rules import ADMIN, SERVICE, HiddenOwner, only, path_arg
 from api.schemas import (
     CreatePaymentOrderRequest,
     DeadLetterReplayRequest,
@@ -321,23 +320,11 @@ def finish_journey(biz: Annotated[str, Path(max_length=64)], account: Account) -
     return {"biz": biz, "account": account, "started_at": None}
 
 
-@dataclass(frozen=True)
-class _HiddenOwner:
-    """An owner rule whose entity, when another user's, answers as a missing one (no oracle): api.authorization's
-    check_owner raises `hidden_as(args)` instead of FORBIDDEN."""
-
-    owner: OwnerOf
-    hidden_as: Callable[[dict[str, Any]], errors.DomainError]
-
-    def __call__(self, args: dict[str, Any]) -> int:
-        return self.owner(args)
-
-
 def _order_owner(args: dict[str, Any]) -> int:
     return payment_orders().get(args["order_id"]).user_id
 
 
-_payment_order_owner = _HiddenOwner(
+_payment_order_owner = HiddenOwner(
     _order_owner, lambda args: errors.PaymentOrderNotFound(f"order {args['order_id']} does not exist")
 )
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -13,7 +11,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
 from api.responses import UNAVAILABLE, responses
-from api.rules import ADMIN, SERVICE, OwnerOf, Rule, body_field, only
+from api.rules import ADMIN, SERVICE, HiddenOwner, Rule, body_field, only
 from api.schemas import (
     CreateVoucherRequest,
     VoucherCreated,
@@ -137,23 +135,11 @@ def get_voucher_order(voucher_id: VoucherId, order_id: Annotated[int, Path(gt=0,
     ).model_dump()
 
 
-@dataclass(frozen=True)
-class _HiddenOwner:
-    """An owner rule whose entity, when another user's, answers as a missing one (no oracle): api.authorization's
-    check_owner raises `hidden_as(args)` instead of FORBIDDEN."""
-
-    owner: OwnerOf
-    hidden_as: Callable[[dict[str, Any]], errors.DomainError]
-
-    def __call__(self, args: dict[str, Any]) -> int:
-        return self.owner(args)
-
-
 def _order_owner(args: dict[str, Any]) -> int:
     return vouchers().get_order(args["voucher_id"], args["order_id"]).user_id
 
 
-_voucher_order_owner = _HiddenOwner(
+_voucher_order_owner = HiddenOwner(
     _order_owner,
     lambda args: errors.OrderNotFound(f"order {args['order_id']} of voucher {args['voucher_id']} does not exist"),
 )
