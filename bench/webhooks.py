@@ -21,14 +21,17 @@ Called by bench/run.py; alone: PYTHONPATH=functions:. .venv/bin/python bench/web
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 WEBHOOK_LAG_RATE = 20  # deducts per second while the lag is measured
@@ -61,6 +64,22 @@ class _Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
+@contextlib.contextmanager
+def _endpoint(description: str) -> Iterator[tuple[Any, _Receiver]]:
+    """The service's webhooks with an endpoint for charge.persisted at a local receiver; both gone after."""
+    from hotledger.runtime import webhooks
+
+    hooks = webhooks()
+    hooks.allow_local = True
+    receiver = _Receiver()
+    endpoint, _ = hooks.create(receiver.url, ["charge.persisted"], description)
+    try:
+        yield hooks, receiver
+    finally:
+        hooks.delete(endpoint.endpoint_id)
+        receiver.server.shutdown()
+
+
 def _accounts(n: int, balance: int) -> list[int]:
     from hotledger.runtime import ledger
 
@@ -79,13 +98,9 @@ def _p(values: list[float], q: float) -> float | None:
 
 
 def events_per_s(events: int) -> dict:
-    from hotledger.runtime import ledger, webhooks
+    from hotledger.runtime import ledger
 
-    hooks = webhooks()
-    hooks.allow_local = True
-    receiver = _Receiver()
-    endpoint, _ = hooks.create(receiver.url, ["charge.persisted"], "bench")
-    try:
+    with _endpoint("bench") as (hooks, receiver):
         accounts = _accounts(50, 10**9)
         for i in range(events):
             ledger().deduct(accounts[i % len(accounts)], 1)
@@ -101,9 +116,6 @@ def events_per_s(events: int) -> dict:
             with urllib.request.urlopen(request, timeout=5):
                 pass
         bare_s = time.monotonic() - started
-    finally:
-        hooks.delete(endpoint.endpoint_id)
-        receiver.server.shutdown()
     return {
         "webhook_events_per_s": round(counts["delivered"] / sent_s, 1),
         "bare_posts_per_s": round(events / bare_s, 1),
@@ -112,22 +124,15 @@ def events_per_s(events: int) -> dict:
 
 
 def backlog_drain_per_s(events: int, accounts: int) -> dict:
-    from hotledger.runtime import ledger, webhooks
+    from hotledger.runtime import ledger
 
-    hooks = webhooks()
-    hooks.allow_local = True
-    receiver = _Receiver()
-    endpoint, _ = hooks.create(receiver.url, ["charge.persisted"], "bench-backlog")
-    try:
+    with _endpoint("bench-backlog") as (hooks, _receiver):
         owners = _accounts(accounts, 10**9)
         for i in range(events):  # no sender runs: each stays PENDING
             ledger().deduct(owners[i % len(owners)], 1)
         started = time.monotonic()
         counts = hooks.send_due(batch=200, seconds=900)
         drained_s = time.monotonic() - started
-    finally:
-        hooks.delete(endpoint.endpoint_id)
-        receiver.server.shutdown()
     return {
         "webhook_backlog_drain_per_s": round(counts["delivered"] / drained_s, 1),
         "webhook_backlog_delivered": counts["delivered"],
@@ -136,36 +141,31 @@ def backlog_drain_per_s(events: int, accounts: int) -> dict:
 
 
 def delivery_lag(seconds: float) -> dict:
-    from hotledger.runtime import ledger, webhooks
+    from hotledger.runtime import ledger
 
-    hooks = webhooks()
-    hooks.allow_local = True
-    receiver = _Receiver()
-    endpoint, _ = hooks.create(receiver.url, ["charge.persisted"], "bench-lag")
-    accounts = _accounts(20, 10**9)
     answered: dict[str, float] = {}
     stop = threading.Event()
+    with _endpoint("bench-lag") as (hooks, receiver):
+        accounts = _accounts(20, 10**9)
 
-    def send_until_stopped() -> None:  # as the function runs it: invocations back to back, looking again when idle
-        while not stop.is_set():
-            hooks.send_due(batch=200, seconds=1, idle_wait_s=0.05)
+        def send_until_stopped() -> None:  # as the function runs it: invocations back to back, looking again when idle
+            while not stop.is_set():
+                hooks.send_due(batch=200, seconds=1, idle_wait_s=0.05)
 
-    sender = threading.Thread(target=send_until_stopped)
-    sender.start()
-    try:
-        start = time.monotonic()
-        for i in range(int(seconds * WEBHOOK_LAG_RATE)):
-            time.sleep(max(0.0, start + i / WEBHOOK_LAG_RATE - time.monotonic()))  # paced: offered, not closed-loop
-            result = ledger().deduct(accounts[i % len(accounts)], 1)
-            answered[f"evt_{result.entry_id}"] = time.monotonic()
-        deadline = time.monotonic() + 60
-        while set(answered) - set(receiver.arrived) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    finally:
-        stop.set()
-        sender.join()
-        hooks.delete(endpoint.endpoint_id)
-        receiver.server.shutdown()
+        sender = threading.Thread(target=send_until_stopped)
+        sender.start()
+        try:
+            start = time.monotonic()
+            for i in range(int(seconds * WEBHOOK_LAG_RATE)):
+                time.sleep(max(0.0, start + i / WEBHOOK_LAG_RATE - time.monotonic()))  # paced: offered, not closed-loop
+                result = ledger().deduct(accounts[i % len(accounts)], 1)
+                answered[f"evt_{result.entry_id}"] = time.monotonic()
+            deadline = time.monotonic() + 60
+            while set(answered) - set(receiver.arrived) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            sender.join()
     lags = [(receiver.arrived[e] - t) * 1000 for e, t in answered.items() if e in receiver.arrived]
     return {
         "webhook_delivery_lag_p50_ms": _p(lags, 0.5),
