@@ -13,7 +13,6 @@ way. Every refusal before the route runs stays the resolver's own."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.event_handler.api_gateway import APIGatewayRestResolver, BaseRouter, Route
@@ -68,7 +67,7 @@ class HotLane:
         BaseRouter.lambda_context = context
         app.context.update(_route=route, _path=path, _route_args=args)  # what app.append_context does (untyped)
         try:
-            return app._build_response(self._call(route, route.func, args))
+            return app._build_response(self._call(route, args))
         finally:
             app.context.clear()  # app.clear_context
 
@@ -87,10 +86,10 @@ class HotLane:
             return None  # an end user acting on their own account: the resolver checks the owner
         return route_args.parse(event, path_args)
 
-    def _call(self, route: Route, func: Callable[..., Any], args: dict[str, Any]) -> ResponseBuilder[BaseProxyEvent]:
+    def _call(self, route: Route, args: dict[str, Any]) -> ResponseBuilder[BaseProxyEvent]:
         app = self.app
         try:
-            result = func(**args)
+            result = route.func(**args)
         except Exception as exc:
             handled = app._call_exception_handler(exc, route)
             if handled is None:
