@@ -45,8 +45,7 @@ def _message_as_json(message: str) -> Any:
     return json.loads(message)
 
 
-# the placeholders of Powertools' default keys, and what they are for an INFO line written here
-_DEFAULT_PLACEHOLDERS = {"%(levelname)s", "%(funcName)s:%(lineno)d", "%(asctime)s"}
+# the record attributes Powertools fills placeholders of (a set: looked up for every key of every line)
 _RESERVED = frozenset(RESERVED_LOG_ATTRS)
 # keys Powertools sets after the extra fields (from the record; None without an exception: left out)
 _NOT_EXTRA = frozenset(
