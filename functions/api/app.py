@@ -250,8 +250,7 @@ _traced: Callable[[dict[str, Any], LambdaContext], dict[str, Any]] = tracer.capt
 _first_invocation = True
 
 
-@logger.inject_lambda_context(clear_state=True)
-@metrics.log_metrics
+@observability.invocation(logger, metrics)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # X-Ray keeps only sampled traces (the default rule: one a second, then 5%): the subsegments of an unsampled
     # invocation are never sent, so it skips building them. The first invocation is traced whatever its header, for

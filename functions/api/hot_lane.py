@@ -67,9 +67,36 @@ class HotLane:
         BaseRouter.lambda_context = context
         app.context.update(_route=route, _path=path, _route_args=args)  # what app.append_context does (untyped)
         try:
-            return app._build_response(self._call(route, args))
+            return self._built(self._call(route, args))
         finally:
             app.context.clear()  # app.clear_context
+
+    def _built(self, builder: ResponseBuilder[BaseProxyEvent]) -> dict[str, Any]:
+        """The REST answer ResponseBuilder.build makes. A plain answer (a text body, no CORS, cache control or
+        compression asked of it: the route's or the answer's) is put together here: the builder reads the request's
+        Accept-Encoding through a case-insensitive map of every header first, to learn no more than that its
+        answer is not compressed."""
+        route, response = builder.route, builder.response
+        if (
+            route is None
+            or route.cors
+            or route.cache_control
+            or route.compress
+            or response.compress is not None
+            or not isinstance(response.body, str)
+            or response.cookies
+        ):
+            return self.app._build_response(builder)
+        headers: dict[str, list[str]] = {}
+        for name, values in response.headers.items():
+            if values is not None:  # an explicit None is left out, as the builder's serializer does
+                headers.setdefault(name, []).extend([values] if isinstance(values, str) else values)
+        return {
+            "statusCode": response.status_code,
+            "body": response.body,
+            "isBase64Encoded": response.base64_encoded,
+            "multiValueHeaders": headers,
+        }
 
     @staticmethod
     def _admitted_args(

@@ -9,24 +9,30 @@ tests/unit/test_metric_lines.py). Anything else takes Powertools' own way."""
 
 from __future__ import annotations
 
-import datetime as dt
+import functools
 import json
 import logging
 import os
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.filters import SuppressFilter
 from aws_lambda_powertools.logging.formatter import RESERVED_LOG_ATTRS, LambdaPowertoolsFormatter
+from aws_lambda_powertools.logging.logger import _is_cold_start
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.constants import MAX_METRIC_NAME_LENGTH, MAX_METRICS
-from aws_lambda_powertools.shared.functions import powertools_dev_is_set
+from aws_lambda_powertools.shared import constants as powertools_constants
+from aws_lambda_powertools.shared.functions import (
+    is_durable_context,
+    powertools_dev_is_set,
+    resolve_truthy_env_var_choice,
+)
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "hotledger")
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Hotledger")
@@ -51,6 +57,9 @@ _RESERVED = frozenset(RESERVED_LOG_ATTRS)
 _NOT_EXTRA = frozenset(
     {*RESERVED_LOG_ATTRS, "message", "exception", "exception_name", "exception_notes", "stack_trace", "xray_trace_id"}
 )
+
+
+_DEFAULT_TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%F%z"  # LambdaPowertoolsFormatter's: 2021-05-03 10:20:19,650+0200
 
 
 class _Stamp:
@@ -102,7 +111,7 @@ class ServiceLogger(Logger):
                     elif value == "%(funcName)s:%(lineno)d":
                         value = f"{caller.f_code.co_name}:{caller.f_lineno}"
                     elif value == "%(asctime)s":
-                        value = formatter.formatTime(cast(logging.LogRecord, _Stamp()))
+                        value = self._timestamp(formatter)
                     else:
                         return False  # another record attribute: Powertools fills it in
                 line[key] = value
@@ -121,6 +130,27 @@ class ServiceLogger(Logger):
             handler.release()
         return True
 
+    _second: tuple[int, Callable[..., Any], str, str] = (-1, time.localtime, "", "")
+
+    def _timestamp(self, formatter: LambdaPowertoolsFormatter) -> str:
+        """The formatter's formatTime of now. Its default format is strftime of the second, the milliseconds
+        spliced in: the second's two sides are formatted once per second (formatTime runs strftime per line)."""
+        if (
+            formatter.use_rfc3339_iso8601
+            or formatter.datefmt
+            or formatter.default_time_format != _DEFAULT_TIME_FORMAT
+            or formatter.custom_ms_time_directive != "%F"
+        ):
+            return formatter.formatTime(cast(logging.LogRecord, _Stamp()))
+        second, milliseconds = divmod(time.time_ns() // 1_000_000, 1000)
+        cached_second, converter, before, after = self._second
+        if second != cached_second or converter is not formatter.converter:
+            converter = formatter.converter
+            moment = converter(second)
+            before, after = (time.strftime(side, moment) for side in _DEFAULT_TIME_FORMAT.split("%F"))
+            self._second = (second, converter, before, after)
+        return f"{before}{milliseconds:03d}{after}"
+
     def _only_own_handler_writes(self) -> bool:
         """A record reaches the loggers above only to be suppressed (Powertools filters the root's handlers for the
         service's records); a handler that would write it too (pytest's capture, one added later) means the record
@@ -132,6 +162,59 @@ class ServiceLogger(Logger):
                     return False
             parent = parent.parent if parent.propagate else None
         return True
+
+
+_Event = TypeVar("_Event")
+_Answer = TypeVar("_Answer")
+Handler = Callable[[_Event, Any], _Answer]
+
+
+def invocation(logger: Logger, metrics: Metrics) -> Callable[[Handler[_Event, _Answer]], Handler[_Event, _Answer]]:
+    """`@logger.inject_lambda_context(clear_state=True)` and `@metrics.log_metrics` around a handler, as one wrapper.
+    Powertools' two decorators, per invocation, build a context model, merge the keys through three dict copies,
+    check the environment and the flush options, each in frames of its own. Here the same per-invocation state is
+    set directly: the formatter's keys reset to its defaults plus the Lambda context's keys and cold_start (Powertools'
+    own cold-start flag), the thread-safe keys cleared, the metrics flushed when the handler returns or raises
+    (tests/unit/test_invocation.py holds it to Powertools' lines). A logger that logs the event, samples its debug
+    lines or buffers them takes Powertools' decorators."""
+
+    def wrap(handler: Handler[_Event, _Answer]) -> Handler[_Event, _Answer]:
+        formatter = logger.registered_formatter
+        log_event = resolve_truthy_env_var_choice(env=os.getenv(powertools_constants.LOGGER_LOG_EVENT_ENV, "false"))
+        if (
+            log_event
+            or logger.sampling_rate
+            or logger._buffer_config
+            or type(formatter) is not LambdaPowertoolsFormatter
+        ):
+            decorated: Handler[_Event, _Answer] = logger.inject_lambda_context(
+                metrics.log_metrics(handler), clear_state=True
+            )
+            return decorated
+
+        @functools.wraps(handler)
+        def invoked(event: _Event, context: Any) -> _Answer:
+            lambda_context = context.lambda_context if is_durable_context(context) else context
+            keys = dict.fromkeys(formatter.log_record_order)
+            keys.update(formatter.keys_combined)
+            keys.update(logger._default_log_keys)
+            keys.update(
+                cold_start=_is_cold_start(),
+                function_name=lambda_context.function_name,
+                function_memory_size=lambda_context.memory_limit_in_mb,
+                function_arn=lambda_context.invoked_function_arn,
+                function_request_id=lambda_context.aws_request_id,
+            )
+            formatter.log_format = keys
+            formatter.thread_safe_clear_keys()
+            try:
+                return handler(event, context)
+            finally:
+                metrics.flush_metrics()
+
+        return invoked
+
+    return wrap
 
 
 def logger() -> Logger:
@@ -177,8 +260,14 @@ class CountsFirst(AmazonCloudWatchEMFProvider):
         if line is None:
             super().flush_metrics(raise_on_empty_metrics)
             return
-        print(line)
-        self.clear_metrics()
+        sys.stdout.write(line + "\n")  # print's two writes in one
+        if self.default_dimensions:
+            self.clear_metrics()
+        else:  # what clear_metrics does, without its debug line and the empty defaults' re-validation
+            self.metric_set.clear()
+            self.dimension_set.clear()
+            self.dimension_sets.clear()
+            self.metadata_set.clear()
 
     def _counts_line(self) -> str | None:
         """The EMF line Powertools would print, or None: it builds this one itself."""
@@ -210,7 +299,7 @@ class CountsFirst(AmazonCloudWatchEMFProvider):
                 + _VALUES.encode({"service": service})[1:-1].replace("%", "%%")
             )
         values = _VALUES.encode({name: metric["Value"] for name, metric in metrics.items()})[1:]
-        return head % int(dt.datetime.now().timestamp() * 1000) + "," + values
+        return head % (time.time_ns() // 1_000_000) + "," + values
 
 
 def metrics() -> Metrics:

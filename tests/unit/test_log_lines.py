@@ -128,3 +128,19 @@ def test_a_service_logger_below_info_writes_nothing_and_a_propagating_record_is_
     monkeypatch.setattr(logging.Logger, "handle", lambda self, record: records.append(record))
     _emit(ours, "deducted", extra={"user_id": 5})
     assert [r.getMessage() for r in records] == ["deducted"] and records[0].funcName == "_emit"
+
+
+@pytest.mark.parametrize("utc", [False, True])
+def test_a_plain_lines_timestamp_is_the_formatters_formatTime(utc, monkeypatch):
+    ours = observability.ServiceLogger(service=f"stamp-{uuid.uuid4().hex[:8]}", utc=utc)
+    formatter = ours.registered_formatter
+    moments_ns = [
+        1_700_000_000_000_000_000,
+        1_700_000_000_999_000_000,
+        1_700_000_001_000_000_000,
+        1_711_846_799_123_456_789,
+    ]
+    for now_ns in moments_ns:
+        monkeypatch.setattr(observability.time, "time_ns", lambda now_ns=now_ns: now_ns)
+        record = logging.makeLogRecord({"created": now_ns / 1e9, "msecs": float(now_ns // 1_000_000 % 1000)})
+        assert ours._timestamp(formatter) == formatter.formatTime(record)

@@ -31,14 +31,37 @@ class ScriptReply:
     def parse(cls, raw: Sequence[bytes | str | int], fields: Mapping[Any, Fields] | None = None) -> Self:
         """`fields`: another script's shape for the same class (default FIELDS)."""
         head, *rest = reply_fields(raw)
-        status = _converter(cls, "status")[0](head)
+        status, steps = _plan(cls, cls.FIELDS if fields is None else fields, head)
         values: dict[str, Any] = {}
-        for i, name in enumerate((cls.FIELDS if fields is None else fields).get(status, ())):
-            if name is not None and i < len(rest):
-                convert, takes_rest = _converter(cls, name)
+        for i, name, convert, takes_rest in steps:
+            if i < len(rest):
                 values[name] = tuple(convert(v) for v in rest[i:]) if takes_rest else convert(rest[i])
         make: Callable[..., Self] = cls
         return make(status, **values)
+
+
+# what a status's values fill: (position, field, its converter, whether it takes every value left)
+Steps = tuple[tuple[int, str, Callable[[str], Any], bool], ...]
+# (class, id of its shape) -> (the shape, kept so its id is not reused; status text -> (status, steps))
+_PLANS: dict[tuple[type[ScriptReply], int], tuple[Mapping[Any, Fields], dict[str, tuple[Any, Steps]]]] = {}
+
+
+def _plan(cls: type[ScriptReply], shape: Mapping[Any, Fields], head: str) -> tuple[Any, Steps]:
+    """The status a reply's head names and how its values are read, worked out once per class, shape and status
+    (every reply of the hot path is parsed so)."""
+    kept = _PLANS.get((cls, id(shape)))
+    if kept is None or kept[0] is not shape:
+        kept = _PLANS[cls, id(shape)] = (shape, {})
+    plans = kept[1]
+    if head not in plans:
+        status = _converter(cls, "status")[0](head)
+        plans[head] = (
+            status,
+            tuple(
+                (i, name, *_converter(cls, name)) for i, name in enumerate(shape.get(status, ())) if name is not None
+            ),
+        )
+    return plans[head]
 
 
 _CONVERTERS: dict[tuple[type[ScriptReply], str], tuple[Callable[[str], Any], bool]] = {}
