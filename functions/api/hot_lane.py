@@ -31,13 +31,16 @@ if TYPE_CHECKING:
 class HotLane:
     def __init__(self, app: APIGatewayRestResolver, hot_paths: set[tuple[str, str]]) -> None:
         self.app = app
-        self.routes: list[Route] = [*app._static_routes, *app._dynamic_routes]
-        # only the routes up to the last hot one can be the first match of a hot route's request
-        last = max((i for i, r in enumerate(self.routes) if (r.method, r.path) in hot_paths), default=-1)
-        self.routes = self.routes[: last + 1]
+        routes: list[Route] = [*app._static_routes, *app._dynamic_routes]
+        # only the routes up to the last hot one can be the first match of a hot route's request; the resolver skips
+        # the other methods' routes one by one, here they are left out once
+        last = max((i for i, r in enumerate(routes) if (r.method, r.path) in hot_paths), default=-1)
+        self.routes: dict[str, list[Route]] = {}
+        for route in routes[: last + 1]:
+            self.routes.setdefault(route.method, []).append(route)
         self.hot: dict[int, tuple[RouteArgs, Rule]] = {
             id(route): (RouteArgs(f"{route.method} {route.path}", route.dependant), authorization.rules()[key])
-            for route in self.routes
+            for route in routes
             if (key := (route.method, route.path)) in hot_paths
         }
 
@@ -48,9 +51,7 @@ class HotLane:
         if not isinstance(method, str) or not isinstance(path, str):
             return None
         method, path = method.upper(), app._remove_prefix(path)
-        for route in self.routes:
-            if route.method != method:
-                continue
+        for route in self.routes.get(method, ()):
             matched = route.rule.match(path)
             if matched is not None:
                 break

@@ -23,7 +23,8 @@ def shard_of(entity: str) -> int:
 
 
 def tag(entity: str) -> str:
-    if _shards():
+    cfg = settings()  # not _shards(): every key of every script call is tagged here
+    if cfg.event_transport == "redis-stream":
         return f"{{s{shard_of(entity)}}}:{entity}"
     return f"{{{entity}}}"
 
