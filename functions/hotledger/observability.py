@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging import logger as powertools_logger
 from aws_lambda_powertools.logging.filters import SuppressFilter
 from aws_lambda_powertools.logging.formatter import RESERVED_LOG_ATTRS, LambdaPowertoolsFormatter
-from aws_lambda_powertools.logging.logger import _is_cold_start
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
@@ -199,7 +199,8 @@ def invocation(logger: Logger, metrics: Metrics) -> Callable[[Handler[_Event, _A
             keys.update(formatter.keys_combined)
             keys.update(logger._default_log_keys)
             keys.update(
-                cold_start=_is_cold_start(),
+                # Powertools' flag, shared with its decorators; once it is down only it is read (not the environment)
+                cold_start=powertools_logger.is_cold_start and powertools_logger._is_cold_start(),
                 function_name=lambda_context.function_name,
                 function_memory_size=lambda_context.memory_limit_in_mb,
                 function_arn=lambda_context.invoked_function_arn,
@@ -255,6 +256,15 @@ class CountsFirst(AmazonCloudWatchEMFProvider):
         metric["StorageResolution"] = 60
         metric["Value"].append(float(value))
 
+    _disabled: bool | None = None
+
+    def _metrics_disabled(self) -> bool:
+        """is_metrics_disabled() read once: a Lambda container's environment is fixed for its life (Powertools parses
+        two variables again per flush)."""
+        if self._disabled is None:
+            self._disabled = is_metrics_disabled()
+        return self._disabled
+
     def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
         line = self._counts_line()
         if line is None:
@@ -280,7 +290,7 @@ class CountsFirst(AmazonCloudWatchEMFProvider):
             or not self.namespace
             or not service
             or (self.dimension_set and self.dimension_set != {"service": service})
-            or is_metrics_disabled()
+            or self._metrics_disabled()
         ):
             return None
         names = tuple(metrics)
