@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -139,7 +137,9 @@ def delay_drain(client, lua, elements: int) -> dict:
 
 
 def _lock_worker(kind: str, name: str, start_at: float, stop_at: float, hold_s: float, out) -> None:
-    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the worker's stdout for its whole life: EMF lines only cost terminal time
+    import clients
+
+    clients.quiet()
     from hotledger.dal.lock import DistributedLock
     from hotledger.runtime import lua
 

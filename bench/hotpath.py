@@ -16,6 +16,9 @@ Redis's. Each measurement runs in a fresh process (a Lambda container's imports 
 handler_breakdown_us: where the handler's CPU per deduct goes, from a sampling profiler (the main thread's stack
 every SAMPLE_EVERY_S of process CPU, each sample named by the innermost frame of a known part), scaled to
 handler_cpu_us_per_deduct.
+handler_vs_floor_cpu_ratio_without_log_and_emf_lines: the ratio with the charge's INFO line and the invocation's EMF
+line switched off in the running handler, the lowest that leaner observability could bring it to (a line timed alone
+in a loop costs a fraction of what it costs in the handler, so only switching it off in place tells).
 
     PYTHONPATH=functions:. .venv/bin/python bench/hotpath.py [--quick] [--profile N]
 (`make bench` runs it as part of bench/run.py; alone it starts the same servers and prints the figures.)
@@ -267,6 +270,41 @@ def breakdown(payloads: list[tuple[str, str]], handler_us: float) -> dict[str, f
     return {part: round(handler_us * n / total, 1) for part, n in counts.most_common()}
 
 
+def ratio_without_lines(user_id: int, rounds: int, chunk: int = 200) -> float:
+    """handler_vs_floor_cpu_ratio with the charge's INFO line and the invocation's EMF line switched off (the service
+    logger at WARNING, what LOG_LEVEL=WARNING sets; the invocation's metrics counted as ever and cleared unwritten at
+    its flush): in each round a chunk of each loop, in turn in either order. The machine's speed drifts from round to
+    round, both loops with it: the figure is the median of the rounds' ratios."""
+    import logging
+
+    from api import app
+    from hotledger import observability
+
+    service_logger, provider = logging.getLogger(observability.SERVICE), app.metrics.provider
+    level = service_logger.level
+
+    def without_lines() -> float:
+        service_logger.setLevel(logging.WARNING)
+        provider.flush_metrics = lambda raise_on_empty_metrics=False: provider.metric_set.clear()
+        try:
+            return handler_loop(_deduct_events(user_id, chunk))
+        finally:
+            service_logger.setLevel(level)
+            del provider.flush_metrics
+
+    def floor() -> float:
+        return floor_loop(user_id, _deduct_events(user_id, chunk))
+
+    ratios = []
+    for i in range(rounds):
+        if i % 2:
+            handler, floor_spent = without_lines(), floor()
+        else:
+            floor_spent, handler = floor(), without_lines()
+        ratios.append(handler / floor_spent)
+    return round(statistics.median(ratios), 2)
+
+
 def figures(call, deducts: int, chunk: int = 100) -> dict:
     """handler_cpu_us_per_deduct, floor_cpu_us_per_deduct and their ratio; handler_cpu_us_per_recharge and its ratio
     to the deduct (a recharge also posts its held credit after the ack: ledger_post.lua). The loops alternate in
@@ -293,6 +331,9 @@ def figures(call, deducts: int, chunk: int = 100) -> dict:
         "handler_cpu_us_per_recharge": round(recharge, 1),
         "recharge_vs_deduct_cpu_ratio": round(recharge / handler, 2),
         "handler_breakdown_us": breakdown(_deduct_events(user_id, deducts), handler),
+        "handler_vs_floor_cpu_ratio_without_log_and_emf_lines": ratio_without_lines(
+            user_id, rounds=max(6, deducts // 100)
+        ),
     }
 
 

@@ -46,7 +46,9 @@ return nil
 
 def _handler_call(transport: str):
     os.environ["EVENT_TRANSPORT"] = transport
-    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the worker's stdout for its whole life: EMF lines only cost terminal time
+    import clients
+
+    clients.quiet()
     from api.app import handler
     from infra import dev_issuer
     from infra.localrt import events
