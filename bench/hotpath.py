@@ -19,6 +19,11 @@ handler_cpu_us_per_deduct.
 handler_vs_floor_cpu_ratio_without_log_and_emf_lines: the ratio with the charge's INFO line and the invocation's EMF
 line switched off in the running handler, the lowest that leaner observability could bring it to (a line timed alone
 in a loop costs a fraction of what it costs in the handler, so only switching it off in place tells).
+handler_instructions_per_deduct, floor_instructions_per_deduct and handler_vs_floor_instructions_ratio: the same loops
+counted in instructions by valgrind (cachegrind without its cache simulation), each in a fresh process at the same
+settings, less a process doing only the setup. CPU time swings with the machine's load by tens of percent between
+runs; an instruction count does not, so it shows what a change to the handler's work did, to about a percent. It
+counts the user-space instructions of every thread (not the kernel's side of a write or a send).
 
     PYTHONPATH=functions:. .venv/bin/python bench/hotpath.py [--quick] [--profile N]
 (`make bench` runs it as part of bench/run.py; alone it starts the same servers and prints the figures.)
@@ -374,10 +379,78 @@ def measure(deducts: int, hiredis: bool, profile_top: int = 0) -> dict:
     return json.loads(done.stdout)
 
 
+INSTRUCTIONS_DEDUCTS = 400  # under valgrind a deduct takes ~50 times its CPU; the count per deduct settles well before
+
+
+def instructions(deducts: int = INSTRUCTIONS_DEDUCTS) -> dict:
+    """Instructions per deduct of the handler's and the floor's loops (valgrind's cachegrind in fresh processes at the
+    template's settings, with hiredis when installed), each less a process that does the same setup and no loop."""
+    import shutil
+    import tempfile
+
+    if shutil.which("valgrind") is None:
+        raise RuntimeError("valgrind counts the instructions: apt-get install valgrind (infra/setup.sh installs it)")
+    env = {
+        **os.environ,
+        **production_env(),
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "functions"), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
+    counted = {}
+    with tempfile.TemporaryDirectory() as out:
+        for loop in ("setup", "handler", "floor"):
+            counts = Path(out) / loop
+            subprocess.run(
+                [
+                    "valgrind",
+                    "--tool=cachegrind",
+                    "--cache-sim=no",
+                    f"--cachegrind-out-file={counts}",
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--count-loop",
+                    loop,
+                    "--deducts",
+                    str(deducts),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=True,
+            )
+            summary = next(line for line in counts.read_text().splitlines() if line.startswith("summary:"))
+            counted[loop] = int(summary.split()[1])
+    handler, floor = ((counted[loop] - counted["setup"]) / deducts for loop in ("handler", "floor"))
+    return {
+        "handler_instructions_per_deduct": round(handler),
+        "floor_instructions_per_deduct": round(floor),
+        "handler_vs_floor_instructions_ratio": round(handler / floor, 3),
+    }
+
+
+def _count_loop(loop: str, deducts: int) -> None:
+    """The child of instructions(): the setup of a measurement (imports, servers, a warm handler and floor, the
+    payloads built), then `loop` over the payloads, or nothing for "setup"."""
+    import clients
+
+    os.environ["_X_AMZN_TRACE_ID"] = _trace_header(1)
+    clients.quiet()
+    user_id = _hot_account(clients.api())
+    handler_loop(_deduct_events(user_id, 25))
+    floor_loop(user_id, _deduct_events(user_id, 25))
+    payloads = _deduct_events(user_id, deducts)
+    if loop == "handler":
+        handler_loop(payloads)
+    elif loop == "floor":
+        floor_loop(user_id, payloads)
+
+
 def all_figures(deducts: int, profile_top: int = 0) -> dict:
-    """The figures at the template's settings (with hiredis when installed, as the layer ships it) and the handler's
-    and floor's CPU without hiredis."""
+    """The figures at the template's settings (with hiredis when installed, as the layer ships it), their instruction
+    counts, and the handler's and floor's CPU without hiredis."""
     found = measure(deducts, hiredis_installed(), profile_top)
+    found.update(instructions())
     if hiredis_installed():
         without = measure(deducts, False)
         found.update(
@@ -414,7 +487,11 @@ def main() -> int:
     )
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-hiredis", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--count-loop", choices=("setup", "handler", "floor"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.count_loop:
+        _count_loop(args.count_loop, args.deducts)
+        return 0
     deducts = args.deducts or (1_000 if args.quick else 5_000)
     if args.in_process:
         _in_process(deducts, not args.no_hiredis, args.profile)

@@ -9,6 +9,7 @@ command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-benchmark >/dev/null || need_apt+=(redis-tools)
+command -v valgrind >/dev/null || need_apt+=(valgrind)  # make bench counts the hot path's instructions
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
 command -v make >/dev/null || need_apt+=(make)
 if [ ${#need_apt[@]} -gt 0 ]; then
