@@ -266,11 +266,19 @@ class CountsFirst(AmazonCloudWatchEMFProvider):
         return self._disabled
 
     def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
+        if self._metrics_disabled():
+            # Powertools' flush writes nothing then, and clears nothing: the counts would pile up across invocations
+            # until its 100-value limit printed them anyway, in one line stamped with that later flush's time
+            self._clear()
+            return
         line = self._counts_line()
         if line is None:
             super().flush_metrics(raise_on_empty_metrics)
             return
         sys.stdout.write(line + "\n")  # print's two writes in one
+        self._clear()
+
+    def _clear(self) -> None:
         if self.default_dimensions:
             self.clear_metrics()
         else:  # what clear_metrics does, without its debug line and the empty defaults' re-validation
@@ -290,7 +298,6 @@ class CountsFirst(AmazonCloudWatchEMFProvider):
             or not self.namespace
             or not service
             or (self.dimension_set and self.dimension_set != {"service": service})
-            or self._metrics_disabled()
         ):
             return None
         names = tuple(metrics)

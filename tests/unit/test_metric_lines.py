@@ -74,3 +74,22 @@ def test_counts_past_the_emf_limits_are_flushed_as_powertools_flushes_them():
     adds = [count(f"M{i}") for i in range(120)] + [count("M0") for _ in range(150)]
     lines = [_flushed(provider, adds)[0] for provider in (ours, default)]
     assert re.sub(STAMP, "", lines[0]) == re.sub(STAMP, "", lines[1]) and lines[0].count("\n") >= 3
+
+
+def test_metrics_disabled_write_nothing_and_keep_nothing_across_invocations(monkeypatch):
+    """POWERTOOLS_METRICS_DISABLED: Powertools' flush then neither writes nor clears, so the counts pile up across
+    invocations until its 100-value limit prints them in one line anyway, stamped with the time of that flush."""
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    metrics = observability.metrics()
+    logger = observability.ServiceLogger(service="svc", level="WARNING")
+    handler = observability.invocation(logger, metrics)(
+        lambda event, context: count("ApiRequests")(metrics) or count("Deducts")(metrics)
+    )
+    context = type("Context", (), {"function_name": "F", "memory_limit_in_mb": 128, "invoked_function_arn": "arn"})()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for n in range(150):
+            context.aws_request_id = f"req-{n}"
+            handler({}, context)
+            assert not metrics.metric_set, n
+    assert out.getvalue() == ""
