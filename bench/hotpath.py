@@ -20,7 +20,8 @@ handler_vs_floor_cpu_ratio_without_log_and_emf_lines: the ratio with the charge'
 line switched off in the running handler, the lowest that leaner observability could bring it to (a line timed alone
 in a loop costs a fraction of what it costs in the handler, so only switching it off in place tells).
 handler_instructions_per_deduct, floor_instructions_per_deduct and handler_vs_floor_instructions_ratio: the same loops
-counted in instructions by valgrind (cachegrind without its cache simulation), each in a fresh process at the same
+counted in instructions by valgrind (and the handler's without its log and EMF lines, and the ledger service's alone:
+where the handler's extra work is) (cachegrind without its cache simulation), each in a fresh process at the same
 settings, less a process doing only the setup. CPU time swings with the machine's load by tens of percent between
 runs; an instruction count does not, so it shows what a change to the handler's work did, to about a percent. It
 counts the user-space instructions of every thread (not the kernel's side of a write or a send).
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import cProfile
 import json
 import os
@@ -234,6 +236,37 @@ def floor_loop(user_id: int, payloads: list[tuple[str, str]]) -> float:
     return spent
 
 
+def service_loop(user_id: int, payloads: list[tuple[str, str]]) -> None:
+    """The deducts through the ledger service alone, as the route calls it, between the runtime's JSON of the event and
+    of an answer: what is left of the handler without the HTTP layer (the invocation wrapper, the lane, validation,
+    authorization, the route, the answer, the log and EMF lines, the tracer)."""
+    from hotledger.runtime import ledger
+
+    service = ledger()
+    environ = os.environ
+    for payload, trace_header in payloads:
+        environ["_X_AMZN_TRACE_ID"] = trace_header
+        event = json.loads(payload)
+        amount = 1 if json.loads(event["body"])["amount"] == "0.01" else 0
+        result = service.deduct(user_id, amount)
+        json.dumps(
+            {
+                "statusCode": 200,
+                "headers": {"Content-Type": "application/json"},
+                "body": json.dumps(
+                    {
+                        "order_id": str(result.entry_id),
+                        "user_id": user_id,
+                        "amount": "0.01",
+                        "balance": str(result.balance),
+                        "version": result.version,
+                        "mode": result.mode,
+                    }
+                ),
+            }
+        )
+
+
 # the parts of the handler's work, named by a fragment of a frame's file path; a sample belongs to the innermost
 # frame that names a part (stdlib, pydantic and the like name none: their time is their caller's)
 PARTS = (
@@ -275,11 +308,11 @@ def breakdown(payloads: list[tuple[str, str]], handler_us: float) -> dict[str, f
     return {part: round(handler_us * n / total, 1) for part, n in counts.most_common()}
 
 
-def ratio_without_lines(user_id: int, rounds: int, chunk: int = 200) -> float:
-    """handler_vs_floor_cpu_ratio with the charge's INFO line and the invocation's EMF line switched off (the service
-    logger at WARNING, what LOG_LEVEL=WARNING sets; the invocation's metrics counted as ever and cleared unwritten at
-    its flush): in each round a chunk of each loop, in turn in either order. The machine's speed drifts from round to
-    round, both loops with it: the figure is the median of the rounds' ratios."""
+@contextlib.contextmanager
+def lines_off():
+    """The charge's INFO line and the invocation's EMF line switched off in the running handler: the service logger at
+    WARNING (what LOG_LEVEL=WARNING sets), the invocation's metrics counted as ever and cleared unwritten at its
+    flush."""
     import logging
 
     from api import app
@@ -287,15 +320,23 @@ def ratio_without_lines(user_id: int, rounds: int, chunk: int = 200) -> float:
 
     service_logger, provider = logging.getLogger(observability.SERVICE), app.metrics.provider
     level = service_logger.level
+    service_logger.setLevel(logging.WARNING)
+    provider.flush_metrics = lambda raise_on_empty_metrics=False: provider.metric_set.clear()
+    try:
+        yield
+    finally:
+        service_logger.setLevel(level)
+        del provider.flush_metrics
+
+
+def ratio_without_lines(user_id: int, rounds: int, chunk: int = 200) -> float:
+    """handler_vs_floor_cpu_ratio with the log and EMF lines off (lines_off): in each round a chunk of each loop, in
+    turn in either order. The machine's speed drifts from round to round, both loops with it: the figure is the median
+    of the rounds' ratios."""
 
     def without_lines() -> float:
-        service_logger.setLevel(logging.WARNING)
-        provider.flush_metrics = lambda raise_on_empty_metrics=False: provider.metric_set.clear()
-        try:
+        with lines_off():
             return handler_loop(_deduct_events(user_id, chunk))
-        finally:
-            service_logger.setLevel(level)
-            del provider.flush_metrics
 
     def floor() -> float:
         return floor_loop(user_id, _deduct_events(user_id, chunk))
@@ -380,11 +421,13 @@ def measure(deducts: int, hiredis: bool, profile_top: int = 0) -> dict:
 
 
 INSTRUCTIONS_DEDUCTS = 400  # under valgrind a deduct takes ~50 times its CPU; the count per deduct settles well before
+COUNTED_LOOPS = ("setup", "handler", "handler-without-lines", "service", "floor")
 
 
 def instructions(deducts: int = INSTRUCTIONS_DEDUCTS) -> dict:
-    """Instructions per deduct of the handler's and the floor's loops (valgrind's cachegrind in fresh processes at the
-    template's settings, with hiredis when installed), each less a process that does the same setup and no loop."""
+    """Instructions per deduct of the handler's loop (as it runs and with its log and EMF lines off), of the ledger
+    service's alone and of the floor's (valgrind's cachegrind in fresh processes at the template's settings, with
+    hiredis when installed), each less a process that does the same setup and no loop."""
     import shutil
     import tempfile
 
@@ -399,7 +442,7 @@ def instructions(deducts: int = INSTRUCTIONS_DEDUCTS) -> dict:
     }
     counted = {}
     with tempfile.TemporaryDirectory() as out:
-        for loop in ("setup", "handler", "floor"):
+        for loop in COUNTED_LOOPS:
             counts = Path(out) / loop
             subprocess.run(
                 [
@@ -421,11 +464,13 @@ def instructions(deducts: int = INSTRUCTIONS_DEDUCTS) -> dict:
             )
             summary = next(line for line in counts.read_text().splitlines() if line.startswith("summary:"))
             counted[loop] = int(summary.split()[1])
-    handler, floor = ((counted[loop] - counted["setup"]) / deducts for loop in ("handler", "floor"))
+    per_deduct = {loop: (counted[loop] - counted["setup"]) / deducts for loop in COUNTED_LOOPS[1:]}
     return {
-        "handler_instructions_per_deduct": round(handler),
-        "floor_instructions_per_deduct": round(floor),
-        "handler_vs_floor_instructions_ratio": round(handler / floor, 3),
+        "handler_instructions_per_deduct": round(per_deduct["handler"]),
+        "handler_instructions_per_deduct_without_log_and_emf_lines": round(per_deduct["handler-without-lines"]),
+        "service_instructions_per_deduct": round(per_deduct["service"]),
+        "floor_instructions_per_deduct": round(per_deduct["floor"]),
+        "handler_vs_floor_instructions_ratio": round(per_deduct["handler"] / per_deduct["floor"], 3),
     }
 
 
@@ -442,6 +487,11 @@ def _count_loop(loop: str, deducts: int) -> None:
     payloads = _deduct_events(user_id, deducts)
     if loop == "handler":
         handler_loop(payloads)
+    elif loop == "handler-without-lines":
+        with lines_off():
+            handler_loop(payloads)
+    elif loop == "service":
+        service_loop(user_id, payloads)
     elif loop == "floor":
         floor_loop(user_id, payloads)
 
@@ -487,7 +537,7 @@ def main() -> int:
     )
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-hiredis", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--count-loop", choices=("setup", "handler", "floor"), help=argparse.SUPPRESS)
+    parser.add_argument("--count-loop", choices=COUNTED_LOOPS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.count_loop:
         _count_loop(args.count_loop, args.deducts)
