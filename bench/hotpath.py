@@ -403,16 +403,21 @@ def hiredis_installed() -> bool:
     return importlib.util.find_spec("hiredis") is not None
 
 
-def measure(deducts: int, hiredis: bool, profile_top: int = 0) -> dict:
-    """figures() in a fresh process at the template's settings, on the servers this process's environment names
-    (run.environment); `hiredis` False hides it from redis-py there."""
-    env = {
+def _child_env() -> dict[str, str]:
+    """A measuring child's environment: this process's servers (run.environment), the API function's settings."""
+    return {
         **os.environ,
         **production_env(),
         "PYTHONPATH": os.pathsep.join(
             [str(REPO / "functions"), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
     }
+
+
+def measure(deducts: int, hiredis: bool, profile_top: int = 0) -> dict:
+    """figures() in a fresh process at the template's settings, on the servers this process's environment names
+    (run.environment); `hiredis` False hides it from redis-py there."""
+    env = _child_env()
     command = [sys.executable, str(Path(__file__).resolve()), "--in-process", "--deducts", str(deducts)]
     command += [] if hiredis else ["--no-hiredis"]
     command += ["--profile", str(profile_top)] if profile_top else []
@@ -433,13 +438,7 @@ def instructions(deducts: int = INSTRUCTIONS_DEDUCTS) -> dict:
 
     if shutil.which("valgrind") is None:
         raise RuntimeError("valgrind counts the instructions: apt-get install valgrind (infra/setup.sh installs it)")
-    env = {
-        **os.environ,
-        **production_env(),
-        "PYTHONPATH": os.pathsep.join(
-            [str(REPO / "functions"), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
-        ),
-    }
+    env = _child_env()
     counted = {}
     with tempfile.TemporaryDirectory() as out:
         for loop in COUNTED_LOOPS:
