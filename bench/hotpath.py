@@ -329,7 +329,14 @@ def lines_off():
         del provider.flush_metrics
 
 
-def ratio_without_lines(user_id: int, rounds: int, chunk: int = 200) -> float:
+WITHOUT_LINES_CHUNK = 200
+
+
+def without_lines_rounds(deducts: int) -> int:
+    return max(6, deducts // 100)
+
+
+def ratio_without_lines(user_id: int, rounds: int, chunk: int = WITHOUT_LINES_CHUNK) -> float:
     """handler_vs_floor_cpu_ratio with the log and EMF lines off (lines_off): in each round a chunk of each loop, in
     turn in either order. The machine's speed drifts from round to round, both loops with it: the figure is the median
     of the rounds' ratios."""
@@ -378,7 +385,7 @@ def figures(call, deducts: int, chunk: int = 100) -> dict:
         "recharge_vs_deduct_cpu_ratio": round(recharge / handler, 2),
         "handler_breakdown_us": breakdown(_deduct_events(user_id, deducts), handler),
         "handler_vs_floor_cpu_ratio_without_log_and_emf_lines": ratio_without_lines(
-            user_id, rounds=max(6, deducts // 100)
+            user_id, rounds=without_lines_rounds(deducts)
         ),
     }
 

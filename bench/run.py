@@ -633,12 +633,21 @@ def hotpath_figures(figures: report.Figures, extra: dict, deducts: int) -> None:
 
     found = hotpath.all_figures(deducts)
     extra["handler_breakdown_us"] = found.pop("handler_breakdown_us")
+    counted = {name: found.pop(name) for name in list(found) if "_instructions_" in name}
+    without_lines = found.pop("handler_vs_floor_cpu_ratio_without_log_and_emf_lines")
+    what = "per warm in-process deduct at the template's settings: the handler against a floor doing only the unskippable work"
+    add_all(figures, found, samples=deducts, measures=f"CPU {what}")
     add_all(
         figures,
-        found,
-        samples=deducts,
-        measures="CPU per warm in-process deduct at the template's settings: the "
-        "handler against a floor doing only the unskippable work",
+        {"handler_vs_floor_cpu_ratio_without_log_and_emf_lines": without_lines},
+        samples=hotpath.without_lines_rounds(deducts) * hotpath.WITHOUT_LINES_CHUNK,
+        measures=f"CPU {what}, with the charge's INFO line and the EMF line switched off (median of paired rounds)",
+    )
+    add_all(
+        figures,
+        counted,
+        samples=hotpath.INSTRUCTIONS_DEDUCTS,
+        measures=f"instructions (valgrind's cachegrind, each loop in a fresh process less the setup's) {what}",
     )
 
 
