@@ -139,6 +139,20 @@ def handler_loop(payloads: list[tuple[str, str]]) -> float:
     return spent
 
 
+def _answer_json(entry_id: int, user_id: int, balance: object, version: int, mode: str) -> str:
+    """The JSON of an answer of the deduct's shape, as the runtime serializes the handler's (its body serialized
+    first)."""
+    body = {
+        "order_id": str(entry_id),
+        "user_id": user_id,
+        "amount": "0.01",
+        "balance": str(balance),
+        "version": version,
+        "mode": mode,
+    }
+    return json.dumps({"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": json.dumps(body)})
+
+
 def floor_loop(user_id: int, payloads: list[tuple[str, str]]) -> float:
     """CPU seconds for the bare work of the same deducts: parse, EVALSHA, sign, produce + ack, serialize."""
     import hashlib
@@ -215,22 +229,7 @@ def floor_loop(user_id: int, payloads: list[tuple[str, str]]) -> float:
         )
         mac = hmac.digest(keyring.key, covered, hashlib.sha256).hex()
         publish(partition_key, b'%s,"kid":%s,"mac":"%s"}' % (covered[:-1], kid, mac.encode()))
-        json.dumps(
-            {
-                "statusCode": 200,
-                "headers": {"Content-Type": "application/json"},
-                "body": json.dumps(
-                    {
-                        "order_id": str(next_id),
-                        "user_id": user_id,
-                        "amount": "0.01",
-                        "balance": str(balance_after),
-                        "version": int(version),
-                        "mode": "ASYNC",
-                    }
-                ),
-            }
-        )
+        _answer_json(next_id, user_id, balance_after, int(version), "ASYNC")
     spent = time.process_time() - started
     assert status == b"ok", status
     return spent
@@ -249,22 +248,7 @@ def service_loop(user_id: int, payloads: list[tuple[str, str]]) -> None:
         event = json.loads(payload)
         amount = 1 if json.loads(event["body"])["amount"] == "0.01" else 0
         result = service.deduct(user_id, amount)
-        json.dumps(
-            {
-                "statusCode": 200,
-                "headers": {"Content-Type": "application/json"},
-                "body": json.dumps(
-                    {
-                        "order_id": str(result.entry_id),
-                        "user_id": user_id,
-                        "amount": "0.01",
-                        "balance": str(result.balance),
-                        "version": result.version,
-                        "mode": result.mode,
-                    }
-                ),
-            }
-        )
+        _answer_json(result.entry_id, user_id, result.balance, result.version, result.mode)
 
 
 # the parts of the handler's work, named by a fragment of a frame's file path; a sample belongs to the innermost
