@@ -87,7 +87,7 @@ def ledger_store() -> LedgerStore:
 @functools.lru_cache(maxsize=1)
 def ledger() -> Ledger:
     next_id = id_generator().next_id
-    return Ledger(ledger_store(), durability(), lock(), next_id)
+    return Ledger(ledger_store(), durability(), lock(), next_id, log_hold(), settings().rebuild_hold_ms)
 
 
 @functools.lru_cache(maxsize=1)

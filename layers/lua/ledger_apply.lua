@@ -2,7 +2,8 @@
 -- record the entry for the writer and the reconciler, and remember the answer for an Idempotency-Key.
 -- All keys share the {uid} hash tag (one Redis Cluster slot).
 -- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts, held (the credits in
---                                      balance that are not durable yet: shown, not spendable)
+--                                      balance that are not durable yet: shown, not spendable), on_hold, and after
+--                                      a rebuild hold_until and hold_log (ledger_load)
 -- KEYS[2] user:order:{uid}:<id>        string set here: amount;ts;balanceAfter;version;kind;epoch;open;idemKey
 -- KEYS[3] user:order:consistency:{uid} zset: entry ids not yet in the DB, scored by ts
 -- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state ('pending' | 'done' | 'refused'), refused
@@ -47,6 +48,12 @@
 --   {'sync'}                           the account is SYNC: charge in the DB instead
 --   {'unknown_key'}                    ARGV[13] is not 'checked' and Redis has no record of the Idempotency-Key:
 --                                      look the key up in the DB, then call again with ARGV[13] 'checked'
+--   {'recovering', until}              ARGV[13] is 'checked' and the account was rebuilt after a Redis loss less than
+--                                      its hold ago (hold_until): the key's first charge may still be on its way to
+--                                      the DB; nothing changed, not the key's answer
+--   {'held', until}                    as 'recovering', past hold_until while hold_log is set: this caller checks the
+--                                      writer's watermark (outbox/log_hold.py), the others answer 'recovering' for
+--                                      the next second
 --   {'closed', balance, v}             kind D on a closed API
 --   {'insufficient', balance, v}       kind D with balance - held - live holds - amount < threshold
 --   {'limit', balance, v}              kind R would pass ARGV[8]
@@ -84,10 +91,23 @@ if fingerprint ~= '' then
   end
 end
 
-local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held', 'on_hold')
+local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held', 'on_hold',
+  'hold_until', 'hold_log')
 if not h[1] then return {'missing'} end
 if h[5] == 'SYNC' then return {'sync'} end
-if fingerprint ~= '' and ARGV[13] ~= 'checked' then return {'unknown_key'} end
+if fingerprint ~= '' then
+  if ARGV[13] ~= 'checked' then return {'unknown_key'} end
+  -- a key neither Redis nor the DB knows, on an account rebuilt after a Redis loss: its first charge may have been
+  -- acknowledged before the loss and still be on its way to the DB, so it waits for the log to be applied
+  if h[9] then
+    local now = tonumber(ts)
+    if now < tonumber(h[9]) then return {'recovering', h[9]} end
+    if h[10] then  -- one caller a second checks the writer's watermark
+      redis.call('HSET', KEYS[1], 'hold_until', now + 1000)
+      return {'held', string.format('%d', now + 1000)}
+    end
+  end
+end
 
 -- a refusal changes nothing but the key's record: its answer for as long as the record lives
 local function refuse(status)

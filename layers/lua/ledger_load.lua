@@ -9,14 +9,20 @@
 --                                  the DB and the pending refunds on first use)
 -- ARGV[1] balance (minor units)  ARGV[2] version  ARGV[3] threshold  ARGV[4] open ('1'|'BALANCE'|'ADMIN')
 -- ARGV[5] mode ('ASYNC'|'SYNC')  ARGV[6] epoch: id of this load, stamped on every entry charged from it
--- ARGV[7] on_hold: what the ACTIVE holds keep  ARGV[8..] hold id, record, expires_at for each ACTIVE hold
+-- ARGV[7] hold_until (epoch ms): a charge under an Idempotency-Key neither Redis nor the DB knows answers
+--         'recovering' until then (0: no hold; ledger_apply)
+-- ARGV[8] hold_log: 'await' when such charges then wait for the writer to apply the log as it is now
+--         (outbox/log_hold.py), '' for no such hold
+-- ARGV[9] on_hold: what the ACTIVE holds keep  ARGV[10..] hold id, record, expires_at for each ACTIVE hold
 -- Returns 1 when loaded, 0 when the hash already existed.
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 redis.call('HSET', KEYS[1], 'balance', ARGV[1], 'v', ARGV[2], 'threshold', ARGV[3],
   'open', ARGV[4], 'mode', ARGV[5], 'epoch', ARGV[6])
-if tonumber(ARGV[7]) > 0 then redis.call('HSET', KEYS[1], 'on_hold', ARGV[7]) end
-for i = 8, #ARGV, 3 do
+if tonumber(ARGV[7]) > 0 then redis.call('HSET', KEYS[1], 'hold_until', ARGV[7]) end
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'hold_log', ARGV[8]) end
+if tonumber(ARGV[9]) > 0 then redis.call('HSET', KEYS[1], 'on_hold', ARGV[9]) end
+for i = 10, #ARGV, 3 do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
   redis.call('ZADD', KEYS[4], ARGV[i + 2], ARGV[i])
 end

@@ -52,6 +52,7 @@ def broker_records(topic: str | None = None) -> list[tuple[int, int, bytes | Non
 def lift_rebuild_hold(redis_client, hash_key: str, log_too: bool = True) -> None:
     """A rebuilt voucher or red packet as REBUILD_HOLD_S after its rebuild: the time hold over (log_too: and its
     log hold lifted, as if the writer had caught up)."""
+    assert redis_client.exists(hash_key), f"{hash_key} is not rebuilt: a hold set on no hash would make one up"
     redis_client.hset(hash_key, "hold_until", 0)
     if log_too:
         redis_client.hdel(hash_key, "hold_log")

@@ -22,11 +22,13 @@ def uid():
     return 10_000_000 + next(_ids)
 
 
-def _load(lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASYNC", epoch="e1"):
+def _load(
+    lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASYNC", epoch="e1", hold_until=0, hold_log=""
+):
     return lua.run(
         "ledger_load",
         keys=[keys.balance(uid), keys.held(uid), keys.holds(uid), keys.hold_expiry(uid), keys.refunds(uid)],
-        args=[balance, version, threshold, open_, mode, epoch, 0],
+        args=[balance, version, threshold, open_, mode, epoch, hold_until, hold_log, 0],
     )
 
 
@@ -162,6 +164,20 @@ def test_a_key_redis_has_no_record_of_is_looked_up_in_the_db_before_charging(lua
         _apply(lua, uid, "D", 100, 2, fingerprint="fp", key_checked=False)[0] == "replay"
     )  # Redis knows it: no DB read
     assert _apply(lua, uid, "D", 100, 3, key_checked=False)[0] == "ok"  # no key, nothing to look up
+
+
+def test_a_rebuilt_account_holds_a_key_neither_redis_nor_the_db_knows_until_the_log_is_applied(lua, redis_client, uid):
+    ts = 1_700_000_000_000  # _apply charges entry n at ts + n
+    _load(lua, uid, balance=1000, hold_until=ts + 10, hold_log="await")
+    assert _apply(lua, uid, "D", 100, 1, fingerprint="fp", key_checked=False) == ["unknown_key"]  # the DB first
+    assert _apply(lua, uid, "D", 100, 2, fingerprint="fp") == ["recovering", str(ts + 10)]  # the time hold
+    assert _apply(lua, uid, "D", 100, 3)[0] == "ok"  # no key, no answer to contradict
+    assert _apply(lua, uid, "D", 100, 11, fingerprint="fp") == ["held", str(ts + 11 + 1000)]  # this caller checks
+    assert _apply(lua, uid, "D", 100, 12, fingerprint="fp") == ["recovering", str(ts + 11 + 1000)]  # the others wait
+    assert redis_client.hget(keys.balance(uid), "balance") == b"900"
+    redis_client.hdel(keys.balance(uid), "hold_log")  # the log hold lifted, as outbox_hold_swap does
+    redis_client.hset(keys.balance(uid), "hold_until", 0)
+    assert _apply(lua, uid, "D", 100, 13, fingerprint="fp")[0] == "ok"
 
 
 @pytest.mark.parametrize(

@@ -414,7 +414,8 @@ def test_a_claim_the_db_refuses_after_a_redis_loss_is_never_credited_and_the_pac
     assert (status, body["error"]["code"]) == (503, "RECOVERING")
     lift_rebuild_hold(redis_client, keys.packet(packet_id))
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[0] == 200
-    invoke_writer(claim_records(packet_id))
+    invoke_writer(claim_records(packet_id))  # its credit waits: the grabber's account was rebuilt, and held too
+    lift_rebuild_hold(redis_client, keys.balance(second))
     capsys.readouterr()
     invoke_writer(late_claim)
     assert '"LateChangesRefused":[1.0]' in capsys.readouterr().out  # the window's alarm
@@ -431,7 +432,7 @@ def test_a_claim_the_db_refuses_after_a_redis_loss_is_never_credited_and_the_pac
 
 
 def test_a_packet_redis_lost_hands_out_nothing_until_the_claims_acknowledged_before_the_loss_are_in_the_db(
-    api, sql, redis_client, own_topic
+    api, sql, redis_client, own_topic, monkeypatch
 ):
     """The writer lags past REBUILD_HOLD_S: the rebuilt packet keeps answering RECOVERING until the writer has
     applied the log as it was when the rebuild happened, so the item acknowledged to the first grabber is never
@@ -450,6 +451,10 @@ def test_a_packet_redis_lost_hands_out_nothing_until_the_claims_acknowledged_bef
     lift_rebuild_hold(redis_client, keys.packet(packet_id), log_too=False)
     status, body = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})
     assert (status, body["error"]["code"]) == (409, "EMPTY"), body
+    # the first grabber's account, rebuilt by its credit, held the credit (RECOVERING) for REBUILD_HOLD_S: over, its
+    # log hold lifts for real (the writer applied this topic's log), and the reconciler credits the grab
+    lift_rebuild_hold(redis_client, keys.balance(first), log_too=False)
+    reconcile_pass(monkeypatch, age_s=0)
     invoke_writer(broker_records())
     assert sql("SELECT user_id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,)) == ((first,),)
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((0,),)

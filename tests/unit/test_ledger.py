@@ -45,6 +45,7 @@ from hotledger.ledger.rows import (
 )
 from hotledger.ledger.service import Ledger, after_change, fingerprint, refusal
 from hotledger.outbox.durable import Durability
+from hotledger.outbox.log_hold import LogHold
 from hotledger.outbox.writer import PersistReport
 
 USER = 7
@@ -258,7 +259,7 @@ class FakeLedgerStore:
     def live_on_hold_in_db(self, account):
         return 0
 
-    def cache_account(self, account, balance, epoch, holds):
+    def cache_account(self, account, balance, epoch, holds, hold_until=0, hold_log=""):
         self.loads.append((account.user_id, balance, epoch))
         self.cache[account.user_id] = CachedAccount(balance, account.version, account.threshold, account.open_flag)
         return True
@@ -391,7 +392,8 @@ def make_ledger(store, published, transport="kafka", publish=None):
         ids,
         run_event_keys(),
     )
-    return Ledger(store, durability, FakeLock(), ids)
+    no_rebuild_hold = LogHold(None, dict, "", streamed=True)  # the fake store keeps no rebuild hold (Lua's)
+    return Ledger(store, durability, FakeLock(), ids, no_rebuild_hold, 0)
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ class ApplyStatus(Enum):
     MISSING = "missing"
     SYNC = "sync"
     UNKNOWN_KEY = "unknown_key"  # Redis has no record of the Idempotency-Key: look it up in the DB first
+    RECOVERING = "recovering"  # a new key on an account rebuilt after a Redis loss, within its time hold
+    HELD = "held"  # ...past the time hold while the log hold is on: this caller checks it (outbox/log_hold.py)
     CLOSED = "closed"
     INSUFFICIENT = "insufficient"
     LIMIT = "limit"
@@ -30,7 +32,8 @@ class ApplyReply(ScriptReply):
     """ledger_apply.lua's answer. OK: the new entry's balance after, version, cache epoch and open flag.
     REPLAY: the first answer for the Idempotency-Key (entry_id, balance, version, the mode that charged it) and
     whether its event is known durable (`done`). CLOSED / INSUFFICIENT / LIMIT carry the balance and version the
-    charge was refused at (the refusal may be the replayed first answer for its key)."""
+    charge was refused at (the refusal may be the replayed first answer for its key). RECOVERING / HELD: when to
+    retry (`retry_at`, epoch ms)."""
 
     status: ApplyStatus
     entry_id: int = 0
@@ -40,6 +43,7 @@ class ApplyReply(ScriptReply):
     open_flag: str = ""
     done: bool = False
     mode: str = "ASYNC"
+    retry_at: int = 0
 
     FIELDS = {
         ApplyStatus.OK: ("entry_id", "balance", "version", "epoch", "open_flag"),
@@ -47,6 +51,8 @@ class ApplyReply(ScriptReply):
         ApplyStatus.CLOSED: ("balance", "version"),
         ApplyStatus.INSUFFICIENT: ("balance", "version"),
         ApplyStatus.LIMIT: ("balance", "version"),
+        ApplyStatus.RECOVERING: ("retry_at",),
+        ApplyStatus.HELD: ("retry_at",),
     }
     CONVERT = {"done": lambda state: state == "done"}  # REPLAY: the key's state, 'done' or 'pending'
 

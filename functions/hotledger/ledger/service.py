@@ -43,6 +43,7 @@ from hotledger.ledger.tx import LedgerTx
 from hotledger.money import MAX_MINOR, format_minor
 from hotledger.outbox.durable import LOAD_ATTEMPTS, Durability, Outbound
 from hotledger.outbox.events import LedgerEvent
+from hotledger.outbox.log_hold import LogHold
 
 if TYPE_CHECKING:
     from hotledger.ledger.tx import Cursor
@@ -130,11 +131,21 @@ _REFUSALS: dict[ApplyStatus, Callable[[ApplyReply], errors.DomainError]] = {
     ApplyStatus.TOO_MANY_PENDING: lambda r: errors.TooManyPending(
         "the account holds its most charges not yet in the DB; retry when they are persisted"
     ),
+    ApplyStatus.RECOVERING: lambda r: _recovering(r.retry_at),
+    ApplyStatus.HELD: lambda r: _recovering(r.retry_at),
     ApplyStatus.TOO_MANY_KEYS: lambda r: errors.TooManyKeys(
         "this account opened its most Idempotency-Keys for now (MAX_IDEMPOTENCY_KEYS per 24 h): retry later, or replay "
         "a key it holds"
     ),
 }
+
+
+def _recovering(retry_at: int) -> errors.DomainError:
+    return errors.Recovering(
+        "the account is being restored after a cache failure: a charge under an Idempotency-Key it does not know "
+        "waits until the charges acknowledged before the failure are in the DB; retry in a few seconds",
+        retry_at=str(retry_at),
+    )
 
 
 # the business refusals: each is the definitive answer for its Idempotency-Key (TigerBeetle: id_already_failed;
@@ -258,13 +269,22 @@ class _Charge:
         if reply.status is ApplyStatus.UNKNOWN_KEY:
             # Redis has no record of this key (a new key, or one Redis forgot: expired, lost, or answered on SYNC):
             # the DB keeps every answer; one read, only for keys Redis does not know
-            # only a keyed charge is answered so (the script asks only when the charge has a fingerprint)
-            seen = self.store.stored_answer(self.user_id, self.idem_key) if self.idem_key is not None else None
-            if seen is not None:
-                return stored_reply(seen, self.request)
-            self.key_checked = True
-            self.charges[entry_id] = replace(charge, key_checked=True)
-            reply = self.store.apply(self.charges[entry_id])
+            return self._checked(charge)
+        return reply
+
+    def _checked(self, charge: Charge) -> ApplyReply:
+        """The charge of a key Redis does not know: the DB's answer for it, or the charge made with the key checked.
+        An account rebuilt after a Redis loss holds such a charge (the key's first charge may still be on its way to
+        the DB): once this caller sees the hold lifted, the DB holds that charge if there was one, so it asks again."""
+        # only a keyed charge is answered so (the script asks only when the charge has a fingerprint)
+        seen = self.store.stored_answer(self.user_id, self.idem_key) if self.idem_key is not None else None
+        if seen is not None:
+            return stored_reply(seen, self.request)
+        self.key_checked = True
+        self.charges[charge.entry_id] = replace(charge, key_checked=True)
+        reply = self.store.apply(self.charges[charge.entry_id])
+        if reply.status is ApplyStatus.HELD and self.ledger.hold.passed(self.store.hold_key(self.user_id)):
+            return self._checked(charge)
         return reply
 
     def reload(self) -> None:
@@ -307,10 +327,19 @@ class _Charge:
 class Ledger:
     """`lock`: the per-account distributed lock (hold(name) yields a hold with a fencing token), taken around every
     DB write of an account; `next_id`: ids of SYNC entries and of cache loads (ASYNC entries take theirs from
-    `durability`)."""
+    `durability`); `hold`, `rebuild_hold_ms`: the hold of an account rebuilt after a Redis loss (load_cache)."""
 
-    def __init__(self, store: LedgerStore, durability: Durability, lock: DistributedLock, next_id: Callable[[], int]):
+    def __init__(
+        self,
+        store: LedgerStore,
+        durability: Durability,
+        lock: DistributedLock,
+        next_id: Callable[[], int],
+        hold: LogHold,
+        rebuild_hold_ms: int,
+    ):
         self.store, self.durability, self.lock, self.next_id = store, durability, lock, next_id
+        self.hold, self.rebuild_hold_ms = hold, rebuild_hold_ms
 
     # accounts -------------------------------------------------------------------------------
     def create_account(self, user_name: str, deduct_type: str, threshold: int) -> int:
@@ -318,6 +347,7 @@ class Ledger:
         # a DB restored or reset while Redis kept its keys hands out ids Redis still knows: the new account must not
         # inherit a cached balance or pending entries of an account that no longer exists
         self.store.forget_account(user_id)
+        self.load_cache(user_id, after_loss=False)  # cached from the start: a later load is a rebuild
         return user_id
 
     def pending_entries(self, user_id: int) -> list[Entry]:
@@ -394,13 +424,24 @@ class Ledger:
                 raise
             if deduct_type == "ASYNC" and current_type == "SYNC":
                 self.store.drop_cache(user_id)  # reloaded from the DB, now authoritative there
+                # no charge is on its way: the switch to SYNC waited until none was pending
+                self.load_cache(user_id, after_loss=False)
             elif cached_fields:
                 self.store.update_cache(user_id, cached_fields)
         return self.get_account(user_id)
 
-    def load_cache(self, user_id: int) -> None:
+    def load_cache(self, user_id: int, after_loss: bool = True) -> None:
         """Cache the account from the DB (create-if-absent) under the account lock. The cached balance and holds
-        also count the changes made in Redis that the DB does not hold yet."""
+        also count the changes made in Redis that the DB does not hold yet.
+
+        A cached account leaves Redis only when Redis loses it (or an operator's change failed half way), so a load
+        `after_loss` is a rebuild: charges acknowledged before the loss may still be on their way to the DB, and
+        a retry of one under its Idempotency-Key, which neither Redis nor the DB knows then, would be charged again
+        under a new id. So a rebuild holds charges under keys Redis does not know (RECOVERING) until the writer
+        applied the log as it was (outbox/log_hold.py; at least REBUILD_HOLD_S). With the Redis Streams transport
+        there is no log outside Redis, and nothing to wait for."""
+        hold_log = self.hold.rebuild_mark() if after_loss else ""
+        hold_until = int(time.time() * 1000) + self.rebuild_hold_ms if hold_log else 0
         with self.lock.hold(keys.account_lock(user_id)) as held, self.store.transaction() as tx:
             account = self._locked_account(tx, user_id, held)
             balance, flag, pending = expected_cache(tx, self.store, account)
@@ -410,6 +451,8 @@ class Ledger:
                 balance,
                 epoch=str(self.next_id()),
                 holds={h.hold_id: (h.record(), h.expires_at, h.amount - h.captured) for h in holds},
+                hold_until=hold_until,
+                hold_log=hold_log,
             )
 
     @staticmethod

@@ -202,6 +202,11 @@ class LedgerStore:
         with db.transaction() as cur:
             return account.on_hold - expired_on_hold(cur, account.user_id, int(time.time() * 1000))
 
+    @staticmethod
+    def hold_key(user_id: int) -> str:
+        """The hash a rebuild's log hold lives in (outbox/log_hold.py)."""
+        return keys.balance(user_id)
+
     def is_cached(self, user_id: int) -> bool:
         return bool(self.redis.exists(keys.balance(user_id)))
 
@@ -366,11 +371,18 @@ class LedgerStore:
         )
 
     def cache_account(
-        self, account: AccountRow, balance: int, epoch: str, holds: dict[int, tuple[str, int, int]]
+        self,
+        account: AccountRow,
+        balance: int,
+        epoch: str,
+        holds: dict[int, tuple[str, int, int]],
+        hold_until: int = 0,
+        hold_log: str = "",
     ) -> bool:
         """ledger_load.lua: cache the account with this balance and its ACTIVE holds (hold id -> (record, expires_at,
         what it keeps)) unless it is cached already; False when it was. `epoch` names this load: every entry charged
-        from it carries it."""
+        from it carries it. A rebuild after a Redis loss holds charges under new Idempotency-Keys until `hold_until`
+        (epoch ms) and, while `hold_log` is set, until the writer applied the log (outbox/log_hold.py)."""
         user_id = account.user_id
         return (
             int(
@@ -390,6 +402,8 @@ class LedgerStore:
                         account.open_flag,
                         account.deduct_type,
                         epoch,
+                        hold_until,
+                        hold_log,
                         sum(kept for _, _, kept in holds.values()),
                         *(
                             x

@@ -100,7 +100,8 @@ def _debit_not_made(exc: errors.DomainError) -> bool:
     """Is the ledger's answer a definitive 'the debit was not made'? Its refusals (4xx: 402, 403, 404, 409 key
     reused, 422) and the 503s whose contract is 'nothing changed' (PUBLISH_FAILED: undone; SERVICE_UNAVAILABLE:
     the account could not be loaded; LOCK_LOST: fenced before writing). Not OUTCOME_UNKNOWN, and not
-    IDEMPOTENCY_IN_PROGRESS: the first attempt under the key may still charge."""
+    IDEMPOTENCY_IN_PROGRESS: the first attempt under the key may still charge, nor RECOVERING: on an account rebuilt
+    after a Redis loss, the key's first debit may still be on its way to the DB."""
     if isinstance(exc, (errors.ChargeOutcomeUnknown, errors.IdempotencyInProgress)):
         return False
     return exc.status < 500 or isinstance(exc, (errors.PublishFailed, errors.ServiceUnavailable, errors.FencedOut))
