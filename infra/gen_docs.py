@@ -52,8 +52,9 @@ ERROR_WHEN = {
     "SALE_ENDED": "after the voucher's `end_at`",
     "SOLD_OUT": "no stock left",
     "ALREADY_ORDERED": "this user holds `per_user_limit` orders of this voucher",
-    "RECOVERING": "Redis lost the voucher or packet and it was rebuilt from the DB: orders and grabs wait until those "
-    "acknowledged before the loss are in the DB; retry after `error.retry_at`",
+    "RECOVERING": "Redis lost the voucher, packet or account and it was rebuilt from the DB: orders, grabs and charges "
+    "under an Idempotency-Key the account does not know wait until those acknowledged before the loss are in the DB; "
+    "nothing changed; retry after `error.retry_at`",
     "PACKET_NOT_FOUND": "no such red packet",
     "PACKET_NOT_OPEN": "the sender's debit failed or is not settled yet",
     "ALREADY_GRABBED": "this user grabbed from this packet already",
@@ -136,8 +137,8 @@ SETTING_WHAT = {
     "stream_claim_idle_ms": "Redis Streams transport: reclaim entries idle this long (a dead drainer's)",
     "stream_max_deliveries": "Redis Streams transport: after this many deliveries an entry that still fails alone "
     "moves to `events:dead:{s<n>}`",
-    "rebuild_hold_s": "the least a voucher or packet rebuilt after a Redis loss refuses orders and grabs "
-    "(`RECOVERING`; with Kafka at least `PUBLISH_TIMEOUT_S`, then until the writer applied the log)",
+    "rebuild_hold_s": "the least a voucher or packet rebuilt after a Redis loss refuses orders and grabs, and a rebuilt "
+    "account charges under Idempotency-Keys it does not know (`RECOVERING`; with Kafka at least `PUBLISH_TIMEOUT_S`, then until the writer applied the log)",
     "finished_keys_ttl_s": "how long Redis keeps an ended sale's or a finished packet's keys",
     "delay_visibility_ms": "how long a taken delay-queue element may go unacknowledged",
     "delay_max_deliveries": "deliveries after which a failing element moves to its queue's dead letters (0: never)",

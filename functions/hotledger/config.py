@@ -82,7 +82,8 @@ class Settings(BaseSettings):
     stream_block_ms: int = Field(1000, gt=0, json_schema_extra=TUNABLE)
     stream_claim_idle_ms: int = Field(30000, gt=0, json_schema_extra=TUNABLE)
     stream_max_deliveries: int = Field(5, gt=0, json_schema_extra=TUNABLE)
-    # after Redis lost a voucher or red packet, sales on it wait at least this long after the rebuild from the DB
+    # after Redis lost a voucher or red packet, sales on it wait at least this long after the rebuild from the DB, and
+    # so do an account's charges under Idempotency-Keys it does not know
     # (with Kafka also at least PUBLISH_TIMEOUT_S, and then until the writer applied the log: outbox/log_hold.py)
     rebuild_hold_s: int = Field(10, ge=0, json_schema_extra=TUNABLE)
     # how long Redis keeps the keys of an ended sale or a refunded red packet (a later request rebuilds them)

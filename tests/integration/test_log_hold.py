@@ -2,10 +2,12 @@
 watermark is past every record the log held at the rebuild, records of multi-record batches included (Tansu
 answers ListOffsets(latest) with its last batch's base offset + 1)."""
 
+import time
+
 from confluent_kafka import Producer
 
 from hotledger import runtime
-from hotledger.outbox.log_hold import AWAITING
+from hotledger.outbox.log_hold import AWAITING, LogHold
 
 HOLD_KEY = "v:{log-hold-test}"
 
@@ -46,3 +48,36 @@ def test_a_hold_waits_while_a_dead_letter_of_the_trigger_is_unresolved(own_topic
     assert sum(hold.resolve_dead_letters().values()) == 1  # an operator replayed it (new offsets of the topic)
     assert hold.passed(HOLD_KEY)
     assert outbox.log_hold(HOLD_KEY) == ""
+
+
+def test_rebuilt_accounts_share_a_read_of_the_logs_end_made_after_their_time_holds(own_topic, settings, redis_client):
+    """After a Redis loss every account touched is rebuilt and held: each first check would read the whole topic's
+    ends (a consumer, ListOffsets and a fetch per partition). A read this process started after an account's time hold
+    ended is as good as its own; an older one is not: records acknowledged after it would be missed."""
+    from hotledger.dal import publisher
+
+    reads = []
+
+    def end_offsets(topic):
+        reads.append(topic)
+        return publisher.end_offsets(topic)
+
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all"})
+    producer.produce(own_topic, partition=0, value=b"{}")  # offset 0
+    assert producer.flush(10) == 0
+    hold, outbox = LogHold(runtime.outbox(), end_offsets, own_topic, streamed=False), runtime.outbox()
+    keys_ = [f"user:balance:{{log-hold-{n}}}" for n in range(3)]
+    for key in keys_:
+        redis_client.hset(key, "hold_log", AWAITING)
+    over_at = int(time.time() * 1000)
+    assert not hold.passed(keys_[0], over_at) and not hold.passed(keys_[1], over_at)
+    assert len(reads) == 1  # the second account took the first one's read
+    producer.produce(own_topic, partition=0, value=b"{}")  # offset 1, acknowledged after that read
+    assert producer.flush(10) == 0
+    assert not hold.passed(keys_[2], int(time.time() * 1000) + 1)  # its time hold ended after the read: its own
+    assert len(reads) == 2
+    outbox.record_applied({(own_topic, 0): 0})
+    assert hold.passed(keys_[0]) and hold.passed(keys_[1])  # their ends: offset 0
+    assert not hold.passed(keys_[2])  # offset 1 is not applied yet
+    outbox.record_applied({(own_topic, 0): 1})
+    assert hold.passed(keys_[2])

@@ -11,7 +11,9 @@ Invariants:
 - the same Idempotency-Key with the same request answers the first definitive outcome, a charge or a business
   refusal (402, 403, 422), for good; with another request (another kind, account or amount) 409. Transient
   failures (503) are no answer: the key may try again. Redis keeps an ASYNC key's record for a day; the DB
-  (t_idempotency) keeps every answer for good and is asked when Redis has no record of a key;
+  (t_idempotency) keeps every answer for good and is asked when Redis has no record of a key; on an account
+  rebuilt after a Redis loss, a key neither knows waits (RECOVERING) until the writer applied the log as it was at
+  the rebuild, as the key's first charge may have been acknowledged and still be on its way to the DB;
 - a deduct never takes the balance below the threshold, a recharge never above MAX_BALANCE;
 - the API closes ('BALANCE') when a deduct leaves the balance <= 0 and a recharge that makes it positive
   reopens it; an operator's close ('ADMIN') only an operator reopens; an operator's close or reopen takes a
@@ -43,7 +45,7 @@ from hotledger.ledger.tx import LedgerTx
 from hotledger.money import MAX_MINOR, format_minor
 from hotledger.outbox.durable import LOAD_ATTEMPTS, Durability, Outbound
 from hotledger.outbox.events import LedgerEvent
-from hotledger.outbox.log_hold import LogHold
+from hotledger.outbox.log_hold import HOLD_CHECK_MS, LogHold
 
 if TYPE_CHECKING:
     from hotledger.ledger.tx import Cursor
@@ -283,7 +285,10 @@ class _Charge:
         self.key_checked = True
         self.charges[charge.entry_id] = replace(charge, key_checked=True)
         reply = self.store.apply(self.charges[charge.entry_id])
-        if reply.status is ApplyStatus.HELD and self.ledger.hold.passed(self.store.hold_key(self.user_id)):
+        # HELD's retry_at is the script's clock + 1 s: at or after the end of the time hold
+        if reply.status is ApplyStatus.HELD and self.ledger.hold.passed(
+            self.store.hold_key(self.user_id), reply.retry_at - HOLD_CHECK_MS
+        ):
             return self._checked(charge)
         return reply
 

@@ -1,4 +1,5 @@
-"""The hold of a voucher or red packet that Redis lost and that was rebuilt from the DB (issue 10, item 7).
+"""The hold of a voucher, red packet or account that Redis lost and that was rebuilt from the DB (issue 10, item 7).
+An account holds only charges under Idempotency-Keys neither Redis nor the DB knows (ledger/service.py).
 
 Orders and claims acknowledged before the loss may still be on their way to the DB: selling the rebuilt stock or
 handing out the rebuilt items before they land would resell a unit (the DB then refuses an order after its 200)
@@ -26,6 +27,7 @@ in the stream either. Its rebuild keeps the time hold only.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from hotledger.dal.publisher import LogUnreadable
@@ -33,6 +35,7 @@ from hotledger.dal.topics import dead_letter_topic
 from hotledger.outbox.store import OutboxStore
 
 AWAITING = "await"  # the rebuild's end of the log is not read yet
+HOLD_CHECK_MS = 1000  # the scripts answer one caller a second 'held', moving the time hold on by this (their now + 1 s)
 
 
 def _encode(ends: dict[int, int]) -> str:
@@ -49,18 +52,22 @@ class LogHold:
         """end_offsets(topic): partition -> where that topic's log ends (dal/publisher.end_offsets)."""
         self.outbox, self.end_offsets, self.topic = outbox, end_offsets, topic
         self.enabled = not streamed
+        self._log_end: tuple[int, dict[int, int]] | None = None  # (epoch ms before the read, where the log ended)
 
     def rebuild_mark(self) -> str:
         """The hold_log a rebuild starts with ('': none, the Redis Streams transport)."""
         return AWAITING if self.enabled else ""
 
-    def passed(self, hold_key: str) -> bool:
+    def passed(self, hold_key: str, time_hold_over_at: int | None = None) -> bool:
         """Has the writer applied everything the log held when the rebuild of this hash's entity happened? Lifts
-        the hold when it has. False when not yet, or when the broker cannot tell where its log ends."""
+        the hold when it has. False when not yet, or when the broker cannot tell where its log ends.
+        `time_hold_over_at` (epoch ms, at or after the end of the entity's time hold): where the log ends may be taken
+        from this process's last read if it started no sooner (after a Redis loss, every account touched is
+        rebuilt, and each would read the whole topic's ends); None: read it now."""
         held = self.outbox.log_hold(hold_key)
         if held == AWAITING:
             try:
-                ends = self.end_offsets(self.topic)
+                ends = self._log_ends(time_hold_over_at)
             except LogUnreadable:
                 return False
             held = self.outbox.swap_log_hold(hold_key, AWAITING, _encode(ends))
@@ -72,6 +79,13 @@ class LogHold:
         if self.unresolved_dead_letters():
             return False
         return self.outbox.swap_log_hold(hold_key, held, "") == ""
+
+    def _log_ends(self, read_since: int | None) -> dict[int, int]:
+        last = self._log_end
+        if read_since is None or last is None or last[0] < read_since:
+            started = int(time.time() * 1000)
+            last = self._log_end = (started, self.end_offsets(self.topic))
+        return last[1]
 
     def unresolved_dead_letters(self) -> bool:
         """Does the dead-letter topic hold records past what an operator resolved? True when it cannot be read."""
