@@ -1,6 +1,6 @@
--- outbox_hold_swap: move a rebuilt voucher's or red packet's log hold on, only from the value the caller read
+-- outbox_hold_swap: move a rebuilt voucher's, red packet's or account's log hold on, only from the value the caller read
 -- (compare-and-set: a second loss and rebuild meanwhile starts a hold of its own that this call must not lift).
--- KEYS[1] the entity's hash (voucher:{v<id>} or rp:packet:{rp<id>}), field hold_log:
+-- KEYS[1] the entity's hash (voucher:{v<id>}, rp:packet:{rp<id>} or user:balance:{<uid>}), field hold_log:
 --         'await' (the rebuild's end of the log not read yet) | '<partition>:<end offset>,...' (read) | absent
 -- ARGV[1] the value the caller read  ARGV[2] the new value; '' lifts the hold (hold_log and the time hold go)
 -- Returns the value hold_log holds after the call ('' when there is no hold).
