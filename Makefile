@@ -30,7 +30,7 @@ services:
 migrate:
 	$(PY) infra/migrate.py
 
-CLUSTER_URL := redis+cluster://127.0.0.1:7000
+CLUSTER_URL := redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005
 ## the same service on a local Redis Cluster: 3 masters with one replica each on 127.0.0.1:7000-7005, API on :3000
 up-cluster: setup
 	$(PY) infra/services.py up-cluster

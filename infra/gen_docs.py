@@ -96,7 +96,8 @@ SETTING_WHAT = {
     "redis_url": "Redis to use; in AWS `rediss://<configuration endpoint>:6379`",
     "redis_password": "Redis AUTH password (in AWS read from the secret `REDIS_AUTH_SECRET_ARN`)",
     "redis_username": "an ElastiCache RBAC user (`AUTH <user> <password>`); unset: the default user",
-    "redis_cluster": "`1`: `REDIS_URL` names a Redis Cluster node (the ElastiCache configuration endpoint); a "
+    "redis_cluster": "`1`: `REDIS_URL` names Redis Cluster seed nodes (the ElastiCache configuration endpoint, or "
+    "several nodes comma-separated, `redis+cluster://h1:7000,h2:7001`: a process starts while any one lives); a "
     "`redis+cluster://` or `rediss+cluster://` URL says the same",
     "db_host": "MySQL host (in AWS the RDS Proxy endpoint)",
     "db_port": "MySQL port",

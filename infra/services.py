@@ -206,7 +206,8 @@ class RedisCluster:
 
     @property
     def url(self) -> str:
-        return f"redis+cluster://{self.host}:{self.nodes[0].port}"
+        """Every node a seed, as every cluster client takes them: a process starts while any one of them lives."""
+        return "redis+cluster://" + ",".join(f"{self.host}:{node.port}" for node in self.nodes)
 
     def start(self, timeout_s: float = 60) -> RedisCluster:
         fresh = not (self.nodes[0].root / "nodes.conf").exists()

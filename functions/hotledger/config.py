@@ -35,8 +35,8 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_password: str | None = None
     redis_username: str | None = None  # an ElastiCache RBAC user (AUTH username password); None: the default user
-    # "1": REDIS_URL names a Redis Cluster node (the ElastiCache configuration endpoint); a redis+cluster:// or
-    # rediss+cluster:// URL says the same
+    # "1": REDIS_URL names Redis Cluster seed nodes (the ElastiCache configuration endpoint, or several nodes
+    # comma-separated: dal/redis_store.cluster_seeds); a redis+cluster:// or rediss+cluster:// URL says the same
     redis_cluster: Literal["0", "1"] = "0"
     db_host: str = "127.0.0.1"
     db_port: int = Field(3306, gt=0, le=65535)

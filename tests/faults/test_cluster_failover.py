@@ -8,9 +8,12 @@ cache; afterwards every acknowledged deduct is in the DB exactly once and Redis 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -119,3 +122,33 @@ def test_script_pipelines_recover_when_the_default_and_startup_node_dies(cluster
     # the cluster no longer announces it (so does an ElastiCache configuration endpoint's name, which outlives any node)
     assert f"127.0.0.1:{seed.port}" in lua.client.nodes_manager.startup_nodes
     assert len(lua.client.nodes_manager.startup_nodes) > 1
+
+
+SCHEDULED_RUN = """
+import json
+from delay_drainer.app import handler
+from infra.localrt.events import LambdaContext, scheduled
+print(json.dumps(handler(scheduled(), LambdaContext("drainer", timeout_s=3))))
+"""
+
+
+def test_a_fresh_process_starts_after_the_default_node_is_lost_for_good(cluster):
+    """Issue 31, hole 9: REDIS_URL names every seed node (as `make up-cluster` gives them), and a process started after
+    the first one's permanent loss (a replaced node comes back at a new address) finds the cluster from another. Before,
+    every scheduled run failed: "Redis Cluster cannot be connected ... 127.0.0.1:<the lost node>"."""
+    seed = cluster.nodes[0]
+    assert cluster.url.split("://", 1)[1].split(",")[0] == f"127.0.0.1:{seed.port}"  # the lost node is named first
+    replica = cluster.replica_of(seed)
+    seed.kill()  # never started again
+    LocalService.wait_until(lambda: cluster.role(replica) == "master", 60, "the replica to take over", 0.2)
+    cluster.wait_ok()
+    run = subprocess.run(
+        [sys.executable, "-c", SCHEDULED_RUN],
+        env={**os.environ, "REDIS_URL": cluster.url, "PYTHONPATH": "functions:."},
+        cwd=services.REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1])["handled"] == 0

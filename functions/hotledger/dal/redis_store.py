@@ -198,37 +198,37 @@ class AttemptsKeptCluster(redis.RedisCluster):
     meanwhile), not through its Retry: keep every attempt's error on the error it finally raises, as AttemptsKept
     does, for never_ran."""
 
-    def __init__(self, *args: Any, seed: tuple[str, int] | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, seeds: tuple[tuple[str, int], ...] = (), **kwargs: Any):
         self._attempts = threading.local()  # before the base class's start-up, which runs commands already
         super().__init__(*args, **kwargs)
-        if seed is not None:
-            # redis-py leaves ClusterNode's constructor unannotated
-            self._keep_seed(ClusterNode(*seed))  # type: ignore[no-untyped-call]
+        if seeds:
+            self._keep_seeds(seeds)
 
-    def _keep_seed(self, seed: ClusterNode) -> None:
-        """Keep the configured address among the nodes a topology refresh starts from. redis-py replaces them with
+    def _keep_seeds(self, seeds: tuple[tuple[str, int], ...]) -> None:
+        """Keep the configured addresses among the nodes a topology refresh starts from. redis-py replaces them with
         the nodes it discovered (dynamic_startup_nodes), which drops an ElastiCache configuration endpoint (a DNS
         name that follows the nodes replacing lost ones, while the cluster announces addresses): once every
         discovered node is gone, nothing would be left to find the cluster from. The discovered nodes stay too:
-        a local cluster's seed is one of its nodes, and may be the one lost."""
+        a local cluster's seeds are some of its nodes, and any of them may be the one lost."""
         manager = self.nodes_manager
         initialize = manager.initialize
 
         def keep() -> None:
-            if seed.name not in manager.startup_nodes:
+            missing = [(host, port) for host, port in seeds if f"{host}:{port}" not in manager.startup_nodes]
+            if missing:
                 # a new dict: redis-py's startup nodes are its node cache itself after a discovery
                 # redis-py leaves ClusterNode's constructor unannotated
-                node = ClusterNode(seed.host, seed.port)  # type: ignore[no-untyped-call]
-                manager.startup_nodes = {**manager.startup_nodes, seed.name: node}
+                added = {f"{h}:{p}": ClusterNode(h, p) for h, p in missing}  # type: ignore[no-untyped-call]
+                manager.startup_nodes = {**manager.startup_nodes, **added}
 
-        def initialize_keeping_seed(*args: Any, **kwargs: Any) -> object:
+        def initialize_keeping_seeds(*args: Any, **kwargs: Any) -> object:
             try:
                 return initialize(*args, **kwargs)
             finally:
                 keep()
 
         # redis-py's own, wrapped on this one instance (setattr: a method is not assigned to, but here it is meant)
-        setattr(manager, "initialize", initialize_keeping_seed)  # noqa: B010
+        setattr(manager, "initialize", initialize_keeping_seeds)  # noqa: B010
         keep()
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
@@ -265,11 +265,30 @@ def connect(cfg: Settings) -> redis.Redis | redis.RedisCluster:
         retry=AttemptsKept(ExponentialBackoff(cap=BACKOFF_CAP_S, base=BACKOFF_BASE_S), RETRIES),
     )
     if cfg.redis_is_cluster:
-        scheme, rest = cfg.redis_url.split("://", 1)
-        plain = scheme.removesuffix("+cluster") if scheme in CLUSTER_SCHEMES else scheme
-        url = urlsplit(f"{plain}://{rest}")
-        return AttemptsKeptCluster.from_url(url.geturl(), seed=(url.hostname, url.port or 6379), **options)
+        url, seeds = cluster_seeds(cfg.redis_url)
+        others = [ClusterNode(host, port) for host, port in seeds[1:]]  # type: ignore[no-untyped-call]
+        return AttemptsKeptCluster.from_url(url, seeds=seeds, startup_nodes=others, **options)
     return redis.Redis.from_url(cfg.redis_url, **options)
+
+
+def cluster_seeds(redis_url: str) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """A cluster's REDIS_URL names one seed node or several, comma-separated, as every cluster client takes them
+    (`rediss+cluster://user:pass@10.0.0.1:6379,10.0.0.2:6379/0`): a process starts while any one of them lives.
+    Returns the URL with its first seed alone (redis-py's from_url reads the scheme, credentials and options from
+    it) and every seed as (host, port)."""
+    scheme, rest = redis_url.split("://", 1)
+    plain = scheme.removesuffix("+cluster") if scheme in CLUSTER_SCHEMES else scheme
+    cut = min((rest.index(c) for c in "/?" if c in rest), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    userinfo, _, hosts = netloc.rpartition("@")
+    seeds = []
+    for hostport in hosts.split(","):
+        parsed = urlsplit(f"{plain}://{hostport.strip()}")
+        if not parsed.hostname:
+            raise ValueError(f"REDIS_URL: {hostport!r} is not host:port")
+        seeds.append((parsed.hostname, parsed.port or 6379))
+    first = f"{seeds[0][0]}:{seeds[0][1]}" if ":" not in seeds[0][0] else f"[{seeds[0][0]}]:{seeds[0][1]}"
+    return f"{plain}://{userinfo + '@' if userinfo else ''}{first}{tail}", tuple(seeds)
 
 
 @functools.lru_cache(maxsize=1)
