@@ -331,10 +331,12 @@ class LogRecord:
     headers: dict[str, str]
 
 
-def read(topic: str, since: dict[int, int], limit: int) -> list[LogRecord]:
+def read(topic: str, since: dict[int, int], limit: int, until: dict[int, int] | None = None) -> list[LogRecord]:
     """Up to `limit` records of the topic at or past since[partition] (0 where absent), in partition then offset
-    order: what an operator looks at and replays (the dead-letter topic), never the hot path, so kafka-python
-    whichever client publishes. {} for a topic that does not exist. Raises LogUnreadable."""
+    order: what an operator looks at and replays (the dead-letter topic) and what a rebuild looks for (outbox/
+    log_hold.py), never the hot path, so kafka-python whichever client publishes. {} for a topic that does not exist.
+    `until`: partition -> read up to there (end_offsets(): ListOffsets alone misreads Tansu's); only those partitions.
+    Raises LogUnreadable."""
     from kafka import KafkaConsumer, TopicPartition
 
     cfg = settings()
@@ -347,8 +349,12 @@ def read(topic: str, since: dict[int, int], limit: int) -> list[LogRecord]:
     )
     try:
         partitions = sorted(reader.partitions_for_topic(topic) or ())
+        if until is not None:
+            partitions = [p for p in partitions if p in until]
         tps = [TopicPartition(topic, p) for p in partitions]
         ends = reader.end_offsets(tps) if tps else {}
+        if until is not None:
+            ends = {tp: until[tp.partition] for tp in tps}
         found: list[LogRecord] = []
         for tp in tps:
             start = max(since.get(tp.partition, 0), reader.beginning_offsets([tp])[tp])

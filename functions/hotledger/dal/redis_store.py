@@ -249,6 +249,18 @@ class AttemptsKeptCluster(redis.RedisCluster):
             raise
 
 
+def node_started_at_ms(client: redis.Redis | redis.RedisCluster, key: str) -> int:
+    """When the Redis node that holds `key` started, epoch ms by its own clock (INFO server). A node that restarted
+    empty less than a publish's timeout ago may have lost changes whose publish was still in flight then."""
+    if isinstance(client, redis.RedisCluster):
+        # redis-py leaves get_node_from_key and get_redis_connection unannotated
+        node = client.get_redis_connection(client.get_node_from_key(key))  # type: ignore[no-untyped-call]
+        info: dict[str, Any] = node.info("server")
+    else:
+        info = client.info("server")
+    return int(info["server_time_usec"]) // 1000 - int(info["uptime_in_seconds"]) * 1000
+
+
 def connect(cfg: Settings) -> redis.Redis | redis.RedisCluster:
     """One client for the configured Redis: a RedisCluster (it follows MOVED and failovers, one connection pool per
     master) when REDIS_CLUSTER=1 or the URL's scheme is redis+cluster / rediss+cluster, else a plain client. Both

@@ -442,11 +442,16 @@ class Ledger:
         A cached account leaves Redis only when Redis loses it (or an operator's change failed half way), so a load
         `after_loss` is a rebuild: charges acknowledged before the loss may still be on their way to the DB, and
         a retry of one under its Idempotency-Key, which neither Redis nor the DB knows then, would be charged again
-        under a new id. So a rebuild holds charges under keys Redis does not know (RECOVERING) until the writer
-        applied the log as it was (outbox/log_hold.py; at least REBUILD_HOLD_S). With the Redis Streams transport
-        there is no log outside Redis, and nothing to wait for."""
-        hold_log = self.hold.rebuild_mark() if after_loss else ""
-        hold_until = int(time.time() * 1000) + self.rebuild_hold_ms if hold_log else 0
+        under a new id. So a rebuild holds charges under keys Redis does not know (RECOVERING) while something of the
+        account's own may still be on its way to the DB: its records the writer has not applied, or a publish in
+        flight when its Redis node restarted (outbox/log_hold.py rebuild_hold). Any other cache miss (an eviction,
+        an account imported into the DB) answers at once. With the Redis Streams transport there is no log outside
+        Redis, and nothing to wait for."""
+        hold_until, hold_log = 0, ""
+        if after_loss and self.hold.enabled:
+            hold_until, hold_log = self.hold.rebuild_hold(
+                str(user_id), self.store.node_started_at(user_id), self.rebuild_hold_ms, int(time.time() * 1000)
+            )
         with self.lock.hold(keys.account_lock(user_id)) as held, self.store.transaction() as tx:
             account = self._locked_account(tx, user_id, held)
             balance, flag, pending = expected_cache(tx, self.store, account)

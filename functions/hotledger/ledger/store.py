@@ -24,7 +24,7 @@ import redis
 from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
-from hotledger.dal.redis_store import Lua, redis_errors_translated, stream_flag, text
+from hotledger.dal.redis_store import Lua, node_started_at_ms, redis_errors_translated, stream_flag, text
 from hotledger.holds.tx import expired_on_hold
 from hotledger.ledger.entry import (
     Entry,
@@ -206,6 +206,10 @@ class LedgerStore:
     def hold_key(user_id: int) -> str:
         """The hash a rebuild's log hold lives in (outbox/log_hold.py)."""
         return keys.balance(user_id)
+
+    def node_started_at(self, user_id: int) -> int:
+        """When the Redis node holding the account started (epoch ms): a rebuild's time hold runs from there."""
+        return node_started_at_ms(self.redis, keys.balance(user_id))
 
     def is_cached(self, user_id: int) -> bool:
         return bool(self.redis.exists(keys.balance(user_id)))

@@ -20,6 +20,15 @@ stays RECOVERING while the dead-letter topic holds a record an operator has not 
 resolved: `resolve_dead_letters`, recorded as that topic's watermark): any entity, not only the dead letter's own,
 as a dead letter is read only to be replayed. docs/guarantees.md says so.
 
+A cache miss is not always a loss (an eviction, a new node, an account imported into the DB), and a loss need not
+have left anything of the entity in flight. So an account's rebuild (rebuild_hold) holds only while something of its
+own may still be on its way to the DB (issue 31, hole 8): a record keyed by it past the writer's watermark (the hold
+then lasts until the writer applied that record), or a publish in flight when its Redis node restarted empty (a node
+younger than REBUILD_HOLD_S: the time hold, then the log as it is then). An account with nothing of its own in the
+log answers at once. A failover does not start the promoted node anew: it takes at least the cluster's node
+timeout, longer than PUBLISH_TIMEOUT_S (docs/guarantees.md), so every publish in flight at the loss has landed
+in the log, or failed, before the new master answers.
+
 With the Redis Streams transport there is no log outside Redis: a change and its event are written by one script
 to one slot, so whatever a loss keeps is a consistent prefix; an entity Redis no longer holds has no event left
 in the stream either. Its rebuild keeps the time hold only.
@@ -30,12 +39,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from hotledger.dal.publisher import LogUnreadable
+from hotledger.dal.publisher import LogRecord, LogUnreadable
+from hotledger.dal.publisher import read as read_log
 from hotledger.dal.topics import dead_letter_topic
 from hotledger.outbox.store import OutboxStore
 
 AWAITING = "await"  # the rebuild's end of the log is not read yet
 HOLD_CHECK_MS = 1000  # the scripts answer one caller a second 'held', moving the time hold on by this (their now + 1 s)
+# a rebuild reads at most this many records past the writer's watermark looking for its entity's: a writer further
+# behind holds the entity until it caught up, as a rebuild did before (reading more would slow every cache miss)
+SCAN_LIMIT = 5000
 
 
 def _encode(ends: dict[int, int]) -> str:
@@ -48,15 +61,54 @@ def _decode(held: str) -> dict[int, int]:
 
 
 class LogHold:
-    def __init__(self, outbox: OutboxStore, end_offsets: Callable[[str], dict[int, int]], topic: str, streamed: bool):
-        """end_offsets(topic): partition -> where that topic's log ends (dal/publisher.end_offsets)."""
-        self.outbox, self.end_offsets, self.topic = outbox, end_offsets, topic
+    def __init__(
+        self,
+        outbox: OutboxStore,
+        end_offsets: Callable[[str], dict[int, int]],
+        topic: str,
+        streamed: bool,
+        read: Callable[..., list[LogRecord]] = read_log,
+    ):
+        """end_offsets(topic): partition -> where that topic's log ends (dal/publisher.end_offsets); read: its records
+        (dal/publisher.read)."""
+        self.outbox, self.end_offsets, self.topic, self.read = outbox, end_offsets, topic, read
         self.enabled = not streamed
         self._log_end: tuple[int, dict[int, int]] | None = None  # (epoch ms before the read, where the log ended)
 
     def rebuild_mark(self) -> str:
         """The hold_log a rebuild starts with ('': none, the Redis Streams transport)."""
         return AWAITING if self.enabled else ""
+
+    def rebuild_hold(self, record_key: str, node_started_at: int, hold_ms: int, now_ms: int) -> tuple[int, str]:
+        """(hold_until, hold_log) of an entity loaded from the DB whose records the log keys by `record_key`, on a Redis
+        node started at `node_started_at` (epoch ms): (0, '') when nothing of its own can be on its way to the DB."""
+        if not self.enabled:
+            return 0, ""
+        if now_ms < node_started_at + hold_ms:  # a publish in flight at the restart may land yet: wait, then the log
+            return node_started_at + hold_ms, AWAITING
+        try:
+            unapplied = self._unapplied_of(record_key.encode())
+        except LogUnreadable:
+            unapplied = None
+        if unapplied is None:  # cannot tell: the whole log as it is now, checked from the first caller on
+            return now_ms, AWAITING
+        return (now_ms, _encode(unapplied)) if unapplied else (0, "")
+
+    def _unapplied_of(self, key: bytes) -> dict[int, int] | None:
+        """partition -> the offset past the last record keyed `key` the writer has not applied ({}: none). None when
+        it cannot tell: more than SCAN_LIMIT records to read, or an unresolved dead letter (which may be its)."""
+        applied = self.outbox.applied_offsets(self.topic)
+        ends = self.end_offsets(self.topic)
+        since = {p: applied.get(p, -1) + 1 for p, end in ends.items() if applied.get(p, -1) + 1 < end}
+        if sum(ends[p] - start for p, start in since.items()) > SCAN_LIMIT or self.unresolved_dead_letters():
+            return None
+        if not since:
+            return {}
+        found: dict[int, int] = {}
+        for record in self.read(self.topic, since, SCAN_LIMIT, until={p: ends[p] for p in since}):
+            if record.key == key:
+                found[record.partition] = max(found.get(record.partition, 0), record.offset + 1)
+        return found
 
     def passed(self, hold_key: str, time_hold_over_at: int | None = None) -> bool:
         """Has the writer applied everything the log held when the rebuild of this hash's entity happened? Lifts

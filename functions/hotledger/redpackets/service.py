@@ -193,7 +193,7 @@ class RedPackets:
         ):
             # an attempt that took the key over while this one stalled inserted it: finish the one packet as it does
             return self.resume(packet_id, sender_id, total, count, expires_in_s)
-        self.debit_and_open(packet)
+        self.debit_and_open(packet, first_debit=True)
         return PacketView(packet.packet_id, sender_id, "OPEN", total, count, None, packet.expires_at)
 
     def resume(self, packet_id: int, sender_id: int, total: int, count: int, expires_in_s: int) -> PacketView:
@@ -209,7 +209,7 @@ class RedPackets:
             self.debit_and_open(row)
         return PacketView(row.packet_id, row.sender_id, "OPEN", row.total, row.count, None, row.expires_at)
 
-    def debit_and_open(self, packet: PacketRow) -> None:
+    def debit_and_open(self, packet: PacketRow, first_debit: bool = False) -> None:
         """Debit the sender (idempotent by key: the reconciler may run this again), then open the packet.
         Only a definitive answer that the debit was not made (_debit_not_made) marks the packet FAILED. Anything
         else - OUTCOME_UNKNOWN, a debit in progress, or any exception the ledger raised, which may come after the
@@ -217,10 +217,16 @@ class RedPackets:
         OUTCOME_UNKNOWN naming the packet: the reconciler runs this again under the same key until the ledger
         answers (TigerBeetle's rule: a client without a definitive reply retries the same transfer id, which
         either exists already or is created once; it never assumes 'nothing happened'). So is a failure after
-        the debit: the packet is finished by the reconciler, not failed."""
+        the debit: the packet is finished by the reconciler, not failed.
+        `first_debit`: the attempt that inserted the packet, so nothing was ever charged under its key: a sender's
+        account that holds new keys after a Redis loss (RECOVERING) refused it, and the packet is taken back whole,
+        as if never sent (a retry under the request's Idempotency-Key sends it anew)."""
         try:
             debit = self.ledger.deduct(packet.sender_id, packet.total, debit_key(packet.packet_id))
         except errors.DomainError as exc:
+            if first_debit and isinstance(exc, errors.Recovering):
+                self.store.discard(packet.packet_id)
+                raise
             if not _debit_not_made(exc):
                 raise _creation_unknown(packet.packet_id, exc.message, **exc.details) from exc
             self.store.mark_failed(packet.packet_id)

@@ -78,6 +78,14 @@ class PacketStore:
         return True
 
     @staticmethod
+    def discard(packet_id: int) -> None:
+        """A CREATING packet whose first debit was refused before anything was charged under its key: gone."""
+        with db.transaction() as cur:
+            cur.execute("DELETE FROM t_red_packet WHERE id = %s AND state = 'CREATING'", (packet_id,))
+            if cur.rowcount:
+                cur.execute("DELETE FROM t_red_packet_item WHERE packet_id = %s", (packet_id,))
+
+    @staticmethod
     def mark_failed(packet_id: int) -> None:
         db.execute("UPDATE t_red_packet SET state = 'FAILED' WHERE id = %s AND state = 'CREATING'", (packet_id,))
 
