@@ -70,6 +70,10 @@ ERROR_WHEN = {
     "HOLD_BUSY": "a capture of the hold is still being made durable (milliseconds): nothing changed; retry",
     "REFUND_EXCEEDS_CHARGE": "the refunds would pass what was charged",
     "HOLD_NOT_ENDED": "a hold's captures are refundable once the hold ended",
+    "CHARGE_NOT_BOOKED": "the charge is not in the ledger's books yet (a refund covers only what is booked): retry once "
+    "its order is `PERSISTED` or its hold's end is booked; nothing changed",
+    "NOT_REFUNDABLE": "the service's own charges (a red packet's debit, a payment order's charge) are given back by "
+    "their own lifecycle, not by a refund",
     "WEBHOOK_ENDPOINT_NOT_FOUND": "no such webhook endpoint",
     "INVALID_WEBHOOK_URL": "not https (http://127.0.0.1 only with `WEBHOOK_ALLOW_LOCAL`), credentials in it, or a host "
     "resolving to a private, loopback, link-local or metadata address",

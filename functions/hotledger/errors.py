@@ -61,6 +61,10 @@ HoldBusy = _error("HoldBusy", 409, "HOLD_BUSY")
 # refunds
 RefundExceedsCharge = _error("RefundExceedsCharge", 409, "REFUND_EXCEEDS_CHARGE")
 HoldNotEnded = _error("HoldNotEnded", 409, "HOLD_NOT_ENDED")
+# the charge is not in the ledger's books yet (its event on its way to the DB, or its outcome unknown): nothing changed
+ChargeNotBooked = _error("ChargeNotBooked", 409, "CHARGE_NOT_BOOKED")
+# the service's own charges (a red packet's debit, a payment order's charge) are given back by their own lifecycle
+NotRefundable = _error("NotRefundable", 409, "NOT_REFUNDABLE")
 
 # webhooks
 WebhookEndpointNotFound = _error("WebhookEndpointNotFound", 404, "WEBHOOK_ENDPOINT_NOT_FOUND")

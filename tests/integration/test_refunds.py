@@ -3,6 +3,7 @@ wanted, never more than was charged in total, under any concurrency and retry; a
 durable. Through the API handler and the writer function on the real Redis, DB and broker."""
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,6 +22,13 @@ def _deduct(api, user_id, amount):
     return body["order_id"]
 
 
+def _booked_deduct(api, redis_client, user_id, amount):
+    """A deduct the writer booked: only such a charge is refundable (CHARGE_NOT_BOOKED before)."""
+    order_id = _deduct(api, user_id, amount)
+    _persist(redis_client, user_id)
+    return order_id
+
+
 def _refund(api, user_id, order_id, amount, headers=None, what="orders"):
     return api(
         "POST", f"/accounts/{user_id}/{what}/{order_id}/refunds", {"amount": amount, "reason": "support"}, headers
@@ -29,7 +37,7 @@ def _refund(api, user_id, order_id, amount, headers=None, what="orders"):
 
 def test_partial_refunds_up_to_the_charge_and_not_a_cent_more(api, redis_client, sql):
     user_id = api.account(balance="20.00")
-    order_id = _deduct(api, user_id, "10.00")  # not persisted yet: refundable all the same
+    order_id = _booked_deduct(api, redis_client, user_id, "10.00")
     status, body = _refund(api, user_id, order_id, "4.00")
     assert status == 201 and {k: body[k] for k in ("order_id", "amount", "refunded_total", "balance")} == {
         "order_id": order_id,
@@ -54,7 +62,7 @@ def test_partial_refunds_up_to_the_charge_and_not_a_cent_more(api, redis_client,
 
 def test_refunds_racing_up_to_the_charge_never_pass_it(api, redis_client, sql):
     user_id = api.account(balance="50.00")
-    order_id = _deduct(api, user_id, "10.00")
+    order_id = _booked_deduct(api, redis_client, user_id, "10.00")
     start = threading.Barrier(16)
 
     def client(i):
@@ -72,12 +80,12 @@ def test_refunds_racing_up_to_the_charge_never_pass_it(api, redis_client, sql):
     assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "50.00"
 
 
-def test_a_key_refunds_once_and_a_failed_publish_refunds_nothing(api, monkeypatch):
+def test_a_key_refunds_once_and_a_failed_publish_refunds_nothing(api, redis_client, monkeypatch):
     from hotledger.dal.publisher import NotAcknowledged
     from hotledger.runtime import refunds
 
     user_id = api.account(balance="20.00")
-    order_id = _deduct(api, user_id, "5.00")
+    order_id = _booked_deduct(api, redis_client, user_id, "5.00")
     key = {"Idempotency-Key": "refund-1"}
     first = _refund(api, user_id, order_id, "2.00", key)
     assert first[0] == 201 and _refund(api, user_id, order_id, "2.00", key) == first
@@ -98,7 +106,7 @@ def test_a_key_refunds_once_and_a_failed_publish_refunds_nothing(api, monkeypatc
 
 def test_the_refunded_total_survives_redis_losing_the_account(api, redis_client, sql):
     user_id = api.account(balance="20.00")
-    order_id = _deduct(api, user_id, "8.00")
+    order_id = _booked_deduct(api, redis_client, user_id, "8.00")
     assert _refund(api, user_id, order_id, "5.00")[0] == 201
     _persist(redis_client, user_id)
     redis_client.delete(keys.balance(user_id), keys.refunds(user_id))
@@ -114,6 +122,7 @@ def test_what_a_hold_captured_is_refundable_once_it_ended(api, redis_client, sql
     status, body = _refund(api, user_id, hold_id, "1.00", what="holds")
     assert (status, body["error"]["code"]) == (409, "HOLD_NOT_ENDED")
     assert api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "6.00", "final": True})[0] == 200
+    _persist(redis_client, user_id)
     status, body = _refund(api, user_id, hold_id, "6.00", what="holds")
     assert status == 201 and body["hold_id"] == hold_id and body["balance"] == "30.00"
     assert _refund(api, user_id, hold_id, "0.01", what="holds")[1]["error"]["code"] == "REFUND_EXCEEDS_CHARGE"
@@ -155,11 +164,87 @@ def test_refunds_of_a_sync_account_are_decided_and_booked_in_the_db(api, sql):
 
 
 @pytest.mark.parametrize("charged", ["1.00"])
-def test_a_refund_over_the_balance_limit_is_refused(api, charged, monkeypatch):
+def test_a_refund_over_the_balance_limit_is_refused(api, redis_client, charged, monkeypatch):
     from hotledger.runtime import refunds
 
     user_id = api.account(balance="5.00")
-    order_id = _deduct(api, user_id, charged)
+    order_id = _booked_deduct(api, redis_client, user_id, charged)
     monkeypatch.setattr(refunds().store, "max_balance", 400)
     status, body = _refund(api, user_id, order_id, "1.00")
     assert (status, body["error"]["code"]) == (422, "BALANCE_LIMIT")
+
+
+# issue 31: what a refund may cover -------------------------------------------------------------------------------
+def test_a_charge_not_booked_yet_is_not_refunded_until_it_is(api, redis_client, sql):
+    """Hole 2: a refund covers only a charge the ledger's books hold. A deduct whose publish and give-back both failed
+    (503 OUTCOME_UNKNOWN, its order PENDING) was refundable, and the reconciler then gave the deduct back too: credited
+    twice; a final capture still waiting on the broker was refundable, and its publish then failed. Now both wait."""
+    user_id = api.account(balance="20.00")
+    _persist(redis_client, user_id)
+    order_id = _deduct(api, user_id, "5.00")  # acknowledged, its entry not in the books yet
+    status, body = _refund(api, user_id, order_id, "5.00")
+    assert (status, body["error"]["code"]) == (409, "CHARGE_NOT_BOOKED"), body
+    _, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "3.00"})
+    assert (
+        api("POST", f"/accounts/{user_id}/holds/{hold['hold_id']}/capture", {"amount": "3.00", "final": True})[0] == 200
+    )
+    status, body = _refund(api, user_id, hold["hold_id"], "3.00", what="holds")
+    assert (status, body["error"]["code"]) == (409, "CHARGE_NOT_BOOKED"), body
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "12.00"  # nothing changed
+    _persist(redis_client, user_id)
+    assert _refund(api, user_id, order_id, "5.00")[0] == 201
+    assert _refund(api, user_id, hold["hold_id"], "3.00", what="holds")[0] == 201
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "20.00"
+
+
+def test_the_services_own_charges_are_not_refundable_here(api, redis_client, sql):
+    """Hole 5: a red packet's debit is given back by the packet's own refund on expiry, a recharge the cap did not
+    count: a 20.00 packet from 100.00, refunded on expiry, then refunded again in full here made 120.00."""
+    sender = api.account(balance="100.00")
+    status, packet = api("POST", "/redpackets", {"sender_id": sender, "total": "20.00", "count": 2})
+    assert status == 201, packet
+    _persist(redis_client, sender)
+    ((debit_id,),) = sql("SELECT debit_order_id FROM t_red_packet WHERE id = %s", (int(packet["packet_id"]),))
+    status, body = _refund(api, sender, str(debit_id), "20.00")
+    assert (status, body["error"]["code"]) == (409, "NOT_REFUNDABLE"), body
+    assert api("GET", f"/accounts/{sender}")[1]["balance"] == "80.00"
+
+
+def test_a_refund_retried_while_the_writer_books_its_first_attempt_answers_that_attempt(
+    api, redis_client, sql, monkeypatch
+):
+    """Hole 4: the first attempt died after its refund stood; the retry looked in the DB, then in Redis, and the writer
+    committed and settled the refund between the two reads: seen in neither, refunded again."""
+    from hotledger import runtime
+    from hotledger.dal.idempotency import Idempotency
+    from hotledger.refunds.store import RefundStore
+
+    user_id = api.account(balance="20.00")
+    order_id = _booked_deduct(api, redis_client, user_id, "10.00")
+    key = {"Idempotency-Key": "refund-resumed"}
+    monkeypatch.setattr(runtime.idempotency(), "lease_ms", 300)
+
+    class Killed(BaseException):
+        pass
+
+    def die(*args, **kwargs):
+        raise Killed()
+
+    with monkeypatch.context() as dying:
+        dying.setattr(Idempotency, "finish", die)
+        with pytest.raises(Killed):
+            _refund(api, user_id, order_id, "4.00", key)
+    read_in_db = RefundStore.stored
+
+    def writer_between_the_reads(self, owner, refund_id):
+        found = read_in_db(self, owner, refund_id)
+        _persist(redis_client, user_id)  # the writer commits and settles the refund right after this read
+        return found
+
+    monkeypatch.setattr(RefundStore, "stored", writer_between_the_reads)
+    time.sleep(0.35)  # the dead attempt's lease ran out: the retry takes the key over and resumes its refund
+    status, body = _refund(api, user_id, order_id, "4.00", key)
+    assert status == 201 and body["refunded_total"] == "4.00", body
+    monkeypatch.setattr(RefundStore, "stored", read_in_db)
+    _persist(redis_client, user_id)
+    assert sql("SELECT COUNT(*), SUM(amount) FROM t_refund WHERE charge_id = %s", (int(order_id),)) == ((1, 400),)

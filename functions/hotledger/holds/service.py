@@ -290,6 +290,10 @@ class Holds:
             raise errors.HoldNotFound(f"hold {hold_id} of account {user_id} does not exist")
         return found
 
+    def booked(self, user_id: int, hold_id: int) -> Hold | None:
+        """The hold as the books hold it (its state and captured total in the DB), None when they do not."""
+        return self.store.stored(user_id, hold_id)
+
     def list(self, user_id: int, state: str | None, limit: int, after_id: int) -> list[Hold]:
         """Newest first: what Redis knows (it is ahead of the DB) over what the DB holds."""
         cached = {h.hold_id: h for h in self.store.cached_all(user_id)}

@@ -25,7 +25,8 @@ UserId = Annotated[int, Path(gt=0, lt=2**31)]
 ChargeId = Annotated[int, Path(gt=0, lt=2**63)]
 _REFUSED = (
     409,
-    "REFUND_EXCEEDS_CHARGE: more than was charged would be refunded in total; HOLD_NOT_ENDED; " + KEY_CONFLICT[1],
+    "REFUND_EXCEEDS_CHARGE: more than was charged would be refunded in total; HOLD_NOT_ENDED; CHARGE_NOT_BOOKED: "
+    "retry once the charge is booked; NOT_REFUNDABLE: the service's own charge; " + KEY_CONFLICT[1],
 )
 
 

@@ -1,5 +1,10 @@
 """Refunds: give back part or all of one charge (a deduct's order, or what a hold captured), in as many refunds as
-wanted, never more than was charged in total.
+wanted, never more than was charged in total, and only of what the ledger's books hold (issue 31, holes 2 and 5):
+- a charge is refundable once it is booked in the DB (CHARGE_NOT_BOOKED before): a charge only acknowledged may
+  still be taken back (a publish that failed, an outcome unknown the reconciler gives back), and a refund of it
+  would then pay out money never charged;
+- the service's own charges (keys not a client's: a red packet's debit, a payment order's charge) are not
+  refundable here (NOT_REFUNDABLE): their own lifecycle gives them back, as credits this cap would not count.
 
 A refund is a credit of the account, made by ledger_refund.lua in the account's slot in the same step that checks and
 raises the charge's refunded total, so concurrent refunds and retries cannot pass the charge (Blnk's users met refunds
@@ -8,7 +13,8 @@ persisted can be refunded: its amount comes from Redis until the writer books it
 loaded into Redis on first use from the DB plus the refunds still on their way to it.
 
 With an Idempotency-Key (api.idempotency `once`, durable) a refund happens once and its retry answers the first
-answer; a retry of a request that died resumes from the refund id it left."""
+answer; a retry of a request that died resumes from the refund id it left: looked for in Redis first, then in the
+DB (the writer settles in Redis only after its commit, so a refund leaving Redis between the reads is in the DB)."""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 
 from hotledger import errors
 from hotledger.holds.service import Holds
-from hotledger.ledger.entry import KIND_RECHARGE, KIND_REFUND, Entry, RefundOf
+from hotledger.ledger.entry import KIND_RECHARGE, KIND_REFUND, Entry, RefundOf, is_client_key
 from hotledger.ledger.rows import AccountRow
 from hotledger.ledger.service import Ledger, after_change
 from hotledger.ledger.tx import LedgerTx
@@ -63,7 +69,7 @@ class Refunds:
         resumed_from: str | None = None,
     ) -> RefundResult:
         if resumed_from is not None:
-            stood = self.store.stored(user_id, int(resumed_from)) or self._pending(user_id, int(resumed_from))
+            stood = self._pending(user_id, int(resumed_from)) or self.store.stored(user_id, int(resumed_from))
             if stood is not None:
                 return RefundResult(stood, None)
         charged = self._charged(user_id, charge_kind, charge_id)
@@ -155,12 +161,29 @@ class Refunds:
             )
 
     def _charged(self, user_id: int, charge_kind: str, charge_id: int) -> int:
-        """What the charge took (raises ORDER_NOT_FOUND / HOLD_NOT_FOUND for one that is not this account's)."""
+        """What the charge took, as the books hold it (raises ORDER_NOT_FOUND / HOLD_NOT_FOUND for one that is not
+        this account's, CHARGE_NOT_BOOKED / NOT_REFUNDABLE / HOLD_NOT_ENDED for one not refundable now)."""
+        not_booked = errors.ChargeNotBooked(
+            f"{charge_kind} {charge_id} is not in the ledger's books yet: a refund covers only what is booked; retry "
+            "in a few seconds"
+        )
         if charge_kind == ORDER:
-            return self.ledger.get_deduct(user_id, charge_id).amount
-        hold = self.holds.get(user_id, charge_id)
-        if hold.state == "ACTIVE":
+            booked = self.store.booked_deduct(user_id, charge_id)
+            if booked is None:
+                self.ledger.get_deduct(user_id, charge_id)  # ORDER_NOT_FOUND when it is nowhere
+                raise not_booked
+            amount, idem_key = booked
+            if idem_key is not None and not is_client_key(idem_key):
+                raise errors.NotRefundable(
+                    f"order {charge_id} is the service's own charge (a red packet's debit or a payment order's): its "
+                    "own refund gives it back"
+                )
+            return amount
+        if self.holds.get(user_id, charge_id).state == "ACTIVE":
             raise errors.HoldNotEnded("capture the rest or void the hold before refunding what it captured")
+        hold = self.holds.booked(user_id, charge_id)
+        if hold is None or hold.state == "ACTIVE":
+            raise not_booked
         if hold.captured == 0:
             raise errors.RefundExceedsCharge("the hold captured nothing: there is nothing to refund")
         return hold.captured

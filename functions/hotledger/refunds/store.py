@@ -54,6 +54,12 @@ class RefundStore:
             )
         )
 
+    @staticmethod
+    def booked_deduct(user_id: int, order_id: int) -> tuple[int, str | None] | None:
+        """(amount, stored Idempotency-Key) of the account's deduct as the books hold it; None when they do not."""
+        rows = db.query("SELECT amount, idem_key FROM t_order WHERE id = %s AND user_id = %s", (order_id, user_id))
+        return (int(rows[0][0]), rows[0][1]) if rows else None
+
     def refunded_in_db(self, charge_id: int) -> tuple[int, set[int]]:
         """(the charge's refunded total the DB holds, the ids of those refunds)."""
         rows = db.query("SELECT id, amount FROM t_refund WHERE charge_id = %s", (charge_id,))
