@@ -28,7 +28,7 @@ def _load(
     return lua.run(
         "ledger_load",
         keys=[keys.balance(uid), keys.held(uid), keys.holds(uid), keys.hold_expiry(uid), keys.refunds(uid)],
-        args=[balance, version, threshold, open_, mode, epoch, hold_until, hold_log, 0],
+        args=[balance, version, threshold, open_, mode, epoch, hold_until, hold_log, 0, ""],
     )
 
 

@@ -207,9 +207,11 @@ def charged_in_db(kind: str, amount: int, account: AccountRow) -> tuple[int, str
     return balance, after_change(kind, balance, account.open_flag)
 
 
-def expected_cache(tx: LedgerTx, store: LedgerStore, account: AccountRow) -> tuple[int, str, list[Entry]]:
-    """(balance, open flag, pending entries) the cache must start from: the DB's, plus every change charged in Redis
-    that the DB does not hold yet; the open flag of the newest of those when it is newer than the DB's version (an
+def expected_cache(
+    tx: LedgerTx, store: LedgerStore, account: AccountRow
+) -> tuple[int, str, list[Entry], tuple[int, ...]]:
+    """(balance, open flag, pending entries, the ids of those the DB does not hold) the cache must start from: the
+    DB's, plus every change charged in Redis that the DB does not hold yet; the open flag of the newest of those when it is newer than the DB's version (an
     operator's close or reopen takes a version of its own, so an older entry's flag never undoes it). Call inside the
     transaction that locked the t_account row, so no writer commits in between."""
     pending = store.pending_entries(account.user_id)
@@ -217,7 +219,7 @@ def expected_cache(tx: LedgerTx, store: LedgerStore, account: AccountRow) -> tup
     missing = [e for e in pending if e.entry_id not in in_db]
     newest = max(missing, key=lambda e: e.version, default=None)
     flag = newest.open if newest is not None and newest.version > account.version else account.open_flag
-    return account.balance + sum(e.delta for e in missing), flag, pending
+    return account.balance + sum(e.delta for e in missing), flag, pending, tuple(e.entry_id for e in missing)
 
 
 def _outcome_unknown(kind: str, user_id: int, entry_id: int, why: str) -> errors.DomainError:
@@ -454,7 +456,7 @@ class Ledger:
             )
         with self.lock.hold(keys.account_lock(user_id)) as held, self.store.transaction() as tx:
             account = self._locked_account(tx, user_id, held)
-            balance, flag, pending = expected_cache(tx, self.store, account)
+            balance, flag, pending, in_flight = expected_cache(tx, self.store, account)
             holds = holds_with_pending(tx.active_holds(user_id), pending)
             self.store.cache_account(
                 replace(account, open_flag=flag),
@@ -463,6 +465,7 @@ class Ledger:
                 holds={h.hold_id: (h.record(), h.expires_at, h.amount - h.captured) for h in holds},
                 hold_until=hold_until,
                 hold_log=hold_log,
+                in_flight=in_flight,
             )
 
     @staticmethod

@@ -382,10 +382,12 @@ class LedgerStore:
         holds: dict[int, tuple[str, int, int]],
         hold_until: int = 0,
         hold_log: str = "",
+        in_flight: tuple[int, ...] = (),
     ) -> bool:
         """ledger_load.lua: cache the account with this balance and its ACTIVE holds (hold id -> (record, expires_at,
         what it keeps)) unless it is cached already; False when it was. `epoch` names this load: every entry charged
-        from it carries it. A rebuild after a Redis loss holds charges under new Idempotency-Keys until `hold_until`
+        from it carries it. `in_flight`: the pending entries the DB does not hold yet, whose waits for durability
+        (held credits, in-flight captures) Redis keeps. A rebuild after a Redis loss holds charges under new Idempotency-Keys until `hold_until`
         (epoch ms) and, while `hold_log` is set, until the writer applied the log (outbox/log_hold.py)."""
         user_id = account.user_id
         return (
@@ -409,6 +411,7 @@ class LedgerStore:
                         hold_until,
                         hold_log,
                         sum(kept for _, _, kept in holds.values()),
+                        ",".join(map(str, in_flight)),
                         *(
                             x
                             for hold_id, (record, expires_at, _) in holds.items()

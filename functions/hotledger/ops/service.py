@@ -133,7 +133,7 @@ class Operations:
         if account is None:
             raise errors.AccountNotFound(f"account {user_id} does not exist")
         with self.ledger_store.transaction() as tx:
-            expected, flag, pending = expected_cache(tx, self.ledger_store, account)
+            expected, flag, pending, _ = expected_cache(tx, self.ledger_store, account)
         cached = self.ledger_store.cached(user_id)
         return {
             "user_id": user_id,
