@@ -15,7 +15,8 @@
 --                                      capture: ledger_post, ledger_settle and ledger_rollback end its inflight count)
 -- KEYS[7] events:{s<n>}                the event stream (written only when ARGV[8] is 'stream')
 -- ARGV[1] 'H' | 'C' | 'V' | 'X'  ARGV[2] amount (H: > 0; C: '' or '0' for the rest; V, X: '')  ARGV[3] '1': a final C
--- ARGV[4] ts, epoch ms  ARGV[5] entry id  ARGV[6] hold id (H: the entry id)  ARGV[7] entry key TTL in seconds
+-- ARGV[4] ts, epoch ms (the caller's clock; the script's own TIME when that is later: every decision about time is
+--         made by one clock, never one read before the call stalled)   ARGV[5] entry id  ARGV[6] hold id (H: the entry id)  ARGV[7] entry key TTL in seconds
 -- ARGV[8] 'stream' | ''  ARGV[9] user id  ARGV[10] most pending entries ('' or '0': no bound)
 -- ARGV[11] H: expires_at, epoch ms  ARGV[12] H: description (any text)
 -- Returns one of:
@@ -31,9 +32,18 @@
 --   {'exceeds', remaining}            C of more than is left on the hold: nothing changed
 --   {'busy'}                          V, X or a final C while a capture's event is not durable yet: retry shortly
 --   {'too_many_pending'}              the account's entries are not reaching the DB: nothing changed
+--   {'recovering', until}             C, V, X on an account rebuilt after a Redis loss whose own records may still be
+--                                     on their way to the DB (ledger_load's hold_until, outbox/log_hold.py): the hold
+--                                     may be captured or ended there already; nothing changed, retry after `until`
+--   {'held', until}                   as 'recovering', past hold_until while hold_log is set: this caller checks the
+--                                     writer's watermark and, once it is past, loads the account again; the others
+--                                     answer 'recovering' for a second
 --   {'ok', balance, v, epoch, open, available, amount, captured, state, released, expires_at}  changed; also when
 --                                     KEYS[2] exists (a resend after a lost reply: answered as it was, nothing twice)
 local op, ts, entry_id, hold_id = ARGV[1], ARGV[4], ARGV[5], ARGV[6]
+local clock = redis.call('TIME')
+local script_now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+if script_now > tonumber(ts) then ts = string.format('%d', script_now) end
 
 local function fields_of(s)
   local f = {}
@@ -63,10 +73,19 @@ if applied then
   return {'ok', f[3], f[4], f[6], f[7], f[12], f[1], op == 'H' and '0' or f[15], f[13], f[10], f[11]}
 end
 
-local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held', 'on_hold')
+local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held', 'on_hold',
+  'hold_until', 'hold_log')
 if not h[1] then return {'missing'} end
 if h[5] == 'SYNC' then return {'sync'} end
 local balance, held, now = tonumber(h[1]), tonumber(h[7]) or 0, tonumber(ts)
+-- a hold of an account rebuilt after a Redis loss is the DB's: a capture or end still on its way there is not in it
+if op ~= 'H' and h[9] then
+  if now < tonumber(h[9]) then return {'recovering', h[9]} end
+  if h[10] then  -- one caller a second checks the writer's watermark
+    redis.call('HSET', KEYS[1], 'hold_until', now + 1000)
+    return {'held', string.format('%d', now + 1000)}
+  end
+end
 local max_pending = tonumber(ARGV[10] or '') or 0
 
 local amount, captured, state, expires_at, r

@@ -11,7 +11,14 @@ import time
 
 import pytest
 
-from helpers import broker_records, invoke_writer, ledger_records, lift_rebuild_hold, signed_value
+from helpers import (
+    broker_records,
+    invoke_writer,
+    ledger_records,
+    lift_rebuild_hold,
+    rebuilt_after_the_writer_caught_up,
+    signed_value,
+)
 from hotledger import keys, runtime
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.ledger.rows import MAX_BALANCE
@@ -23,13 +30,6 @@ def forget_account(redis_client, user_id: int) -> None:
     lost = list(redis_client.scan_iter(match=f"user:*{keys.tag(str(user_id))}*", count=1000))
     assert lost
     redis_client.delete(*lost)
-
-
-def rebuilt_after_the_writer_caught_up(redis_client, user_id: int) -> None:
-    """The account Redis lost is rebuilt, and its hold over new keys lifted, as it is once REBUILD_HOLD_S is over
-    and the writer applied the log as it was at the loss (the tests' writer is fed by hand: no watermark to read)."""
-    runtime.ledger().load_cache(user_id)
-    lift_rebuild_hold(redis_client, keys.balance(user_id))
 
 
 def reload_from_the_db(redis_client, user_id: int) -> None:
@@ -424,3 +424,29 @@ def test_a_reload_while_a_credit_is_on_its_way_keeps_it_held(api, redis_client, 
     recharge.join(30)
     assert answers and answers[0][0] == 200, answers
     assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "30.00"})[0] == 200
+
+
+# 5. a hold's changes after a Redis loss (issue 31, hole 1) ----------------------------------------------------------
+def test_a_hold_captured_before_a_redis_loss_is_never_captured_again(api, redis_client, sql, own_topic):
+    """Authorize 100 (booked), capture it all (acknowledged, not booked yet), Redis loses the account: the hold came back
+    ACTIVE with nothing captured from the DB, and once the writer booked the capture a new one took 100 again (200
+    captured on a 100 authorization, on_hold -100). Changes of a hold wait while the account's own records are still on
+    their way to the DB; once the writer applied them, the account is loaded again and the hold is CAPTURED."""
+    user_id = api.account(balance="300.00")
+    status, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "100.00"})
+    assert status == 201, hold
+    invoke_writer(broker_records())
+    older_than_the_time_hold(redis_client)
+    capture = f"/accounts/{user_id}/holds/{hold['hold_id']}/capture"
+    first = api("POST", capture, {"amount": "100.00", "final": True}, {"Idempotency-Key": "capture-1"})
+    assert first[0] == 200, first
+    forget_account(redis_client, user_id)  # the capture is on its way to the DB
+    status, body = api("POST", capture, {"amount": "50.00"})
+    assert (status, body["error"]["code"]) == (503, "RECOVERING"), body
+    invoke_writer(broker_records())  # the writer books the capture
+    status, body = past_the_hold(lambda: api("POST", capture, {"amount": "50.00"}))
+    assert (status, body["error"]["code"]) == (409, "HOLD_CAPTURED"), body
+    assert api("POST", capture, {"amount": "100.00", "final": True}, {"Idempotency-Key": "capture-1"}) == first
+    account = api("GET", f"/accounts/{user_id}")[1]
+    assert (account["balance"], account["held"], account["available"]) == ("200.00", "0.00", "200.00"), account
+    assert sql("SELECT captured, state FROM t_hold WHERE id = %s", (int(hold["hold_id"]),)) == ((10000, "CAPTURED"),)

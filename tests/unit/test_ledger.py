@@ -259,7 +259,7 @@ class FakeLedgerStore:
     def live_on_hold_in_db(self, account):
         return 0
 
-    def cache_account(self, account, balance, epoch, holds, hold_until=0, hold_log=""):
+    def cache_account(self, account, balance, epoch, holds, hold_until=0, hold_log="", in_flight=()):
         self.loads.append((account.user_id, balance, epoch))
         self.cache[account.user_id] = CachedAccount(balance, account.version, account.threshold, account.open_flag)
         return True

@@ -23,6 +23,8 @@ class HoldStatus(Enum):
     NOT_DUE = "not_due"
     EXCEEDS = "exceeds"
     BUSY = "busy"
+    RECOVERING = "recovering"
+    HELD = "held"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class HoldReply(ScriptReply):
         HoldStatus.INSUFFICIENT: ("balance", "version"),
         HoldStatus.ENDED: ("state",),
         HoldStatus.EXCEEDS: ("remaining",),
+        HoldStatus.RECOVERING: ("retry_at",),
+        HoldStatus.HELD: ("retry_at",),
     }
 
     status: HoldStatus
@@ -62,6 +66,7 @@ class HoldReply(ScriptReply):
     released: int = 0
     expires_at: int = 0
     remaining: int = 0
+    retry_at: int = 0
 
     @property
     def missing(self) -> bool:

@@ -217,7 +217,11 @@ class Holds:
         def attempt(entry_id: int) -> HoldReply:
             if remember is not None:
                 remember(str(entry_id))
-            return self.store.change(op, user_id, hold_id, entry_id, now, amount, final)
+            reply = self.store.change(op, user_id, hold_id, entry_id, now, amount, final)
+            if reply.status is HoldStatus.HELD and self.ledger.lift_rebuild_hold(user_id, reply.retry_at):
+                # the writer applied what was on its way: the account is the DB's again, with this hold as booked
+                return self.store.change(op, user_id, hold_id, entry_id, now, amount, final)
+            return reply
 
         def outbound(entry_id: int, reply: HoldReply) -> Outbound:
             entry = Entry(
@@ -342,6 +346,12 @@ class Holds:
             return errors.CaptureExceedsHold(f"only {reply.remaining} minor units are left on the hold")
         if status is HoldStatus.BUSY:
             return errors.HoldBusy("a capture of this hold is still being recorded; retry in a moment")
+        if status in (HoldStatus.RECOVERING, HoldStatus.HELD):
+            return errors.Recovering(
+                "the account is being restored after a cache failure: its holds change once the changes acknowledged "
+                "before the failure are in the DB; retry in a few seconds",
+                retry_at=str(reply.retry_at),
+            )
         if status is HoldStatus.NOT_DUE:
             return errors.HoldNotDue("the hold has not expired yet")
         if status is HoldStatus.EXPIRED:

@@ -287,10 +287,7 @@ class _Charge:
         self.key_checked = True
         self.charges[charge.entry_id] = replace(charge, key_checked=True)
         reply = self.store.apply(self.charges[charge.entry_id])
-        # HELD's retry_at is the script's clock + 1 s: at or after the end of the time hold
-        if reply.status is ApplyStatus.HELD and self.ledger.hold.passed(
-            self.store.hold_key(self.user_id), reply.retry_at - HOLD_CHECK_MS
-        ):
+        if reply.status is ApplyStatus.HELD and self.ledger.lift_rebuild_hold(self.user_id, reply.retry_at):
             return self._checked(charge)
         return reply
 
@@ -467,6 +464,17 @@ class Ledger:
                 hold_log=hold_log,
                 in_flight=in_flight,
             )
+
+    def lift_rebuild_hold(self, user_id: int, retry_at: int) -> bool:
+        """A caller a script answered 'held' (retry_at: the script's clock + 1 s) checks whether the writer applied
+        what the log held of the account at its rebuild. True once it has: the account is then loaded again from the
+        DB, which holds every change acknowledged before the loss now (a hold captured or ended, the balance)."""
+        if not self.hold.passed(self.store.hold_key(user_id), retry_at - HOLD_CHECK_MS):
+            return False
+        with self.lock.hold(keys.account_lock(user_id)):
+            self.store.drop_cache(user_id)
+        self.load_cache(user_id, after_loss=False)
+        return True
 
     @staticmethod
     def _locked_account(tx: LedgerTx, user_id: int, held: Holding) -> AccountRow:
