@@ -444,3 +444,24 @@ def test_hold_changes_whose_events_were_lost_are_booked_by_the_reconciler_from_r
     rows = _assert_booked_once_and_adding_up(sql, user_id)
     assert [r[1] for r in rows] == ["recharge", "hold", "capture", "deduct", "refund"]
     assert _account(api, user_id)["pending_orders"] == 0
+
+
+def test_a_capture_that_stalled_past_the_expiry_is_judged_by_the_scripts_clock(api, monkeypatch):
+    """Issue 31, hole 3: a keyed capture read its time, stalled on its Idempotency-Key's DB write past the hold's
+    expiry, and then ran with its old time: accepted, taking what the expiry had released. One clock decides."""
+    from hotledger.dal.idempotency import Idempotency
+
+    user_id = api.account(balance="10.00")
+    hold_id = _hold(api, user_id, "4.00", expires_in_s=1)["hold_id"]
+    note = Idempotency.note
+
+    def stalled(self, *args, **kwargs):
+        time.sleep(1.2)  # past the hold's expiry
+        return note(self, *args, **kwargs)
+
+    monkeypatch.setattr(Idempotency, "note", stalled)
+    status, body = api(
+        "POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "4.00"}, {"Idempotency-Key": "late"}
+    )
+    assert (status, body["error"]["code"]) == (409, "HOLD_EXPIRED"), body
+    assert _account(api, user_id)["balance"] == "10.00"
