@@ -297,3 +297,104 @@ def test_endpoint_management_and_its_refusals(api, local_hooks):
     assert api("DELETE", path)[0] == 204
     assert api("GET", path)[1]["error"]["code"] == "WEBHOOK_ENDPOINT_NOT_FOUND"
     assert Api(user_id=1, scopes=())("GET", "/webhook-endpoints")[0] == 403
+
+
+class _RawServer:
+    """A TCP server on 127.0.0.1 that reads a request's head and answers `reply` as is (garbage, for a receiver that
+    does not speak HTTP); counts the connections it accepted."""
+
+    def __init__(self, reply: bytes):
+        import socket
+        import threading
+
+        self.reply, self.accepted = reply, 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        import contextlib
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(5)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    head += chunk
+                conn.sendall(self.reply)
+
+    def close(self):
+        self.sock.close()
+
+
+GARBAGE = {
+    "BadStatusLine": b"HELLO\r\n",
+    "LineTooLong": b"HTTP/1.1 200 " + b"x" * 70_000 + b"\r\n\r\n",
+    "too many headers": b"HTTP/1.1 200 OK\r\n" + b"x-a: b\r\n" * 101 + b"\r\n",
+}
+
+
+def test_any_error_of_one_attempt_is_that_attempts_failure_and_never_ends_the_sending(api, local_hooks, sql):
+    """Issue 32 item 1. Failing first: http.client's BadStatusLine, LineTooLong, 'more than 100 headers' (a receiver
+    answering garbage), UnicodeEncodeError (a non-ASCII path) and InvalidURL (a space in the path) escaped _send and
+    ended send_due: no attempt recorded. Now each is a failed attempt of that delivery; the healthy endpoint gets all."""
+    healthy = local_hooks()
+    working = _endpoint(api, healthy.url, ["charge.persisted"])
+    servers = {name: _RawServer(reply) for name, reply in GARBAGE.items()}
+    try:
+        broken = {
+            name: _endpoint(api, f"http://127.0.0.1:{s.port}/hooks", ["charge.persisted"])
+            for name, s in servers.items()
+        }
+        for name, path in (("non-ASCII path", "/caf\u00e9"), ("space in the path", "/a b")):
+            # registration refuses these now: written as an endpoint registered before it did
+            broken[name] = _endpoint(api, f"http://127.0.0.1:{healthy.port}/hooks", ["charge.persisted"])
+            sql(
+                "UPDATE t_webhook_endpoint SET url = %s WHERE id = %s",
+                (f"http://127.0.0.1:{healthy.port}{path}", int(broken[name]["endpoint_id"])),
+            )
+        user_id = api.account(balance="10.00", deduct_type="SYNC")
+        for amount in ("1.00", "2.00"):
+            assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
+        _send()  # raised before
+        assert [e["data"]["seq"] for e in healthy.events(working["secret"]) if e["data"]["user_id"] == user_id] == [
+            2,
+            3,
+        ]
+        for name, endpoint in broken.items():
+            status, deliveries = api("GET", f"/webhook-endpoints/{endpoint['endpoint_id']}/deliveries")
+            mine = {d["seq"]: d for d in deliveries if d["user_id"] == user_id}
+            assert mine[2]["state"] == "PENDING" and mine[2]["attempts"] >= 1 and mine[2]["last_error"], (name, mine)
+            assert mine[3]["attempts"] == 0, name  # waits behind seq 2
+    finally:
+        for s in servers.values():
+            s.close()
+        from hotledger.runtime import webhooks
+
+        for endpoint in broken.values():
+            webhooks().delete(int(endpoint["endpoint_id"]))
+
+
+@pytest.mark.parametrize(
+    "path", ["/caf\u00e9", "/a b", "/a\x7fb", "/a\tb", "/x?q=\u00fc"], ids=["non-ASCII", "space", "DEL", "tab", "query"]
+)
+def test_registration_refuses_a_url_that_cannot_be_sent(api, local_hooks, path):
+    """Issue 32 item 1: what http.client cannot send (a non-ASCII, space or control character in the path or query) is
+    refused at registration (and on PATCH) with 422 INVALID_WEBHOOK_URL saying how to write it, not accepted and then
+    never delivered."""
+    receiver = local_hooks()
+    url = f"http://127.0.0.1:{receiver.port}{path}"
+    status, body = api("POST", "/webhook-endpoints", {"url": url, "event_types": ["charge.persisted"]})
+    assert (status, body["error"]["code"]) == (422, "INVALID_WEBHOOK_URL"), body
+    assert "percent-encode" in body["error"]["message"]
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    status, body = api("PATCH", f"/webhook-endpoints/{endpoint['endpoint_id']}", {"url": url})
+    assert (status, body["error"]["code"]) == (422, "INVALID_WEBHOOK_URL"), body

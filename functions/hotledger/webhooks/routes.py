@@ -19,7 +19,11 @@ from hotledger.webhooks.service import ROTATION_OVERLAP_S, SEND_TIMEOUT_S, Deliv
 router = Router()
 EndpointId = Annotated[int, Path(gt=0, lt=2**63)]
 _NOT_FOUND = (404, "WEBHOOK_ENDPOINT_NOT_FOUND")
-_BAD = (422, "INVALID_WEBHOOK_URL: not https, or a private, loopback, link-local or metadata address; VALIDATION_ERROR")
+_BAD = (
+    422,
+    "INVALID_WEBHOOK_URL: not https, a character a request cannot carry (non-ASCII, space, control: percent-encode), or"
+    " a private, loopback, link-local or metadata address; VALIDATION_ERROR",
+)
 Url = Annotated[StrictStr, Field(min_length=8, max_length=2048)]
 Types = Annotated[list[StrictStr], Field(min_length=1, max_length=32)]
 

@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import ipaddress
 import random
+import re
 import secrets
 import socket
 import time
@@ -82,6 +83,11 @@ class Resolve(Protocol):
 def check_url(url: str, allow_local: bool, resolve: Resolve = socket.getaddrinfo) -> None:
     """Refuses (InvalidWebhookUrl) what the endpoint may not be: not https (but local http with allow_local), or a
     host resolving to a private, loopback, link-local, reserved, multicast or metadata address."""
+    if not _SENDABLE.fullmatch(url):
+        raise errors.InvalidWebhookUrl(
+            "an endpoint's url is printable ASCII without spaces or control characters: percent-encode the path and"
+            " query (/caf\u00e9 as /caf%C3%A9, a space as %20) and write an international host name in its xn-- form"
+        )
     parts = urlsplit(url)
     local = allow_local and parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost")
     if parts.scheme != "https" and not local:
@@ -98,6 +104,9 @@ def check_url(url: str, allow_local: bool, resolve: Resolve = socket.getaddrinfo
         ip = ipaddress.ip_address(address.split("%")[0])
         if not ip.is_global or ip.is_multicast or address in ("169.254.169.254", "fd00:ec2::254"):
             raise errors.InvalidWebhookUrl(f"{parts.hostname} resolves to {address}, which is not a public address")
+
+
+_SENDABLE = re.compile(r"[\x21-\x7e]+")  # what an HTTP request line carries as is (http.client refuses the rest)
 
 
 class Webhooks:
@@ -244,8 +253,10 @@ class Webhooks:
                 status = answer.status
         except urllib.error.HTTPError as exc:
             status, error = exc.code, f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError, errors.InvalidWebhookUrl) as exc:
-            error = str(getattr(exc, "reason", exc)) or type(exc).__name__
+        except errors.InvalidWebhookUrl as exc:
+            error = exc.message
+        except Exception as exc:  # any error of one attempt (BadStatusLine, InvalidURL, ...) is its failure
+            error = _describe(exc)
         if status is not None and 200 <= status < 300:
             self.store.delivered(d, status, self.clock())
             return "delivered"
@@ -270,6 +281,15 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
 
 
 _NO_REDIRECTS = urllib.request.build_opener(_RefuseRedirects)
+
+
+def _describe(exc: BaseException) -> str:
+    """An attempt's error as last_error shows it: the exception's type and what it says (a URLError its reason)."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, BaseException):
+        exc = reason
+    text = str(reason if isinstance(reason, str) else exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _types(event_types: list[str]) -> list[str]:
