@@ -398,3 +398,17 @@ def test_registration_refuses_a_url_that_cannot_be_sent(api, local_hooks, path):
     endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
     status, body = api("PATCH", f"/webhook-endpoints/{endpoint['endpoint_id']}", {"url": url})
     assert (status, body["error"]["code"]) == (422, "INVALID_WEBHOOK_URL"), body
+
+
+def test_a_refused_private_host_name_does_not_reveal_what_it_resolves_to(api, monkeypatch):
+    """Issue 32 item 5. Failing first: the 422 said 'localhost resolves to 127.0.0.1' (a private DNS lookup service for
+    any caller). Now it says only that the host is not public."""
+    from hotledger.runtime import webhooks
+
+    monkeypatch.setattr(webhooks(), "allow_local", False)
+    status, body = api(
+        "POST", "/webhook-endpoints", {"url": "https://localhost/x", "event_types": ["charge.persisted"]}
+    )
+    assert (status, body["error"]["code"]) == (422, "INVALID_WEBHOOK_URL"), body
+    message = json.dumps(body)
+    assert "127.0.0.1" not in message and "::1" not in message and "not a public address" in message, message

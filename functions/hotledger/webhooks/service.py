@@ -103,7 +103,11 @@ def check_url(url: str, allow_local: bool, resolve: Resolve = socket.getaddrinfo
     for address in addresses:
         ip = ipaddress.ip_address(address.split("%")[0])
         if not ip.is_global or ip.is_multicast or address in ("169.254.169.254", "fd00:ec2::254"):
-            raise errors.InvalidWebhookUrl(f"{parts.hostname} resolves to {address}, which is not a public address")
+            # which address it is stays unsaid: the answer would make this a lookup service for private DNS names
+            raise errors.InvalidWebhookUrl(
+                f"{parts.hostname} resolves to an address that is not a public address (private, loopback,"
+                " link-local, reserved or metadata)"
+            )
 
 
 _SENDABLE = re.compile(r"[\x21-\x7e]+")  # what an HTTP request line carries as is (http.client refuses the rest)
