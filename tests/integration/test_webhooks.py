@@ -274,6 +274,9 @@ def test_a_rotated_secret_signs_alongside_the_old_one_for_the_overlap(api, redis
         ("http://127.0.0.1:9/x", False),
         ("ftp://example.com/x", True),
         ("https://user:pw@example.com/x", True),
+        ("https://[64:ff9b::a00:1]/x", True),  # NAT64 (RFC 6052): 10.0.0.1 through a translator
+        ("https://[64:ff9b:1::a00:1]/x", True),  # local-use NAT64 (RFC 8215)
+        ("https://[2002:a00:1::1]/x", True),  # 6to4 (RFC 3056): 10.0.0.1 inside
     ],
 )
 def test_endpoints_never_point_inside(api, monkeypatch, url, allow_local):
@@ -412,3 +415,142 @@ def test_a_refused_private_host_name_does_not_reveal_what_it_resolves_to(api, mo
     assert (status, body["error"]["code"]) == (422, "INVALID_WEBHOOK_URL"), body
     message = json.dumps(body)
     assert "127.0.0.1" not in message and "::1" not in message and "not a public address" in message, message
+
+
+def test_a_rebinding_host_name_never_reaches_a_private_address(api, local_hooks, monkeypatch):
+    """Issue 32 item 4. A host name that answers a public address to the check and a private one right after (TTL 0,
+    here a process-wide resolver): failing first, the connection resolved the name again and reached 127.0.0.1 (a
+    blind internal scanner through last_error). Now the connection goes to the address that was checked."""
+    import socket
+
+    from hotledger.runtime import webhooks
+
+    public, answers, connects = "93.184.215.14", [], []
+    resolve, connect = socket.getaddrinfo, socket.create_connection
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "rebind.test":
+            return resolve(host, port, *args, **kwargs)
+        answers.append(public if not answers else "127.0.0.1")
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (answers[-1], port))]
+
+    def connecting(address, *args, **kwargs):
+        if address[0] == public:  # the public host: not reached from a test
+            connects.append(address)
+            raise ConnectionRefusedError(111, "Connection refused")
+        return connect(address, *args, **kwargs)
+
+    inside = _RawServer(b"HTTP/1.1 204 No Content\r\n\r\n")  # a private service the name rebinds to
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    try:
+        monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+        monkeypatch.setattr(socket, "create_connection", connecting)
+        url = f"https://rebind.test:{inside.port}/hooks"
+        webhooks().store.update(int(endpoint["endpoint_id"]), url=url)  # as registered while it answered public
+        answers.clear()
+        user_id = api.account(balance="10.00", deduct_type="SYNC")
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+        _send()
+        assert inside.accepted == 0, answers  # never reached
+        assert connects and {a for a, _ in connects} == {public}, connects
+        status, deliveries = api("GET", f"/webhook-endpoints/{endpoint['endpoint_id']}/deliveries")
+        mine = [d for d in deliveries if d["user_id"] == user_id]
+        assert mine[0]["state"] == "PENDING" and mine[0]["attempts"] >= 1
+    finally:
+        inside.close()
+        webhooks().delete(int(endpoint["endpoint_id"]))
+
+
+def _tls_receiver(tmp_path, name):
+    """An HTTPS receiver on 127.0.0.1 with a certificate for `name` from a CA of its own; (its port, a client context
+    trusting that CA)."""
+    import ssl
+    import subprocess
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test CA",
+    )
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", f"/CN={name}")
+    (tmp_path / "ext").write_text(f"subjectAltName=DNS:{name}\n")
+    openssl(
+        *("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial"),
+        *("-out", "leaf.pem", "-days", "1", "-extfile", "ext"),
+    )
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(tmp_path / "leaf.pem", tmp_path / "leaf.key")
+    server.socket = serving.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    return server, client
+
+
+@pytest.mark.parametrize("certified", ["hooks.test", "other.test"])
+def test_a_pinned_connection_still_checks_the_certificate_against_the_host_name(
+    api, local_hooks, monkeypatch, tmp_path, certified
+):
+    """Issue 32 item 4: connecting to the checked address (not the name) keeps TLS about the name: SNI names it and the
+    certificate must be for it (one for another name fails the attempt with CERTIFICATE_VERIFY_FAILED)."""
+    import socket
+
+    from hotledger.runtime import webhooks
+    from hotledger.webhooks import service
+
+    server, client = _tls_receiver(tmp_path, certified)
+    public, resolve, connect = "93.184.215.14", socket.getaddrinfo, socket.create_connection
+
+    def resolving(host, port, *args, **kwargs):
+        if host != "hooks.test":
+            return resolve(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (public, port))]
+
+    def connecting(address, *args, **kwargs):  # the public address is this test's receiver
+        return connect(("127.0.0.1", address[1]) if address[0] == public else address, *args, **kwargs)
+
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    try:
+        monkeypatch.setattr(service, "_TLS", client)
+        monkeypatch.setattr(socket, "getaddrinfo", resolving)
+        monkeypatch.setattr(socket, "create_connection", connecting)
+        webhooks().store.update(int(endpoint["endpoint_id"]), url=f"https://hooks.test:{server.server_port}/hooks")
+        user_id = api.account(balance="10.00", deduct_type="SYNC")
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+        _send()
+        status, deliveries = api("GET", f"/webhook-endpoints/{endpoint['endpoint_id']}/deliveries")
+        (mine,) = [d for d in deliveries if d["user_id"] == user_id]
+        if certified == "hooks.test":
+            assert (mine["state"], mine["last_status"]) == ("DELIVERED", 204), mine
+        else:
+            assert mine["state"] == "PENDING" and "CERTIFICATE_VERIFY_FAILED" in mine["last_error"], mine
+    finally:
+        server.shutdown()
+        webhooks().delete(int(endpoint["endpoint_id"]))

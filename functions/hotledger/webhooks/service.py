@@ -14,8 +14,11 @@ signed per Standard Webhooks 1.0, in order per account per endpoint, with retrie
 - Retries: exponential backoff with jitter, from 5 s up to an hour, for 3 days; then the event is dead-lettered (DEAD)
   and the endpoint flagged `failing`. GET .../deliveries shows attempts and answers; POST .../replay sends again.
 - Where it may send: https only (http://127.0.0.1 and localhost too with WEBHOOK_ALLOW_LOCAL, for local receivers), and
-  never to a host that resolves to a private, loopback, link-local, reserved or metadata address, checked at
-  delivery time too (DNS can change after the endpoint was registered).
+  never to a host that resolves to a private, loopback, link-local, reserved, NAT64, 6to4 or metadata address, checked at
+  delivery time too (DNS can change after the endpoint was registered), and the attempt connects to an address that
+  check answered (pinned: DNS rebinding cannot reach a private address), TLS verified against the host name.
+- Any error of one attempt (a refused connection, a receiver answering garbage, a URL http.client cannot send) is that
+  attempt's failure, retried like a 500: it never ends the sending of the others.
 """
 
 from __future__ import annotations
@@ -23,18 +26,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import http.client
 import ipaddress
 import random
 import re
 import secrets
 import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from http.client import HTTPMessage
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from hotledger import errors
@@ -80,9 +82,12 @@ class Resolve(Protocol):
     def __call__(self, host: str, port: int, *, proto: int) -> Iterable[tuple[int, int, int, str, tuple[Any, ...]]]: ...
 
 
-def check_url(url: str, allow_local: bool, resolve: Resolve = socket.getaddrinfo) -> None:
-    """Refuses (InvalidWebhookUrl) what the endpoint may not be: not https (but local http with allow_local), or a
-    host resolving to a private, loopback, link-local, reserved, multicast or metadata address."""
+def check_url(url: str, allow_local: bool, resolve: Resolve | None = None) -> list[str]:
+    """Refuses (InvalidWebhookUrl) what the endpoint may not be: not https (but local http with allow_local), a
+    character a request line cannot carry, or a host resolving to a private, loopback, link-local, reserved,
+    multicast, NAT64, 6to4 or metadata address. Returns the addresses it checked: the sender connects to those and no
+    others (pinned: a name answering a public address to this check and a private one to the connection, DNS
+    rebinding, never reaches the private one)."""
     if not _SENDABLE.fullmatch(url):
         raise errors.InvalidWebhookUrl(
             "an endpoint's url is printable ASCII without spaces or control characters: percent-encode the path and"
@@ -94,20 +99,40 @@ def check_url(url: str, allow_local: bool, resolve: Resolve = socket.getaddrinfo
         raise errors.InvalidWebhookUrl("an endpoint's url is https (http://127.0.0.1 only for local receivers)")
     if not parts.hostname or parts.username or parts.password:
         raise errors.InvalidWebhookUrl("an endpoint's url names a host, without credentials")
-    if local:
-        return
     try:
-        addresses = {str(info[4][0]) for info in resolve(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)}
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise errors.InvalidWebhookUrl("an endpoint's url has a port from 1 to 65535") from exc
+    if local:
+        return [parts.hostname]  # loopback by its name: nothing to pin
+    try:
+        answers = (resolve or socket.getaddrinfo)(parts.hostname, port, proto=socket.IPPROTO_TCP)
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in answers))
     except (OSError, UnicodeError) as exc:
         raise errors.InvalidWebhookUrl(f"{parts.hostname} does not resolve") from exc
-    for address in addresses:
-        ip = ipaddress.ip_address(address.split("%")[0])
-        if not ip.is_global or ip.is_multicast or address in ("169.254.169.254", "fd00:ec2::254"):
-            # which address it is stays unsaid: the answer would make this a lookup service for private DNS names
-            raise errors.InvalidWebhookUrl(
-                f"{parts.hostname} resolves to an address that is not a public address (private, loopback,"
-                " link-local, reserved or metadata)"
-            )
+    if not addresses or not all(_public(address) for address in addresses):
+        # which address it is stays unsaid: the answer would make this a lookup service for private DNS names
+        raise errors.InvalidWebhookUrl(
+            f"{parts.hostname} resolves to an address that is not a public address (private, loopback,"
+            " link-local, reserved or metadata)"
+        )
+    return addresses
+
+
+# is_global counts these as public, but each reaches an IPv4 address embedded in it, private ones included: NAT64
+# (RFC 6052's well-known prefix, RFC 8215's local-use one) and 6to4 (RFC 3056)
+_TRANSLATED = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "2002::/16"))
+_METADATA = ("169.254.169.254", "fd00:ec2::254")
+
+
+def _public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%")[0])
+    return (
+        ip.is_global
+        and not ip.is_multicast
+        and address not in _METADATA
+        and not any(ip.version == 6 and ip in net for net in _TRANSLATED)
+    )
 
 
 _SENDABLE = re.compile(r"[\x21-\x7e]+")  # what an HTTP request line carries as is (http.client refuses the rest)
@@ -240,23 +265,15 @@ class Webhooks:
         timestamp = now // 1000
         status, error = None, ""
         try:
-            check_url(endpoint.url, self.allow_local)
-            request = urllib.request.Request(
-                endpoint.url,
-                data=d.payload.encode(),
-                method="POST",
-                headers={
-                    "content-type": "application/json",
-                    "webhook-id": d.event_id,
-                    "webhook-timestamp": str(timestamp),
-                    "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
-                    "user-agent": "hotledger-webhooks/1",
-                },
-            )
-            with _NO_REDIRECTS.open(request, timeout=SEND_TIMEOUT_S) as answer:
-                status = answer.status
-        except urllib.error.HTTPError as exc:
-            status, error = exc.code, f"HTTP {exc.code}"
+            addresses = check_url(endpoint.url, self.allow_local)  # again: DNS can change after registration
+            headers = {
+                "content-type": "application/json",
+                "webhook-id": d.event_id,
+                "webhook-timestamp": str(timestamp),
+                "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
+                "user-agent": "hotledger-webhooks/1",
+            }
+            status = _post(endpoint.url, addresses, d.payload.encode(), headers, SEND_TIMEOUT_S)
         except errors.InvalidWebhookUrl as exc:
             error = exc.message
         except Exception as exc:  # any error of one attempt (BadStatusLine, InvalidURL, ...) is its failure
@@ -269,22 +286,36 @@ class Webhooks:
         return "retried" if retry_at else "dead"
 
 
-class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect could lead to an address the endpoint check refused: a 3xx counts as a failed attempt."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: HTTPMessage,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        return None
+_TLS = ssl.create_default_context()  # the certificate is checked against the url's host name (and SNI names it)
 
 
-_NO_REDIRECTS = urllib.request.build_opener(_RefuseRedirects)
+def _post(url: str, addresses: list[str], body: bytes, headers: dict[str, str], timeout_s: float) -> int:
+    """POSTs to the url's host name at one of `addresses` (those check_url checked, tried in turn), never at another
+    address the name may resolve to by now; TLS still names and verifies the host name. No redirect is followed (a 3xx
+    is a failed attempt: it could lead where the check refused). Returns the answer's status."""
+    parts = urlsplit(url)
+    host, port = str(parts.hostname), parts.port or (443 if parts.scheme == "https" else 80)
+    conn = (
+        http.client.HTTPSConnection(host, port, timeout=timeout_s, context=_TLS)
+        if parts.scheme == "https"
+        else http.client.HTTPConnection(host, port, timeout=timeout_s)
+    )
+
+    def pinned(address: tuple[str, int], timeout: float, source: tuple[str, int] | None = None) -> socket.socket:
+        failure: OSError = OSError(f"{host} has no address to connect to")
+        for ip in addresses:
+            try:
+                return socket.create_connection((ip, port), timeout, source)
+            except OSError as exc:
+                failure = exc
+        raise failure
+
+    conn._create_connection = pinned  # type: ignore[attr-defined]  # http.client's own hook for opening the socket
+    try:
+        conn.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body, headers)
+        return conn.getresponse().status
+    finally:
+        conn.close()
 
 
 def _describe(exc: BaseException) -> str:
