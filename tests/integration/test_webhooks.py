@@ -554,3 +554,28 @@ def test_a_pinned_connection_still_checks_the_certificate_against_the_host_name(
     finally:
         server.shutdown()
         webhooks().delete(int(endpoint["endpoint_id"]))
+
+
+def test_events_booked_while_an_endpoint_is_disabled_go_out_when_it_is_enabled_again(api, local_hooks):
+    """Issue 32 item 8. Failing first: enqueue wrote deliveries for enabled endpoints only, so what was booked while an
+    endpoint was disabled was lost for good (docs/operations.md promised it waits). Now it waits, unsent while the
+    endpoint is disabled, and goes out in order, gapless, once it is enabled again."""
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    path = f"/webhook-endpoints/{endpoint['endpoint_id']}"
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("PATCH", path, {"enabled": False})[0] == 200
+    for amount in ("1.00", "2.00", "3.00"):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
+    _send()
+    assert [e for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id] == []
+    assert api("PATCH", path, {"enabled": True})[0] == 200
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.50"})[0] == 200
+    _send()
+    events = [e["data"] for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id]
+    assert [(e["seq"], e["prev_seq"], e["amount"]) for e in events] == [
+        (2, None, "1.00"),
+        (3, 2, "2.00"),
+        (4, 3, "3.00"),
+        (5, 4, "0.50"),
+    ]

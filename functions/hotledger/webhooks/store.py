@@ -126,10 +126,11 @@ def _alert_body(a: Alert) -> _Body:
 
 def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) -> None:
     """In the transaction that books `rows` (and judged the balance monitors' `alerts` of them): one PENDING delivery
-    per event and enabled endpoint subscribed to its type, with the previous seq of that account for that endpoint."""
+    per event and endpoint subscribed to its type, with the previous seq of that account for that endpoint. A disabled
+    endpoint's too: they wait (due skips disabled endpoints) and go out, in order, when it is enabled again."""
     if not rows:
         return
-    cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE enabled = 1 AND deleted = 0")
+    cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE deleted = 0")
     endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
     # (user, seq, sub_seq, type, at, its id and body given the previous seq): a crossing follows its entry's event
     events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, _entry_body(r)) for r in rows] + [
