@@ -579,3 +579,27 @@ def test_events_booked_while_an_endpoint_is_disabled_go_out_when_it_is_enabled_a
         (4, 3, "3.00"),
         (5, 4, "0.50"),
     ]
+
+
+def test_two_monitor_crossings_of_one_entry_are_two_events(api, local_hooks):
+    """Issue 32 item 9. Failing first: every crossing had sub_seq 1, so the second crossing of one entry collided with
+    the first (INSERT IGNORE dropped it): monitors 'below 100' and 'below 10', one deduct from 500 to 5, one
+    balance.below delivered. Now each crossing of the entry has its own sub_seq (in monitor order): both delivered,
+    after the entry's own event, in a stable order."""
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted", "balance.below"])
+    user_id = api.account(balance="500.00", deduct_type="SYNC")
+    monitors = []
+    for line in ("100.00", "10.00"):
+        status, body = api("POST", f"/accounts/{user_id}/monitors", {"below": line})
+        assert status == 201, body
+        monitors.append(body["monitor_id"])
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "495.00"})[0] == 200
+    _send()
+    events = [e for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id]
+    assert [(e["type"], e["data"]["seq"], e["data"].get("monitor_id")) for e in events] == [
+        ("charge.persisted", 2, None),
+        ("balance.below", 2, monitors[0]),
+        ("balance.below", 2, monitors[1]),
+    ]
+    assert len({e["data"]["event_id"] for e in events}) == 3

@@ -132,10 +132,14 @@ def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) ->
         return
     cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE deleted = 0")
     endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
-    # (user, seq, sub_seq, type, at, its id and body given the previous seq): a crossing follows its entry's event
-    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, _entry_body(r)) for r in rows] + [
-        (a.user_id, a.seq, 1, BALANCE_TYPES[a.direction], a.at, _alert_body(a)) for a in alerts
-    ]
+    # (user, seq, sub_seq, type, at, its id and body given the previous seq): an entry's crossings follow its event,
+    # one sub_seq each (1, 2, ... in monitor order: stable, so a replayed batch writes the same rows)
+    crossings: dict[tuple[int, int], int] = defaultdict(int)
+    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, _entry_body(r)) for r in rows]
+    for a in sorted(alerts, key=lambda a: (a.user_id, a.seq, a.monitor_id)):
+        crossings[(a.user_id, a.seq)] += 1
+        sub_seq = crossings[(a.user_id, a.seq)]
+        events.append((a.user_id, a.seq, sub_seq, BALANCE_TYPES[a.direction], a.at, _alert_body(a)))
     wanted = [(id_, e) for id_, types in endpoints for e in events if e[3] in types]
     if not wanted:
         return
