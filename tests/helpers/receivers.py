@@ -17,6 +17,7 @@ class Receiver:
 
     def __init__(self, status: int = 204, hold: threading.Event | None = None):
         self.status, self.got, self.hold, self.delay_s = status, [], hold, 0.0
+        self.headers: dict[str, str] = {}  # sent with every answer (a 429's Retry-After)
         self.answer: Callable[[dict], int] | None = None
         receiver = self
 
@@ -28,6 +29,8 @@ class Receiver:
                     receiver.hold.wait(60)
                 time.sleep(receiver.delay_s)
                 self.send_response(receiver.answer(json.loads(body)) if receiver.answer else receiver.status)
+                for name, value in receiver.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
 
             def log_message(self, *args):

@@ -603,3 +603,109 @@ def test_two_monitor_crossings_of_one_entry_are_two_events(api, local_hooks):
         ("balance.below", 2, monitors[1]),
     ]
     assert len({e["data"]["event_id"] for e in events}) == 3
+
+
+class _Trickler(_RawServer):
+    """A receiver that answers its status line at once, then one header line every `every_s`, for `for_s`."""
+
+    def __init__(self, every_s: float, for_s: float):
+        self.every_s, self.for_s = every_s, for_s
+        super().__init__(b"")
+
+    def _serve(self):
+        import contextlib
+        import time
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn, contextlib.suppress(OSError):
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                end = time.monotonic() + self.for_s
+                while time.monotonic() < end:
+                    time.sleep(self.every_s)
+                    conn.sendall(b"x-slow: 1\r\n")
+                conn.sendall(b"content-length: 0\r\n\r\n")
+
+
+def test_an_attempt_has_one_wall_clock_deadline(api, local_hooks, monkeypatch):
+    """Issue 32 item 3. Failing first: the timeout was per socket operation, so a receiver trickling a header line
+    every 0.5 s held the attempt for as long as it liked (here 12 s, then a 200: delivered) past the sender's stop.
+    Now the attempt has one deadline from its start (here cut to 2 s): it fails at the deadline, recorded."""
+    import time
+
+    from hotledger.webhooks import service
+
+    monkeypatch.setattr(service, "SEND_TIMEOUT_S", 2.0)
+    trickler = _Trickler(0.5, 12.0)
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    try:
+        from hotledger.runtime import webhooks
+
+        webhooks().store.update(int(endpoint["endpoint_id"]), url=f"http://127.0.0.1:{trickler.port}/hooks")
+        user_id = api.account(balance="10.00", deduct_type="SYNC")
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+        started = time.monotonic()
+        _send()
+        took = time.monotonic() - started
+        status, deliveries = api("GET", f"/webhook-endpoints/{endpoint['endpoint_id']}/deliveries")
+        (mine,) = [d for d in deliveries if d["user_id"] == user_id]
+        assert mine["state"] == "PENDING" and mine["attempts"] == 1 and "2 s" in mine["last_error"], mine
+        assert took < 6, took
+    finally:
+        trickler.close()
+        webhooks().delete(int(endpoint["endpoint_id"]))
+
+
+def test_a_410_disables_the_endpoint_and_its_events_wait_for_it(api, local_hooks):
+    """Issue 32 item 3. Failing first: a 410 Gone was retried like a 500 for 3 days. Now (Standard Webhooks) it
+    disables the endpoint: nothing more is sent to it; its events wait and go out, in order, once it is enabled."""
+    receiver = local_hooks(410)
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    path = f"/webhook-endpoints/{endpoint['endpoint_id']}"
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    for amount in ("1.00", "2.00"):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
+    _send()
+    assert api("GET", path)[1]["enabled"] is False
+    mine = {d["seq"]: d for d in api("GET", f"{path}/deliveries")[1] if d["user_id"] == user_id}
+    assert (mine[2]["state"], mine[2]["last_status"], mine[2]["attempts"]) == ("PENDING", 410, 1), mine
+    assert mine[3]["attempts"] == 0
+    tried = len(receiver.got)
+    _send()
+    assert len(receiver.got) == tried  # disabled: not tried again
+    receiver.status = 204
+    assert api("PATCH", path, {"enabled": True})[0] == 200
+    _send()
+    seqs = [e["data"]["seq"] for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id]
+    assert seqs[-2:] == [2, 3]
+
+
+@pytest.mark.parametrize("retry_after", ["120", "date"])
+def test_a_429s_retry_after_is_honoured(api, local_hooks, retry_after):
+    """Issue 32 item 3. Failing first: a 429 was retried after the usual backoff (2.5-5 s for the first retry) whatever
+    its Retry-After said. Now the next attempt is no earlier than Retry-After (seconds or an HTTP date)."""
+    import email.utils
+    import time
+
+    from hotledger.runtime import webhooks
+
+    receiver = local_hooks(429)
+    now_s = time.time()
+    receiver.headers["Retry-After"] = (
+        retry_after if retry_after != "date" else email.utils.formatdate(now_s + 120, usegmt=True)
+    )
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+    before = webhooks().clock()
+    _send()
+    status, deliveries = api("GET", f"/webhook-endpoints/{endpoint['endpoint_id']}/deliveries")
+    (mine,) = [d for d in deliveries if d["user_id"] == user_id]
+    assert (mine["state"], mine["last_status"]) == ("PENDING", 429), mine
+    assert mine["next_attempt_at"] >= before + 118_000, (mine["next_attempt_at"] - before, mine)

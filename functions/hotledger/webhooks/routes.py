@@ -180,10 +180,11 @@ DELIVERY = (
     "two space-separated signatures while a rotated secret overlaps): verify with any Standard Webhooks library, with a "
     "5-minute tolerance. Sent only once the change is durable in the DB, and for every such change of a subscribed type; "
     "in order per account per endpoint (`seq`, `prev_seq`: a gap is visible), at least once (de-duplicate on "
-    f"`event_id`). Any 2xx answer acknowledges; anything else, or no answer in {SEND_TIMEOUT_S:g} s, is retried with "
-    "exponential backoff "
-    "and jitter for 3 days, later events of that account waiting behind it; then the event is dead-lettered and the "
-    "endpoint flagged `failing` (operators replay it)."
+    f"`event_id`). Any 2xx answer acknowledges; anything else, or no status and headers within {SEND_TIMEOUT_S:g} s of "
+    "the attempt's start (one deadline for the whole attempt), is retried with exponential backoff and jitter for 3 "
+    "days (a 429's or 503's `Retry-After` honoured: never sooner), later events of that account waiting behind it; "
+    "then the event is dead-lettered and the endpoint flagged `failing` (operators replay it). A 410 disables the "
+    "endpoint: its events wait and go out once it is enabled again."
 )
 _HEADERS = [
     {"name": name, "in": "header", "required": True, "schema": {"type": "string"}, "description": text}

@@ -24,6 +24,8 @@ signed per Standard Webhooks 1.0, in order per account per endpoint, with retrie
 from __future__ import annotations
 
 import base64
+import contextlib
+import email.utils
 import hashlib
 import hmac
 import http.client
@@ -33,6 +35,7 @@ import re
 import secrets
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -47,7 +50,15 @@ from hotledger.webhooks.store import EndpointChange, WebhookStore, by_endpoint, 
 
 RETRY_FOR_MS = 3 * 86_400_000
 FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
-SEND_TIMEOUT_S = 5.0
+# One wall-clock deadline per attempt, from its start (name resolution, connect to each checked address in turn, TLS,
+# the request, the answer's head) to the answer's status: a receiver trickling bytes cannot stretch it. 15 s, the low
+# end of the 15-30 s Standard Webhooks suggests: receivers are told to acknowledge first and work afterwards, so a
+# receiver needing longer is broken for the purpose, and a hanging endpoint's worker is back within 15 s. An attempt
+# started less than 15 s before its run's end gets what is left, at least LAST_ATTEMPT_S (send_due: end_by), so every
+# attempt started ends, and is recorded, before the scheduled sender's own timeout (webhook_sender/app.py) without
+# leaving a long gap between runs.
+SEND_TIMEOUT_S = 15.0
+LAST_ATTEMPT_S = 5.0
 SEND_WORKERS = 16  # endpoints sent to at once
 ROTATION_OVERLAP_S = 86_400
 TOLERANCE_S = 300  # what receivers allow between webhook-timestamp and their clock (the standard's 5 minutes)
@@ -69,11 +80,25 @@ def signatures(event_id: str, timestamp: int, body: str, keys: list[str]) -> str
     )
 
 
-def next_attempt(attempts: int, now_ms: int, created_at: int) -> int | None:
-    """When to try again after `attempts` failed ones (exponential, full jitter on the upper half), or None past 3 days."""
+def next_attempt(attempts: int, now_ms: int, created_at: int, not_before: int = 0) -> int | None:
+    """When to try again after `attempts` failed ones (exponential, full jitter on the upper half; never before
+    not_before, a 429's Retry-After), or None past 3 days."""
     delay = min(LONGEST_RETRY_MS, FIRST_RETRY_MS * 2 ** min(attempts, 20))
-    at = now_ms + int(delay / 2 + random.random() * delay / 2)
+    at = max(not_before, now_ms + int(delay / 2 + random.random() * delay / 2))
     return at if at < created_at + RETRY_FOR_MS else None
+
+
+def retry_after_ms(value: str | None, now_ms: int) -> int:
+    """A Retry-After header (delay seconds or an HTTP date) as epoch ms; 0 when absent or unreadable."""
+    if not value:
+        return 0
+    value = value.strip()
+    if value.isdigit():
+        return now_ms + int(value) * 1000
+    try:
+        return int(email.utils.parsedate_to_datetime(value).timestamp() * 1000)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return 0
 
 
 class Resolve(Protocol):
@@ -217,8 +242,8 @@ class Webhooks:
         out. Each endpoint with due deliveries (WebhookStore.due: per account, its run of due ones from its first
         PENDING one, `batch` in all) gets a worker of its own and is looked at again as soon as that worker is done,
         while the other endpoints go on: a slow or hanging endpoint holds back only its own events. Returns counts of
-        delivered, retried and dead-lettered."""
-        counts = {"delivered": 0, "retried": 0, "dead": 0}
+        delivered, retried, dead-lettered and disabled (an endpoint answering 410 Gone is disabled)."""
+        counts = {"delivered": 0, "retried": 0, "dead": 0, "disabled": 0}
         stop_at = time.monotonic() + seconds
         busy: dict[Future[list[str]], int] = {}  # a worker -> its endpoint
         with ThreadPoolExecutor(max_workers=SEND_WORKERS) as pool:
@@ -249,23 +274,29 @@ class Webhooks:
     def _send_endpoint(self, endpoint: Endpoint, deliveries: list[Delivery], stop_at: float) -> list[str]:
         """The endpoint's deliveries, account by account, each account's run one after another in its order until one
         fails (retried or dead-lettered): the rest of that run stays PENDING, untouched, behind it. None starts past
-        stop_at (those stay due)."""
+        stop_at (those stay due); each ends by the earlier of its SEND_TIMEOUT_S and stop_at + LAST_ATTEMPT_S."""
         outcomes: list[str] = []
         for run in runs(deliveries):
             for d in run:
                 if time.monotonic() >= stop_at:
                     return outcomes
-                outcomes.append(self._send(endpoint, d))
+                outcomes.append(self._send(endpoint, d, stop_at + LAST_ATTEMPT_S))
+                if outcomes[-1] == "disabled":
+                    return outcomes  # 410 Gone: nothing more to this endpoint until it is enabled again
                 if outcomes[-1] != "delivered":
                     break
         return outcomes
 
-    def _send(self, endpoint: Endpoint, d: Delivery) -> str:
+    def _send(self, endpoint: Endpoint, d: Delivery, end_by: float) -> str:
         now = self.clock()
         timestamp = now // 1000
-        status, error = None, ""
+        started = time.monotonic()
+        deadline = min(started + SEND_TIMEOUT_S, end_by)
+        status, error, retry_after = None, "", None
         try:
-            addresses = check_url(endpoint.url, self.allow_local)  # again: DNS can change after registration
+            # checked again (DNS can change after registration), within the attempt's deadline
+            resolving = _RESOLVING.submit(check_url, endpoint.url, self.allow_local)
+            addresses = resolving.result(timeout=max(0.0, deadline - time.monotonic()))
             headers = {
                 "content-type": "application/json",
                 "webhook-id": d.event_id,
@@ -273,49 +304,92 @@ class Webhooks:
                 "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
                 "user-agent": "hotledger-webhooks/1",
             }
-            status = _post(endpoint.url, addresses, d.payload.encode(), headers, SEND_TIMEOUT_S)
+            status, retry_after = _post(endpoint.url, addresses, d.payload.encode(), headers, deadline)
         except errors.InvalidWebhookUrl as exc:
             error = exc.message
+        except TimeoutError:
+            error = f"no answer within {deadline - started:.3g} s (one deadline for the whole attempt)"
         except Exception as exc:  # any error of one attempt (BadStatusLine, InvalidURL, ...) is its failure
             error = _describe(exc)
         if status is not None and 200 <= status < 300:
             self.store.delivered(d, status, self.clock())
             return "delivered"
-        retry_at = next_attempt(d.attempts, self.clock(), d.created_at)
+        if status == 410:  # Gone (Standard Webhooks): the endpoint is disabled; this event waits for it with the rest
+            self.store.gone(d, "HTTP 410: the endpoint is gone, disabled (enable it to send again)")
+            return "disabled"
+        now = self.clock()
+        not_before = retry_after_ms(retry_after, now) if status in (429, 503) else 0
+        retry_at = next_attempt(d.attempts, now, d.created_at, not_before)
         self.store.failed(d, status, error or f"HTTP {status}", retry_at)
         return "retried" if retry_at else "dead"
 
 
+_RESOLVING = ThreadPoolExecutor(max_workers=SEND_WORKERS, thread_name_prefix="webhook-dns")  # bounded by the deadline
 _TLS = ssl.create_default_context()  # the certificate is checked against the url's host name (and SNI names it)
 
 
-def _post(url: str, addresses: list[str], body: bytes, headers: dict[str, str], timeout_s: float) -> int:
+def _post(
+    url: str, addresses: list[str], body: bytes, headers: dict[str, str], deadline: float
+) -> tuple[int, str | None]:
     """POSTs to the url's host name at one of `addresses` (those check_url checked, tried in turn), never at another
     address the name may resolve to by now; TLS still names and verifies the host name. No redirect is followed (a 3xx
-    is a failed attempt: it could lead where the check refused). Returns the answer's status."""
+    is a failed attempt: it could lead where the check refused). All of it by `deadline` (time.monotonic()): then the
+    socket is shut, whatever the receiver is sending (TimeoutError). Returns the answer's status and Retry-After."""
     parts = urlsplit(url)
     host, port = str(parts.hostname), parts.port or (443 if parts.scheme == "https" else 80)
+    left = max(0.001, deadline - time.monotonic())
     conn = (
-        http.client.HTTPSConnection(host, port, timeout=timeout_s, context=_TLS)
+        http.client.HTTPSConnection(host, port, timeout=left, context=_TLS)
         if parts.scheme == "https"
-        else http.client.HTTPConnection(host, port, timeout=timeout_s)
+        else http.client.HTTPConnection(host, port, timeout=left)
     )
+    opened: list[socket.socket] = []
+    expired = threading.Event()
 
     def pinned(address: tuple[str, int], timeout: float, source: tuple[str, int] | None = None) -> socket.socket:
         failure: OSError = OSError(f"{host} has no address to connect to")
         for ip in addresses:
+            if expired.is_set() or time.monotonic() >= deadline:
+                raise TimeoutError
             try:
-                return socket.create_connection((ip, port), timeout, source)
+                sock = socket.create_connection((ip, port), max(0.001, deadline - time.monotonic()), source)
             except OSError as exc:
                 failure = exc
+                continue
+            opened.append(sock)
+            if expired.is_set():  # the deadline passed while connecting
+                _shut(sock)
+                raise TimeoutError
+            return sock
         raise failure
 
+    def expire() -> None:
+        expired.set()
+        for sock in opened:
+            _shut(sock)  # wakes the worker blocked on it: the attempt ends now
+
     conn._create_connection = pinned  # type: ignore[attr-defined]  # http.client's own hook for opening the socket
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+    timer.daemon = True
+    timer.start()
     try:
         conn.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body, headers)
-        return conn.getresponse().status
+        answer = conn.getresponse()
+        if expired.is_set():  # the shut socket read as the end of the head: an answer cut off, not one given
+            raise TimeoutError
+        return answer.status, answer.getheader("retry-after")
+    except Exception:
+        if expired.is_set():
+            raise TimeoutError from None
+        raise
     finally:
+        timer.cancel()
         conn.close()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _describe(exc: BaseException) -> str:

@@ -242,6 +242,17 @@ class WebhookStore:
             if next_attempt_at is None:
                 cur.execute("UPDATE t_webhook_endpoint SET failing = 1 WHERE id = %s", (d.endpoint_id,))
 
+    def gone(self, d: Delivery, error: str) -> None:
+        """The endpoint answered 410 Gone: the attempt counted, the delivery PENDING as it was (it goes out, first of
+        its account, once the endpoint is enabled again) and the endpoint disabled."""
+        with db.transaction() as cur:
+            cur.execute(
+                "UPDATE t_webhook_delivery SET attempts = attempts + 1, last_status = 410, last_error = %s"
+                " WHERE endpoint_id = %s AND user_id = %s AND seq = %s AND event_id = %s",
+                (error[:500], d.endpoint_id, d.user_id, d.seq, d.event_id),
+            )
+            cur.execute("UPDATE t_webhook_endpoint SET enabled = 0 WHERE id = %s", (d.endpoint_id,))
+
     def deliveries(self, endpoint_id: int, state: str | None, limit: int) -> list[Delivery]:
         where = "WHERE endpoint_id = %s"
         args: list[int | str] = [endpoint_id]
