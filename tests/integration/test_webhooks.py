@@ -709,3 +709,41 @@ def test_a_429s_retry_after_is_honoured(api, local_hooks, retry_after):
     (mine,) = [d for d in deliveries if d["user_id"] == user_id]
     assert (mine["state"], mine["last_status"]) == ("PENDING", 429), mine
     assert mine["next_attempt_at"] >= before + 118_000, (mine["next_attempt_at"] - before, mine)
+
+
+def test_a_slow_endpoint_with_200_due_accounts_never_fills_every_look_at_what_is_due(api, local_hooks):
+    """Issue 32 item 2. Failing first: `due` sorted every endpoint's runs together (LIMIT 200) and dropped busy
+    endpoints afterwards, so a hanging endpoint with 200+ due accounts (older, so first) filled every look: the healthy
+    endpoint got nothing while the hanging one's worker went through its 200 accounts, a deadline each. Now each
+    endpoint has a fair share of a look by construction (round-robin over endpoints, busy ones left out in the query):
+    the healthy endpoint's events go out at once."""
+    import threading
+    import time
+
+    from helpers import LocalService
+    from hotledger.runtime import webhooks
+
+    release = threading.Event()
+    hanging, healthy = local_hooks(hold=release), local_hooks()
+    stuck = _endpoint(api, hanging.url, ["recharge.persisted"])
+    for _ in range(210):  # 210 accounts, each with a due recharge.persisted for the hanging endpoint
+        api.account(balance="1.00", deduct_type="SYNC")
+    working = _endpoint(api, healthy.url, ["charge.persisted"])
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    for amount in ("1.00", "2.00"):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
+    due = webhooks().store.due(webhooks().clock(), 200)
+    assert {d.endpoint_id for d in due} >= {int(stuck["endpoint_id"]), int(working["endpoint_id"])}
+    sender = threading.Thread(target=webhooks().send_due, kwargs={"batch": 200, "seconds": 8, "idle_wait_s": 0.2})
+    started = time.monotonic()
+    sender.start()
+    try:
+
+        def healthy_seqs():
+            return [e["data"]["seq"] for e in healthy.events(working["secret"]) if e["data"]["user_id"] == user_id]
+
+        LocalService.wait_until(lambda: healthy_seqs() == [2, 3] or not sender.is_alive(), 30, "the healthy sends")
+        assert healthy_seqs() == [2, 3] and time.monotonic() - started < 5
+    finally:
+        release.set()
+        sender.join()

@@ -249,7 +249,9 @@ class Webhooks:
         with ThreadPoolExecutor(max_workers=SEND_WORKERS) as pool:
             while time.monotonic() < stop_at:
                 due = {
-                    e: d for e, d in by_endpoint(self.store.due(self.clock(), batch)).items() if e not in busy.values()
+                    e: d
+                    for e, d in by_endpoint(self.store.due(self.clock(), batch, set(busy.values()))).items()
+                    if e not in busy.values()
                 }
                 endpoints = {e.endpoint_id: e for e in self.store.endpoints() if e.endpoint_id in due}
                 for endpoint_id, deliveries in due.items():

@@ -4,7 +4,7 @@ of the booking transaction that writes a delivery for each subscribed endpoint."
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
@@ -68,21 +68,27 @@ _DELIVERY = (
 )
 
 
-# One pass over the PENDING rows of enabled endpoints (idx_delivery_run: the index alone, no payload read), numbered
-# per (endpoint, account) in (seq, sub_seq) order, with a running count of those not due yet: a row is in its account's
-# run while that count is 0. Then the payloads of at most `limit` of them, round-robin over the runs.
+# One pass over the PENDING rows of enabled endpoints not busy now (idx_delivery_run: the index alone, no payload read),
+# numbered per (endpoint, account) in (seq, sub_seq) order (n), with a running count of those not due yet: a row is in
+# its account's run while that count is 0. Those rows are ranked per endpoint (k: every account's first, then every
+# account's second, ...), and a look takes the k-th row of every endpoint before any endpoint's (k+1)-th: each
+# endpoint's share of the `limit` is fair by construction (an endpoint with 200+ due accounts takes 1/E of a look with
+# E endpoints due, not all of it), and each run taken is a prefix of its account's. Then the payloads of those rows.
 _RUNS = (
     "SELECT d.endpoint_id, d.user_id, d.seq, d.prev_seq, d.event_id, d.type, d.payload, d.state, d.attempts,"
     " d.next_attempt_at, d.last_status, d.last_error, d.created_at, d.delivered_at FROM ("
-    "SELECT p.endpoint_id, p.user_id, p.seq, p.sub_seq,"
+    "SELECT r.endpoint_id, r.user_id, r.seq, r.sub_seq,"
+    " ROW_NUMBER() OVER (PARTITION BY r.endpoint_id ORDER BY r.n, r.next_attempt_at, r.user_id) AS k FROM ("
+    "SELECT p.endpoint_id, p.user_id, p.seq, p.sub_seq, p.next_attempt_at,"
     " ROW_NUMBER() OVER (PARTITION BY p.endpoint_id, p.user_id ORDER BY p.seq, p.sub_seq) AS n,"
     " SUM(p.next_attempt_at > %s) OVER (PARTITION BY p.endpoint_id, p.user_id ORDER BY p.seq, p.sub_seq"
     " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS waiting"
     " FROM t_webhook_delivery p JOIN t_webhook_endpoint e ON e.id = p.endpoint_id AND e.enabled = 1 AND e.deleted = 0"
-    " WHERE p.state = 'PENDING') r"
-    " JOIN t_webhook_delivery d ON d.endpoint_id = r.endpoint_id AND d.user_id = r.user_id AND d.seq = r.seq"
-    " AND d.sub_seq = r.sub_seq"
-    " WHERE r.waiting = 0 AND r.n <= %s ORDER BY r.n, d.next_attempt_at, d.endpoint_id, d.user_id LIMIT %s"
+    " WHERE p.state = 'PENDING'{busy}) r"
+    " WHERE r.waiting = 0 AND r.n <= %s) f"
+    " JOIN t_webhook_delivery d ON d.endpoint_id = f.endpoint_id AND d.user_id = f.user_id AND d.seq = f.seq"
+    " AND d.sub_seq = f.sub_seq"
+    " WHERE f.k <= %s ORDER BY f.k, f.endpoint_id LIMIT %s"
 )
 
 
@@ -208,11 +214,15 @@ class WebhookStore:
         )
 
     # deliveries ---------------------------------------------------------------------------------------------------
-    def due(self, now_ms: int, limit: int) -> list[Delivery]:
-        """Per enabled endpoint and account, the run of PENDING deliveries from the account's first PENDING one up to
-        (not including) the first one not due yet, in (seq, sub_seq) order; at most `limit` in all, taken round-robin
-        (every run's first one, then every run's second, ...), so each run returned is a prefix of its account's."""
-        return [Delivery(*row) for row in db.query(_RUNS, (now_ms, limit, limit))]
+    def due(self, now_ms: int, limit: int, busy: Collection[int] = ()) -> list[Delivery]:
+        """Per enabled endpoint (but those in `busy`, being sent to now) and account, the run of PENDING deliveries
+        from the account's first PENDING one up to (not including) the first one not due yet, in (seq, sub_seq)
+        order; at most `limit` in all, taken round-robin over the endpoints and, within one, over its accounts' runs
+        (every run's first one, then every run's second, ...): each endpoint gets a fair share of the look and each
+        run returned is a prefix of its account's."""
+        skip = sorted(busy)
+        sql = _RUNS.format(busy=f" AND p.endpoint_id NOT IN ({','.join(['%s'] * len(skip))})" if skip else "")
+        return [Delivery(*row) for row in db.query(sql, (now_ms, *skip, limit, limit, limit))]
 
     def delivered(self, d: Delivery, status: int, now_ms: int) -> None:
         db.execute(
