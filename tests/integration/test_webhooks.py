@@ -673,6 +673,8 @@ def test_a_410_disables_the_endpoint_and_its_events_wait_for_it(api, local_hooks
         assert api("POST", f"/accounts/{user_id}/deduct", {"amount": amount})[0] == 200
     _send()
     assert api("GET", path)[1]["enabled"] is False
+    (disabled,) = [line for line in _logged(api, endpoint["endpoint_id"]) if line["action"].startswith("disable.")]
+    assert disabled["actor"] == "webhook-sender" and disabled["detail"]["reason"] == "HTTP 410 Gone"
     mine = {d["seq"]: d for d in api("GET", f"{path}/deliveries")[1] if d["user_id"] == user_id}
     assert (mine[2]["state"], mine[2]["last_status"], mine[2]["attempts"]) == ("PENDING", 410, 1), mine
     assert mine[3]["attempts"] == 0
@@ -747,3 +749,62 @@ def test_a_slow_endpoint_with_200_due_accounts_never_fills_every_look_at_what_is
     finally:
         release.set()
         sender.join()
+
+
+def _logged(api, endpoint_id):
+    return [
+        line
+        for line in reversed(api("GET", "/ops/log?limit=200")[1])
+        if line["action"].endswith(".webhook-endpoint") and line["detail"].get("endpoint_id") == endpoint_id
+    ]
+
+
+def test_every_change_of_an_endpoint_is_in_the_operators_log_with_its_actor(api, local_hooks):
+    """Issue 32 item 6. Failing first: only replays reached t_ops_log; create, a URL change, a secret rotation and a
+    delete did not. Now each is a line with the caller (the token's subject) and what changed, never a secret."""
+    receiver, other = local_hooks(), local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    endpoint_id, path = endpoint["endpoint_id"], f"/webhook-endpoints/{endpoint['endpoint_id']}"
+    assert api("PATCH", path, {"url": other.url, "enabled": False})[0] == 200
+    status, rotated = api("POST", f"{path}/rotate-secret", {"overlap_s": 0})
+    assert status == 200
+    assert api("DELETE", path)[0] == 204
+    lines = _logged(api, endpoint_id)
+    assert [line["action"] for line in lines] == [
+        "create.webhook-endpoint",
+        "update.webhook-endpoint",
+        "rotate-secret.webhook-endpoint",
+        "delete.webhook-endpoint",
+    ]
+    assert all(line["actor"] and line["actor"] != "unknown" for line in lines)
+    assert lines[0]["detail"]["url"] == receiver.url and lines[0]["detail"]["owner"] == "operator"
+    assert (lines[1]["detail"]["url"], lines[1]["detail"]["enabled"]) == (other.url, False)
+    assert lines[2]["detail"]["overlap_s"] == 0
+    text = json.dumps(lines)
+    assert endpoint["secret"] not in text and rotated["secret"] not in text
+
+
+def test_a_service_may_not_change_an_endpoint_an_operator_created(local_hooks):
+    """Issue 32 item 6. Failing first: a service caller could repoint, rotate (overlap 0), replay or delete an endpoint
+    an operator created. Now an operator's endpoint is changed by operators only (services read it); a service's
+    endpoint by services and operators."""
+    receiver, other = local_hooks(), local_hooks()
+    operator, service = Api(scopes=("admin",)), Api(scopes=("service",))
+    theirs = _endpoint(operator, receiver.url, ["charge.persisted"])
+    path = f"/webhook-endpoints/{theirs['endpoint_id']}"
+    assert theirs["owner"] == "operator"
+    assert service("GET", path)[0] == 200
+    for method, route, body in (
+        ("PATCH", path, {"url": other.url}),
+        ("POST", f"{path}/rotate-secret", {"overlap_s": 0}),
+        ("POST", f"{path}/replay", {}),
+        ("DELETE", path, None),
+    ):
+        status, answer = service(method, route, body)
+        assert (status, answer["error"]["code"]) == (403, "FORBIDDEN"), (method, route, answer)
+    assert operator("GET", path)[1]["url"] == receiver.url
+    mine = _endpoint(service, other.url, ["charge.persisted"])
+    assert mine["owner"] == "service"
+    assert service("PATCH", f"/webhook-endpoints/{mine['endpoint_id']}", {"description": "s"})[0] == 200
+    assert operator("PATCH", f"/webhook-endpoints/{mine['endpoint_id']}", {"description": "o"})[0] == 200
+    assert operator("DELETE", path)[0] == 204

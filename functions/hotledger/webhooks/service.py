@@ -170,11 +170,25 @@ class Webhooks:
         self.store, self.allow_local, self.clock = store, allow_local, clock
 
     # endpoints ----------------------------------------------------------------------------------------------------
-    def create(self, url: str, event_types: list[str], description: str) -> tuple[Endpoint, str]:
+    def create(
+        self, url: str, event_types: list[str], description: str, operator: bool = True, actor: str = ""
+    ) -> tuple[Endpoint, str]:
+        """Registers an endpoint; one an operator creates (operator) only operators may change (changeable)."""
         check_url(url, self.allow_local)
         types = _types(event_types)
         secret = new_secret()
-        return self.get(self.store.create(url, types, description, secret, self.clock())), secret
+        endpoint_id = self.store.create(url, types, description, secret, self.clock(), operator, actor)
+        return self.get(endpoint_id), secret
+
+    def changeable(self, endpoint_id: int, operator: bool) -> Endpoint:
+        """The endpoint, if this caller may change it: an operator's endpoint only by operators (a service caller gets
+        403 FORBIDDEN), a service's by services and operators."""
+        endpoint = self.get(endpoint_id)
+        if endpoint.operator_owned and not operator:
+            raise errors.Forbidden(
+                f"webhook endpoint {endpoint_id} was created by an operator: only operators change it"
+            )
+        return endpoint
 
     def get(self, endpoint_id: int) -> Endpoint:
         found = self.store.endpoint(endpoint_id)
@@ -317,7 +331,7 @@ class Webhooks:
             self.store.delivered(d, status, self.clock())
             return "delivered"
         if status == 410:  # Gone (Standard Webhooks): the endpoint is disabled; this event waits for it with the rest
-            self.store.gone(d, "HTTP 410: the endpoint is gone, disabled (enable it to send again)")
+            self.store.gone(d, "HTTP 410: the endpoint is gone, disabled (enable it to send again)", self.clock())
             return "disabled"
         now = self.clock()
         not_before = retry_after_ms(retry_after, now) if status in (429, 503) else 0

@@ -3,6 +3,7 @@ of the booking transaction that writes a delivery for each subscribed endpoint."
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ class Endpoint:
     enabled: bool
     failing: bool
     created_at: int
+    operator_owned: bool = False  # created by an operator: only operators change it
+    created_by: str = ""
 
     def secrets(self, now_ms: int) -> list[str]:
         """The secrets a delivery is signed with now: the current one, and the previous one during its overlap."""
@@ -60,7 +63,7 @@ class Delivery:
 
 _ENDPOINT = (
     "SELECT id, url, event_types, description, secret, previous_secret, previous_until, enabled, failing,"
-    " created_at FROM t_webhook_endpoint"
+    " created_at, operator_owned, created_by FROM t_webhook_endpoint"
 )
 _DELIVERY = (
     "SELECT endpoint_id, user_id, seq, prev_seq, event_id, type, payload, state, attempts, next_attempt_at,"
@@ -104,7 +107,7 @@ class EndpointChange(TypedDict, total=False):
 
 
 def _endpoint(row: tuple[Any, ...]) -> Endpoint:
-    id_, url, types, description, secret, previous, until, enabled, failing, created = row
+    id_, url, types, description, secret, previous, until, enabled, failing, created, by_operator, created_by = row
     return Endpoint(
         id_,
         url,
@@ -116,6 +119,8 @@ def _endpoint(row: tuple[Any, ...]) -> Endpoint:
         bool(enabled),
         bool(failing),
         created,
+        bool(by_operator),
+        created_by,
     )
 
 
@@ -172,12 +177,21 @@ def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) ->
 
 class WebhookStore:
     # endpoints ----------------------------------------------------------------------------------------------------
-    def create(self, url: str, event_types: list[str], description: str, secret: str, now_ms: int) -> int:
+    def create(
+        self,
+        url: str,
+        event_types: list[str],
+        description: str,
+        secret: str,
+        now_ms: int,
+        operator_owned: bool = False,
+        created_by: str = "",
+    ) -> int:
         with db.transaction() as cur:
             cur.execute(
-                "INSERT INTO t_webhook_endpoint (url, event_types, description, secret, created_at)"
-                " VALUES (%s, %s, %s, %s, %s)",
-                (url, ",".join(event_types), description, secret, now_ms),
+                "INSERT INTO t_webhook_endpoint (url, event_types, description, secret, created_at, operator_owned,"
+                " created_by) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (url, ",".join(event_types), description, secret, now_ms, int(operator_owned), created_by[:200]),
             )
             return int(cur.lastrowid)
 
@@ -252,7 +266,7 @@ class WebhookStore:
             if next_attempt_at is None:
                 cur.execute("UPDATE t_webhook_endpoint SET failing = 1 WHERE id = %s", (d.endpoint_id,))
 
-    def gone(self, d: Delivery, error: str) -> None:
+    def gone(self, d: Delivery, error: str, now_ms: int) -> None:
         """The endpoint answered 410 Gone: the attempt counted, the delivery PENDING as it was (it goes out, first of
         its account, once the endpoint is enabled again) and the endpoint disabled."""
         with db.transaction() as cur:
@@ -262,6 +276,15 @@ class WebhookStore:
                 (error[:500], d.endpoint_id, d.user_id, d.seq, d.event_id),
             )
             cur.execute("UPDATE t_webhook_endpoint SET enabled = 0 WHERE id = %s", (d.endpoint_id,))
+            cur.execute(  # a change of the endpoint, in the operators' log like the others (ops/store.py's shape)
+                "INSERT INTO t_ops_log (actor, action, detail, created_at) VALUES (%s, %s, %s, %s)",
+                (
+                    "webhook-sender",
+                    "disable.webhook-endpoint",
+                    json.dumps({"endpoint_id": str(d.endpoint_id), "enabled": False, "reason": "HTTP 410 Gone"}),
+                    now_ms,
+                ),
+            )
 
     def deliveries(self, endpoint_id: int, state: str | None, limit: int) -> list[Delivery]:
         where = "WHERE endpoint_id = %s"
