@@ -8,7 +8,7 @@ import json
 import pytest
 from standardwebhooks import Webhook
 
-from helpers import Api, invoke_writer, ledger_records
+from helpers import Api, RawReceiver, invoke_writer, ledger_records
 
 
 def _endpoint(api, url, types):
@@ -302,42 +302,6 @@ def test_endpoint_management_and_its_refusals(api, local_hooks):
     assert Api(user_id=1, scopes=())("GET", "/webhook-endpoints")[0] == 403
 
 
-class _RawServer:
-    """A TCP server on 127.0.0.1 that reads a request's head and answers `reply` as is (garbage, for a receiver that
-    does not speak HTTP); counts the connections it accepted."""
-
-    def __init__(self, reply: bytes):
-        import socket
-        import threading
-
-        self.reply, self.accepted = reply, 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        import contextlib
-
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            with conn, contextlib.suppress(OSError):
-                conn.settimeout(5)
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    head += chunk
-                conn.sendall(self.reply)
-
-    def close(self):
-        self.sock.close()
-
-
 GARBAGE = {
     "BadStatusLine": b"HELLO\r\n",
     "LineTooLong": b"HTTP/1.1 200 " + b"x" * 70_000 + b"\r\n\r\n",
@@ -351,7 +315,7 @@ def test_any_error_of_one_attempt_is_that_attempts_failure_and_never_ends_the_se
     ended send_due: no attempt recorded. Now each is a failed attempt of that delivery; the healthy endpoint gets all."""
     healthy = local_hooks()
     working = _endpoint(api, healthy.url, ["charge.persisted"])
-    servers = {name: _RawServer(reply) for name, reply in GARBAGE.items()}
+    servers = {name: RawReceiver(reply) for name, reply in GARBAGE.items()}
     try:
         broken = {
             name: _endpoint(api, f"http://127.0.0.1:{s.port}/hooks", ["charge.persisted"])
@@ -440,7 +404,7 @@ def test_a_rebinding_host_name_never_reaches_a_private_address(api, local_hooks,
             raise ConnectionRefusedError(111, "Connection refused")
         return connect(address, *args, **kwargs)
 
-    inside = _RawServer(b"HTTP/1.1 204 No Content\r\n\r\n")  # a private service the name rebinds to
+    inside = RawReceiver(b"HTTP/1.1 204 No Content\r\n\r\n")  # a private service the name rebinds to
     receiver = local_hooks()
     endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
     try:
@@ -605,7 +569,7 @@ def test_two_monitor_crossings_of_one_entry_are_two_events(api, local_hooks):
     assert len({e["data"]["event_id"] for e in events}) == 3
 
 
-class _Trickler(_RawServer):
+class _Trickler(RawReceiver):
     """A receiver that answers its status line at once, then one header line every `every_s`, for `for_s`."""
 
     def __init__(self, every_s: float, for_s: float):
