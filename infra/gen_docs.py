@@ -75,8 +75,9 @@ ERROR_WHEN = {
     "NOT_REFUNDABLE": "the service's own charges (a red packet's debit, a payment order's charge) are given back by "
     "their own lifecycle, not by a refund",
     "WEBHOOK_ENDPOINT_NOT_FOUND": "no such webhook endpoint",
-    "INVALID_WEBHOOK_URL": "not https (http://127.0.0.1 only with `WEBHOOK_ALLOW_LOCAL`), credentials in it, or a host "
-    "resolving to a private, loopback, link-local or metadata address",
+    "INVALID_WEBHOOK_URL": "not https (http://127.0.0.1 only with `WEBHOOK_ALLOW_LOCAL`), credentials in it, a character "
+    "an HTTP request cannot carry (non-ASCII, a space or a control character: percent-encode the path and query), or a "
+    "host resolving to a private, loopback, link-local or metadata address",
     "MONITOR_NOT_FOUND": "no such balance monitor on this account",
     "INVALID_MONITOR": "a re-arm line on the wrong side of the alert's, or more than 20 monitors on an account",
     "INVALID_CURSOR": "a cursor not handed out for this account and these filters",

@@ -1,7 +1,8 @@
 """EventBridge-scheduled webhook sender (rate 1 minute, 60 s timeout): sends the due deliveries the writer and the SYNC
 path wrote with their bookings (hotledger.webhooks), in order per account per endpoint, until shortly before its
 timeout. In the VPC (it reads the DB); the endpoints are reached through the VPC's NAT (PrivateEgress=nat).
-Metrics: WebhooksDelivered, WebhooksRetried, WebhooksDeadLettered (alarm on > 0: an endpoint failed for 3 days)."""
+Metrics: WebhooksDelivered, WebhooksRetried, WebhooksDeadLettered (alarm on > 0: an endpoint failed for 3 days),
+WebhookEndpointsDisabled (an endpoint answered 410 Gone)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ if TYPE_CHECKING:
 logger = observability.logger()
 metrics = observability.metrics()
 tracer = observability.tracer()
-STOP_BEFORE_TIMEOUT_MS = 8000  # no send starts later, and one lasts SEND_TIMEOUT_S (5 s) at most
+# no attempt starts later; those in flight end LAST_ATTEMPT_S (5 s) after it at the latest (their deadline, otherwise
+# SEND_TIMEOUT_S, is cut to that), leaving 5 s to record them and flush the metrics
+STOP_BEFORE_TIMEOUT_MS = 10_000
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -27,6 +30,7 @@ STOP_BEFORE_TIMEOUT_MS = 8000  # no send starts later, and one lasts SEND_TIMEOU
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     seconds = max(1.0, (context.get_remaining_time_in_millis() - STOP_BEFORE_TIMEOUT_MS) / 1000)
     counts = webhooks().send_due(seconds=seconds, idle_wait_s=1.0)  # a new event goes out within about a second
+    metrics.add_metric(name="WebhookEndpointsDisabled", unit=MetricUnit.Count, value=counts["disabled"])
     metrics.add_metric(name="WebhooksDelivered", unit=MetricUnit.Count, value=counts["delivered"])
     metrics.add_metric(name="WebhooksRetried", unit=MetricUnit.Count, value=counts["retried"])
     metrics.add_metric(name="WebhooksDeadLettered", unit=MetricUnit.Count, value=counts["dead"])

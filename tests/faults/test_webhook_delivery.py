@@ -1,8 +1,11 @@
 """Issue 21: webhooks through real faults. Charges keep coming while the receiver is down (connections refused),
 answers 500s, hangs, then answers slowly, the sending process (the local runtime's scheduled WebhookSenderFunction) is
-SIGKILLed and started again, the broker is killed and Redis paused. Afterwards every booked change of a subscribed type has reached the receiver, signed (checked
-with the `standardwebhooks` package), at least once; de-duplicated by event_id, each account's events arrived in seq
-order with no gap, each naming the previous one as its prev_seq."""
+SIGKILLed and started again, the broker is killed and Redis paused. Beside it (issue 32): an endpoint whose server
+answers garbage (not HTTP), a blackholed one (it never answers: each attempt runs to its deadline), and one disabled
+while charges are booked and enabled again. Afterwards every booked change of a subscribed type has reached the
+receiver and the disabled-then-enabled one, signed (checked with the `standardwebhooks` package), at least once;
+de-duplicated by event_id, each account's events arrived in seq order with no gap, each naming the previous one as its
+prev_seq; the garbage and blackholed endpoints' deliveries are recorded failed attempts, still PENDING."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import time
 from standardwebhooks import Webhook
 
 from faults.test_faults import _account, stack  # noqa: F401 (fixture)
-from helpers import LocalService, Receiver
+from helpers import LocalService, RawReceiver, Receiver
 
 TYPES = ("charge.persisted", "recharge.persisted")
 
@@ -57,11 +60,21 @@ def _booked(servers, accounts: list[int]) -> dict[int, list[int]]:
 def test_every_event_arrives_in_order_once_deduplicated_through_kills_and_a_failing_receiver(stack):  # noqa: F811
     api = stack.service("hooks-api", "--no-schedules").start()  # the API and the writer
     sender = stack.service("hooks-sender-1", "--no-api", "--no-msk").start(wait_http=False)  # the scheduled functions
-    receiver = Receiver(500)
+    receiver, paused = Receiver(500), Receiver()
+    garbage, blackhole = RawReceiver(b"HELLO\r\n"), RawReceiver(None)
     hang = threading.Event()
     try:
         status, endpoint = api.request("POST", "/webhook-endpoints", {"url": receiver.url, "event_types": list(TYPES)})
         assert status == 201, endpoint
+        bad = []
+        for server in (garbage, blackhole):
+            status, body = api.request("POST", "/webhook-endpoints", {"url": server.url, "event_types": list(TYPES)})
+            assert status == 201, body
+            bad.append(body["endpoint_id"])
+        status, disabled = api.request("POST", "/webhook-endpoints", {"url": paused.url, "event_types": list(TYPES)})
+        assert status == 201, disabled
+        path = f"/webhook-endpoints/{disabled['endpoint_id']}"
+        assert api.request("PATCH", path, {"enabled": False})[0] == 200
         accounts = [_account(api, "100.00") for _ in range(3)]
         stop = threading.Event()
         clients = threading.Thread(target=_charges, args=(api, accounts, stop))
@@ -71,6 +84,7 @@ def test_every_event_arrives_in_order_once_deduplicated_through_kills_and_a_fail
             time.sleep(3)
             receiver.up()  # answering 500s: retried with backoff
             time.sleep(3)
+            assert api.request("PATCH", path, {"enabled": True})[0] == 200  # what it missed goes out now
             receiver.hold = hang  # now it hangs: each attempt times out
             time.sleep(3)
             sender.kill()  # the sender dies mid-send
@@ -91,20 +105,40 @@ def test_every_event_arrives_in_order_once_deduplicated_through_kills_and_a_fail
             pending = [api.request("GET", f"/accounts/{u}")[1].get("pending_orders") for u in accounts]
             if any(pending):
                 return False  # still on their way to the DB
-            booked, arrived = _booked(stack, accounts), _arrived(receiver, endpoint["secret"])
-            return all([e["seq"] for e in arrived.get(u, [])] == booked.get(u, []) for u in accounts)
+            booked = _booked(stack, accounts)
+            return all(
+                [e["seq"] for e in _arrived(r, secret).get(u, [])] == booked.get(u, [])
+                for r, secret in ((receiver, endpoint["secret"]), (paused, disabled["secret"]))
+                for u in accounts
+            )
 
         LocalService.wait_until(all_booked_changes_arrived, 180, "every booked change delivered", 1.0)
-        booked, arrived = _booked(stack, accounts), _arrived(receiver, endpoint["secret"])
-        for user_id in accounts:
-            events = arrived[user_id]
-            assert [e["seq"] for e in events] == booked[user_id]  # in order, no gap, each once after de-duplication
-            assert [e["prev_seq"] for e in events] == [None, *booked[user_id][:-1]]
+        booked = _booked(stack, accounts)
+        for r, secret in ((receiver, endpoint["secret"]), (paused, disabled["secret"])):
+            arrived = _arrived(r, secret)
+            for user_id in accounts:
+                events = arrived[user_id]
+                assert [e["seq"] for e in events] == booked[user_id]  # in order, no gap, once after de-duplication
+                assert [e["prev_seq"] for e in events] == [None, *booked[user_id][:-1]]
+        arrived = _arrived(receiver, endpoint["secret"])
+
+        def tried(endpoint_id: str) -> list[tuple]:  # (newest first, the API's page would show the untried ones)
+            return stack.sql(
+                "SELECT state, last_error FROM t_webhook_delivery WHERE endpoint_id = %s AND attempts > 0",
+                (int(endpoint_id),),
+            )
+
+        for endpoint_id in bad:  # each attempt a recorded failure (a blackholed one at its 15 s deadline)
+            LocalService.wait_until(lambda e=endpoint_id: tried(e), 60, f"an attempt of endpoint {endpoint_id}", 1.0)
+            assert all(state == "PENDING" and error for state, error in tried(endpoint_id)), tried(endpoint_id)
         repeats = len(receiver.got) - sum(len(e) for e in arrived.values())
         print(f"deliveries: {len(receiver.got)}, events: {len(receiver.got) - repeats}, repeats: {repeats}")
         assert json.loads(receiver.got[0][1])["type"] in TYPES
     finally:
         hang.set()
         receiver.close()
+        paused.close()
+        garbage.close()
+        blackhole.close()
         sender.kill()
         api.stop()

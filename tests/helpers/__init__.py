@@ -4,7 +4,7 @@
 - reconcile.py: reconciler runs (reconcile, reconcile_pass, reconcile_totals);
 - processes.py: the local runtime as a child process (LocalService);
 - aws.py: AWS control planes in moto (moto_secrets);
-- receivers.py: a local webhook receiver (Receiver)."""
+- receivers.py: a local webhook receiver (Receiver), a raw or blackholed one (RawReceiver)."""
 
 from pathlib import Path
 
@@ -14,7 +14,7 @@ EVENTS = REPO / "events"
 from helpers.aws import moto_secrets  # noqa: E402
 from helpers.callers import TRUSTED, TRUSTED_SCOPES, Api, caller_context, token_for, voucher  # noqa: E402
 from helpers.processes import LocalService  # noqa: E402
-from helpers.receivers import Receiver  # noqa: E402
+from helpers.receivers import RawReceiver, Receiver  # noqa: E402
 from helpers.reconcile import reconcile, reconcile_pass, reconcile_totals  # noqa: E402
 from helpers.records import (  # noqa: E402
     broker_records,
@@ -35,6 +35,7 @@ __all__ = [
     "TRUSTED_SCOPES",
     "Api",
     "LocalService",
+    "RawReceiver",
     "Receiver",
     "broker_records",
     "caller_context",

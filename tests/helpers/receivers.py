@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +19,7 @@ class Receiver:
 
     def __init__(self, status: int = 204, hold: threading.Event | None = None):
         self.status, self.got, self.hold, self.delay_s = status, [], hold, 0.0
+        self.headers: dict[str, str] = {}  # sent with every answer (a 429's Retry-After)
         self.answer: Callable[[dict], int] | None = None
         receiver = self
 
@@ -28,6 +31,8 @@ class Receiver:
                     receiver.hold.wait(60)
                 time.sleep(receiver.delay_s)
                 self.send_response(receiver.answer(json.loads(body)) if receiver.answer else receiver.status)
+                for name, value in receiver.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
 
             def log_message(self, *args):
@@ -57,3 +62,37 @@ class Receiver:
         if self.hold is not None:
             self.hold.set()
         self.server.shutdown()
+
+
+class RawReceiver:
+    """A TCP server on 127.0.0.1 that reads a request's head and answers `reply` as is (garbage, for a receiver that
+    does not speak HTTP); counts the connections it accepted. RawReceiver(None): a blackhole, it listens but never
+    accepts (the kernel completes the handshake; the request is never answered)."""
+
+    def __init__(self, reply: bytes | None):
+        self.reply, self.accepted = reply, 0
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/hooks"
+        if reply is not None:
+            threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(5)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    head += chunk
+                conn.sendall(self.reply)
+
+    def close(self):
+        self.sock.close()

@@ -7,9 +7,10 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from api.authorization import principal_of
+from api.authorization import caller_of, principal_of
 from api.responses import responses
 from api.rules import ADMIN, SERVICE, only
 from hotledger.runtime import operations, webhooks
@@ -19,7 +20,11 @@ from hotledger.webhooks.service import ROTATION_OVERLAP_S, SEND_TIMEOUT_S, Deliv
 router = Router()
 EndpointId = Annotated[int, Path(gt=0, lt=2**63)]
 _NOT_FOUND = (404, "WEBHOOK_ENDPOINT_NOT_FOUND")
-_BAD = (422, "INVALID_WEBHOOK_URL: not https, or a private, loopback, link-local or metadata address; VALIDATION_ERROR")
+_BAD = (
+    422,
+    "INVALID_WEBHOOK_URL: not https, a character a request cannot carry (non-ASCII, space, control: percent-encode), or"
+    " a private, loopback, link-local or metadata address; VALIDATION_ERROR",
+)
 Url = Annotated[StrictStr, Field(min_length=8, max_length=2048)]
 Types = Annotated[list[StrictStr], Field(min_length=1, max_length=32)]
 
@@ -58,6 +63,9 @@ class EndpointView(BaseModel):
     description: str
     enabled: bool
     failing: bool = Field(description="an event was dead-lettered after 3 days of retries")
+    owner: str = Field(
+        description="operator (created by an operator: only operators change it) or service (services and operators)"
+    )
     secret: str | None = Field(None, description="whsec_<base64>: in the answer to create and rotate-secret only")
 
 
@@ -84,6 +92,7 @@ def _view(e: Endpoint, secret: str | None = None) -> dict[str, Any]:
         "description": e.description,
         "enabled": e.enabled,
         "failing": e.failing,
+        "owner": "operator" if e.operator_owned else "service",
         **({"secret": secret} if secret else {}),
     }
 
@@ -105,11 +114,30 @@ def _delivery(d: Delivery) -> dict[str, Any]:
     }
 
 
+def _caller() -> tuple[str, bool]:
+    """Who calls (the token's subject, for the operators' log) and whether as an operator (the admin scope)."""
+    event = router.current_event
+    context = event.request_context.authorizer.get_context() if isinstance(event, APIGatewayProxyEvent) else {}
+    caller = caller_of(context or {})
+    return principal_of(event), bool(caller and ADMIN in caller.scopes)
+
+
+def _log(actor: str, action: str, endpoint_id: int, **detail: Any) -> None:
+    """A change of an endpoint in the operators' log (t_ops_log), never a secret."""
+    operations().record(actor, f"{action}.webhook-endpoint", {"endpoint_id": str(endpoint_id), **detail})
+
+
+_FORBIDDEN = (403, "a service caller changing an endpoint an operator created (only operators change those)")
+
+
 @router.post(
     "/webhook-endpoints", status_code=201, responses=responses(201, EndpointView, "registered, with its secret", _BAD)
 )
 def create_endpoint(request: Annotated[EndpointRequest, Body()]) -> dict[str, Any]:
-    endpoint, secret = webhooks().create(request.url, request.event_types, request.description)
+    actor, operator = _caller()
+    endpoint, secret = webhooks().create(request.url, request.event_types, request.description, operator, actor)
+    owner = "operator" if operator else "service"
+    _log(actor, "create", endpoint.endpoint_id, url=endpoint.url, event_types=list(endpoint.event_types), owner=owner)
     return _view(endpoint, secret)
 
 
@@ -123,24 +151,39 @@ def get_endpoint(endpoint_id: EndpointId) -> dict[str, Any]:
     return _view(webhooks().get(endpoint_id))
 
 
-@router.patch("/webhook-endpoints/<endpoint_id>", responses=responses(200, EndpointView, "changed", _NOT_FOUND, _BAD))
+@router.patch(
+    "/webhook-endpoints/<endpoint_id>",
+    responses=responses(200, EndpointView, "changed", _NOT_FOUND, _BAD, _FORBIDDEN),
+)
 def patch_endpoint(endpoint_id: EndpointId, request: Annotated[EndpointPatch, Body()]) -> dict[str, Any]:
-    return _view(webhooks().update(endpoint_id, request.url, request.event_types, request.description, request.enabled))
+    actor, operator = _caller()
+    webhooks().changeable(endpoint_id, operator)
+    changed = webhooks().update(endpoint_id, request.url, request.event_types, request.description, request.enabled)
+    _log(actor, "update", endpoint_id, **request.model_dump(exclude_none=True))
+    return _view(changed)
 
 
 @router.post(
     "/webhook-endpoints/<endpoint_id>/rotate-secret",
-    responses=responses(200, EndpointView, "the new secret; the old one signs too until the overlap ends", _NOT_FOUND),
+    responses=responses(
+        200, EndpointView, "the new secret; the old one signs too until the overlap ends", _NOT_FOUND, _FORBIDDEN
+    ),
 )
 def rotate_secret(endpoint_id: EndpointId, request: Annotated[RotateRequest, Body()]) -> dict[str, Any]:
+    actor, operator = _caller()
+    webhooks().changeable(endpoint_id, operator)
     secret = webhooks().rotate(endpoint_id, request.overlap_s)
+    _log(actor, "rotate-secret", endpoint_id, overlap_s=request.overlap_s)
     return _view(webhooks().get(endpoint_id), secret)
 
 
 # no return annotation: Powertools makes it the answer's schema (a 204 has none; the OpenAPI document would change)
-@router.delete("/webhook-endpoints/<endpoint_id>", responses=responses(204, None, "removed", _NOT_FOUND))
+@router.delete("/webhook-endpoints/<endpoint_id>", responses=responses(204, None, "removed", _NOT_FOUND, _FORBIDDEN))
 def delete_endpoint(endpoint_id: EndpointId):  # type: ignore[no-untyped-def]
+    actor, operator = _caller()
+    webhooks().changeable(endpoint_id, operator)
     webhooks().delete(endpoint_id)
+    _log(actor, "delete", endpoint_id)
     return Response(status_code=204, body="")
 
 
@@ -158,15 +201,13 @@ def list_deliveries(
 
 @router.post(
     "/webhook-endpoints/<endpoint_id>/replay",
-    responses=responses(200, dict, "how many deliveries are sent again, in order", _NOT_FOUND),
+    responses=responses(200, dict, "how many deliveries are sent again, in order", _NOT_FOUND, _FORBIDDEN),
 )
 def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -> dict[str, int]:
+    actor, operator = _caller()
+    webhooks().changeable(endpoint_id, operator)
     replayed = webhooks().replay(endpoint_id, request.since_seq, request.since, request.user_id)
-    operations().record(
-        principal_of(router.current_event),
-        "replay.webhook-endpoint",
-        {"endpoint_id": str(endpoint_id), **request.model_dump(exclude_none=True), "replayed": replayed},
-    )
+    _log(actor, "replay", endpoint_id, **request.model_dump(exclude_none=True), replayed=replayed)
     return {"replayed": replayed}
 
 
@@ -176,10 +217,11 @@ DELIVERY = (
     "two space-separated signatures while a rotated secret overlaps): verify with any Standard Webhooks library, with a "
     "5-minute tolerance. Sent only once the change is durable in the DB, and for every such change of a subscribed type; "
     "in order per account per endpoint (`seq`, `prev_seq`: a gap is visible), at least once (de-duplicate on "
-    f"`event_id`). Any 2xx answer acknowledges; anything else, or no answer in {SEND_TIMEOUT_S:g} s, is retried with "
-    "exponential backoff "
-    "and jitter for 3 days, later events of that account waiting behind it; then the event is dead-lettered and the "
-    "endpoint flagged `failing` (operators replay it)."
+    f"`event_id`). Any 2xx answer acknowledges; anything else, or no status and headers within {SEND_TIMEOUT_S:g} s of "
+    "the attempt's start (one deadline for the whole attempt), is retried with exponential backoff and jitter for 3 "
+    "days (a 429's or 503's `Retry-After` honoured: never sooner), later events of that account waiting behind it; "
+    "then the event is dead-lettered and the endpoint flagged `failing` (operators replay it). A 410 disables the "
+    "endpoint: its events wait and go out once it is enabled again."
 )
 _HEADERS = [
     {"name": name, "in": "header", "required": True, "schema": {"type": "string"}, "description": text}
@@ -209,7 +251,8 @@ OPENAPI_WEBHOOKS = {
     **{t: _webhook(t, BalanceEvent) for t in BALANCE_TYPES.values()},
 }
 
-# operators and services manage endpoints; end users none
+# operators and services manage endpoints; end users none. An endpoint an operator created is changed (PATCH,
+# rotate-secret, DELETE, replay) by operators only (Webhooks.changeable): services read it
 RULES = {
     ("POST", "/webhook-endpoints"): only(SERVICE, ADMIN),
     ("GET", "/webhook-endpoints"): only(SERVICE, ADMIN),

@@ -14,26 +14,32 @@ signed per Standard Webhooks 1.0, in order per account per endpoint, with retrie
 - Retries: exponential backoff with jitter, from 5 s up to an hour, for 3 days; then the event is dead-lettered (DEAD)
   and the endpoint flagged `failing`. GET .../deliveries shows attempts and answers; POST .../replay sends again.
 - Where it may send: https only (http://127.0.0.1 and localhost too with WEBHOOK_ALLOW_LOCAL, for local receivers), and
-  never to a host that resolves to a private, loopback, link-local, reserved or metadata address, checked at
-  delivery time too (DNS can change after the endpoint was registered).
+  never to a host that resolves to a private, loopback, link-local, reserved, NAT64, 6to4 or metadata address, checked at
+  delivery time too (DNS can change after the endpoint was registered), and the attempt connects to an address that
+  check answered (pinned: DNS rebinding cannot reach a private address), TLS verified against the host name.
+- Any error of one attempt (a refused connection, a receiver answering garbage, a URL http.client cannot send) is that
+  attempt's failure, retried like a 500: it never ends the sending of the others.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import email.utils
 import hashlib
 import hmac
+import http.client
 import ipaddress
 import random
+import re
 import secrets
 import socket
+import ssl
+import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from http.client import HTTPMessage
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from hotledger import errors
@@ -44,7 +50,15 @@ from hotledger.webhooks.store import EndpointChange, WebhookStore, by_endpoint, 
 
 RETRY_FOR_MS = 3 * 86_400_000
 FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
-SEND_TIMEOUT_S = 5.0
+# One wall-clock deadline per attempt, from its start (name resolution, connect to each checked address in turn, TLS,
+# the request, the answer's head) to the answer's status: a receiver trickling bytes cannot stretch it. 15 s, the low
+# end of the 15-30 s Standard Webhooks suggests: receivers are told to acknowledge first and work afterwards, so a
+# receiver needing longer is broken for the purpose, and a hanging endpoint's worker is back within 15 s. An attempt
+# started less than 15 s before its run's end gets what is left, at least LAST_ATTEMPT_S (send_due: end_by), so every
+# attempt started ends, and is recorded, before the scheduled sender's own timeout (webhook_sender/app.py) without
+# leaving a long gap between runs.
+SEND_TIMEOUT_S = 15.0
+LAST_ATTEMPT_S = 5.0
 SEND_WORKERS = 16  # endpoints sent to at once
 ROTATION_OVERLAP_S = 86_400
 TOLERANCE_S = 300  # what receivers allow between webhook-timestamp and their clock (the standard's 5 minutes)
@@ -66,11 +80,25 @@ def signatures(event_id: str, timestamp: int, body: str, keys: list[str]) -> str
     )
 
 
-def next_attempt(attempts: int, now_ms: int, created_at: int) -> int | None:
-    """When to try again after `attempts` failed ones (exponential, full jitter on the upper half), or None past 3 days."""
+def next_attempt(attempts: int, now_ms: int, created_at: int, not_before: int = 0) -> int | None:
+    """When to try again after `attempts` failed ones (exponential, full jitter on the upper half; never before
+    not_before, a 429's Retry-After), or None past 3 days."""
     delay = min(LONGEST_RETRY_MS, FIRST_RETRY_MS * 2 ** min(attempts, 20))
-    at = now_ms + int(delay / 2 + random.random() * delay / 2)
+    at = max(not_before, now_ms + int(delay / 2 + random.random() * delay / 2))
     return at if at < created_at + RETRY_FOR_MS else None
+
+
+def retry_after_ms(value: str | None, now_ms: int) -> int:
+    """A Retry-After header (delay seconds or an HTTP date) as epoch ms; 0 when absent or unreadable."""
+    if not value:
+        return 0
+    value = value.strip()
+    if value.isdigit():
+        return now_ms + int(value) * 1000
+    try:
+        return int(email.utils.parsedate_to_datetime(value).timestamp() * 1000)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return 0
 
 
 class Resolve(Protocol):
@@ -79,25 +107,60 @@ class Resolve(Protocol):
     def __call__(self, host: str, port: int, *, proto: int) -> Iterable[tuple[int, int, int, str, tuple[Any, ...]]]: ...
 
 
-def check_url(url: str, allow_local: bool, resolve: Resolve = socket.getaddrinfo) -> None:
-    """Refuses (InvalidWebhookUrl) what the endpoint may not be: not https (but local http with allow_local), or a
-    host resolving to a private, loopback, link-local, reserved, multicast or metadata address."""
+def check_url(url: str, allow_local: bool, resolve: Resolve | None = None) -> list[str]:
+    """Refuses (InvalidWebhookUrl) what the endpoint may not be: not https (but local http with allow_local), a
+    character a request line cannot carry, or a host resolving to a private, loopback, link-local, reserved,
+    multicast, NAT64, 6to4 or metadata address. Returns the addresses it checked: the sender connects to those and no
+    others (pinned: a name answering a public address to this check and a private one to the connection, DNS
+    rebinding, never reaches the private one)."""
+    if not _SENDABLE.fullmatch(url):
+        raise errors.InvalidWebhookUrl(
+            "an endpoint's url is printable ASCII without spaces or control characters: percent-encode the path and"
+            " query (/caf\u00e9 as /caf%C3%A9, a space as %20) and write an international host name in its xn-- form"
+        )
     parts = urlsplit(url)
     local = allow_local and parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost")
     if parts.scheme != "https" and not local:
         raise errors.InvalidWebhookUrl("an endpoint's url is https (http://127.0.0.1 only for local receivers)")
     if not parts.hostname or parts.username or parts.password:
         raise errors.InvalidWebhookUrl("an endpoint's url names a host, without credentials")
-    if local:
-        return
     try:
-        addresses = {str(info[4][0]) for info in resolve(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)}
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise errors.InvalidWebhookUrl("an endpoint's url has a port from 1 to 65535") from exc
+    if local:
+        return [parts.hostname]  # loopback by its name: nothing to pin
+    try:
+        answers = (resolve or socket.getaddrinfo)(parts.hostname, port, proto=socket.IPPROTO_TCP)
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in answers))
     except (OSError, UnicodeError) as exc:
         raise errors.InvalidWebhookUrl(f"{parts.hostname} does not resolve") from exc
-    for address in addresses:
-        ip = ipaddress.ip_address(address.split("%")[0])
-        if not ip.is_global or ip.is_multicast or address in ("169.254.169.254", "fd00:ec2::254"):
-            raise errors.InvalidWebhookUrl(f"{parts.hostname} resolves to {address}, which is not a public address")
+    if not addresses or not all(_public(address) for address in addresses):
+        # which address it is stays unsaid: the answer would make this a lookup service for private DNS names
+        raise errors.InvalidWebhookUrl(
+            f"{parts.hostname} resolves to an address that is not a public address (private, loopback,"
+            " link-local, reserved or metadata)"
+        )
+    return addresses
+
+
+# is_global counts these as public, but each reaches an IPv4 address embedded in it, private ones included: NAT64
+# (RFC 6052's well-known prefix, RFC 8215's local-use one) and 6to4 (RFC 3056)
+_TRANSLATED = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "2002::/16"))
+_METADATA = ("169.254.169.254", "fd00:ec2::254")
+
+
+def _public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%")[0])
+    return (
+        ip.is_global
+        and not ip.is_multicast
+        and address not in _METADATA
+        and not any(ip.version == 6 and ip in net for net in _TRANSLATED)
+    )
+
+
+_SENDABLE = re.compile(r"[\x21-\x7e]+")  # what an HTTP request line carries as is (http.client refuses the rest)
 
 
 class Webhooks:
@@ -107,11 +170,25 @@ class Webhooks:
         self.store, self.allow_local, self.clock = store, allow_local, clock
 
     # endpoints ----------------------------------------------------------------------------------------------------
-    def create(self, url: str, event_types: list[str], description: str) -> tuple[Endpoint, str]:
+    def create(
+        self, url: str, event_types: list[str], description: str, operator: bool = True, actor: str = ""
+    ) -> tuple[Endpoint, str]:
+        """Registers an endpoint; one an operator creates (operator) only operators may change (changeable)."""
         check_url(url, self.allow_local)
         types = _types(event_types)
         secret = new_secret()
-        return self.get(self.store.create(url, types, description, secret, self.clock())), secret
+        endpoint_id = self.store.create(url, types, description, secret, self.clock(), operator, actor)
+        return self.get(endpoint_id), secret
+
+    def changeable(self, endpoint_id: int, operator: bool) -> Endpoint:
+        """The endpoint, if this caller may change it: an operator's endpoint only by operators (a service caller gets
+        403 FORBIDDEN), a service's by services and operators."""
+        endpoint = self.get(endpoint_id)
+        if endpoint.operator_owned and not operator:
+            raise errors.Forbidden(
+                f"webhook endpoint {endpoint_id} was created by an operator: only operators change it"
+            )
+        return endpoint
 
     def get(self, endpoint_id: int) -> Endpoint:
         found = self.store.endpoint(endpoint_id)
@@ -179,14 +256,16 @@ class Webhooks:
         out. Each endpoint with due deliveries (WebhookStore.due: per account, its run of due ones from its first
         PENDING one, `batch` in all) gets a worker of its own and is looked at again as soon as that worker is done,
         while the other endpoints go on: a slow or hanging endpoint holds back only its own events. Returns counts of
-        delivered, retried and dead-lettered."""
-        counts = {"delivered": 0, "retried": 0, "dead": 0}
+        delivered, retried, dead-lettered and disabled (an endpoint answering 410 Gone is disabled)."""
+        counts = {"delivered": 0, "retried": 0, "dead": 0, "disabled": 0}
         stop_at = time.monotonic() + seconds
         busy: dict[Future[list[str]], int] = {}  # a worker -> its endpoint
         with ThreadPoolExecutor(max_workers=SEND_WORKERS) as pool:
             while time.monotonic() < stop_at:
                 due = {
-                    e: d for e, d in by_endpoint(self.store.due(self.clock(), batch)).items() if e not in busy.values()
+                    e: d
+                    for e, d in by_endpoint(self.store.due(self.clock(), batch, set(busy.values()))).items()
+                    if e not in busy.values()
                 }
                 endpoints = {e.endpoint_id: e for e in self.store.endpoints() if e.endpoint_id in due}
                 for endpoint_id, deliveries in due.items():
@@ -211,65 +290,131 @@ class Webhooks:
     def _send_endpoint(self, endpoint: Endpoint, deliveries: list[Delivery], stop_at: float) -> list[str]:
         """The endpoint's deliveries, account by account, each account's run one after another in its order until one
         fails (retried or dead-lettered): the rest of that run stays PENDING, untouched, behind it. None starts past
-        stop_at (those stay due)."""
+        stop_at (those stay due); each ends by the earlier of its SEND_TIMEOUT_S and stop_at + LAST_ATTEMPT_S."""
         outcomes: list[str] = []
         for run in runs(deliveries):
             for d in run:
                 if time.monotonic() >= stop_at:
                     return outcomes
-                outcomes.append(self._send(endpoint, d))
+                outcomes.append(self._send(endpoint, d, stop_at + LAST_ATTEMPT_S))
+                if outcomes[-1] == "disabled":
+                    return outcomes  # 410 Gone: nothing more to this endpoint until it is enabled again
                 if outcomes[-1] != "delivered":
                     break
         return outcomes
 
-    def _send(self, endpoint: Endpoint, d: Delivery) -> str:
+    def _send(self, endpoint: Endpoint, d: Delivery, end_by: float) -> str:
         now = self.clock()
         timestamp = now // 1000
-        status, error = None, ""
+        started = time.monotonic()
+        deadline = min(started + SEND_TIMEOUT_S, end_by)
+        status, error, retry_after = None, "", None
         try:
-            check_url(endpoint.url, self.allow_local)
-            request = urllib.request.Request(
-                endpoint.url,
-                data=d.payload.encode(),
-                method="POST",
-                headers={
-                    "content-type": "application/json",
-                    "webhook-id": d.event_id,
-                    "webhook-timestamp": str(timestamp),
-                    "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
-                    "user-agent": "hotledger-webhooks/1",
-                },
-            )
-            with _NO_REDIRECTS.open(request, timeout=SEND_TIMEOUT_S) as answer:
-                status = answer.status
-        except urllib.error.HTTPError as exc:
-            status, error = exc.code, f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError, errors.InvalidWebhookUrl) as exc:
-            error = str(getattr(exc, "reason", exc)) or type(exc).__name__
+            # checked again (DNS can change after registration), within the attempt's deadline
+            resolving = _RESOLVING.submit(check_url, endpoint.url, self.allow_local)
+            addresses = resolving.result(timeout=max(0.0, deadline - time.monotonic()))
+            headers = {
+                "content-type": "application/json",
+                "webhook-id": d.event_id,
+                "webhook-timestamp": str(timestamp),
+                "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
+                "user-agent": "hotledger-webhooks/1",
+            }
+            status, retry_after = _post(endpoint.url, addresses, d.payload.encode(), headers, deadline)
+        except errors.InvalidWebhookUrl as exc:
+            error = exc.message
+        except TimeoutError:
+            error = f"no answer within {deadline - started:.3g} s (one deadline for the whole attempt)"
+        except Exception as exc:  # any error of one attempt (BadStatusLine, InvalidURL, ...) is its failure
+            error = _describe(exc)
         if status is not None and 200 <= status < 300:
             self.store.delivered(d, status, self.clock())
             return "delivered"
-        retry_at = next_attempt(d.attempts, self.clock(), d.created_at)
+        if status == 410:  # Gone (Standard Webhooks): the endpoint is disabled; this event waits for it with the rest
+            self.store.gone(d, "HTTP 410: the endpoint is gone, disabled (enable it to send again)", self.clock())
+            return "disabled"
+        now = self.clock()
+        not_before = retry_after_ms(retry_after, now) if status in (429, 503) else 0
+        retry_at = next_attempt(d.attempts, now, d.created_at, not_before)
         self.store.failed(d, status, error or f"HTTP {status}", retry_at)
         return "retried" if retry_at else "dead"
 
 
-class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect could lead to an address the endpoint check refused: a 3xx counts as a failed attempt."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: HTTPMessage,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        return None
+_RESOLVING = ThreadPoolExecutor(max_workers=SEND_WORKERS, thread_name_prefix="webhook-dns")  # bounded by the deadline
+_TLS = ssl.create_default_context()  # the certificate is checked against the url's host name (and SNI names it)
 
 
-_NO_REDIRECTS = urllib.request.build_opener(_RefuseRedirects)
+def _post(
+    url: str, addresses: list[str], body: bytes, headers: dict[str, str], deadline: float
+) -> tuple[int, str | None]:
+    """POSTs to the url's host name at one of `addresses` (those check_url checked, tried in turn), never at another
+    address the name may resolve to by now; TLS still names and verifies the host name. No redirect is followed (a 3xx
+    is a failed attempt: it could lead where the check refused). All of it by `deadline` (time.monotonic()): then the
+    socket is shut, whatever the receiver is sending (TimeoutError). Returns the answer's status and Retry-After."""
+    parts = urlsplit(url)
+    host, port = str(parts.hostname), parts.port or (443 if parts.scheme == "https" else 80)
+    left = max(0.001, deadline - time.monotonic())
+    conn = (
+        http.client.HTTPSConnection(host, port, timeout=left, context=_TLS)
+        if parts.scheme == "https"
+        else http.client.HTTPConnection(host, port, timeout=left)
+    )
+    opened: list[socket.socket] = []
+    expired = threading.Event()
+
+    def pinned(address: tuple[str, int], timeout: float, source: tuple[str, int] | None = None) -> socket.socket:
+        failure: OSError = OSError(f"{host} has no address to connect to")
+        for ip in addresses:
+            if expired.is_set() or time.monotonic() >= deadline:
+                raise TimeoutError
+            try:
+                sock = socket.create_connection((ip, port), max(0.001, deadline - time.monotonic()), source)
+            except OSError as exc:
+                failure = exc
+                continue
+            opened.append(sock)
+            if expired.is_set():  # the deadline passed while connecting
+                _shut(sock)
+                raise TimeoutError
+            return sock
+        raise failure
+
+    def expire() -> None:
+        expired.set()
+        for sock in opened:
+            _shut(sock)  # wakes the worker blocked on it: the attempt ends now
+
+    conn._create_connection = pinned  # type: ignore[attr-defined]  # http.client's own hook for opening the socket
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        conn.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body, headers)
+        answer = conn.getresponse()
+        if expired.is_set():  # the shut socket read as the end of the head: an answer cut off, not one given
+            raise TimeoutError
+        return answer.status, answer.getheader("retry-after")
+    except Exception:
+        if expired.is_set():
+            raise TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
+        conn.close()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _describe(exc: BaseException) -> str:
+    """An attempt's error as last_error shows it: the exception's type and what it says (a URLError its reason)."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, BaseException):
+        exc = reason
+    text = str(reason if isinstance(reason, str) else exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _types(event_types: list[str]) -> list[str]:

@@ -3,8 +3,9 @@ of the booking transaction that writes a delivery for each subscribed endpoint."
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
@@ -32,6 +33,8 @@ class Endpoint:
     enabled: bool
     failing: bool
     created_at: int
+    operator_owned: bool = False  # created by an operator: only operators change it
+    created_by: str = ""
 
     def secrets(self, now_ms: int) -> list[str]:
         """The secrets a delivery is signed with now: the current one, and the previous one during its overlap."""
@@ -60,7 +63,7 @@ class Delivery:
 
 _ENDPOINT = (
     "SELECT id, url, event_types, description, secret, previous_secret, previous_until, enabled, failing,"
-    " created_at FROM t_webhook_endpoint"
+    " created_at, operator_owned, created_by FROM t_webhook_endpoint"
 )
 _DELIVERY = (
     "SELECT endpoint_id, user_id, seq, prev_seq, event_id, type, payload, state, attempts, next_attempt_at,"
@@ -68,21 +71,27 @@ _DELIVERY = (
 )
 
 
-# One pass over the PENDING rows of enabled endpoints (idx_delivery_run: the index alone, no payload read), numbered
-# per (endpoint, account) in (seq, sub_seq) order, with a running count of those not due yet: a row is in its account's
-# run while that count is 0. Then the payloads of at most `limit` of them, round-robin over the runs.
+# One pass over the PENDING rows of enabled endpoints not busy now (idx_delivery_run: the index alone, no payload read),
+# numbered per (endpoint, account) in (seq, sub_seq) order (n), with a running count of those not due yet: a row is in
+# its account's run while that count is 0. Those rows are ranked per endpoint (k: every account's first, then every
+# account's second, ...), and a look takes the k-th row of every endpoint before any endpoint's (k+1)-th: each
+# endpoint's share of the `limit` is fair by construction (an endpoint with 200+ due accounts takes 1/E of a look with
+# E endpoints due, not all of it), and each run taken is a prefix of its account's. Then the payloads of those rows.
 _RUNS = (
     "SELECT d.endpoint_id, d.user_id, d.seq, d.prev_seq, d.event_id, d.type, d.payload, d.state, d.attempts,"
     " d.next_attempt_at, d.last_status, d.last_error, d.created_at, d.delivered_at FROM ("
-    "SELECT p.endpoint_id, p.user_id, p.seq, p.sub_seq,"
+    "SELECT r.endpoint_id, r.user_id, r.seq, r.sub_seq,"
+    " ROW_NUMBER() OVER (PARTITION BY r.endpoint_id ORDER BY r.n, r.next_attempt_at, r.user_id) AS k FROM ("
+    "SELECT p.endpoint_id, p.user_id, p.seq, p.sub_seq, p.next_attempt_at,"
     " ROW_NUMBER() OVER (PARTITION BY p.endpoint_id, p.user_id ORDER BY p.seq, p.sub_seq) AS n,"
     " SUM(p.next_attempt_at > %s) OVER (PARTITION BY p.endpoint_id, p.user_id ORDER BY p.seq, p.sub_seq"
     " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS waiting"
     " FROM t_webhook_delivery p JOIN t_webhook_endpoint e ON e.id = p.endpoint_id AND e.enabled = 1 AND e.deleted = 0"
-    " WHERE p.state = 'PENDING') r"
-    " JOIN t_webhook_delivery d ON d.endpoint_id = r.endpoint_id AND d.user_id = r.user_id AND d.seq = r.seq"
-    " AND d.sub_seq = r.sub_seq"
-    " WHERE r.waiting = 0 AND r.n <= %s ORDER BY r.n, d.next_attempt_at, d.endpoint_id, d.user_id LIMIT %s"
+    " WHERE p.state = 'PENDING'{busy}) r"
+    " WHERE r.waiting = 0 AND r.n <= %s) f"
+    " JOIN t_webhook_delivery d ON d.endpoint_id = f.endpoint_id AND d.user_id = f.user_id AND d.seq = f.seq"
+    " AND d.sub_seq = f.sub_seq"
+    " WHERE f.k <= %s ORDER BY f.k, f.endpoint_id LIMIT %s"
 )
 
 
@@ -98,7 +107,7 @@ class EndpointChange(TypedDict, total=False):
 
 
 def _endpoint(row: tuple[Any, ...]) -> Endpoint:
-    id_, url, types, description, secret, previous, until, enabled, failing, created = row
+    id_, url, types, description, secret, previous, until, enabled, failing, created, by_operator, created_by = row
     return Endpoint(
         id_,
         url,
@@ -110,6 +119,8 @@ def _endpoint(row: tuple[Any, ...]) -> Endpoint:
         bool(enabled),
         bool(failing),
         created,
+        bool(by_operator),
+        created_by,
     )
 
 
@@ -126,15 +137,20 @@ def _alert_body(a: Alert) -> _Body:
 
 def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) -> None:
     """In the transaction that books `rows` (and judged the balance monitors' `alerts` of them): one PENDING delivery
-    per event and enabled endpoint subscribed to its type, with the previous seq of that account for that endpoint."""
+    per event and endpoint subscribed to its type, with the previous seq of that account for that endpoint. A disabled
+    endpoint's too: they wait (due skips disabled endpoints) and go out, in order, when it is enabled again."""
     if not rows:
         return
-    cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE enabled = 1 AND deleted = 0")
+    cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE deleted = 0")
     endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
-    # (user, seq, sub_seq, type, at, its id and body given the previous seq): a crossing follows its entry's event
-    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, _entry_body(r)) for r in rows] + [
-        (a.user_id, a.seq, 1, BALANCE_TYPES[a.direction], a.at, _alert_body(a)) for a in alerts
-    ]
+    # (user, seq, sub_seq, type, at, its id and body given the previous seq): an entry's crossings follow its event,
+    # one sub_seq each (1, 2, ... in monitor order: stable, so a replayed batch writes the same rows)
+    crossings: dict[tuple[int, int], int] = defaultdict(int)
+    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, _entry_body(r)) for r in rows]
+    for a in sorted(alerts, key=lambda a: (a.user_id, a.seq, a.monitor_id)):
+        crossings[(a.user_id, a.seq)] += 1
+        sub_seq = crossings[(a.user_id, a.seq)]
+        events.append((a.user_id, a.seq, sub_seq, BALANCE_TYPES[a.direction], a.at, _alert_body(a)))
     wanted = [(id_, e) for id_, types in endpoints for e in events if e[3] in types]
     if not wanted:
         return
@@ -161,12 +177,21 @@ def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) ->
 
 class WebhookStore:
     # endpoints ----------------------------------------------------------------------------------------------------
-    def create(self, url: str, event_types: list[str], description: str, secret: str, now_ms: int) -> int:
+    def create(
+        self,
+        url: str,
+        event_types: list[str],
+        description: str,
+        secret: str,
+        now_ms: int,
+        operator_owned: bool = False,
+        created_by: str = "",
+    ) -> int:
         with db.transaction() as cur:
             cur.execute(
-                "INSERT INTO t_webhook_endpoint (url, event_types, description, secret, created_at)"
-                " VALUES (%s, %s, %s, %s, %s)",
-                (url, ",".join(event_types), description, secret, now_ms),
+                "INSERT INTO t_webhook_endpoint (url, event_types, description, secret, created_at, operator_owned,"
+                " created_by) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (url, ",".join(event_types), description, secret, now_ms, int(operator_owned), created_by[:200]),
             )
             return int(cur.lastrowid)
 
@@ -203,11 +228,15 @@ class WebhookStore:
         )
 
     # deliveries ---------------------------------------------------------------------------------------------------
-    def due(self, now_ms: int, limit: int) -> list[Delivery]:
-        """Per enabled endpoint and account, the run of PENDING deliveries from the account's first PENDING one up to
-        (not including) the first one not due yet, in (seq, sub_seq) order; at most `limit` in all, taken round-robin
-        (every run's first one, then every run's second, ...), so each run returned is a prefix of its account's."""
-        return [Delivery(*row) for row in db.query(_RUNS, (now_ms, limit, limit))]
+    def due(self, now_ms: int, limit: int, busy: Collection[int] = ()) -> list[Delivery]:
+        """Per enabled endpoint (but those in `busy`, being sent to now) and account, the run of PENDING deliveries
+        from the account's first PENDING one up to (not including) the first one not due yet, in (seq, sub_seq)
+        order; at most `limit` in all, taken round-robin over the endpoints and, within one, over its accounts' runs
+        (every run's first one, then every run's second, ...): each endpoint gets a fair share of the look and each
+        run returned is a prefix of its account's."""
+        skip = sorted(busy)
+        sql = _RUNS.format(busy=f" AND p.endpoint_id NOT IN ({','.join(['%s'] * len(skip))})" if skip else "")
+        return [Delivery(*row) for row in db.query(sql, (now_ms, *skip, limit, limit, limit))]
 
     def delivered(self, d: Delivery, status: int, now_ms: int) -> None:
         db.execute(
@@ -236,6 +265,26 @@ class WebhookStore:
             )
             if next_attempt_at is None:
                 cur.execute("UPDATE t_webhook_endpoint SET failing = 1 WHERE id = %s", (d.endpoint_id,))
+
+    def gone(self, d: Delivery, error: str, now_ms: int) -> None:
+        """The endpoint answered 410 Gone: the attempt counted, the delivery PENDING as it was (it goes out, first of
+        its account, once the endpoint is enabled again) and the endpoint disabled."""
+        with db.transaction() as cur:
+            cur.execute(
+                "UPDATE t_webhook_delivery SET attempts = attempts + 1, last_status = 410, last_error = %s"
+                " WHERE endpoint_id = %s AND user_id = %s AND seq = %s AND event_id = %s",
+                (error[:500], d.endpoint_id, d.user_id, d.seq, d.event_id),
+            )
+            cur.execute("UPDATE t_webhook_endpoint SET enabled = 0 WHERE id = %s", (d.endpoint_id,))
+            cur.execute(  # a change of the endpoint, in the operators' log like the others (ops/store.py's shape)
+                "INSERT INTO t_ops_log (actor, action, detail, created_at) VALUES (%s, %s, %s, %s)",
+                (
+                    "webhook-sender",
+                    "disable.webhook-endpoint",
+                    json.dumps({"endpoint_id": str(d.endpoint_id), "enabled": False, "reason": "HTTP 410 Gone"}),
+                    now_ms,
+                ),
+            )
 
     def deliveries(self, endpoint_id: int, state: str | None, limit: int) -> list[Delivery]:
         where = "WHERE endpoint_id = %s"
