@@ -149,7 +149,10 @@ class OrderView(BaseModel):
     user_id: int
     amount: str
     balance_after: str
-    status: Literal["PENDING", "PERSISTED"]
+    status: Literal["PENDING", "PERSISTED", "ROLLED_BACK"] = Field(
+        description="PENDING: acknowledged, not in the books yet; PERSISTED: booked; ROLLED_BACK: never charged (its "
+        "publish failed and the DB recorded it rolled back)"
+    )
 
 
 # flash sale -------------------------------------------------------------------------------------------

@@ -166,3 +166,22 @@ def test_unknown_accounts_and_other_users(api):
     alice, bob = api.account(balance="1.00"), api.account()
     assert Api(user_id=alice, scopes=())("GET", f"/accounts/{alice}/entries")[0] == 200
     assert Api(user_id=bob, scopes=())("GET", f"/accounts/{alice}/entries")[0] == 403
+
+
+@pytest.mark.parametrize("deduct_type", ["ASYNC", "SYNC"])
+def test_balance_at_never_counts_a_hold_past_its_expiry(api, redis_client, sql, deduct_type):
+    """Issue 31, hole 6: a hold of 40.00 on 100.00 expiring at T, a deduct right after: balance?at=T+1ms answered
+    available 60.00 until the expiry's entry was booked. An expired hold keeps nothing, tidied or not."""
+    user_id = api.account(balance="100.00", deduct_type=deduct_type)
+    status, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "40.00", "expires_in_s": 1})
+    assert status == 201, hold
+    expires_at = int(hold["expires_at"])
+    time.sleep(max(0.0, (expires_at - time.time() * 1000) / 1000) + 0.05)
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "10.00"})[0] == 200
+    _persist(redis_client, user_id)
+    ((booked_at,),) = sql("SELECT MAX(booked_at) FROM t_entry WHERE user_id = %s", (user_id,))
+    status, body = api("GET", f"/accounts/{user_id}/balance?at={booked_at}")
+    assert (status, body["balance"], body["available"]) == (200, "90.00", "90.00"), body
+    if deduct_type == "SYNC":  # booked at once: held before its expiry
+        before = api("GET", f"/accounts/{user_id}/balance?at={expires_at - 1}")[1]
+        assert before["available"] == "60.00", before

@@ -450,3 +450,27 @@ def test_a_hold_captured_before_a_redis_loss_is_never_captured_again(api, redis_
     account = api("GET", f"/accounts/{user_id}")[1]
     assert (account["balance"], account["held"], account["available"]) == ("200.00", "0.00", "200.00"), account
     assert sql("SELECT captured, state FROM t_hold WHERE id = %s", (int(hold["hold_id"]),)) == ((10000, "CAPTURED"),)
+
+
+# 6. the order's lookup after a rollback (issue 31, hole 6) ----------------------------------------------------------
+def test_an_order_rolled_back_in_the_db_but_not_given_back_in_redis_reads_rolled_back(api, redis_client, monkeypatch):
+    """The publish failed and the give-back in Redis failed too: 503 OUTCOME_UNKNOWN, and GET of the order answered
+    PENDING though the DB had recorded it rolled back for good. The lookup gives the DB's verdict."""
+    from hotledger.dal.redis_store import RedisUnavailable
+
+    user_id = api.account(balance="10.00")
+    ledger = runtime.ledger()
+
+    def broker_down(key, value):
+        raise NotAcknowledged("no acknowledgement in time")
+
+    def redis_down(*args, **kwargs):
+        raise RedisUnavailable("Redis went away")
+
+    monkeypatch.setattr(ledger.durability, "publish", broker_down)
+    monkeypatch.setattr(ledger.store, "rollback", redis_down)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"})
+    assert (status, body["error"]["code"]) == (503, "OUTCOME_UNKNOWN"), body
+    monkeypatch.undo()
+    status, order = api("GET", f"/accounts/{user_id}/orders/{body['error']['entry_id']}")
+    assert (status, order["status"]) == (200, "ROLLED_BACK"), order

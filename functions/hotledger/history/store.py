@@ -45,7 +45,25 @@ class HistoryStore:
             " WHERE user_id = %s AND booked_at <= %s ORDER BY booked_at DESC, seq DESC LIMIT 1",
             (user_id, at_ms),
         )
-        return BalanceAt(*rows[0]) if rows else BalanceAt(0, 0, 0, 0)
+        if not rows:
+            return BalanceAt(0, 0, 0, 0)
+        seq, balance, available, booked_at = rows[0]
+        return BalanceAt(seq, balance, available + self._expired_holds_kept(user_id, at_ms), booked_at)
+
+    @staticmethod
+    def _expired_holds_kept(user_id: int, at_ms: int) -> int:
+        """What the books still kept at at_ms for holds past their expiry then (their expiry entry booked later, or
+        not yet): an expired hold keeps nothing, as it does for every script, tidied or not (issue 31, hole 6)."""
+        rows = db.query(
+            "SELECT COALESCE(SUM(h.amount - (SELECT COALESCE(SUM(c.amount), 0) FROM t_hold_change c"
+            "   JOIN t_entry ce ON ce.entry_id = c.id WHERE c.hold_id = h.id AND c.kind = 'C' AND ce.booked_at <= %s)), 0)"
+            " FROM t_hold h JOIN t_entry he ON he.entry_id = h.id"
+            " WHERE h.user_id = %s AND h.expires_at <= %s AND he.booked_at <= %s"
+            " AND NOT EXISTS (SELECT 1 FROM t_hold_change r JOIN t_entry re ON re.entry_id = r.id"
+            "   WHERE r.hold_id = h.id AND r.released > 0 AND re.booked_at <= %s)",
+            (at_ms, user_id, at_ms, at_ms, at_ms),
+        )
+        return int(rows[0][0])
 
     def first_seq_from(self, user_id: int, since_ms: int) -> int:
         """The seq of the first entry booked at or after since_ms; past the last when there is none."""

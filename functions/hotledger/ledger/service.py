@@ -82,7 +82,8 @@ class Account:
 
 @dataclass(frozen=True)
 class DeductEntry:
-    """A deduct as its lookup shows it: PENDING (in Redis, not in the DB yet) or PERSISTED."""
+    """A deduct as its lookup shows it: PENDING (in Redis, not in the DB yet), PERSISTED, or ROLLED_BACK (the DB
+    recorded it rolled back for good; Redis gives it back on the next pass of the reconciler)."""
 
     entry_id: int
     user_id: int
@@ -671,7 +672,9 @@ class Ledger:
         # missing here is either in the DB already or never existed.
         entry = self.store.entry(user_id, entry_id)
         if entry is not None and entry.kind == KIND_DEDUCT:
-            return DeductEntry(entry_id, user_id, entry.amount, entry.balance_after, "PENDING")
+            # the DB's verdict is final: a charge it recorded rolled back whose give-back in Redis failed is no order
+            status = "ROLLED_BACK" if self.store.is_rolled_back(entry_id) else "PENDING"
+            return DeductEntry(entry_id, user_id, entry.amount, entry.balance_after, status)
         stored = self.store.stored_deduct(user_id, entry_id)
         if stored is not None:
             return DeductEntry(entry_id, user_id, stored.amount, stored.balance_after, "PERSISTED")
