@@ -465,3 +465,14 @@ def test_a_capture_that_stalled_past_the_expiry_is_judged_by_the_scripts_clock(a
     )
     assert (status, body["error"]["code"]) == (409, "HOLD_EXPIRED"), body
     assert _account(api, user_id)["balance"] == "10.00"
+
+
+def test_holds_filtered_by_state_are_filtered_by_the_state_they_show(api):
+    """Issue 31, hole 6: `holds?state=` filtered on the stored state but showed the judged one: on a SYNC account an
+    expired hold not yet tidied was under neither ACTIVE (shown EXPIRED, filtered out) nor EXPIRED (stored ACTIVE)."""
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    hold_id = _hold(api, user_id, "4.00", expires_in_s=1)["hold_id"]
+    time.sleep(1.1)
+    expired = api("GET", f"/accounts/{user_id}/holds?state=EXPIRED")[1]["holds"]
+    assert [(h["hold_id"], h["state"]) for h in expired] == [(hold_id, "EXPIRED")], expired
+    assert api("GET", f"/accounts/{user_id}/holds?state=ACTIVE")[1]["holds"] == []

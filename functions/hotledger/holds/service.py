@@ -301,7 +301,7 @@ class Holds:
     def list(self, user_id: int, state: str | None, limit: int, after_id: int) -> list[Hold]:
         """Newest first: what Redis knows (it is ahead of the DB) over what the DB holds."""
         cached = {h.hold_id: h for h in self.store.cached_all(user_id)}
-        stored = {h.hold_id: h for h in self.store.stored_page(user_id, state, after_id, limit)}
+        stored = {h.hold_id: h for h in self.store.stored_page(user_id, state, after_id, limit, self.clock())}
         merged = {**stored, **{i: h for i, h in cached.items() if not after_id or i < after_id}}
         chosen = [h for h in merged.values() if state is None or self._state(h) == state]
         return [self._as_seen(h) for h in sorted(chosen, key=lambda h: h.hold_id, reverse=True)[:limit]]

@@ -126,11 +126,18 @@ class HoldStore:
         rows = db.query(HOLD_SELECT + " WHERE id = %s AND user_id = %s", (hold_id, user_id))
         return Hold(*rows[0]) if rows else None
 
-    def stored_page(self, user_id: int, state: str | None, after_id: int, limit: int) -> list[Hold]:
-        """The account's holds the DB knows, newest first, below after_id (0: from the newest)."""
+    def stored_page(self, user_id: int, state: str | None, after_id: int, limit: int, now_ms: int) -> list[Hold]:
+        """The account's holds the DB knows, newest first, below after_id (0: from the newest), in `state` as their
+        readers see it at now_ms: an ACTIVE hold past its expiry is EXPIRED, tidied or not."""
         where = "WHERE user_id = %s AND id < %s"
         args: list[object] = [user_id, after_id or 2**63 - 1]
-        if state:
+        if state == "ACTIVE":
+            where += " AND state = 'ACTIVE' AND expires_at > %s"
+            args.append(now_ms)
+        elif state == "EXPIRED":
+            where += " AND (state = 'EXPIRED' OR (state = 'ACTIVE' AND expires_at <= %s))"
+            args.append(now_ms)
+        elif state:
             where += " AND state = %s"
             args.append(state)
         return [Hold(*row) for row in db.query(f"{HOLD_SELECT} {where} ORDER BY id DESC LIMIT %s", (*args, limit))]
