@@ -185,3 +185,22 @@ def test_balance_at_never_counts_a_hold_past_its_expiry(api, redis_client, sql, 
     if deduct_type == "SYNC":  # booked at once: held before its expiry
         before = api("GET", f"/accounts/{user_id}/balance?at={expires_at - 1}")[1]
         assert before["available"] == "60.00", before
+
+
+def test_an_entry_booked_between_the_pending_read_and_the_page_read_is_listed_once(api, redis_client, monkeypatch):
+    """Issue 31, hole 6: the writer committed an entry after the history read what was pending and before it read the
+    booked page: the entry was listed twice, once pending and once booked."""
+    from hotledger.history.store import HistoryStore
+
+    user_id = api.account(balance="20.00")
+    _persist(redis_client, user_id)
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"})[0] == 200
+    page = HistoryStore.page
+
+    def booked_meanwhile(self, *args, **kwargs):
+        _persist(redis_client, user_id)  # the writer commits right before the page is read
+        return page(self, *args, **kwargs)
+
+    monkeypatch.setattr(HistoryStore, "page", booked_meanwhile)
+    ids = [e["entry_id"] for e in _entries(api, user_id)["entries"]]
+    assert len(ids) == len(set(ids)) == 2, ids

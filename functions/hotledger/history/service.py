@@ -146,6 +146,9 @@ class History:
         more = len(booked) > limit
         booked = booked[:limit]
         next_cursor = encode_cursor(user_id, booked[-1].seq, filters) if more else None
+        # an entry the writer committed after the pending read is on this page already (the newest seqs come first)
+        on_page = {e.entry_id for e in booked}
+        pending = [e for e in pending if e.entry_id not in on_page]
         return Page(pending + [HistoryEntry.booked(e) for e in booked], next_cursor)
 
     def balance_at(self, user_id: int, at_ms: int) -> BalanceAt:
