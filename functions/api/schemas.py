@@ -150,7 +150,7 @@ class OrderView(BaseModel):
     amount: str
     balance_after: str
     status: Literal["PENDING", "PERSISTED", "ROLLED_BACK"] = Field(
-        description="PENDING: acknowledged, not in the books yet; PERSISTED: booked; ROLLED_BACK: never charged (its "
+        description="PENDING: charged, not in the books yet (taken back if its publish fails); PERSISTED: booked; ROLLED_BACK: never charged (its "
         "publish failed and the DB recorded it rolled back)"
     )
 

@@ -38,7 +38,10 @@ class EntryView(BaseModel):
     ref: str | None = Field(
         description="what caused it: key:<Idempotency-Key>, payment_order:<id>, redpacket:<id>, ..."
     )
-    state: str = Field(description="booked, or pending: acknowledged, not in the DB yet (read your writes)")
+    state: str = Field(
+        description="booked, or pending: charged, not in the DB yet (read your writes); a pending entry whose "
+        "request has not been answered yet may still be taken back (its publish failed)"
+    )
 
 
 class EntriesPage(BaseModel):
