@@ -476,3 +476,24 @@ def test_holds_filtered_by_state_are_filtered_by_the_state_they_show(api):
     expired = api("GET", f"/accounts/{user_id}/holds?state=EXPIRED")[1]["holds"]
     assert [(h["hold_id"], h["state"]) for h in expired] == [(hold_id, "EXPIRED")], expired
     assert api("GET", f"/accounts/{user_id}/holds?state=ACTIVE")[1]["holds"] == []
+
+
+def test_the_db_never_books_a_hold_captured_beyond_its_amount(api, redis_client, sql):
+    """Issue 31, hole 1: t_hold.captured had no cap in the DB: a second capture of a captured hold (what a Redis loss
+    let through) was booked, 200.00 captured on a 100.00 authorization. The DB refuses it (dead-lettered)."""
+    from helpers import records
+    from hotledger.ledger.store import pending_entries
+    from hotledger.runtime import id_generator
+
+    user_id = api.account(balance="300.00")
+    hold_id = _hold(api, user_id, "100.00")["hold_id"]
+    capture = f"/accounts/{user_id}/holds/{hold_id}/capture"
+    assert api("POST", capture, {"amount": "100.00", "final": True})[0] == 200
+    (captured,) = [e.to_event() for e in pending_entries(redis_client, user_id) if e.kind == "C"]
+    _persist(redis_client, user_id)
+    again = captured.model_copy(
+        update={"id": id_generator().next_id(), "version": captured.version + 1, "captured_after": 20000}
+    )
+    invoke_writer(records([again], lambda e: str(e.user_id), first_offset=10_000))
+    assert sql("SELECT captured, state FROM t_hold WHERE id = %s", (int(hold_id),)) == ((10000, "CAPTURED"),)
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (str(user_id),)) == ((1,),)

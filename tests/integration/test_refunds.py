@@ -248,3 +248,24 @@ def test_a_refund_retried_while_the_writer_books_its_first_attempt_answers_that_
     monkeypatch.setattr(RefundStore, "stored", read_in_db)
     _persist(redis_client, user_id)
     assert sql("SELECT COUNT(*), SUM(amount) FROM t_refund WHERE charge_id = %s", (int(order_id),)) == ((1, 400),)
+
+
+def test_the_books_refuse_a_refund_whose_charge_they_do_not_hold(api, redis_client, sql):
+    """Issue 31, hole 2: whatever reaches the writer, a refund row of a charge the books do not hold (or past what it
+    charged) is refused by the DB's transaction and dead-lettered, never booked."""
+    from helpers import records
+    from hotledger.ledger.store import pending_entries
+    from hotledger.runtime import id_generator
+
+    user_id = api.account(balance="20.00")
+    order_id = _booked_deduct(api, redis_client, user_id, "5.00")
+    assert _refund(api, user_id, order_id, "5.00")[0] == 201
+    (refund,) = [e.to_event() for e in pending_entries(redis_client, user_id) if e.kind == "F"]
+    _persist(redis_client, user_id)
+    forged = [
+        refund.model_copy(update={"id": id_generator().next_id(), "version": refund.version + 1, "refund_of": 999}),
+        refund.model_copy(update={"id": id_generator().next_id(), "version": refund.version + 2}),  # past the charge
+    ]
+    invoke_writer(records(forged, lambda e: str(e.user_id), first_offset=20_000))
+    assert sql("SELECT COUNT(*), SUM(amount) FROM t_refund WHERE user_id = %s", (user_id,)) == ((1, 500),)
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (str(user_id),)) == ((2,),)
