@@ -343,7 +343,7 @@ def test_unknown_holds_and_other_users(api):
     assert [h["hold_id"] for h in listed] == [hold_id]
 
 
-def test_the_scripts_other_answers(api, redis_client, monkeypatch):
+def test_the_scripts_other_answers(api, redis_client, monkeypatch, own_topic):
     """A closed account, a backlog, a hold not due, an account Redis lost before a capture, a SYNC account."""
     from hotledger.runtime import holds
 
@@ -478,7 +478,7 @@ def test_holds_filtered_by_state_are_filtered_by_the_state_they_show(api):
     assert api("GET", f"/accounts/{user_id}/holds?state=ACTIVE")[1]["holds"] == []
 
 
-def test_the_db_never_books_a_hold_captured_beyond_its_amount(api, redis_client, sql):
+def test_the_db_never_books_a_hold_captured_beyond_its_amount(api, redis_client, sql, own_topic):
     """Issue 31, hole 1: t_hold.captured had no cap in the DB: a second capture of a captured hold (what a Redis loss
     let through) was booked, 200.00 captured on a 100.00 authorization. The DB refuses it (dead-lettered)."""
     from helpers import records

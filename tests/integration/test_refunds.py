@@ -250,7 +250,7 @@ def test_a_refund_retried_while_the_writer_books_its_first_attempt_answers_that_
     assert sql("SELECT COUNT(*), SUM(amount) FROM t_refund WHERE charge_id = %s", (int(order_id),)) == ((1, 400),)
 
 
-def test_the_books_refuse_a_refund_whose_charge_they_do_not_hold(api, redis_client, sql):
+def test_the_books_refuse_a_refund_whose_charge_they_do_not_hold(api, redis_client, sql, own_topic):
     """Issue 31, hole 2: whatever reaches the writer, a refund row of a charge the books do not hold (or past what it
     charged) is refused by the DB's transaction and dead-lettered, never booked."""
     from helpers import records

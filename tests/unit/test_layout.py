@@ -90,7 +90,7 @@ def test_stores_and_dal_never_import_upwards(path):
         or (
             name.startswith("hotledger.")
             and name.split(".")[1] in FEATURES
-            and not name.endswith((".store", ".tx", ".rows", ".replies", ".events", ".entry"))
+            and not name.endswith((".store", ".tx", ".rows", ".replies", ".events", ".entry", ".kinds"))
         )
     }
     assert not upward, f"{path.relative_to(REPO)} imports {upward}"

@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Protocol
 
-from hotledger.ledger.entry import CLIENT_PREFIX, KIND_DEDUCT, KIND_REFUND, Booked, LedgerHead
+from hotledger.ledger.entry import CLIENT_PREFIX, Booked, LedgerHead
+from hotledger.ledger.kinds import HOLD_TYPES, KIND_DEDUCT, KIND_REFUND
 
 
 class Change(Protocol):
@@ -60,9 +61,6 @@ class Change(Protocol):
 
     @property
     def hold_delta(self) -> int: ...
-
-
-HOLD_TYPES = {"H": "hold", "C": "capture", "V": "void", "X": "expiry"}
 
 
 # the service's own Idempotency-Keys name what caused a charge (redpackets/store.py, notices/payment_orders.py); the

@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from hotledger.ledger.kinds import HOLD_KINDS, KIND_REFUND, balance_delta
 from hotledger.outbox.events import LedgerEvent
-
-KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND = "D", "R", "F"
 
 T = TypeVar("T")
 
@@ -85,9 +84,7 @@ class Entry:
 
     @property
     def delta(self) -> int:
-        if self.kind in (KIND_DEDUCT, "C"):
-            return -self.amount
-        return self.amount if self.kind in (KIND_RECHARGE, KIND_REFUND) else 0
+        return balance_delta(self.kind, self.amount)
 
     def to_event(self) -> LedgerEvent:
         return LedgerEvent(**self.event())
@@ -134,9 +131,6 @@ class Entry:
                 }
             )
         return fields
-
-
-HOLD_KINDS = frozenset("HCVX")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from typing import Any
 
 from hotledger.holds.tx import insert_changes
 from hotledger.ledger.book import book
-from hotledger.ledger.entry import HOLD_KINDS, KIND_REFUND, LedgerHead
+from hotledger.ledger.entry import LedgerHead
+from hotledger.ledger.kinds import HOLD_KINDS, KIND_REFUND
 from hotledger.ledger.rows import AccountMove, IdempotentAnswer, LockedAccount
 from hotledger.ledger.service import fingerprint
 from hotledger.ledger.store import LedgerStore

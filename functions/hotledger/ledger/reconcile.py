@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hotledger.dal.budget import Budget
-from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE
+from hotledger.ledger.kinds import KIND_DEDUCT, KIND_RECHARGE
 from hotledger.ledger.replies import ReconcileStatus
 from hotledger.ledger.rows import AccountBalance, CacheState
 from hotledger.ledger.store import LedgerStore

@@ -6,9 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hotledger.ledger.entry import (
-    LedgerHead,
-)
+from hotledger.ledger.entry import LedgerHead
 
 MAX_BALANCE = 9_000_000_000_000_000  # below 2**53: exact in Redis Lua doubles
 

@@ -37,7 +37,8 @@ from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.holds.store import holds_with_pending
 from hotledger.ledger.book import book
-from hotledger.ledger.entry import KIND_DEDUCT, KIND_RECHARGE, Entry, ServiceKey, stored_key
+from hotledger.ledger.entry import Entry, ServiceKey, stored_key
+from hotledger.ledger.kinds import KIND_DEDUCT, KIND_RECHARGE
 from hotledger.ledger.replies import ApplyReply, ApplyStatus, ToSyncStatus
 from hotledger.ledger.rows import MAX_BALANCE, AccountRow, Charge, IdempotentAnswer
 from hotledger.ledger.store import LedgerStore

@@ -30,6 +30,7 @@ from hotledger.ledger.entry import (
     Entry,
     is_client_key,
 )
+from hotledger.ledger.kinds import ENTRY_TABLES
 from hotledger.ledger.replies import ApplyReply, ReconcileReply, RollbackReply, SettleReply, ToSyncReply, settled
 from hotledger.ledger.rows import (
     MAX_BALANCE,
@@ -43,7 +44,7 @@ from hotledger.ledger.rows import (
     StoredDeduct,
     open_columns,
 )
-from hotledger.ledger.tx import ACCOUNT_SELECT, ENTRY_TABLES, LedgerTx
+from hotledger.ledger.tx import ACCOUNT_SELECT, LedgerTx
 from hotledger.outbox.events import LedgerEvent
 
 

@@ -10,14 +10,8 @@ from typing import TYPE_CHECKING, Any
 from hotledger import errors
 from hotledger.holds.rows import Hold
 from hotledger.holds.tx import active_holds, expired_on_hold
-from hotledger.ledger.entry import (
-    HOLD_KINDS,
-    KIND_DEDUCT,
-    KIND_RECHARGE,
-    KIND_REFUND,
-    Booked,
-    LedgerHead,
-)
+from hotledger.ledger.entry import Booked, LedgerHead
+from hotledger.ledger.kinds import ENTRY_TABLES, KIND_DEDUCT, KIND_RECHARGE
 from hotledger.ledger.rows import AccountMove, AccountRow, IdempotentAnswer, LockedAccount, open_columns
 from hotledger.monitors.store import judge
 from hotledger.outbox.events import LedgerEvent
@@ -33,13 +27,6 @@ ACCOUNT_SELECT = (
     " u.api_open, u.close_reason"
     " FROM t_user u JOIN t_account a ON a.user_id = u.id WHERE u.id = %s"
 )
-
-ENTRY_TABLES = {
-    KIND_DEDUCT: ("t_order", "amount"),
-    KIND_RECHARGE: ("t_pay", "pay"),
-    KIND_REFUND: ("t_refund", "amount"),
-    **{kind: ("t_hold_change", "amount") for kind in HOLD_KINDS},
-}
 
 
 class LedgerTx:

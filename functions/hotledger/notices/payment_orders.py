@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from hotledger import errors
 from hotledger.dal.redis_store import RedisUnavailable
-from hotledger.ledger.entry import KIND_DEDUCT, ServiceKey
+from hotledger.ledger.entry import ServiceKey
+from hotledger.ledger.kinds import KIND_DEDUCT
 from hotledger.notices.inbox import Inbox
 from hotledger.notices.store import PaymentOrder as PaymentOrder  # re-exported: the routes' view of one
 from hotledger.notices.store import PaymentOrderState, PaymentOrderStore

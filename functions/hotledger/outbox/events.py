@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from hotledger.dal.event_keys import EventKeys, Keyring, canonical, signed_part, with_signature
+from hotledger.ledger.kinds import balance_delta, hold_delta
 
 
 class LedgerEvent(BaseModel):
@@ -67,18 +68,12 @@ class LedgerEvent(BaseModel):
     @property
     def delta(self) -> int:
         """What the change adds to the balance: a hold moves only `available`, until a capture takes from the balance."""
-        if self.kind in ("D", "C"):
-            return -self.amount
-        return self.amount if self.kind in ("R", "F") else 0
+        return balance_delta(self.kind, self.amount)
 
     @property
     def hold_delta(self) -> int:
         """What the change adds to what holds keep out of available."""
-        if self.kind == "H":
-            return self.amount
-        if self.kind == "C":
-            return -(self.amount + self.released)
-        return -self.amount if self.kind in ("V", "X") else 0
+        return hold_delta(self.kind, self.amount, self.released)
 
 
 class VoucherOrderEvent(BaseModel):

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from hotledger import errors
 from hotledger.holds.service import Holds
-from hotledger.ledger.entry import KIND_RECHARGE, KIND_REFUND, Entry, RefundOf, is_client_key
+from hotledger.ledger.entry import Entry, RefundOf, is_client_key
+from hotledger.ledger.kinds import KIND_RECHARGE, KIND_REFUND
 from hotledger.ledger.rows import AccountRow
 from hotledger.ledger.service import Ledger, after_change
 from hotledger.ledger.tx import LedgerTx

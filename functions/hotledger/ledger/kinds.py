@@ -1,0 +1,79 @@
+"""The account's rulebook: every kind of ledger entry declared once (issue 31).
+
+An entry's kind letter travels in the entry string Redis keeps (layers/lua: amount;ts;...;kind;...), in the event
+on the topic and in the DB's rows. What a kind does to an account is read from this table, never from a branch on
+the letter: its effect on the balance and on what holds keep out of `available`, the table its row goes to, the
+ledger type it is booked under, whether it changes a hold or gives a charge back, and what of it waits for its
+event to be durable. TigerBeetle's one transfer with flags is the model: one record of what each kind is.
+
+A new kind is a row here, its Lua in the script that makes it, and its route: the writer books it, the reconciler
+persists it and the history shows it from this row.
+
+This module imports nothing of the project's: every layer (events, entries, persisters) may read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Sign = Literal[-1, 0, 1]
+
+
+@dataclass(frozen=True)
+class Kind:
+    letter: str
+    entry_type: str  # t_entry.type (a deduct or recharge is refined by what caused it: ledger/book.type_and_ref)
+    balance: Sign  # the balance moves by balance * amount
+    table: str  # the row of the change: t_order, t_pay, t_hold_change or t_refund
+    amount_column: str  # that table's amount column
+    changes_hold: bool = False  # a change of one hold (its fields travel with it: hold_id, hold_state, ...)
+    refunds: bool = False  # gives part of a charge back (refund_of, refund_of_kind)
+    waits_for_durable: bool = False  # what it makes spendable or lets end waits for its event (ledger_post)
+    holds_amount: Sign = 0  # what holds keep from available moves by holds_amount * amount (released: see below)
+    releases: bool = False  # what holds keep also drops by what it releases (a void, an expiry, a final capture)
+    refundable_as: Literal["order", "hold"] | None = None  # a refund names a charge of this kind so
+
+
+KINDS: dict[str, Kind] = {
+    k.letter: k
+    for k in (
+        Kind("D", "deduct", -1, "t_order", "amount", refundable_as="order"),
+        Kind("R", "recharge", 1, "t_pay", "pay", waits_for_durable=True),
+        Kind("F", "refund", 1, "t_refund", "amount", refunds=True),
+        Kind("H", "hold", 0, "t_hold_change", "amount", changes_hold=True, holds_amount=1),
+        # a capture takes from the balance what it captures, and from what the hold keeps that and what it releases;
+        # a partial capture keeps its hold from ending until its event is durable (the hold's inflight count)
+        Kind(
+            "C",
+            "capture",
+            -1,
+            "t_hold_change",
+            "amount",
+            changes_hold=True,
+            holds_amount=-1,
+            releases=True,
+            refundable_as="hold",
+        ),
+        Kind("V", "void", 0, "t_hold_change", "amount", changes_hold=True, releases=True),
+        Kind("X", "expiry", 0, "t_hold_change", "amount", changes_hold=True, releases=True),
+    )
+}
+KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND = "D", "R", "F"
+HOLD_KINDS = frozenset(letter for letter, k in KINDS.items() if k.changes_hold)
+HOLD_TYPES = {letter: KINDS[letter].entry_type for letter in sorted(HOLD_KINDS)}
+ENTRY_TABLES = {letter: (k.table, k.amount_column) for letter, k in KINDS.items()}
+
+
+def balance_delta(kind: str, amount: int) -> int:
+    """What an entry of this kind adds to the balance."""
+    return KINDS[kind].balance * amount
+
+
+def hold_delta(kind: str, amount: int, released: int) -> int:
+    """What an entry of this kind adds to what holds keep out of available. A void or an expiry carries what it
+    released as its amount (it releases the rest of the hold); a capture releases what it takes and, final, the rest."""
+    k = KINDS[kind]
+    if k.holds_amount:
+        return k.holds_amount * amount - (released if k.releases else 0)
+    return -amount if k.releases else 0
