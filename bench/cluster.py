@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import redis
+import scripts
 
 from infra import services
 
@@ -60,42 +61,11 @@ def deducts(client, entities: int, calls: int) -> list[tuple[str, list[str], lis
     from hotledger.dal.redis_store import Lua
 
     uids = [900_000_000 + i for i in range(entities)]
-    _run(
-        Lua(client, str(REPO / "layers/lua")),
-        [
-            (
-                "ledger_load",
-                [
-                    f"user:balance:{{{uid}}}",
-                    f"user:held:{{{uid}}}",
-                    f"user:holds:{{{uid}}}",
-                    f"user:holds:expiry:{{{uid}}}",
-                    f"user:refunds:{{{uid}}}",
-                ],
-                [10**15, 1, 0, "1", "ASYNC", "bench", 0],
-            )
-            for uid in uids
-        ],
-    )
-    now = int(time.time() * 1000)
+    lua = Lua(client, str(REPO / "layers/lua"))
+    _run(lua, [scripts.load_call(lua, uid, 10**15) for uid in uids])
 
     def call(n: int) -> tuple[str, list[str], list]:
-        uid = uids[n % entities]
-        return (
-            "ledger_apply",
-            [
-                f"user:balance:{{{uid}}}",
-                f"user:order:{{{uid}}}:b{n}",
-                f"user:order:consistency:{{{uid}}}",
-                f"user:idem:{{{uid}}}:",
-                f"events:unused:{{{uid}}}",
-                f"user:idem:quota:{{{uid}}}",
-                f"user:held:{{{uid}}}",
-                f"user:holds:{{{uid}}}",
-                f"user:holds:expiry:{{{uid}}}",
-            ],
-            ["D", 1, now, f"9{n}", 604800, "", 86400, 10**16, 0, "", "", uid],
-        )
+        return scripts.deduct_call(lua, uids[n % entities], int(f"9{n}"))
 
     return [call(n) for n in range(calls)]
 

@@ -176,90 +176,53 @@ def hot_account_figures(figures: report.Figures, call, procs: int, seconds: floa
 
 
 # --- raw Redis ceilings ------------------------------------------------------------------------------------
+# redis-benchmark puts a random 12-digit number where its command line says __rand_int__: the entry id here
+RAND_ENTRY_ID = 987_654_321_987
+
+
 def evalsha_redis_benchmark(redis_port: int, clients: int, requests: int) -> float:
+    import scripts
+
     from hotledger.dal.redis_store import lua as runner
 
     lua = runner()
-    lua.run(
-        "ledger_load",
-        ["user:balance:{777}", "user:held:{777}", "user:holds:{777}", "user:holds:expiry:{777}", "user:refunds:{777}"],
-        [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench", 0],
-    )
-    sha = lua.sha("ledger_apply")
-    lua.client.script_load((REPO / "layers/lua/ledger_apply.lua").read_text())
-    cmd = [
-        "redis-benchmark",
-        "-p",
-        str(redis_port),
-        "-c",
-        str(clients),
-        "-n",
-        str(requests),
-        "-r",
-        "1000000000",
-        "-q",
-        "evalsha",
-        sha,
-        "9",
-        "user:balance:{777}",
-        "user:order:{777}:__rand_int__",
-        "user:order:consistency:{777}",
-        "user:idem:{777}:",
-        "events:unused:{777}",
-        "user:idem:quota:{777}",
-        "user:held:{777}",
-        "user:holds:{777}",
-        "user:holds:expiry:{777}",
-        "D",
-        "1",
-        "1700000000000",
-        "__rand_int__",
-        "604800",
-        "",
-        "86400",
-        "9000000000000000",
-        "0",
-        "",
-        "",
-        "777",
-    ]
+    scripts.load(lua, 777, 9_000_000_000_000_000 // 2)
+    name, keys, args = scripts.deduct_call(lua, 777, RAND_ENTRY_ID)
+    line = [str(x).replace(str(RAND_ENTRY_ID), "__rand_int__") for x in (*keys, *args)]
+    sha = lua.sha(name)
+    lua.client.script_load((REPO / f"layers/lua/{name}.lua").read_text())
+    cmd = ["redis-benchmark", "-p", str(redis_port), "-c", str(clients), "-n", str(requests), "-r", "1000000000"]
+    cmd += ["-q", "evalsha", sha, str(len(keys)), *line]
+    balance_before = int(lua.client.hget(keys[0], "balance"))
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    charged = balance_before - int(lua.client.hget(keys[0], "balance"))
+    if charged < requests * 0.99:  # redis-benchmark counts error replies as requests too
+        raise RuntimeError(f"redis-benchmark's ledger_apply charged {charged} of {requests}: {out[-2000:]}")
     return float(re.findall(r"([\d.]+) requests per second", out)[-1])
 
 
 def redispy_worker(start_at: float, stop_at: float, out) -> None:
-    from hotledger.dal.redis_store import lua as runner
+    import scripts
 
-    lua, n, counted = runner(), 0, 0
+    from hotledger.dal.redis_store import lua as runner
+    from hotledger.ledger.replies import ApplyStatus
+
+    store, n, counted = scripts.store(runner()), 0, 0
     while (now := time.monotonic()) < stop_at:
         n += 1
-        lua.run(
-            "ledger_apply",
-            [
-                "user:balance:{778}",
-                f"user:order:{{778}}:{os.getpid()}-{n}",
-                "user:order:consistency:{778}",
-                "user:idem:{778}:",
-                "events:unused:{778}",
-                "user:idem:quota:{778}",
-                "user:held:{778}",
-                "user:holds:{778}",
-                "user:holds:expiry:{778}",
-            ],
-            ["D", 1, 1_700_000_000_000, f"{os.getpid()}{n}", 604800, "", 86400, 9_000_000_000_000_000, 0, "", "", 778],
-        )
+        reply = store.apply(scripts.deduct(778, os.getpid() * 10**9 + n))
+        if reply.status is not ApplyStatus.OK:
+            raise RuntimeError(f"ledger_apply answered {reply}")
         counted += now >= start_at
     out.put(counted)
 
 
 def evalsha_redispy(procs: int, seconds: float) -> tuple[float, int]:
+    import scripts
+
     from hotledger.dal.redis_store import lua
 
-    lua().run(
-        "ledger_load",
-        ["user:balance:{778}", "user:held:{778}", "user:holds:{778}", "user:holds:expiry:{778}", "user:refunds:{778}"],
-        [9_000_000_000_000_000 // 2, 1, 0, "1", "ASYNC", "bench", 0],
-    )
+    scripts.load(lua(), 778, 9_000_000_000_000_000 // 2)
     start_at = time.monotonic() + 5  # spawned and imported
     total = sum(gather(redispy_worker, [(start_at, start_at + seconds)] * procs, 5 + seconds + START_ALLOWANCE_S))
     return round(total / seconds, 1), total
