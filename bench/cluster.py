@@ -163,9 +163,9 @@ def script_costs(target, client, entities: int, calls: int) -> tuple[dict, list[
     return costs, per_master, _getkeys(masters) - getkeys_before
 
 
-def figures(single: services.RedisServer, cluster: services.RedisCluster, quick: bool) -> dict:
+def figures(single: services.RedisServer, cluster: services.RedisCluster, size) -> dict:
     """Per-script Redis CPU on the single Redis and on the cluster, and how the keys spread over the masters."""
-    entities, calls = 60, 5_000 if quick else 20_000
+    entities, calls = 60, size.pick(20_000, 5_000, 500)
     single_costs, _, _ = script_costs(single, single.client(), entities, calls)
     cluster_costs, per_master, getkeys = script_costs(cluster, cluster.client(), entities, calls)
     # the keys' spread over the masters (CRC16 of fixed ids) is not a figure: it cannot come out otherwise
