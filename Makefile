@@ -5,7 +5,7 @@ PY := .venv/bin/python
 export PYTHONPATH := functions:.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: help up up-cluster setup tools services migrate serve token test test-unit test-cluster mutants lock lint docs build deploy destroy bench down clean resolve-dead-letters ops typecheck
+.PHONY: help up up-cluster setup tools services migrate serve token test test-unit test-cluster mutants lock lint docs build deploy destroy bench bench-smoke down clean resolve-dead-letters ops typecheck
 
 ## list the targets with what each does
 help:
@@ -46,7 +46,7 @@ token:
 	@$(PY) -m infra.dev_issuer $(if $(SUB),--sub '$(SUB)') $(if $(SCOPES),--scopes '$(SCOPES)')
 
 ## the whole suite: make lint (ruff, the template), then sam build, Lua, handlers, writer, reconciler, e2e over HTTP,
-## faults; then the cluster subset (below) again on a private Redis Cluster
+## faults, the bench's smoke pass (make bench-smoke); then the cluster subset (below) again on a private Redis Cluster
 test: setup tools services lint
 	$(PY) -m pytest
 	$(CLUSTER_RUN)
@@ -54,9 +54,11 @@ test: setup tools services lint
 ## on a private 3-master Redis Cluster (one replica each) per run: CLUSTER_RUN (tests/integration and tests/e2e, about
 ## 4 + 5 minutes; also in `make test`) then the failover test (which makes its own cluster, so it runs in `make test` too). Left out by
 ## design, not skipped: tests marked single_redis (they stop, restart or proxy the one Redis process), the other
-## tests/faults (each starts its own single Redis), and the template tests (no Redis)
+## tests/faults (each starts its own single Redis), the template tests (no Redis) and the bench's smoke pass (its
+## servers are its own)
 CLUSTER_RUN := HOTLEDGER_TEST_REDIS=cluster $(PY) -m pytest -m "not single_redis" tests/integration tests/e2e \
-	--ignore=tests/integration/test_template.py --ignore=tests/integration/test_sam_local_invoke.py
+	--ignore=tests/integration/test_template.py --ignore=tests/integration/test_sam_local_invoke.py \
+	--ignore=tests/integration/test_bench_smoke.py
 ## the cluster run alone (CLUSTER_RUN above), then the failover and node-loss tests
 test-cluster: setup services
 	$(CLUSTER_RUN) tests/faults/test_cluster_failover.py tests/faults/test_cluster_node_loss.py
@@ -117,6 +119,12 @@ deploy: build
 ## commit and the machine's load) and PNG charts beside it; a progress line per stage on stderr. QUICK=1: a few minutes
 bench: setup services
 	$(PY) bench/run.py $(if $(QUICK),--quick)
+
+## every bench stage once at a tiny size (seconds each), each on a Redis, schema and topic of its own: no target judged,
+## the figures in .state/bench-smoke/ (bench/results.json untouched); fails when a stage does. `make test` runs it
+## (tests/integration/test_bench_smoke.py)
+bench-smoke: setup services
+	$(PY) bench/run.py --smoke
 
 ## tear the stack hotledger-$(ENV) down (sam delete; asks first). Redis and Aurora leave final snapshots and the
 ## secrets, the user pool and the API Gateway logging role stay, by their DeletionPolicy (docs/operations.md)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import redis
+import scripts
 
 from infra import services
 
@@ -60,42 +61,11 @@ def deducts(client, entities: int, calls: int) -> list[tuple[str, list[str], lis
     from hotledger.dal.redis_store import Lua
 
     uids = [900_000_000 + i for i in range(entities)]
-    _run(
-        Lua(client, str(REPO / "layers/lua")),
-        [
-            (
-                "ledger_load",
-                [
-                    f"user:balance:{{{uid}}}",
-                    f"user:held:{{{uid}}}",
-                    f"user:holds:{{{uid}}}",
-                    f"user:holds:expiry:{{{uid}}}",
-                    f"user:refunds:{{{uid}}}",
-                ],
-                [10**15, 1, 0, "1", "ASYNC", "bench", 0],
-            )
-            for uid in uids
-        ],
-    )
-    now = int(time.time() * 1000)
+    lua = Lua(client, str(REPO / "layers/lua"))
+    _run(lua, [scripts.load_call(lua, uid, 10**15) for uid in uids])
 
     def call(n: int) -> tuple[str, list[str], list]:
-        uid = uids[n % entities]
-        return (
-            "ledger_apply",
-            [
-                f"user:balance:{{{uid}}}",
-                f"user:order:{{{uid}}}:b{n}",
-                f"user:order:consistency:{{{uid}}}",
-                f"user:idem:{{{uid}}}:",
-                f"events:unused:{{{uid}}}",
-                f"user:idem:quota:{{{uid}}}",
-                f"user:held:{{{uid}}}",
-                f"user:holds:{{{uid}}}",
-                f"user:holds:expiry:{{{uid}}}",
-            ],
-            ["D", 1, now, f"9{n}", 604800, "", 86400, 10**16, 0, "", "", uid],
-        )
+        return scripts.deduct_call(lua, uids[n % entities], int(f"9{n}"))
 
     return [call(n) for n in range(calls)]
 
@@ -193,9 +163,9 @@ def script_costs(target, client, entities: int, calls: int) -> tuple[dict, list[
     return costs, per_master, _getkeys(masters) - getkeys_before
 
 
-def figures(single: services.RedisServer, cluster: services.RedisCluster, quick: bool) -> dict:
+def figures(single: services.RedisServer, cluster: services.RedisCluster, size) -> dict:
     """Per-script Redis CPU on the single Redis and on the cluster, and how the keys spread over the masters."""
-    entities, calls = 60, 5_000 if quick else 20_000
+    entities, calls = 60, size.pick(20_000, 5_000, 500)
     single_costs, _, _ = script_costs(single, single.client(), entities, calls)
     cluster_costs, per_master, getkeys = script_costs(cluster, cluster.client(), entities, calls)
     # the keys' spread over the masters (CRC16 of fixed ids) is not a figure: it cannot come out otherwise

@@ -4,6 +4,7 @@ figures' targets. run.py and each stage run on their own import this; no stage i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import uuid
@@ -14,6 +15,33 @@ from infra.event_keys import local_keyring
 from infra.migrate import migrate
 
 LAG_RATES = (200, 500, 1000)
+SIZES = ("full", "quick", "smoke")
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """How big a run's stages are: "full" (make bench), "quick" (QUICK=1: a few minutes in all) or "smoke" (make
+    bench-smoke, in make test: each stage once at a tiny size, seconds each, its figures judged by nothing)."""
+
+    name: str = "full"
+
+    def __post_init__(self) -> None:
+        if self.name not in SIZES:
+            raise ValueError(f"size {self.name!r} is not one of {SIZES}")
+
+    @classmethod
+    def of(cls, quick: bool = False, smoke: bool = False) -> Size:
+        return cls("smoke" if smoke else "quick" if quick else "full")
+
+    def pick(self, full, quick, smoke):
+        """This size's value of the three."""
+        return {"full": full, "quick": quick, "smoke": smoke}[self.name]
+
+    @property
+    def smoke(self) -> bool:
+        return self.name == "smoke"
+
+
 TARGETS = {
     "async_vs_sync_hot_ratio": (">=", 5),
     "hot_account_failed_requests": ("<=", 0),

@@ -21,6 +21,7 @@ import sys
 import time
 
 import sale
+from harness import Size
 from workers import START_ALLOWANCE_S, gather
 
 
@@ -74,7 +75,7 @@ def oversell(call, procs: int, shards: int, stock: int, first_user: int) -> dict
     }
 
 
-def figures(call, procs: int, seconds: float, shards: int, quick: bool) -> dict:
+def figures(call, procs: int, seconds: float, shards: int, size: Size) -> dict:
     one, one_refused, one_late = attempts_per_s(call, procs, seconds, 1, 400_000_000)
     many, many_refused, many_late = attempts_per_s(call, procs, seconds, shards, 500_000_000)
     result = {
@@ -85,11 +86,11 @@ def figures(call, procs: int, seconds: float, shards: int, quick: bool) -> dict:
         "hot_voucher_attempts_refused": one_refused + many_refused,
         "hot_voucher_workers_late_s": round(max(one_late, many_late), 2),
     }
-    result.update(oversell(call, procs, shards, 2_000 if quick else 10_000, 600_000_000))
+    result.update(oversell(call, procs, shards, size.pick(10_000, 2_000, 100), 600_000_000))
     return result
 
 
-def on_cluster(call, cluster, procs: int, seconds: float, shards: int, quick: bool) -> dict:
+def on_cluster(call, cluster, procs: int, seconds: float, shards: int, size: Size) -> dict:
     """figures() with the service on a Redis Cluster (this process and the workers it spawns), named cluster_*, and
     how many of its masters the N buckets of a sale reached (by the buckets' hash tags: a spread, not a plan)."""
     from hotledger import keys, runtime
@@ -98,7 +99,7 @@ def on_cluster(call, cluster, procs: int, seconds: float, shards: int, quick: bo
     os.environ["REDIS_URL"] = cluster.url
     runtime.reset()  # settings and clients are read once per process: read REDIS_URL again
     try:
-        result = figures(call, procs, seconds, shards, quick)
+        result = figures(call, procs, seconds, shards, size)
         probe = int(_sale(call, shards, shards))
         result["hot_voucher_bucket_masters"] = len(
             {cluster.master_of(keys.voucher(probe, k)).port for k in range(shards)}
@@ -132,12 +133,14 @@ def main() -> int:
         clients.quiet()
         if args.cluster:
             with harness.private_cluster(state) as cluster:
-                result = on_cluster(clients.api(), cluster, args.procs, args.seconds, args.shards, args.quick)
+                result = on_cluster(
+                    clients.api(), cluster, args.procs, args.seconds, args.shards, harness.Size.of(args.quick)
+                )
         else:
             if args.redis_url:
                 os.environ["REDIS_URL"] = args.redis_url
                 runtime.reset()  # the run's settings were read with its private Redis
-            result = figures(clients.api(), args.procs, args.seconds, args.shards, args.quick)
+            result = figures(clients.api(), args.procs, args.seconds, args.shards, harness.Size.of(args.quick))
         sys.stdout = real_stdout
     print(json.dumps(result, indent=2))
     oversold = [name for name, value in result.items() if name.endswith("sharded_voucher_oversell") and value]

@@ -486,11 +486,11 @@ def _count_loop(loop: str, deducts: int) -> None:
         floor_loop(user_id, payloads)
 
 
-def all_figures(deducts: int, profile_top: int = 0) -> dict:
+def all_figures(deducts: int, profile_top: int = 0, counted: int = INSTRUCTIONS_DEDUCTS) -> dict:
     """The figures at the template's settings (with hiredis when installed, as the layer ships it), their instruction
     counts, and the handler's and floor's CPU without hiredis."""
     found = measure(deducts, hiredis_installed(), profile_top)
-    found.update(instructions())
+    found.update(instructions(counted))
     if hiredis_installed():
         without = measure(deducts, False)
         found.update(

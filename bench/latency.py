@@ -133,8 +133,10 @@ def routes(call, rates: list[float], seconds: float) -> dict:
     )
     voucher = body["voucher_id"]
     most = int(max(rates) * (WARM_UP_S + max(seconds, 2))) + 1
-    grabbers = writer_speed.bulk_accounts(min(10_000, most), 0)
-    sender = writer_speed.bulk_accounts(1, 10**12)[0]
+    # made as users make them, so cached at creation: a red packet's debit and a grab's credit carry the service's
+    # own Idempotency-Key, which an account first loaded after its creation holds (RECOVERING) for REBUILD_HOLD_S
+    grabbers = writer_speed.created_accounts(call, min(10_000, most))
+    sender = writer_speed.created_accounts(call, 1, "10000000000.00")[0]
 
     def deduct(rate: float):
         return lambda i: _request("POST", f"/accounts/{accounts[i % len(accounts)]}/deduct", {"amount": "0.01"}, token)

@@ -177,12 +177,17 @@ def history_figures(entries: int, samples: int) -> dict:
     }
 
 
-def figures(quick: bool) -> dict:
-    holds = hold_figures(500 if quick else 2000)
-    hist = history_figures(100_000 if quick else 1_000_000, 200 if quick else 1000)
+def figures(size) -> dict:
+    """The figures at `size` (harness.Size)."""
+    holds = hold_figures(size.pick(2000, 500, 50))
+    hist = history_figures(size.pick(1_000_000, 100_000, 2_000), size.pick(1000, 200, 20))
     return {
         "figures": {k: v for k, v in {**holds, **hist}.items() if not k.startswith("_")}
-        | {"deduct_script_vs_before_holds_ratio": deduct_vs_before_holds(3 if quick else 7, 2000 if quick else 5000)},
+        | {
+            "deduct_script_vs_before_holds_ratio": deduct_vs_before_holds(
+                size.pick(7, 3, 1), size.pick(5000, 2000, 100)
+            )
+        },
         "targets": {
             "hold_authorize_lua_p99_ms_1000_holds": "<= 0.3",
             "history_page_p99_ms_1m_entries": "<= 50",
@@ -198,4 +203,4 @@ if __name__ == "__main__":
     import harness
 
     with harness.environment("hotledger_bench_ledger"):
-        print(json.dumps(figures("--quick" in sys.argv), indent=2))
+        print(json.dumps(figures(harness.Size.of("--quick" in sys.argv)), indent=2))

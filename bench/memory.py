@@ -14,9 +14,11 @@ dataset only: no replication buffers, fragmentation or reserved memory). Entitie
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
+import scripts
 import stats
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,60 +39,19 @@ def _run(lua, client, calls) -> None:
 
 
 def _load(lua, client, uids) -> None:
-    _run(
-        lua,
-        client,
-        [
-            (
-                "ledger_load",
-                [
-                    f"user:balance:{{{u}}}",
-                    f"user:held:{{{u}}}",
-                    f"user:holds:{{{u}}}",
-                    f"user:holds:expiry:{{{u}}}",
-                    f"user:refunds:{{{u}}}",
-                ],
-                [10**15, 1, 0, "1", "ASYNC", "bench", 0],
-            )
-            for u in uids
-        ],
-    )
+    """Cache each account as a load from the DB does (LedgerStore.cache_account's call, bench/scripts.py)."""
+    _run(lua, client, [scripts.load_call(lua, u, 10**15) for u in uids])
 
 
-def _apply(uid: int, n: int, kind: str = "D", idem: str = "") -> tuple:
-    now = int(time.time() * 1000)
-    return (
-        "ledger_apply",
-        [
-            f"user:balance:{{{uid}}}",
-            f"user:order:{{{uid}}}:{n}",
-            f"user:order:consistency:{{{uid}}}",
-            f"user:idem:{{{uid}}}:{idem}",
-            f"events:unused:{{{uid}}}",
-            f"user:idem:quota:{{{uid}}}",
-            f"user:held:{{{uid}}}",
-            f"user:holds:{{{uid}}}",
-            f"user:holds:expiry:{{{uid}}}",
-        ],
-        [
-            kind,
-            1,
-            now,
-            n,
-            604800,
-            "f" * 64 if idem else "",
-            86400,
-            10**16,
-            0,
-            idem,
-            "",
-            uid,
-            "checked" if idem else "",
-            "",
-            0,
-            "",
-        ],
-    )
+def _apply(lua, uid: int, n: int, kind: str = "D", idem: str = "") -> tuple:
+    """An ASYNC charge without a reply kept for it (no key) or with a client key checked against the DB, as
+    LedgerStore.apply sends it."""
+    charge = scripts.deduct(uid, n)
+    if kind != "D" or idem:
+        charge = dataclasses.replace(
+            charge, kind=kind, idem_key=idem or None, fingerprint="f" * 64 if idem else "", key_checked=bool(idem)
+        )
+    return scripts.recorded(lua, "apply", charge)
 
 
 def figures(client, n: int) -> dict:
@@ -113,7 +74,7 @@ def figures(client, n: int) -> dict:
     _load(lua, client, uids)
     before_pending = _used(client)
     entry_ids = [(uids[i % ACCOUNTS], 10**12 + i) for i in range(n)]
-    measure("pending_entry", lambda: _run(lua, client, [_apply(u, e) for u, e in entry_ids]))
+    measure("pending_entry", lambda: _run(lua, client, [_apply(lua, u, e) for u, e in entry_ids]))
 
     def settle() -> None:
         by_account: dict[int, list[int]] = {}
@@ -145,13 +106,13 @@ def figures(client, n: int) -> dict:
     with_key = measure(
         "idempotency_record",
         lambda: _run(
-            lua, client, [_apply(keyed[i % ACCOUNTS], 2 * 10**12 + i, idem=f"c:bench-key-{i}") for i in range(n)]
+            lua, client, [_apply(lua, keyed[i % ACCOUNTS], 2 * 10**12 + i, idem=f"c:bench-key-{i}") for i in range(n)]
         ),
     )
     found["idempotency_record"] = round(with_key - found["pending_entry"], 1)
     held = [30_000_000 + i for i in range(ACCOUNTS)]
     _load(lua, client, held)
-    _run(lua, client, [_apply(held[i % ACCOUNTS], 3 * 10**12 + i, kind="R") for i in range(n)])
+    _run(lua, client, [_apply(lua, held[i % ACCOUNTS], 3 * 10**12 + i, kind="R") for i in range(n)])
     # a hold is a few bytes: measured as what releasing them all frees (ledger_post), not as the difference of two
     # deltas of entries 10 times its size
     freed = measure(

@@ -222,12 +222,13 @@ def monitor_check(rows: int, rounds: int) -> dict:
     }
 
 
-def figures(quick: bool) -> dict:
+def figures(size) -> dict:
+    """The figures at `size` (harness.Size)."""
     found = {
-        **events_per_s(300 if quick else 2000),
-        **backlog_drain_per_s(BACKLOG, BACKLOG_ACCOUNTS),
-        **delivery_lag(5 if quick else 20),
-        **monitor_check(200, 5 if quick else 20),
+        **events_per_s(size.pick(2000, 300, 30)),
+        **backlog_drain_per_s(size.pick(BACKLOG, BACKLOG, 100), BACKLOG_ACCOUNTS),
+        **delivery_lag(size.pick(20, 5, 1)),
+        **monitor_check(200, size.pick(20, 5, 1)),
     }
     found["_samples"] = {
         "webhook_events_per_s": found["webhook_events_delivered"],
@@ -242,4 +243,4 @@ if __name__ == "__main__":
     import harness
 
     with harness.environment("hotledger_bench_webhooks"):
-        print(json.dumps(figures("--quick" in sys.argv), indent=2))
+        print(json.dumps(figures(harness.Size.of("--quick" in sys.argv)), indent=2))

@@ -69,6 +69,22 @@ def bulk_accounts(n: int, balance: int) -> list[int]:
     return [row[0] for row in db.query("SELECT id FROM t_user WHERE user_name LIKE %s ORDER BY id", (prefix + "%",))]
 
 
+def created_accounts(call, n: int, balance: str = "") -> list[int]:
+    """n ASYNC accounts made as a user makes them, through the API handler (`call`, clients.api()): POST /accounts,
+    which caches each at creation, then a recharge of `balance` when given."""
+    prefix, user_ids = f"ca-{uuid.uuid4().hex[:8]}-", []
+    for i in range(n):
+        status, body = call("POST", "/accounts", {"user_name": f"{prefix}{i}", "deduct_type": "ASYNC"})
+        if status not in (200, 201):
+            raise RuntimeError(f"POST /accounts answered {status}: {body}")
+        user_ids.append(body["user_id"])
+        if balance:
+            status, body = call("POST", f"/accounts/{body['user_id']}/recharge", {"amount": balance})
+            if status != 200:
+                raise RuntimeError(f"recharge answered {status}: {body}")
+    return user_ids
+
+
 def _charge_worker(user_ids: list[int], out) -> None:
     clients.quiet()
     call = clients.api()
