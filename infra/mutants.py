@@ -43,6 +43,7 @@ U_NOTICES = "tests/unit/test_notices.py"
 I_LUA = "tests/integration/test_lua_scripts.py"
 I_ORDERS = "tests/integration/test_payment_orders.py"
 I_HOLDS = "tests/integration/test_holds.py"
+I_ROUTES = "tests/integration/test_route_table.py"
 
 
 @dataclass(frozen=True)
@@ -603,6 +604,111 @@ MUTANTS: list[Mutant] = [
         "seq=head.seq + 2,",
         ["tests/integration/test_history.py", "tests/unit/test_book.py"],
         "an account's entries are numbered without gaps",
+    ),
+    # ---- issue 35, class 1: who may call what (a route rule widened) ------------------------------------------
+    m(
+        "rules-owner-recharges",
+        "functions/hotledger/ledger/routes.py",
+        '("POST", "/accounts/<user_id>/recharge"): only(SERVICE),',
+        '("POST", "/accounts/<user_id>/recharge"): only(SERVICE, owner=path_arg("user_id")),',
+        [I_ROUTES],
+        "an end user never recharges (mints money for) their own account",
+    ),
+    m(
+        "rules-owner-captures",
+        "functions/hotledger/holds/routes.py",
+        '("POST", "/accounts/<user_id>/holds/<hold_id>/capture"): only(SERVICE),',
+        '("POST", "/accounts/<user_id>/holds/<hold_id>/capture"): only(SERVICE, owner=path_arg("user_id")),',
+        [I_ROUTES],
+        "a hold is captured by the backend only, never by its account's end user",
+    ),
+    m(
+        "rules-service-creates-vouchers",
+        "functions/hotledger/vouchers/routes.py",
+        '("POST", "/vouchers"): only(ADMIN),',
+        '("POST", "/vouchers"): only(SERVICE, ADMIN),',
+        [I_ROUTES],
+        "only operators create vouchers (flash sales), not services",
+    ),
+    m(
+        "rules-service-reads-dead-letters",
+        "functions/hotledger/notices/routes.py",
+        '("GET", "/delay-queues/<queue>/dead-letters"): only(ADMIN),',
+        '("GET", "/delay-queues/<queue>/dead-letters"): only(SERVICE, ADMIN),',
+        [I_ROUTES],
+        "a delay queue's dead letters are the operators', not the backend's",
+    ),
+    m(
+        "rules-operator-reads-inbox",
+        "functions/hotledger/notices/routes.py",
+        '("GET", "/inbox/<account>/messages"): only(SERVICE, owner=path_arg("account")),',
+        '("GET", "/inbox/<account>/messages"): only(SERVICE, ADMIN, owner=path_arg("account")),',
+        [I_ROUTES],
+        "an inbox is read by its user and the platform's backend, not by operators",
+    ),
+    m(
+        "rules-operator-pays",
+        "functions/hotledger/notices/routes.py",
+        '("POST", "/orders/<order_id>/pay"): only(SERVICE, owner=_payment_order_owner),',
+        '("POST", "/orders/<order_id>/pay"): only(SERVICE, ADMIN, owner=_payment_order_owner),',
+        [I_ROUTES],
+        "an operator never pays a user's payment order (charges their account)",
+    ),
+    m(
+        "rules-anyone-grabs",
+        "functions/hotledger/redpackets/routes.py",
+        '("POST", "/redpackets/<packet_id>/grab"): only(SERVICE, owner=body_field("user_id")),',
+        '("POST", "/redpackets/<packet_id>/grab"): Rule(anyone=True),',
+        [I_ROUTES],
+        "a red packet is grabbed by the user themselves or the backend, never for another user",
+    ),
+    m(
+        "rules-user-lists-webhooks",
+        "functions/hotledger/webhooks/routes.py",
+        '("GET", "/webhook-endpoints"): only(SERVICE, ADMIN),',
+        '("GET", "/webhook-endpoints"): __import__("api.rules").rules.Rule(anyone=True),',
+        [I_ROUTES],
+        "webhook endpoints (their URLs) are the backend's and the operators', not end users'",
+    ),
+    m(
+        "rules-other-deletes-monitor",
+        "functions/hotledger/monitors/routes.py",
+        '("DELETE", "/accounts/<user_id>/monitors/<monitor_id>"): only(SERVICE, ADMIN, owner=path_arg("user_id")),',
+        '("DELETE", "/accounts/<user_id>/monitors/<monitor_id>"): __import__("api.rules").rules.Rule(anyone=True),',
+        [I_ROUTES],
+        "an end user removes only their own account's balance monitors",
+    ),
+    m(
+        "rules-owner-reads-ops-account",
+        "functions/hotledger/ops/routes.py",
+        '("GET", "/ops/accounts/<user_id>"): only(ADMIN),',
+        '("GET", "/ops/accounts/<user_id>"): only(ADMIN, owner=lambda args: args["user_id"]),',
+        [I_ROUTES],
+        "the operators' view of an account is the operators' alone",
+    ),
+    m(
+        "py-admit-any-scope",
+        "functions/api/authorization.py",
+        "    if rule.anyone or caller.scopes & rule.scopes:",
+        "    if rule.anyone or caller.scopes:",
+        [I_ROUTES],
+        "a scope admits only to the routes that name it (a service is not an operator)",
+    ),
+    m(
+        "py-owner-checked",
+        "functions/api/authorization.py",
+        "    if owner(args) != caller.user_id:",
+        "    if False:",
+        [I_ROUTES],
+        "an end user acts only on their own account and entities",
+    ),
+    m(
+        "py-authorizer-audience",
+        "functions/authorizer/app.py",
+        "        if client not in self.settings.client_ids:",
+        "        if False:",
+        [I_ROUTES],
+        "a token the issuer signed for another app client (another audience) is 401 everywhere",
     ),
 ]
 
