@@ -44,6 +44,7 @@ I_LUA = "tests/integration/test_lua_scripts.py"
 I_ORDERS = "tests/integration/test_payment_orders.py"
 I_HOLDS = "tests/integration/test_holds.py"
 I_ROUTES = "tests/integration/test_route_table.py"
+I_QUOTAS = "tests/integration/test_quotas_and_cursors.py"
 
 
 @dataclass(frozen=True)
@@ -709,6 +710,95 @@ MUTANTS: list[Mutant] = [
         "        if False:",
         [I_ROUTES],
         "a token the issuer signed for another app client (another audience) is 401 everywhere",
+    ),
+    # ---- issue 35, class 2: quotas given back, reconciler cursors -------------------------------------------------
+    m(
+        "lua-idem-abandon-gives-quota-back",
+        "layers/lua/idem_abandon.lua",
+        "if tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then redis.call('DECR', KEYS[2]) end",
+        "-- the key's count kept",
+        [I_QUOTAS],
+        "a route Idempotency-Key abandoned (nothing changed) no longer counts in its scope's quota",
+    ),
+    m(
+        "py-route-key-abandoned-on-503",
+        "functions/api/idempotency.py",
+        "        if not isinstance(exc, RedisOutcomeUnknown):",
+        "        if False:",
+        [I_QUOTAS],
+        "a 503 that changed nothing gives the route key back (and its count in the quota)",
+    ),
+    m(
+        "py-route-key-abandoned-on-refusal",
+        "functions/api/idempotency.py",
+        "            _abandon(\n                scope, idem_key, begun.token, forget_note\n            )",
+        "            pass",
+        [I_QUOTAS],
+        "a refusal that is not the key's answer (a 429, a 503) gives the route key back (and its count in the quota)",
+    ),
+    m(
+        "lua-rollback-gives-key-quota-back",
+        "layers/lua/ledger_rollback.lua",
+        "if ARGV[3] == '1' and tonumber(redis.call('GET', KEYS[6]) or '0') > 0 then redis.call('DECR', KEYS[6]) end",
+        "-- the key's count kept",
+        ["tests/integration/test_limits.py::test_a_deduct_key_given_back_by_a_failed_publish_gives_its_count_back"],
+        "a deduct key taken back (a failed publish) no longer counts in the account's key quota",
+    ),
+    m(
+        "cursor-accounts",
+        "functions/hotledger/ledger/feature.py",
+        "done = reconcile.run(run.now_ms, run.age_s, run.budget, run.cursor)",
+        "done = reconcile.run(run.now_ms, run.age_s, run.budget, 0)",
+        [I_QUOTAS],
+        "the accounts part resumes after its cursor (a run sees only the accounts past it)",
+    ),
+    m(
+        "cursor-vouchers",
+        "functions/hotledger/vouchers/feature.py",
+        "run.report.vouchers = reconcile.run(run.now_ms, run.age_s, run.budget, run.cursor)",
+        "run.report.vouchers = reconcile.run(run.now_ms, run.age_s, run.budget, 0)",
+        [I_QUOTAS],
+        "the vouchers part resumes after its cursor",
+    ),
+    m(
+        "cursor-packets",
+        "functions/hotledger/redpackets/feature.py",
+        "run.report.packets = reconcile.run(run.now_ms, run.age_s, run.budget, run.cursor)",
+        "run.report.packets = reconcile.run(run.now_ms, run.age_s, run.budget, 0)",
+        [I_QUOTAS],
+        "the red packets part resumes after its cursor",
+    ),
+    m(
+        "cursor-reminders",
+        "functions/hotledger/notices/feature.py",
+        "run.now_ms, run.budget, run.cursor",
+        "run.now_ms, run.budget, 0",
+        [I_QUOTAS],
+        "the close reminders part resumes after its cursor",
+    ),
+    m(
+        "cursor-holds",
+        "functions/hotledger/holds/feature.py",
+        "after, ended = run.cursor, 0",
+        "after, ended = 0, 0",
+        [I_QUOTAS],
+        "the expired holds part resumes after its cursor",
+    ),
+    m(
+        "py-reconciler-reads-cursor",
+        "functions/hotledger/reconciler.py",
+        "return self.cursors.get(part) if self.cursors is not None else 0",
+        "return 0",
+        [I_QUOTAS],
+        "every part is handed the cursor its last run left",
+    ),
+    m(
+        "py-reconciler-keeps-cursor",
+        "functions/hotledger/reconciler.py",
+        "            if after is not None:\n                self._save(part.name, after)",
+        "            if False:\n                self._save(part.name, after)",
+        [I_QUOTAS],
+        "where a part stopped is kept for the next run",
     ),
 ]
 
