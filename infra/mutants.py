@@ -45,6 +45,7 @@ I_ORDERS = "tests/integration/test_payment_orders.py"
 I_HOLDS = "tests/integration/test_holds.py"
 I_ROUTES = "tests/integration/test_route_table.py"
 I_QUOTAS = "tests/integration/test_quotas_and_cursors.py"
+I_BUCKETS = "tests/integration/test_voucher_buckets.py"
 
 
 @dataclass(frozen=True)
@@ -799,6 +800,79 @@ MUTANTS: list[Mutant] = [
         "            if False:\n                self._save(part.name, after)",
         [I_QUOTAS],
         "where a part stopped is kept for the next run",
+    ),
+    # ---- issue 35, class 4: voucher buckets' bookkeeping (every bucket's stock, every slot) -----------------------
+    m(
+        "py-voucher-rollback-in-unit-bucket",
+        "functions/hotledger/vouchers/store.py",
+        "[*voucher_keys(voucher_id, bucket), keys.voucher_fate(voucher_id, order_id, bucket)],",
+        "[*voucher_keys(voucher_id, home), keys.voucher_fate(voucher_id, order_id, home)],",
+        [I_BUCKETS],
+        "a rolled-back order's unit goes back to the bucket it was taken from, not the buyer's home",
+    ),
+    m(
+        "py-voucher-rollback-frees-home-slot",
+        "functions/hotledger/vouchers/store.py",
+        "        if bucket != home:\n            self.release(voucher_id, home, order_id, user_id, give_back=True)",
+        "        if False:\n            self.release(voucher_id, home, order_id, user_id, give_back=True)",
+        [I_BUCKETS],
+        "a rolled-back away order gives the buyer's slot back at home (its away record ends)",
+    ),
+    m(
+        "py-voucher-undo-unit-bucket",
+        "functions/hotledger/vouchers/service.py",
+        "lambda: self._undo(voucher_id, order_id, user_id, reply.bucket, home),",
+        "lambda: self._undo(voucher_id, order_id, user_id, home, home),",
+        [I_BUCKETS],
+        "a failed publish undoes the order in the bucket its unit came from",
+    ),
+    m(
+        "lua-voucher-release-gives-slot-back",
+        "layers/lua/voucher_release.lua",
+        "if ARGV[3] == 'give_back' and redis.call('HINCRBY', KEYS[2], ARGV[2], -1) <= 0 then",
+        "if ARGV[3] == 'give_back' and false then",
+        [I_BUCKETS],
+        "an away reservation given back (no bucket had a unit, or a rollback) frees the buyer's slot at home",
+    ),
+    m(
+        "lua-voucher-rollback-home-slot",
+        "layers/lua/voucher_rollback.lua",
+        "if ARGV[4] == '1' and redis.call('HINCRBY', KEYS[2], ARGV[2], -1) <= 0 then",
+        "if false then",
+        [I_BUCKETS],
+        "a rolled-back order taken at home gives the buyer's slot back there",
+    ),
+    m(
+        "py-voucher-reconcile-keeps-persisted-slot",
+        "functions/hotledger/vouchers/reconcile.py",
+        "                if a.order_id in persisted:",
+        "                if False:",
+        [I_BUCKETS],
+        "the reconciler ends a persisted away order's record keeping the buyer's slot (the order stands)",
+    ),
+    m(
+        "lua-voucher-take-counts-its-bucket",
+        "layers/lua/voucher_take.lua",
+        "redis.call('HINCRBY', KEYS[1], 'stock', -1)\nredis.call('HSET', KEYS[3]",
+        "redis.call('HSET', KEYS[3]",
+        [I_BUCKETS],
+        "a unit taken from another bucket is taken from that bucket's stock",
+    ),
+    m(
+        "lua-voucher-away-slot-reserved",
+        "layers/lua/voucher_order.lua",
+        "redis.call('HSET', KEYS[5], ARGV[3], ARGV[2] .. ';' .. seq .. ';' .. ARGV[4])",
+        "-- no away record",
+        [I_BUCKETS],
+        "a buyer's slot reserved at home while the unit comes from elsewhere is recorded (to be settled or given back)",
+    ),
+    m(
+        "lua-voucher-settle-ends-away",
+        "layers/lua/voucher_settle.lua",
+        "      redis.call('HDEL', KEYS[4], order)",
+        "      -- the away record kept",
+        [I_BUCKETS],
+        "the writer's settle ends a persisted away order's record at home",
     ),
 ]
 
