@@ -46,6 +46,7 @@ I_HOLDS = "tests/integration/test_holds.py"
 I_ROUTES = "tests/integration/test_route_table.py"
 I_QUOTAS = "tests/integration/test_quotas_and_cursors.py"
 I_BUCKETS = "tests/integration/test_voucher_buckets.py"
+I_REFUSALS = "tests/integration/test_script_refusals.py"
 
 
 @dataclass(frozen=True)
@@ -873,6 +874,47 @@ MUTANTS: list[Mutant] = [
         "      -- the away record kept",
         [I_BUCKETS],
         "the writer's settle ends a persisted away order's record at home",
+    ),
+    # ---- issue 35, class 2 of the issue: every reply of every script (the quiet refusals) -------------------------
+    m(
+        "lua-lock-renew-owner-only",
+        "layers/lua/lock_renew.lua",
+        "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end",
+        "-- any caller renews",
+        [I_REFUSALS],
+        "only the lock's owner renews its lease",
+    ),
+    m(
+        "lua-delay-extend-current-receipt",
+        "layers/lua/delay_extend.lua",
+        "if redis.call('ZSCORE', KEYS[1], element) and redis.call('HGET', KEYS[2], element) == seq then",
+        "if redis.call('ZSCORE', KEYS[1], element) then",
+        [I_REFUSALS],
+        "only the current delivery's receipt extends its visibility",
+    ),
+    m(
+        "lua-delay-retry-current-receipt",
+        "layers/lua/delay_retry.lua",
+        "if redis.call('ZSCORE', KEYS[1], element) and redis.call('HGET', KEYS[2], element) == seq then",
+        "if redis.call('ZSCORE', KEYS[1], element) then",
+        [I_REFUSALS],
+        "only the current delivery's receipt retries it (or dead-letters it)",
+    ),
+    m(
+        "lua-journey-done-compare-and-set",
+        "layers/lua/journey_done.lua",
+        "if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then return",
+        "if true then return",
+        [I_REFUSALS],
+        "a journey started again while its reminder was posted is kept for its own reminder",
+    ),
+    m(
+        "lua-voucher-load-only-when-absent",
+        "layers/lua/voucher_load.lua",
+        "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end",
+        "-- loaded over a live bucket",
+        [I_REFUSALS],
+        "a rebuild never overwrites a voucher bucket Redis holds (its live stock and buyers)",
     ),
 ]
 
