@@ -68,11 +68,17 @@ def test_a_route_key_abandoned_by_a_503_gives_its_quota_back(api, redis_client, 
 
 
 # cursors ---------------------------------------------------------------------------------------------------------
+# Each test makes two items A < B a part acts on, puts the part's cursor just before A and runs the reconciler
+# function with a budget of one item a part: the first run acts on A alone and leaves its cursor at A, the second
+# acts on B (not on A again, nor on the table's first item) and leaves it at B. Every run here is budgeted: a part
+# whose cursor does not advance would otherwise go round its table for good.
 @pytest.fixture
-def cursors():
-    """The reconciler's cursors (the ones its function keeps in Redis); each part's put back after the test."""
+def cursors(monkeypatch):
+    """The reconciler's cursors (the ones its function keeps in Redis), each part's put back after the test; every
+    part's budget one item a run."""
     kept = reconciler().cursors
     saved = {part.name: kept.get(part.name) for part in reconciler().parts}
+    monkeypatch.setattr(reconciler(), "part_items", 1)
     yield kept
     for part, after in saved.items():
         kept.set(part, after)
@@ -83,115 +89,104 @@ def _run(monkeypatch) -> dict:
     return reconcile(monkeypatch, 3600)
 
 
+def _step_by_step(monkeypatch, cursors, part: str, items: list[int], done) -> None:
+    """done() -> [whether the part acted on A, on B]."""
+    assert done() == [False, False]
+    cursors.set(part, items[0] - 1)
+    _run(monkeypatch)
+    assert (done(), cursors.get(part)) == ([True, False], items[0])  # A alone: the run began past the cursor
+    _run(monkeypatch)
+    assert (done(), cursors.get(part)) == ([True, True], items[1])  # then B: resumed after A
+
+
 def test_the_accounts_part_resumes_after_its_cursor(api, redis_client, monkeypatch, cursors):
-    """Two accounts whose cached balances drifted: with the accounts cursor at the first, a run corrects only the
-    second; the next pass from the start corrects the first."""
+    """Two accounts whose cached balances drifted: each run corrects the next one past the cursor."""
     users = [api.account(balance="20.00") for _ in range(2)]
     invoke_writer(ledger_records(redis_client, users))  # nothing pending: the caches agree with the DB
     for user in users:
         redis_client.hincrby(keys.balance(user), "balance", 300)
-    assert [api("GET", f"/accounts/{u}")[1]["balance"] for u in users] == ["23.00", "23.00"]
-    cursors.set("accounts", users[0])
-    _run(monkeypatch)
-    assert [api("GET", f"/accounts/{u}")[1]["balance"] for u in users] == ["23.00", "20.00"]
-    assert cursors.get("accounts") == 0  # it reached the last account: the next run starts from the first
-    _run(monkeypatch)
-    assert [api("GET", f"/accounts/{u}")[1]["balance"] for u in users] == ["20.00", "20.00"]
+
+    def corrected():
+        return [api("GET", f"/accounts/{u}")[1]["balance"] == "20.00" for u in users]
+
+    _step_by_step(monkeypatch, cursors, "accounts", users, corrected)
 
 
 def test_the_vouchers_part_resumes_after_its_cursor(api, redis_client, monkeypatch, cursors):
-    """Two vouchers whose Redis stock drifted from the DB's: with the vouchers cursor at the first, a run corrects
-    only the second."""
+    """Two vouchers whose Redis stock drifted from the DB's: each run corrects the next one past the cursor."""
     now = int(time.time() * 1000)
     vouchers = [
-        api("POST", "/vouchers", {"title": "t", "stock": 10, "begin_at": now - 1000, "end_at": now + 3_600_000})[1][
-            "voucher_id"
-        ]
+        int(
+            api("POST", "/vouchers", {"title": "t", "stock": 10, "begin_at": now - 1000, "end_at": now + 3_600_000})[1][
+                "voucher_id"
+            ]
+        )
         for _ in range(2)
     ]
-
-    def stocks():
-        return [int(redis_client.hget(keys.voucher(int(v)), "stock")) for v in vouchers]
-
     for v in vouchers:
-        redis_client.hincrby(keys.voucher(int(v)), "stock", 5)
-    assert stocks() == [15, 15]
-    cursors.set("vouchers", int(vouchers[0]))
-    _run(monkeypatch)
-    assert stocks() == [15, 10]
-    assert cursors.get("vouchers") == 0
-    _run(monkeypatch)
-    assert stocks() == [10, 10]
+        redis_client.hincrby(keys.voucher(v), "stock", 5)
+
+    def corrected():
+        return [int(redis_client.hget(keys.voucher(v), "stock")) == 10 for v in vouchers]
+
+    _step_by_step(monkeypatch, cursors, "vouchers", vouchers, corrected)
 
 
 def test_the_packets_part_resumes_after_its_cursor(api, monkeypatch, cursors):
-    """Two red packets past their expiry: with the packets cursor at the first, a run expires and refunds only the
-    second."""
+    """Two red packets past their expiry: each run expires and refunds the next one past the cursor."""
     sender = api.account(balance="10.00")
     packets = [
-        api("POST", "/redpackets", {"sender_id": sender, "total": "1.00", "count": 1, "expires_in_s": 1})[1][
-            "packet_id"
-        ]
+        int(
+            api("POST", "/redpackets", {"sender_id": sender, "total": "1.00", "count": 1, "expires_in_s": 1})[1][
+                "packet_id"
+            ]
+        )
         for _ in range(2)
     ]
     time.sleep(1.2)
 
-    def states():
-        return [api("GET", f"/redpackets/{p}")[1]["state"] for p in packets]
+    def ended():
+        return [api("GET", f"/redpackets/{p}")[1]["state"] != "OPEN" for p in packets]
 
-    assert states() == ["OPEN", "OPEN"]
-    cursors.set("packets", int(packets[0]))
-    _run(monkeypatch)
-    first, second = states()
-    assert first == "OPEN" and second != "OPEN", (first, second)
-    assert cursors.get("packets") == 0
-    _run(monkeypatch)
-    assert "OPEN" not in states()
+    _step_by_step(monkeypatch, cursors, "packets", packets, ended)
 
 
 def test_the_reminders_part_resumes_after_its_cursor(api, monkeypatch, cursors):
-    """Two open payment orders whose close reminders Redis lost: with the reminders cursor at the first, a run offers
-    only the second's again."""
+    """Two open payment orders whose close reminders Redis lost: each run offers the next one's again."""
     from hotledger.notices.payment_orders import REMINDER_QUEUE
     from hotledger.runtime import delay_queue
 
     user = api.account(balance="10.00")
     orders = [
-        api("POST", "/orders", {"user_id": user, "amount": "1.00", "close_in_s": 3600})[1]["order_id"] for _ in range(2)
+        int(api("POST", "/orders", {"user_id": user, "amount": "1.00", "close_in_s": 3600})[1]["order_id"])
+        for _ in range(2)
     ]
     queue = delay_queue()
     for order in orders:
         assert queue.remove(REMINDER_QUEUE, str(order))  # Redis lost it
-    assert queue.absent(REMINDER_QUEUE, [str(o) for o in orders]) == [str(o) for o in orders]
-    cursors.set("reminders", int(orders[0]))
-    _run(monkeypatch)
-    assert queue.absent(REMINDER_QUEUE, [str(o) for o in orders]) == [str(orders[0])]
-    assert cursors.get("reminders") == 0
-    _run(monkeypatch)
-    assert queue.absent(REMINDER_QUEUE, [str(o) for o in orders]) == []
+
+    def offered():
+        return [queue.contains(REMINDER_QUEUE, str(o)) for o in orders]
+
+    _step_by_step(monkeypatch, cursors, "reminders", orders, offered)
 
 
 def test_the_holds_part_resumes_after_its_cursor(api, redis_client, monkeypatch, cursors):
-    """Two holds past their expiry that the DB still has ACTIVE: with the holds cursor at the first, a run ends only
-    the second (an ACTIVE hold past expires_at reads EXPIRED through the API: what Redis holds ACTIVE, in its
-    account's expiry index, is what the reconciler has not ended)."""
+    """Two holds past their expiry that the DB still has ACTIVE: each run ends the next one past the cursor (an ACTIVE
+    hold past expires_at reads EXPIRED through the API: what Redis holds ACTIVE, in its account's expiry index, is
+    what the reconciler has not ended)."""
     from hotledger.holds import feature
 
     monkeypatch.setattr(feature, "EXPIRY_GRACE_MS", 0)
     user = api.account(balance="10.00")
     holds = [
-        api("POST", f"/accounts/{user}/holds", {"amount": "1.00", "expires_in_s": 1})[1]["hold_id"] for _ in range(2)
+        int(api("POST", f"/accounts/{user}/holds", {"amount": "1.00", "expires_in_s": 1})[1]["hold_id"])
+        for _ in range(2)
     ]
     assert invoke_writer(ledger_records(redis_client, [user]))["batchItemFailures"] == []  # the DB has them ACTIVE
     time.sleep(1.2)
 
-    def active():
-        return [redis_client.zscore(keys.hold_expiry(user), str(h)) is not None for h in holds]
+    def ended():
+        return [redis_client.zscore(keys.hold_expiry(user), str(h)) is None for h in holds]
 
-    assert active() == [True, True]
-    cursors.set("holds", int(holds[0]))
-    _run(monkeypatch)
-    assert active() == [True, False]
-    assert cursors.get("holds") == 0
-    _run(monkeypatch)
-    assert active() == [False, False]
+    _step_by_step(monkeypatch, cursors, "holds", holds, ended)
