@@ -47,6 +47,7 @@ I_ROUTES = "tests/integration/test_route_table.py"
 I_QUOTAS = "tests/integration/test_quotas_and_cursors.py"
 I_BUCKETS = "tests/integration/test_voucher_buckets.py"
 I_REFUSALS = "tests/integration/test_script_refusals.py"
+I_LOG_WAITS = "tests/integration/test_rebuild_waits_for_the_log.py"
 
 
 @dataclass(frozen=True)
@@ -955,6 +956,47 @@ MUTANTS: list[Mutant] = [
         "-- loaded over a live bucket",
         [I_REFUSALS],
         "a rebuild never overwrites a voucher bucket Redis holds (its live stock and buyers)",
+    ),
+    # ---- issue 35, class 3: what waits for the log after a Redis loss ----------------------------------------------
+    m(
+        "lua-voucher-order-log-hold",
+        "layers/lua/voucher_order.lua",
+        "if v[7] then  -- one caller a second checks the writer's watermark",
+        "if false then",
+        [I_LOG_WAITS],
+        "a voucher rebuilt after a Redis loss sells nothing until the writer applied the log as it was",
+    ),
+    m(
+        "py-voucher-rebuild-log-hold",
+        "functions/hotledger/vouchers/service.py",
+        "self.load(voucher_id, hold_until=self.clock() + self.rebuild_hold_ms, hold_log=self.hold.rebuild_mark())",
+        'self.load(voucher_id, hold_until=self.clock() + self.rebuild_hold_ms, hold_log="")',
+        [I_LOG_WAITS],
+        "a voucher's rebuild after a Redis loss holds it for the log, not only for REBUILD_HOLD_S",
+    ),
+    m(
+        "py-packet-expiry-waits-log",
+        "functions/hotledger/redpackets/service.py",
+        "        if reply.hold_log and not self.hold.passed(self.cache.hold_key(packet_id)):\n            return Expiry.NOT_YET",
+        "        if False:\n            return Expiry.NOT_YET",
+        [I_LOG_WAITS],
+        "an expired packet rebuilt after a Redis loss refunds nothing until the writer applied the log as it was",
+    ),
+    m(
+        "py-packet-rebuild-log-hold",
+        "functions/hotledger/redpackets/service.py",
+        "self.load(packet_id, hold_until=self.clock() + self.rebuild_hold_ms, hold_log=self.hold.rebuild_mark())",
+        'self.load(packet_id, hold_until=self.clock() + self.rebuild_hold_ms, hold_log="")',
+        [I_LOG_WAITS],
+        "a red packet's rebuild after a Redis loss holds it for the log, not only for REBUILD_HOLD_S",
+    ),
+    m(
+        "py-log-hold-watermark",
+        "functions/hotledger/outbox/log_hold.py",
+        "        if any(applied.get(partition, -1) < end - 1 for partition, end in _decode(held).items()):",
+        "        if False:",
+        [I_LOG_WAITS],
+        "a log hold lifts only once the writer's watermark reached where the log ended at the rebuild",
     ),
 ]
 

@@ -1,0 +1,76 @@
+"""What waits for the log after a Redis loss (issue 35, class 3): a voucher sale and an expired red packet rebuilt
+while changes acknowledged before the loss are still in the log, on their way to the writer, wait for the writer's
+log hold (outbox/log_hold.py) and not only for the time hold: past REBUILD_HOLD_S, with the writer lagging, the
+sale answers RECOVERING and sells nothing, the expiry refunds nothing; once the writer applied the log as it was,
+the sale sells what is left and the packet refunds its unclaimed rest. (A red packet's grabs are held so too:
+tests/integration/test_redpackets.py.) Through the API handler, the packets' expiry handler and the writer, against
+real Redis, MariaDB and a topic of the test's own."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from helpers import broker_records, invoke_writer, lift_rebuild_hold, voucher
+from hotledger import keys
+
+_buyers = itertools.count(7_100_000)
+
+
+def _order(api, voucher_id: int, user_id: int):
+    status, body = api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": user_id})
+    return (status, body["error"]["code"] if status != 200 else None), body
+
+
+def test_a_voucher_redis_lost_sells_nothing_until_the_orders_acknowledged_before_the_loss_are_in_the_db(
+    api, sql, redis_client, own_topic
+):
+    voucher_id = voucher(api, stock=2)
+    first, second, third = next(_buyers), next(_buyers), next(_buyers)
+    assert _order(api, voucher_id, first)[0] == (200, None)  # acknowledged; its event is still in the log
+    redis_client.flushall()
+    assert _order(api, voucher_id, second)[0] == (503, "RECOVERING")  # rebuilt from the DB: 2 left there
+    for _ in range(3):  # REBUILD_HOLD_S is over, the writer still lags: the log hold stays
+        lift_rebuild_hold(redis_client, keys.voucher(voucher_id), log_too=False)
+        assert _order(api, voucher_id, second)[0] == (503, "RECOVERING")
+    assert redis_client.hget(keys.voucher(voucher_id), "stock") == b"2"  # nothing sold from the rebuilt stock
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}  # the first order lands, counted late
+    lift_rebuild_hold(redis_client, keys.voucher(voucher_id), log_too=False)
+    assert _order(api, voucher_id, second)[0] == (200, None)
+    assert _order(api, voucher_id, third)[0] == (409, "SOLD_OUT")
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}
+    assert sorted(u for (u,) in sql("SELECT user_id FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,))) == [
+        first,
+        second,
+    ]
+    assert sql("SELECT stock FROM t_seckill_voucher WHERE id = %s", (voucher_id,)) == ((0,),)
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key LIKE %s", (f"v{voucher_id}%",)) == ((0,),)
+
+
+def test_an_expired_packet_redis_lost_refunds_nothing_until_the_claims_acknowledged_before_the_loss_are_in_the_db(
+    api, sql, redis_client, own_topic
+):
+    from hotledger.redpackets.service import Expiry
+    from hotledger.runtime import redpackets
+
+    sender, first = api.account(balance="10.00"), api.account()
+    status, body = api("POST", "/redpackets", {"sender_id": sender, "total": "2.00", "count": 2, "expires_in_s": 1})
+    assert status == 201, body
+    packet_id = int(body["packet_id"])
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}  # the debit is in the DB; now the writer lags
+    status, grab = api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})
+    assert status == 200, grab  # acknowledged; its claim is still in the log
+    redis_client.flushall()
+    time.sleep(1.1)  # expired
+    packets = redpackets()
+    assert packets.expire(packet_id, packets.clock()) is Expiry.REBUILT  # from the DB: no claim there yet
+    for _ in range(3):  # REBUILD_HOLD_S is over, the writer still lags: no refund of the claimed item
+        lift_rebuild_hold(redis_client, keys.packet(packet_id), log_too=False)
+        assert packets.expire(packet_id, packets.clock()) is Expiry.NOT_YET
+    assert sql("SELECT state, refund FROM t_red_packet WHERE id = %s", (packet_id,)) == (("OPEN", None),)
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}  # the claim lands
+    lift_rebuild_hold(redis_client, keys.packet(packet_id), log_too=False)
+    assert packets.expire(packet_id, packets.clock()) in (Expiry.REFUNDED, Expiry.REFUND_FAILED)
+    claimed = int(round(float(grab["amount"]) * 100))
+    ((state, refund),) = sql("SELECT state, refund FROM t_red_packet WHERE id = %s", (packet_id,))
+    assert state in ("REFUNDING", "REFUNDED") and refund == 200 - claimed  # the rest only, never the claimed item
