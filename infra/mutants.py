@@ -998,6 +998,38 @@ MUTANTS: list[Mutant] = [
         [I_LOG_WAITS],
         "a log hold lifts only once the writer's watermark reached where the log ended at the rebuild",
     ),
+    m(
+        "lua-hold-swap-compare-and-set",
+        "layers/lua/outbox_hold_swap.lua",
+        "if held ~= ARGV[1] then return held end",
+        "-- swapped whatever it holds",
+        [I_LOG_WAITS],
+        "a log hold is lifted only from the value its checker read: a later loss's own hold stays",
+    ),
+    m(
+        "py-account-rebuild-log-hold",
+        "functions/hotledger/ledger/service.py",
+        'hold_log = self.hold.rebuild_mark() if after_loss else ""',
+        'hold_log = ""',
+        ["tests/integration/test_ledger_idempotency.py"],
+        "an account rebuilt after a Redis loss holds charges under keys it does not know until the log is applied",
+    ),
+    m(
+        "lua-ids-lease-token",
+        "layers/lua/ids_lease.lua",
+        "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end",
+        "-- any token",
+        ["tests/integration/test_ids.py"],
+        "a lease is renewed or released only by the token holding it (compare-and-set)",
+    ),
+    m(
+        "lua-cache-update-only-older",
+        "layers/lua/ledger_cache_update.lua",
+        "if ARGV[1] ~= '' and tonumber(v) >= tonumber(ARGV[1]) then return 0 end",
+        "-- whatever its version",
+        [I_LUA],
+        "a SYNC commit updates the cached account only if the cache is older (compare-and-set on the version)",
+    ),
 ]
 
 

@@ -74,3 +74,34 @@ def test_an_expired_packet_redis_lost_refunds_nothing_until_the_claims_acknowled
     claimed = int(round(float(grab["amount"]) * 100))
     ((state, refund),) = sql("SELECT state, refund FROM t_red_packet WHERE id = %s", (packet_id,))
     assert state in ("REFUNDING", "REFUNDED") and refund == 200 - claimed  # the rest only, never the claimed item
+
+
+def test_a_log_hold_checked_while_a_second_loss_rebuilt_the_voucher_again_is_not_lifted(
+    api, redis_client, own_topic, monkeypatch
+):
+    """The caller that finds the writer caught up lifts the hold by compare-and-set (outbox_hold_swap): a second
+    loss and rebuild between its read of the hold and its lift started a hold of its own, for changes of its own
+    still in the log, which that lift must leave in place (the sale stays RECOVERING)."""
+    from hotledger.runtime import vouchers
+
+    voucher_id = voucher(api, stock=2)
+    assert _order(api, voucher_id, next(_buyers))[0] == (200, None)
+    redis_client.flushall()
+    assert _order(api, voucher_id, next(_buyers))[0] == (503, "RECOVERING")  # rebuilt, held
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}  # the writer caught up with that log
+    lift_rebuild_hold(redis_client, keys.voucher(voucher_id), log_too=False)
+    hold = vouchers().hold
+    applied = hold.outbox.applied_offsets
+
+    def lost_again_meanwhile(topic):
+        # the caller read the hold; Redis is lost and the voucher rebuilt once more before it lifts it
+        redis_client.hset(keys.voucher(voucher_id), mapping={"hold_log": "await", "hold_until": 0})
+        return applied(topic)
+
+    monkeypatch.setattr(hold.outbox, "applied_offsets", lost_again_meanwhile)
+    buyer = next(_buyers)
+    assert _order(api, voucher_id, buyer)[0] == (503, "RECOVERING")
+    assert redis_client.hget(keys.voucher(voucher_id), "hold_log") == b"await"  # the second rebuild's hold stands
+    monkeypatch.setattr(hold.outbox, "applied_offsets", applied)
+    lift_rebuild_hold(redis_client, keys.voucher(voucher_id), log_too=False)
+    assert _order(api, voucher_id, buyer)[0] == (200, None)  # its own check finds the log applied, and lifts it
