@@ -748,6 +748,22 @@ MUTANTS: list[Mutant] = [
         "a deduct key taken back (a failed publish) no longer counts in the account's key quota",
     ),
     m(
+        "lua-idem-quota-window",
+        "layers/lua/idem_begin.lua",
+        "if redis.call('INCR', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], tonumber(ARGV[5])) end",
+        "redis.call('INCR', KEYS[2])",
+        [I_QUOTAS],
+        "a scope's route key quota counts one window: it expires with the window (else a scope is locked out for good)",
+    ),
+    m(
+        "lua-ledger-quota-window",
+        LEDGER_APPLY,
+        "  if opened == 1 then redis.call('EXPIRE', KEYS[6], ARGV[7]) end",
+        "",
+        [I_QUOTAS],
+        "an account's deduct / recharge key quota counts one window: it expires with the window",
+    ),
+    m(
         "cursor-accounts",
         "functions/hotledger/ledger/feature.py",
         "done = reconcile.run(run.now_ms, run.age_s, run.budget, run.cursor)",

@@ -67,6 +67,38 @@ def test_a_route_key_abandoned_by_a_503_gives_its_quota_back(api, redis_client, 
     assert int(redis_client.get(quota)) == 1
 
 
+def test_a_route_keys_quota_is_per_window_and_the_next_window_opens_keys_again(api, redis_client, monkeypatch):
+    """A scope opens at most MAX_IDEMPOTENCY_KEYS keys per window (the key records' lifetime, from its first key):
+    the count expires with the window, so a caller at its quota opens keys again in the next one."""
+    user = api.account(balance="10.00")
+    monkeypatch.setattr(idempotency(), "max_keys", 1)
+    monkeypatch.setattr(idempotency(), "ttl_s", 1)
+    quota = quota_key(f"account:{user}")
+    request = {"user_id": user, "amount": "1.00", "close_in_s": 600}
+    assert api("POST", "/orders", request, _key())[0] == 201
+    assert 0 < redis_client.pttl(quota) <= 1000  # the window
+    status, body = api("POST", "/orders", request, _key())
+    assert (status, body["error"]["code"]) == (429, "TOO_MANY_KEYS"), body
+    time.sleep(1.1)
+    assert api("POST", "/orders", request, _key())[0] == 201  # the next window
+
+
+def test_an_accounts_deduct_key_quota_is_per_window_and_the_next_window_opens_keys_again(
+    api, redis_client, monkeypatch
+):
+    """The same for the deduct and recharge keys an account opens (ledger_apply's count, ARGV[7] seconds)."""
+    user = api.account(balance="10.00")
+    monkeypatch.setattr(ledger_store(), "max_keys", 1, raising=False)
+    monkeypatch.setattr(ledger_store(), "idempotency_ttl_s", 1)
+    quota = keys.idempotency_quota(user)
+    assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, _key())[0] == 200
+    assert 0 < redis_client.pttl(quota) <= 1000
+    status, body = api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, _key())
+    assert (status, body["error"]["code"]) == (429, "TOO_MANY_KEYS"), body
+    time.sleep(1.1)
+    assert api("POST", f"/accounts/{user}/deduct", {"amount": "1.00"}, _key())[0] == 200
+
+
 # cursors ---------------------------------------------------------------------------------------------------------
 # Each test makes two items A < B a part acts on, puts the part's cursor just before A and runs the reconciler
 # function with a budget of one item a part: the first run acts on A alone and leaves its cursor at A, the second
