@@ -1015,6 +1015,14 @@ MUTANTS: list[Mutant] = [
         "a log hold lifts only once the writer's watermark reached where the log ended at the rebuild",
     ),
     m(
+        "lua-voucher-take-log-hold",
+        "layers/lua/voucher_take.lua",
+        "if v[4] then",
+        "if false then",
+        [I_LOG_WAITS],
+        "a bucket rebuilt after a Redis loss gives no unit to another home's buyer until the log is applied",
+    ),
+    m(
         "lua-hold-swap-compare-and-set",
         "layers/lua/outbox_hold_swap.lua",
         "if held ~= ARGV[1] then return held end",

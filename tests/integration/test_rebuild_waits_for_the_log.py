@@ -105,3 +105,34 @@ def test_a_log_hold_checked_while_a_second_loss_rebuilt_the_voucher_again_is_not
     monkeypatch.setattr(hold.outbox, "applied_offsets", applied)
     lift_rebuild_hold(redis_client, keys.voucher(voucher_id), log_too=False)
     assert _order(api, voucher_id, buyer)[0] == (200, None)  # its own check finds the log applied, and lifts it
+
+
+def test_a_bucket_redis_lost_sells_nothing_to_another_homes_buyer_until_its_orders_are_in_the_db(
+    api, sql, redis_client, own_topic
+):
+    """Two buckets of one unit each. A buyer homed at bucket 1 takes its unit; Redis loses bucket 1 while that order
+    is still in the log. Bucket 0 sells its unit, and its next buyer falls over to bucket 1, rebuilt from the DB
+    (one unit there): past REBUILD_HOLD_S, with the writer lagging, that take waits (voucher_take's held) and
+    sells nothing; once the writer applied the log, bucket 1 is empty and the sale is sold out."""
+    from hotledger.vouchers.rows import home_bucket
+
+    voucher_id = voucher(api, stock=2, stock_shards=2)
+    homed = {h: [u for u in range(7_200_000, 7_200_400) if home_bucket(u, 2) == h][:2] for h in (0, 1)}
+    assert _order(api, voucher_id, homed[1][0])[0] == (200, None)  # bucket 1's unit; its event still in the log
+    for key in (keys.voucher, keys.voucher_buyers, keys.voucher_pending, keys.voucher_away):
+        redis_client.delete(key(voucher_id, 1))  # Redis lost bucket 1
+    assert _order(api, voucher_id, homed[0][0])[0] == (200, None)  # bucket 0's unit
+    buyer = homed[0][1]
+    assert _order(api, voucher_id, buyer)[0] == (503, "RECOVERING")  # bucket 1 rebuilt (1 unit in the DB), held
+    for _ in range(3):  # REBUILD_HOLD_S is over, the writer still lags: the log hold stays
+        lift_rebuild_hold(redis_client, keys.voucher(voucher_id, 1), log_too=False)
+        assert _order(api, voucher_id, buyer)[0] == (503, "RECOVERING")
+    assert redis_client.hget(keys.voucher(voucher_id, 1), "stock") == b"1"  # nothing taken from it
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}  # bucket 1's order lands, counted late
+    lift_rebuild_hold(redis_client, keys.voucher(voucher_id, 1), log_too=False)
+    assert _order(api, voucher_id, buyer)[0] == (409, "SOLD_OUT")
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}
+    assert sorted(
+        u for (u,) in sql("SELECT user_id FROM t_voucher_order WHERE voucher_id = %s", (voucher_id,))
+    ) == sorted([homed[1][0], homed[0][0]])
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key LIKE %s", (f"v{voucher_id}%",)) == ((0,),)
