@@ -699,6 +699,14 @@ MUTANTS: list[Mutant] = [
         "a scope admits only to the routes that name it (a service is not an operator)",
     ),
     m(
+        "py-authorizer-scope-prefix",
+        "functions/authorizer/app.py",
+        'for s in str(claims.get("scope", "")).split() if s.startswith(prefix)}',
+        'for s in str(claims.get("scope", "")).split()}',
+        [I_ROUTES],
+        "only the resource server's own scopes (hotledger/...) count: a bare `service` or `admin` scope is none",
+    ),
+    m(
         "py-owner-checked",
         "functions/api/authorization.py",
         "    if owner(args) != caller.user_id:",

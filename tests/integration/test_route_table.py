@@ -6,7 +6,9 @@ and the gateway's responses (infra/localrt/gateway.py), then the API function's 
 Each (route, caller) pair has its exact answer: status and error code. A caller a route admits gets the route's own
 answer to a valid request (each made against entities of its own where a first call would change the second's);
 anyone else gets 401 UNAUTHENTICATED (no token, or a token of another audience: an app client the authorizer does
-not accept), 403 FORBIDDEN, or, for another user's entity named by id, the answer for a missing one. A route in
+not accept), 403 FORBIDDEN (a client holding only another resource server's scopes, or scopes without the
+resource server's prefix, holds none of the API's), or, for another user's entity named by id, the answer for a
+missing one. A route in
 the document and not in the table fails the test, as does a table line for a route the document lost."""
 
 from __future__ import annotations
@@ -22,17 +24,18 @@ from helpers import REPO
 from infra import dev_issuer
 from infra.localrt import events, gateway, template
 
-NONE, OWNER, OTHER, SERVICE, OPERATOR, AUDIENCE = (
+NONE, OWNER, OTHER, SERVICE, OPERATOR, AUDIENCE, FOREIGN = (
     "no token",
     "owner",
     "another user",
     "service",
     "operator",
     "another audience",
+    "another resource server's scopes",
 )
-CALLERS = (NONE, OWNER, OTHER, SERVICE, OPERATOR, AUDIENCE)
+CALLERS = (NONE, OWNER, OTHER, SERVICE, OPERATOR, AUDIENCE, FOREIGN)
 S, OP, U = SERVICE, OPERATOR, OWNER
-ANY_TOKEN = frozenset({S, OP, U, OTHER})
+ANY_TOKEN = frozenset({S, OP, U, OTHER, FOREIGN})
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,8 @@ def test_every_route_of_the_document_with_every_kind_of_caller(api, local_hooks,
         OPERATOR: dev_issuer.token(scopes=("admin",)),
         # every scope, signed by the issuer, but for an app client the API does not accept
         AUDIENCE: dev_issuer.token(scopes=("service", "admin"), client_id="another-app"),
+        # an accepted client whose scopes are not this resource server's (`hotledger/...`): authenticated, no scope
+        FOREIGN: dev_issuer.token(scope="service admin other-api/service other-api/admin"),
     }
     wrong = []
     for route in sorted(TABLE):
