@@ -43,9 +43,13 @@ lua_replies.record()
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """After a whole default run on one Redis: every status reply a script's header states was produced by a test."""
-    if exitstatus == 0 and not ON_CLUSTER and lua_replies.whole_default_run(session.config):
-        unproduced = lua_replies.missing()
+    """After a whole default run on one Redis: every reply a script's header states was produced by a test (after any
+    run, of the scripts LUA_REPLIES_CHECK names: tests/lua_replies.py)."""
+    if exitstatus != 0 or ON_CLUSTER:
+        return
+    scripts = None if lua_replies.whole_default_run(session.config) else lua_replies.checked_scripts()
+    if scripts is None or scripts:
+        unproduced = lua_replies.missing(scripts)
         if unproduced:
             print("\nLua replies stated in their script's header that no test produced:", sorted(unproduced))
             session.exitstatus = 1

@@ -229,3 +229,75 @@ def test_a_bucket_lost_while_a_buyer_falls_over_to_it_is_rebuilt_held_and_then_s
     release = lambda: vouchers().redis.release(voucher_id, 0, int(body["order_id"]), at_home_0[3], give_back=False)  # noqa: E731
     assert (release(), release()) == (True, False)
     assert order(api, voucher_id, at_home_0[3])[0] == "ALREADY_ORDERED"
+
+
+# every bucket's stock and every slot, not only the total (issue 35, class 4) ----------------------------------------
+def slots(redis_client, voucher_id: int, user_id: int, home: int) -> tuple:
+    """The buyer's slot at home (orders counted), the away records of that home, each bucket's pending order ids."""
+    return (
+        int(redis_client.hget(keys.voucher_buyers(voucher_id, home), str(user_id)) or 0),
+        sorted(int(o) for o in redis_client.hkeys(keys.voucher_away(voucher_id, home))),
+        [sorted(int(o) for o in redis_client.hkeys(keys.voucher_pending(voucher_id, b))) for b in range(SHARDS)],
+    )
+
+
+def test_an_away_order_takes_its_unit_elsewhere_and_its_slot_at_home_and_a_rollback_gives_each_back_there(
+    api, sql, redis_client, monkeypatch, own_topic
+):
+    """A buyer whose home bucket is empty: the unit comes from the next bucket, the slot is reserved at home (an away
+    record) while the order is pending; a failed publish gives the unit back to the bucket it came from (not the
+    home) and the slot back at home; the writer persists one in the unit's bucket and settles the away record."""
+    from hotledger.dal.publisher import NotAcknowledged
+
+    voucher_id = voucher(api, stock=8, stock_shards=SHARDS)
+    first, second, buyer = buyers_homed_at(0, 3)
+    assert [order(api, voucher_id, u)[0] for u in (first, second)] == [200, 200]
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [0, 2, 2, 2]
+
+    def broker_down(key, value):
+        raise NotAcknowledged("no acknowledgement in time")
+
+    with monkeypatch.context() as down:
+        down.setattr(vouchers().durability, "publish", broker_down)
+        code, body = order(api, voucher_id, buyer)
+        assert code == "PUBLISH_FAILED", body
+    view = api("GET", f"/vouchers/{voucher_id}")[1]
+    assert (view["bucket_stock_left"], view["pending"]) == ([0, 2, 2, 2], 2), view  # the unit back in bucket 1
+    assert slots(redis_client, voucher_id, buyer, 0)[:2] == (0, [])  # the slot back at home, no away record left
+
+    code, body = order(api, voucher_id, buyer)  # again: away once more, pending until the writer persists it
+    assert (code, body["seq"]) == (200, 1), body
+    taken = int(body["order_id"])
+    view = api("GET", f"/vouchers/{voucher_id}")[1]
+    assert (view["bucket_stock_left"], view["pending"]) == ([0, 1, 2, 2], 3), view
+    held, away, pending = slots(redis_client, voucher_id, buyer, 0)
+    assert (held, away, pending[1]) == (1, [taken], [taken])  # slot at home, unit pending in bucket 1
+    assert taken not in pending[0]
+
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}
+    assert slots(redis_client, voucher_id, buyer, 0) == (1, [], [[], [], [], []])  # settled: the slot kept
+    assert sql("SELECT bucket FROM t_voucher_order WHERE id = %s", (taken,)) == ((1,),)
+    assert bucket_rows(sql, voucher_id) == [0, 1, 2, 2]
+    assert order(api, voucher_id, buyer)[0] == "ALREADY_ORDERED"
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [0, 1, 2, 2]
+
+
+def test_the_reconciler_keeps_the_slot_of_a_persisted_away_order_whose_settle_was_lost(
+    api, sql, redis_client, monkeypatch, own_topic
+):
+    """An away order the DB holds whose away record is still at home (the writer's settle was lost): the reconciler
+    ends the record and keeps the buyer's slot (the order stands), every bucket's stock as it was."""
+    voucher_id = voucher(api, stock=8, stock_shards=SHARDS)
+    first, second, buyer = buyers_homed_at(1, 3)
+    assert [order(api, voucher_id, u)[0] for u in (first, second, buyer)] == [200, 200, 200]
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [2, 0, 1, 2]
+    away = redis_client.hgetall(keys.voucher_away(voucher_id, 1))
+    assert len(away) == 1
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}
+    redis_client.hset(keys.voucher_away(voucher_id, 1), mapping=away)  # the settle of the home did not happen
+    report = reconcile_totals(monkeypatch, age_s=0)["vouchers"]
+    assert report["away_given_back"] == 0
+    assert slots(redis_client, voucher_id, buyer, 1) == (1, [], [[], [], [], []])
+    assert order(api, voucher_id, buyer)[0] == "ALREADY_ORDERED"
+    assert api("GET", f"/vouchers/{voucher_id}")[1]["bucket_stock_left"] == [2, 0, 1, 2]
+    assert bucket_rows(sql, voucher_id) == [2, 0, 1, 2]
