@@ -699,6 +699,14 @@ MUTANTS: list[Mutant] = [
         "an order the DB recorded rolled back reads ROLLED_BACK (hole 6)",
     ),
     m(
+        "hold-change-before-authorize-durable",
+        "layers/lua/hold_change.lua",
+        "if redis.call('HEXISTS', KEYS[4], hold_id .. ':authorizing') == 1 then return {'busy'} end",
+        "",
+        [I_HOLDS],
+        "a hold is not captured, voided or expired before its authorize is durable (hole 2 c)",
+    ),
+    m(
         "packet-first-debit-held-unknown",
         "functions/hotledger/redpackets/service.py",
         "if first_debit and isinstance(exc, errors.Recovering):",

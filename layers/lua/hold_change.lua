@@ -12,7 +12,8 @@
 --                                      '<hold id>:inflight' -> captures not durable yet
 -- KEYS[5] user:holds:expiry:{uid}      zset: ACTIVE hold ids by expires_at
 -- KEYS[6] user:held:{uid}              hash: entry id -> what waits for the entry to be durable ('h<hold id>' for a
---                                      capture: ledger_post, ledger_settle and ledger_rollback end its inflight count)
+--                                      capture: ledger_post, ledger_settle and ledger_rollback end its inflight count;
+--                                      'a<hold id>' for an authorize: they end the hold's ':authorizing' mark)
 -- KEYS[7] events:{s<n>}                the event stream (written only when ARGV[8] is 'stream')
 -- ARGV[1] 'H' | 'C' | 'V' | 'X'  ARGV[2] amount (H: > 0; C: '' or '0' for the rest; V, X: '')  ARGV[3] '1': a final C
 -- ARGV[4] ts, epoch ms (the caller's clock; the script's own TIME when that is later: every decision about time is
@@ -30,7 +31,8 @@
 --   {'expired'}                       C or V on a hold past its expires_at: nothing changed (the expiry releases it)
 --   {'not_due'}                       X on a hold not past its expires_at yet: nothing changed
 --   {'exceeds', remaining}            C of more than is left on the hold: nothing changed
---   {'busy'}                          V, X or a final C while a capture's event is not durable yet: retry shortly
+--   {'busy'}                          V, X or a final C while a capture's event is not durable yet, or any C, V, X
+--                                     while the hold's authorize is not (it may yet be taken back): retry shortly
 --   {'too_many_pending'}              the account's entries are not reaching the DB: nothing changed
 --   {'recovering', until}             C, V, X on an account rebuilt after a Redis loss whose own records may still be
 --                                     on their way to the DB (ledger_load's hold_until, outbox/log_hold.py): the hold
@@ -116,6 +118,8 @@ else
     terminal = ARGV[3] == '1' or take == remaining
   end
   if terminal and (tonumber(redis.call('HGET', KEYS[4], hold_id .. ':inflight')) or 0) > 0 then return {'busy'} end
+  -- a hold whose authorize may still be taken back (its publish failed) is no hold to capture from yet
+  if redis.call('HEXISTS', KEYS[4], hold_id .. ':authorizing') == 1 then return {'busy'} end
   if max_pending > 0 and redis.call('ZCARD', KEYS[3]) >= max_pending then return {'too_many_pending'} end
   captured = captured + take
   released = terminal and (amount - captured) or 0
@@ -139,6 +143,9 @@ local streamed = ARGV[8] == 'stream'
 if op == 'C' and not terminal and not streamed then  -- durable only once the broker has it: no terminal change before
   redis.call('HSET', KEYS[6], entry_id, 'h' .. hold_id)
   redis.call('HINCRBY', KEYS[4], hold_id .. ':inflight', 1)
+elseif op == 'H' and not streamed then  -- no change of the hold until its authorize is durable
+  redis.call('HSET', KEYS[6], entry_id, 'a' .. hold_id)
+  redis.call('HSET', KEYS[4], hold_id .. ':authorizing', '1')
 end
 
 local entry_amount = (op == 'H' and amount) or (op == 'C' and take) or released

@@ -40,6 +40,8 @@ for _, wait in ipairs(waits) do
   redis.call('HSET', KEYS[2], wait[1], wait[2])
   if string.sub(wait[2], 1, 1) == 'h' then
     redis.call('HINCRBY', KEYS[3], string.sub(wait[2], 2) .. ':inflight', 1)
+  elseif string.sub(wait[2], 1, 1) == 'a' then
+    redis.call('HSET', KEYS[3], string.sub(wait[2], 2) .. ':authorizing', '1')
   else
     held = held + tonumber(wait[2])
   end

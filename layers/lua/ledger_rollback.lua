@@ -9,7 +9,8 @@
 -- KEYS[5] user:idem:{uid}:<key>         idempotency record, deleted when it points at this entry
 -- KEYS[6] user:idem:quota:{uid}         string (ledger_apply): a counted record deleted here gives its count back
 -- KEYS[7] user:held:{uid}               hash: a held credit taken back here leaves the held total too; a capture's
---                                       'h<hold id>' ends its inflight count
+--                                       'h<hold id>' ends its inflight count, an authorize's 'a<hold id>' its
+--                                       ':authorizing' mark
 -- KEYS[8] user:holds:{uid}              hash: a hold's change taken back here is undone in its record
 -- KEYS[9] user:holds:expiry:{uid}       zset: a hold made ACTIVE again goes back in, by its expires_at
 -- KEYS[10] user:refunds:{uid}           hash: charge id -> refunded total; a refund taken back lowers it
@@ -35,6 +36,9 @@ redis.call('HDEL', KEYS[7], ARGV[1])
 if held and string.sub(held, 1, 1) == 'h' then
   local field = string.sub(held, 2) .. ':inflight'
   if redis.call('HINCRBY', KEYS[8], field, -1) <= 0 then redis.call('HDEL', KEYS[8], field) end
+  held = nil
+elseif held and string.sub(held, 1, 1) == 'a' then
+  redis.call('HDEL', KEYS[8], string.sub(held, 2) .. ':authorizing')
   held = nil
 end
 local h = redis.call('HMGET', KEYS[1], 'balance', 'open')

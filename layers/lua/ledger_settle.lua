@@ -4,7 +4,8 @@
 -- KEYS[2] user:balance:{uid}            hash (held: the credits not durable yet)
 -- KEYS[3] user:held:{uid}               hash: entry id -> amount of a held credit; a persisted credit's hold is
 --                                       released here (its request may have died before ledger_post); or
---                                       'h<hold id>' of a capture: the hold's inflight count ends here
+--                                       'h<hold id>' of a capture: the hold's inflight count ends here; 'a<hold id>'
+--                                       of an authorize: its ':authorizing' mark ends here
 -- KEYS[4] user:holds:{uid}              hash: the account's holds; a hold's record leaves once the entry that ended
 --                                       it (state CAPTURED, VOIDED or EXPIRED) is in the DB (read there from then on)
 -- KEYS[5..n] user:order:{uid}:<id>      entry strings of the persisted entries: each becomes
@@ -31,6 +32,8 @@ if #KEYS > 4 then
       if string.sub(waiting, 1, 1) == 'h' then
         local field = string.sub(waiting, 2) .. ':inflight'
         if redis.call('HINCRBY', KEYS[4], field, -1) <= 0 then redis.call('HDEL', KEYS[4], field) end
+      elseif string.sub(waiting, 1, 1) == 'a' then  -- an authorize: its hold may change now
+        redis.call('HDEL', KEYS[4], string.sub(waiting, 2) .. ':authorizing')
       else
         released = released + tonumber(waiting)
       end

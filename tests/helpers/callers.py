@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
+from abc import ABCMeta
 
 from infra.localrt import events
 
@@ -36,6 +38,45 @@ def token_for(user_id: int | None = None, scopes: tuple[str, ...] = TRUSTED_SCOP
 TRUSTED = object()  # LocalService.request's default: the TRUSTED_SCOPES token
 
 
+_per_thread = threading.local()
+
+
+class _PerThread:
+    """One value per thread of a Powertools router attribute (a data descriptor, on the class and its metaclass)."""
+
+    def __init__(self, name: str, default=None):
+        self.name, self.default = name, default
+
+    def __get__(self, obj, owner=None):
+        if not hasattr(_per_thread, self.name):
+            if self.default is None:
+                raise AttributeError(self.name)
+            setattr(_per_thread, self.name, self.default())
+        return getattr(_per_thread, self.name)
+
+    def __set__(self, obj, value):
+        setattr(_per_thread, self.name, value)
+
+
+class _PerThreadRouterMeta(ABCMeta):
+    current_event = _PerThread("current_event")
+    lambda_context = _PerThread("lambda_context")
+
+
+def _one_invocation_per_thread() -> None:
+    """Lambda runs one invocation at a time per container (and so does the local runtime: a process per worker), and
+    Powertools keeps the request in router state shared by the process (BaseRouter.current_event, app.context). The
+    tests call the handler from several threads at once: each thread gets its own copy of that state, so requests
+    interleave as concurrent containers' do, never reading another's event or route arguments."""
+    from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
+
+    if isinstance(BaseRouter, _PerThreadRouterMeta):
+        return
+    for name, default in (("current_event", None), ("lambda_context", None), ("context", dict)):
+        type.__setattr__(BaseRouter, name, _PerThread(name, default))
+    BaseRouter.__class__ = _PerThreadRouterMeta
+
+
 class Api:
     """Calls the API function's handler with API Gateway REST proxy events, as the caller given: by default the
     trusted backend; Api(user_id=7, scopes=()) an end user; Api(anonymous=True) no authorizer context at all."""
@@ -43,6 +84,7 @@ class Api:
     def __init__(self, user_id: int | None = None, scopes: tuple[str, ...] = TRUSTED_SCOPES, anonymous: bool = False):
         from api.app import handler
 
+        _one_invocation_per_thread()
         self.handler = handler
         self.user_id, self.scopes, self.anonymous = user_id, scopes, anonymous
 

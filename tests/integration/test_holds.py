@@ -497,3 +497,19 @@ def test_the_db_never_books_a_hold_captured_beyond_its_amount(api, redis_client,
     invoke_writer(records([again], lambda e: str(e.user_id), first_offset=10_000))
     assert sql("SELECT captured, state FROM t_hold WHERE id = %s", (int(hold_id),)) == ((10000, "CAPTURED"),)
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (str(user_id),)) == ((1,),)
+
+
+def test_a_hold_is_not_changed_before_its_authorize_is_durable(api, redis_client, monkeypatch):
+    """Issue 31, hole 2 (c): a capture of a hold whose authorize was then taken back (its publish failed) was booked
+    against a hold that never existed. Until the authorize is durable, the hold's changes answer HOLD_BUSY."""
+    from hotledger.runtime import holds
+
+    user_id = api.account(balance="30.00")
+    with monkeypatch.context() as unacknowledged:  # the authorize's event is not durable yet: nothing releases it
+        unacknowledged.setattr(holds().ledger, "post", lambda user_id_, entry_id: False)
+        hold_id = _hold(api, user_id, "10.00")["hold_id"]
+    for path, body in (("capture", {"amount": "4.00"}), ("void", None)):
+        status, answer = api("POST", f"/accounts/{user_id}/holds/{hold_id}/{path}", body)
+        assert (status, answer["error"]["code"]) == (409, "HOLD_BUSY"), answer
+    _persist(redis_client, user_id)  # the writer booked it: durable
+    assert api("POST", f"/accounts/{user_id}/holds/{hold_id}/capture", {"amount": "4.00"})[0] == 200

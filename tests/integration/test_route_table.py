@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, Api, invoke_writer, ledger_records
 from infra import dev_issuer
 from infra.localrt import events, gateway, template
 
@@ -190,10 +190,15 @@ def through_the_gateway():
     issuer.shutdown()
 
 
-def _world(api, receiver) -> dict:
+def _world(api, receiver, redis_client) -> dict:
     """alice's entities every route can name (bob: another user, the red packets' sender), and factories of fresh
-    ones for the routes whose first call would change what a second gets."""
+    ones for the routes whose first call would change what a second gets. Charges are booked by the writer (only a
+    booked charge is refundable); webhook endpoints are a service's (an operator's may be changed by operators only)."""
     alice, bob = api.account(balance="100.00"), api.account(balance="100.00")
+
+    def booked():
+        assert invoke_writer(ledger_records(redis_client, [alice])) == {"batchItemFailures": []}
+
     voucher = api(
         "POST",
         "/vouchers",
@@ -205,6 +210,7 @@ def _world(api, receiver) -> dict:
         if captured:  # and ended: what a hold captured is refunded once it ended
             assert api("POST", f"/accounts/{alice}/holds/{hold_id}/capture", {"amount": "1.00"})[0] == 200
             assert api("POST", f"/accounts/{alice}/holds/{hold_id}/void")[0] == 200
+            booked()
         return hold_id
 
     def packet():
@@ -218,7 +224,9 @@ def _world(api, receiver) -> dict:
         return body["order_id"]
 
     def endpoint():
-        status, body = api("POST", "/webhook-endpoints", {"url": receiver.url, "event_types": ["charge.persisted"]})
+        status, body = Api(scopes=("service",))(
+            "POST", "/webhook-endpoints", {"url": receiver.url, "event_types": ["charge.persisted"]}
+        )
         assert status == 201, body
         return body["endpoint_id"]
 
@@ -234,12 +242,14 @@ def _world(api, receiver) -> dict:
         assert api("POST", f"/delay-queues/{queue}/items", {"element": name, "delay_s": 600})[0] == 200
         return name
 
+    order_id = api("POST", f"/accounts/{alice}/deduct", {"amount": "1.00"})[1]["order_id"]
+    booked()
     return {
         "user_id": alice,
         "account": alice,
         "alice": alice,
         "bob": bob,
-        "order_id": api("POST", f"/accounts/{alice}/deduct", {"amount": "1.00"})[1]["order_id"],
+        "order_id": order_id,
         "hold_id": hold(),
         "void_hold": hold,
         "captured_hold": lambda: hold(captured=True),
@@ -284,7 +294,7 @@ def _request(route: tuple[str, str], world: dict) -> tuple[str, object]:
     return path, body
 
 
-def test_every_route_of_the_document_with_every_kind_of_caller(api, local_hooks, through_the_gateway):
+def test_every_route_of_the_document_with_every_kind_of_caller(api, local_hooks, through_the_gateway, redis_client):
     from api.app import openapi_json
 
     document = json.loads(openapi_json())
@@ -295,7 +305,7 @@ def test_every_route_of_the_document_with_every_kind_of_caller(api, local_hooks,
         f"lines without a route: {sorted(set(TABLE) - routes - PUBLIC)}"
     )
     receiver = local_hooks()
-    world = {**_world(api, receiver), "receiver": receiver}
+    world = {**_world(api, receiver, redis_client), "receiver": receiver}
     tokens = {
         NONE: None,
         OWNER: dev_issuer.token(world["alice"]),

@@ -113,7 +113,7 @@ class Holds:
                 None,
                 HoldChange(hold_id, 0, expires_at, reply.available, ACTIVE, description, 0),
             )
-            return self._outbound(entry)
+            return self._outbound(entry, waits=True)
 
         def in_db(tx: LedgerTx, account: AccountRow, now_ms: int) -> LedgerEvent:
             available = account.balance - tx.live_on_hold(account, now_ms)
@@ -370,7 +370,9 @@ class Holds:
         return lambda change_id, reply: outbound(change_id, reply) if reply.status is HoldStatus.OK else None
 
     def _outbound(self, entry: Entry, waits: bool = False) -> Outbound:
-        """waits: a partial capture, whose hold may not end before it is durable (ledger_post ends its inflight count)."""
+        """waits: an authorize, whose hold may not change before it is durable (it may yet be taken back: a capture of
+        it would take money against a hold that never was), or a partial capture, whose hold may not end before it
+        is; ledger_post ends the wait once the broker acknowledged the event (ledger_settle or the take-back do, else)."""
         return Outbound(
             str(entry.user_id),
             entry.event,
