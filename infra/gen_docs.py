@@ -82,6 +82,7 @@ ERROR_WHEN = {
     "INVALID_MONITOR": "a re-arm line on the wrong side of the alert's, or more than 20 monitors on an account",
     "INVALID_CURSOR": "a cursor not handed out for this account and these filters",
     "INVALID_DEAD_LETTER_ID": "an operator's replay names a dead letter by an id of the wrong shape (or names any for the dead-letter topic, replayed whole)",
+    "DEAD_LETTER_EXPIRED": "an operator's replay names a writer or stream dead letter older than the rollback records can still judge (`KEY_RETENTION_DAYS` less 8 days after it was set aside): nothing is replayed",
     "INVALID_RANGE": "`until` not after `since`",
     "STATEMENT_TOO_LARGE": "a statement over 1,000 entries (page `/entries` instead)",
     "ORDER_CLOSED": "the payment order is closed",

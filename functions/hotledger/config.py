@@ -110,7 +110,8 @@ class Settings(BaseSettings):
     idempotency_lease_ms: int = Field(60_000, gt=0)
     # how long the DB keeps an Idempotency-Key's answer (t_idempotency, t_route_key) and a rollback's record
     # (t_rolled_back): the reconciler prunes older ones in bounded batches. Keep it above the topic's retention, so a
-    # replay from the log's start still meets every rollback record (Stripe keeps keys 24 h)
+    # replay from the log's start still meets every rollback record (Stripe keeps keys 24 h). Writer and stream dead
+    # letters are replayable for this less 8 days (ops/service.py: what the rollback records can still judge)
     key_retention_days: int = Field(30, gt=0, json_schema_extra=TUNABLE)
     # "1": webhook endpoints may also be http://127.0.0.1 or http://localhost (local receivers; never in AWS)
     webhook_allow_local: Literal["0", "1"] = "0"

@@ -97,6 +97,9 @@ TooManyKeys = _error("TooManyKeys", 429, "TOO_MANY_KEYS")
 
 # the operators' console
 InvalidDeadLetterId = _error("InvalidDeadLetterId", 422, "INVALID_DEAD_LETTER_ID")
+# older than what the rollback records (t_rolled_back, pruned after KEY_RETENTION_DAYS) can still judge: a replay could
+# apply a change its client was told failed
+DeadLetterExpired = _error("DeadLetterExpired", 409, "DEAD_LETTER_EXPIRED")
 
 # authentication and authorization (api.authorization): nothing was changed
 Unauthenticated = _error("Unauthenticated", 401, "UNAUTHENTICATED")

@@ -297,6 +297,7 @@ def operations() -> Operations:
         transport=transport,
         lua=lua(),
         ops_log=OpsLog(),
+        key_retention_ms=cfg.key_retention_days * 86_400_000,
     )
 
 
