@@ -772,3 +772,72 @@ def test_a_service_may_not_change_an_endpoint_an_operator_created(local_hooks):
     assert service("PATCH", f"/webhook-endpoints/{mine['endpoint_id']}", {"description": "s"})[0] == 200
     assert operator("PATCH", f"/webhook-endpoints/{mine['endpoint_id']}", {"description": "o"})[0] == 200
     assert operator("DELETE", path)[0] == 204
+
+
+def test_a_replay_is_paged_and_touches_at_most_its_limit_per_call(api, local_hooks):
+    """Issue 32 item 12. Failing first: `{}` reset the endpoint's whole history in one UPDATE. Now one call touches at
+    most `limit` deliveries (key order: account, seq) and answers where the next call goes on (`next_after`, null at the
+    end); every page replays in order."""
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    path = f"/webhook-endpoints/{endpoint['endpoint_id']}/replay"
+    users = [api.account(balance="10.00", deduct_type="SYNC") for _ in range(2)]
+    for user_id in users:
+        for _ in range(3):
+            assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+    _send()
+    assert len(receiver.got) == 6
+    pages, after = [], None
+    while True:
+        status, body = api("POST", path, {"limit": 4, **({"after": after} if after else {})})
+        assert status == 200, body
+        pages.append(body["replayed"])
+        after = body["next_after"]
+        if after is None:
+            break
+    assert pages == [4, 2] or pages == [4, 2, 0], pages
+    _send()
+    sent = [(e["data"]["user_id"], e["data"]["seq"]) for e in receiver.events(endpoint["secret"])]
+    assert sent[6:] == [(u, s) for u in users for s in (2, 3, 4)]
+    status, body = api("POST", path, {"user_id": users[1], "since_seq": 3, "limit": 1})
+    assert (status, body["replayed"]) == (200, 1) and body["next_after"]
+    for bad in ({"limit": 0}, {"limit": 1001}, {"after": "x"}, {"since_seq": 2}):
+        status, answer = api("POST", path, bad)
+        assert (status, answer["error"]["code"]) == (422, "VALIDATION_ERROR"), (bad, answer)
+
+
+def test_a_replayed_deliverys_three_days_count_from_the_replay(api, local_hooks, monkeypatch):
+    """Issue 32 item 12. Failing first: replayed rows kept created_at, so a replay of a dead letter (the endpoint's
+    replay or the operators' one) failing once more was DEAD at once. Now its retries run for 3 days from the replay."""
+    from hotledger.runtime import operations, webhooks
+
+    receiver = local_hooks(500)
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    endpoint_id = endpoint["endpoint_id"]
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+    hooks = webhooks()
+    clock = hooks.clock
+
+    def state():
+        (mine,) = [d for d in api("GET", f"/webhook-endpoints/{endpoint_id}/deliveries")[1] if d["user_id"] == user_id]
+        return mine["state"]
+
+    def at(days):
+        monkeypatch.setattr(hooks, "clock", lambda: clock() + days * 86_400_000)
+
+    at(4)  # past the 3 days of retries
+    hooks.send_due()
+    assert state() == "DEAD"
+    for days, replay in (
+        (4, lambda: api("POST", f"/webhook-endpoints/{endpoint_id}/replay", {"user_id": user_id, "since_seq": 1})),
+        (8, lambda: operations().replay("webhook", [endpoint_id], "tester")),
+    ):
+        at(days)
+        replay()
+        assert state() == "PENDING"
+        hooks.send_due()  # fails again, just after the replay: retried, not dead
+        assert state() == "PENDING"
+        at(days + 3.5)  # past 3 days after the replay: dead
+        hooks.send_due()
+        assert state() == "DEAD"

@@ -8,14 +8,21 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from api.authorization import caller_of, principal_of
 from api.responses import responses
 from api.rules import ADMIN, SERVICE, only
 from hotledger.runtime import operations, webhooks
 from hotledger.webhooks.events import BALANCE_TYPES, EVENT_TYPES, MEANING, BalanceEvent, EntryEvent
-from hotledger.webhooks.service import ROTATION_OVERLAP_S, SEND_TIMEOUT_S, Delivery, Endpoint
+from hotledger.webhooks.service import (
+    REPLAY_PAGE,
+    REPLAY_PAGE_MAX,
+    ROTATION_OVERLAP_S,
+    SEND_TIMEOUT_S,
+    Delivery,
+    Endpoint,
+)
 
 router = Router()
 EndpointId = Annotated[int, Path(gt=0, lt=2**63)]
@@ -51,9 +58,30 @@ class RotateRequest(BaseModel):
 
 class ReplayRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    since_seq: Annotated[StrictInt, Field(gt=0)] | None = None
+    since_seq: Annotated[StrictInt, Field(gt=0)] | None = Field(
+        None, description="with user_id only (seqs of different accounts do not compare): that account's from this seq"
+    )
     since: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="epoch ms: events booked since then")
     user_id: Annotated[StrictInt, Field(gt=0, lt=2**31)] | None = Field(None, description="one account's events only")
+    limit: Annotated[StrictInt, Field(gt=0, le=REPLAY_PAGE_MAX)] = Field(
+        REPLAY_PAGE, description="deliveries this call looks at (in account, seq order), at most"
+    )
+    after: Annotated[StrictStr, Field(pattern=r"^\d{1,10}\.\d{1,19}\.\d{1,3}$")] | None = Field(
+        None, description="the previous answer's next_after: go on from there (the same filters)"
+    )
+
+    @model_validator(mode="after")
+    def _one_account_for_seqs(self) -> ReplayRequest:
+        if self.since_seq is not None and self.user_id is None:
+            raise ValueError("since_seq needs user_id: seqs of different accounts do not compare")
+        return self
+
+
+class ReplayAnswer(BaseModel):
+    replayed: int = Field(description="deliveries of this page sent again (due now, in order; 3 days of retries)")
+    next_after: str | None = Field(
+        description="null: the replay is done; else send the same request with `after` set to it for the next page"
+    )
 
 
 class EndpointView(BaseModel):
@@ -201,14 +229,29 @@ def list_deliveries(
 
 @router.post(
     "/webhook-endpoints/<endpoint_id>/replay",
-    responses=responses(200, dict, "how many deliveries are sent again, in order", _NOT_FOUND, _FORBIDDEN),
+    responses=responses(
+        200,
+        ReplayAnswer,
+        "one page: how many deliveries are sent again, and where the next page starts",
+        _NOT_FOUND,
+        _FORBIDDEN,
+    ),
 )
-def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -> dict[str, int]:
+def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -> dict[str, Any]:
     actor, operator = _caller()
     webhooks().changeable(endpoint_id, operator)
-    replayed = webhooks().replay(endpoint_id, request.since_seq, request.since, request.user_id)
-    _log(actor, "replay", endpoint_id, **request.model_dump(exclude_none=True), replayed=replayed)
-    return {"replayed": replayed}
+    after = None
+    if request.after:
+        user_id, seq, sub_seq = (int(part) for part in request.after.split("."))
+        after = (user_id, seq, sub_seq)
+    replayed, last = webhooks().replay(
+        endpoint_id, request.since_seq, request.since, request.user_id, after, request.limit
+    )
+    next_after = ".".join(str(part) for part in last) if last else None
+    _log(
+        actor, "replay", endpoint_id, **request.model_dump(exclude_none=True), replayed=replayed, next_after=next_after
+    )
+    return {"replayed": replayed, "next_after": next_after}
 
 
 DELIVERY = (

@@ -46,7 +46,7 @@ from hotledger import errors
 from hotledger.webhooks.events import ALL_TYPES
 from hotledger.webhooks.store import Delivery as Delivery  # re-exported: what the routes show
 from hotledger.webhooks.store import Endpoint as Endpoint
-from hotledger.webhooks.store import EndpointChange, WebhookStore, by_endpoint, runs
+from hotledger.webhooks.store import EndpointChange, Key, WebhookStore, by_endpoint, runs
 
 RETRY_FOR_MS = 3 * 86_400_000
 FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
@@ -61,6 +61,7 @@ SEND_TIMEOUT_S = 15.0
 LAST_ATTEMPT_S = 5.0
 SEND_WORKERS = 16  # endpoints sent to at once
 ROTATION_OVERLAP_S = 86_400
+REPLAY_PAGE, REPLAY_PAGE_MAX = 500, 1000  # deliveries one replay call reads and changes, by default and at most
 TOLERANCE_S = 300  # what receivers allow between webhook-timestamp and their clock (the standard's 5 minutes)
 
 
@@ -237,9 +238,18 @@ class Webhooks:
         self.get(endpoint_id)
         return self.store.deliveries(endpoint_id, state, limit)
 
-    def replay(self, endpoint_id: int, since_seq: int | None, since_ms: int | None, user_id: int | None) -> int:
+    def replay(
+        self,
+        endpoint_id: int,
+        since_seq: int | None,
+        since_ms: int | None,
+        user_id: int | None,
+        after: Key | None = None,
+        limit: int = REPLAY_PAGE,
+    ) -> tuple[int, Key | None]:
+        """One page of a replay (WebhookStore.replay): how many were sent again, and where the next page starts."""
         self.get(endpoint_id)
-        return self.store.replay(endpoint_id, self.clock(), since_seq, since_ms, user_id)
+        return self.store.replay(endpoint_id, self.clock(), since_seq, since_ms, user_id, after, limit)
 
     def dead_letters(self, limit: int) -> list[Delivery]:
         return self.store.dead(limit)
@@ -335,7 +345,7 @@ class Webhooks:
             return "disabled"
         now = self.clock()
         not_before = retry_after_ms(retry_after, now) if status in (429, 503) else 0
-        retry_at = next_attempt(d.attempts, now, d.created_at, not_before)
+        retry_at = next_attempt(d.attempts, now, d.retry_from or d.created_at, not_before)
         self.store.failed(d, status, error or f"HTTP {status}", retry_at)
         return "retried" if retry_at else "dead"
 

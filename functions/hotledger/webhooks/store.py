@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from hotledger.monitors.store import Alert
 
 PENDING, DELIVERED, DEAD = "PENDING", "DELIVERED", "DEAD"
+Key = tuple[int, int, int]  # a delivery's place in an endpoint's deliveries: (user_id, seq, sub_seq)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Delivery:
     last_error: str | None
     created_at: int
     delivered_at: int | None
+    retry_from: int | None = None  # its last replay: its 3 days of retries count from then (else from created_at)
 
 
 _ENDPOINT = (
@@ -67,7 +69,7 @@ _ENDPOINT = (
 )
 _DELIVERY = (
     "SELECT endpoint_id, user_id, seq, prev_seq, event_id, type, payload, state, attempts, next_attempt_at,"
-    " last_status, last_error, created_at, delivered_at FROM t_webhook_delivery"
+    " last_status, last_error, created_at, delivered_at, retry_from FROM t_webhook_delivery"
 )
 
 
@@ -79,7 +81,7 @@ _DELIVERY = (
 # E endpoints due, not all of it), and each run taken is a prefix of its account's. Then the payloads of those rows.
 _RUNS = (
     "SELECT d.endpoint_id, d.user_id, d.seq, d.prev_seq, d.event_id, d.type, d.payload, d.state, d.attempts,"
-    " d.next_attempt_at, d.last_status, d.last_error, d.created_at, d.delivered_at FROM ("
+    " d.next_attempt_at, d.last_status, d.last_error, d.created_at, d.delivered_at, d.retry_from FROM ("
     "SELECT r.endpoint_id, r.user_id, r.seq, r.sub_seq,"
     " ROW_NUMBER() OVER (PARTITION BY r.endpoint_id ORDER BY r.n, r.next_attempt_at, r.user_id) AS k FROM ("
     "SELECT p.endpoint_id, p.user_id, p.seq, p.sub_seq, p.next_attempt_at,"
@@ -298,24 +300,44 @@ class WebhookStore:
         ]
 
     def replay(
-        self, endpoint_id: int, now_ms: int, since_seq: int | None, since_ms: int | None, user_id: int | None
-    ) -> int:
-        """Deliveries of the endpoint from since_seq (of user_id's account, or every account's) or booked since since_ms
-        become PENDING again, due now, in their order; returns how many."""
-        where, args = "endpoint_id = %s", [endpoint_id]
-        if since_seq is not None:
-            where += " AND seq >= %s"
-            args.append(since_seq)
-        if since_ms is not None:
-            where += " AND created_at >= %s"
-            args.append(since_ms)
+        self,
+        endpoint_id: int,
+        now_ms: int,
+        since_seq: int | None,
+        since_ms: int | None,
+        user_id: int | None,
+        after: Key | None,
+        limit: int,
+    ) -> tuple[int, Key | None]:
+        """One page of a replay: the endpoint's next `limit` deliveries in key order (account, seq, sub_seq) after
+        `after` (or from the start: user_id's account from since_seq, or every account), of which those booked since
+        since_ms become PENDING again, due now, their 3 days of retries counted from now. Returns how many, and the key
+        the next page starts after (None: none left). It reads and changes at most `limit` rows, by their keys."""
+        where, args = ["endpoint_id = %s"], [endpoint_id]
         if user_id is not None:
-            where += " AND user_id = %s"
+            where.append("user_id = %s")
             args.append(user_id)
-        return db.execute(
-            f"UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s WHERE {where}",
-            (now_ms, *args),
+        if after is not None:
+            where.append("(user_id > %s OR (user_id = %s AND (seq > %s OR (seq = %s AND sub_seq > %s))))")
+            args += [after[0], after[0], after[1], after[1], after[2]]
+        elif since_seq is not None:
+            where.append("seq >= %s")
+            args.append(since_seq)
+        page = db.query(
+            f"SELECT user_id, seq, sub_seq, created_at FROM t_webhook_delivery WHERE {' AND '.join(where)}"
+            " ORDER BY user_id, seq, sub_seq LIMIT %s",
+            (*args, limit),
         )
+        wanted = [(u, q, sub) for u, q, sub, created in page if since_ms is None or created >= since_ms]
+        replayed = 0
+        if wanted:
+            replayed = db.execute(
+                "UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s, retry_from = %s"
+                f" WHERE endpoint_id = %s AND (user_id, seq, sub_seq) IN ({','.join(['(%s, %s, %s)'] * len(wanted))})",
+                (now_ms, now_ms, endpoint_id, *(v for key in wanted for v in key)),
+            )
+        last = page[-1] if len(page) == limit else None
+        return replayed, (int(last[0]), int(last[1]), int(last[2])) if last else None
 
     def dead(self, limit: int) -> list[Delivery]:
         """Every endpoint's dead-lettered deliveries, newest first."""
@@ -336,8 +358,9 @@ class WebhookStore:
             cur.execute(f"SELECT DISTINCT endpoint_id FROM t_webhook_delivery WHERE {where} FOR UPDATE", args)
             endpoints = [row[0] for row in cur.fetchall()]
             revived = cur.execute(
-                f"UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s WHERE {where}",
-                (now_ms, *args),
+                "UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s, retry_from = %s"
+                f" WHERE {where}",
+                (now_ms, now_ms, *args),
             )
             if endpoints:
                 cur.execute(
