@@ -160,6 +160,8 @@ SETTING_WHAT = {
     "idempotency_lease_ms": "how long an attempt holds its route key; above the API function's timeout",
     "key_retention_days": "how long the DB keeps Idempotency-Key answers and rollback records (`t_idempotency`, "
     "`t_route_key`, `t_rolled_back`); keep it above the topic's retention",
+    "webhook_retention_days": "how long the DB keeps a `DELIVERED` or `DEAD` webhook delivery (from its last attempt) "
+    "and a balance monitor's crossing posted to the inbox; the reconciler prunes older ones and a deleted endpoint's",
     "webhook_allow_local": "`1`: webhook endpoints may also be `http://127.0.0.1` / `http://localhost` (local "
     "receivers; never in AWS)",
     "journeys": "`biz=seconds,...`: unfinished journeys older than this become one inbox message",

@@ -113,6 +113,9 @@ class Settings(BaseSettings):
     # replay from the log's start still meets every rollback record (Stripe keeps keys 24 h). Writer and stream dead
     # letters are replayable for this less 8 days (ops/service.py: what the rollback records can still judge)
     key_retention_days: int = Field(30, gt=0, json_schema_extra=TUNABLE)
+    # how long the DB keeps a DELIVERED or DEAD webhook delivery (from its last attempt) and a balance monitor's crossing
+    # posted to the inbox: the reconciler's `webhooks` part prunes older ones, and a deleted endpoint's rows, in batches
+    webhook_retention_days: int = Field(30, gt=0, json_schema_extra=TUNABLE)
     # "1": webhook endpoints may also be http://127.0.0.1 or http://localhost (local receivers; never in AWS)
     webhook_allow_local: Literal["0", "1"] = "0"
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message

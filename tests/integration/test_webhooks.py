@@ -841,3 +841,132 @@ def test_a_replayed_deliverys_three_days_count_from_the_replay(api, local_hooks,
         at(days + 3.5)  # past 3 days after the replay: dead
         hooks.send_due()
         assert state() == "DEAD"
+
+
+def _rows_read(call):
+    """What `call` made the DB read, in rows (this thread's connection: Handler_read_* before and after)."""
+    from hotledger.dal import db
+
+    def handler_reads():
+        return sum(int(v) for k, v in db.query("SHOW SESSION STATUS LIKE 'Handler_read%%'") if k != "Handler_read_key")
+
+    before = handler_reads()
+    result = call()
+    return handler_reads() - before, result
+
+
+def _book(endpoint_types_user, seqs):
+    """Events booked by the ledger's own path (webhooks.store.enqueue in a transaction), fast: synthetic entries."""
+    import random
+    import time
+
+    from hotledger.dal import db
+    from hotledger.ledger.entry import Booked
+    from hotledger.webhooks.store import enqueue
+
+    user_id, now = endpoint_types_user, int(time.time() * 1000)
+    rows = [
+        Booked(user_id, seq, random.randrange(10**15, 10**16), "deduct", 1, -1, 100, 100, now, now, None)
+        for seq in seqs
+    ]
+    with db.transaction() as cur:
+        enqueue(cur, rows)
+
+
+def test_due_costs_the_same_whatever_the_backlog(api, local_hooks):
+    """Issue 32 item 11. Failing first: each look at what is due windowed over every PENDING row, so a failing
+    endpoint's backlog was read again on every look (about P^2/200 row reads to drain P). Now a head per (endpoint,
+    account), indexed by its next attempt: a look reads the due heads and their runs, whatever waits behind them."""
+    import random
+
+    from hotledger.runtime import webhooks
+
+    failing = local_hooks(500)
+    _endpoint(api, failing.url, ["charge.persisted"])
+    user_id = random.randrange(10**9, 2 * 10**9)
+    _book(user_id, range(1, 501))
+    webhooks().send_due()  # the account's first fails: the other 499 wait behind its retry
+    store, now = webhooks().store, webhooks().clock()
+    small, _ = _rows_read(lambda: store.due(now, 200))
+    _book(user_id, range(501, 5001))
+    large, due = _rows_read(lambda: store.due(now, 200))
+    assert all(d.user_id != user_id for d in due)
+    assert large <= 1.5 * small + 50, (small, large)
+
+
+def test_delivered_and_posted_rows_are_pruned_past_their_retention(api, local_hooks, sql, monkeypatch):
+    """Issue 32 item 11. Failing first: nothing pruned t_webhook_delivery or t_monitor_alert, and deleted endpoints'
+    rows stayed (revive_dead(None) revived them). Now the reconciler's `webhooks` part deletes DELIVERED and DEAD rows
+    past WEBHOOK_RETENTION_DAYS, posted alerts past it, and every row of a deleted endpoint, in bounded batches."""
+    import random
+
+    from helpers import reconcile_totals
+    from hotledger.runtime import webhooks
+
+    kept, gone = local_hooks(), local_hooks(500)
+    live = _endpoint(api, kept.url, ["charge.persisted", "balance.below"])
+    deleted = _endpoint(api, gone.url, ["charge.persisted"])
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{user_id}/monitors", {"below": "9.99"})[0] == 201
+    for _ in range(2):
+        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+    other = random.randrange(10**9, 2 * 10**9)
+    _book(other, range(1, 4))
+    clock = webhooks().clock
+    monkeypatch.setattr(webhooks(), "clock", lambda: clock() + 4 * 86_400_000)
+    webhooks().send_due()  # the deleted-to-be endpoint's first ones dead-lettered, the live one's delivered
+    monkeypatch.undo()
+    live_id, deleted_id = int(live["endpoint_id"]), int(deleted["endpoint_id"])
+    assert sql("SELECT COUNT(*) FROM t_webhook_delivery WHERE endpoint_id = %s AND state = 'DEAD'", (deleted_id,))[0][0]
+    assert api("DELETE", f"/webhook-endpoints/{deleted_id}")[0] == 204
+    webhooks().store.revive_dead(None, clock())  # every endpoint's dead letters: not a deleted endpoint's
+    assert sql(
+        "SELECT COUNT(*) FROM t_webhook_delivery WHERE endpoint_id = %s AND state = 'PENDING'", (deleted_id,)
+    ) == ((0,),)
+    days = 30
+    sql(
+        "UPDATE t_webhook_delivery SET delivered_at = delivered_at - %s, next_attempt_at = next_attempt_at - %s"
+        " WHERE endpoint_id = %s AND user_id = %s AND seq = 2",
+        ((days + 5) * 86_400_000, (days + 5) * 86_400_000, live_id, user_id),  # sent at the clock 4 days on
+    )
+    sql(  # posted to the inbox long ago
+        "UPDATE t_monitor_alert SET at = at - %s, inbox_posted = 1 WHERE user_id = %s",
+        ((days + 1) * 86_400_000, user_id),
+    )
+    report = reconcile_totals()
+    assert report["webhooks_pruned"] >= 1
+    left = sql(
+        "SELECT seq, sub_seq FROM t_webhook_delivery WHERE endpoint_id = %s AND user_id = %s", (live_id, user_id)
+    )
+    assert sorted(left) == [(3, 0), (3, 1)], left  # seq 2 delivered past the retention: pruned
+    assert sql("SELECT COUNT(*) FROM t_webhook_delivery WHERE endpoint_id = %s", (deleted_id,)) == ((0,),)
+    assert sql("SELECT COUNT(*) FROM t_monitor_alert WHERE user_id = %s AND inbox_posted = 1", (user_id,)) == ((0,),)
+
+
+def test_delivered_deliveries_are_listed_by_keyset_pages_without_sorting_the_history(api, local_hooks):
+    """Issue 32 item 11. Failing first: GET deliveries?state=DELIVERED sorted the endpoint's whole history for each
+    page. Now an index holds that order: a page reads about its own rows, and `before` (a row's `cursor`) goes on."""
+    import random
+
+    from hotledger.runtime import webhooks
+
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    endpoint_id = int(endpoint["endpoint_id"])
+    for _ in range(3):
+        _book(random.randrange(10**9, 2 * 10**9), range(1, 201))
+    webhooks().send_due(seconds=120)
+    read, page = _rows_read(lambda: webhooks().store.deliveries(endpoint_id, "DELIVERED", 5, None))
+    assert len(page) == 5 and read <= 30, read
+    path = f"/webhook-endpoints/{endpoint_id}/deliveries?state=DELIVERED&limit=250"
+    pages, before = [], None
+    while not pages or len(pages[-1]) == 250:
+        status, page = api("GET", path + (f"&before={before}" if before else ""))
+        assert status == 200, page
+        pages.append(page)
+        before = page[-1]["cursor"] if page else None
+    assert [len(p) for p in pages] == [250, 250, 100]
+    listed = [(d["created_at"], d["user_id"], d["seq"]) for p in pages for d in p]
+    assert listed == sorted(listed, reverse=True) and len(set(listed)) == 600  # newest first, none twice
+    status, answer = api("GET", f"{path}&before=x")
+    assert (status, answer["error"]["code"]) == (422, "VALIDATION_ERROR")

@@ -110,6 +110,7 @@ class DeliveryView(BaseModel):
     next_attempt_at: int
     created_at: int
     delivered_at: int | None
+    cursor: str = Field(description="its place in the listing: `before` in the next page's request")
 
 
 def _view(e: Endpoint, secret: str | None = None) -> dict[str, Any]:
@@ -139,6 +140,7 @@ def _delivery(d: Delivery) -> dict[str, Any]:
         "next_attempt_at": d.next_attempt_at,
         "created_at": d.created_at,
         "delivered_at": d.delivered_at,
+        "cursor": d.cursor,
     }
 
 
@@ -217,14 +219,27 @@ def delete_endpoint(endpoint_id: EndpointId):  # type: ignore[no-untyped-def]
 
 @router.get(
     "/webhook-endpoints/<endpoint_id>/deliveries",
-    responses=responses(200, list[DeliveryView], "the endpoint's deliveries, newest first", _NOT_FOUND),
+    responses=responses(
+        200,
+        list[DeliveryView],
+        "a page of the endpoint's deliveries, newest first (`before`: the next page)",
+        _NOT_FOUND,
+    ),
 )
 def list_deliveries(
     endpoint_id: EndpointId,
     state: Annotated[str | None, Query(pattern="^(PENDING|DELIVERED|DEAD)$")] = None,
     limit: Annotated[int, Query(gt=0, le=500)] = 100,
+    before: Annotated[
+        str | None,
+        Query(pattern=r"^\d{1,15}\.\d{1,10}\.\d{1,19}\.\d{1,3}$", description="a delivery's cursor: the page after it"),
+    ] = None,
 ) -> list[dict[str, Any]]:
-    return [_delivery(d) for d in webhooks().deliveries(endpoint_id, state, limit)]
+    after = None
+    if before:
+        created_at, user_id, seq, sub_seq = (int(part) for part in before.split("."))
+        after = (created_at, user_id, seq, sub_seq)
+    return [_delivery(d) for d in webhooks().deliveries(endpoint_id, state, limit, after)]
 
 
 @router.post(

@@ -234,9 +234,11 @@ class Webhooks:
         self.get(endpoint_id)
         self.store.update(endpoint_id, deleted=1, enabled=0)
 
-    def deliveries(self, endpoint_id: int, state: str | None, limit: int) -> list[Delivery]:
+    def deliveries(
+        self, endpoint_id: int, state: str | None, limit: int, before: tuple[int, int, int, int] | None = None
+    ) -> list[Delivery]:
         self.get(endpoint_id)
-        return self.store.deliveries(endpoint_id, state, limit)
+        return self.store.deliveries(endpoint_id, state, limit, before)
 
     def replay(
         self,
@@ -303,14 +305,20 @@ class Webhooks:
         stop_at (those stay due); each ends by the earlier of its SEND_TIMEOUT_S and stop_at + LAST_ATTEMPT_S."""
         outcomes: list[str] = []
         for run in runs(deliveries):
-            for d in run:
-                if time.monotonic() >= stop_at:
-                    return outcomes
-                outcomes.append(self._send(endpoint, d, stop_at + LAST_ATTEMPT_S))
-                if outcomes[-1] == "disabled":
-                    return outcomes  # 410 Gone: nothing more to this endpoint until it is enabled again
-                if outcomes[-1] != "delivered":
-                    break
+            tried = 0
+            try:
+                for d in run:
+                    if time.monotonic() >= stop_at:
+                        return outcomes
+                    tried += 1
+                    outcomes.append(self._send(endpoint, d, stop_at + LAST_ATTEMPT_S))
+                    if outcomes[-1] == "disabled":
+                        return outcomes  # 410 Gone: nothing more to this endpoint until it is enabled again
+                    if outcomes[-1] != "delivered":
+                        break
+            finally:
+                if tried:  # its account's head moves on to what is PENDING now (or goes)
+                    self.store.advance(endpoint.endpoint_id, run[0].user_id)
         return outcomes
 
     def _send(self, endpoint: Endpoint, d: Delivery, end_by: float) -> str:
