@@ -116,6 +116,8 @@ class Settings(BaseSettings):
     # how long the DB keeps a DELIVERED or DEAD webhook delivery (from its last attempt) and a balance monitor's crossing
     # posted to the inbox: the reconciler's `webhooks` part prunes older ones, and a deleted endpoint's rows, in batches
     webhook_retention_days: int = Field(30, gt=0, json_schema_extra=TUNABLE)
+    # live webhook endpoints at most (the stack is one tenant; Stripe: 16): each multiplies every event's deliveries
+    webhook_max_endpoints: int = Field(16, gt=0, json_schema_extra=TUNABLE)
     # "1": webhook endpoints may also be http://127.0.0.1 or http://localhost (local receivers; never in AWS)
     webhook_allow_local: Literal["0", "1"] = "0"
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message

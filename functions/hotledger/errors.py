@@ -69,6 +69,7 @@ NotRefundable = _error("NotRefundable", 409, "NOT_REFUNDABLE")
 # webhooks
 WebhookEndpointNotFound = _error("WebhookEndpointNotFound", 404, "WEBHOOK_ENDPOINT_NOT_FOUND")
 InvalidWebhookUrl = _error("InvalidWebhookUrl", 422, "INVALID_WEBHOOK_URL")
+WebhookEndpointLimit = _error("WebhookEndpointLimit", 409, "WEBHOOK_ENDPOINT_LIMIT")
 InvalidWebhookTypes = _error("InvalidWebhookTypes", 422, "VALIDATION_ERROR")
 
 # balance monitors

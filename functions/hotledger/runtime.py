@@ -116,7 +116,8 @@ def refunds() -> Refunds:
 
 @functools.lru_cache(maxsize=1)
 def webhooks() -> Webhooks:
-    return Webhooks(WebhookStore(), settings().webhook_allow_local == "1")
+    cfg = settings()
+    return Webhooks(WebhookStore(), cfg.webhook_allow_local == "1", max_endpoints=cfg.webhook_max_endpoints)
 
 
 @functools.lru_cache(maxsize=1)

@@ -6,11 +6,12 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from api.authorization import caller_of, principal_of
+from api.idempotency import TOO_MANY_KEYS, once
 from api.responses import responses
 from api.rules import ADMIN, SERVICE, only
 from hotledger.runtime import operations, webhooks
@@ -25,6 +26,18 @@ from hotledger.webhooks.service import (
 )
 
 router = Router()
+EndpointKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Retry-safe key, scoped to the caller: the first answer (the endpoint and its secret, or a refusal) "
+        "is replayed for the same key and body for 24 h (kept in Redis only) and the endpoint is created once. Another "
+        "body gets 409 IDEMPOTENCY_KEY_REUSED, a retry while the first is in flight 409 IDEMPOTENCY_IN_PROGRESS.",
+    ),
+]
 EndpointId = Annotated[int, Path(gt=0, lt=2**63)]
 _NOT_FOUND = (404, "WEBHOOK_ENDPOINT_NOT_FOUND")
 _BAD = (
@@ -160,15 +173,29 @@ def _log(actor: str, action: str, endpoint_id: int, **detail: Any) -> None:
 _FORBIDDEN = (403, "a service caller changing an endpoint an operator created (only operators change those)")
 
 
+_LIMIT = (409, "WEBHOOK_ENDPOINT_LIMIT: WEBHOOK_MAX_ENDPOINTS (16) endpoints live already; IDEMPOTENCY_KEY_REUSED")
+
+
 @router.post(
-    "/webhook-endpoints", status_code=201, responses=responses(201, EndpointView, "registered, with its secret", _BAD)
+    "/webhook-endpoints",
+    status_code=201,
+    responses=responses(201, EndpointView, "registered, with its secret", _BAD, _LIMIT, TOO_MANY_KEYS),
 )
-def create_endpoint(request: Annotated[EndpointRequest, Body()]) -> dict[str, Any]:
+def create_endpoint(request: Annotated[EndpointRequest, Body()], idempotency_key: EndpointKey = None) -> Response[str]:
     actor, operator = _caller()
-    endpoint, secret = webhooks().create(request.url, request.event_types, request.description, operator, actor)
-    owner = "operator" if operator else "service"
-    _log(actor, "create", endpoint.endpoint_id, url=endpoint.url, event_types=list(endpoint.event_types), owner=owner)
-    return _view(endpoint, secret)
+
+    def run() -> dict[str, Any]:
+        endpoint, secret = webhooks().create(request.url, request.event_types, request.description, operator, actor)
+        owner = "operator" if operator else "service"
+        _log(
+            actor, "create", endpoint.endpoint_id, url=endpoint.url, event_types=list(endpoint.event_types), owner=owner
+        )
+        return _view(endpoint, secret)
+
+    # scoped to the caller (the token's subject); the answer, secret included, is replayed from Redis for 24 h
+    return once(
+        f"webhook-endpoints:{actor}", idempotency_key, "POST /webhook-endpoints", request.model_dump(), run, 201
+    )
 
 
 @router.get("/webhook-endpoints", responses=responses(200, list[EndpointView], "every endpoint"))

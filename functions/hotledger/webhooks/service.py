@@ -1,8 +1,12 @@
 """Webhooks: endpoints subscribe to event types; every durable change of a subscribed type is delivered to them,
 signed per Standard Webhooks 1.0, in order per account per endpoint, with retries for 3 days.
 
-- Events come from the durable log only: a delivery row is written in the transaction that books the ledger entry
-  (webhooks.store.enqueue), never on the request path, so an event exists exactly when its change is in the DB.
+- Events come from the durable log only: one event row is written in the transaction that books the ledger entry
+  (webhooks.store.enqueue), whatever the number of endpoints, never on the request path, so an event exists exactly
+  when its change is in the DB; the sender fans it out to each subscribed endpoint's deliveries in transactions of its
+  own (WebhookStore.fan_out), never the booking's.
+- At most WEBHOOK_MAX_ENDPOINTS (16, as Stripe) endpoints live at once (the stack is one tenant): each multiplies every
+  event.
 - Each carries event_id (stable: the receiver's de-duplication key), type, the account's seq and prev_seq (the seq of
   the previous event of that account for that endpoint): a receiver checks the order and sees a gap.
 - Headers webhook-id, webhook-timestamp and webhook-signature ('v1,<base64 HMAC-SHA256 of id.timestamp.body>'; during
@@ -44,9 +48,9 @@ from urllib.parse import urlsplit
 
 from hotledger import errors
 from hotledger.webhooks.events import ALL_TYPES
+from hotledger.webhooks.store import FAN_OUT_BATCH, EndpointChange, Key, WebhookStore, by_endpoint, runs
 from hotledger.webhooks.store import Delivery as Delivery  # re-exported: what the routes show
 from hotledger.webhooks.store import Endpoint as Endpoint
-from hotledger.webhooks.store import EndpointChange, Key, WebhookStore, by_endpoint, runs
 
 RETRY_FOR_MS = 3 * 86_400_000
 FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
@@ -166,9 +170,13 @@ _SENDABLE = re.compile(r"[\x21-\x7e]+")  # what an HTTP request line carries as 
 
 class Webhooks:
     def __init__(
-        self, store: WebhookStore, allow_local: bool, clock: Callable[[], int] = lambda: int(time.time() * 1000)
+        self,
+        store: WebhookStore,
+        allow_local: bool,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        max_endpoints: int = 16,
     ):
-        self.store, self.allow_local, self.clock = store, allow_local, clock
+        self.store, self.allow_local, self.clock, self.max_endpoints = store, allow_local, clock, max_endpoints
 
     # endpoints ----------------------------------------------------------------------------------------------------
     def create(
@@ -178,7 +186,13 @@ class Webhooks:
         check_url(url, self.allow_local)
         types = _types(event_types)
         secret = new_secret()
-        endpoint_id = self.store.create(url, types, description, secret, self.clock(), operator, actor)
+        endpoint_id = self.store.create(
+            url, types, description, secret, self.clock(), operator, actor, max_endpoints=self.max_endpoints
+        )
+        if endpoint_id is None:
+            raise errors.WebhookEndpointLimit(
+                f"at most {self.max_endpoints} webhook endpoints (WEBHOOK_MAX_ENDPOINTS): delete one first"
+            )
         return self.get(endpoint_id), secret
 
     def changeable(self, endpoint_id: int, operator: bool) -> Endpoint:
@@ -274,6 +288,9 @@ class Webhooks:
         busy: dict[Future[list[str]], int] = {}  # a worker -> its endpoint
         with ThreadPoolExecutor(max_workers=SEND_WORKERS) as pool:
             while time.monotonic() < stop_at:
+                # what the bookings wrote becomes each endpoint's deliveries (outside the booking transactions)
+                while self.store.fan_out() == FAN_OUT_BATCH and time.monotonic() < stop_at:
+                    pass
                 due = {
                     e: d
                     for e, d in by_endpoint(self.store.due(self.clock(), batch, set(busy.values()))).items()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from hotledger.dal import db
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 PENDING, DELIVERED, DEAD = "PENDING", "DELIVERED", "DEAD"
 Key = tuple[int, int, int]  # a delivery's place in an endpoint's deliveries: (user_id, seq, sub_seq)
 PRUNE_BATCH = 500
+FAN_OUT_BATCH = 500  # events fanned out per transaction
 
 
 @dataclass(frozen=True)
@@ -136,22 +137,42 @@ def _alert_body(a: Alert) -> _Body:
     return lambda prev: (alert_event_id(a), alert_payload(a, prev))
 
 
+_Event = tuple[int, int, int, str, int, _Body]  # (user, seq, sub_seq, type, at, its id and body given the prev seq)
+
+
 def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) -> None:
-    """In the transaction that books `rows` (and judged the balance monitors' `alerts` of them): one PENDING delivery
-    per event and endpoint subscribed to its type, with the previous seq of that account for that endpoint. A disabled
-    endpoint's too: they wait (due skips disabled endpoints) and go out, in order, when it is enabled again."""
+    """In the transaction that books `rows` (and judged the balance monitors' `alerts` of them): one t_webhook_event
+    row per event of a type some endpoint (enabled or not) subscribes to, whatever the number of endpoints. The sender
+    fans them out to each endpoint's deliveries outside this transaction (WebhookStore.fan_out)."""
     if not rows:
         return
-    cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE deleted = 0")
-    endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
-    # (user, seq, sub_seq, type, at, its id and body given the previous seq): an entry's crossings follow its event,
-    # one sub_seq each (1, 2, ... in monitor order: stable, so a replayed batch writes the same rows)
+    cursor.execute("SELECT event_types FROM t_webhook_endpoint WHERE deleted = 0")
+    subscribed = {t for (types,) in cursor.fetchall() for t in types.split(",") if t}
+    if not subscribed:
+        return
+    # an entry's crossings follow its event, one sub_seq each (1, 2, ... in monitor order: stable, so a replayed batch
+    # writes the same rows)
     crossings: dict[tuple[int, int], int] = defaultdict(int)
-    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, _entry_body(r)) for r in rows]
+    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, json.dumps(asdict(r))) for r in rows]
     for a in sorted(alerts, key=lambda a: (a.user_id, a.seq, a.monitor_id)):
         crossings[(a.user_id, a.seq)] += 1
         sub_seq = crossings[(a.user_id, a.seq)]
-        events.append((a.user_id, a.seq, sub_seq, BALANCE_TYPES[a.direction], a.at, _alert_body(a)))
+        events.append((a.user_id, a.seq, sub_seq, BALANCE_TYPES[a.direction], a.at, json.dumps(asdict(a))))
+    wanted = sorted(e for e in events if e[3] in subscribed)
+    if wanted:
+        cursor.executemany(
+            "INSERT IGNORE INTO t_webhook_event (user_id, seq, sub_seq, type, at, source)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            wanted,
+        )
+
+
+def _deliveries(cursor: Cursor, events: list[_Event]) -> None:
+    """One PENDING delivery per event and endpoint subscribed to its type, with the previous seq of that account for
+    that endpoint. A disabled endpoint's too: they wait (due skips disabled endpoints) and go out, in order, when it is
+    enabled again. `events`: a prefix of each of their accounts' events not fanned out yet, in key order."""
+    cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE deleted = 0")
+    endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
     wanted = [(id_, e) for id_, types in endpoints for e in events if e[3] in types]
     if not wanted:
         return
@@ -172,7 +193,7 @@ def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) ->
     heads: dict[tuple[int, int], int] = {}
     for v in values:
         heads[(v[0], v[1])] = min(heads.get((v[0], v[1]), v[8]), v[8])
-    # the heads first (the sender's lock order: a head, then its deliveries), in key order (writers' among themselves)
+    # the heads first (the sender's lock order: a head, then its deliveries), in key order
     cursor.executemany(_UPSERT_HEAD, [(e, u, at) for (e, u), at in sorted(heads.items())])
     cursor.executemany(
         "INSERT IGNORE INTO t_webhook_delivery (endpoint_id, user_id, seq, sub_seq, prev_seq, event_id, type, payload,"
@@ -192,8 +213,15 @@ class WebhookStore:
         now_ms: int,
         operator_owned: bool = False,
         created_by: str = "",
-    ) -> int:
+        max_endpoints: int | None = None,
+    ) -> int | None:
+        """The new endpoint's id, or None when max_endpoints live already (counted under a lock: two creates at once
+        cannot both pass it)."""
         with db.transaction() as cur:
+            if max_endpoints is not None:
+                cur.execute("SELECT id FROM t_webhook_endpoint WHERE deleted = 0 FOR UPDATE")
+                if len(cur.fetchall()) >= max_endpoints:
+                    return None
             cur.execute(
                 "INSERT INTO t_webhook_endpoint (url, event_types, description, secret, created_at, operator_owned,"
                 " created_by) VALUES (%s, %s, %s, %s, %s, %s, %s)",
@@ -234,6 +262,40 @@ class WebhookStore:
         )
 
     # deliveries ---------------------------------------------------------------------------------------------------
+    def fan_out(self, limit: int = FAN_OUT_BATCH) -> int:
+        """The first `limit` events the bookings wrote (t_webhook_event, key order) become each subscribed endpoint's
+        deliveries, and are deleted, in one transaction of their own (never the booking's). Returns how many events:
+        fewer than `limit` when none is left."""
+        from hotledger.monitors.store import Alert
+
+        with db.transaction() as cur:
+            cur.execute(
+                "SELECT user_id, seq, sub_seq, type, at, source FROM t_webhook_event ORDER BY user_id, seq, sub_seq"
+                " LIMIT %s FOR UPDATE",
+                (limit,),
+            )
+            found = cur.fetchall()
+            if not found:
+                return 0
+            events: list[_Event] = [
+                (
+                    u,
+                    q,
+                    sub,
+                    type_,
+                    at,
+                    _entry_body(Booked(**json.loads(source))) if sub == 0 else _alert_body(Alert(**json.loads(source))),
+                )
+                for u, q, sub, type_, at, source in found
+            ]
+            _deliveries(cur, events)
+            cur.execute(
+                "DELETE FROM t_webhook_event WHERE (user_id, seq, sub_seq) IN"
+                f" ({','.join(['(%s, %s, %s)'] * len(found))})",
+                [v for row in found for v in row[:3]],
+            )
+            return len(found)
+
     def due(self, now_ms: int, limit: int, busy: Collection[int] = ()) -> list[Delivery]:
         """Per enabled endpoint (but those in `busy`, being sent to now) and account, the run of PENDING deliveries
         from the account's first PENDING one up to (not including) the first one not due yet, in (seq, sub_seq)
