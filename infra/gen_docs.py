@@ -164,6 +164,8 @@ SETTING_WHAT = {
     "webhook_retention_days": "how long the DB keeps a `DELIVERED` or `DEAD` webhook delivery (from its last attempt) "
     "and a balance monitor's crossing posted to the inbox; the reconciler prunes older ones and a deleted endpoint's",
     "webhook_max_endpoints": "live webhook endpoints at most (`WEBHOOK_ENDPOINT_LIMIT` past it; Stripe: 16)",
+    "webhook_poster_function": "the function that makes the webhook sender's HTTP POSTs outside the VPC (the "
+    "template sets it); empty: the sender posts itself",
     "webhook_allow_local": "`1`: webhook endpoints may also be `http://127.0.0.1` / `http://localhost` (local "
     "receivers; never in AWS)",
     "journeys": "`biz=seconds,...`: unfinished journeys older than this become one inbox message",

@@ -53,6 +53,12 @@ CALLS = (
         why="hotledger.config: tunables",
     ),
     AwsCall(
+        "lambda:InvokeFunction",
+        "arn:{partition}:lambda:{region}:{account}:function:{WEBHOOK_POSTER_FUNCTION}",
+        functions=("WebhookSenderFunction",),
+        why="hotledger.webhooks.service: each attempt posted by the poster function, outside the VPC",
+    ),
+    AwsCall(
         "kafka:GetBootstrapBrokers",
         "{MSK_CLUSTER_ARN}",
         functions=("SetupFunction",),

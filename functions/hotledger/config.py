@@ -118,6 +118,9 @@ class Settings(BaseSettings):
     webhook_retention_days: int = Field(30, gt=0, json_schema_extra=TUNABLE)
     # live webhook endpoints at most (the stack is one tenant; Stripe: 16): each multiplies every event's deliveries
     webhook_max_endpoints: int = Field(16, gt=0, json_schema_extra=TUNABLE)
+    # the function that makes the webhook sender's HTTP POSTs, outside the VPC (the stack's VPC has no NAT); empty: the
+    # sender posts itself (locally, or a VPC whose subnets route to a NAT)
+    webhook_poster_function: str = ""
     # "1": webhook endpoints may also be http://127.0.0.1 or http://localhost (local receivers; never in AWS)
     webhook_allow_local: Literal["0", "1"] = "0"
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message

@@ -47,7 +47,7 @@ from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
 from hotledger.vouchers.service import Vouchers
 from hotledger.vouchers.store import VoucherDb, VoucherRedis
-from hotledger.webhooks.service import Webhooks
+from hotledger.webhooks.service import Webhooks, lambda_poster
 from hotledger.webhooks.store import WebhookStore
 
 
@@ -117,7 +117,10 @@ def refunds() -> Refunds:
 @functools.lru_cache(maxsize=1)
 def webhooks() -> Webhooks:
     cfg = settings()
-    return Webhooks(WebhookStore(), cfg.webhook_allow_local == "1", max_endpoints=cfg.webhook_max_endpoints)
+    service = Webhooks(WebhookStore(), cfg.webhook_allow_local == "1", max_endpoints=cfg.webhook_max_endpoints)
+    if cfg.webhook_poster_function:  # in AWS: each attempt is posted by the poster function, outside the VPC
+        service.post = lambda_poster(cfg.webhook_poster_function)
+    return service
 
 
 @functools.lru_cache(maxsize=1)

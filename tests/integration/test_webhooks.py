@@ -1029,3 +1029,36 @@ def test_endpoints_are_capped_and_create_takes_an_idempotency_key(api, local_hoo
     assert (status, answer["error"]["code"]) == (409, "WEBHOOK_ENDPOINT_LIMIT"), answer
     assert api("DELETE", f"/webhook-endpoints/{first['endpoint_id']}")[0] == 204  # a deleted one no longer counts
     assert api("POST", "/webhook-endpoints", body)[0] == 201
+
+
+def test_the_sender_hands_signed_attempts_to_the_poster_outside_the_vpc_and_records_its_answers(
+    api, local_hooks, monkeypatch
+):
+    """Issue 32 item 14. Failing first: the in-VPC sender posted itself (no NAT in the stack's VPC: nothing left). Now,
+    with WEBHOOK_POSTER_FUNCTION set, each attempt goes to the poster function (webhook_poster.app, outside the VPC) as
+    the signed request and its deadline, never a secret; the poster checks the URL where it connects and posts; the
+    sender records what it answered (here the Lambda invoke is the handler called in-process, through JSON)."""
+    from webhook_poster import app as poster
+
+    from hotledger.runtime import webhooks
+
+    handed = []
+
+    def invoke(request: dict) -> dict:
+        handed.append(json.loads(json.dumps(request)))
+        return json.loads(json.dumps(poster.handler(handed[-1], None)))
+
+    monkeypatch.setenv("WEBHOOK_ALLOW_LOCAL", "1")  # the poster's own setting (it loads no other)
+    monkeypatch.setattr(webhooks(), "post", invoke)
+    good, bad = local_hooks(), local_hooks(500)
+    working, failing = _endpoint(api, good.url, ["charge.persisted"]), _endpoint(api, bad.url, ["charge.persisted"])
+    monkeypatch.setattr(webhooks(), "allow_local", False)  # the sender checks nothing itself: the poster does
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+    _send()
+    assert [e["data"]["seq"] for e in good.events(working["secret"]) if e["data"]["user_id"] == user_id] == [2]
+    assert handed and {"url", "headers", "body", "timeout_s"} <= set(handed[0])
+    assert all(working["secret"] not in json.dumps(h) and failing["secret"] not in json.dumps(h) for h in handed)
+    status, deliveries = api("GET", f"/webhook-endpoints/{failing['endpoint_id']}/deliveries")
+    (mine,) = [d for d in deliveries if d["user_id"] == user_id]
+    assert (mine["state"], mine["last_status"], mine["attempts"]) == ("PENDING", 500, 1)

@@ -34,6 +34,7 @@ import hashlib
 import hmac
 import http.client
 import ipaddress
+import json
 import random
 import re
 import secrets
@@ -43,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 from urllib.parse import urlsplit
 
 from hotledger import errors
@@ -177,6 +178,8 @@ class Webhooks:
         max_endpoints: int = 16,
     ):
         self.store, self.allow_local, self.clock, self.max_endpoints = store, allow_local, clock, max_endpoints
+        # how one signed attempt is sent (the request, its timeout_s) and answered: here by default
+        self.post: Post = lambda request: attempt(request, self.allow_local)
 
     # endpoints ----------------------------------------------------------------------------------------------------
     def create(
@@ -343,25 +346,19 @@ class Webhooks:
         timestamp = now // 1000
         started = time.monotonic()
         deadline = min(started + SEND_TIMEOUT_S, end_by)
-        status, error, retry_after = None, "", None
-        try:
-            # checked again (DNS can change after registration), within the attempt's deadline
-            resolving = _RESOLVING.submit(check_url, endpoint.url, self.allow_local)
-            addresses = resolving.result(timeout=max(0.0, deadline - time.monotonic()))
-            headers = {
-                "content-type": "application/json",
-                "webhook-id": d.event_id,
-                "webhook-timestamp": str(timestamp),
-                "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
-                "user-agent": "hotledger-webhooks/1",
-            }
-            status, retry_after = _post(endpoint.url, addresses, d.payload.encode(), headers, deadline)
-        except errors.InvalidWebhookUrl as exc:
-            error = exc.message
-        except TimeoutError:
-            error = f"no answer within {deadline - started:.3g} s (one deadline for the whole attempt)"
-        except Exception as exc:  # any error of one attempt (BadStatusLine, InvalidURL, ...) is its failure
-            error = _describe(exc)
+        headers = {
+            "content-type": "application/json",
+            "webhook-id": d.event_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
+            "user-agent": "hotledger-webhooks/1",
+        }
+        # signed here, sent by self.post: in this process, or (WEBHOOK_POSTER_FUNCTION) by the poster function outside
+        # the VPC; either way an Attempt, whatever went wrong
+        answer = self.post(
+            {"url": endpoint.url, "headers": headers, "body": d.payload, "timeout_s": deadline - started}
+        )
+        status, error, retry_after = answer.get("status"), answer.get("error") or "", answer.get("retry_after")
         if status is not None and 200 <= status < 300:
             self.store.delivered(d, status, self.clock())
             return "delivered"
@@ -373,6 +370,68 @@ class Webhooks:
         retry_at = next_attempt(d.attempts, now, d.retry_from or d.created_at, not_before)
         self.store.failed(d, status, error or f"HTTP {status}", retry_at)
         return "retried" if retry_at else "dead"
+
+
+class Attempt(TypedDict, total=False):
+    """What one attempt came to: the answer's status (and Retry-After), or the error that ended it."""
+
+    status: int | None
+    retry_after: str | None
+    error: str
+
+
+class Request(TypedDict):
+    """One signed attempt, as the sender hands it over: no secret in it, only its signatures."""
+
+    url: str
+    headers: dict[str, str]
+    body: str
+    timeout_s: float
+
+
+Post = Callable[[Request], Attempt]
+
+
+def attempt(request: Request, allow_local: bool) -> Attempt:
+    """One attempt, within one deadline of request['timeout_s'] from now: the url checked (and its addresses pinned)
+    where it connects, then posted. Any error is the attempt's failure, told in `error` (never raised)."""
+    started = time.monotonic()
+    deadline = started + max(0.0, float(request["timeout_s"]))
+    try:
+        # checked again (DNS can change after registration), within the attempt's deadline
+        resolving = _RESOLVING.submit(check_url, request["url"], allow_local)
+        addresses = resolving.result(timeout=max(0.0, deadline - time.monotonic()))
+        status, retry_after = _post(request["url"], addresses, request["body"].encode(), request["headers"], deadline)
+        return {"status": status, "retry_after": retry_after}
+    except errors.InvalidWebhookUrl as exc:
+        return {"error": exc.message}
+    except TimeoutError:
+        return {"error": f"no answer within {deadline - started:.3g} s (one deadline for the whole attempt)"}
+    except Exception as exc:  # any error of one attempt (BadStatusLine, InvalidURL, ...) is its failure
+        return {"error": _describe(exc)}
+
+
+def lambda_poster(function_name: str) -> Post:
+    """Each attempt sent by the poster function (functions/webhook_poster, outside the VPC: the stack's VPC has no NAT),
+    invoked through Lambda's API (an interface endpoint in the VPC); a failed invoke is the attempt's failure."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "lambda", config=Config(read_timeout=SEND_TIMEOUT_S + 15, connect_timeout=5, retries={"max_attempts": 0})
+    )
+
+    def post(request: Request) -> Attempt:
+        try:
+            answer = client.invoke(FunctionName=function_name, Payload=json.dumps(request).encode())
+            if answer.get("FunctionError"):
+                return {"error": f"the poster failed: {answer['Payload'].read()[:300]!r}"}
+            result: Attempt = json.loads(answer["Payload"].read())
+            return result
+        except Exception as exc:
+            return {"error": f"the poster could not be invoked: {_describe(exc)}"}
+
+    return post
 
 
 _RESOLVING = ThreadPoolExecutor(max_workers=SEND_WORKERS, thread_name_prefix="webhook-dns")  # bounded by the deadline
