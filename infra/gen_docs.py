@@ -166,6 +166,8 @@ SETTING_WHAT = {
     "webhook_max_endpoints": "live webhook endpoints at most (`WEBHOOK_ENDPOINT_LIMIT` past it; Stripe: 16)",
     "webhook_poster_function": "the function that makes the webhook sender's HTTP POSTs outside the VPC (the "
     "template sets it); empty: the sender posts itself",
+    "webhook_secrets_key_id": "the KMS key webhook signing secrets are sealed under at rest (envelope; the "
+    "template sets it); empty: kept in clear (local only)",
     "webhook_allow_local": "`1`: webhook endpoints may also be `http://127.0.0.1` / `http://localhost` (local "
     "receivers; never in AWS)",
     "journeys": "`biz=seconds,...`: unfinished journeys older than this become one inbox message",

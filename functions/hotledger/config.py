@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     # the function that makes the webhook sender's HTTP POSTs, outside the VPC (the stack's VPC has no NAT); empty: the
     # sender posts itself (locally, or a VPC whose subnets route to a NAT)
     webhook_poster_function: str = ""
+    # the KMS key webhook signing secrets are sealed under (envelope: webhooks/secrets.py); empty: kept as they are (local)
+    webhook_secrets_key_id: str = ""
     # "1": webhook endpoints may also be http://127.0.0.1 or http://localhost (local receivers; never in AWS)
     webhook_allow_local: Literal["0", "1"] = "0"
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message

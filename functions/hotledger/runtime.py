@@ -47,6 +47,7 @@ from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
 from hotledger.vouchers.service import Vouchers
 from hotledger.vouchers.store import VoucherDb, VoucherRedis
+from hotledger.webhooks.secrets import SecretBox
 from hotledger.webhooks.service import Webhooks, lambda_poster
 from hotledger.webhooks.store import WebhookStore
 
@@ -117,7 +118,12 @@ def refunds() -> Refunds:
 @functools.lru_cache(maxsize=1)
 def webhooks() -> Webhooks:
     cfg = settings()
-    service = Webhooks(WebhookStore(), cfg.webhook_allow_local == "1", max_endpoints=cfg.webhook_max_endpoints)
+    service = Webhooks(
+        WebhookStore(),
+        cfg.webhook_allow_local == "1",
+        max_endpoints=cfg.webhook_max_endpoints,
+        box=SecretBox(cfg.webhook_secrets_key_id or None),  # in AWS: the stack's KMS key (envelope at rest)
+    )
     if cfg.webhook_poster_function:  # in AWS: each attempt is posted by the poster function, outside the VPC
         service.post = lambda_poster(cfg.webhook_poster_function)
     return service

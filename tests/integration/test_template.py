@@ -417,3 +417,25 @@ def test_webhook_posts_leave_the_stack_whatever_its_vpc(parameters):
     assert cfn.allowed(stack.statements_of("WebhookSenderFunction"), "lambda:InvokeFunction", arn)
     if stack.condition("UseEndpoints"):  # no NAT: Lambda's API through an interface endpoint
         assert stack.exists("LambdaEndpoint")
+
+
+@pytest.mark.parametrize("parameters", [{}, EXISTING], ids=["default-stack", "existing-resources"])
+def test_webhook_secrets_are_sealed_under_a_kms_key_the_api_seals_with_and_the_sender_alone_opens(parameters):
+    """Issue 32 item 7: the stack's key seals signing secrets (envelope); the API may only make data keys
+    (kms:GenerateDataKey), the sender alone may decrypt them; the key outlives a stack delete (the secrets with it) and
+    KMS is reachable from the VPC (an interface endpoint where the stack makes them)."""
+    stack = cfn.Stack(expanded(), parameters)
+    key = stack.resources["WebhookSecretsKey"]
+    assert key["Type"] == "AWS::KMS::Key" and key["Properties"]["EnableKeyRotation"] is True
+    assert (key["DeletionPolicy"], key["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    key_id = stack.resolve({"Ref": "WebhookSecretsKey"})
+    arn = f"arn:aws:kms:{cfn.REGION}:{cfn.ACCOUNT}:key/{key_id}"
+    for function in stack.functions():
+        env, statements = stack.environment(function), stack.statements_of(function)
+        may_seal = cfn.allowed(statements, "kms:GenerateDataKey", arn)
+        may_open = cfn.allowed(statements, "kms:Decrypt", arn)
+        assert (may_seal, may_open) == (function == "ApiFunction", function == "WebhookSenderFunction"), function
+        if function in ("ApiFunction", "WebhookSenderFunction"):
+            assert env["WEBHOOK_SECRETS_KEY_ID"] == key_id
+    if stack.condition("UseEndpoints"):
+        assert stack.exists("KmsEndpoint")

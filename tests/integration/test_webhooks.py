@@ -1062,3 +1062,44 @@ def test_the_sender_hands_signed_attempts_to_the_poster_outside_the_vpc_and_reco
     status, deliveries = api("GET", f"/webhook-endpoints/{failing['endpoint_id']}/deliveries")
     (mine,) = [d for d in deliveries if d["user_id"] == user_id]
     assert (mine["state"], mine["last_status"], mine["attempts"]) == ("PENDING", 500, 1)
+
+
+def test_signing_secrets_are_sealed_at_rest_and_opened_only_to_sign(api, redis_client, local_hooks, sql, monkeypatch):
+    """Issue 32 item 7. Failing first: t_webhook_endpoint held every signing secret in clear. Now each is sealed with a
+    data key of its own from KMS (envelope: AES-256-GCM, the data key stored encrypted under the stack's key): create
+    and rotate-secret only seal (kms:GenerateDataKey), the sender alone opens (kms:Decrypt) to sign. KMS is moto's here."""
+    from moto import mock_aws
+
+    from hotledger.runtime import webhooks
+    from hotledger.webhooks.secrets import SecretBox
+
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        import boto3
+
+        key_id = boto3.client("kms").create_key(Description="webhook secrets")["KeyMetadata"]["KeyId"]
+        monkeypatch.setattr(webhooks(), "box", SecretBox(key_id))
+        receiver = local_hooks()
+        endpoint = _endpoint(api, receiver.url, ["recharge.persisted"])
+        endpoint_id = int(endpoint["endpoint_id"])
+        status, rotated = api("POST", f"/webhook-endpoints/{endpoint_id}/rotate-secret", {"overlap_s": 3600})
+        assert status == 200
+        ((stored, previous),) = sql(
+            "SELECT secret, previous_secret FROM t_webhook_endpoint WHERE id = %s", (endpoint_id,)
+        )
+        for plain in (endpoint["secret"], rotated["secret"]):
+            key = plain.removeprefix("whsec_")
+            assert key not in stored and key not in previous
+        assert stored.startswith("env1:") and previous.startswith("env1:")
+        user_id = api.account(balance="1.00")
+        _persist(redis_client, user_id)
+        _send()
+    headers, body = next((h, b) for h, b in receiver.got if json.loads(b)["data"]["user_id"] == user_id)
+    for secret in (endpoint["secret"], rotated["secret"]):  # both opened by the sender, both sign
+        assert Webhook(secret).verify(body, headers)["type"] == "recharge.persisted"

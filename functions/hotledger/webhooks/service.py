@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 
 from hotledger import errors
 from hotledger.webhooks.events import ALL_TYPES
+from hotledger.webhooks.secrets import SecretBox
 from hotledger.webhooks.store import FAN_OUT_BATCH, EndpointChange, Key, WebhookStore, by_endpoint, runs
 from hotledger.webhooks.store import Delivery as Delivery  # re-exported: what the routes show
 from hotledger.webhooks.store import Endpoint as Endpoint
@@ -176,8 +177,10 @@ class Webhooks:
         allow_local: bool,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
         max_endpoints: int = 16,
+        box: SecretBox | None = None,
     ):
         self.store, self.allow_local, self.clock, self.max_endpoints = store, allow_local, clock, max_endpoints
+        self.box = box or SecretBox(None)  # signing secrets at rest: sealed by create and rotate, opened to sign
         # how one signed attempt is sent (the request, its timeout_s) and answered: here by default
         self.post: Post = lambda request: attempt(request, self.allow_local)
 
@@ -190,7 +193,7 @@ class Webhooks:
         types = _types(event_types)
         secret = new_secret()
         endpoint_id = self.store.create(
-            url, types, description, secret, self.clock(), operator, actor, max_endpoints=self.max_endpoints
+            url, types, description, self.box.seal(secret), self.clock(), operator, actor, self.max_endpoints
         )
         if endpoint_id is None:
             raise errors.WebhookEndpointLimit(
@@ -244,7 +247,7 @@ class Webhooks:
     def rotate(self, endpoint_id: int, overlap_s: int) -> str:
         self.get(endpoint_id)
         secret = new_secret()
-        self.store.rotate(endpoint_id, secret, self.clock() + overlap_s * 1000)
+        self.store.rotate(endpoint_id, self.box.seal(secret), self.clock() + overlap_s * 1000)
         return secret
 
     def delete(self, endpoint_id: int) -> None:
@@ -350,7 +353,9 @@ class Webhooks:
             "content-type": "application/json",
             "webhook-id": d.event_id,
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
+            "webhook-signature": signatures(
+                d.event_id, timestamp, d.payload, [self.box.open(sealed) for sealed in endpoint.secrets(now)]
+            ),
             "user-agent": "hotledger-webhooks/1",
         }
         # signed here, sent by self.post: in this process, or (WEBHOOK_POSTER_FUNCTION) by the poster function outside
