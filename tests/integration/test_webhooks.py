@@ -1103,3 +1103,28 @@ def test_signing_secrets_are_sealed_at_rest_and_opened_only_to_sign(api, redis_c
     headers, body = next((h, b) for h, b in receiver.got if json.loads(b)["data"]["user_id"] == user_id)
     for secret in (endpoint["secret"], rotated["secret"]):  # both opened by the sender, both sign
         assert Webhook(secret).verify(body, headers)["type"] == "recharge.persisted"
+
+
+def test_prev_seq_still_names_the_last_event_sent_once_its_row_is_pruned(api, local_hooks, sql):
+    """Issue 32 item 11, what retention must not break. Failing first: prev_seq was the highest seq among the endpoint's
+    rows for the account, so once retention pruned them the next event said prev_seq null (the first ever): a receiver
+    could no longer see a gap. Now the last seq fanned out per (endpoint, account) is kept apart from the rows."""
+    from helpers import reconcile_totals
+
+    receiver = local_hooks()
+    endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
+    endpoint_id = int(endpoint["endpoint_id"])
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+    _send()
+    sql(
+        "UPDATE t_webhook_delivery SET next_attempt_at = next_attempt_at - %s WHERE endpoint_id = %s AND user_id = %s",
+        (40 * 86_400_000, endpoint_id, user_id),
+    )
+    while reconcile_totals()["webhooks_pruned"]:
+        pass
+    assert sql("SELECT COUNT(*) FROM t_webhook_delivery WHERE endpoint_id = %s", (endpoint_id,)) == ((0,),)
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[0] == 200
+    _send()
+    sent = [(e["data"]["seq"], e["data"]["prev_seq"]) for e in receiver.events(endpoint["secret"])]
+    assert sent == [(2, None), (3, 2)]

@@ -177,10 +177,9 @@ def _deliveries(cursor: Cursor, events: list[_Event]) -> None:
     if not wanted:
         return
     users, ids = sorted({e[0] for _, e in wanted}), sorted({id_ for id_, _ in wanted})
-    cursor.execute(
-        f"SELECT endpoint_id, user_id, MAX(seq) FROM t_webhook_delivery WHERE endpoint_id IN"
-        f" ({','.join(['%s'] * len(ids))}) AND user_id IN ({','.join(['%s'] * len(users))})"
-        " GROUP BY endpoint_id, user_id",
+    cursor.execute(  # the last seq fanned out per (endpoint, account): kept apart from the rows retention prunes
+        f"SELECT endpoint_id, user_id, last_seq FROM t_webhook_last WHERE endpoint_id IN"
+        f" ({','.join(['%s'] * len(ids))}) AND user_id IN ({','.join(['%s'] * len(users))})",
         (*ids, *users),
     )
     last: dict[tuple[int, int], int] = {(e, u): s for e, u, s in cursor.fetchall()}
@@ -190,6 +189,11 @@ def _deliveries(cursor: Cursor, events: list[_Event]) -> None:
         id_, text = body(prev)
         values.append((endpoint_id, user_id, seq, sub_seq, prev, id_, type_, text, at, at))
         last[(endpoint_id, user_id)] = seq
+    cursor.executemany(
+        "INSERT INTO t_webhook_last (endpoint_id, user_id, last_seq) VALUES (%s, %s, %s)"
+        " ON DUPLICATE KEY UPDATE last_seq = GREATEST(last_seq, VALUES(last_seq))",
+        sorted({(v[0], v[1]): (v[0], v[1], last[(v[0], v[1])]) for v in values}.values()),
+    )
     heads: dict[tuple[int, int], int] = {}
     for v in values:
         heads[(v[0], v[1])] = min(heads.get((v[0], v[1]), v[8]), v[8])
@@ -550,6 +554,7 @@ class WebhookStore:
         batches("DELETE FROM t_monitor_alert WHERE inbox_posted = 1 AND at < %s ORDER BY at", (older_than_ms,))
         for (endpoint_id,) in db.query("SELECT id FROM t_webhook_endpoint WHERE deleted = 1"):
             batches("DELETE FROM t_webhook_head WHERE endpoint_id = %s", (endpoint_id,))
+            batches("DELETE FROM t_webhook_last WHERE endpoint_id = %s", (endpoint_id,))
             batches("DELETE FROM t_webhook_delivery WHERE endpoint_id = %s", (endpoint_id,))
         return deleted
 
