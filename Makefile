@@ -92,7 +92,7 @@ lock: setup
 ## mypy --strict over the functions' code (mypy.ini); make lint runs it
 typecheck: setup
 	.venv/bin/mypy functions/hotledger functions/api functions/authorizer functions/writer functions/reconciler \
-	  functions/delay_drainer functions/stream_drainer functions/webhook_sender functions/setup
+	  functions/delay_drainer functions/stream_drainer functions/webhook_sender functions/webhook_poster functions/setup
 
 ## lint: ruff (lint and format check, ruff.toml) over the Python code, mypy --strict over functions/, then the
 ## template (cfn-lint, sam validate)

@@ -67,6 +67,8 @@ TARGETS = {
     # issue 21: webhooks from the durable log
     "webhook_delivery_lag_p99_ms": ("<=", 2000),
     "webhook_not_delivered": ("<=", 0),
+    # issue 32 item 11: a look at what is due costs the same whatever the backlog
+    "webhook_due_backlog_ratio": ("<=", 1.5),
 }
 
 

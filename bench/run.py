@@ -603,7 +603,13 @@ def webhook_figures(figures: report.Figures, size: Size) -> None:
     }
     for name, value in found.items():
         unit = (
-            "1/s" if name.endswith("_per_s") else "ms" if name.endswith("_ms") else "us" if "_us_" in name else "count"
+            "1/s"
+            if name.endswith("_per_s")
+            else "ms"
+            if name.endswith("_ms") or "_ms_" in name
+            else "us"
+            if "_us_" in name
+            else "count"
         )
         figures.add(name, value, unit, samples.get(name), baselines.get(name), measures)
 

@@ -11,6 +11,11 @@
 - `webhook_delivery_lag_p50_ms` / `_p99_ms` at `WEBHOOK_LAG_RATE` deducts/s: from a SYNC deduct's answer (booked
   when it answers) to the receiver's 200, with the sender running as the function runs it (looking again every
   50 ms when idle). An ASYNC charge adds the writer's lag (`ack_to_commit_lag_*` figures). Goal p99 <= 2,000 ms.
+- `webhook_due_ms_1m_backlog` / `webhook_due_ms_10k_backlog` (issue 32 item 11): the median time of one look at what
+  is due (`WebhookStore.due`, 200 at most) while a failing endpoint holds that many PENDING deliveries (100 per
+  account, every account's first one backing off: none due) beside a healthy endpoint with 10 due; their ratio,
+  `webhook_due_backlog_ratio`, goal <= 1.5: a look reads the due heads (`t_webhook_head`) and their runs, not the
+  backlog. The backlog is written straight into the tables (`--quick`: 10k against 100k).
 - `monitor_check_us_per_booked_entry`: what judging balance monitors adds to booking one entry (`monitors.store.judge`
   in the booking transaction, accounts with one monitor each), against `..._without_monitors` (the same rows,
   accounts with none). The deduct script itself does not change with monitors: they are judged where the entry is
@@ -222,6 +227,64 @@ def monitor_check(rows: int, rounds: int) -> dict:
     }
 
 
+def _backlog(endpoint_id: int, first: int, last: int, now_ms: int, due: bool) -> None:
+    """Deliveries `first` to `last` (not included) of the endpoint, PENDING, 100 per account (1 when due), written
+    straight into the tables with their heads: due now, or every account's first one backing off an hour (none due)."""
+    from hotledger.dal import db
+
+    per_account = 1 if due else 100
+    at = now_ms if due else now_ms + 3_600_000
+    base = 1_500_000_000 + (endpoint_id % 50) * 10_000_000  # accounts of their own
+    for start in range(first, last, 5000):
+        rows, heads = [], []
+        for i in range(start, min(last, start + 5000)):
+            user_id, seq = base + i // per_account, i % per_account + 1
+            rows.append((endpoint_id, user_id, seq, f"evt_b{endpoint_id}_{i}", at, now_ms))
+            if seq == 1:
+                heads.append((endpoint_id, user_id, at))
+        with db.transaction() as cur:
+            cur.executemany(
+                "INSERT IGNORE INTO t_webhook_delivery (endpoint_id, user_id, seq, sub_seq, event_id, type, payload,"
+                " state, next_attempt_at, created_at) VALUES (%s, %s, %s, 0, %s, 'charge.persisted', '{}', 'PENDING',"
+                " %s, %s)",
+                rows,
+            )
+            if heads:
+                cur.executemany(
+                    "INSERT IGNORE INTO t_webhook_head (endpoint_id, user_id, next_attempt_at) VALUES (%s, %s, %s)",
+                    heads,
+                )
+
+
+def due_cost(small: int, large: int) -> dict:
+    from hotledger.dal import db
+
+    found: dict[str, float] = {}
+    with _endpoint("bench-failing") as (hooks, _failing), _endpoint("bench-healthy") as (_, _healthy):
+        failing, healthy = (e.endpoint_id for e in hooks.endpoints()[-2:])
+        now = hooks.clock()
+        _backlog(healthy, 0, 10, now, due=True)
+        written = 0
+        for name, size in (("webhook_due_ms_10k_backlog", small), ("webhook_due_ms_1m_backlog", large)):
+            _backlog(failing, written, size, now, due=False)  # the larger backlog adds to the smaller one
+            written = size
+            times = []
+            for _ in range(21):
+                started = time.perf_counter()
+                due = hooks.store.due(now, 200)
+                times.append((time.perf_counter() - started) * 1000)
+            assert {d.endpoint_id for d in due} >= {healthy} and failing not in {d.endpoint_id for d in due}
+            found[name] = round(statistics.median(times), 2)
+        for endpoint_id in (failing, healthy):
+            db.execute("DELETE FROM t_webhook_head WHERE endpoint_id = %s", (endpoint_id,))
+            while db.execute("DELETE FROM t_webhook_delivery WHERE endpoint_id = %s LIMIT 50000", (endpoint_id,)):
+                pass
+    found["webhook_due_backlog_ratio"] = round(
+        found["webhook_due_ms_1m_backlog"] / found["webhook_due_ms_10k_backlog"], 2
+    )
+    return found
+
+
 def figures(size) -> dict:
     """The figures at `size` (harness.Size)."""
     found = {
@@ -229,6 +292,7 @@ def figures(size) -> dict:
         **backlog_drain_per_s(size.pick(BACKLOG, BACKLOG, 100), BACKLOG_ACCOUNTS),
         **delivery_lag(size.pick(20, 5, 1)),
         **monitor_check(200, size.pick(20, 5, 1)),
+        **due_cost(size.pick(10_000, 10_000, 200), size.pick(1_000_000, 100_000, 2_000)),
     }
     found["_samples"] = {
         "webhook_events_per_s": found["webhook_events_delivered"],

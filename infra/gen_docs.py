@@ -81,7 +81,9 @@ ERROR_WHEN = {
     "MONITOR_NOT_FOUND": "no such balance monitor on this account",
     "INVALID_MONITOR": "a re-arm line on the wrong side of the alert's, or more than 20 monitors on an account",
     "INVALID_CURSOR": "a cursor not handed out for this account and these filters",
+    "WEBHOOK_ENDPOINT_LIMIT": "a webhook endpoint created while `WEBHOOK_MAX_ENDPOINTS` (16) live already: delete one first",
     "INVALID_DEAD_LETTER_ID": "an operator's replay names a dead letter by an id of the wrong shape (or names any for the dead-letter topic, replayed whole)",
+    "DEAD_LETTER_EXPIRED": "an operator's replay names a writer or stream dead letter older than the rollback records can still judge (`KEY_RETENTION_DAYS` less 8 days after it was set aside): nothing is replayed",
     "INVALID_RANGE": "`until` not after `since`",
     "STATEMENT_TOO_LARGE": "a statement over 1,000 entries (page `/entries` instead)",
     "ORDER_CLOSED": "the payment order is closed",
@@ -159,6 +161,13 @@ SETTING_WHAT = {
     "idempotency_lease_ms": "how long an attempt holds its route key; above the API function's timeout",
     "key_retention_days": "how long the DB keeps Idempotency-Key answers and rollback records (`t_idempotency`, "
     "`t_route_key`, `t_rolled_back`); keep it above the topic's retention",
+    "webhook_retention_days": "how long the DB keeps a `DELIVERED` or `DEAD` webhook delivery (from its last attempt) "
+    "and a balance monitor's crossing posted to the inbox; the reconciler prunes older ones and a deleted endpoint's",
+    "webhook_max_endpoints": "live webhook endpoints at most (`WEBHOOK_ENDPOINT_LIMIT` past it; Stripe: 16)",
+    "webhook_poster_function": "the function that makes the webhook sender's HTTP POSTs outside the VPC (the "
+    "template sets it); empty: the sender posts itself",
+    "webhook_secrets_key_id": "the KMS key webhook signing secrets are sealed under at rest (envelope; the "
+    "template sets it); empty: kept in clear (local only)",
     "webhook_allow_local": "`1`: webhook endpoints may also be `http://127.0.0.1` / `http://localhost` (local "
     "receivers; never in AWS)",
     "journeys": "`biz=seconds,...`: unfinished journeys older than this become one inbox message",

@@ -53,6 +53,24 @@ CALLS = (
         why="hotledger.config: tunables",
     ),
     AwsCall(
+        "lambda:InvokeFunction",
+        "arn:{partition}:lambda:{region}:{account}:function:{WEBHOOK_POSTER_FUNCTION}",
+        functions=("WebhookSenderFunction",),
+        why="hotledger.webhooks.service: each attempt posted by the poster function, outside the VPC",
+    ),
+    AwsCall(
+        "kms:GenerateDataKey",
+        "arn:{partition}:kms:{region}:{account}:key/{WEBHOOK_SECRETS_KEY_ID}",
+        functions=("ApiFunction",),
+        why="hotledger.webhooks.secrets: a data key seals each new signing secret",
+    ),
+    AwsCall(
+        "kms:Decrypt",
+        "arn:{partition}:kms:{region}:{account}:key/{WEBHOOK_SECRETS_KEY_ID}",
+        functions=("WebhookSenderFunction",),
+        why="hotledger.webhooks.secrets: the sender opens a signing secret to sign",
+    ),
+    AwsCall(
         "kafka:GetBootstrapBrokers",
         "{MSK_CLUSTER_ARN}",
         functions=("SetupFunction",),

@@ -110,8 +110,19 @@ class Settings(BaseSettings):
     idempotency_lease_ms: int = Field(60_000, gt=0)
     # how long the DB keeps an Idempotency-Key's answer (t_idempotency, t_route_key) and a rollback's record
     # (t_rolled_back): the reconciler prunes older ones in bounded batches. Keep it above the topic's retention, so a
-    # replay from the log's start still meets every rollback record (Stripe keeps keys 24 h)
+    # replay from the log's start still meets every rollback record (Stripe keeps keys 24 h). Writer and stream dead
+    # letters are replayable for this less 8 days (ops/service.py: what the rollback records can still judge)
     key_retention_days: int = Field(30, gt=0, json_schema_extra=TUNABLE)
+    # how long the DB keeps a DELIVERED or DEAD webhook delivery (from its last attempt) and a balance monitor's crossing
+    # posted to the inbox: the reconciler's `webhooks` part prunes older ones, and a deleted endpoint's rows, in batches
+    webhook_retention_days: int = Field(30, gt=0, json_schema_extra=TUNABLE)
+    # live webhook endpoints at most (the stack is one tenant; Stripe: 16): each multiplies every event's deliveries
+    webhook_max_endpoints: int = Field(16, gt=0, json_schema_extra=TUNABLE)
+    # the function that makes the webhook sender's HTTP POSTs, outside the VPC (the stack's VPC has no NAT); empty: the
+    # sender posts itself (locally, or a VPC whose subnets route to a NAT)
+    webhook_poster_function: str = ""
+    # the KMS key webhook signing secrets are sealed under (envelope: webhooks/secrets.py); empty: kept as they are (local)
+    webhook_secrets_key_id: str = ""
     # "1": webhook endpoints may also be http://127.0.0.1 or http://localhost (local receivers; never in AWS)
     webhook_allow_local: Literal["0", "1"] = "0"
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message

@@ -69,6 +69,7 @@ NotRefundable = _error("NotRefundable", 409, "NOT_REFUNDABLE")
 # webhooks
 WebhookEndpointNotFound = _error("WebhookEndpointNotFound", 404, "WEBHOOK_ENDPOINT_NOT_FOUND")
 InvalidWebhookUrl = _error("InvalidWebhookUrl", 422, "INVALID_WEBHOOK_URL")
+WebhookEndpointLimit = _error("WebhookEndpointLimit", 409, "WEBHOOK_ENDPOINT_LIMIT")
 InvalidWebhookTypes = _error("InvalidWebhookTypes", 422, "VALIDATION_ERROR")
 
 # balance monitors
@@ -97,6 +98,9 @@ TooManyKeys = _error("TooManyKeys", 429, "TOO_MANY_KEYS")
 
 # the operators' console
 InvalidDeadLetterId = _error("InvalidDeadLetterId", 422, "INVALID_DEAD_LETTER_ID")
+# older than what the rollback records (t_rolled_back, pruned after KEY_RETENTION_DAYS) can still judge: a replay could
+# apply a change its client was told failed
+DeadLetterExpired = _error("DeadLetterExpired", 409, "DEAD_LETTER_EXPIRED")
 
 # authentication and authorization (api.authorization): nothing was changed
 Unauthenticated = _error("Unauthenticated", 401, "UNAUTHENTICATED")

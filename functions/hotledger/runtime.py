@@ -47,7 +47,8 @@ from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
 from hotledger.vouchers.service import Vouchers
 from hotledger.vouchers.store import VoucherDb, VoucherRedis
-from hotledger.webhooks.service import Webhooks
+from hotledger.webhooks.secrets import SecretBox
+from hotledger.webhooks.service import Webhooks, lambda_poster
 from hotledger.webhooks.store import WebhookStore
 
 
@@ -116,7 +117,16 @@ def refunds() -> Refunds:
 
 @functools.lru_cache(maxsize=1)
 def webhooks() -> Webhooks:
-    return Webhooks(WebhookStore(), settings().webhook_allow_local == "1")
+    cfg = settings()
+    service = Webhooks(
+        WebhookStore(),
+        cfg.webhook_allow_local == "1",
+        max_endpoints=cfg.webhook_max_endpoints,
+        box=SecretBox(cfg.webhook_secrets_key_id or None),  # in AWS: the stack's KMS key (envelope at rest)
+    )
+    if cfg.webhook_poster_function:  # in AWS: each attempt is posted by the poster function, outside the VPC
+        service.post = lambda_poster(cfg.webhook_poster_function)
+    return service
 
 
 @functools.lru_cache(maxsize=1)
@@ -297,6 +307,7 @@ def operations() -> Operations:
         transport=transport,
         lua=lua(),
         ops_log=OpsLog(),
+        key_retention_ms=cfg.key_retention_days * 86_400_000,
     )
 
 

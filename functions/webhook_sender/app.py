@@ -1,6 +1,8 @@
 """EventBridge-scheduled webhook sender (rate 1 minute, 60 s timeout): sends the due deliveries the writer and the SYNC
 path wrote with their bookings (hotledger.webhooks), in order per account per endpoint, until shortly before its
-timeout. In the VPC (it reads the DB); the endpoints are reached through the VPC's NAT (PrivateEgress=nat).
+timeout. In the VPC (it reads the DB): it fans the bookings' events out to the endpoints' deliveries, signs each
+attempt and hands it to the poster function outside the VPC (WEBHOOK_POSTER_FUNCTION; the stack's VPC has no NAT),
+then records what it answered.
 Metrics: WebhooksDelivered, WebhooksRetried, WebhooksDeadLettered (alarm on > 0: an endpoint failed for 3 days),
 WebhookEndpointsDisabled (an endpoint answered 410 Gone)."""
 

@@ -233,3 +233,27 @@ def test_only_operators_use_the_console(caller):
 def test_a_bad_replay_request_is_a_422_and_changes_nothing(body):
     status, answer = OPERATOR("POST", "/ops/dead-letters/replay", body)
     assert status == 422 and answer["error"]["code"] in ("VALIDATION_ERROR", "INVALID_DEAD_LETTER_ID"), answer
+
+
+def test_a_dead_letter_older_than_its_rollback_record_is_refused(
+    own_topic, api, sql, redis_client, settings, stale_writer_keyring
+):
+    """Issue 32 item 13: t_rolled_back is pruned after KEY_RETENTION_DAYS; a writer dead letter past what its rollback
+    record can still judge is refused (409 DEAD_LETTER_EXPIRED), named or not, and nothing goes back to the topic."""
+    user_id = api.account(balance="10.00")
+    (record,) = ledger_records(redis_client, [user_id])
+    assert invoke_writer([record]) == {"batchItemFailures": []}  # stale keyring: set aside
+    (dead_id,) = [i for i, d in _writer_dead_letters().items() if d["key"] == str(user_id)]
+    assert _writer_dead_letters()[dead_id]["expired"] is False
+    stale_writer_keyring.undo()
+    # set aside long ago: the record was produced up to the log's retention before, its rollback record may be gone
+    days = settings.key_retention_days - 7
+    sql("UPDATE t_dead_letter SET create_time = create_time - INTERVAL %s DAY WHERE id = %s", (days, int(dead_id)))
+    on_topic = broker_records(own_topic)
+    status, answer = OPERATOR("POST", "/ops/dead-letters/replay", {"source": "writer", "ids": [dead_id]})
+    assert (status, answer["error"]["code"]) == (409, "DEAD_LETTER_EXPIRED"), answer
+    everything = _replay("writer")
+    assert dead_id not in everything["replayed"] and everything["skipped"][dead_id].startswith("DEAD_LETTER_EXPIRED")
+    assert broker_records(own_topic) == on_topic
+    assert _writer_dead_letters()[dead_id]["expired"] is True
+    assert _balance(sql, user_id) == 0

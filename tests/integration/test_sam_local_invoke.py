@@ -22,6 +22,7 @@ SAMPLES = {
     "StreamDrainerFunction": "stream_drainer_schedule",
     "DelayDrainerFunction": "delay_drainer_schedule",
     "WebhookSenderFunction": "webhook_sender_schedule",
+    "WebhookPosterFunction": "webhook_poster_attempt",  # a host that does not resolve: an answered failure
 }
 
 

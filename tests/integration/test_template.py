@@ -126,12 +126,17 @@ def _calls_in_code() -> dict[str, set[str]]:
                 model = session.get_service_model(service)
                 operations = {xform_name(op): op for op in model.operation_names}
                 assert name in operations, f"{path}: {service}.{name} is no operation"
-                actions.add(f"{model.signing_name}:{operations[name]}")
+                action = f"{model.signing_name}:{operations[name]}"
+                actions.add(_IAM_ACTIONS.get(action, action))
             elif name in _POWERTOOLS_PARAMETERS and "parameters" in ast.unparse(receiver):
                 actions.add(_POWERTOOLS_PARAMETERS[name])
         if actions:
             found[str(path.relative_to(REPO))] = actions
     return found
+
+
+# where IAM's action is not the API operation's name
+_IAM_ACTIONS = {"lambda:Invoke": "lambda:InvokeFunction"}
 
 
 def test_the_list_of_aws_calls_covers_every_call_in_the_code():
@@ -386,3 +391,51 @@ def test_redis_is_a_cluster_mode_replication_group_the_functions_reach_through_i
     assert with_redis and all(
         v["REDIS_CLUSTER"] == "1" and "ConfigurationEndPoint" in str(v["REDIS_URL"]) for v in with_redis
     )
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [{}, {"EventTransport": "redis-stream"}, EXISTING],
+    ids=["default-stack", "redis-stream", "existing-resources"],
+)
+def test_webhook_posts_leave_the_stack_whatever_its_vpc(parameters):
+    """Issue 32 item 14. Failing first: the webhook sender posted from inside the VPC, and the VPC the stack creates has
+    no NAT: on a fresh deploy no delivery ever left. Now the HTTP POST runs in WebhookPosterFunction, outside any VPC
+    (Lambda's own internet access), holding no secret and no DB access; the in-VPC sender signs, hands it each attempt
+    through Lambda's API (an interface endpoint where the stack makes them) and records the answer."""
+    stack = cfn.Stack(expanded(), parameters)
+    functions = stack.functions()
+    poster = functions["WebhookPosterFunction"]["Properties"]
+    assert poster["Handler"] == "webhook_poster.app.handler"
+    assert "VpcConfig" not in poster  # outside the VPC: the internet without a NAT
+    assert not {"DB_SECRET_ARN", "REDIS_AUTH_SECRET_ARN", "EVENT_KEYS_SECRET_ARN"} & set(
+        stack.environment("WebhookPosterFunction")
+    )
+    sender = stack.environment("WebhookSenderFunction")
+    assert sender["WEBHOOK_POSTER_FUNCTION"] == stack.resolve({"Ref": "WebhookPosterFunction"})
+    arn = f"arn:aws:lambda:{cfn.REGION}:{cfn.ACCOUNT}:function:{sender['WEBHOOK_POSTER_FUNCTION']}"
+    assert cfn.allowed(stack.statements_of("WebhookSenderFunction"), "lambda:InvokeFunction", arn)
+    if stack.condition("UseEndpoints"):  # no NAT: Lambda's API through an interface endpoint
+        assert stack.exists("LambdaEndpoint")
+
+
+@pytest.mark.parametrize("parameters", [{}, EXISTING], ids=["default-stack", "existing-resources"])
+def test_webhook_secrets_are_sealed_under_a_kms_key_the_api_seals_with_and_the_sender_alone_opens(parameters):
+    """Issue 32 item 7: the stack's key seals signing secrets (envelope); the API may only make data keys
+    (kms:GenerateDataKey), the sender alone may decrypt them; the key outlives a stack delete (the secrets with it) and
+    KMS is reachable from the VPC (an interface endpoint where the stack makes them)."""
+    stack = cfn.Stack(expanded(), parameters)
+    key = stack.resources["WebhookSecretsKey"]
+    assert key["Type"] == "AWS::KMS::Key" and key["Properties"]["EnableKeyRotation"] is True
+    assert (key["DeletionPolicy"], key["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    key_id = stack.resolve({"Ref": "WebhookSecretsKey"})
+    arn = f"arn:aws:kms:{cfn.REGION}:{cfn.ACCOUNT}:key/{key_id}"
+    for function in stack.functions():
+        env, statements = stack.environment(function), stack.statements_of(function)
+        may_seal = cfn.allowed(statements, "kms:GenerateDataKey", arn)
+        may_open = cfn.allowed(statements, "kms:Decrypt", arn)
+        assert (may_seal, may_open) == (function == "ApiFunction", function == "WebhookSenderFunction"), function
+        if function in ("ApiFunction", "WebhookSenderFunction"):
+            assert env["WEBHOOK_SECRETS_KEY_ID"] == key_id
+    if stack.condition("UseEndpoints"):
+        assert stack.exists("KmsEndpoint")

@@ -1,6 +1,8 @@
 """The reconciler's bounded work (issue 10, item 14): budgets, cursors kept between runs, parts isolated from each
 other's failures. No server: the parts and the cursor store are fakes."""
 
+from types import SimpleNamespace
+
 from hotledger.dal.budget import Budget
 from hotledger.ledger.reconcile import AccountsReconcileReport, LedgerReconcile
 from hotledger.ledger.rows import AccountBalance, CacheState
@@ -122,6 +124,8 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
     monkeypatch.setattr(runtime, "holds", lambda: NoHolds())
     monkeypatch.setattr(runtime, "monitors", lambda: NoHolds())
     monkeypatch.setattr(retention, "prune", lambda older_than_ms, budget: {"keys": 4})
+    webhooks = SimpleNamespace(store=SimpleNamespace(prune=lambda older_than_ms, budget: 2))  # its retention part
+    monkeypatch.setattr(runtime, "webhooks", lambda: webhooks)
     reconciler = Reconciler([part for feature in registered() for part in feature.reconcile_parts()], 60, cursors)
     report = reconciler.run(0)
     assert report.failed_parts == ["vouchers", "reminders"]
@@ -142,5 +146,6 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
         "orders",
         "alerts",
         "keys",
+        "webhooks",
     }
-    assert report.keys_pruned == 4
+    assert report.keys_pruned == 4 and report.webhooks_pruned == 2

@@ -18,6 +18,11 @@ from hotledger.runtime import operations
 router = Router()
 Source = Literal["writer", "topic", "stream", "webhook"]
 _BAD_ID = (422, "INVALID_DEAD_LETTER_ID")
+_EXPIRED = (
+    409,
+    "DEAD_LETTER_EXPIRED: a named writer or stream dead letter is older than what the rollback records can still judge"
+    " (KEY_RETENTION_DAYS less the log's retention and a day): nothing was replayed",
+)
 
 
 class ReplayRequest(BaseModel):
@@ -36,7 +41,9 @@ class ReplayRequest(BaseModel):
 
 class ReplayAnswer(BaseModel):
     replayed: list[str]
-    skipped: dict[str, str] = Field(description="id -> why it was not sent (final, replayed already, no such id)")
+    skipped: dict[str, str] = Field(
+        description="id -> why it was not sent (final, replayed already, expired, no such id)"
+    )
 
 
 @router.get("/ops/dead-letters", responses=responses(200, dict, "each source's dead letters, by source"))
@@ -49,7 +56,7 @@ def list_dead_letters(
 
 @router.post(
     "/ops/dead-letters/replay",
-    responses=responses(200, ReplayAnswer, "what was sent again and what was not, and why; logged", _BAD_ID),
+    responses=responses(200, ReplayAnswer, "what was sent again and what was not, and why; logged", _BAD_ID, _EXPIRED),
 )
 def replay_dead_letters(request: Annotated[ReplayRequest, Body()]) -> dict[str, Any]:
     outcome = operations().replay(request.source, request.ids, principal_of(router.current_event))

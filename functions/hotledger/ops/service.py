@@ -12,6 +12,12 @@ Dead letters come from five places, each named by a source:
 - `webhook`: deliveries dead-lettered after 3 days of retries: sent again, in order, their endpoints unflagged.
 - `delay`: delay queues' dead elements, counted here; listed and replayed by the delay-queue routes.
 
+A writer or stream dead letter is replayable while the rollback records (t_rolled_back, pruned after
+KEY_RETENTION_DAYS) can still judge it: its record was produced at most the log's retention (LOG_RETENTION_DAYS) before
+it was set aside, and its rollback record, if any, no earlier; so it expires (listed `expired`, refused with
+DEAD_LETTER_EXPIRED) KEY_RETENTION_DAYS - LOG_RETENTION_DAYS - 1 days after it was set aside (the day: the replayed
+record's way back through the writer). Past that a replay could apply a change its client was told failed.
+
 Every replay is idempotent and logged (t_ops_log: who, what, what came of it). Replaying a writer or topic record
 twice can reach the writer twice; the writer applies each event once (by its id), so the second is a no-op.
 """
@@ -41,6 +47,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# the longest a record stays on the log before the writer reads it (MSK's default log.retention.hours, 168; the
+# template sets no other): KEY_RETENTION_DAYS must stay above it (config.py)
+LOG_RETENTION_DAYS = 7
+REPLAY_MARGIN_DAYS = 1
 SOURCES = ("writer", "topic", "stream", "webhook", "delay")
 REPLAYABLE = ("writer", "topic", "stream", "webhook")
 
@@ -79,6 +89,7 @@ class Operations:
         transport: Transport,
         lua: Lua,
         ops_log: OpsLog,
+        key_retention_ms: int = 30 * 86_400_000,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ):
         self.outbox, self.streams, self.webhooks, self.delay_queue = outbox, streams, webhooks, delay_queue
@@ -89,12 +100,21 @@ class Operations:
             part_names,
         )
         self.transport, self.lua, self.ops_log, self.clock = transport, lua, ops_log, clock
+        # how long after it was set aside a writer or stream dead letter can still be judged (the module's docstring)
+        self.replayable_ms = key_retention_ms - (LOG_RETENTION_DAYS + REPLAY_MARGIN_DAYS) * 86_400_000
+
+    def expired(self, set_aside_ms: int) -> bool:
+        """Whether a dead letter set aside then is past what the rollback records can judge."""
+        return self.clock() - set_aside_ms >= self.replayable_ms
 
     # looking -------------------------------------------------------------------------------------------------------
     def dead_letters(self, sources: tuple[str, ...], limit: int) -> dict[str, list[dict[str, Any]]]:
         listed: dict[str, list[dict[str, Any]]] = {}
         if "writer" in sources:
-            listed["writer"] = [_writer_view(d) for d in self.outbox.dead_letters(limit)]
+            listed["writer"] = [
+                {**_writer_view(d), "expired": self.expired(db.to_ms(d.created_at))}
+                for d in self.outbox.dead_letters(limit)
+            ]
         if "topic" in sources:
             listed["topic"] = [] if self.transport.streamed else [_topic_view(r) for r in self._unresolved(limit)]
         if "stream" in sources:
@@ -102,7 +122,12 @@ class Operations:
                 []
                 if not self.transport.streamed
                 else [
-                    {"id": f"{shard}:{e.entry_id}", "stream_entry_id": e.stream_entry_id, "error": e.error}
+                    {
+                        "id": f"{shard}:{e.entry_id}",
+                        "stream_entry_id": e.stream_entry_id,
+                        "error": e.error,
+                        "expired": self.expired(_entry_ms(e.entry_id)),
+                    }
                     for shard in range(self.transport.shards)
                     for e in self.streams.dead_entries(keys.dead_stream(shard), limit)
                 ][:limit]
@@ -206,8 +231,20 @@ class Operations:
         )
         for missing in set(ids or ()) - {str(d.dead_letter_id) for d in wanted}:
             outcome.skipped[missing] = "no such dead letter"
+        expired = {
+            d.dead_letter_id
+            for d in wanted
+            if not d.final and d.replayed_at is None and self.expired(db.to_ms(d.created_at))
+        }
+        if ids and expired:  # named: refused whole, the operator learns it before anything moved
+            raise errors.DeadLetterExpired(
+                f"dead letters {', '.join(str(i) for i in sorted(expired))} are older than the rollback records can"
+                " judge: a replay could apply a change its client was told failed",
+            )
         for d in wanted:
-            if d.final:
+            if d.dead_letter_id in expired:
+                outcome.skipped[str(d.dead_letter_id)] = _EXPIRED
+            elif d.final:
                 outcome.skipped[str(d.dead_letter_id)] = (
                     "final: the DB refused this verified change and it was given back"
                 )
@@ -255,8 +292,16 @@ class Operations:
             for shard in range(self.transport.shards)
             for e in self.streams.dead_entries(keys.dead_stream(shard), 500)
         ]
+        expired = [f"{shard}:{entry_id}" for shard, entry_id in wanted if self.expired(_entry_ms(entry_id))]
+        if named and expired:  # named: refused whole, before anything moved
+            raise errors.DeadLetterExpired(
+                f"dead stream entries {', '.join(expired)} are older than the rollback records can judge: a replay"
+                " could apply a change its client was told failed",
+            )
         for shard, entry_id in wanted:
-            if shard >= self.transport.shards or self.streams.revive(self.lua, shard, entry_id) is None:
+            if f"{shard}:{entry_id}" in expired:
+                outcome.skipped[f"{shard}:{entry_id}"] = _EXPIRED
+            elif shard >= self.transport.shards or self.streams.revive(self.lua, shard, entry_id) is None:
                 outcome.skipped[f"{shard}:{entry_id}"] = "not a dead entry (replayed already, or no such entry)"
             else:
                 outcome.replayed.append(f"{shard}:{entry_id}")
@@ -274,6 +319,9 @@ class Operations:
         return outcome
 
 
+_EXPIRED = "DEAD_LETTER_EXPIRED: older than the rollback records can judge (a change its client was told failed)"
+
+
 def _number(dead_letter_id: str) -> int:
     if not dead_letter_id.isdigit() or not 0 < int(dead_letter_id) < 2**63:
         raise errors.InvalidDeadLetterId(f"{dead_letter_id!r} is not a dead letter's id (a positive number)")
@@ -286,6 +334,11 @@ def _stream_id(dead_letter_id: str) -> tuple[int, str]:
     if not (shard.isdigit() and millis.isdigit() and seq.isdigit()):
         raise errors.InvalidDeadLetterId(f"{dead_letter_id!r} is not a dead stream entry's id (<shard>:<ms>-<seq>)")
     return int(shard), entry_id
+
+
+def _entry_ms(entry_id: str) -> int:
+    """When a stream entry was added: its id's first part ('<ms>-<seq>')."""
+    return int(entry_id.partition("-")[0])
 
 
 def _writer_view(d: DeadLetter) -> dict[str, Any]:

@@ -6,18 +6,38 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from api.authorization import caller_of, principal_of
+from api.idempotency import TOO_MANY_KEYS, once
 from api.responses import responses
 from api.rules import ADMIN, SERVICE, only
 from hotledger.runtime import operations, webhooks
 from hotledger.webhooks.events import BALANCE_TYPES, EVENT_TYPES, MEANING, BalanceEvent, EntryEvent
-from hotledger.webhooks.service import ROTATION_OVERLAP_S, SEND_TIMEOUT_S, Delivery, Endpoint
+from hotledger.webhooks.service import (
+    REPLAY_PAGE,
+    REPLAY_PAGE_MAX,
+    ROTATION_OVERLAP_S,
+    SEND_TIMEOUT_S,
+    Delivery,
+    Endpoint,
+)
 
 router = Router()
+EndpointKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Retry-safe key, scoped to the caller: the first answer (the endpoint and its secret, or a refusal) "
+        "is replayed for the same key and body for 24 h (kept in Redis only) and the endpoint is created once. Another "
+        "body gets 409 IDEMPOTENCY_KEY_REUSED, a retry while the first is in flight 409 IDEMPOTENCY_IN_PROGRESS.",
+    ),
+]
 EndpointId = Annotated[int, Path(gt=0, lt=2**63)]
 _NOT_FOUND = (404, "WEBHOOK_ENDPOINT_NOT_FOUND")
 _BAD = (
@@ -51,9 +71,30 @@ class RotateRequest(BaseModel):
 
 class ReplayRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    since_seq: Annotated[StrictInt, Field(gt=0)] | None = None
+    since_seq: Annotated[StrictInt, Field(gt=0)] | None = Field(
+        None, description="with user_id only (seqs of different accounts do not compare): that account's from this seq"
+    )
     since: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="epoch ms: events booked since then")
     user_id: Annotated[StrictInt, Field(gt=0, lt=2**31)] | None = Field(None, description="one account's events only")
+    limit: Annotated[StrictInt, Field(gt=0, le=REPLAY_PAGE_MAX)] = Field(
+        REPLAY_PAGE, description="deliveries this call looks at (in account, seq order), at most"
+    )
+    after: Annotated[StrictStr, Field(pattern=r"^\d{1,10}\.\d{1,19}\.\d{1,3}$")] | None = Field(
+        None, description="the previous answer's next_after: go on from there (the same filters)"
+    )
+
+    @model_validator(mode="after")
+    def _one_account_for_seqs(self) -> ReplayRequest:
+        if self.since_seq is not None and self.user_id is None:
+            raise ValueError("since_seq needs user_id: seqs of different accounts do not compare")
+        return self
+
+
+class ReplayAnswer(BaseModel):
+    replayed: int = Field(description="deliveries of this page sent again (due now, in order; 3 days of retries)")
+    next_after: str | None = Field(
+        description="null: the replay is done; else send the same request with `after` set to it for the next page"
+    )
 
 
 class EndpointView(BaseModel):
@@ -82,6 +123,7 @@ class DeliveryView(BaseModel):
     next_attempt_at: int
     created_at: int
     delivered_at: int | None
+    cursor: str = Field(description="its place in the listing: `before` in the next page's request")
 
 
 def _view(e: Endpoint, secret: str | None = None) -> dict[str, Any]:
@@ -111,6 +153,7 @@ def _delivery(d: Delivery) -> dict[str, Any]:
         "next_attempt_at": d.next_attempt_at,
         "created_at": d.created_at,
         "delivered_at": d.delivered_at,
+        "cursor": d.cursor,
     }
 
 
@@ -130,15 +173,29 @@ def _log(actor: str, action: str, endpoint_id: int, **detail: Any) -> None:
 _FORBIDDEN = (403, "a service caller changing an endpoint an operator created (only operators change those)")
 
 
+_LIMIT = (409, "WEBHOOK_ENDPOINT_LIMIT: WEBHOOK_MAX_ENDPOINTS (16) endpoints live already; IDEMPOTENCY_KEY_REUSED")
+
+
 @router.post(
-    "/webhook-endpoints", status_code=201, responses=responses(201, EndpointView, "registered, with its secret", _BAD)
+    "/webhook-endpoints",
+    status_code=201,
+    responses=responses(201, EndpointView, "registered, with its secret", _BAD, _LIMIT, TOO_MANY_KEYS),
 )
-def create_endpoint(request: Annotated[EndpointRequest, Body()]) -> dict[str, Any]:
+def create_endpoint(request: Annotated[EndpointRequest, Body()], idempotency_key: EndpointKey = None) -> Response[str]:
     actor, operator = _caller()
-    endpoint, secret = webhooks().create(request.url, request.event_types, request.description, operator, actor)
-    owner = "operator" if operator else "service"
-    _log(actor, "create", endpoint.endpoint_id, url=endpoint.url, event_types=list(endpoint.event_types), owner=owner)
-    return _view(endpoint, secret)
+
+    def run() -> dict[str, Any]:
+        endpoint, secret = webhooks().create(request.url, request.event_types, request.description, operator, actor)
+        owner = "operator" if operator else "service"
+        _log(
+            actor, "create", endpoint.endpoint_id, url=endpoint.url, event_types=list(endpoint.event_types), owner=owner
+        )
+        return _view(endpoint, secret)
+
+    # scoped to the caller (the token's subject); the answer, secret included, is replayed from Redis for 24 h
+    return once(
+        f"webhook-endpoints:{actor}", idempotency_key, "POST /webhook-endpoints", request.model_dump(), run, 201
+    )
 
 
 @router.get("/webhook-endpoints", responses=responses(200, list[EndpointView], "every endpoint"))
@@ -189,26 +246,54 @@ def delete_endpoint(endpoint_id: EndpointId):  # type: ignore[no-untyped-def]
 
 @router.get(
     "/webhook-endpoints/<endpoint_id>/deliveries",
-    responses=responses(200, list[DeliveryView], "the endpoint's deliveries, newest first", _NOT_FOUND),
+    responses=responses(
+        200,
+        list[DeliveryView],
+        "a page of the endpoint's deliveries, newest first (`before`: the next page)",
+        _NOT_FOUND,
+    ),
 )
 def list_deliveries(
     endpoint_id: EndpointId,
     state: Annotated[str | None, Query(pattern="^(PENDING|DELIVERED|DEAD)$")] = None,
     limit: Annotated[int, Query(gt=0, le=500)] = 100,
+    before: Annotated[
+        str | None,
+        Query(pattern=r"^\d{1,15}\.\d{1,10}\.\d{1,19}\.\d{1,3}$", description="a delivery's cursor: the page after it"),
+    ] = None,
 ) -> list[dict[str, Any]]:
-    return [_delivery(d) for d in webhooks().deliveries(endpoint_id, state, limit)]
+    after = None
+    if before:
+        created_at, user_id, seq, sub_seq = (int(part) for part in before.split("."))
+        after = (created_at, user_id, seq, sub_seq)
+    return [_delivery(d) for d in webhooks().deliveries(endpoint_id, state, limit, after)]
 
 
 @router.post(
     "/webhook-endpoints/<endpoint_id>/replay",
-    responses=responses(200, dict, "how many deliveries are sent again, in order", _NOT_FOUND, _FORBIDDEN),
+    responses=responses(
+        200,
+        ReplayAnswer,
+        "one page: how many deliveries are sent again, and where the next page starts",
+        _NOT_FOUND,
+        _FORBIDDEN,
+    ),
 )
-def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -> dict[str, int]:
+def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -> dict[str, Any]:
     actor, operator = _caller()
     webhooks().changeable(endpoint_id, operator)
-    replayed = webhooks().replay(endpoint_id, request.since_seq, request.since, request.user_id)
-    _log(actor, "replay", endpoint_id, **request.model_dump(exclude_none=True), replayed=replayed)
-    return {"replayed": replayed}
+    after = None
+    if request.after:
+        user_id, seq, sub_seq = (int(part) for part in request.after.split("."))
+        after = (user_id, seq, sub_seq)
+    replayed, last = webhooks().replay(
+        endpoint_id, request.since_seq, request.since, request.user_id, after, request.limit
+    )
+    next_after = ".".join(str(part) for part in last) if last else None
+    _log(
+        actor, "replay", endpoint_id, **request.model_dump(exclude_none=True), replayed=replayed, next_after=next_after
+    )
+    return {"replayed": replayed, "next_after": next_after}
 
 
 DELIVERY = (

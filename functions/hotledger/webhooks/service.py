@@ -1,8 +1,12 @@
 """Webhooks: endpoints subscribe to event types; every durable change of a subscribed type is delivered to them,
 signed per Standard Webhooks 1.0, in order per account per endpoint, with retries for 3 days.
 
-- Events come from the durable log only: a delivery row is written in the transaction that books the ledger entry
-  (webhooks.store.enqueue), never on the request path, so an event exists exactly when its change is in the DB.
+- Events come from the durable log only: one event row is written in the transaction that books the ledger entry
+  (webhooks.store.enqueue), whatever the number of endpoints, never on the request path, so an event exists exactly
+  when its change is in the DB; the sender fans it out to each subscribed endpoint's deliveries in transactions of its
+  own (WebhookStore.fan_out), never the booking's.
+- At most WEBHOOK_MAX_ENDPOINTS (16, as Stripe) endpoints live at once (the stack is one tenant): each multiplies every
+  event.
 - Each carries event_id (stable: the receiver's de-duplication key), type, the account's seq and prev_seq (the seq of
   the previous event of that account for that endpoint): a receiver checks the order and sees a gap.
 - Headers webhook-id, webhook-timestamp and webhook-signature ('v1,<base64 HMAC-SHA256 of id.timestamp.body>'; during
@@ -30,6 +34,7 @@ import hashlib
 import hmac
 import http.client
 import ipaddress
+import json
 import random
 import re
 import secrets
@@ -39,14 +44,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 from urllib.parse import urlsplit
 
 from hotledger import errors
 from hotledger.webhooks.events import ALL_TYPES
+from hotledger.webhooks.secrets import SecretBox
+from hotledger.webhooks.store import FAN_OUT_BATCH, EndpointChange, Key, WebhookStore, by_endpoint, runs
 from hotledger.webhooks.store import Delivery as Delivery  # re-exported: what the routes show
 from hotledger.webhooks.store import Endpoint as Endpoint
-from hotledger.webhooks.store import EndpointChange, WebhookStore, by_endpoint, runs
 
 RETRY_FOR_MS = 3 * 86_400_000
 FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
@@ -61,6 +67,7 @@ SEND_TIMEOUT_S = 15.0
 LAST_ATTEMPT_S = 5.0
 SEND_WORKERS = 16  # endpoints sent to at once
 ROTATION_OVERLAP_S = 86_400
+REPLAY_PAGE, REPLAY_PAGE_MAX = 500, 1000  # deliveries one replay call reads and changes, by default and at most
 TOLERANCE_S = 300  # what receivers allow between webhook-timestamp and their clock (the standard's 5 minutes)
 
 
@@ -165,9 +172,17 @@ _SENDABLE = re.compile(r"[\x21-\x7e]+")  # what an HTTP request line carries as 
 
 class Webhooks:
     def __init__(
-        self, store: WebhookStore, allow_local: bool, clock: Callable[[], int] = lambda: int(time.time() * 1000)
+        self,
+        store: WebhookStore,
+        allow_local: bool,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        max_endpoints: int = 16,
+        box: SecretBox | None = None,
     ):
-        self.store, self.allow_local, self.clock = store, allow_local, clock
+        self.store, self.allow_local, self.clock, self.max_endpoints = store, allow_local, clock, max_endpoints
+        self.box = box or SecretBox(None)  # signing secrets at rest: sealed by create and rotate, opened to sign
+        # how one signed attempt is sent (the request, its timeout_s) and answered: here by default
+        self.post: Post = lambda request: attempt(request, self.allow_local)
 
     # endpoints ----------------------------------------------------------------------------------------------------
     def create(
@@ -177,7 +192,13 @@ class Webhooks:
         check_url(url, self.allow_local)
         types = _types(event_types)
         secret = new_secret()
-        endpoint_id = self.store.create(url, types, description, secret, self.clock(), operator, actor)
+        endpoint_id = self.store.create(
+            url, types, description, self.box.seal(secret), self.clock(), operator, actor, self.max_endpoints
+        )
+        if endpoint_id is None:
+            raise errors.WebhookEndpointLimit(
+                f"at most {self.max_endpoints} webhook endpoints (WEBHOOK_MAX_ENDPOINTS): delete one first"
+            )
         return self.get(endpoint_id), secret
 
     def changeable(self, endpoint_id: int, operator: bool) -> Endpoint:
@@ -226,20 +247,31 @@ class Webhooks:
     def rotate(self, endpoint_id: int, overlap_s: int) -> str:
         self.get(endpoint_id)
         secret = new_secret()
-        self.store.rotate(endpoint_id, secret, self.clock() + overlap_s * 1000)
+        self.store.rotate(endpoint_id, self.box.seal(secret), self.clock() + overlap_s * 1000)
         return secret
 
     def delete(self, endpoint_id: int) -> None:
         self.get(endpoint_id)
         self.store.update(endpoint_id, deleted=1, enabled=0)
 
-    def deliveries(self, endpoint_id: int, state: str | None, limit: int) -> list[Delivery]:
+    def deliveries(
+        self, endpoint_id: int, state: str | None, limit: int, before: tuple[int, int, int, int] | None = None
+    ) -> list[Delivery]:
         self.get(endpoint_id)
-        return self.store.deliveries(endpoint_id, state, limit)
+        return self.store.deliveries(endpoint_id, state, limit, before)
 
-    def replay(self, endpoint_id: int, since_seq: int | None, since_ms: int | None, user_id: int | None) -> int:
+    def replay(
+        self,
+        endpoint_id: int,
+        since_seq: int | None,
+        since_ms: int | None,
+        user_id: int | None,
+        after: Key | None = None,
+        limit: int = REPLAY_PAGE,
+    ) -> tuple[int, Key | None]:
+        """One page of a replay (WebhookStore.replay): how many were sent again, and where the next page starts."""
         self.get(endpoint_id)
-        return self.store.replay(endpoint_id, self.clock(), since_seq, since_ms, user_id)
+        return self.store.replay(endpoint_id, self.clock(), since_seq, since_ms, user_id, after, limit)
 
     def dead_letters(self, limit: int) -> list[Delivery]:
         return self.store.dead(limit)
@@ -262,6 +294,9 @@ class Webhooks:
         busy: dict[Future[list[str]], int] = {}  # a worker -> its endpoint
         with ThreadPoolExecutor(max_workers=SEND_WORKERS) as pool:
             while time.monotonic() < stop_at:
+                # what the bookings wrote becomes each endpoint's deliveries (outside the booking transactions)
+                while self.store.fan_out() == FAN_OUT_BATCH and time.monotonic() < stop_at:
+                    pass
                 due = {
                     e: d
                     for e, d in by_endpoint(self.store.due(self.clock(), batch, set(busy.values()))).items()
@@ -293,14 +328,20 @@ class Webhooks:
         stop_at (those stay due); each ends by the earlier of its SEND_TIMEOUT_S and stop_at + LAST_ATTEMPT_S."""
         outcomes: list[str] = []
         for run in runs(deliveries):
-            for d in run:
-                if time.monotonic() >= stop_at:
-                    return outcomes
-                outcomes.append(self._send(endpoint, d, stop_at + LAST_ATTEMPT_S))
-                if outcomes[-1] == "disabled":
-                    return outcomes  # 410 Gone: nothing more to this endpoint until it is enabled again
-                if outcomes[-1] != "delivered":
-                    break
+            tried = 0
+            try:
+                for d in run:
+                    if time.monotonic() >= stop_at:
+                        return outcomes
+                    tried += 1
+                    outcomes.append(self._send(endpoint, d, stop_at + LAST_ATTEMPT_S))
+                    if outcomes[-1] == "disabled":
+                        return outcomes  # 410 Gone: nothing more to this endpoint until it is enabled again
+                    if outcomes[-1] != "delivered":
+                        break
+            finally:
+                if tried:  # its account's head moves on to what is PENDING now (or goes)
+                    self.store.advance(endpoint.endpoint_id, run[0].user_id)
         return outcomes
 
     def _send(self, endpoint: Endpoint, d: Delivery, end_by: float) -> str:
@@ -308,25 +349,21 @@ class Webhooks:
         timestamp = now // 1000
         started = time.monotonic()
         deadline = min(started + SEND_TIMEOUT_S, end_by)
-        status, error, retry_after = None, "", None
-        try:
-            # checked again (DNS can change after registration), within the attempt's deadline
-            resolving = _RESOLVING.submit(check_url, endpoint.url, self.allow_local)
-            addresses = resolving.result(timeout=max(0.0, deadline - time.monotonic()))
-            headers = {
-                "content-type": "application/json",
-                "webhook-id": d.event_id,
-                "webhook-timestamp": str(timestamp),
-                "webhook-signature": signatures(d.event_id, timestamp, d.payload, endpoint.secrets(now)),
-                "user-agent": "hotledger-webhooks/1",
-            }
-            status, retry_after = _post(endpoint.url, addresses, d.payload.encode(), headers, deadline)
-        except errors.InvalidWebhookUrl as exc:
-            error = exc.message
-        except TimeoutError:
-            error = f"no answer within {deadline - started:.3g} s (one deadline for the whole attempt)"
-        except Exception as exc:  # any error of one attempt (BadStatusLine, InvalidURL, ...) is its failure
-            error = _describe(exc)
+        headers = {
+            "content-type": "application/json",
+            "webhook-id": d.event_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": signatures(
+                d.event_id, timestamp, d.payload, [self.box.open(sealed) for sealed in endpoint.secrets(now)]
+            ),
+            "user-agent": "hotledger-webhooks/1",
+        }
+        # signed here, sent by self.post: in this process, or (WEBHOOK_POSTER_FUNCTION) by the poster function outside
+        # the VPC; either way an Attempt, whatever went wrong
+        answer = self.post(
+            {"url": endpoint.url, "headers": headers, "body": d.payload, "timeout_s": deadline - started}
+        )
+        status, error, retry_after = answer.get("status"), answer.get("error") or "", answer.get("retry_after")
         if status is not None and 200 <= status < 300:
             self.store.delivered(d, status, self.clock())
             return "delivered"
@@ -335,9 +372,71 @@ class Webhooks:
             return "disabled"
         now = self.clock()
         not_before = retry_after_ms(retry_after, now) if status in (429, 503) else 0
-        retry_at = next_attempt(d.attempts, now, d.created_at, not_before)
+        retry_at = next_attempt(d.attempts, now, d.retry_from or d.created_at, not_before)
         self.store.failed(d, status, error or f"HTTP {status}", retry_at)
         return "retried" if retry_at else "dead"
+
+
+class Attempt(TypedDict, total=False):
+    """What one attempt came to: the answer's status (and Retry-After), or the error that ended it."""
+
+    status: int | None
+    retry_after: str | None
+    error: str
+
+
+class Request(TypedDict):
+    """One signed attempt, as the sender hands it over: no secret in it, only its signatures."""
+
+    url: str
+    headers: dict[str, str]
+    body: str
+    timeout_s: float
+
+
+Post = Callable[[Request], Attempt]
+
+
+def attempt(request: Request, allow_local: bool) -> Attempt:
+    """One attempt, within one deadline of request['timeout_s'] from now: the url checked (and its addresses pinned)
+    where it connects, then posted. Any error is the attempt's failure, told in `error` (never raised)."""
+    started = time.monotonic()
+    deadline = started + max(0.0, float(request["timeout_s"]))
+    try:
+        # checked again (DNS can change after registration), within the attempt's deadline
+        resolving = _RESOLVING.submit(check_url, request["url"], allow_local)
+        addresses = resolving.result(timeout=max(0.0, deadline - time.monotonic()))
+        status, retry_after = _post(request["url"], addresses, request["body"].encode(), request["headers"], deadline)
+        return {"status": status, "retry_after": retry_after}
+    except errors.InvalidWebhookUrl as exc:
+        return {"error": exc.message}
+    except TimeoutError:
+        return {"error": f"no answer within {deadline - started:.3g} s (one deadline for the whole attempt)"}
+    except Exception as exc:  # any error of one attempt (BadStatusLine, InvalidURL, ...) is its failure
+        return {"error": _describe(exc)}
+
+
+def lambda_poster(function_name: str) -> Post:
+    """Each attempt sent by the poster function (functions/webhook_poster, outside the VPC: the stack's VPC has no NAT),
+    invoked through Lambda's API (an interface endpoint in the VPC); a failed invoke is the attempt's failure."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "lambda", config=Config(read_timeout=SEND_TIMEOUT_S + 15, connect_timeout=5, retries={"max_attempts": 0})
+    )
+
+    def post(request: Request) -> Attempt:
+        try:
+            answer = client.invoke(FunctionName=function_name, Payload=json.dumps(request).encode())
+            if answer.get("FunctionError"):
+                return {"error": f"the poster failed: {answer['Payload'].read()[:300]!r}"}
+            result: Attempt = json.loads(answer["Payload"].read())
+            return result
+        except Exception as exc:
+            return {"error": f"the poster could not be invoked: {_describe(exc)}"}
+
+    return post
 
 
 _RESOLVING = ThreadPoolExecutor(max_workers=SEND_WORKERS, thread_name_prefix="webhook-dns")  # bounded by the deadline

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from hotledger.dal import db
@@ -16,9 +16,13 @@ from hotledger.webhooks.events import BALANCE_TYPES, EVENT_TYPES, alert_event_id
 if TYPE_CHECKING:
     from pymysql.cursors import Cursor
 
+    from hotledger.dal.budget import Budget
     from hotledger.monitors.store import Alert
 
 PENDING, DELIVERED, DEAD = "PENDING", "DELIVERED", "DEAD"
+Key = tuple[int, int, int]  # a delivery's place in an endpoint's deliveries: (user_id, seq, sub_seq)
+PRUNE_BATCH = 500
+FAN_OUT_BATCH = 500  # events fanned out per transaction
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,13 @@ class Delivery:
     last_error: str | None
     created_at: int
     delivered_at: int | None
+    retry_from: int | None = None  # its last replay: its 3 days of retries count from then (else from created_at)
+    sub_seq: int = 0  # 0: the entry's own event; 1, 2, ...: its balance monitors' crossings
+
+    @property
+    def cursor(self) -> str:
+        """Its place in a listing (newest first): `before` in the next page's request."""
+        return f"{self.created_at}.{self.user_id}.{self.seq}.{self.sub_seq}"
 
 
 _ENDPOINT = (
@@ -67,31 +78,22 @@ _ENDPOINT = (
 )
 _DELIVERY = (
     "SELECT endpoint_id, user_id, seq, prev_seq, event_id, type, payload, state, attempts, next_attempt_at,"
-    " last_status, last_error, created_at, delivered_at FROM t_webhook_delivery"
+    " last_status, last_error, created_at, delivered_at, retry_from, sub_seq FROM t_webhook_delivery"
 )
 
 
-# One pass over the PENDING rows of enabled endpoints not busy now (idx_delivery_run: the index alone, no payload read),
-# numbered per (endpoint, account) in (seq, sub_seq) order (n), with a running count of those not due yet: a row is in
-# its account's run while that count is 0. Those rows are ranked per endpoint (k: every account's first, then every
-# account's second, ...), and a look takes the k-th row of every endpoint before any endpoint's (k+1)-th: each
-# endpoint's share of the `limit` is fair by construction (an endpoint with 200+ due accounts takes 1/E of a look with
-# E endpoints due, not all of it), and each run taken is a prefix of its account's. Then the payloads of those rows.
-_RUNS = (
-    "SELECT d.endpoint_id, d.user_id, d.seq, d.prev_seq, d.event_id, d.type, d.payload, d.state, d.attempts,"
-    " d.next_attempt_at, d.last_status, d.last_error, d.created_at, d.delivered_at FROM ("
-    "SELECT r.endpoint_id, r.user_id, r.seq, r.sub_seq,"
-    " ROW_NUMBER() OVER (PARTITION BY r.endpoint_id ORDER BY r.n, r.next_attempt_at, r.user_id) AS k FROM ("
-    "SELECT p.endpoint_id, p.user_id, p.seq, p.sub_seq, p.next_attempt_at,"
-    " ROW_NUMBER() OVER (PARTITION BY p.endpoint_id, p.user_id ORDER BY p.seq, p.sub_seq) AS n,"
-    " SUM(p.next_attempt_at > %s) OVER (PARTITION BY p.endpoint_id, p.user_id ORDER BY p.seq, p.sub_seq"
-    " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS waiting"
-    " FROM t_webhook_delivery p JOIN t_webhook_endpoint e ON e.id = p.endpoint_id AND e.enabled = 1 AND e.deleted = 0"
-    " WHERE p.state = 'PENDING'{busy}) r"
-    " WHERE r.waiting = 0 AND r.n <= %s) f"
-    " JOIN t_webhook_delivery d ON d.endpoint_id = f.endpoint_id AND d.user_id = f.user_id AND d.seq = f.seq"
-    " AND d.sub_seq = f.sub_seq"
-    " WHERE f.k <= %s ORDER BY f.k, f.endpoint_id LIMIT %s"
+# A look at what is due (WebhookStore.due): per enabled endpoint not busy now, its due heads (t_webhook_head,
+# idx_head_due: earliest first, at most its share of the look), then each head's run from its account's first PENDING
+# delivery (idx_delivery_run: a range of the index, at most the share of the run), never the rows waiting behind them:
+# the cost of a look is bounded by the look, whatever the backlog.
+_HEADS = (
+    "(SELECT endpoint_id, user_id FROM t_webhook_head WHERE endpoint_id = %s AND next_attempt_at <= %s"
+    " ORDER BY next_attempt_at LIMIT %s)"
+)
+_RUN = f"({_DELIVERY} WHERE state = 'PENDING' AND endpoint_id = %s AND user_id = %s ORDER BY seq, sub_seq LIMIT %s)"
+_UPSERT_HEAD = (
+    "INSERT INTO t_webhook_head (endpoint_id, user_id, next_attempt_at) VALUES (%s, %s, %s)"
+    " ON DUPLICATE KEY UPDATE next_attempt_at = LEAST(next_attempt_at, VALUES(next_attempt_at))"
 )
 
 
@@ -135,30 +137,49 @@ def _alert_body(a: Alert) -> _Body:
     return lambda prev: (alert_event_id(a), alert_payload(a, prev))
 
 
+_Event = tuple[int, int, int, str, int, _Body]  # (user, seq, sub_seq, type, at, its id and body given the prev seq)
+
+
 def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) -> None:
-    """In the transaction that books `rows` (and judged the balance monitors' `alerts` of them): one PENDING delivery
-    per event and endpoint subscribed to its type, with the previous seq of that account for that endpoint. A disabled
-    endpoint's too: they wait (due skips disabled endpoints) and go out, in order, when it is enabled again."""
+    """In the transaction that books `rows` (and judged the balance monitors' `alerts` of them): one t_webhook_event
+    row per event of a type some endpoint (enabled or not) subscribes to, whatever the number of endpoints. The sender
+    fans them out to each endpoint's deliveries outside this transaction (WebhookStore.fan_out)."""
     if not rows:
         return
-    cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE deleted = 0")
-    endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
-    # (user, seq, sub_seq, type, at, its id and body given the previous seq): an entry's crossings follow its event,
-    # one sub_seq each (1, 2, ... in monitor order: stable, so a replayed batch writes the same rows)
+    cursor.execute("SELECT event_types FROM t_webhook_endpoint WHERE deleted = 0")
+    subscribed = {t for (types,) in cursor.fetchall() for t in types.split(",") if t}
+    if not subscribed:
+        return
+    # an entry's crossings follow its event, one sub_seq each (1, 2, ... in monitor order: stable, so a replayed batch
+    # writes the same rows)
     crossings: dict[tuple[int, int], int] = defaultdict(int)
-    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, _entry_body(r)) for r in rows]
+    events = [(r.user_id, r.seq, 0, EVENT_TYPES[r.type], r.booked_at, json.dumps(asdict(r))) for r in rows]
     for a in sorted(alerts, key=lambda a: (a.user_id, a.seq, a.monitor_id)):
         crossings[(a.user_id, a.seq)] += 1
         sub_seq = crossings[(a.user_id, a.seq)]
-        events.append((a.user_id, a.seq, sub_seq, BALANCE_TYPES[a.direction], a.at, _alert_body(a)))
+        events.append((a.user_id, a.seq, sub_seq, BALANCE_TYPES[a.direction], a.at, json.dumps(asdict(a))))
+    wanted = sorted(e for e in events if e[3] in subscribed)
+    if wanted:
+        cursor.executemany(
+            "INSERT IGNORE INTO t_webhook_event (user_id, seq, sub_seq, type, at, source)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            wanted,
+        )
+
+
+def _deliveries(cursor: Cursor, events: list[_Event]) -> None:
+    """One PENDING delivery per event and endpoint subscribed to its type, with the previous seq of that account for
+    that endpoint. A disabled endpoint's too: they wait (due skips disabled endpoints) and go out, in order, when it is
+    enabled again. `events`: a prefix of each of their accounts' events not fanned out yet, in key order."""
+    cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE deleted = 0")
+    endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
     wanted = [(id_, e) for id_, types in endpoints for e in events if e[3] in types]
     if not wanted:
         return
     users, ids = sorted({e[0] for _, e in wanted}), sorted({id_ for id_, _ in wanted})
-    cursor.execute(
-        f"SELECT endpoint_id, user_id, MAX(seq) FROM t_webhook_delivery WHERE endpoint_id IN"
-        f" ({','.join(['%s'] * len(ids))}) AND user_id IN ({','.join(['%s'] * len(users))})"
-        " GROUP BY endpoint_id, user_id",
+    cursor.execute(  # the last seq fanned out per (endpoint, account): kept apart from the rows retention prunes
+        f"SELECT endpoint_id, user_id, last_seq FROM t_webhook_last WHERE endpoint_id IN"
+        f" ({','.join(['%s'] * len(ids))}) AND user_id IN ({','.join(['%s'] * len(users))})",
         (*ids, *users),
     )
     last: dict[tuple[int, int], int] = {(e, u): s for e, u, s in cursor.fetchall()}
@@ -168,6 +189,16 @@ def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) ->
         id_, text = body(prev)
         values.append((endpoint_id, user_id, seq, sub_seq, prev, id_, type_, text, at, at))
         last[(endpoint_id, user_id)] = seq
+    cursor.executemany(
+        "INSERT INTO t_webhook_last (endpoint_id, user_id, last_seq) VALUES (%s, %s, %s)"
+        " ON DUPLICATE KEY UPDATE last_seq = GREATEST(last_seq, VALUES(last_seq))",
+        sorted({(v[0], v[1]): (v[0], v[1], last[(v[0], v[1])]) for v in values}.values()),
+    )
+    heads: dict[tuple[int, int], int] = {}
+    for v in values:
+        heads[(v[0], v[1])] = min(heads.get((v[0], v[1]), v[8]), v[8])
+    # the heads first (the sender's lock order: a head, then its deliveries), in key order
+    cursor.executemany(_UPSERT_HEAD, [(e, u, at) for (e, u), at in sorted(heads.items())])
     cursor.executemany(
         "INSERT IGNORE INTO t_webhook_delivery (endpoint_id, user_id, seq, sub_seq, prev_seq, event_id, type, payload,"
         " state, next_attempt_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s)",
@@ -186,8 +217,15 @@ class WebhookStore:
         now_ms: int,
         operator_owned: bool = False,
         created_by: str = "",
-    ) -> int:
+        max_endpoints: int | None = None,
+    ) -> int | None:
+        """The new endpoint's id, or None when max_endpoints live already (counted under a lock: two creates at once
+        cannot both pass it)."""
         with db.transaction() as cur:
+            if max_endpoints is not None:
+                cur.execute("SELECT id FROM t_webhook_endpoint WHERE deleted = 0 FOR UPDATE")
+                if len(cur.fetchall()) >= max_endpoints:
+                    return None
             cur.execute(
                 "INSERT INTO t_webhook_endpoint (url, event_types, description, secret, created_at, operator_owned,"
                 " created_by) VALUES (%s, %s, %s, %s, %s, %s, %s)",
@@ -228,21 +266,117 @@ class WebhookStore:
         )
 
     # deliveries ---------------------------------------------------------------------------------------------------
+    def fan_out(self, limit: int = FAN_OUT_BATCH) -> int:
+        """The first `limit` events the bookings wrote (t_webhook_event, key order) become each subscribed endpoint's
+        deliveries, and are deleted, in one transaction of their own (never the booking's). Returns how many events:
+        fewer than `limit` when none is left."""
+        from hotledger.monitors.store import Alert
+
+        with db.transaction() as cur:
+            cur.execute(
+                "SELECT user_id, seq, sub_seq, type, at, source FROM t_webhook_event ORDER BY user_id, seq, sub_seq"
+                " LIMIT %s FOR UPDATE",
+                (limit,),
+            )
+            found = cur.fetchall()
+            if not found:
+                return 0
+            events: list[_Event] = [
+                (
+                    u,
+                    q,
+                    sub,
+                    type_,
+                    at,
+                    _entry_body(Booked(**json.loads(source))) if sub == 0 else _alert_body(Alert(**json.loads(source))),
+                )
+                for u, q, sub, type_, at, source in found
+            ]
+            _deliveries(cur, events)
+            cur.execute(
+                "DELETE FROM t_webhook_event WHERE (user_id, seq, sub_seq) IN"
+                f" ({','.join(['(%s, %s, %s)'] * len(found))})",
+                [v for row in found for v in row[:3]],
+            )
+            return len(found)
+
     def due(self, now_ms: int, limit: int, busy: Collection[int] = ()) -> list[Delivery]:
         """Per enabled endpoint (but those in `busy`, being sent to now) and account, the run of PENDING deliveries
         from the account's first PENDING one up to (not including) the first one not due yet, in (seq, sub_seq)
         order; at most `limit` in all, taken round-robin over the endpoints and, within one, over its accounts' runs
         (every run's first one, then every run's second, ...): each endpoint gets a fair share of the look and each
-        run returned is a prefix of its account's."""
-        skip = sorted(busy)
-        sql = _RUNS.format(busy=f" AND p.endpoint_id NOT IN ({','.join(['%s'] * len(skip))})" if skip else "")
-        return [Delivery(*row) for row in db.query(sql, (now_ms, *skip, limit, limit, limit))]
+        run returned is a prefix of its account's. Reads the due heads and their runs only (t_webhook_head): its cost
+        does not grow with what waits behind them. A head found with nothing due is moved on (advance)."""
+        endpoints = [
+            row[0]
+            for row in db.query("SELECT id FROM t_webhook_endpoint WHERE enabled = 1 AND deleted = 0 ORDER BY id")
+            if row[0] not in busy
+        ]
+        if not endpoints or limit <= 0:
+            return []
+        share = -(-limit // len(endpoints))
+        heads = db.query(
+            " UNION ALL ".join([_HEADS] * len(endpoints)), [v for e in endpoints for v in (e, now_ms, share)]
+        )
+        if not heads:
+            return []
+        per_endpoint: dict[int, int] = defaultdict(int)
+        for e, _ in heads:
+            per_endpoint[e] += 1
+        wanted = [(e, u, max(1, -(-share // per_endpoint[e]))) for e, u in heads]
+        rows = db.query(" UNION ALL ".join([_RUN] * len(wanted)), [v for key in wanted for v in key])
+        found: dict[tuple[int, int], list[Delivery]] = defaultdict(list)
+        for row in rows:
+            d = Delivery(*row)
+            found[(d.endpoint_id, d.user_id)].append(d)
+        ranked: list[tuple[int, int, Delivery]] = []
+        for e, u, _ in wanted:
+            run = found.get((e, u), [])
+            cut = next((i for i, d in enumerate(run) if d.next_attempt_at > now_ms), len(run))
+            if cut == 0:
+                self.advance(e, u)  # the head was early (a retry moved its first one on): set it right
+            ranked.extend((n, e, d) for n, d in enumerate(run[:cut]))
+        # every endpoint's k-th before any endpoint's (k+1)-th; within an endpoint, every run's n-th before its (n+1)-th
+        per_endpoint_k: dict[int, int] = defaultdict(int)
+        ordered: list[tuple[int, int, int, Delivery]] = []
+        for n, e, d in sorted(ranked, key=lambda r: (r[1], r[0])):
+            per_endpoint_k[e] += 1
+            ordered.append((per_endpoint_k[e], e, n, d))
+        return [d for _, _, _, d in sorted(ordered, key=lambda r: (r[0], r[1]))[:limit]]
+
+    def advance(self, endpoint_id: int, user_id: int) -> None:
+        """The head of (endpoint, account) set to its first PENDING delivery's next attempt, or dropped when it has
+        none. The head is locked first (as enqueue and replays take it), then the deliveries read as committed: a
+        delivery written meanwhile either waits for this lock or is seen."""
+        with db.transaction() as cur:
+            cur.execute(
+                "SELECT next_attempt_at FROM t_webhook_head WHERE endpoint_id = %s AND user_id = %s FOR UPDATE",
+                (endpoint_id, user_id),
+            )
+            if not cur.fetchall():
+                return
+            cur.execute(
+                "SELECT next_attempt_at FROM t_webhook_delivery WHERE state = 'PENDING' AND endpoint_id = %s"
+                " AND user_id = %s ORDER BY seq, sub_seq LIMIT 1 LOCK IN SHARE MODE",
+                (endpoint_id, user_id),
+            )
+            first = cur.fetchall()
+            if first:
+                cur.execute(
+                    "UPDATE t_webhook_head SET next_attempt_at = %s WHERE endpoint_id = %s AND user_id = %s",
+                    (first[0][0], endpoint_id, user_id),
+                )
+            else:
+                cur.execute(
+                    "DELETE FROM t_webhook_head WHERE endpoint_id = %s AND user_id = %s", (endpoint_id, user_id)
+                )
 
     def delivered(self, d: Delivery, status: int, now_ms: int) -> None:
         db.execute(
             "UPDATE t_webhook_delivery SET state = 'DELIVERED', attempts = attempts + 1, last_status = %s,"
-            " last_error = NULL, delivered_at = %s WHERE endpoint_id = %s AND user_id = %s AND seq = %s AND event_id = %s",
-            (status, now_ms, d.endpoint_id, d.user_id, d.seq, d.event_id),
+            " last_error = NULL, delivered_at = %s, next_attempt_at = %s WHERE endpoint_id = %s AND user_id = %s"
+            " AND seq = %s AND event_id = %s",
+            (status, now_ms, now_ms, d.endpoint_id, d.user_id, d.seq, d.event_id),
         )
 
     def failed(self, d: Delivery, status: int | None, error: str, next_attempt_at: int | None) -> None:
@@ -286,36 +420,75 @@ class WebhookStore:
                 ),
             )
 
-    def deliveries(self, endpoint_id: int, state: str | None, limit: int) -> list[Delivery]:
+    def deliveries(
+        self, endpoint_id: int, state: str | None, limit: int, before: tuple[int, int, int, int] | None = None
+    ) -> list[Delivery]:
+        """A page of the endpoint's deliveries (of one state), newest first: (created_at, user_id, seq, sub_seq)
+        descending, after `before` (the previous page's last one's cursor). The order is an index's
+        (idx_delivery_state_created, or idx_delivery_endpoint_created without a state; the key completes both): a
+        page reads about its own rows, never the endpoint's whole history sorted."""
         where = "WHERE endpoint_id = %s"
         args: list[int | str] = [endpoint_id]
         if state:
             where += " AND state = %s"
             args.append(state)
+        if before is not None:
+            c, u, q, sub = before
+            where += (
+                " AND (created_at < %s OR (created_at = %s AND (user_id < %s OR (user_id = %s AND (seq < %s"
+                " OR (seq = %s AND sub_seq < %s))))))"
+            )
+            args += [c, c, u, u, q, q, sub]
         return [
             Delivery(*row)
-            for row in db.query(f"{_DELIVERY} {where} ORDER BY created_at DESC, seq DESC LIMIT %s", (*args, limit))
+            for row in db.query(
+                f"{_DELIVERY} {where} ORDER BY created_at DESC, user_id DESC, seq DESC, sub_seq DESC LIMIT %s",
+                (*args, limit),
+            )
         ]
 
     def replay(
-        self, endpoint_id: int, now_ms: int, since_seq: int | None, since_ms: int | None, user_id: int | None
-    ) -> int:
-        """Deliveries of the endpoint from since_seq (of user_id's account, or every account's) or booked since since_ms
-        become PENDING again, due now, in their order; returns how many."""
-        where, args = "endpoint_id = %s", [endpoint_id]
-        if since_seq is not None:
-            where += " AND seq >= %s"
-            args.append(since_seq)
-        if since_ms is not None:
-            where += " AND created_at >= %s"
-            args.append(since_ms)
+        self,
+        endpoint_id: int,
+        now_ms: int,
+        since_seq: int | None,
+        since_ms: int | None,
+        user_id: int | None,
+        after: Key | None,
+        limit: int,
+    ) -> tuple[int, Key | None]:
+        """One page of a replay: the endpoint's next `limit` deliveries in key order (account, seq, sub_seq) after
+        `after` (or from the start: user_id's account from since_seq, or every account), of which those booked since
+        since_ms become PENDING again, due now, their 3 days of retries counted from now. Returns how many, and the key
+        the next page starts after (None: none left). It reads and changes at most `limit` rows, by their keys."""
+        where, args = ["endpoint_id = %s"], [endpoint_id]
         if user_id is not None:
-            where += " AND user_id = %s"
+            where.append("user_id = %s")
             args.append(user_id)
-        return db.execute(
-            f"UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s WHERE {where}",
-            (now_ms, *args),
+        if after is not None:
+            where.append("(user_id > %s OR (user_id = %s AND (seq > %s OR (seq = %s AND sub_seq > %s))))")
+            args += [after[0], after[0], after[1], after[1], after[2]]
+        elif since_seq is not None:
+            where.append("seq >= %s")
+            args.append(since_seq)
+        page = db.query(
+            f"SELECT user_id, seq, sub_seq, created_at FROM t_webhook_delivery WHERE {' AND '.join(where)}"
+            " ORDER BY user_id, seq, sub_seq LIMIT %s",
+            (*args, limit),
         )
+        wanted = [(u, q, sub) for u, q, sub, created in page if since_ms is None or created >= since_ms]
+        replayed = 0
+        if wanted:
+            with db.transaction() as cur:  # the heads first (the sender's lock order), due now
+                cur.executemany(_UPSERT_HEAD, [(endpoint_id, u, now_ms) for u in sorted({u for u, _, _ in wanted})])
+                replayed = cur.execute(
+                    "UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s,"
+                    f" retry_from = %s WHERE endpoint_id = %s AND (user_id, seq, sub_seq) IN"
+                    f" ({','.join(['(%s, %s, %s)'] * len(wanted))})",
+                    (now_ms, now_ms, endpoint_id, *(v for key in wanted for v in key)),
+                )
+        last = page[-1] if len(page) == limit else None
+        return replayed, (int(last[0]), int(last[1]), int(last[2])) if last else None
 
     def dead(self, limit: int) -> list[Delivery]:
         """Every endpoint's dead-lettered deliveries, newest first."""
@@ -327,24 +500,63 @@ class WebhookStore:
         ]
 
     def revive_dead(self, endpoint_id: int | None, now_ms: int) -> int:
-        """The dead-lettered deliveries (of one endpoint, or of every one) PENDING again, due now, their endpoints no
-        longer flagged failing; returns how many. A second call finds none: a replay is done once."""
-        where, args = (
-            ("state = 'DEAD'", ()) if endpoint_id is None else ("state = 'DEAD' AND endpoint_id = %s", (endpoint_id,))
-        )
+        """The dead-lettered deliveries (of one endpoint, or of every endpoint not deleted) PENDING again, due now,
+        their 3 days of retries from now, their endpoints no longer flagged failing; returns how many. A second call
+        finds none: a replay is done once. A deleted endpoint's are never revived (they wait for their pruning)."""
+        where, args = "d.state = 'DEAD' AND e.deleted = 0", tuple[int, ...]()
+        if endpoint_id is not None:
+            where, args = where + " AND d.endpoint_id = %s", (endpoint_id,)
         with db.transaction() as cur:
-            cur.execute(f"SELECT DISTINCT endpoint_id FROM t_webhook_delivery WHERE {where} FOR UPDATE", args)
-            endpoints = [row[0] for row in cur.fetchall()]
-            revived = cur.execute(
-                f"UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s WHERE {where}",
-                (now_ms, *args),
+            cur.execute(
+                "SELECT DISTINCT d.endpoint_id, d.user_id FROM t_webhook_delivery d JOIN t_webhook_endpoint e"
+                f" ON e.id = d.endpoint_id WHERE {where}",
+                args,
             )
-            if endpoints:
-                cur.execute(
-                    "UPDATE t_webhook_endpoint SET failing = 0 WHERE id IN (" + ",".join(["%s"] * len(endpoints)) + ")",
-                    endpoints,
-                )
+            pairs = sorted((int(e), int(u)) for e, u in cur.fetchall())
+            if not pairs:
+                return 0
+            # the heads first (the sender's lock order); then the dead ones of exactly those heads
+            cur.executemany(_UPSERT_HEAD, [(e, u, now_ms) for e, u in pairs])
+            revived = cur.execute(
+                "UPDATE t_webhook_delivery SET state = 'PENDING', attempts = 0, next_attempt_at = %s, retry_from = %s"
+                f" WHERE state = 'DEAD' AND (endpoint_id, user_id) IN ({','.join(['(%s, %s)'] * len(pairs))})",
+                (now_ms, now_ms, *(v for pair in pairs for v in pair)),
+            )
+            endpoints = sorted({e for e, _ in pairs})
+            cur.execute(
+                "UPDATE t_webhook_endpoint SET failing = 0 WHERE id IN (" + ",".join(["%s"] * len(endpoints)) + ")",
+                endpoints,
+            )
             return int(revived)
+
+    # retention ----------------------------------------------------------------------------------------------------
+    def prune(self, older_than_ms: int, budget: Budget) -> int:
+        """Deletes, a bounded batch at a time within the budget: DELIVERED and DEAD deliveries whose last attempt was
+        before older_than_ms, balance monitor crossings posted to the inbox before it, and every delivery and head of
+        a deleted endpoint. Returns how many rows."""
+        deleted = 0
+
+        def batches(sql: str, args: tuple[Any, ...]) -> None:
+            nonlocal deleted
+            while not budget.exhausted:
+                batch = max(1, budget.page(PRUNE_BATCH))
+                gone = db.execute(f"{sql} LIMIT {batch}", args)
+                budget.spend(max(gone, 1))
+                deleted += gone
+                if gone < batch:
+                    return
+
+        for state in (DELIVERED, DEAD):
+            batches(
+                "DELETE FROM t_webhook_delivery WHERE state = %s AND next_attempt_at < %s ORDER BY next_attempt_at",
+                (state, older_than_ms),
+            )
+        batches("DELETE FROM t_monitor_alert WHERE inbox_posted = 1 AND at < %s ORDER BY at", (older_than_ms,))
+        for (endpoint_id,) in db.query("SELECT id FROM t_webhook_endpoint WHERE deleted = 1"):
+            batches("DELETE FROM t_webhook_head WHERE endpoint_id = %s", (endpoint_id,))
+            batches("DELETE FROM t_webhook_last WHERE endpoint_id = %s", (endpoint_id,))
+            batches("DELETE FROM t_webhook_delivery WHERE endpoint_id = %s", (endpoint_id,))
+        return deleted
 
 
 def by_endpoint(deliveries: list[Delivery]) -> dict[int, list[Delivery]]:
