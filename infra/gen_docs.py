@@ -25,8 +25,9 @@ ERROR_WHEN = {
     "MALFORMED_JSON": "the body is not JSON",
     "UNSUPPORTED_MEDIA_TYPE": "a body sent without `Content-Type: application/json`",
     "MISSING_FIELD": "a required field is absent",
-    "INVALID_AMOUNT": "an amount (amount, threshold, total, monitor lines) is not a decimal string with at most 2 "
-    "fractional digits, is <= 0, > 999999999999.99, has an exponent or is NaN",
+    "INVALID_AMOUNT": "an amount (amount, threshold, total, monitor lines) is not a decimal string, has more "
+    "fractional digits than the account's currency (JPY 0, USD 2, KWD 3: `1.5` is refused for a JPY account, `1.234` "
+    "for a USD one, trailing zeros count), is <= 0, has more than 12 whole digits, has an exponent or is NaN",
     "VALIDATION_ERROR": "a wrong type, an unknown field, a bad name, id, filter or event type",
     "ROUTE_NOT_FOUND": "no such route",
     "METHOD_NOT_ALLOWED": "the route exists but not with this method; the `Allow` header lists its methods",
@@ -159,6 +160,8 @@ SETTING_WHAT = {
     "idempotency_lease_ms": "how long an attempt holds its route key; above the API function's timeout",
     "key_retention_days": "how long the DB keeps Idempotency-Key answers and rollback records (`t_idempotency`, "
     "`t_route_key`, `t_rolled_back`); keep it above the topic's retention",
+    "default_currency": "the ISO 4217 currency of an account created without one, and of every account created "
+    "before currencies (their `t_account.currency` is NULL); changing it changes theirs, so set it once",
     "webhook_allow_local": "`1`: webhook endpoints may also be `http://127.0.0.1` / `http://localhost` (local "
     "receivers; never in AWS)",
     "journeys": "`biz=seconds,...`: unfinished journeys older than this become one inbox message",

@@ -209,7 +209,10 @@ def validation_error(exc: RequestValidationError) -> Response[str]:
         code, status, message = "MISSING_FIELD", 422, f"{field} is required"
     elif _AMOUNT_FIELDS & {str(part) for part in first.get("loc", ())}:
         code, status = "INVALID_AMOUNT", 422
-        message = f'{field}: a decimal string with at most 2 fractional digits, such as "12.34", is required'
+        message = (
+            f"{field}: a decimal string with at most as many fractional digits as the account's currency has (JPY 0,"
+            ' USD 2, KWD 3), such as "12.34", is required'
+        )
     else:
         code, status = "VALIDATION_ERROR", 422
         message = f"{field or 'request'}: {first.get('msg', 'invalid value')}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 
 from hotledger.config import settings
+from hotledger.currencies.service import Currencies
+from hotledger.currencies.store import CurrencyStore
 from hotledger.dal import publisher
 from hotledger.dal.cursor import Cursors
 from hotledger.dal.delay_queue import DelayQueue, Drainer, Handler
@@ -309,3 +311,8 @@ def reset() -> None:
     found rather than listed, so a new one is never left out."""
     for cached in [value for value in globals().values() if hasattr(value, "cache_clear")]:
         cached.cache_clear()
+
+
+@functools.lru_cache(maxsize=1)
+def currencies() -> Currencies:
+    return Currencies(CurrencyStore(lua()), settings().default_currency)

@@ -346,8 +346,8 @@ class Ledger:
         self.hold, self.rebuild_hold_ms = hold, rebuild_hold_ms
 
     # accounts -------------------------------------------------------------------------------
-    def create_account(self, user_name: str, deduct_type: str, threshold: int) -> int:
-        user_id = self.store.create_account(user_name, deduct_type, threshold)
+    def create_account(self, user_name: str, deduct_type: str, threshold: int, currency: str | None = None) -> int:
+        user_id = self.store.create_account(user_name, deduct_type, threshold, currency)
         # a DB restored or reset while Redis kept its keys hands out ids Redis still knows: the new account must not
         # inherit a cached balance or pending entries of an account that no longer exists
         self.store.forget_account(user_id)

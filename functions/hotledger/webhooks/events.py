@@ -99,7 +99,7 @@ def event_id(booked: Booked) -> str:
     return f"evt_{booked.entry_id}"
 
 
-def payload(booked: Booked, prev_seq: int | None) -> str:
+def payload(booked: Booked, prev_seq: int | None, decimals: int = 2) -> str:
     """The body as sent (and signed): Standard Webhooks' {type, timestamp, data}."""
     return EntryEvent(
         type=EVENT_TYPES[booked.type],
@@ -111,10 +111,10 @@ def payload(booked: Booked, prev_seq: int | None) -> str:
             prev_seq=prev_seq,
             entry_id=str(booked.entry_id),
             entry_type=booked.type,
-            amount=format_minor(booked.amount),
-            balance_change=format_minor(booked.delta),
-            balance_after=format_minor(booked.balance_after),
-            available_after=format_minor(booked.available_after),
+            amount=format_minor(booked.amount, decimals),
+            balance_change=format_minor(booked.delta, decimals),
+            balance_after=format_minor(booked.balance_after, decimals),
+            available_after=format_minor(booked.available_after, decimals),
             ref=booked.ref,
             charged_at=booked.charged_at,
         ),
@@ -125,7 +125,7 @@ def alert_event_id(alert: Alert) -> str:
     return f"evt_m{alert.monitor_id}_{alert.seq}"
 
 
-def alert_payload(alert: Alert, prev_seq: int | None) -> str:
+def alert_payload(alert: Alert, prev_seq: int | None, decimals: int = 2) -> str:
     """A balance monitor's crossing: the entry (seq) whose booking took the balance past the line."""
     return BalanceEvent(
         type=BALANCE_TYPES[alert.direction],
@@ -136,7 +136,7 @@ def alert_payload(alert: Alert, prev_seq: int | None) -> str:
             seq=alert.seq,
             prev_seq=prev_seq,
             monitor_id=str(alert.monitor_id),
-            threshold=format_minor(alert.threshold),
-            balance=format_minor(alert.balance),
+            threshold=format_minor(alert.threshold, decimals),
+            balance=format_minor(alert.balance, decimals),
         ),
     ).model_dump_json()
