@@ -137,7 +137,12 @@ def openapi_json() -> str:
                 "description": "FORBIDDEN: this caller may not make this request" + (f"; {denied}" if denied else ""),
             }
             if 422 in operation["responses"] or "422" in operation["responses"]:
-                operation["responses"]["422"] = invalid
+                own = (operation["responses"].get("422") or operation["responses"].get(422) or {}).get("description")
+                operation["responses"]["422"] = (
+                    {**invalid, "description": f"{own}; {invalid['description']}"}
+                    if own and own not in ("Unprocessable Entity", "Validation Error") and "VALIDATION_ERROR" not in own
+                    else invalid
+                )
                 if operation.get("requestBody"):
                     operation["responses"]["400"] = malformed
                     operation["responses"]["415"] = not_json

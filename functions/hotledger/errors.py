@@ -68,6 +68,13 @@ ChargeNotBooked = _error("ChargeNotBooked", 409, "CHARGE_NOT_BOOKED")
 # the service's own charges (a red packet's debit, a payment order's charge) are given back by their own lifecycle
 NotRefundable = _error("NotRefundable", 409, "NOT_REFUNDABLE")
 
+# transfers
+TransferNotFound = _error("TransferNotFound", 404, "TRANSFER_NOT_FOUND")
+SameAccount = _error("SameAccount", 422, "SAME_ACCOUNT")
+CurrencyMismatch = _error("CurrencyMismatch", 422, "CURRENCY_MISMATCH")
+AccountClosed = _error("AccountClosed", 409, "ACCOUNT_CLOSED")  # the payee, closed by an operator
+TransferFailed = _error("TransferFailed", 409, "TRANSFER_FAILED")  # resumed under its key after its debit was refused
+
 # webhooks
 WebhookEndpointNotFound = _error("WebhookEndpointNotFound", 404, "WEBHOOK_ENDPOINT_NOT_FOUND")
 InvalidWebhookUrl = _error("InvalidWebhookUrl", 422, "INVALID_WEBHOOK_URL")

@@ -45,6 +45,9 @@ from hotledger.redpackets.service import RedPackets
 from hotledger.redpackets.store import PacketCache, PacketStore
 from hotledger.refunds.service import Refunds
 from hotledger.refunds.store import RefundStore
+from hotledger.transfers.reconcile import TransferReconciler
+from hotledger.transfers.service import Transfers
+from hotledger.transfers.store import TransferStore
 from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
 from hotledger.vouchers.service import Vouchers
@@ -316,3 +319,15 @@ def reset() -> None:
 @functools.lru_cache(maxsize=1)
 def currencies() -> Currencies:
     return Currencies(CurrencyStore(lua()), settings().default_currency)
+
+
+@functools.lru_cache(maxsize=1)
+def transfers() -> Transfers:
+    return Transfers(
+        TransferStore(), ledger(), currencies(), delay_queue(), id_generator().next_id, settings().idempotency_lease_ms
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def transfer_reconciler() -> TransferReconciler:
+    return TransferReconciler(transfers(), TransferStore())

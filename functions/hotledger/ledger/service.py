@@ -358,6 +358,10 @@ class Ledger:
         """The account's entries charged in Redis and not in the DB yet (none for a SYNC account)."""
         return self.store.pending_entries(user_id)
 
+    def account_row(self, user_id: int) -> AccountRow | None:
+        """The account as the DB holds it (an operator's close is there first), None when there is none."""
+        return self.store.account(user_id)
+
     def account_exists(self, user_id: int) -> bool:
         return self.store.is_cached(user_id) or self.store.user_exists(user_id)
 

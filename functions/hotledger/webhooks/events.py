@@ -28,6 +28,9 @@ EVENT_TYPES = {
     "redpacket_debit": "redpacket.sent",
     "redpacket_credit": "redpacket.grab_credited",
     "redpacket_refund": "redpacket.refunded",
+    "transfer_debit": "transfer.debited",
+    "transfer_credit": "transfer.credited",
+    "transfer_release": "transfer.released",
     "opening": "account.opened",
 }
 BALANCE_TYPES = {"below": "balance.below", "above": "balance.above"}  # a balance monitor's crossing
@@ -48,6 +51,9 @@ MEANING = {
     "redpacket.sent": "a red packet's total left the sender's balance",
     "redpacket.grab_credited": "a red packet grab was credited to the grabber",
     "redpacket.refunded": "what a red packet's grabbers left was given back to its sender",
+    "transfer.debited": "a transfer's amount left the payer's balance (its debit leg; ref transfer:<id>)",
+    "transfer.credited": "a transfer's amount reached the payee's balance (its credit leg)",
+    "transfer.released": "a failed transfer's debit was given back to the payer",
     "account.opened": "the account's opening balance",
     "balance.below": "the balance crossed a monitor's line downwards (once per crossing, re-armed past rearm_above)",
     "balance.above": "the balance crossed a monitor's line upwards (once per crossing, re-armed below rearm_below)",
