@@ -214,3 +214,60 @@ def test_transfers_both_ways_between_two_accounts_keep_the_sum(api, redis_client
     assert _cents(None, a, b) == 20_000
     _book(redis_client, a, b)
     assert _cents(None, a, b) == 20_000
+
+
+def _pending_row(api, alice, bob, cents):
+    from hotledger import runtime
+    from hotledger.transfers.rows import PENDING, Transfer
+
+    row = Transfer(runtime.id_generator().next_id(), alice, bob, cents, "USD", "", PENDING, created_at=1)
+    assert runtime.transfers().store.insert(row)
+    return row
+
+
+def test_a_debit_made_after_the_transfer_failed_is_never_credited_and_is_given_back(api, redis_client):
+    """An attempt stalled past the refusal its transfer failed on (another actor's), then debited: the payee is not
+    credited, and the reconciler gives the debit back once it is booked."""
+    from hotledger import runtime
+    from hotledger.transfers.rows import FAILED, PENDING
+
+    alice, bob = api.account(balance="10.00"), api.account()
+    row = _pending_row(api, alice, bob, 300)
+    transfers = runtime.transfers()
+    assert transfers.store.move(row.transfer_id, PENDING, FAILED, 2, failure="INSUFFICIENT_BALANCE: (test)")
+    assert transfers.advance(row).state == FAILED  # the stalled attempt: its debit stands, nothing follows it
+    assert _balance(api, alice) == "7.00" and _balance(api, bob) == "0.00"
+    _book(redis_client, alice, bob)
+    assert runtime.transfer_reconciler().run(10**13, 0).released == 1
+    got = api("GET", f"/transfers/{row.transfer_id}")[1]
+    assert got["state"] == "FAILED" and got["release_entry_id"] is not None, got
+    assert _balance(api, alice) == "10.00" and _balance(api, bob) == "0.00"
+    assert runtime.transfer_reconciler().run(10**13, 0).released == 0  # once
+
+
+def test_a_credit_made_after_the_release_began_stands_and_nothing_is_released(api):
+    from hotledger import runtime
+    from hotledger.transfers.rows import DEBITED, RELEASING
+    from hotledger.transfers.store import credit_key, debit_key
+
+    alice, bob = api.account(balance="10.00"), api.account()
+    row = _pending_row(api, alice, bob, 250)
+    transfers, ledger = runtime.transfers(), runtime.ledger()
+    debit = ledger.deduct(alice, 250, debit_key(row.transfer_id))
+    assert transfers.store.move(row.transfer_id, "PENDING", DEBITED, 2, debit_id=debit.entry_id)
+    assert transfers.store.move(row.transfer_id, DEBITED, RELEASING, 3, failure="BALANCE_LIMIT: (test)")
+    ledger.recharge(bob, 250, credit_key(row.transfer_id))  # a credit attempt that stalled past that refusal
+    runtime.transfer_reconciler().run(10**13, 0)
+    got = api("GET", f"/transfers/{row.transfer_id}")[1]
+    assert got["state"] == "CREDITED" and got["release_entry_id"] is None and got["failure"] is None, got
+    assert _balance(api, alice) == "7.50" and _balance(api, bob) == "2.50"
+
+
+def test_sync_accounts_are_posted_at_once(api, redis_client):
+    alice, bob = api.account(balance="10.00"), api.account()
+    _book(redis_client, alice)
+    for user_id in (alice, bob):
+        assert api("PATCH", f"/accounts/{user_id}", {"deduct_type": "SYNC"})[0] == 200
+    status, body = _transfer(api, alice, bob, "4.00")
+    assert status == 201 and body["state"] == "POSTED", body
+    assert _balance(api, alice) == "6.00" and _balance(api, bob) == "4.00"

@@ -28,7 +28,8 @@ class TransferReconciler:
 
     def run(self, now_ms: int, age_s: int) -> TransferReconcileReport:
         report = TransferReconcileReport()
-        cutoff = now_ms - age_s * 1000
+        # a transfer is taken over from its request only once the request cannot be charging a leg any more
+        cutoff = now_ms - max(age_s * 1000, self.transfers.takeover_ms)
         for state in (PENDING, DEBITED, RELEASING):
             for row in self.store.in_state(state, cutoff, PAGE):
                 try:

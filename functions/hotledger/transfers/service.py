@@ -43,12 +43,13 @@ from hotledger.currencies.service import Currencies, minor_in
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.delay_queue import DelayQueue
 from hotledger.dal.redis_store import RedisUnavailable
+from hotledger.ledger.entry import KIND_RECHARGE
 from hotledger.transfers.rows import CREDITED, DEBITED, FAILED, FINAL, PENDING, POSTED, RELEASING, Transfer
 from hotledger.transfers.store import TransferStore, credit_key, debit_key, release_key
 
 if TYPE_CHECKING:
     from hotledger.ledger.rows import AccountRow
-    from hotledger.ledger.service import LedgerResult
+    from hotledger.ledger.service import KeyedCharge, LedgerResult
 
 TRANSFER_POST = "transfer-post"
 POST_RETRY_MS = 1000
@@ -61,6 +62,8 @@ class Ledger(Protocol):
     def deduct(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult: ...
 
     def recharge(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult: ...
+
+    def charged_with(self, kind: str, user_id: int, idem_key: str) -> KeyedCharge | None: ...
 
     def account_row(self, user_id: int) -> AccountRow | None: ...
 
@@ -195,7 +198,10 @@ class Transfers:
             raise _unknown(tid, exc.message) from exc
         except Exception as exc:
             raise _unknown(tid, f"the ledger failed ({type(exc).__name__}: {exc})") from exc
-        self.store.move(tid, PENDING, DEBITED, self.clock(), debit_id=debit.entry_id)
+        if not self.store.move(tid, PENDING, DEBITED, self.clock(), debit_id=debit.entry_id):
+            # another actor moved it meanwhile: go on from where it is (FAILED on a refusal it met: the debit this
+            # attempt made after all is given back by the reconciler, store.failed_with_debit)
+            return self._current(row)
         return _with(row, DEBITED, debit_id=debit.entry_id)
 
     def _credit(self, row: Transfer) -> Transfer:
@@ -210,17 +216,26 @@ class Transfers:
             return _with(row, RELEASING, failure=failure)
         except (RedisUnavailable, DatabaseUnavailable):
             return row
-        self.store.move(tid, DEBITED, CREDITED, self.clock(), credit_id=credit.entry_id)
+        if not self.store.move(tid, DEBITED, CREDITED, self.clock(), credit_id=credit.entry_id):
+            return self._current(row)  # RELEASING: _release finds this credit and takes the transfer to CREDITED
         return _with(row, CREDITED, credit_id=credit.entry_id)
 
     def _release(self, row: Transfer) -> Transfer:
         tid = row.transfer_id
+        credited = self.ledger.charged_with(KIND_RECHARGE, row.to_id, credit_key(tid))
+        if credited is not None:  # an attempt that stalled past the refusal credited the payee after all: it stands
+            if self.store.move(tid, row.state, CREDITED, self.clock(), credit_id=credited.entry_id, failure=None):
+                return _with(row, CREDITED, credit_id=credited.entry_id, failure=None)
+            return self._current(row)
         try:
             release = self.ledger.recharge(row.from_id, row.amount, release_key(tid))
         except LEDGER_FAILURES:
             return row
         self.store.move(tid, row.state, FAILED, self.clock(), release_id=release.entry_id)
         return _with(row, FAILED, release_id=release.entry_id)
+
+    def _current(self, row: Transfer) -> Transfer:
+        return self.store.get(row.transfer_id) or row
 
     def _post(self, row: Transfer) -> Transfer:
         if not self.store.booked(row):
