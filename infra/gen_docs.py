@@ -59,7 +59,8 @@ ERROR_WHEN = {
     "PACKET_NOT_FOUND": "no such red packet",
     "TRANSFER_NOT_FOUND": "no such transfer (or, to an end user, one they did not pay)",
     "SAME_ACCOUNT": "a transfer's `from` and `to` are the same account; nothing changed",
-    "CURRENCY_MISMATCH": "a transfer between accounts of different currencies; nothing changed",
+    "CURRENCY_MISMATCH": "a transfer between accounts of different currencies, or a grab of a red packet sent in "
+    "another currency than the grabber's; nothing changed",
     "ACCOUNT_CLOSED": "a transfer to an account an operator closed (`PATCH api_open: false`); nothing changed",
     "TRANSFER_FAILED": "the transfer this Idempotency-Key began failed (its debit was refused); nothing changed",
     "PACKET_NOT_OPEN": "the sender's debit failed or is not settled yet",

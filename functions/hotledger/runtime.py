@@ -126,7 +126,7 @@ def webhooks() -> Webhooks:
 
 @functools.lru_cache(maxsize=1)
 def monitors() -> Monitors:
-    return Monitors(MonitorStore(), inbox(), ledger().account_exists)
+    return Monitors(MonitorStore(), inbox(), ledger().account_exists, formatter=lambda u: currencies().of(u).format)
 
 
 @functools.lru_cache(maxsize=1)

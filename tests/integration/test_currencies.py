@@ -103,3 +103,24 @@ def test_holds_refunds_and_payment_orders_take_the_accounts_digits(api):
     _refused_amount(api("POST", "/orders", {"user_id": user_id, "amount": "9.99", "close_in_s": 60}), "JPY")
     status, order = api("POST", "/orders", {"user_id": user_id, "amount": "999", "close_in_s": 60})
     assert status == 201 and order["amount"] == "999", order
+
+
+def test_a_red_packet_pays_only_grabbers_of_its_currency(api):
+    sender = api.account(currency="JPY", balance="1000")
+    status, packet = api("POST", "/redpackets", {"sender_id": sender, "total": "300", "count": 3})
+    assert status == 201 and packet["total"] == "300", packet
+    yen, dollars = api.account(currency="JPY"), api.account(currency="USD")
+    status, grab = api("POST", f"/redpackets/{packet['packet_id']}/grab", {"user_id": yen})
+    assert status == 200 and "." not in grab["amount"], grab
+    status, body = api("POST", f"/redpackets/{packet['packet_id']}/grab", {"user_id": dollars})
+    assert status == 422 and body["error"]["code"] == "CURRENCY_MISMATCH", body
+    _refused_amount(api("POST", "/redpackets", {"sender_id": sender, "total": "3.5", "count": 3}), "JPY")
+
+
+def test_a_monitor_alert_in_the_inbox_and_a_webhook_write_the_accounts_digits():
+    from hotledger.money import Currency
+    from hotledger.monitors.store import Alert
+    from hotledger.webhooks.events import alert_payload
+
+    body = alert_payload(Alert(1, 2, 3, "below", 500, 499, 0), None, Currency.of("JPY").decimals)
+    assert '"threshold":"500"' in body and '"balance":"499"' in body, body

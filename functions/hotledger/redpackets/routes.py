@@ -92,6 +92,7 @@ def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict[st
         _NOT_FOUND,
         UNAVAILABLE,
         (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN; " + KEY_CONFLICT[1]),
+        (422, "CURRENCY_MISMATCH: the grabber's account holds another currency than the sender's"),
         TOO_MANY_KEYS,
     ),
 )
@@ -109,7 +110,14 @@ def grab_packet(
 
 
 def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict[str, Any]:
-    format_minor = currencies().of(request.user_id).format  # what the grabber is credited
+    currency = currencies().of(request.user_id)
+    sender = redpackets().sender_of(packet_id)
+    if sender is not None and currencies().of(sender) != currency:  # the grabber would be credited in another one
+        raise errors.CurrencyMismatch(
+            f"red packet {packet_id} pays in {currencies().of(sender).code}; account {request.user_id} holds "
+            f"{currency.code}"
+        )
+    format_minor = currency.format
     try:
         grab = redpackets().grab(packet_id, request.user_id)
     except errors.AlreadyGrabbed as exc:
