@@ -171,11 +171,15 @@ class Transfers:
                 row = self._release(row)
             if row.state == CREDITED:
                 row = self._post(row)
-        finally:
-            if row.state not in FINAL:
+        except Exception:
+            # discarded, FAILED, or left where the failure stopped it (the DB down too: the reconciler's scan)
+            with contextlib.suppress(DatabaseUnavailable):
                 now = self.store.get(row.transfer_id)
                 if now is not None and now.state not in FINAL:
                     self._look_again(row.transfer_id)
+            raise
+        if row.state not in FINAL:
+            self._look_again(row.transfer_id)
         return row
 
     def _look_again(self, transfer_id: int) -> None:
