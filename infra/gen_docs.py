@@ -25,8 +25,9 @@ ERROR_WHEN = {
     "MALFORMED_JSON": "the body is not JSON",
     "UNSUPPORTED_MEDIA_TYPE": "a body sent without `Content-Type: application/json`",
     "MISSING_FIELD": "a required field is absent",
-    "INVALID_AMOUNT": "an amount (amount, threshold, total, monitor lines) is not a decimal string with at most 2 "
-    "fractional digits, is <= 0, > 999999999999.99, has an exponent or is NaN",
+    "INVALID_AMOUNT": "an amount (amount, threshold, total, monitor lines) is not a decimal string, has more "
+    "fractional digits than the account's currency (JPY 0, USD 2, KWD 3: `1.5` is refused for a JPY account, `1.234` "
+    "for a USD one, trailing zeros count), is <= 0, has more than 12 whole digits, has an exponent or is NaN",
     "VALIDATION_ERROR": "a wrong type, an unknown field, a bad name, id, filter or event type",
     "ROUTE_NOT_FOUND": "no such route",
     "METHOD_NOT_ALLOWED": "the route exists but not with this method; the `Allow` header lists its methods",
@@ -56,6 +57,12 @@ ERROR_WHEN = {
     "under an Idempotency-Key the account does not know wait until those acknowledged before the loss are in the DB; "
     "nothing changed; retry after `error.retry_at`",
     "PACKET_NOT_FOUND": "no such red packet",
+    "TRANSFER_NOT_FOUND": "no such transfer (or, to an end user, one they did not pay)",
+    "SAME_ACCOUNT": "a transfer's `from` and `to` are the same account; nothing changed",
+    "CURRENCY_MISMATCH": "a transfer between accounts of different currencies, or a grab of a red packet sent in "
+    "another currency than the grabber's; nothing changed",
+    "ACCOUNT_CLOSED": "a transfer to an account an operator closed (`PATCH api_open: false`); nothing changed",
+    "TRANSFER_FAILED": "the transfer this Idempotency-Key began failed (its debit was refused); nothing changed",
     "PACKET_NOT_OPEN": "the sender's debit failed or is not settled yet",
     "ALREADY_GRABBED": "this user grabbed from this packet already",
     "EMPTY": "every item of the packet is taken",
@@ -168,6 +175,8 @@ SETTING_WHAT = {
     "template sets it); empty: the sender posts itself",
     "webhook_secrets_key_id": "the KMS key webhook signing secrets are sealed under at rest (envelope; the "
     "template sets it); empty: kept in clear (local only)",
+    "default_currency": "the ISO 4217 currency of an account created without one, and of every account created "
+    "before currencies (their `t_account.currency` is NULL); changing it changes theirs, so set it once",
     "webhook_allow_local": "`1`: webhook endpoints may also be `http://127.0.0.1` / `http://localhost` (local "
     "receivers; never in AWS)",
     "journeys": "`biz=seconds,...`: unfinished journeys older than this become one inbox message",

@@ -35,6 +35,7 @@ LEDGER_PERSIST = "functions/hotledger/ledger/persist.py"
 VOUCHER_PERSIST = "functions/hotledger/vouchers/persist.py"
 PACKET_RECONCILE = "functions/hotledger/redpackets/reconcile.py"
 PAYMENT_ORDERS = "functions/hotledger/notices/payment_orders.py"
+TRANSFERS = "functions/hotledger/transfers/service.py"
 
 U_LEDGER = "tests/unit/test_ledger.py"
 U_VOUCHERS = "tests/unit/test_vouchers.py"
@@ -48,6 +49,7 @@ I_QUOTAS = "tests/integration/test_quotas_and_cursors.py"
 I_BUCKETS = "tests/integration/test_voucher_buckets.py"
 I_REFUSALS = "tests/integration/test_script_refusals.py"
 I_LOG_WAITS = "tests/integration/test_rebuild_waits_for_the_log.py"
+I_TRANSFERS = "tests/integration/test_transfers.py"
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,47 @@ MUTANTS: list[Mutant] = [
         "if false then",
         [I_LUA, "tests/integration/test_rolled_back.py", "tests/integration/test_writer.py"],
         "the voucher and red packet persisters never persist a change the API rolled back (its tombstone)",
+    ),
+    # ---- transfers/service.py: two charges under the transfer's keys (issue 34) ------------------------------
+    m(
+        "transfer-same-account",
+        TRANSFERS,
+        "        if from_id == to_id:",
+        "        if False:",
+        [I_TRANSFERS],
+        "a transfer to oneself is refused and changes nothing",
+    ),
+    m(
+        "transfer-across-currencies",
+        TRANSFERS,
+        "        if payer != payee:",
+        "        if False:",
+        [I_TRANSFERS],
+        "money moves between accounts of one currency only",
+    ),
+    m(
+        "transfer-credit-after-lost-debit-race",
+        TRANSFERS,
+        "        if not self.store.move(tid, PENDING, DEBITED, self.clock(), debit_id=debit.entry_id):",
+        "        if not self.store.move(tid, PENDING, DEBITED, self.clock(), debit_id=debit.entry_id) and False:",
+        [I_TRANSFERS],
+        "a debit made after its transfer FAILED is never credited (it is given back)",
+    ),
+    m(
+        "transfer-release-despite-credit",
+        TRANSFERS,
+        "        if credited is not None:",
+        "        if False:",
+        [I_TRANSFERS],
+        "a credit made after the release began stands, and the debit is then not given back too",
+    ),
+    m(
+        "transfer-gives-up-on-a-transient-credit",
+        TRANSFERS,
+        "    return isinstance(exc, (errors.BalanceLimit, errors.AccountNotFound))",
+        "    return True",
+        [I_TRANSFERS],
+        "only a refusal that stands fails a transfer whose debit was made; a failure that may pass leaves it in flight",
     ),
     m(
         "lua-grab-once",

@@ -137,7 +137,12 @@ def openapi_json() -> str:
                 "description": "FORBIDDEN: this caller may not make this request" + (f"; {denied}" if denied else ""),
             }
             if 422 in operation["responses"] or "422" in operation["responses"]:
-                operation["responses"]["422"] = invalid
+                own = (operation["responses"].get("422") or operation["responses"].get(422) or {}).get("description")
+                operation["responses"]["422"] = (
+                    {**invalid, "description": f"{own}; {invalid['description']}"}
+                    if own and own not in ("Unprocessable Entity", "Validation Error") and "VALIDATION_ERROR" not in own
+                    else invalid
+                )
                 if operation.get("requestBody"):
                     operation["responses"]["400"] = malformed
                     operation["responses"]["415"] = not_json
@@ -209,7 +214,10 @@ def validation_error(exc: RequestValidationError) -> Response[str]:
         code, status, message = "MISSING_FIELD", 422, f"{field} is required"
     elif _AMOUNT_FIELDS & {str(part) for part in first.get("loc", ())}:
         code, status = "INVALID_AMOUNT", 422
-        message = f'{field}: a decimal string with at most 2 fractional digits, such as "12.34", is required'
+        message = (
+            f"{field}: a decimal string with at most as many fractional digits as the account's currency has (JPY 0,"
+            ' USD 2, KWD 3), such as "12.34", is required'
+        )
     else:
         code, status = "VALIDATION_ERROR", 422
         message = f"{field or 'request'}: {first.get('msg', 'invalid value')}"

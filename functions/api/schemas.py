@@ -1,17 +1,21 @@
-"""HTTP request and response shapes (pydantic). Money is a decimal string at the edge and integer minor units
-once validated: an Amount or Threshold field parses its text once (hotledger.money.parse_minor) and holds the
-int, so routes never parse again. Events live in hotledger.outbox.events."""
+"""HTTP request and response shapes (pydantic). Money is a decimal string at the edge: an Amount or Threshold field
+checks its form once (hotledger.money.parse_amount) and holds the exact Decimal; the route turns it into the
+account's minor units with the account's currency (hotledger.currencies: Currencies.minor), the one place that knows
+how many fractional digits an account's amounts have. Events live in hotledger.outbox.events."""
 
 from __future__ import annotations
 
 import functools
+from decimal import Decimal
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     PlainValidator,
     StrictBool,
     StrictInt,
@@ -20,37 +24,66 @@ from pydantic import (
     model_validator,
 )
 
-from hotledger.money import parse_minor
+from hotledger.money import MAX_DECIMALS, MINOR_UNITS, parse_amount
 
-# What parse_minor accepts, stated in the document (a test checks they agree): at most 12 whole digits (MAX_MINOR is
-# 999999999999.99), no leading zero, at most 2 fractional digits; an Amount is also not zero. ASCII digits only.
-_DECIMAL = r"(0|[1-9][0-9]{0,11})(\.[0-9]{1,2})?"
-_POSITIVE = r"([1-9][0-9]{0,11}(\.[0-9]{1,2})?|0\.([1-9][0-9]?|0[1-9]))"
+# What parse_amount accepts, stated in the document (a test checks they agree): at most 12 whole digits, no leading
+# zero, at most 3 fractional digits (as many as the account's currency has: JPY 0, USD 2, KWD 3); an Amount is also
+# not zero. ASCII digits only.
+_DECIMAL = r"(0|[1-9][0-9]{0,11})(\.[0-9]{1,3})?"
+_POSITIVE = r"([1-9][0-9]{0,11}(\.[0-9]{1,3})?|0\.([1-9][0-9]{0,2}|0[1-9][0-9]?|00[1-9]))"
 
 
 def _minor_units_schema(example: str, *, allow_zero: bool) -> WithJsonSchema:
-    """How a minor-units field looks on the wire: a decimal string ("12.34"), never a JSON number."""
+    """How a money field looks on the wire: a decimal string ("12.34"), never a JSON number."""
     pattern = f"^{_DECIMAL if allow_zero else _POSITIVE}$"
     description = (
-        "a decimal string with at most 2 fractional digits, "
-        + ("0.00" if allow_zero else "0.01")
+        f"a decimal string in the account's currency, with at most as many fractional digits as the currency has (JPY"
+        f" 0, USD 2, KWD 3; more is 422 INVALID_AMOUNT; never more than {MAX_DECIMALS}), "
+        + ("0" if allow_zero else "above 0")
         + " to 999999999999.99; never a JSON number"
     )
     return WithJsonSchema(
-        {"type": "string", "pattern": pattern, "maxLength": 15, "description": description, "examples": [example]}
+        {"type": "string", "pattern": pattern, "maxLength": 16, "description": description, "examples": [example]}
     )
 
 
-# A decimal string on the wire ("12.34"), integer minor units (1234) once validated.
+def _by_value(value: Decimal) -> int | str:
+    """How a request's amount enters its Idempotency-Key fingerprint (model_dump): by value, "12.3" as "12.30"; as
+    the cents it was before currencies (1234) when it has at most 2 fractional digits, so keys taken before stay
+    bound to the same requests."""
+    cents = value.scaleb(2)
+    return int(cents) if cents == cents.to_integral_value() else format(value.normalize(), "f")
+
+
+# A decimal string on the wire ("12.34"), an exact Decimal once validated (Currencies.minor: minor units).
 Amount = Annotated[
-    int,
-    PlainValidator(functools.partial(parse_minor, allow_zero=False)),
+    Decimal,
+    PlainValidator(functools.partial(parse_amount, allow_zero=False)),
+    PlainSerializer(_by_value),
     _minor_units_schema("12.34", allow_zero=False),
 ]
 Threshold = Annotated[
-    int,
-    PlainValidator(functools.partial(parse_minor, allow_zero=True)),
+    Decimal,
+    PlainValidator(functools.partial(parse_amount, allow_zero=True)),
+    PlainSerializer(_by_value),
     _minor_units_schema("0.00", allow_zero=True),
+]
+
+
+def _supported(code: str) -> str:
+    if code not in MINOR_UNITS:
+        raise ValueError(f"{code} is not a supported currency")
+    return code
+
+
+CurrencyCode = Annotated[
+    StrictStr,
+    Field(
+        pattern=r"^[A-Z]{3}$",
+        description="ISO 4217 code; its minor unit sets the digits of the account's amounts",
+        json_schema_extra={"enum": sorted(MINOR_UNITS)},
+    ),
+    AfterValidator(_supported),
 ]
 
 
@@ -91,7 +124,8 @@ class CreateAccountRequest(_Strict):
     user_name: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")]
     deduct_type: DeductType = "ASYNC"
     # the text default is parsed like a sent value (pydantic types Field(default, validate_default=True) as Any)
-    threshold: Threshold = Field("0.00", validate_default=True)
+    threshold: Threshold = Field("0", validate_default=True)
+    currency: CurrencyCode | None = Field(None, description="ISO 4217, fixed for good; absent: DEFAULT_CURRENCY")
 
 
 class PatchAccountRequest(_Strict):
@@ -111,6 +145,7 @@ class AccountCreated(BaseModel):
 class AccountView(BaseModel):
     user_id: int
     user_name: str
+    currency: str = Field(description="ISO 4217: every amount of the account has its minor unit's digits")
     balance: str
     version: int
     threshold: str

@@ -123,6 +123,8 @@ class Settings(BaseSettings):
     webhook_poster_function: str = ""
     # the KMS key webhook signing secrets are sealed under (envelope: webhooks/secrets.py); empty: kept as they are (local)
     webhook_secrets_key_id: str = ""
+    # the currency (ISO 4217) of an account created without one, and of every account created before currencies
+    default_currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
     # "1": webhook endpoints may also be http://127.0.0.1 or http://localhost (local receivers; never in AWS)
     webhook_allow_local: Literal["0", "1"] = "0"
     # unfinished-business journeys: biz=seconds after which an unfinished start turns into an inbox message
@@ -141,6 +143,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
+        from hotledger.money import MINOR_UNITS
+
+        if self.default_currency not in MINOR_UNITS:
+            raise ValueError(f"DEFAULT_CURRENCY {self.default_currency} is not a supported currency")
         if self.db_tls == "verify" and not self.db_ca_bundle:
             raise ValueError(
                 "DB_TLS=verify checks the server against a CA bundle: set DB_CA_BUNDLE (certifi or a PEM path)"

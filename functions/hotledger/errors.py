@@ -20,6 +20,8 @@ DuplicateUserName = _error("DuplicateUserName", 409, "DUPLICATE_USER_NAME")
 InsufficientBalance = _error("InsufficientBalance", 402, "INSUFFICIENT_BALANCE")
 ApiClosed = _error("ApiClosed", 403, "API_CLOSED")
 BalanceLimit = _error("BalanceLimit", 422, "BALANCE_LIMIT")
+# an amount with more fractional digits than the account's currency has (JPY 0, USD 2, KWD 3)
+InvalidAmount = _error("InvalidAmount", 422, "INVALID_AMOUNT")
 IdempotencyKeyReused = _error("IdempotencyKeyReused", 409, "IDEMPOTENCY_KEY_REUSED")
 IdempotencyInProgress = _error("IdempotencyInProgress", 409, "IDEMPOTENCY_IN_PROGRESS")
 PendingOrders = _error("PendingOrders", 409, "PENDING_ORDERS")
@@ -65,6 +67,13 @@ HoldNotEnded = _error("HoldNotEnded", 409, "HOLD_NOT_ENDED")
 ChargeNotBooked = _error("ChargeNotBooked", 409, "CHARGE_NOT_BOOKED")
 # the service's own charges (a red packet's debit, a payment order's charge) are given back by their own lifecycle
 NotRefundable = _error("NotRefundable", 409, "NOT_REFUNDABLE")
+
+# transfers
+TransferNotFound = _error("TransferNotFound", 404, "TRANSFER_NOT_FOUND")
+SameAccount = _error("SameAccount", 422, "SAME_ACCOUNT")
+CurrencyMismatch = _error("CurrencyMismatch", 422, "CURRENCY_MISMATCH")
+AccountClosed = _error("AccountClosed", 409, "ACCOUNT_CLOSED")  # the payee, closed by an operator
+TransferFailed = _error("TransferFailed", 409, "TRANSFER_FAILED")  # resumed under its key after its debit was refused
 
 # webhooks
 WebhookEndpointNotFound = _error("WebhookEndpointNotFound", 404, "WEBHOOK_ENDPOINT_NOT_FOUND")

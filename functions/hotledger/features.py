@@ -57,10 +57,11 @@ def registered() -> tuple[Feature, ...]:
     from hotledger.ops.feature import FEATURE as ops
     from hotledger.redpackets.feature import FEATURE as redpackets
     from hotledger.refunds.feature import FEATURE as refunds
+    from hotledger.transfers.feature import FEATURE as transfers
     from hotledger.vouchers.feature import FEATURE as vouchers
     from hotledger.webhooks.feature import FEATURE as webhooks
 
-    return (ledger, holds, refunds, history, vouchers, redpackets, notices, webhooks, monitors, ops, KEYS)
+    return (ledger, holds, refunds, history, vouchers, redpackets, transfers, notices, webhooks, monitors, ops, KEYS)
 
 
 @dataclass

@@ -47,6 +47,11 @@ def balance(user_id: int) -> str:
     return f"user:balance:{tag(str(user_id))}"
 
 
+def currency(user_id: int) -> str:
+    """The account's ISO 4217 currency ('' for DEFAULT_CURRENCY): fixed at creation, a copy of t_account.currency."""
+    return f"user:currency:{tag(str(user_id))}"
+
+
 def entry(user_id: int, entry_id: int) -> str:
     """A change of the account not yet persisted: 'amount;ts;balanceAfter;version;kind;epoch;open;idemKey', and for a
     hold's change (kind H, C, V or X) ';holdId;released;expiresAt;availableAfter;stateAfter' after it."""

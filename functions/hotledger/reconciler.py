@@ -27,6 +27,7 @@ from hotledger.features import PartContext, ReconcilePart
 from hotledger.ledger.reconcile import AccountsReconcileReport
 from hotledger.notices.journeys import JourneyScanReport
 from hotledger.redpackets.reconcile import PacketReconcileReport
+from hotledger.transfers.reconcile import TransferReconcileReport
 from hotledger.vouchers.reconcile import VoucherReconcileReport
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 class ReconcileReport(AccountsReconcileReport):
     vouchers: VoucherReconcileReport = field(default_factory=VoucherReconcileReport)
     packets: PacketReconcileReport = field(default_factory=PacketReconcileReport)
+    transfers: TransferReconcileReport = field(default_factory=TransferReconcileReport)
     journeys: JourneyScanReport = field(default_factory=JourneyScanReport)
     reminders_reoffered: int = 0
     orders_closed: int = 0

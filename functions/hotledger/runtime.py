@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 
 from hotledger.config import settings
+from hotledger.currencies.service import Currencies
+from hotledger.currencies.store import CurrencyStore
 from hotledger.dal import publisher
 from hotledger.dal.cursor import Cursors
 from hotledger.dal.delay_queue import DelayQueue, Drainer, Handler
@@ -43,6 +45,9 @@ from hotledger.redpackets.service import RedPackets
 from hotledger.redpackets.store import PacketCache, PacketStore
 from hotledger.refunds.service import Refunds
 from hotledger.refunds.store import RefundStore
+from hotledger.transfers.reconcile import TransferReconciler
+from hotledger.transfers.service import Transfers
+from hotledger.transfers.store import TransferStore
 from hotledger.vouchers.persist import VoucherPersister
 from hotledger.vouchers.reconcile import VoucherReconciler
 from hotledger.vouchers.service import Vouchers
@@ -131,7 +136,7 @@ def webhooks() -> Webhooks:
 
 @functools.lru_cache(maxsize=1)
 def monitors() -> Monitors:
-    return Monitors(MonitorStore(), inbox(), ledger().account_exists)
+    return Monitors(MonitorStore(), inbox(), ledger().account_exists, formatter=lambda u: currencies().of(u).format)
 
 
 @functools.lru_cache(maxsize=1)
@@ -320,3 +325,20 @@ def reset() -> None:
     found rather than listed, so a new one is never left out."""
     for cached in [value for value in globals().values() if hasattr(value, "cache_clear")]:
         cached.cache_clear()
+
+
+@functools.lru_cache(maxsize=1)
+def currencies() -> Currencies:
+    return Currencies(CurrencyStore(lua()), settings().default_currency)
+
+
+@functools.lru_cache(maxsize=1)
+def transfers() -> Transfers:
+    return Transfers(
+        TransferStore(), ledger(), currencies(), delay_queue(), id_generator().next_id, settings().idempotency_lease_ms
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def transfer_reconciler() -> TransferReconciler:
+    return TransferReconciler(transfers(), TransferStore())

@@ -1,9 +1,11 @@
 """Chaos over every feature at once (issue 10, "Done when"): deducts and recharges with same-key retries, red packet
-grabs, voucher orders, payment orders paid and closed, while the writer+reconciler runtime is SIGKILLed and replaced,
+grabs, voucher orders, payment orders paid and closed, transfers both ways between pairs of accounts (issue 34), while the writer+reconciler runtime is SIGKILLed and replaced,
 the broker is SIGKILLed (losing its log) and restarted, Redis is paused (SIGSTOP) past the clients' timeouts and
 then SIGKILLed and restarted empty. After convergence every acknowledged answer holds in the DB exactly once, no
 refusal is applied (retries with the same key included), OUTCOME_UNKNOWN answers are looked up and held either way,
-every packet pays out exactly its total, no voucher oversells, and Redis == DB for every account."""
+every packet pays out exactly its total, no voucher oversells, every transfer ends POSTED (both legs once) or FAILED
+(no credit, its debit given back), the pairs' balances add up to what they started with, and Redis == DB for every
+account."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ REFUSALS = {
     (409, "HOLD_VOIDED"),
     (409, "CAPTURE_EXCEEDS_HOLD"),
     (409, "REFUND_EXCEEDS_CHARGE"),
+    (409, "TRANSFER_FAILED"),
 }
 TRANSIENT = {
     (503, "PUBLISH_FAILED"),
@@ -92,7 +95,7 @@ class MixedClients(_ClientThreads):
     """Threads over every feature until stopped; every request carries an Idempotency-Key, is retried with it once
     when its answer changed nothing or is not known, and a third of the definitive answers are asked again."""
 
-    EVERY_FEATURE = ("charge", "charge", "buy", "grab", "payment_order", "hold")  # a thread each
+    EVERY_FEATURE = ("charge", "charge", "buy", "grab", "payment_order", "hold", "transfer")  # a thread each
 
     def __init__(
         self,
@@ -105,9 +108,10 @@ class MixedClients(_ClientThreads):
         steps: tuple[str, ...] = EVERY_FEATURE,
         calls: list[Call] | None = None,
         holders: list[int] = (),
+        pairs: list[tuple[int, int]] = (),
     ):
         self.api, self.ledger, self.payers, self.packets, self.grabbers = api, ledger, payers, packets, grabbers
-        self.holders = list(holders)
+        self.holders, self.pairs = list(holders), list(pairs)
         self.voucher_id = voucher_id
         self.calls: list[Call] = [] if calls is None else calls  # given: a later run's calls join an earlier run's
         self.lock = threading.Lock()
@@ -221,6 +225,16 @@ class MixedClients(_ClientThreads):
                 break
             self.stopped.wait(0.5)
 
+    def _transfer(self, rng, n):
+        """A transfer between the two accounts of a pair (their own slots), either way."""
+        if not self.pairs:
+            return False
+        payer, payee = rng.choice(self.pairs)
+        if rng.random() < 0.5:
+            payer, payee = payee, payer
+        body = {"from": payer, "to": payee, "amount": _amount(rng.randint(1, 1500))}
+        self._call(rng, "transfer", "POST", "/transfers", body, user_id=payer)
+
     def of(self, *what: str) -> list[Call]:
         return [c for c in self.calls if c.what in what]
 
@@ -258,17 +272,23 @@ def _in(values) -> str:
 
 def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa: F811
     api = stack.service("all-api", "--no-msk", "--no-schedules", REBUILD_HOLD_S="2").start()
-    background = stack.service("all-writer-1", "--no-api", REBUILD_HOLD_S="2").start(wait_http=False)
+    # the queue and the reconciler take a transfer over from its request after IDEMPOTENCY_LEASE_MS (no API here)
+    background = stack.service("all-writer-1", "--no-api", REBUILD_HOLD_S="2", **TAKEOVER).start(wait_http=False)
     try:
         ledger = [_account(api, _amount(LEDGER_START)) for _ in range(6)]
         holders = [_account(api, "100.00") for _ in range(3)]
+        pairs = [(_account(api, "50.00"), _account(api, "50.00")) for _ in range(2)]
         payers, sender, grabbers, voucher_id, packets = every_features_entities(api, 80, 12, "chaos")
 
-        with MixedClients(api, ledger, payers, list(packets), grabbers, voucher_id, holders=holders) as clients:
+        with MixedClients(
+            api, ledger, payers, list(packets), grabbers, voucher_id, holders=holders, pairs=pairs
+        ) as clients:
             time.sleep(3)
             background.kill()
             time.sleep(2)
-            background = stack.service("all-writer-2", "--no-api", REBUILD_HOLD_S="2").start(wait_http=False)
+            background = stack.service("all-writer-2", "--no-api", REBUILD_HOLD_S="2", **TAKEOVER).start(
+                wait_http=False
+            )
             time.sleep(3)
             stack.kill_broker()
             time.sleep(3)
@@ -288,7 +308,19 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
         allowed = REFUSALS | TRANSIENT | {UNKNOWN, (0, None), (200, None), (201, None)}
         print("answers:", sorted(answers.items()))
         assert {(s, code) for _, s, code in answers} <= allowed, answers
-        for what in ("deduct", "recharge", "order", "grab", "create", "pay", "close", "authorize", "capture", "void"):
+        for what in (
+            "deduct",
+            "recharge",
+            "order",
+            "grab",
+            "create",
+            "pay",
+            "close",
+            "authorize",
+            "capture",
+            "void",
+            "transfer",
+        ):
             assert answers[(what, 200, None)] + answers[(what, 201, None)] > 0, (what, answers)
 
         # same-key retries of every charge, after Redis lost its records: the DB's t_idempotency answers
@@ -301,11 +333,58 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
         _check_packets(stack, api, clients, packets, sender)
         _check_payment_orders(stack, clients)
         _check_holds(stack, api, clients)
-        _check_balances(stack, api, ledger + payers + [sender] + grabbers)
-        _check_ledger_rows(stack, ledger + payers + [sender] + grabbers + holders)
+        paired = [u for pair in pairs for u in pair]
+        _check_transfers(stack, clients, paired, 5000 * len(paired))
+        _check_balances(stack, api, ledger + payers + [sender] + grabbers + paired)
+        _check_ledger_rows(stack, ledger + payers + [sender] + grabbers + holders + paired)
     finally:
         api.stop()
         background.stop()
+
+
+TAKEOVER = {"IDEMPOTENCY_LEASE_MS": "15000"}
+
+
+def _check_transfers(servers: Stack, clients: MixedClients, accounts: list[int], total: int, wait_s: float = 120):
+    """Every transfer ends POSTED (its debit and its credit each booked once, nothing released) or FAILED (no credit;
+    a debit made is given back once); every acknowledged one is POSTED; the accounts' balances add up to what they
+    started with (nothing is in flight once every transfer is final)."""
+
+    def transfers():
+        return servers.sql(
+            f"SELECT id, from_id, to_id, amount, state FROM t_transfer WHERE from_id IN ({_in(accounts)})", accounts
+        )
+
+    def settled() -> bool:
+        if not all(t[4] in ("POSTED", "FAILED") for t in transfers()):
+            return False
+        failed = [f"transferdebit{t[0]}" for t in transfers() if t[4] == "FAILED"]
+        if not failed:
+            return True
+        debits = servers.sql(f"SELECT COUNT(*) FROM t_order WHERE idem_key IN ({_in(failed)})", failed)[0][0]
+        releases = [k.replace("debit", "release") for k in failed]
+        released = servers.sql(f"SELECT COUNT(*) FROM t_pay WHERE idem_key IN ({_in(releases)})", releases)[0][0]
+        return debits == released
+
+    LocalService.wait_until(settled, wait_s, "every transfer POSTED or FAILED (a debit it made given back)", 1.0)
+    rows = {t[0]: t for t in transfers()}
+    for transfer_id, payer, payee, amount, state in rows.values():
+        debits = servers.sql(
+            "SELECT user_id, amount FROM t_order WHERE idem_key = %s", (f"transferdebit{transfer_id}",)
+        )
+        credits = servers.sql("SELECT user_id, pay FROM t_pay WHERE idem_key = %s", (f"transfercredit{transfer_id}",))
+        releases = servers.sql("SELECT user_id, pay FROM t_pay WHERE idem_key = %s", (f"transferrelease{transfer_id}",))
+        if state == "POSTED":
+            assert debits == ((payer, amount),) and credits == ((payee, amount),) and not releases, transfer_id
+        else:
+            assert not credits and len(debits) == len(releases) <= 1, (transfer_id, debits, releases)
+    states = Counter(t[4] for t in rows.values())
+    for call in clients.of("transfer"):
+        for answer in call.acked:
+            assert rows[int(answer["transfer_id"])][4] == "POSTED", (answer, call.answers)
+    assert states["POSTED"] > 0, states
+    balances = servers.sql(f"SELECT SUM(balance) FROM t_account WHERE user_id IN ({_in(accounts)})", accounts)
+    assert balances[0][0] == total, (balances, total, states)
 
 
 # the acknowledged calls that change money or stock: a pay charges the payer, a hold's change is a ledger entry

@@ -33,6 +33,7 @@ from faults.test_chaos_all_features import (
     _check_ledger,
     _check_packets,
     _check_payment_orders,
+    _check_transfers,
     _check_vouchers,
     every_features_entities,
 )
@@ -110,6 +111,7 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
     try:
         ledger = [_account(api, _amount(5000), deduct_type="SYNC" if i < 3 else "ASYNC") for i in range(12)]
         payers, sender, grabbers, voucher_id, packets = every_features_entities(api, 60, 30, "node loss")
+        pairs = _pairs_on_different_masters(api, cluster, 2)
         closing = []  # payment orders the delay drainer closes, due while masters are lost
         for _ in range(3):
             status, body = api.request("POST", "/orders", {"user_id": payers[0], "amount": "1.00", "close_in_s": 20})
@@ -140,7 +142,9 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
         # 2. every feature: a graceful failover and a SIGKILL back to back, then the lost masters come back
         delays = DelayQueueClient(api)
         delays.start()
-        with MixedClients(api, ledger, payers, list(packets), grabbers, voucher_id, calls=first.calls) as clients:
+        with MixedClients(
+            api, ledger, payers, list(packets), grabbers, voucher_id, calls=first.calls, pairs=pairs
+        ) as clients:
             time.sleep(4)
             graceful = next(cluster.node(p) for p in cluster.master_ports() if p != promoted.port)
             successor = cluster.replica_of(graceful)
@@ -164,7 +168,7 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
             (200, None),
             (201, None),
         }
-        for what in ("deduct", "recharge", "order", "grab", "create", "pay", "close"):
+        for what in ("deduct", "recharge", "order", "grab", "create", "pay", "close", "transfer"):
             assert answers[(what, 200, None)] + answers[(what, 201, None)] > 0, (what, answers)
         # same-key retries after the failovers: each answers the key's real outcome
         for call in clients.of("deduct", "recharge"):
@@ -181,7 +185,9 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
             "the delay drainer to close the orders due while masters were lost",
             2.0,
         )
-        _check_balances(stack, api, ledger + payers + [sender] + grabbers, wait_s=REPAIR_WAIT_S)
+        paired = [u for pair in pairs for u in pair]
+        _check_transfers(stack, clients, paired, 5000 * len(paired), wait_s=REPAIR_WAIT_S)
+        _check_balances(stack, api, ledger + payers + [sender] + grabbers + paired, wait_s=REPAIR_WAIT_S)
 
         # every element offered was delivered and acknowledged once the queue was drained; nothing is left taken
         def drained():
@@ -194,3 +200,14 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
     finally:
         api.stop()
         background.stop()
+
+
+def _pairs_on_different_masters(api, cluster, count: int) -> list[tuple[int, int]]:
+    """Pairs of accounts (50.00 each) whose keys live on different masters: no one script sees both of a pair."""
+    pairs: list[tuple[int, int]] = []
+    while len(pairs) < count:
+        a, b = _account(api, "50.00"), _account(api, "50.00")
+        while cluster.master_of(f"{{{a}}}") is cluster.master_of(f"{{{b}}}"):
+            b = _account(api, "50.00")
+        pairs.append((a, b))
+    return pairs

@@ -149,6 +149,7 @@ def _world(api) -> dict:
     ]
     payment_order = api("POST", "/orders", {"user_id": alice, "amount": "1.00", "close_in_s": 3600})[1]["order_id"]
     hold = api("POST", f"/accounts/{alice}/holds", {"amount": "2.00"})[1]["hold_id"]
+    transfer = api("POST", "/transfers", {"from": alice, "to": bob, "amount": "1.00"})[1]["transfer_id"]
     params = {
         "user_id": alice,
         "order_id": order_id,
@@ -157,6 +158,7 @@ def _world(api) -> dict:
         "monitor_id": 1,
         "voucher_id": voucher,
         "packet_id": packet,
+        "transfer_id": transfer,
         "account": alice,
         "queue": "rules-q",
         "element": "e1",
@@ -181,6 +183,7 @@ def _world(api) -> dict:
         ("POST", "/redpackets"): {"sender_id": alice, "total": "1.00", "count": 1},
         ("POST", "/redpackets/<packet_id>/grab"): {"user_id": alice},
         ("POST", "/orders"): {"user_id": alice, "amount": "1.00", "close_in_s": 3600},
+        ("POST", "/transfers"): {"from": alice, "to": bob, "amount": "0.01"},
         ("POST", "/delay-queues/<queue>/items"): {"element": "e1", "delay_s": 0},
         ("POST", "/delay-queues/<queue>/take"): {"limit": 1},
         ("POST", "/delay-queues/<queue>/ack"): {"receipts": ["1:e1"]},
@@ -221,6 +224,7 @@ def _state(sql, redis_client, world) -> tuple:
         "t_webhook_endpoint",
         "t_webhook_delivery",
         "t_balance_monitor",
+        "t_transfer",
     )
     counts = tuple(sql(f"SELECT COUNT(*) FROM {t}")[0][0] for t in tables)
     params = world["params"]
@@ -282,6 +286,8 @@ MAY_CALL = {
     ("POST", "/redpackets"): {S},
     ("POST", "/redpackets/<packet_id>/grab"): {S, U},
     ("GET", "/redpackets/<packet_id>"): ANYONE,
+    ("POST", "/transfers"): {S, U},
+    ("GET", "/transfers/<transfer_id>"): {S, OP, U},
     ("POST", "/orders"): {S},
     ("GET", "/orders/<order_id>"): {S, OP, U},
     ("POST", "/orders/<order_id>/pay"): {S, U},
@@ -354,6 +360,7 @@ def test_every_route_rule_with_every_kind_of_caller(api, sql, redis_client):
                     "/orders/<order_id>",
                     "/orders/<order_id>/pay",
                     "/vouchers/<voucher_id>/orders/<order_id>",
+                    "/transfers/<transfer_id>",
                 )
                 expected = (404,) if hidden else (401,) if who == "no one" else (403,)
                 assert status in expected, (who, method, path, answer)

@@ -21,7 +21,8 @@ SEQUENCE = [
     ("POST", "deduct", {"amount": "0.10"}, KEY, None),  # the replay: the first answer again
     ("POST", "deduct", {"amount": "0.20"}, KEY, None),  # the key with another body: 409
     ("POST", "deduct", {"amount": "1000.00"}, None, None),  # 402
-    ("POST", "deduct", {"amount": "1.001"}, None, None),  # 422 INVALID_AMOUNT
+    ("POST", "deduct", {"amount": "1.0001"}, None, None),  # 422 INVALID_AMOUNT: no amount has 4 digits
+    ("POST", "deduct", {"amount": "1.001"}, None, None),  # 422 INVALID_AMOUNT: the account's USD has 2 (the route's)
     ("POST", "deduct", {}, None, None),  # 422 MISSING_FIELD
     ("POST", "deduct", None, None, "{not json"),  # 400
     ("POST", "deduct", {"amount": "1.00"}, {"Content-Type": "text/plain"}, None),  # 415
@@ -82,7 +83,7 @@ def test_the_lane_answers_as_the_resolver_does(api, lane_counts):
     assert [(status, by_lane) for status, _, by_lane in lane_answers] == [
         (200, True), (200, True), (200, True), (200, True),  # the charges and the replay
         (409, True), (402, True),  # refusals the route raised
-        (422, False), (422, False), (400, False), (415, False), (422, False), (422, False),  # invalid: the resolver's
+        (422, False), (422, True), (422, False), (400, False), (415, False), (422, False), (422, False),  # invalid
         (200, True), (403, True), (405, False),
     ]  # fmt: skip
 

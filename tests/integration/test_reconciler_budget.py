@@ -53,6 +53,7 @@ def test_a_part_that_raises_does_not_stop_the_others(api, sql, monkeypatch, reco
         "holds",
         "vouchers",
         "packets",
+        "transfers",
         "journeys",
         "reminders",
         "orders",

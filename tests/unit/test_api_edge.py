@@ -10,7 +10,10 @@ import pytest
 from helpers import caller_context
 from infra.localrt import events
 
-AMOUNT_MESSAGE = '{field}: a decimal string with at most 2 fractional digits, such as "12.34", is required'
+AMOUNT_MESSAGE = (
+    "{field}: a decimal string with at most as many fractional digits as the account's currency has (JPY 0, USD 2, KWD"
+    ' 3), such as "12.34", is required'
+)
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +61,7 @@ def assert_refused(answer: tuple[int, dict, dict], status: int, code: str, messa
 
 
 BAD_AMOUNTS = [
-    "1.234",
+    "1.2345",  # more than any currency has (1.234: the account's currency decides, tests/integration/test_currencies.py)
     "-1",
     "-1.00",
     "1e3",
@@ -91,11 +94,11 @@ def test_a_charge_with_a_bad_amount_is_refused(route, amount):
     "method,path,body,field",
     [
         ("POST", "/accounts", {"user_name": "a", "threshold": "-1.00"}, "threshold"),
-        ("POST", "/accounts", {"user_name": "a", "threshold": "0.001"}, "threshold"),
+        ("POST", "/accounts", {"user_name": "a", "threshold": "0.0001"}, "threshold"),
         ("PATCH", "/accounts/7", {"threshold": 1}, "threshold"),
         ("POST", "/redpackets", {"sender_id": 7, "total": "0.00", "count": 1}, "total"),
         ("POST", "/redpackets", {"sender_id": 7, "total": "1e2", "count": 1}, "total"),
-        ("POST", "/orders", {"user_id": 7, "amount": "12.345", "close_in_s": 60}, "amount"),
+        ("POST", "/orders", {"user_id": 7, "amount": "12.3456", "close_in_s": 60}, "amount"),
     ],
 )
 def test_every_money_field_refuses_what_is_not_a_plain_amount(method, path, body, field):
@@ -224,14 +227,21 @@ def test_a_json_body_that_is_not_an_object_is_refused():
     assert_refused(call("POST", "/accounts/7/deduct", ["1.00"]), 422, "VALIDATION_ERROR")
 
 
-def test_amounts_reach_the_route_as_minor_units():
-    """The schema parses the decimal text once: what a route reads is already an int of minor units."""
+def test_amounts_reach_the_route_as_exact_decimals():
+    """The schema checks the decimal text's form once: what a route reads is an exact Decimal (its digits kept), which
+    the account's currency turns into minor units (hotledger.currencies); an Idempotency-Key's fingerprint takes it
+    by value, as the cents it was before currencies when it has at most 2 digits."""
+    from decimal import Decimal
+
     from api.schemas import AmountRequest, CreateAccountRequest, PatchAccountRequest
 
-    assert AmountRequest.model_validate({"amount": "12.34"}).amount == 1234
-    assert AmountRequest.model_validate({"amount": "7"}).amount == 700
+    assert str(AmountRequest.model_validate({"amount": "12.34"}).amount) == "12.34"
+    assert AmountRequest.model_validate({"amount": "7"}).amount == Decimal(7)
+    assert str(AmountRequest.model_validate({"amount": "1.50"}).amount) == "1.50"
+    assert AmountRequest.model_validate({"amount": "12.3"}).model_dump() == {"amount": 1230}
+    assert AmountRequest.model_validate({"amount": "1.234"}).model_dump() == {"amount": "1.234"}
     assert CreateAccountRequest.model_validate({"user_name": "a"}).threshold == 0
-    assert CreateAccountRequest.model_validate({"user_name": "a", "threshold": "0.5"}).threshold == 50
+    assert CreateAccountRequest.model_validate({"user_name": "a", "threshold": "0.5"}).threshold == Decimal("0.5")
     assert PatchAccountRequest.model_validate({}).threshold is None
 
 
@@ -326,6 +336,10 @@ AMOUNT_TEXTS = [
     "",
     "NaN",
     "1.234",
+    "1.2345",
+    "0.001",
+    "0.000",
+    "0.010",
     "100000000000000.00",
     "0.05",
     "10.5",
@@ -339,13 +353,13 @@ def test_the_document_states_exactly_which_amounts_the_validator_accepts(text):
     it is accepted (no schema-valid amount is refused, no refused one is schema-valid)."""
     import re
 
-    from hotledger.money import InvalidAmount, parse_minor
+    from hotledger.money import InvalidAmount, parse_amount
 
     for name, allow_zero in (("amount", False), ("threshold", True)):
         schema = _amount_schemas()[name]
         assert schema["type"] == "string" and "pattern" in schema, schema
         try:
-            parse_minor(text, allow_zero=allow_zero)
+            parse_amount(text, allow_zero=allow_zero)
             accepted = True
         except InvalidAmount:
             accepted = False

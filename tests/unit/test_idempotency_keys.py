@@ -57,6 +57,18 @@ class FakePackets:
             raise self.fail_with
         return Grab(len(self.grabs), user_id, 100)
 
+    def sender_of(self, packet_id):
+        return 1
+
+
+class FakeCurrencies:
+    """Every account holds dollars."""
+
+    def of(self, user_id):
+        from hotledger.money import Currency
+
+        return Currency.of("USD")
+
 
 @pytest.fixture
 def world(monkeypatch):
@@ -66,6 +78,7 @@ def world(monkeypatch):
     store, packets = FakeIdempotency(), FakePackets()
     monkeypatch.setattr(idempotency, "idempotency", lambda: store)
     monkeypatch.setattr(redpackets, "redpackets", lambda: packets)
+    monkeypatch.setattr(redpackets, "currencies", FakeCurrencies)
     return store, packets
 
 

@@ -95,6 +95,13 @@ class NoHolds:
         return 0
 
 
+class NoTransfers:
+    def run(self, now_ms, age_s):
+        from hotledger.transfers.reconcile import TransferReconcileReport
+
+        return TransferReconcileReport()
+
+
 class Cursors(dict):
     def get(self, part):
         return super().get(part, 0)
@@ -123,6 +130,7 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
         monkeypatch.setattr(runtime, name, lambda fake=fake: fake)
     monkeypatch.setattr(runtime, "holds", lambda: NoHolds())
     monkeypatch.setattr(runtime, "monitors", lambda: NoHolds())
+    monkeypatch.setattr(runtime, "transfer_reconciler", lambda: NoTransfers())
     monkeypatch.setattr(retention, "prune", lambda older_than_ms, budget: {"keys": 4})
     webhooks = SimpleNamespace(store=SimpleNamespace(prune=lambda older_than_ms, budget: 2))  # its retention part
     monkeypatch.setattr(runtime, "webhooks", lambda: webhooks)
@@ -141,6 +149,7 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
         "holds",
         "vouchers",
         "packets",
+        "transfers",
         "journeys",
         "reminders",
         "orders",

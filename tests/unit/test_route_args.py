@@ -5,6 +5,7 @@ validator's)."""
 
 import itertools
 import json
+from decimal import Decimal
 
 import pytest
 from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
@@ -88,4 +89,4 @@ def test_a_plain_charge_takes_the_one_step_and_gets_the_validated_values():
     args = _hot_lane.hot[id(route)][0].parse(
         _event("deduct", "7", "k1", "application/json", json.dumps({"amount": "12.34"})), {"user_id": "7"}
     )
-    assert (args["user_id"], args["idempotency_key"], args["request"].amount) == (7, "k1", 1234)
+    assert (args["user_id"], args["idempotency_key"], args["request"].amount) == (7, "k1", Decimal("12.34"))

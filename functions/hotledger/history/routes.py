@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -12,8 +13,7 @@ from api.responses import responses
 from api.rules import ADMIN, SERVICE, only, path_arg
 from hotledger import errors
 from hotledger.history.service import ENTRY_TYPES, Filters, HistoryEntry
-from hotledger.money import format_minor
-from hotledger.runtime import history
+from hotledger.runtime import currencies, history
 
 router = Router()
 UserId = Annotated[int, Path(gt=0, lt=2**31)]
@@ -64,7 +64,7 @@ class StatementView(BaseModel):
     closing_balance: str = Field(description="opening_balance + the entries' balance changes")
 
 
-def _entry(e: HistoryEntry) -> dict[str, Any]:
+def _entry(e: HistoryEntry, format_minor: Callable[[int], str]) -> dict[str, Any]:
     return {
         "seq": e.seq,
         "entry_id": str(e.entry_id),
@@ -111,12 +111,14 @@ def list_entries(
     until: EpochMs = None,
 ) -> dict[str, Any]:
     page = history().entries(user_id, limit, cursor, _filters(types, since, until))
-    return {"entries": [_entry(e) for e in page.entries], "next_cursor": page.next_cursor}
+    format_minor = currencies().of(user_id).format
+    return {"entries": [_entry(e, format_minor) for e in page.entries], "next_cursor": page.next_cursor}
 
 
 @router.get("/accounts/<user_id>/balance", responses=responses(200, BalanceView, "the balance at `at`", _NOT_FOUND))
 def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> dict[str, Any]:
     found = history().balance_at(user_id, at)
+    format_minor = currencies().of(user_id).format
     return {
         "balance": format_minor(found.balance),
         "available": format_minor(found.available),
@@ -142,11 +144,12 @@ def statement(
     user_id: UserId, since: Annotated[int, Query(ge=0, lt=2**53)], until: Annotated[int, Query(ge=1, lt=2**53)]
 ) -> dict[str, Any]:
     s = history().statement(user_id, since, until)
+    format_minor = currencies().of(user_id).format
     return {
         "since": s.since,
         "until": s.until,
         "opening_balance": format_minor(s.opening.balance),
-        "entries": [_entry(HistoryEntry.booked(e)) for e in s.entries],
+        "entries": [_entry(HistoryEntry.booked(e), format_minor) for e in s.entries],
         "closing_balance": format_minor(s.closing.balance),
     }
 

@@ -16,8 +16,7 @@ from api.rules import ADMIN, SERVICE, only, path_arg
 from api.schemas import Amount
 from hotledger import observability
 from hotledger.holds.service import MAX_EXPIRES_IN_S, HoldView
-from hotledger.money import format_minor
-from hotledger.runtime import holds
+from hotledger.runtime import currencies, holds
 
 router = Router()
 metrics = observability.metrics()
@@ -68,6 +67,7 @@ class HoldsPage(BaseModel):
 
 def _answer(view: HoldView) -> dict[str, Any]:
     h = view.hold
+    format_minor = currencies().of(h.user_id).format
     return {
         "hold_id": str(h.hold_id),
         "user_id": h.user_id,
@@ -105,7 +105,12 @@ def authorize(
 ) -> Response[str]:
     def run(attempt: Attempt) -> dict[str, Any]:
         view = holds().authorize(
-            user_id, request.amount, request.expires_in_s, request.description, attempt.remember, attempt.resumed_from
+            user_id,
+            currencies().minor(user_id, request.amount),
+            request.expires_in_s,
+            request.description,
+            attempt.remember,
+            attempt.resumed_from,
         )
         metrics.add_metric(name="HoldsAuthorized", unit=MetricUnit.Count, value=1)
         return _answer(view)
@@ -139,7 +144,14 @@ def capture(
 ) -> Response[str]:
     def run(attempt: Attempt) -> dict[str, Any]:
         return _answer(
-            holds().capture(user_id, hold_id, request.amount, request.final, attempt.remember, attempt.resumed_from)
+            holds().capture(
+                user_id,
+                hold_id,
+                None if request.amount is None else currencies().minor(user_id, request.amount),
+                request.final,
+                attempt.remember,
+                attempt.resumed_from,
+            )
         )
 
     return once(

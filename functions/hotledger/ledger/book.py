@@ -69,6 +69,10 @@ _SERVICE_KEYS = (
     ("payorderrefund", "payment_refund", "payment_order"),
     ("payorder", "payment_charge", "payment_order"),
     ("rprefund", "redpacket_refund", "redpacket"),
+    # transfers/store.py: a transfer's debit of the payer, credit of the payee, and the debit given back
+    ("transferdebit", "transfer_debit", "transfer"),
+    ("transfercredit", "transfer_credit", "transfer"),
+    ("transferrelease", "transfer_release", "transfer"),
 )
 
 

@@ -1,6 +1,7 @@
 """Account routes: create, read and change accounts, charge them (deduct, recharge), read orders.
 
-Amounts arrive validated as integer minor units (api.schemas.Amount / Threshold): nothing here parses money."""
+Amounts arrive as exact Decimals (api.schemas.Amount / Threshold) and become the account's minor units through its
+currency (runtime.currencies: the one rule); answers show them with the currency's digits."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ from api.schemas import (
     RechargeResult,
 )
 from hotledger import observability
+from hotledger.currencies.service import minor_in
 from hotledger.ledger.service import Account, LedgerResult
-from hotledger.money import format_minor
-from hotledger.runtime import ledger
+from hotledger.money import Currency
+from hotledger.runtime import currencies, ledger
 
 router = Router()
 logger = observability.logger()
@@ -38,7 +40,7 @@ _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND")
 _CHARGE_CONFLICT = (409, "IDEMPOTENCY_KEY_REUSED: same Idempotency-Key with another body; IDEMPOTENCY_IN_PROGRESS")
 
 
-def _charged(id_field: str, result: LedgerResult) -> Response[str]:
+def _charged(id_field: str, result: LedgerResult, currency: Currency) -> Response[str]:
     """A charge's answer (DeductResult / RechargeResult), serialized once, here. The hot routes return this Response,
     annotated as one: a dict would be validated against the annotation, dumped by pydantic and then serialized again
     by the resolver, on every deduct (the resolver only checks the body is a str)."""
@@ -46,8 +48,8 @@ def _charged(id_field: str, result: LedgerResult) -> Response[str]:
         {
             id_field: str(result.entry_id),
             "user_id": result.user_id,
-            "amount": format_minor(result.amount),
-            "balance": format_minor(result.balance),
+            "amount": currency.format(result.amount),
+            "balance": currency.format(result.balance),
             "version": result.version,
             "mode": result.mode,
         }
@@ -55,9 +57,12 @@ def _charged(id_field: str, result: LedgerResult) -> Response[str]:
 
 
 def _account_body(account: Account) -> dict[str, Any]:
+    currency = currencies().of(account.user_id)
+    format_minor = currency.format
     return AccountView(
         user_id=account.user_id,
         user_name=account.user_name,
+        currency=currency.code,
         balance=format_minor(account.balance),
         version=account.version,
         threshold=format_minor(account.threshold),
@@ -80,10 +85,19 @@ _BACKLOG = (
 @router.post(
     "/accounts",
     status_code=201,
-    responses=responses(201, AccountCreated, "account created", (409, "DUPLICATE_USER_NAME")),
+    responses=responses(
+        201,
+        AccountCreated,
+        "account created",
+        (409, "DUPLICATE_USER_NAME"),
+        (422, "INVALID_AMOUNT: the threshold has more fractional digits than the currency"),
+    ),
 )
 def create_account(request: Annotated[CreateAccountRequest, Body()]) -> dict[str, Any]:
-    user_id = ledger().create_account(request.user_name, request.deduct_type, request.threshold)
+    code = request.currency or currencies().default.code
+    threshold = minor_in(Currency.of(code), request.threshold, "threshold")
+    user_id = ledger().create_account(request.user_name, request.deduct_type, threshold, code)
+    currencies().created(user_id, code)
     metrics.add_metric(name="AccountsCreated", unit=MetricUnit.Count, value=1)
     return {"user_id": user_id}
 
@@ -104,7 +118,8 @@ def get_account(user_id: UserId) -> dict[str, Any]:
     ),
 )
 def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body()]) -> dict[str, Any]:
-    return _account_body(ledger().patch_account(user_id, request.deduct_type, request.threshold, request.api_open))
+    threshold = None if request.threshold is None else currencies().minor(user_id, request.threshold, "threshold")
+    return _account_body(ledger().patch_account(user_id, request.deduct_type, threshold, request.api_open))
 
 
 @router.post(
@@ -116,17 +131,18 @@ def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body(
         _NOT_FOUND,
         _CHARGE_CONFLICT,
         UNAVAILABLE,
-        (422, "BALANCE_LIMIT or invalid input"),
+        (422, "BALANCE_LIMIT; INVALID_AMOUNT: more fractional digits than the account's currency has"),
         _BACKLOG,
     ),
 )
 def recharge(
     user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None
 ) -> Response[str]:
-    result = ledger().recharge(user_id, request.amount, idempotency_key)
+    currency = currencies().of(user_id)
+    result = ledger().recharge(user_id, minor_in(currency, request.amount), idempotency_key)
     metrics.add_metric(name="Recharges", unit=MetricUnit.Count, value=1)
     _log_charge("recharged", result)
-    return _charged("pay_id", result)
+    return _charged("pay_id", result, currency)
 
 
 @router.post(
@@ -140,16 +156,18 @@ def recharge(
         UNAVAILABLE,
         (402, "INSUFFICIENT_BALANCE: balance - amount would fall below the threshold"),
         (403, "API_CLOSED"),
+        (422, "INVALID_AMOUNT: more fractional digits than the account's currency has"),
         _BACKLOG,
     ),
 )
 def deduct(
     user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None
 ) -> Response[str]:
-    result = ledger().deduct(user_id, request.amount, idempotency_key)
+    currency = currencies().of(user_id)
+    result = ledger().deduct(user_id, minor_in(currency, request.amount), idempotency_key)
     metrics.add_metric(name="Deducts", unit=MetricUnit.Count, value=1)
     _log_charge("deducted", result)
-    return _charged("order_id", result)
+    return _charged("order_id", result, currency)
 
 
 @router.get(
@@ -158,6 +176,7 @@ def deduct(
 )
 def get_order(user_id: UserId, order_id: Annotated[int, Path(gt=0, lt=2**63)]) -> dict[str, Any]:
     order = ledger().get_deduct(user_id, order_id)
+    format_minor = currencies().of(user_id).format
     return OrderView(
         order_id=str(order.entry_id),
         user_id=order.user_id,

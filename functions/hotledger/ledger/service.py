@@ -348,8 +348,8 @@ class Ledger:
         self.hold, self.rebuild_hold_ms = hold, rebuild_hold_ms
 
     # accounts -------------------------------------------------------------------------------
-    def create_account(self, user_name: str, deduct_type: str, threshold: int) -> int:
-        user_id = self.store.create_account(user_name, deduct_type, threshold)
+    def create_account(self, user_name: str, deduct_type: str, threshold: int, currency: str | None = None) -> int:
+        user_id = self.store.create_account(user_name, deduct_type, threshold, currency)
         # a DB restored or reset while Redis kept its keys hands out ids Redis still knows: the new account must not
         # inherit a cached balance or pending entries of an account that no longer exists
         self.store.forget_account(user_id)
@@ -359,6 +359,10 @@ class Ledger:
     def pending_entries(self, user_id: int) -> list[Entry]:
         """The account's entries charged in Redis and not in the DB yet (none for a SYNC account)."""
         return self.store.pending_entries(user_id)
+
+    def account_row(self, user_id: int) -> AccountRow | None:
+        """The account as the DB holds it (an operator's close is there first), None when there is none."""
+        return self.store.account(user_id)
 
     def account_exists(self, user_id: int) -> bool:
         return self.store.is_cached(user_id) or self.store.user_exists(user_id)

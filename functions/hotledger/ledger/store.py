@@ -86,8 +86,9 @@ class LedgerStore:
         with db.transaction() as cur:
             yield LedgerTx(cur)
 
-    def create_account(self, user_name: str, deduct_type: str, threshold: int) -> int:
-        """A new account holds 0, so its API starts closed for balance; a recharge opens it."""
+    def create_account(self, user_name: str, deduct_type: str, threshold: int, currency: str | None = None) -> int:
+        """A new account holds 0, so its API starts closed for balance; a recharge opens it. currency: ISO 4217
+        (None: the column's NULL, DEFAULT_CURRENCY)."""
         try:
             with db.transaction() as cur:
                 cur.execute(
@@ -96,8 +97,8 @@ class LedgerStore:
                 )
                 user_id = int(cur.lastrowid)
                 cur.execute(
-                    "INSERT INTO t_account (user_id, balance, version, threshold) VALUES (%s, 0, 1, %s)",
-                    (user_id, threshold),
+                    "INSERT INTO t_account (user_id, balance, version, threshold, currency) VALUES (%s, 0, 1, %s, %s)",
+                    (user_id, threshold, currency),
                 )
         except pymysql.err.IntegrityError as exc:
             raise errors.DuplicateUserName(f"user_name {user_name!r} is taken") from exc

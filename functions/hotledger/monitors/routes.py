@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -13,9 +14,8 @@ from api.responses import responses
 from api.rules import ADMIN, SERVICE, only, path_arg
 from api.schemas import Threshold
 from hotledger import errors
-from hotledger.money import format_minor
 from hotledger.monitors.service import Monitor
-from hotledger.runtime import monitors
+from hotledger.runtime import currencies, monitors
 
 router = Router()
 UserId = Annotated[int, Path(gt=0, lt=2**31)]
@@ -52,6 +52,7 @@ class MonitorView(BaseModel):
 
 
 def _view(m: Monitor) -> dict[str, Any]:
+    format_minor = currencies().of(m.user_id).format
     return {
         "monitor_id": str(m.monitor_id),
         "user_id": m.user_id,
@@ -74,10 +75,15 @@ def _view(m: Monitor) -> dict[str, Any]:
     ),
 )
 def create_monitor(user_id: UserId, request: Annotated[MonitorRequest, Body()]) -> dict[str, Any]:
+    def minor(value: Decimal | None, field: str) -> int | None:
+        return None if value is None else currencies().minor(user_id, value, field)
+
     if request.below is not None:
-        return _view(monitors().create(user_id, "below", request.below, request.rearm_above))
+        below = currencies().minor(user_id, request.below, "below")
+        return _view(monitors().create(user_id, "below", below, minor(request.rearm_above, "rearm_above")))
     if request.above is not None:
-        return _view(monitors().create(user_id, "above", request.above, request.rearm_below))
+        above = currencies().minor(user_id, request.above, "above")
+        return _view(monitors().create(user_id, "above", above, minor(request.rearm_below, "rearm_below")))
     raise errors.DomainError("give below or above")  # never: one_direction refuses a request with neither
 
 

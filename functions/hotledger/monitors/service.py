@@ -31,8 +31,11 @@ class Monitors:
         inbox: Inbox,
         account_exists: Callable[[int], bool],
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        formatter: Callable[[int], Callable[[int], str]] = lambda user_id: format_minor,
     ) -> None:
+        """formatter(user_id): how the account's amounts are written (its currency's digits)."""
         self.store, self.inbox, self.account_exists, self.clock = store, inbox, account_exists, clock
+        self.formatter = formatter
 
     def create(self, user_id: int, direction: str, threshold: int, rearm: int | None) -> Monitor:
         if not self.account_exists(user_id):
@@ -63,6 +66,7 @@ class Monitors:
                 break
             for a in alerts:
                 word = "below" if a.direction == BELOW else "above"
+                format_minor = self.formatter(a.user_id)
                 self.inbox.post(
                     a.user_id,
                     f"balance.{a.direction}",

@@ -37,9 +37,8 @@ from api.schemas import (
 )
 from hotledger import errors
 from hotledger.dal.delay_queue import QueueFull
-from hotledger.money import format_minor
 from hotledger.notices.payment_orders import PaymentOrder
-from hotledger.runtime import delay_handlers, delay_queue, inbox, journeys, operations, payment_orders
+from hotledger.runtime import currencies, delay_handlers, delay_queue, inbox, journeys, operations, payment_orders
 
 router = Router()
 Queue = Annotated[QueueName, Path()]
@@ -179,6 +178,7 @@ def drop_dead_letter(queue: Queue, element: Annotated[str, Path(min_length=1, ma
 
 
 def _payment_order_body(payment_order: PaymentOrder) -> dict[str, Any]:
+    format_minor = currencies().of(payment_order.user_id).format
     return PaymentOrderView(
         order_id=str(payment_order.id),
         user_id=payment_order.user_id,
@@ -222,7 +222,7 @@ def _create_order(request: CreatePaymentOrderRequest, attempt: Attempt) -> dict[
     return _payment_order_body(
         payment_orders().create(
             request.user_id,
-            request.amount,
+            currencies().minor(request.user_id, request.amount),
             request.close_in_s,
             reserve=lambda order_id: attempt.remember(str(order_id)),
             payment_order_id=resumed,

@@ -14,8 +14,7 @@ from api.responses import UNAVAILABLE, responses
 from api.rules import SERVICE, Rule, body_field, only
 from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
 from hotledger import errors, observability
-from hotledger.money import format_minor
-from hotledger.runtime import redpackets
+from hotledger.runtime import currencies, redpackets
 
 router = Router()
 logger = observability.logger()
@@ -58,7 +57,8 @@ def create_packet(
 def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict[str, Any]:
     """The packet's id is the key's recovery point, kept before the sender is debited: an attempt resuming a dead
     one finishes that packet (debited at most once under rp<id>) instead of sending a second."""
-    args = (request.sender_id, request.total, request.count, request.expires_in_s)
+    total = currencies().minor(request.sender_id, request.total, "total")
+    args = (request.sender_id, total, request.count, request.expires_in_s)
     if attempt.resumed_from is not None:
         packet = redpackets().resume(int(attempt.resumed_from), *args)
     else:
@@ -73,6 +73,7 @@ def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict[st
             "count": packet.count,
         },
     )
+    format_minor = currencies().of(packet.sender_id).format
     return RedPacketCreated(
         packet_id=str(packet.packet_id),
         sender_id=packet.sender_id,
@@ -91,6 +92,7 @@ def _create_packet(request: CreateRedPacketRequest, attempt: Attempt) -> dict[st
         _NOT_FOUND,
         UNAVAILABLE,
         (409, "ALREADY_GRABBED, EMPTY, EXPIRED or PACKET_NOT_OPEN; " + KEY_CONFLICT[1]),
+        (422, "CURRENCY_MISMATCH: the grabber's account holds another currency than the sender's"),
         TOO_MANY_KEYS,
     ),
 )
@@ -108,6 +110,14 @@ def grab_packet(
 
 
 def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict[str, Any]:
+    currency = currencies().of(request.user_id)
+    sender = redpackets().sender_of(packet_id)
+    if sender is not None and currencies().of(sender) != currency:  # the grabber would be credited in another one
+        raise errors.CurrencyMismatch(
+            f"red packet {packet_id} pays in {currencies().of(sender).code}; account {request.user_id} holds "
+            f"{currency.code}"
+        )
+    format_minor = currency.format
     try:
         grab = redpackets().grab(packet_id, request.user_id)
     except errors.AlreadyGrabbed as exc:
@@ -143,6 +153,7 @@ def _grab_packet(packet_id: int, request: GrabRequest, attempt: Attempt) -> dict
 @router.get("/redpackets/<packet_id>", responses=responses(200, RedPacketView, "the packet", _NOT_FOUND))
 def get_packet(packet_id: PacketId) -> dict[str, Any]:
     p = redpackets().get(packet_id)
+    format_minor = currencies().of(p.sender_id).format
     return RedPacketView(
         packet_id=str(p.packet_id),
         sender_id=p.sender_id,

@@ -167,6 +167,7 @@ class RedPackets:
         self.ledger, self.queue, self.rebuild_hold_ms, self.hold = ledger, queue, rebuild_hold_ms, hold
         self.rng = rng or random.SystemRandom()
         self.clock = clock
+        self.senders: dict[int, int] = {}  # packet id -> its sender, as read (a packet's sender never changes)
 
     # send -----------------------------------------------------------------------------------------------
     def create(
@@ -267,6 +268,18 @@ class RedPackets:
         """Redis lost the packet: grabs wait until the writer applied the log as it was (at least REBUILD_HOLD_S),
         so claims acknowledged before the loss land first."""
         self.load(packet_id, hold_until=self.clock() + self.rebuild_hold_ms, hold_log=self.hold.rebuild_mark())
+
+    def sender_of(self, packet_id: int) -> int | None:
+        """The packet's sender (None: no such packet), read once per process: grabs are credited in its currency."""
+        sender = self.senders.get(packet_id)
+        if sender is None:
+            row = self.store.packet(packet_id)
+            if row is None:
+                return None
+            if len(self.senders) >= 100_000:
+                self.senders.clear()
+            sender = self.senders[packet_id] = row.sender_id
+        return sender
 
     # grab -------------------------------------------------------------------------------------------------
     def grab(self, packet_id: int, user_id: int) -> Grab:

@@ -15,9 +15,8 @@ from api.responses import UNAVAILABLE, responses
 from api.rules import SERVICE, only
 from api.schemas import Amount
 from hotledger import observability
-from hotledger.money import format_minor
 from hotledger.refunds.service import HOLD, ORDER, RefundResult
-from hotledger.runtime import refunds
+from hotledger.runtime import currencies, refunds
 
 router = Router()
 metrics = observability.metrics()
@@ -47,6 +46,7 @@ class RefundAnswer(BaseModel):
 
 def _answer(result: RefundResult) -> dict[str, Any]:
     r = result.refund
+    format_minor = currencies().of(r.user_id).format
     return {
         "refund_id": str(r.refund_id),
         f"{r.charge_kind}_id": str(r.charge_id),
@@ -61,7 +61,13 @@ def _refund(
 ) -> Response[str]:
     def run(attempt: Attempt) -> dict[str, Any]:
         result = refunds().refund(
-            user_id, kind, charge_id, request.amount, request.reason, attempt.remember, attempt.resumed_from
+            user_id,
+            kind,
+            charge_id,
+            currencies().minor(user_id, request.amount),
+            request.reason,
+            attempt.remember,
+            attempt.resumed_from,
         )
         metrics.add_metric(name="Refunds", unit=MetricUnit.Count, value=1)
         return _answer(result)

@@ -28,6 +28,9 @@ EVENT_TYPES = {
     "redpacket_debit": "redpacket.sent",
     "redpacket_credit": "redpacket.grab_credited",
     "redpacket_refund": "redpacket.refunded",
+    "transfer_debit": "transfer.debited",
+    "transfer_credit": "transfer.credited",
+    "transfer_release": "transfer.released",
     "opening": "account.opened",
 }
 BALANCE_TYPES = {"below": "balance.below", "above": "balance.above"}  # a balance monitor's crossing
@@ -48,6 +51,9 @@ MEANING = {
     "redpacket.sent": "a red packet's total left the sender's balance",
     "redpacket.grab_credited": "a red packet grab was credited to the grabber",
     "redpacket.refunded": "what a red packet's grabbers left was given back to its sender",
+    "transfer.debited": "a transfer's amount left the payer's balance (its debit leg; ref transfer:<id>)",
+    "transfer.credited": "a transfer's amount reached the payee's balance (its credit leg)",
+    "transfer.released": "a failed transfer's debit was given back to the payer",
     "account.opened": "the account's opening balance",
     "balance.below": "the balance crossed a monitor's line downwards (once per crossing, re-armed past rearm_above)",
     "balance.above": "the balance crossed a monitor's line upwards (once per crossing, re-armed below rearm_below)",
@@ -99,7 +105,7 @@ def event_id(booked: Booked) -> str:
     return f"evt_{booked.entry_id}"
 
 
-def payload(booked: Booked, prev_seq: int | None) -> str:
+def payload(booked: Booked, prev_seq: int | None, decimals: int = 2) -> str:
     """The body as sent (and signed): Standard Webhooks' {type, timestamp, data}."""
     return EntryEvent(
         type=EVENT_TYPES[booked.type],
@@ -111,10 +117,10 @@ def payload(booked: Booked, prev_seq: int | None) -> str:
             prev_seq=prev_seq,
             entry_id=str(booked.entry_id),
             entry_type=booked.type,
-            amount=format_minor(booked.amount),
-            balance_change=format_minor(booked.delta),
-            balance_after=format_minor(booked.balance_after),
-            available_after=format_minor(booked.available_after),
+            amount=format_minor(booked.amount, decimals),
+            balance_change=format_minor(booked.delta, decimals),
+            balance_after=format_minor(booked.balance_after, decimals),
+            available_after=format_minor(booked.available_after, decimals),
             ref=booked.ref,
             charged_at=booked.charged_at,
         ),
@@ -125,7 +131,7 @@ def alert_event_id(alert: Alert) -> str:
     return f"evt_m{alert.monitor_id}_{alert.seq}"
 
 
-def alert_payload(alert: Alert, prev_seq: int | None) -> str:
+def alert_payload(alert: Alert, prev_seq: int | None, decimals: int = 2) -> str:
     """A balance monitor's crossing: the entry (seq) whose booking took the balance past the line."""
     return BalanceEvent(
         type=BALANCE_TYPES[alert.direction],
@@ -136,7 +142,7 @@ def alert_payload(alert: Alert, prev_seq: int | None) -> str:
             seq=alert.seq,
             prev_seq=prev_seq,
             monitor_id=str(alert.monitor_id),
-            threshold=format_minor(alert.threshold),
-            balance=format_minor(alert.balance),
+            threshold=format_minor(alert.threshold, decimals),
+            balance=format_minor(alert.balance, decimals),
         ),
     ).model_dump_json()

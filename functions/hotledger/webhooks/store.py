@@ -126,15 +126,27 @@ def _endpoint(row: tuple[Any, ...]) -> Endpoint:
     )
 
 
-_Body = Callable[[int | None], tuple[str, str]]  # an event's id and body, given the previous seq
+_Body = Callable[[int | None, int], tuple[str, str]]  # an event's id and body, given the previous seq and the digits
 
 
 def _entry_body(r: Booked) -> _Body:
-    return lambda prev: (event_id(r), payload(r, prev))
+    return lambda prev, decimals: (event_id(r), payload(r, prev, decimals))
 
 
 def _alert_body(a: Alert) -> _Body:
-    return lambda prev: (alert_event_id(a), alert_payload(a, prev))
+    return lambda prev, decimals: (alert_event_id(a), alert_payload(a, prev, decimals))
+
+
+def _decimals(cursor: Cursor, users: list[int]) -> dict[int, int]:
+    """The minor-unit digits of each account's currency (t_account.currency; NULL: DEFAULT_CURRENCY)."""
+    from hotledger.config import settings
+    from hotledger.money import MINOR_UNITS
+
+    cursor.execute(
+        f"SELECT user_id, currency FROM t_account WHERE user_id IN ({','.join(['%s'] * len(users))})", tuple(users)
+    )
+    default = settings().default_currency
+    return {user_id: MINOR_UNITS.get(code or default, 2) for user_id, code in cursor.fetchall()}
 
 
 _Event = tuple[int, int, int, str, int, _Body]  # (user, seq, sub_seq, type, at, its id and body given the prev seq)
@@ -183,10 +195,11 @@ def _deliveries(cursor: Cursor, events: list[_Event]) -> None:
         (*ids, *users),
     )
     last: dict[tuple[int, int], int] = {(e, u): s for e, u, s in cursor.fetchall()}
+    decimals = _decimals(cursor, users)
     values = []
     for endpoint_id, (user_id, seq, sub_seq, type_, at, body) in sorted(wanted, key=lambda w: (w[0], *w[1][:3])):
         prev = last.get((endpoint_id, user_id))
-        id_, text = body(prev)
+        id_, text = body(prev, decimals.get(user_id, 2))
         values.append((endpoint_id, user_id, seq, sub_seq, prev, id_, type_, text, at, at))
         last[(endpoint_id, user_id)] = seq
     cursor.executemany(
