@@ -59,4 +59,5 @@ def test_a_part_that_raises_does_not_stop_the_others(api, sql, monkeypatch, reco
         "orders",
         "alerts",
         "keys",
+        "webhooks",
     }

@@ -48,7 +48,7 @@ class Line:
     body: object = None
     query: str = ""
     params: dict = field(default_factory=dict)
-    hidden: bool = False  # another user's entity named by id answers as a missing one (404 ORDER_NOT_FOUND)
+    hidden: bool | str = False  # another user's entity named by id answers as a missing one (404; a str: its code)
     code: str | None = None  # the error code of an admitted caller's answer, when it is a refusal of the route's own
 
 
@@ -92,6 +92,9 @@ TABLE: dict[tuple[str, str], Line] = {
     ("GET", "/redpackets/{packet_id}"): line(ANY_TOKEN, 200),
     # payment orders
     ("POST", "/orders"): line({S}, 201, body={"user_id": "alice", "amount": "1.00", "close_in_s": 3600}),
+    # transfers: a service's, or an end user's from their own account; read by the payer, services and operators
+    ("POST", "/transfers"): line({S, U}, 201, body="transfer_from_alice"),
+    ("GET", "/transfers/{transfer_id}"): line({S, OP, U}, 200, hidden="TRANSFER_NOT_FOUND"),
     ("GET", "/orders/{order_id}"): line({S, OP, U}, 200, hidden=True, order_id="payment_order"),
     ("POST", "/orders/{order_id}/pay"): line({S, U}, 200, hidden=True, order_id="fresh_payment_order"),
     ("POST", "/orders/{order_id}/close"): line({S}, 200, order_id="fresh_payment_order"),
@@ -144,8 +147,8 @@ def expected(route: tuple[str, str], caller: str) -> tuple[int, str | None]:
         return entry.status, entry.code
     if caller in (NONE, AUDIENCE):
         return 401, "UNAUTHENTICATED"
-    if caller == OTHER and entry.hidden:
-        return 404, "ORDER_NOT_FOUND"
+    if caller == OTHER and entry.hidden:  # another user's: as if it did not exist (True: an order)
+        return 404, entry.hidden if isinstance(entry.hidden, str) else "ORDER_NOT_FOUND"
     return 403, "FORBIDDEN"
 
 
@@ -259,6 +262,7 @@ def _world(api, receiver, redis_client) -> dict:
         "fresh_packet": packet,
         "payment_order": payment_order(),
         "fresh_payment_order": payment_order,
+        "transfer_id": api("POST", "/transfers", {"from": alice, "to": bob, "amount": "0.01"})[1]["transfer_id"],
         "endpoint_id": endpoint(),
         "fresh_endpoint": endpoint,
         "monitor_id": monitor(),
@@ -283,6 +287,7 @@ def _request(route: tuple[str, str], world: dict) -> tuple[str, object]:
     bodies = {
         "new_account": lambda: {"user_name": f"rules-{uuid.uuid4().hex[:12]}"},
         "for_alice": lambda: {"user_id": world["alice"]},
+        "transfer_from_alice": lambda: {"from": world["alice"], "to": world["bob"], "amount": "0.01"},
         "packet_of_alice": lambda: {"sender_id": world["alice"], "total": "1.00", "count": 1},
         "endpoint": lambda: {"url": world["receiver"].url, "event_types": ["charge.persisted"]},
     }

@@ -177,12 +177,13 @@ class Holds:
 
     def expire(self, user_id: int, hold_id: int, adopt: bool = False) -> bool:
         """True when the hold has ended (now or before) or is unknown; False to try again later (a capture of it is in
-        flight, or it is not due yet). adopt (the reconciler, past expires_at and a grace): a hold the DB has ACTIVE
+        flight, it is not due yet, or its account was rebuilt after a Redis loss and its own records are still on their
+        way to the DB). adopt (the reconciler, past expires_at and a grace): a hold the DB has ACTIVE
         that Redis lost is put back first, so its expiry is booked like any other."""
         try:
             self._change(EXPIRE, user_id, hold_id, 0, False, None, None)
-        except (errors.HoldBusy, errors.HoldNotDue):
-            return False
+        except (errors.HoldBusy, errors.HoldNotDue, errors.Recovering):
+            return False  # a capture in flight, not due, or its account's records still on their way to the DB
         except errors.HoldNotFound:
             stored = self.store.stored(user_id, hold_id)
             if adopt and stored is not None and stored.state == ACTIVE:
