@@ -330,4 +330,8 @@ def test_every_route_of_the_document_with_every_kind_of_caller(api, local_hooks,
             code = answer["error"]["code"] if isinstance(answer, dict) and "error" in answer else None
             if (status, code) != expected(route, caller):
                 wrong.append((route, caller, (status, code), expected(route, caller), answer))
+    # the endpoints this test made (and the calls above made) would receive the later tests' events: gone
+    for endpoint in api("GET", "/webhook-endpoints")[1]:
+        if endpoint["url"] == receiver.url:
+            api("DELETE", f"/webhook-endpoints/{endpoint['endpoint_id']}")
     assert wrong == [], "\n".join(map(repr, wrong))

@@ -4,6 +4,7 @@ endpoint with seq and prev_seq, retried, dead-lettered after 3 days; never for a
 failing endpoint holds back only its own events. Through the API handler, the writer and the real DB."""
 
 import json
+import time
 
 import pytest
 from standardwebhooks import Webhook
@@ -1128,3 +1129,26 @@ def test_prev_seq_still_names_the_last_event_sent_once_its_row_is_pruned(api, lo
     _send()
     sent = [(e["data"]["seq"], e["data"]["prev_seq"]) for e in receiver.events(endpoint["secret"])]
     assert sent == [(2, None), (3, 2)]
+
+
+def test_a_new_endpoint_gets_only_the_events_booked_from_its_creation_on(api, redis_client, local_hooks):
+    """The fan-out runs after the booking, in the sender (issue 32 item 10): an event booked before an endpoint
+    existed, whose fan-out had not run yet, went to the new endpoint too (seen as one test's charges arriving at the
+    next test's fresh receiver). An endpoint gets the events booked from its creation on, as Stripe's do."""
+    earlier = local_hooks()
+    _endpoint(api, earlier.url, ["charge.persisted"])  # the booking writes its event for the endpoints there are
+    user_id = api.account(balance="10.00")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+    _persist(redis_client, user_id)  # booked; not fanned out yet
+    time.sleep(0.002)
+    later = local_hooks()
+    _endpoint(api, later.url, ["charge.persisted"])
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})[0] == 200
+    _persist(redis_client, user_id)
+    _send()
+
+    def amounts(receiver):
+        return [d["amount"] for d in (json.loads(b)["data"] for _, b in receiver.got) if d["user_id"] == user_id]
+
+    assert amounts(earlier) == ["1.00", "2.00"]
+    assert amounts(later) == ["2.00"]

@@ -182,10 +182,11 @@ def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) ->
 def _deliveries(cursor: Cursor, events: list[_Event]) -> None:
     """One PENDING delivery per event and endpoint subscribed to its type, with the previous seq of that account for
     that endpoint. A disabled endpoint's too: they wait (due skips disabled endpoints) and go out, in order, when it is
-    enabled again. `events`: a prefix of each of their accounts' events not fanned out yet, in key order."""
-    cursor.execute("SELECT id, event_types FROM t_webhook_endpoint WHERE deleted = 0")
-    endpoints = [(id_, set(types.split(","))) for id_, types in cursor.fetchall()]
-    wanted = [(id_, e) for id_, types in endpoints for e in events if e[3] in types]
+    enabled again. An endpoint gets the events booked from its creation on (as Stripe's do), never older ones whose
+    fan-out happened to wait. `events`: a prefix of each of their accounts' events not fanned out yet, in key order."""
+    cursor.execute("SELECT id, event_types, created_at FROM t_webhook_endpoint WHERE deleted = 0")
+    endpoints = [(id_, set(types.split(",")), created_at) for id_, types, created_at in cursor.fetchall()]
+    wanted = [(id_, e) for id_, types, since in endpoints for e in events if e[3] in types and e[4] >= since]
     if not wanted:
         return
     users, ids = sorted({e[0] for _, e in wanted}), sorted({id_ for id_, _ in wanted})
