@@ -145,13 +145,13 @@ def _getkeys(masters: list[redis.Redis]) -> int:
 def script_costs(target, client, entities: int, calls: int) -> tuple[dict, list[int], int]:
     """usec_per_call of each workload's script on `target` (a RedisServer or RedisCluster, `client` its client), the
     script calls each master ran over all workloads, and the COMMAND GETKEYS round trips the client made meanwhile."""
-    from hotledger.dal.redis_store import Lua
+    from hotledger.dal.redis_store import Lua, script_text
 
     lua, masters = Lua(client, str(REPO / "layers/lua")), _masters(target)
     costs, per_master, getkeys_before = {}, [0] * len(masters), _getkeys(masters)
     for script, workload in WORKLOADS.items():
         measured = workload(client, entities, calls)
-        client.script_load((REPO / f"layers/lua/{script}.lua").read_text())  # every master: no NOSCRIPT replies counted
+        client.script_load(script_text(REPO / f"layers/lua/{script}.lua"))  # every master: no NOSCRIPT replies counted
         before = _script_stats(masters)
         _run(lua, measured)
         after = _script_stats(masters)

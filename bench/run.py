@@ -201,13 +201,14 @@ def evalsha_redis_benchmark(redis_port: int, clients: int, requests: int) -> flo
     import scripts
 
     from hotledger.dal.redis_store import lua as runner
+    from hotledger.dal.redis_store import script_text
 
     lua = runner()
     scripts.load(lua, EVALSHA_USER, 9_000_000_000_000_000 // 2)
     name, keys, args = scripts.deduct_call(lua, EVALSHA_USER, RAND_ENTRY_ID)
     line = [str(x).replace(str(RAND_ENTRY_ID), "__rand_int__") for x in (*keys, *args)]
     sha = lua.sha(name)
-    lua.client.script_load((REPO / f"layers/lua/{name}.lua").read_text())
+    lua.client.script_load(script_text(REPO / f"layers/lua/{name}.lua"))
     cmd = ["redis-benchmark", "-p", str(redis_port), "-c", str(clients), "-n", str(requests), "-r", "1000000000"]
     cmd += ["-q", "evalsha", sha, str(len(keys)), *line]
     balance_before = int(lua.client.hget(keys[0], "balance"))

@@ -672,8 +672,8 @@ MUTANTS: list[Mutant] = [
     m(
         "hold-change-rebuild-hold",
         "layers/lua/hold_change.lua",
-        "if op ~= 'H' and h[9] then",
-        "if false then",
+        "local held = rebuild_hold(KEYS[1], h[9], h[10], now)",
+        "local held = nil",
         ["tests/integration/test_ledger_idempotency.py"],
         "a hold's change waits while the account's own records are on their way to the DB (hole 1)",
     ),

@@ -42,6 +42,7 @@
 --                                     answer 'recovering' for a second
 --   {'ok', balance, v, epoch, open, available, amount, captured, state, released, expires_at}  changed; also when
 --                                     KEYS[2] exists (a resend after a lost reply: answered as it was, nothing twice)
+--! include rebuild_hold
 local op, ts, entry_id, hold_id = ARGV[1], ARGV[4], ARGV[5], ARGV[6]
 local clock = redis.call('TIME')
 local script_now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -81,12 +82,9 @@ if not h[1] then return {'missing'} end
 if h[5] == 'SYNC' then return {'sync'} end
 local balance, held, now = tonumber(h[1]), tonumber(h[7]) or 0, tonumber(ts)
 -- a hold of an account rebuilt after a Redis loss is the DB's: a capture or end still on its way there is not in it
-if op ~= 'H' and h[9] then
-  if now < tonumber(h[9]) then return {'recovering', h[9]} end
-  if h[10] then  -- one caller a second checks the writer's watermark
-    redis.call('HSET', KEYS[1], 'hold_until', now + 1000)
-    return {'held', string.format('%d', now + 1000)}
-  end
+if op ~= 'H' then
+  local held = rebuild_hold(KEYS[1], h[9], h[10], now)
+  if held then return held end
 end
 local max_pending = tonumber(ARGV[10] or '') or 0
 

@@ -68,6 +68,7 @@
 --                                      (acknowledged by the broker) or 'pending' (its request died: stale)
 --   {'ok', id, balance, v, epoch, open} charged; also when KEYS[2] exists: this very call ran already and
 --                                      is resent after a lost reply, so it answers as it did, charging nothing
+--! include rebuild_hold
 local kind, amount, ts, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local fingerprint = ARGV[6]
 
@@ -99,14 +100,8 @@ if fingerprint ~= '' then
   if ARGV[13] ~= 'checked' then return {'unknown_key'} end
   -- a key neither Redis nor the DB knows, on an account rebuilt after a Redis loss: its first charge may have been
   -- acknowledged before the loss and still be on its way to the DB, so it waits for the log to be applied
-  if h[9] then
-    local now = tonumber(ts)
-    if now < tonumber(h[9]) then return {'recovering', h[9]} end
-    if h[10] then  -- one caller a second checks the writer's watermark
-      redis.call('HSET', KEYS[1], 'hold_until', now + 1000)
-      return {'held', string.format('%d', now + 1000)}
-    end
-  end
+  local held = rebuild_hold(KEYS[1], h[9], h[10], tonumber(ts))
+  if held then return held end
 end
 
 -- a refusal changes nothing but the key's record: its answer for as long as the record lives

@@ -7,6 +7,7 @@ answer lost: it may have run). Each feature's store wraps its scripts in typed m
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -77,6 +78,15 @@ def _translating(method: Callable[_P, _R]) -> Callable[_P, _R]:
     return call
 
 
+_INCLUDE = re.compile(r"^--! include (\w+)$", re.M)
+
+
+def script_text(path: Path) -> str:
+    """A script of layers/lua as Redis runs it: each `--! include <name>` line replaced by layers/lua/lib/<name>.lua,
+    so a piece several scripts need (the rebuild hold's check) is written once."""
+    return _INCLUDE.sub(lambda m: (path.parent / "lib" / f"{m.group(1)}.lua").read_text(), path.read_text())
+
+
 class Lua:
     """The scripts of layers/lua by file name; each call goes out as EVALSHA (EVAL once on NOSCRIPT).
     Features call them through their store's typed wrappers, never by name."""
@@ -84,7 +94,7 @@ class Lua:
     def __init__(self, client: redis.Redis | redis.RedisCluster, lua_dir: str):
         self.client = client
         self._scripts = {
-            path.stem: client.register_script(path.read_text()) for path in sorted(Path(lua_dir).glob("*.lua"))
+            path.stem: client.register_script(script_text(path)) for path in sorted(Path(lua_dir).glob("*.lua"))
         }
 
     def run(
