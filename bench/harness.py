@@ -69,6 +69,8 @@ TARGETS = {
     "webhook_not_delivered": ("<=", 0),
     # issue 32 item 11: a look at what is due costs the same whatever the backlog
     "webhook_due_backlog_ratio": ("<=", 1.5),
+    # issue 33 goal 2: one hot account's ceiling, server side, Redis against the database (bench/ceiling.py)
+    "hot_account_ceiling_ratio": (">=", 20),
 }
 
 

@@ -615,6 +615,14 @@ def webhook_figures(figures: report.Figures, size: Size) -> None:
         figures.add(name, value, unit, samples.get(name), baselines.get(name), measures)
 
 
+def ceiling_figures_server_side(figures: report.Figures, redis_port: int, size: Size, state: Path) -> None:
+    """Issue 33 goal 2: one account's deducts where they are serialized, from C clients (bench/ceiling.py)."""
+    import ceiling
+
+    for name, (value, unit, samples, baseline, measures) in ceiling.figures(redis_port, state, size).items():
+        figures.add(name, value, unit, samples, baseline, measures)
+
+
 def hotpath_figures(figures: report.Figures, extra: dict, size: Size) -> None:
     import hotpath
 
@@ -656,6 +664,7 @@ STAGES = [
     "holds and history",
     "webhooks and balance monitors",
     "cost and plots",
+    "hot account ceiling, server side",
 ]
 
 
@@ -727,6 +736,7 @@ def main() -> int:
         lambda st: ledger_history_figures(figures, size),
         lambda st: webhook_figures(figures, size),
         cost_and_plots,
+        lambda st: ceiling_figures_server_side(figures, st.redis_server.port, size, st.state),
     ]
     failed: dict[str, str] = {}
     clients.quiet()  # before the handler's logger is made: it writes to the stdout it found (Lambda's, for nobody)
