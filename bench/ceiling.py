@@ -113,13 +113,14 @@ def redis_side(redis_port: int, connections: int, requests: int) -> dict:
     import scripts
 
     from hotledger.dal.redis_store import lua as runner
+    from hotledger.dal.redis_store import script_text
 
     lua = runner()
     scripts.load(lua, REDIS_USER, HUGE_BALANCE)
     name, keys, args = scripts.deduct_call(lua, REDIS_USER, RAND_ENTRY_ID)
     line = [str(x).replace(str(RAND_ENTRY_ID), "__rand_int__") for x in (*keys, *args)]
     sha = lua.sha(name)
-    lua.client.script_load((REPO / f"layers/lua/{name}.lua").read_text())
+    lua.client.script_load(script_text(REPO / f"layers/lua/{name}.lua"))
     balance_before = int(lua.client.hget(keys[0], "balance"))
     lua.client.config_resetstat()
     cmd = ["redis-benchmark", "-p", str(redis_port), "-c", str(connections), "-n", str(requests), "-r", "1000000000"]
