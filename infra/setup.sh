@@ -11,6 +11,7 @@ command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-benchmark >/dev/null || need_apt+=(redis-tools)
 command -v valgrind >/dev/null || need_apt+=(valgrind)  # make bench counts the hot path's instructions
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
+command -v mysqlslap >/dev/null || need_apt+=(mariadb-client)  # make bench drives the DB side of the ceiling with it
 command -v make >/dev/null || need_apt+=(make)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
