@@ -127,3 +127,20 @@ def test_a_rebuild_that_finds_the_vouchers_buckets_live_changes_nothing(api, red
     assert replies == {("voucher_load", "0")}
     assert redis_client.hgetall(keys.voucher(voucher_id)) == before  # no hold, no stock change
     assert api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": api.account()})[0] == 200
+
+
+def test_a_rebuild_that_finds_the_packet_live_changes_nothing(api, redis_client):
+    """A red packet's rebuild raced by the live packet (a grab loaded it first): redpacket_load answers 0 and leaves
+    the packet as it is, no hold set over a packet Redis never lost."""
+    from hotledger.runtime import redpackets
+
+    sender = api.account(balance="10.00")
+    status, packet = api("POST", "/redpackets", {"sender_id": sender, "total": "2.00", "count": 2})
+    assert status == 201, packet
+    packet_id = int(packet["packet_id"])
+    before = redis_client.hgetall(keys.packet(packet_id))
+    with produced() as replies:
+        redpackets().rebuild(packet_id)
+    assert replies == {("redpacket_load", "0")}
+    assert redis_client.hgetall(keys.packet(packet_id)) == before
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": api.account()})[0] == 200
