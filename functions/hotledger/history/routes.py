@@ -19,6 +19,10 @@ router = Router()
 UserId = Annotated[int, Path(gt=0, lt=2**31)]
 EpochMs = Annotated[int | None, Query(ge=0, lt=2**53)]
 _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND")
+_BEFORE_LEDGER = (
+    422,
+    "BEFORE_LEDGER: the time is before the account's opening entry (it held money before the ledger existed)",
+)
 
 
 class EntryView(BaseModel):
@@ -115,7 +119,10 @@ def list_entries(
     return {"entries": [_entry(e, format_minor) for e in page.entries], "next_cursor": page.next_cursor}
 
 
-@router.get("/accounts/<user_id>/balance", responses=responses(200, BalanceView, "the balance at `at`", _NOT_FOUND))
+@router.get(
+    "/accounts/<user_id>/balance",
+    responses=responses(200, BalanceView, "the balance at `at`", _NOT_FOUND, _BEFORE_LEDGER),
+)
 def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> dict[str, Any]:
     found = history().balance_at(user_id, at)
     format_minor = currencies().of(user_id).format
@@ -136,7 +143,8 @@ def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> di
         _NOT_FOUND,
         (
             422,
-            "INVALID_RANGE: until is not after since; STATEMENT_TOO_LARGE: more than 1,000 entries, narrow the range",
+            "INVALID_RANGE: until is not after since; STATEMENT_TOO_LARGE: more than 1,000 entries, narrow the range; "
+            + _BEFORE_LEDGER[1],
         ),
     ),
 )
