@@ -654,6 +654,14 @@ MUTANTS: list[Mutant] = [
     ),
     # ---- issue 31: one account, one rulebook (the holes' guards) ---------------------------------------------
     m(
+        "balance-before-opening",
+        "functions/hotledger/history/store.py",
+        "            self._refuse_before_opening(user_id, at_ms)\n",
+        "",
+        ["tests/integration/test_history.py"],
+        "before an account's opening entry the ledger cannot say what it held: 422, never 0 (hole 6)",
+    ),
+    m(
         "rebuild-hold-never",
         "functions/hotledger/outbox/log_hold.py",
         'return (now_ms, _encode(unapplied)) if unapplied else (0, "")',
