@@ -47,3 +47,20 @@ def test_the_lua_entry_kinds_are_the_rulebooks():
     text = (LUA / "lib/entry.lua").read_text()
     table = text[text.index("local ENTRY_TAILS = {") : text.index("\n}\n", text.index("local ENTRY_TAILS = {"))]
     assert set(re.findall(r"\b([A-Z]) = ", table)) == set(KINDS)
+
+
+def test_the_docs_table_of_lua_pieces_is_true():
+    """docs/adding-a-feature.md ("A new kind of entry") names each piece of lib/, the functions it gives and the
+    scripts that include it: each exists, and each script named includes the piece (itself or through another)."""
+    from hotledger.dal.redis_store import script_text
+
+    doc = (LUA.parents[1] / "docs/adding-a-feature.md").read_text()
+    section = doc[doc.index("### A new kind of entry") : doc.index("The rules every kind keeps")]
+    rows = re.findall(r"^\| `lib/(\w+)\.lua` \| (.+) \| (.+) \|$", section, re.M)
+    assert {name for name, _, _ in rows} == {p.stem for p in (LUA / "lib").glob("*.lua")}
+    for name, what, used_by in rows:
+        piece = (LUA / "lib" / f"{name}.lua").read_text()
+        for function in re.findall(r"`(\w+)`", what):
+            assert re.search(rf"\blocal (function )?{function}\b", piece), (name, function)
+        for script in re.findall(r"`(\w+)`", used_by):
+            assert piece in script_text(LUA / f"{script}.lua"), (name, script)
