@@ -4,7 +4,7 @@
 -- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts, held (the credits in
 --                                      balance that are not durable yet: shown, not spendable), on_hold, and after
 --                                      a rebuild hold_until and hold_log (ledger_load)
--- KEYS[2] user:order:{uid}:<id>        string set here: amount;ts;balanceAfter;version;kind;epoch;open;idemKey
+-- KEYS[2] user:order:{uid}:<id>        string set here (lib/entry): amount;ts;balanceAfter;version;kind;epoch;open;idemKey
 -- KEYS[3] user:order:consistency:{uid} zset: entry ids not yet in the DB, scored by ts
 -- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state ('pending' | 'done' | 'refused'), refused
 --                                      (the refusal's reply status), ts (touched only when ARGV[6] ~= '')
@@ -69,6 +69,8 @@
 --   {'ok', id, balance, v, epoch, open} charged; also when KEYS[2] exists: this very call ran already and
 --                                      is resent after a lost reply, so it answers as it did, charging nothing
 --! include rebuild_hold
+--! include holds
+--! include event
 local kind, amount, ts, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local fingerprint = ARGV[6]
 
@@ -76,10 +78,8 @@ local fingerprint = ARGV[6]
 -- the writer persisted it (ledger_settle keeps it as 'settled;<entry string>' past any resend)
 local applied = redis.call('GET', KEYS[2])
 if applied then
-  local f = {}
-  for part in string.gmatch(applied, '[^;]+') do f[#f + 1] = part end
-  if f[1] == 'settled' then table.remove(f, 1) end
-  return {'ok', id, f[3], f[4], f[6], f[7]}
+  local e = entry_fields(applied)
+  return {'ok', id, e.balance_after, e.version, e.epoch, e.open}
 end
 
 if fingerprint ~= '' then
@@ -134,18 +134,7 @@ end
 local balance, open = tonumber(h[1]), h[4]
 if kind == 'D' then
   if open ~= '1' then return refuse('closed') end
-  local on_hold = tonumber(h[8]) or 0
-  if on_hold > 0 then  -- only accounts with holds pay for this
-    local expired = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', ts)
-    if #expired > 0 then
-      for _, rec in ipairs(redis.call('HMGET', KEYS[8], unpack(expired))) do
-        if rec then
-          local a, c = string.match(rec, '^(%d+);(%d+);')
-          on_hold = on_hold - (tonumber(a) - tonumber(c))
-        end
-      end
-    end
-  end
+  local on_hold = live_holds(tonumber(h[8]) or 0, KEYS[8], KEYS[9], ts)
   if balance - (tonumber(h[7]) or 0) - on_hold - amount < tonumber(h[3]) then return refuse('insufficient') end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 then open = 'BALANCE' end
@@ -161,15 +150,13 @@ end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 local balance_s, v_s = string.format('%d', balance), string.format('%d', v)
 redis.call('HSET', KEYS[1], 'ts', ts, 'open', open)
-redis.call('SET', KEYS[2], table.concat({ARGV[2], ts, balance_s, v_s, kind, h[6], open, ARGV[10]}, ';'), 'EX', ARGV[5])
+local entry = {amount = ARGV[2], ts = ts, balance_after = balance_s, version = v_s, kind = kind, epoch = h[6],
+  open = open, idem_key = ARGV[10]}
+redis.call('SET', KEYS[2], entry_string(entry), 'EX', ARGV[5])
 redis.call('ZADD', KEYS[3], ts, id)
 local streamed = ARGV[11] == 'stream'
 if streamed then
-  -- numbers are spliced as their decimal strings: a 63-bit id never passes through a Lua double
-  redis.call('XADD', KEYS[5], '*', 'e', '{"type":"ledger","id":' .. id .. ',"kind":"' .. kind .. '","user_id":'
-    .. ARGV[12] .. ',"amount":' .. ARGV[2] .. ',"balance_after":' .. balance_s
-    .. ',"version":' .. v_s .. ',"epoch":"' .. h[6] .. '","ts":' .. ts .. ',"open":"' .. open .. '","idem_key":'
-    .. (ARGV[10] == '' and 'null' or ('"' .. ARGV[10] .. '"')) .. '}')
+  redis.call('XADD', KEYS[5], '*', 'e', ledger_event_json(id, ARGV[12], entry))
 end
 if fingerprint ~= '' then
   redis.call('HSET', KEYS[4], 'fp', fingerprint, 'id', id, 'balance', balance_s, 'v', v_s,
