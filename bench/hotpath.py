@@ -74,7 +74,7 @@ def production_env(template_path: Path = REPO / "template.yaml", function: str =
         for name, value in variables.items()
         if name == "LOG_LEVEL" or name.startswith("POWERTOOLS_")
     }
-    if own.get("Tracing", globals_fn.get("Tracing")) == "Active":
+    if template._value(loaded, own.get("Tracing", globals_fn.get("Tracing"))) == "Active":
         env.update(
             {
                 "LAMBDA_TASK_ROOT": "/var/task",

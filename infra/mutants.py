@@ -880,8 +880,8 @@ MUTANTS: list[Mutant] = [
     ),
     m(
         "py-authorizer-scope-prefix",
-        "functions/authorizer/app.py",
-        'for s in str(claims.get("scope", "")).split() if s.startswith(prefix)}',
+        "functions/authorizer/claims.py",
+        'for s in str(claims.get("scope", "")).split() if s.startswith(scope_prefix)}',
         'for s in str(claims.get("scope", "")).split()}',
         [I_ROUTES],
         "only the resource server's own scopes (hotledger/...) count: a bare `service` or `admin` scope is none",
@@ -901,6 +901,14 @@ MUTANTS: list[Mutant] = [
         "        if False:",
         [I_ROUTES],
         "a token the issuer signed for another app client (another audience) is 401 everywhere",
+    ),
+    m(
+        "py-jwt-claims-token-use",
+        "functions/authorizer/claims.py",
+        "        raise InvalidToken(f\"token_use {claims.get('token_use')!r} is neither access nor id\")",
+        '        client, username = claims.get("client_id"), claims.get("username")',
+        ["tests/integration/test_front_doors.py"],
+        "verified claims of a token that is neither an access nor an ID token name no caller (401), front door http",
     ),
     # ---- issue 35, class 2: quotas given back, reconciler cursors -------------------------------------------------
     m(
