@@ -11,22 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from hotledger.features import FEATURES as REGISTERED
+
 REPO = Path(__file__).resolve().parents[2]
 FUNCTIONS = REPO / "functions"
 HOTLEDGER = FUNCTIONS / "hotledger"
 LUA = REPO / "layers" / "lua"
-FEATURES = (
-    "ledger",
-    "holds",
-    "refunds",
-    "history",
-    "webhooks",
-    "monitors",
-    "vouchers",
-    "redpackets",
-    "notices",
-    "outbox",
-)
+# every registered feature's package (hotledger.features names their modules), and the outbox
+FEATURES = (*(module.split(".")[1] for module in REGISTERED), "outbox")
 LUA_PREFIXES = (
     "ledger_",
     "hold_",
