@@ -94,7 +94,7 @@ def _is_handler(path: Path) -> bool:
 
 
 def test_handlers_never_reach_a_store():
-    """Handlers never reach a store: they ask the services hotledger.runtime builds."""
+    """Handlers never reach a store: they ask the services each feature.py (and hotledger.runtime) builds."""
     for path in _modules():
         if not _is_handler(path):
             continue
