@@ -789,6 +789,23 @@ MUTANTS: list[Mutant] = [
         ["tests/integration/test_ledger_idempotency.py"],
         "a red packet whose first debit is held is refused and left unsent, not OUTCOME_UNKNOWN (hole 8)",
     ),
+    # ---- issue 31: bookings have subscribers (the registry hands each booking to monitors and webhooks) ---------
+    m(
+        "booking-subscribers-skipped",
+        "functions/hotledger/ledger/tx.py",
+        "            self.on_booked(Booking(self.cursor, rows))",
+        "            Booking(self.cursor, rows)",
+        ["tests/integration/test_monitors.py"],
+        "every booking is handed to the registered subscribers in its transaction: monitors judge its rows",
+    ),
+    m(
+        "booking-subscribers-reordered",
+        "functions/hotledger/features.py",
+        '    "hotledger.monitors.feature",\n    "hotledger.webhooks.feature",',
+        '    "hotledger.webhooks.feature",\n    "hotledger.monitors.feature",',
+        ["tests/integration/test_webhooks.py"],
+        "the monitors hear of a booking before the webhooks, which send the monitors' crossings",
+    ),
     # ---- issue 35, class 1: who may call what (a route rule widened) ------------------------------------------
     m(
         "rules-owner-recharges",

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hotledger.dal.budget import Budget
-from hotledger.features import PartContext, ReconcilePart
 from hotledger.ledger.reconcile import AccountsReconcileReport
 from hotledger.notices.journeys import JourneyScanReport
 from hotledger.redpackets.reconcile import PacketReconcileReport
@@ -34,6 +33,28 @@ if TYPE_CHECKING:
     from hotledger.dal.cursor import Cursors
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartContext:
+    """What one reconciler run gives each part."""
+
+    now_ms: int
+    age_s: int  # entries charged longer ago than this count as stale (RECONCILE_AGE_S)
+    budget: Budget  # the part's own: it stops at a page boundary when this runs out
+    cursor: int  # where this part stopped last run (0: at the start)
+    report: ReconcileReport  # the part fills its own fields
+
+
+PartRun = Callable[[PartContext], "int | None"]  # returns the cursor to keep for the next run, or None to keep none
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReconcilePart:
+    """One part of the reconciler, declared by its feature (hotledger.features: Feature.reconcile_parts)."""
+
+    name: str
+    run: PartRun
 
 
 @dataclass

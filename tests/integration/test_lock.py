@@ -300,7 +300,7 @@ def test_a_fence_handed_out_again_after_a_failover_is_refused_by_the_db_and_the_
     """A promoted replica that missed the last acquisition (the lock hash and the counter's last INCR) handed the same
     fence to the next owner, and the DB (t_account.fence) accepted an equal fence from another holder: both wrote."""
     from hotledger import errors, keys
-    from hotledger.runtime import ledger_store
+    from hotledger.ledger.feature import ledger_store
 
     user = api.account(balance="10.00", deduct_type="SYNC")
     name = keys.account_lock(user)

@@ -12,8 +12,9 @@ from pydantic import BaseModel, Field
 from api.responses import responses
 from api.rules import ADMIN, SERVICE, only, path_arg
 from hotledger import errors
+from hotledger.history.feature import history
 from hotledger.history.service import ENTRY_TYPES, Filters, HistoryEntry
-from hotledger.runtime import currencies, history
+from hotledger.runtime import currencies
 
 router = Router()
 UserId = Annotated[int, Path(gt=0, lt=2**31)]

@@ -1,37 +1,51 @@
-"""Holds' registration (hotledger.features): their routes, the delay queue that ends expired holds, and the
-reconciler part that ends those whose delay element was lost."""
+"""Holds' registration (hotledger.features) and service: their routes, the delay queue that ends expired holds, and
+the reconciler part that ends those whose delay element was lost."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from hotledger.features import Feature, PartContext, ReconcilePart
+from hotledger.config import settings
+from hotledger.dal.redis_store import lua, stream_flag
+from hotledger.features import Feature
+from hotledger.holds.service import HOLD_EXPIRY, Holds
+from hotledger.holds.store import HoldStore
+from hotledger.ledger.feature import ledger
+from hotledger.reconciler import PartContext, ReconcilePart
+from hotledger.runtime import delay_queue, durability, id_generator, service
 
 # an expired hold counts for nothing at once; its expiry entry is the drainer's, and the reconciler's past this grace
 EXPIRY_GRACE_MS = 60_000
 
 
-def _delay_handlers() -> dict[str, Callable[[list[str]], Any]]:
-    from hotledger import runtime
-    from hotledger.holds.service import HOLD_EXPIRY
+@service
+def holds() -> Holds:
+    cfg = settings()
+    return Holds(
+        HoldStore(lua(), stream_flag(cfg), cfg.entry_ttl_s, cfg.max_pending_entries),
+        durability(),
+        ledger(),
+        delay_queue(),
+        id_generator().next_id,
+    )
 
-    return {HOLD_EXPIRY: runtime.holds().expire_due}
+
+def _delay_handlers() -> dict[str, Callable[[list[str]], Any]]:
+    return {HOLD_EXPIRY: holds().expire_due}
 
 
 def _reconcile_parts() -> tuple[ReconcilePart, ...]:
-    from hotledger import runtime
-
-    holds = runtime.holds()
+    holds_service = holds()
 
     def expired_holds(run: PartContext) -> int:
         after, ended = run.cursor, 0
         while not run.budget.exhausted:
-            due = holds.overdue(run.now_ms - EXPIRY_GRACE_MS, after, run.budget.page(100))
+            due = holds_service.overdue(run.now_ms - EXPIRY_GRACE_MS, after, run.budget.page(100))
             if not due:
                 return 0
             for user_id, hold_id in due:
-                ended += holds.expire(user_id, hold_id, adopt=True)
+                ended += holds_service.expire(user_id, hold_id, adopt=True)
             run.budget.spend(len(due))
             after = due[-1][1]
             run.report.holds_expired = ended

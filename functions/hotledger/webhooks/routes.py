@@ -13,8 +13,9 @@ from api.authorization import authorizer_context, caller_of, principal_of
 from api.idempotency import TOO_MANY_KEYS, once
 from api.responses import responses
 from api.rules import ADMIN, SERVICE, only
-from hotledger.runtime import operations, webhooks
+from hotledger.ops.feature import operations
 from hotledger.webhooks.events import BALANCE_TYPES, EVENT_TYPES, MEANING, BalanceEvent, EntryEvent
+from hotledger.webhooks.feature import webhooks
 from hotledger.webhooks.service import (
     REPLAY_PAGE,
     REPLAY_PAGE_MAX,
