@@ -386,8 +386,8 @@ MUTANTS: list[Mutant] = [
     m(
         "py-open-after-deduct",
         LEDGER_SERVICE,
-        'if kind == KIND_DEDUCT and balance <= 0 and open_flag == "1":',
-        'if kind == KIND_DEDUCT and balance < 0 and open_flag == "1":',
+        'if sign < 0 and balance <= 0 and open_flag == "1":',
+        'if sign < 0 and balance < 0 and open_flag == "1":',
         [U_LEDGER, I_LUA],
         "a deduct reaching 0 closes the API (SYNC like ASYNC)",
     ),

@@ -1,5 +1,6 @@
--- ledger_apply: charge (kind D, deduct) or credit (kind R, recharge) an ASYNC account held in Redis,
--- record the entry for the writer and the reconciler, and remember the answer for an Idempotency-Key.
+-- ledger_apply: charge or credit an ASYNC account held in Redis by a kind of ledger/kinds.py made here (applied: a
+-- deduct D, a recharge R, ...; what it does is read from KINDS, lib/kinds), record the entry for the writer and the
+-- reconciler, and remember the answer for an Idempotency-Key.
 -- All keys share the {uid} hash tag (one Redis Cluster slot).
 -- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts, held (the credits in
 --                                      balance that are not durable yet: shown, not spendable), on_hold, and after
@@ -12,13 +13,13 @@
 -- KEYS[6] user:idem:quota:{uid}        string: client Idempotency-Key records the account opened in the current
 --                                      window (ARGV[7] seconds from its first; ledger_rollback gives one back)
 -- KEYS[7] user:held:{uid}              hash: entry id -> amount of each credit held until its event is durable
---                                      (kind R with the Kafka transport: ledger_post or ledger_settle releases it,
+--                                      (a credit whose kind waits_for_durable, e.g. R, with the Kafka transport: ledger_post or ledger_settle releases it,
 --                                      ledger_rollback takes it back). A deduct spends balance - held only, so it
 --                                      never spends a credit that is then rolled back (TigerBeetle's pending transfer)
 -- KEYS[8] user:holds:{uid}             hash: hold id -> 'amount;captured;...' (hold_authorize)
 -- KEYS[9] user:holds:expiry:{uid}      zset: ACTIVE hold ids by expires_at: a deduct spends balance - held credits -
 --                                      the live holds (on_hold less those past expires_at, tidied or not)
--- ARGV[1] kind 'D' | 'R'
+-- ARGV[1] kind: a letter of KINDS that is applied (a debit: balance -1, or a credit: +1)
 -- ARGV[2] amount in minor units (integer > 0)
 -- ARGV[3] ts, epoch milliseconds
 -- ARGV[4] entry id (decimal string, never converted to a number)
@@ -54,9 +55,9 @@
 --   {'held', until}                    as 'recovering', past hold_until while hold_log is set: this caller checks the
 --                                      writer's watermark (outbox/log_hold.py), the others answer 'recovering' for
 --                                      the next second
---   {'closed', balance, v}             kind D on a closed API
---   {'insufficient', balance, v}       kind D with balance - held - live holds - amount < threshold
---   {'limit', balance, v}              kind R would pass ARGV[8]
+--   {'closed', balance, v}             a debit on a closed API
+--   {'insufficient', balance, v}       a debit with balance - held - live holds - amount < threshold
+--   {'limit', balance, v}              a credit would pass ARGV[8]
 --                                      (a refusal is the key's answer: recorded like a charge, and replayed with
 --                                      the balance and v it was refused at; TigerBeetle's id_already_failed)
 --   {'too_many_pending'}               KEYS[3] holds ARGV[15] entries: nothing changed, not the key's answer
@@ -69,6 +70,7 @@
 --   {'ok', id, balance, v, epoch, open} charged; also when KEYS[2] exists: this very call ran already and
 --                                      is resent after a lost reply, so it answers as it did, charging nothing
 --! include rebuild_hold
+--! include kinds
 --! include holds
 --! include event
 local kind, amount, ts, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -132,7 +134,7 @@ if fingerprint ~= '' and max_keys > 0 then
 end
 
 local balance, open = tonumber(h[1]), h[4]
-if kind == 'D' then
+if KINDS[kind].balance < 0 then
   if open ~= '1' then return refuse('closed') end
   local on_hold = live_holds(tonumber(h[8]) or 0, KEYS[8], KEYS[9], ts)
   if balance - (tonumber(h[7]) or 0) - on_hold - amount < tonumber(h[3]) then return refuse('insufficient') end
@@ -142,7 +144,7 @@ else
   if balance + amount > tonumber(ARGV[8]) then return refuse('limit') end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
-  if ARGV[11] ~= 'stream' then  -- streamed, the event is durable in this very step
+  if KINDS[kind].waits_for_durable and ARGV[11] ~= 'stream' then  -- streamed, the event is durable in this very step
     redis.call('HSET', KEYS[7], id, ARGV[2])
     redis.call('HINCRBY', KEYS[1], 'held', amount)
   end

@@ -20,6 +20,7 @@
 --   {'rolled_back', balance, v}  money given back; the tombstone lets the writer skip it without asking the DB
 --   {'rolled_back'}           entry removed but the account hash was lost; the DB never charged it
 --! include entry
+--! include kinds
 --! include holds
 redis.call('SET', KEYS[4], 'rolledback', 'EX', ARGV[2])
 local entry = redis.call('GET', KEYS[2])
@@ -46,7 +47,7 @@ local h = redis.call('HMGET', KEYS[1], 'balance', 'open')
 if not h[1] then return {'rolled_back'} end
 if held and redis.call('HINCRBY', KEYS[1], 'held', -tonumber(held)) <= 0 then redis.call('HDEL', KEYS[1], 'held') end
 local open, balance = h[2]
-if kind == 'H' or kind == 'C' or kind == 'V' or kind == 'X' then
+if KINDS[kind].changes_hold then
   -- a hold's change: its record back to before it. A terminal change waited for every capture before it to be
   -- durable (hold_change's 'busy'), so nothing after it can depend on it; H is taken back before its id was answered
   local hold_id, released = e.hold_id, tonumber(e.released)
@@ -72,13 +73,13 @@ if kind == 'H' or kind == 'C' or kind == 'V' or kind == 'X' then
   if kind == 'C' then balance = redis.call('HINCRBY', KEYS[1], 'balance', amount) else balance = tonumber(h[1]) end
   if back ~= 0 and redis.call('HINCRBY', KEYS[1], 'on_hold', back) <= 0 then redis.call('HDEL', KEYS[1], 'on_hold') end
   if balance > 0 and open == 'BALANCE' then open = '1' end
-elseif kind == 'D' then
+elseif KINDS[kind].balance < 0 then  -- a debit: given back
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
-else  -- a credit: a recharge, or a refund (kind F: its charge's refunded total goes back down too)
+else  -- a credit: taken back (a refund's charge's refunded total goes back down too)
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 and open == '1' then open = 'BALANCE' end
-  if kind == 'F' and redis.call('HEXISTS', KEYS[10], e.refund_of) == 1 then redis.call('HINCRBY', KEYS[10], e.refund_of, -amount) end
+  if KINDS[kind].refunds and redis.call('HEXISTS', KEYS[10], e.refund_of) == 1 then redis.call('HINCRBY', KEYS[10], e.refund_of, -amount) end
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'open', open)

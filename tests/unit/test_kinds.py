@@ -1,13 +1,16 @@
 """The account's rulebook (ledger/kinds.py) is the one place a kind of entry is declared: every kind the scripts
 write and the migrations store is in it, and what the events and entries do follows from its rows."""
 
+import inspect
 import re
 from pathlib import Path
 
 import pytest
 
+from hotledger.dal.redis_store import script_text
 from hotledger.ledger.entry import Entry
-from hotledger.ledger.kinds import ENTRY_TABLES, HOLD_KINDS, KINDS, balance_delta, hold_delta
+from hotledger.ledger.kinds import ENTRY_TABLES, HOLD_KINDS, KINDS, balance_delta, hold_delta, lua_kinds
+from hotledger.ledger.service import after_change, charged_in_db, refused_in_db
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,3 +45,34 @@ def test_what_holds_keep_moves_as_each_hold_change_says():
     assert hold_delta("C", 200, 300) == -500  # a final one releases the rest too
     assert hold_delta("V", 300, 300) == hold_delta("X", 300, 300) == -300  # a void or expiry releases the rest
     assert all(hold_delta(k, 500, 0) == 0 for k, row in KINDS.items() if not row.changes_hold)
+
+
+def test_the_scripts_read_the_kinds_table_generated_from_the_rulebook():
+    text = lua_kinds()
+    for letter, k in KINDS.items():
+        row = re.search(rf"\b{letter} = {{([^}}]*)}}", text)
+        assert row, letter
+        assert f"balance = {k.balance}," in row.group(1)
+        assert f"waits_for_durable = {str(k.waits_for_durable).lower()}" in row.group(1)
+    for name in ("ledger_apply", "ledger_rollback"):
+        script = script_text(REPO / "layers/lua" / f"{name}.lua")
+        assert "local KINDS = " in script
+        # what a change does to the balance is read from KINDS, never from its letter (a hold's change is told
+        # apart from another hold's change by letter, inside the branch of the kinds that change a hold)
+        branched = set(re.findall(r"kind == '([A-Z])'", script))
+        assert not branched - HOLD_KINDS, name
+
+
+@pytest.mark.parametrize(
+    "path", ["ledger/book.py", "ledger/tx.py", "ledger/reconcile.py", "outbox/events.py", "ledger/service.py"]
+)
+def test_the_ledger_names_no_kind_by_letter_where_it_books_or_charges(path):
+    text = (REPO / "functions/hotledger" / path).read_text()
+    assert not re.search(r"""kind == ["'][A-Z]["']|Literal\[["'][A-Z]["'],""", text), path
+    if path != "ledger/service.py":  # the service's deduct and recharge routes and the orders read name their kind
+        assert not re.search(r"KIND_(?:DEDUCT|RECHARGE)\b", text), path
+
+
+@pytest.mark.parametrize("rule", [after_change, refused_in_db, charged_in_db])
+def test_the_rules_of_a_charge_are_read_from_its_kinds_row(rule):
+    assert not re.search(r"KIND_[A-Z]+|== ?[\"'][A-Z][\"']", inspect.getsource(rule))

@@ -23,6 +23,7 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from hotledger.config import CLUSTER_SCHEMES, Settings, settings
+from hotledger.ledger.kinds import lua_kinds
 
 
 class RedisUnavailable(Exception):
@@ -84,7 +85,8 @@ _INCLUDE = re.compile(r"^--! include (\w+)$", re.M)
 def script_text(path: Path) -> str:
     """A script of layers/lua as Redis runs it: each `--! include <name>` line replaced by layers/lua/lib/<name>.lua,
     so a piece several scripts need (the rebuild hold's check, the entry string, the event JSON) is written once.
-    A piece may include another; each is expanded once per script, where it is first named."""
+    A piece may include another; each is expanded once per script, where it is first named. `kinds` is generated
+    from ledger/kinds.py (lua_kinds), so the scripts and the Python read one table of kinds."""
     lib, included = path.parent / "lib", set()
 
     def expand(text: str) -> str:
@@ -95,7 +97,7 @@ def script_text(path: Path) -> str:
         if name in included:
             return ""
         included.add(name)
-        return expand((lib / f"{name}.lua").read_text())
+        return lua_kinds() if name == "kinds" else expand((lib / f"{name}.lua").read_text())
 
     return expand(path.read_text())
 

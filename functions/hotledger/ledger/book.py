@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from hotledger.ledger.entry import CLIENT_PREFIX, Booked, LedgerHead
-from hotledger.ledger.kinds import HOLD_TYPES, KIND_DEDUCT, KIND_REFUND
+from hotledger.ledger.kinds import HOLD_TYPES, KIND_REFUND, KINDS
 
 
 class Change(Protocol):
@@ -80,12 +80,12 @@ def type_and_ref(
     kind: str, idem_key: str | None, hold_id: int | None = None, refund_of: str | None = None
 ) -> tuple[str, str | None]:
     """(type, ref) of a change: a hold's (ref: the hold), a payment order's charge and refund, a red packet's debit,
-    credit and refund, or a client's deduct or recharge (ref: its Idempotency-Key)."""
+    credit and refund, or a client's change of another kind (its kind's entry type; ref: its Idempotency-Key)."""
     if kind in HOLD_TYPES:
         return HOLD_TYPES[kind], f"hold:{hold_id}"
     if kind == KIND_REFUND:
         return "refund", refund_of
-    plain = "deduct" if kind == KIND_DEDUCT else "recharge"
+    plain = KINDS[kind].entry_type
     if not idem_key:
         return plain, None
     if idem_key.startswith(CLIENT_PREFIX):
@@ -96,7 +96,7 @@ def type_and_ref(
     if idem_key.startswith("rp"):  # the packet's debit (a deduct) or one item's credit (a recharge)
         return (
             ("redpacket_debit", f"redpacket:{idem_key[2:]}")
-            if kind == KIND_DEDUCT
+            if KINDS[kind].balance < 0
             else ("redpacket_credit", f"redpacket_item:{idem_key[2:]}")
         )
     return plain, None

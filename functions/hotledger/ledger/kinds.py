@@ -33,13 +33,16 @@ class Kind:
     holds_amount: Sign = 0  # what holds keep from available moves by holds_amount * amount (released: see below)
     releases: bool = False  # what holds keep also drops by what it releases (a void, an expiry, a final capture)
     refundable_as: Literal["order", "hold"] | None = None  # a refund names a charge of this kind so
+    # made by ledger_apply and its row written by the ledger (insert_events): a debit (balance -1) is refused on a
+    # closed API or below the threshold, a credit (+1) above the largest balance
+    applied: bool = False
 
 
 KINDS: dict[str, Kind] = {
     k.letter: k
     for k in (
-        Kind("D", "deduct", -1, "t_order", "amount", refundable_as="order"),
-        Kind("R", "recharge", 1, "t_pay", "pay", waits_for_durable=True),
+        Kind("D", "deduct", -1, "t_order", "amount", refundable_as="order", applied=True),
+        Kind("R", "recharge", 1, "t_pay", "pay", waits_for_durable=True, applied=True),
         Kind("F", "refund", 1, "t_refund", "amount", refunds=True),
         Kind("H", "hold", 0, "t_hold_change", "amount", changes_hold=True, holds_amount=1),
         # a capture takes from the balance what it captures, and from what the hold keeps that and what it releases;
@@ -63,11 +66,22 @@ KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND = "D", "R", "F"
 HOLD_KINDS = frozenset(letter for letter, k in KINDS.items() if k.changes_hold)
 HOLD_TYPES = {letter: KINDS[letter].entry_type for letter in sorted(HOLD_KINDS)}
 ENTRY_TABLES = {letter: (k.table, k.amount_column) for letter, k in KINDS.items()}
+APPLIED_KINDS = tuple(letter for letter, k in KINDS.items() if k.applied)
 
 
 def balance_delta(kind: str, amount: int) -> int:
     """What an entry of this kind adds to the balance."""
     return KINDS[kind].balance * amount
+
+
+def lua_kinds() -> str:
+    """The table as the scripts read it (lib/kinds, expanded by dal.redis_store.script_text): one source for both."""
+    rows = ", ".join(
+        f"{k.letter} = {{balance = {k.balance}, waits_for_durable = {str(k.waits_for_durable).lower()},"
+        f" changes_hold = {str(k.changes_hold).lower()}, refunds = {str(k.refunds).lower()}}}"
+        for k in KINDS.values()
+    )
+    return f"-- lib/kinds: ledger/kinds.py KINDS, generated (lua_kinds)\nlocal KINDS = {{{rows}}}\n"
 
 
 def hold_delta(kind: str, amount: int, released: int) -> int:

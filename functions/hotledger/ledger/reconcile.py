@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hotledger.dal.budget import Budget
-from hotledger.ledger.kinds import KIND_DEDUCT, KIND_RECHARGE
+from hotledger.ledger.kinds import APPLIED_KINDS
 from hotledger.ledger.replies import ReconcileStatus
 from hotledger.ledger.rows import AccountBalance, CacheState
 from hotledger.ledger.store import LedgerStore
@@ -115,8 +115,7 @@ class LedgerReconcile:
                     return 0
                 entries, missing = self.store.entries(user_id, snapshot.ids)
                 in_db = tx.stored_entries(
-                    [(e.entry_id, e.kind) for e in entries]
-                    + [(i, kind) for i in missing for kind in (KIND_DEDUCT, KIND_RECHARGE)]
+                    [(e.entry_id, e.kind) for e in entries] + [(i, kind) for i in missing for kind in APPLIED_KINDS]
                 )
                 # an id the snapshot saw, whose string is gone, that the DB lacks and that left the set since: rolled
                 # back after the snapshot, so its amount is unknown here; take the snapshot again. One still in the

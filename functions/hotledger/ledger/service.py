@@ -38,7 +38,7 @@ from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.holds.store import holds_with_pending
 from hotledger.ledger.book import book
 from hotledger.ledger.entry import Entry, ServiceKey, stored_key
-from hotledger.ledger.kinds import KIND_DEDUCT, KIND_RECHARGE
+from hotledger.ledger.kinds import KIND_DEDUCT, KIND_RECHARGE, KINDS, balance_delta
 from hotledger.ledger.replies import ApplyReply, ApplyStatus, ToSyncStatus
 from hotledger.ledger.rows import MAX_BALANCE, AccountRow, Charge, IdempotentAnswer
 from hotledger.ledger.store import LedgerStore
@@ -104,11 +104,12 @@ class KeyedCharge:
 
 # rules -------------------------------------------------------------------------------------------------
 def after_change(kind: str, balance: int, open_flag: str) -> str:
-    """The open flag after a change left `balance`: <= 0 closes the API; a recharge making it positive reopens
-    it (not an ADMIN close)."""
-    if kind == KIND_DEDUCT and balance <= 0 and open_flag == "1":
+    """The open flag after a change of this kind left `balance`: a debit leaving it <= 0 closes the API; a credit
+    making it positive reopens it (not an ADMIN close)."""
+    sign = KINDS[kind].balance
+    if sign < 0 and balance <= 0 and open_flag == "1":
         return "BALANCE"
-    if kind == KIND_RECHARGE and balance > 0 and open_flag == "BALANCE":
+    if sign > 0 and balance > 0 and open_flag == "BALANCE":
         return "1"
     return open_flag
 
@@ -193,7 +194,7 @@ def stored_reply(seen: IdempotentAnswer, request: str) -> ApplyReply:
 def refused_in_db(kind: str, amount: int, account: AccountRow, on_hold: int = 0) -> ApplyReply | None:
     """ledger_apply.lua's refusals for a SYNC account (with the balance and version refused at); None: allowed.
     on_hold: what the account's live holds keep."""
-    if kind == KIND_DEDUCT:
+    if KINDS[kind].balance < 0:
         if account.open_flag != "1":
             return ApplyReply(ApplyStatus.CLOSED, balance=account.balance, version=account.version)
         if account.balance - on_hold - amount < account.threshold:
@@ -205,7 +206,7 @@ def refused_in_db(kind: str, amount: int, account: AccountRow, on_hold: int = 0)
 
 def charged_in_db(kind: str, amount: int, account: AccountRow) -> tuple[int, str]:
     """ledger_apply.lua's rules for a SYNC account that allowed the charge: (the balance after, the open flag after)."""
-    balance = account.balance - amount if kind == KIND_DEDUCT else account.balance + amount
+    balance = account.balance + balance_delta(kind, amount)
     return balance, after_change(kind, balance, account.open_flag)
 
 
@@ -323,7 +324,7 @@ class _Charge:
             str(user_id),
             entry.event,
             lambda: self.ledger._undo(user_id, entry_id, kind, idem_key),
-            made_durable=(lambda: self.store.post(user_id, entry_id)) if kind == "R" else None,
+            made_durable=(lambda: self.store.post(user_id, entry_id)) if KINDS[kind].waits_for_durable else None,
         )
 
     def unknown(self, entry_id: int, why: str) -> errors.DomainError:
@@ -491,12 +492,13 @@ class Ledger:
 
     # charges ------------------------------------------------------------------------------------
     def deduct(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult:
-        return self._charge(KIND_DEDUCT, user_id, amount, idem_key)
+        return self.charge(KIND_DEDUCT, user_id, amount, idem_key)
 
     def recharge(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult:
-        return self._charge(KIND_RECHARGE, user_id, amount, idem_key)
+        return self.charge(KIND_RECHARGE, user_id, amount, idem_key)
 
-    def _charge(self, kind: str, user_id: int, amount: int, idem_key: str | None) -> LedgerResult:
+    def charge(self, kind: str, user_id: int, amount: int, idem_key: str | None) -> LedgerResult:
+        """A change of an applied kind (ledger/kinds.py): in Redis on an ASYNC account, in the DB on a SYNC one."""
         if not 0 < amount <= MAX_MINOR:
             raise errors.DomainError("amount out of range")
         idem_key = stored_key(idem_key)  # a client's key in its own namespace; a ServiceKey as it is
@@ -595,7 +597,7 @@ class Ledger:
         with contextlib.suppress(NotAcknowledged):
             self.durability.send(str(user_id), entry.event())
             self.store.mark_answer_done(user_id, idem_key)
-            if entry.kind == "R":
+            if KINDS[entry.kind].waits_for_durable:
                 self.store.post(user_id, entry_id)
         return True
 

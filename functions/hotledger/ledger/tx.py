@@ -12,7 +12,7 @@ from hotledger import errors
 from hotledger.holds.rows import Hold
 from hotledger.holds.tx import active_holds, expired_on_hold
 from hotledger.ledger.entry import Booked, LedgerHead
-from hotledger.ledger.kinds import ENTRY_TABLES, KIND_DEDUCT, KIND_RECHARGE
+from hotledger.ledger.kinds import APPLIED_KINDS, ENTRY_TABLES
 from hotledger.ledger.rows import AccountMove, AccountRow, IdempotentAnswer, LockedAccount, open_columns
 from hotledger.outbox.events import LedgerEvent
 
@@ -88,7 +88,7 @@ class LedgerTx:
 
     def stored_entries(self, ids_and_kinds: list[tuple[int, str]]) -> dict[int, tuple[int, int, int]]:
         """Entry id -> (user_id, amount, version) for those of the (id, kind) pairs the DB holds
-        (t_order for deducts, t_pay for recharges)."""
+        (each kind's table: ENTRY_TABLES)."""
         found: dict[int, tuple[int, int, int]] = {}
         for table, amount_col in set(ENTRY_TABLES.values()):
             ids = [entry_id for entry_id, entry_kind in ids_and_kinds if ENTRY_TABLES[entry_kind][0] == table]
@@ -202,7 +202,7 @@ class LedgerTx:
         idem_key: str | None,
         booked: Booked,
     ) -> None:
-        """A SYNC charge: its t_order / t_pay row, its ledger row, and the account's ledger head."""
+        """A SYNC charge: its row in its kind's table, its ledger row, and the account's ledger head."""
         self.cursor.execute(
             _insert_entries(kind) + "(%s, %s, %s, %s, %s, 'SYNC', %s, %s)",
             (entry_id, user_id, amount, balance, version, idem_key, datetime.now(UTC).replace(tzinfo=None)),
@@ -241,8 +241,9 @@ class LedgerTx:
             )
 
     def insert_events(self, events: list[LedgerEvent]) -> None:
-        """ASYNC deducts and recharges, one multi-row INSERT per table (a hold's changes: holds.store)."""
-        for kind in (KIND_DEDUCT, KIND_RECHARGE):
+        """ASYNC changes of the applied kinds (deducts, recharges, ...), one multi-row INSERT per kind (a hold's
+        changes: holds.store)."""
+        for kind in APPLIED_KINDS:
             values = [self._entry_values(e) for e in events if e.kind == kind]
             if values:
                 self.cursor.execute(_insert_entries(kind) + ",".join(values))

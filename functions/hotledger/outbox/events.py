@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from hotledger.dal.event_keys import EventKeys, Keyring, canonical, signed_part, with_signature
-from hotledger.ledger.kinds import balance_delta, hold_delta
+from hotledger.ledger.kinds import KINDS, balance_delta, hold_delta
 
 
 class LedgerEvent(BaseModel):
@@ -40,9 +40,7 @@ class LedgerEvent(BaseModel):
     model_config = ConfigDict(extra="ignore")
     type: Literal["ledger"]
     id: Annotated[StrictInt, Field(gt=0)]
-    # D deduct, R recharge, F refund of a charge (refunds/); a hold's changes (holds/): H authorize, C capture, V void,
-    # X expiry
-    kind: Literal["D", "R", "F", "H", "C", "V", "X"]
+    kind: Literal[tuple(KINDS)]  # type: ignore[valid-type]  # the letters of ledger/kinds.py: a kind is added there
     user_id: Annotated[StrictInt, Field(gt=0)]
     amount: Annotated[StrictInt, Field(gt=0)]
     balance_after: StrictInt
