@@ -181,7 +181,8 @@ _PAUSED_OWNER = """
 import sys, time
 from pathlib import Path
 from hotledger import errors, keys
-from hotledger.runtime import ledger, lock
+from hotledger.ledger.feature import ledger
+from hotledger.runtime import lock
 user_id, out = int(sys.argv[1]), Path(sys.argv[2])
 holding = lock().acquire(keys.account_lock(user_id))
 out.with_suffix(".held").write_text(str(holding.fence))
