@@ -267,6 +267,52 @@ def test_a_rotated_secret_signs_alongside_the_old_one_for_the_overlap(api, redis
         assert Webhook(secret).verify(body, headers)["type"] == "recharge.persisted"
 
 
+def test_two_overlapping_rotations_keep_each_old_secret_signing_until_its_own_overlap_ends(
+    api, redis_client, local_hooks, monkeypatch
+):
+    """Issue 32: a second rotation inside the first one's overlap. Failing first: it dropped the first secret at once
+    (a receiver still on it, promised its hour, was refused from the second rotation on). Now each old secret signs
+    until its own overlap ends, or a later rotation's if that ends sooner: A -> B (1 h), then B -> C (2 h) half an hour
+    later: C, B and A sign for the next half hour, then C and B, then C alone; overlap 0 retires every old one at once."""
+    from datetime import datetime, timezone
+
+    from hotledger.runtime import webhooks
+
+    now = [int(time.time() * 1000)]
+    monkeypatch.setattr(webhooks(), "clock", lambda: now[0])  # the overlaps' hours pass in the test
+    receiver = local_hooks()
+    first = _endpoint(api, receiver.url, ["recharge.persisted"])
+    rotate = f"/webhook-endpoints/{first['endpoint_id']}/rotate-secret"
+    secrets = {"A": first["secret"]}
+    for name, overlap_s, later_ms in (("B", 3600, 1_800_000), ("C", 7200, 0)):
+        status, rotated = api("POST", rotate, {"overlap_s": overlap_s})
+        assert status == 200
+        secrets[name] = rotated["secret"]
+        now[0] += later_ms
+
+    def signers(minutes_on: int) -> list[str]:
+        """Whose signatures the next delivery carries (each signature made again by the receivers' library)."""
+        now[0] += minutes_on * 60_000
+        user_id = api.account(balance="1.00")
+        _persist(redis_client, user_id)
+        _send()
+        headers, body = next((h, b) for h, b in receiver.got if json.loads(b)["data"]["user_id"] == user_id)
+        sent = headers["webhook-signature"].split(" ")
+        at = datetime.fromtimestamp(int(headers["webhook-timestamp"]), tz=timezone.utc)
+        signed = sorted(n for n, s in secrets.items() if Webhook(s).sign(headers["webhook-id"], at, body) in sent)
+        assert len(signed) == len(sent), sent
+        return signed
+
+    assert signers(0) == ["A", "B", "C"]  # within both overlaps
+    assert signers(31) == ["B", "C"]  # A's hour is over
+    assert signers(90) == ["C"]  # and B's two hours
+    for name, overlap_s in (("D", 3600), ("E", 0)):  # E: C or D leaked
+        status, rotated = api("POST", rotate, {"overlap_s": overlap_s})
+        assert status == 200
+        secrets[name] = rotated["secret"]
+    assert signers(0) == ["E"]
+
+
 @pytest.mark.parametrize(
     "url, allow_local",
     [
@@ -1092,12 +1138,13 @@ def test_signing_secrets_are_sealed_at_rest_and_opened_only_to_sign(api, redis_c
         status, rotated = api("POST", f"/webhook-endpoints/{endpoint_id}/rotate-secret", {"overlap_s": 3600})
         assert status == 200
         ((stored, previous),) = sql(
-            "SELECT secret, previous_secret FROM t_webhook_endpoint WHERE id = %s", (endpoint_id,)
+            "SELECT secret, previous_secrets FROM t_webhook_endpoint WHERE id = %s", (endpoint_id,)
         )
         for plain in (endpoint["secret"], rotated["secret"]):
             key = plain.removeprefix("whsec_")
             assert key not in stored and key not in previous
-        assert stored.startswith("env1:") and previous.startswith("env1:")
+        ((old, _),) = json.loads(previous)
+        assert stored.startswith("env1:") and old.startswith("env1:")
         user_id = api.account(balance="1.00")
         _persist(redis_client, user_id)
         _send()

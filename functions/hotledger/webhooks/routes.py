@@ -66,7 +66,11 @@ class EndpointPatch(BaseModel):
 
 class RotateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    overlap_s: Annotated[StrictInt, Field(ge=0, le=7 * 86_400)] = ROTATION_OVERLAP_S
+    overlap_s: Annotated[StrictInt, Field(ge=0, le=7 * 86_400)] = Field(
+        ROTATION_OVERLAP_S,
+        description="how long the old secrets still sign: the current one for overlap_s, each older one until its own"
+        " overlap ends or this one does, the earlier (0: every old secret stops signing now)",
+    )
 
 
 class ReplayRequest(BaseModel):
@@ -223,7 +227,7 @@ def patch_endpoint(endpoint_id: EndpointId, request: Annotated[EndpointPatch, Bo
 @router.post(
     "/webhook-endpoints/<endpoint_id>/rotate-secret",
     responses=responses(
-        200, EndpointView, "the new secret; the old one signs too until the overlap ends", _NOT_FOUND, _FORBIDDEN
+        200, EndpointView, "the new secret; the old ones sign too until their overlaps end", _NOT_FOUND, _FORBIDDEN
     ),
 )
 def rotate_secret(endpoint_id: EndpointId, request: Annotated[RotateRequest, Body()]) -> dict[str, Any]:
@@ -299,7 +303,7 @@ def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -
 DELIVERY = (
     "Signed per Standard Webhooks 1.0: `webhook-id` (the event_id), `webhook-timestamp` (unix seconds) and "
     '`webhook-signature` (`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">` with the endpoint\'s `whsec_` secret; '
-    "two space-separated signatures while a rotated secret overlaps): verify with any Standard Webhooks library, with a "
+    "one space-separated signature more per old secret still within its rotation's overlap): verify with any Standard Webhooks library, with a "
     "5-minute tolerance. Sent only once the change is durable in the DB, and for every such change of a subscribed type; "
     "in order per account per endpoint (`seq`, `prev_seq`: a gap is visible), at least once (de-duplicate on "
     f"`event_id`). Any 2xx answer acknowledges; anything else, or no status and headers within {SEND_TIMEOUT_S:g} s of "

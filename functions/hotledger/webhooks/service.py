@@ -10,7 +10,8 @@ signed per Standard Webhooks 1.0, in order per account per endpoint, with retrie
 - Each carries event_id (stable: the receiver's de-duplication key), type, the account's seq and prev_seq (the seq of
   the previous event of that account for that endpoint): a receiver checks the order and sees a gap.
 - Headers webhook-id, webhook-timestamp and webhook-signature ('v1,<base64 HMAC-SHA256 of id.timestamp.body>'; during
-  a secret rotation's overlap one signature per secret, space-separated); secrets are 'whsec_<base64>'.
+  a secret rotation's overlap one signature per secret, space-separated: each old secret signs until its own overlap
+  ends, or a later rotation's if that ends sooner, at most MAX_OLD_SECRETS at once); secrets are 'whsec_<base64>'.
 - In order per account per endpoint: an account's due PENDING deliveries for an endpoint are sent one after another
   in (seq, sub_seq) order from its first PENDING one, and the first that fails ends that account's run: a retry holds
   back the ones after it (of that account and endpoint alone). Each endpoint is sent to by its own worker with a
@@ -247,7 +248,8 @@ class Webhooks:
     def rotate(self, endpoint_id: int, overlap_s: int) -> str:
         self.get(endpoint_id)
         secret = new_secret()
-        self.store.rotate(endpoint_id, self.box.seal(secret), self.clock() + overlap_s * 1000)
+        now = self.clock()
+        self.store.rotate(endpoint_id, self.box.seal(secret), now, now + overlap_s * 1000)
         return secret
 
     def delete(self, endpoint_id: int) -> None:
