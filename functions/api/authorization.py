@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import importlib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,7 +59,18 @@ def principal_of(event: BaseProxyEvent) -> str:
     makes REST events (anything else has no request context to read)."""
     if not isinstance(event, APIGatewayProxyEvent):
         raise TypeError(f"an API Gateway REST event is needed, not {type(event).__name__}")
-    return str((event.request_context.authorizer.get_context() or {}).get("principalId") or "unknown")
+    context = event.request_context.authorizer.get_context() or {}
+    subject = str(context.get("principalId") or "unknown")
+    caller = caller_of(context)
+    if not (caller and ADMIN in caller.scopes):
+        return subject
+    # the deployed console's token is the one operator app client's, shared by every operator: the console names the
+    # person acting (their STS ARN). What the console says, not a proof: docs/operations.md#operator-console
+    person = _NOT_PRINTABLE.sub("", event.get_header_value("x-hotledger-operator", "", case_sensitive=False) or "")
+    return f"{person[:160]} via {subject}" if person else subject
+
+
+_NOT_PRINTABLE = re.compile(r"[^\x21-\x7e]")
 
 
 @functools.cache
