@@ -13,6 +13,7 @@ client; the token comes from Cognito with client credentials; your AWS credentia
   delay-queue QUEUE [--replay E]  a delay queue's dead elements; replay some
   rotate-webhook-secret ID        a new signing secret; the old one keeps signing for --overlap-s
   rotate-event-key --stack S      a new event-signing key in Secrets Manager (the previous one accepted for --grace-s)
+  seal-webhook-secrets            once after upgrading: seal the webhook secrets kept in clear from before the sealing
 """
 
 from __future__ import annotations
@@ -328,6 +329,18 @@ def rotate_event_key(ctx, grace_s: int):
         .get("Outputs", [])
     }
     console.print(f"new current key: {rotate(outputs['EventKeysSecretArn'], grace_s)}")
+
+
+@cli.command("seal-webhook-secrets")
+@click.pass_context
+def seal_webhook_secrets(ctx):
+    """Seals every webhook signing secret kept in clear from before the sealing (once; running it again seals none)."""
+    answer = ctx.obj["target"]().ok("POST", "/ops/webhook-secrets/seal")
+    _show(
+        ctx,
+        answer,
+        lambda a: console.print(f"sealed {a['sealed']} secrets of endpoints {', '.join(a['endpoints']) or '-'}"),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

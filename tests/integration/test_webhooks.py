@@ -1153,6 +1153,60 @@ def test_signing_secrets_are_sealed_at_rest_and_opened_only_to_sign(api, redis_c
         assert Webhook(secret).verify(body, headers)["type"] == "recharge.persisted"
 
 
+def test_secrets_kept_in_clear_from_before_the_sealing_are_sealed_once_by_the_operators_step(
+    api, redis_client, local_hooks, sql, monkeypatch
+):
+    """Issue 32: secrets written before the KMS sealing stayed clear until their next rotation. POST
+    /ops/webhook-secrets/seal (`make ops ARGS=seal-webhook-secrets`) seals every clear one, current and old, in place:
+    the same secrets sign, and a second run finds nothing (failing first: no such step, 404). Without a key it is a 409
+    and changes nothing. KMS is moto's here."""
+    from moto import mock_aws
+
+    from hotledger.runtime import webhooks
+    from hotledger.webhooks.secrets import SecretBox
+
+    for name, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    receiver = local_hooks()
+    monkeypatch.setattr(webhooks(), "box", SecretBox(None))  # as it was before the sealing: kept as they are
+    endpoint = _endpoint(api, receiver.url, ["recharge.persisted"])
+    endpoint_id = int(endpoint["endpoint_id"])
+    status, rotated = api("POST", f"/webhook-endpoints/{endpoint_id}/rotate-secret", {"overlap_s": 3600})
+    assert status == 200
+
+    def stored() -> list[str]:
+        ((current, previous),) = sql(
+            "SELECT secret, previous_secrets FROM t_webhook_endpoint WHERE id = %s", (endpoint_id,)
+        )
+        return [current, *(old for old, _ in json.loads(previous))]
+
+    clear = stored()
+    assert clear == [rotated["secret"], endpoint["secret"]]
+    status, body = api("POST", "/ops/webhook-secrets/seal")
+    assert (status, body["error"]["code"]) == (409, "NO_SEALING_KEY"), body
+    assert stored() == clear
+    with mock_aws():
+        import boto3
+
+        key_id = boto3.client("kms").create_key(Description="webhook secrets")["KeyMetadata"]["KeyId"]
+        monkeypatch.setattr(webhooks(), "box", SecretBox(key_id))
+        status, sealed = api("POST", "/ops/webhook-secrets/seal")
+        assert status == 200 and sealed["sealed"] >= 2 and str(endpoint_id) in sealed["endpoints"], sealed
+        now = stored()
+        assert all(value.startswith("env1:") for value in now), now
+        assert not any(plain.removeprefix("whsec_") in value for plain in clear for value in now)
+        assert api("POST", "/ops/webhook-secrets/seal") == (200, {"sealed": 0, "endpoints": []})  # once only
+        user_id = api.account(balance="1.00")
+        _persist(redis_client, user_id)
+        _send()
+    headers, body = next((h, b) for h, b in receiver.got if json.loads(b)["data"]["user_id"] == user_id)
+    for secret in (endpoint["secret"], rotated["secret"]):  # the very same secrets, opened to sign
+        assert Webhook(secret).verify(body, headers)["type"] == "recharge.persisted"
+    ((line, *_),) = [api("GET", "/ops/log?limit=2")[1]]
+    assert line["action"] == "seal.webhook-secrets" and line["detail"] == {"sealed": 0, "endpoints": []}
+
+
 def test_prev_seq_still_names_the_last_event_sent_once_its_row_is_pruned(api, local_hooks, sql):
     """Issue 32 item 11, what retention must not break. Failing first: prev_seq was the highest seq among the endpoint's
     rows for the account, so once retention pruned them the next event said prev_seq null (the first ever): a receiver

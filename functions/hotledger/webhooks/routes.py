@@ -300,6 +300,27 @@ def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -
     return {"replayed": replayed, "next_after": next_after}
 
 
+class SealAnswer(BaseModel):
+    sealed: int = Field(description="secrets sealed now (current and old ones); 0 once every one is")
+    endpoints: list[str] = Field(description="the endpoints whose secrets were sealed, deleted ones included")
+
+
+@router.post(
+    "/ops/webhook-secrets/seal",
+    responses=responses(
+        200,
+        SealAnswer,
+        "every signing secret kept in clear from before the sealing, sealed in place (the same secrets sign); once",
+        (409, "NO_SEALING_KEY: WEBHOOK_SECRETS_KEY_ID is not set (the local runtime): nothing was changed"),
+    ),
+)
+def seal_webhook_secrets() -> dict[str, Any]:
+    sealed, endpoints = webhooks().seal_clear_secrets()
+    answer = {"sealed": sealed, "endpoints": [str(e) for e in endpoints]}
+    operations().record(principal_of(router.current_event), "seal.webhook-secrets", answer)
+    return answer
+
+
 DELIVERY = (
     "Signed per Standard Webhooks 1.0: `webhook-id` (the event_id), `webhook-timestamp` (unix seconds) and "
     '`webhook-signature` (`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">` with the endpoint\'s `whsec_` secret; '
@@ -351,4 +372,5 @@ RULES = {
     ("DELETE", "/webhook-endpoints/<endpoint_id>"): only(SERVICE, ADMIN),
     ("GET", "/webhook-endpoints/<endpoint_id>/deliveries"): only(SERVICE, ADMIN),
     ("POST", "/webhook-endpoints/<endpoint_id>/replay"): only(SERVICE, ADMIN),
+    ("POST", "/ops/webhook-secrets/seal"): only(ADMIN),
 }

@@ -252,6 +252,19 @@ class Webhooks:
         self.store.rotate(endpoint_id, self.box.seal(secret), now, now + overlap_s * 1000)
         return secret
 
+    def seal_clear_secrets(self) -> tuple[int, list[int]]:
+        """Seals, in place, every secret kept as it is from before the sealing (current and old ones, deleted endpoints'
+        too): the same secrets sign, none is kept in clear. Once: a sealed secret is left as it is, so running it again
+        seals nothing. Returns how many secrets were sealed, and in which endpoints."""
+        if self.box.key_id is None:
+            raise errors.NoSealingKey("WEBHOOK_SECRETS_KEY_ID is not set: there is no key to seal the secrets with")
+        box = self.box
+        sealed = {
+            e: self.store.reseal(e, lambda s: s if box.sealed(s) else box.seal(s))
+            for e in self.store.holding_clear_secrets()
+        }
+        return sum(sealed.values()), [e for e, n in sealed.items() if n]
+
     def delete(self, endpoint_id: int) -> None:
         self.get(endpoint_id)
         self.store.update(endpoint_id, deleted=1, enabled=0)

@@ -272,6 +272,31 @@ class WebhookStore:
                 (*(v for _, v in sets), endpoint_id),
             )
 
+    def holding_clear_secrets(self) -> list[int]:
+        """Endpoints (deleted ones too) whose current or old secrets include one kept as it is ('whsec_...')."""
+        rows = db.query(
+            "SELECT id FROM t_webhook_endpoint WHERE secret LIKE %s OR previous_secrets LIKE %s ORDER BY id",
+            ("whsec\\_%", '%"whsec\\_%'),
+        )
+        return [int(endpoint_id) for (endpoint_id,) in rows]
+
+    def reseal(self, endpoint_id: int, seal: Callable[[str], str]) -> int:
+        """The endpoint's secrets, current and old, each replaced by seal(it) (which keeps a sealed one as it is), under
+        the row's lock (a rotation meanwhile waits). Returns how many changed."""
+        with db.transaction() as cur:
+            cur.execute(
+                "SELECT secret, previous_secrets FROM t_webhook_endpoint WHERE id = %s FOR UPDATE", (endpoint_id,)
+            )
+            current, previous = cur.fetchone()
+            old = json.loads(previous or "[]")
+            now_current, now_old = seal(current), [[seal(secret), until] for secret, until in old]
+            changed = (now_current != current) + sum(new != was for (new, _), (was, _) in zip(now_old, old, strict=True))
+            cur.execute(
+                "UPDATE t_webhook_endpoint SET secret = %s, previous_secrets = %s WHERE id = %s",
+                (now_current, json.dumps(now_old) if now_old else None, endpoint_id),
+            )
+            return changed
+
     def rotate(self, endpoint_id: int, secret: str, now_ms: int, overlap_ends: int) -> None:
         """`secret` signs from now on; the current one, and each old one, until its own overlap ends or this one's
         does, the earlier (overlap_ends <= now_ms: every old secret retired at once, a leak's rotation)."""
