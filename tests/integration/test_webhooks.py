@@ -326,6 +326,7 @@ def test_two_overlapping_rotations_keep_each_old_secret_signing_until_its_own_ov
         ("https://[64:ff9b::a00:1]/x", True),  # NAT64 (RFC 6052): 10.0.0.1 through a translator
         ("https://[64:ff9b:1::a00:1]/x", True),  # local-use NAT64 (RFC 8215)
         ("https://[2002:a00:1::1]/x", True),  # 6to4 (RFC 3056): 10.0.0.1 inside
+        ("https://[4000::1]/x", True),  # reserved by the IETF (4000::/3), though ipaddress counts it global
     ],
 )
 def test_endpoints_never_point_inside(api, monkeypatch, url, allow_local):

@@ -162,6 +162,7 @@ def _public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%")[0])
     return (
         ip.is_global
+        and not ip.is_reserved  # is_global counts IPv6's reserved ranges (4000::/3, ...) in
         and not ip.is_multicast
         and address not in _METADATA
         and not any(ip.version == 6 and ip in net for net in _TRANSLATED)
