@@ -75,7 +75,10 @@ def deployed(monkeypatch):
 def test_a_deployed_stack_is_reached_with_its_outputs_api_key_and_an_operator_token(deployed):
     target = ops.stack_target("hotledger-dev")
     assert target == ops.Target(
-        "https://abc.execute-api.us-east-1.amazonaws.com/v1/", "operator-token", "k" * 30, "arn:aws:sts::123456789012:user/moto"
+        "https://abc.execute-api.us-east-1.amazonaws.com/v1/",
+        "operator-token",
+        "k" * 30,
+        "arn:aws:sts::123456789012:user/moto",
     )
     assert deployed.asked == [{"grant_type": ["client_credentials"], "scope": ["hotledger/admin"]}]
 

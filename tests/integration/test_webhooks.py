@@ -1166,7 +1166,11 @@ def test_secrets_kept_in_clear_from_before_the_sealing_are_sealed_once_by_the_op
     from hotledger.runtime import webhooks
     from hotledger.webhooks.secrets import SecretBox
 
-    for name, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"}.items():
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     receiver = local_hooks()
