@@ -5,6 +5,7 @@ failing endpoint holds back only its own events. Through the API handler, the wr
 
 import json
 import time
+from datetime import UTC
 
 import pytest
 from standardwebhooks import Webhook
@@ -274,7 +275,7 @@ def test_two_overlapping_rotations_keep_each_old_secret_signing_until_its_own_ov
     (a receiver still on it, promised its hour, was refused from the second rotation on). Now each old secret signs
     until its own overlap ends, or a later rotation's if that ends sooner: A -> B (1 h), then B -> C (2 h) half an hour
     later: C, B and A sign for the next half hour, then C and B, then C alone; overlap 0 retires every old one at once."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from hotledger.runtime import webhooks
 
@@ -298,7 +299,7 @@ def test_two_overlapping_rotations_keep_each_old_secret_signing_until_its_own_ov
         _send()
         headers, body = next((h, b) for h, b in receiver.got if json.loads(b)["data"]["user_id"] == user_id)
         sent = headers["webhook-signature"].split(" ")
-        at = datetime.fromtimestamp(int(headers["webhook-timestamp"]), tz=timezone.utc)
+        at = datetime.fromtimestamp(int(headers["webhook-timestamp"]), tz=UTC)
         signed = sorted(n for n, s in secrets.items() if Webhook(s).sign(headers["webhook-id"], at, body) in sent)
         assert len(signed) == len(sent), sent
         return signed

@@ -288,9 +288,11 @@ class WebhookStore:
                 "SELECT secret, previous_secrets FROM t_webhook_endpoint WHERE id = %s FOR UPDATE", (endpoint_id,)
             )
             current, previous = cur.fetchone()
-            old = json.loads(previous or "[]")
-            now_current, now_old = seal(current), [[seal(secret), until] for secret, until in old]
-            changed = (now_current != current) + sum(new != was for (new, _), (was, _) in zip(now_old, old, strict=True))
+            old: list[tuple[str, int]] = [(secret, until) for secret, until in json.loads(previous or "[]")]
+            now_current, now_old = seal(current), [(seal(secret), until) for secret, until in old]
+            changed = int(now_current != current) + sum(
+                new != was for (new, _), (was, _) in zip(now_old, old, strict=True)
+            )
             cur.execute(
                 "UPDATE t_webhook_endpoint SET secret = %s, previous_secrets = %s WHERE id = %s",
                 (now_current, json.dumps(now_old) if now_old else None, endpoint_id),
