@@ -66,7 +66,7 @@ def principal_of(event: BaseProxyEvent) -> str:
         return subject
     # the deployed console's token is the one operator app client's, shared by every operator: the console names the
     # person acting (their STS ARN). What the console says, not a proof: docs/operations.md#operator-console
-    person = _NOT_PRINTABLE.sub("", event.get_header_value("x-hotledger-operator", "", case_sensitive=False) or "")
+    person = _NOT_PRINTABLE.sub("", event.headers.get("x-hotledger-operator") or "")
     return f"{person[:160]} via {subject}" if person else subject
 
 

@@ -1197,17 +1197,20 @@ def test_secrets_kept_in_clear_from_before_the_sealing_are_sealed_once_by_the_op
 
         key_id = boto3.client("kms").create_key(Description="webhook secrets")["KeyMetadata"]["KeyId"]
         monkeypatch.setattr(webhooks(), "box", SecretBox(key_id))
+        status, newest = api("POST", f"/webhook-endpoints/{endpoint_id}/rotate-secret", {"overlap_s": 3600})
+        assert status == 200 and stored()[0].startswith("env1:")  # sealed from the upgrade on; the older two clear
         status, sealed = api("POST", "/ops/webhook-secrets/seal")
         assert status == 200 and sealed["sealed"] >= 2 and str(endpoint_id) in sealed["endpoints"], sealed
         now = stored()
-        assert all(value.startswith("env1:") for value in now), now
+        assert len(now) == 3 and all(value.startswith("env1:") for value in now), now
         assert not any(plain.removeprefix("whsec_") in value for plain in clear for value in now)
         assert api("POST", "/ops/webhook-secrets/seal") == (200, {"sealed": 0, "endpoints": []})  # once only
         user_id = api.account(balance="1.00")
         _persist(redis_client, user_id)
         _send()
     headers, body = next((h, b) for h, b in receiver.got if json.loads(b)["data"]["user_id"] == user_id)
-    for secret in (endpoint["secret"], rotated["secret"]):  # the very same secrets, opened to sign
+    assert len(headers["webhook-signature"].split(" ")) == 3
+    for secret in (endpoint["secret"], rotated["secret"], newest["secret"]):  # the same secrets, opened to sign
         assert Webhook(secret).verify(body, headers)["type"] == "recharge.persisted"
     ((line, *_),) = [api("GET", "/ops/log?limit=2")[1]]
     assert line["action"] == "seal.webhook-secrets" and line["detail"] == {"sealed": 0, "endpoints": []}
