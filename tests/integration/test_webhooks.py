@@ -1113,6 +1113,17 @@ def test_the_sender_hands_signed_attempts_to_the_poster_outside_the_vpc_and_reco
     assert (mine["state"], mine["last_status"], mine["attempts"]) == ("PENDING", 500, 1)
 
 
+def _fake_aws(monkeypatch) -> None:
+    """Credentials and a region for moto's AWS (mock_aws), never the real one."""
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+
+
 def test_signing_secrets_are_sealed_at_rest_and_opened_only_to_sign(api, redis_client, local_hooks, sql, monkeypatch):
     """Issue 32 item 7. Failing first: t_webhook_endpoint held every signing secret in clear. Now each is sealed with a
     data key of its own from KMS (envelope: AES-256-GCM, the data key stored encrypted under the stack's key): create
@@ -1122,13 +1133,7 @@ def test_signing_secrets_are_sealed_at_rest_and_opened_only_to_sign(api, redis_c
     from hotledger.runtime import webhooks
     from hotledger.webhooks.secrets import SecretBox
 
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    _fake_aws(monkeypatch)
     with mock_aws():
         import boto3
 
@@ -1167,13 +1172,7 @@ def test_secrets_kept_in_clear_from_before_the_sealing_are_sealed_once_by_the_op
     from hotledger.runtime import webhooks
     from hotledger.webhooks.secrets import SecretBox
 
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    _fake_aws(monkeypatch)
     receiver = local_hooks()
     monkeypatch.setattr(webhooks(), "box", SecretBox(None))  # as it was before the sealing: kept as they are
     endpoint = _endpoint(api, receiver.url, ["recharge.persisted"])
