@@ -600,6 +600,8 @@ def webhook_figures(figures: report.Figures, size: Size) -> None:
     baselines = {
         "webhook_events_per_s": "bare_posts_per_s",
         "webhook_backlog_drain_per_s": "bare_posts_per_s",
+        "webhook_1m_backlog_drain_per_s": "bare_posts_per_s",
+        "webhook_delivery_lag_p99_ms_beside_blackhole": "webhook_delivery_lag_p99_ms_alone",
         "monitor_check_us_per_booked_entry": "monitor_check_us_per_booked_entry_without_monitors",
     }
     for name, value in found.items():
