@@ -44,7 +44,7 @@ from hotledger.ledger.rows import (
     StoredDeduct,
     open_columns,
 )
-from hotledger.ledger.tx import ACCOUNT_SELECT, LedgerTx
+from hotledger.ledger.tx import ACCOUNT_SELECT, ChargeReads, LedgerTx
 from hotledger.outbox.events import LedgerEvent
 
 
@@ -85,6 +85,15 @@ class LedgerStore:
     def transaction(self) -> Iterator[LedgerTx]:
         with db.transaction() as cur:
             yield LedgerTx(cur)
+
+    @contextlib.contextmanager
+    def charge_transaction(
+        self, user_id: int, idem_key: str | None, now_ms: int
+    ) -> Iterator[tuple[ChargeReads, LedgerTx]]:
+        """A SYNC charge's transaction in two round trips (db.batched_transaction): what it reads under the
+        account's row lock, then its writes with COMMIT."""
+        with db.batched_transaction(ChargeReads.statements(user_id, idem_key, now_ms)) as (rows, batch):
+            yield ChargeReads.of(rows), LedgerTx(batch)
 
     def create_account(self, user_name: str, deduct_type: str, threshold: int, currency: str | None = None) -> int:
         """A new account holds 0, so its API starts closed for balance; a recharge opens it. currency: ISO 4217
