@@ -88,3 +88,15 @@ def test_deducts_racing_a_switch_to_async_are_each_made_once_sync_before_it(api,
     assert [seq for seq, _, _ in ledger] == list(range(1, len(ledger) + 1))
     account = api("GET", f"/accounts/{user_id}")[1]
     assert account["balance"] == f"{100 - THREADS * 8}.00" and account["deduct_type"] == "ASYNC"
+
+
+def test_a_sync_charge_on_a_connection_the_db_dropped_since_is_made_on_a_new_one(api, sql):
+    """The charge's first round trip is not preceded by a ping: a connection that went away fails it, and it is
+    sent again on a new connection (the server ended the old session and the transaction it began)."""
+    from hotledger.dal import db
+
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+    sql("KILL CONNECTION %s", (db.connection().thread_id(),))
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert (status, body.get("balance"), body.get("mode")) == (200, "8.00", "SYNC"), body

@@ -99,10 +99,13 @@ def connect_rotating(cfg: Settings) -> tuple[pymysql.connections.Connection, Set
     return connect(fresh), fresh
 
 
-def connection() -> pymysql.connections.Connection:
-    """The process's connection, checked with a ping and replaced when the server went away."""
+def connection(checked: bool = True) -> pymysql.connections.Connection:
+    """The process's connection, checked with a ping (unless not `checked`: the caller finds out on its first
+    statement) and replaced when the server went away."""
     conn = getattr(_local, "conn", None)
     if conn is not None:
+        if not checked:
+            return conn
         try:
             conn.ping(reconnect=False)
             return conn
@@ -188,10 +191,11 @@ class Batch(Cursor):  # type: ignore[misc]  # PyMySQL ships no types: its Cursor
 
 
 def _server_said(exc: pymysql.err.Error) -> bool:
-    """Whether the server answered with this error (its codes are below 2000 or from 3000), rather than the client
-    losing the connection (2000-2999): then the statements after the failed one did not run."""
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 2000
-    return not 2000 <= code < 3000
+    """Whether the server answered with this error (its codes are 1000-1999 or from 3000), rather than the client
+    losing the connection (2000-2999, or PyMySQL's own 0 for a closed one): then the statements after the failed one
+    did not run."""
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    return 1000 <= code < 2000 or code >= 3000
 
 
 def _results(cur: Cursor) -> list[list[tuple[Any, ...]]]:
@@ -210,14 +214,20 @@ def batched_transaction(reads: Sequence[tuple[str, SqlArgs]]) -> Iterator[tuple[
     back; a COMMIT whose answer was lost with the connection raises CommitOutcomeUnknown, a statement the server
     refused rolls back (the statements after it, COMMIT among them, did not run) and is raised as PyMySQL raised it,
     or as DatabaseUnavailable when it is transient (a deadlock, a lock wait timeout)."""
-    try:
-        conn = connection()
-        with conn.cursor() as cur:
-            cur.execute(";".join(["START TRANSACTION", *(cur.mogrify(sql, args) for sql, args in reads)]))
-            rows = _results(cur)
-    except pymysql.err.Error as exc:
-        _drop_connection()  # a multi-statement cut short leaves the session's state unknown: a fresh one next
-        raise DatabaseUnavailable(str(exc)) from exc
+    # the connection is not pinged first (a round trip): one that went away since its last use fails the reads,
+    # whose session, and the transaction they began, the server ended with it; so they are sent again, once, on a
+    # new connection
+    for checked in (False, True):
+        try:
+            conn = connection(checked)
+            with conn.cursor() as cur:
+                cur.execute(";".join(["START TRANSACTION", *(cur.mogrify(sql, args) for sql, args in reads)]))
+                rows = _results(cur)
+            break
+        except pymysql.err.Error as exc:
+            _drop_connection()  # a multi-statement cut short leaves the session's state unknown: a fresh one next
+            if checked or _server_said(exc):
+                raise DatabaseUnavailable(str(exc)) from exc
     batch = Batch(conn)
     try:
         yield rows, batch
