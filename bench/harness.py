@@ -44,6 +44,7 @@ class Size:
 
 TARGETS = {
     "async_vs_sync_hot_ratio": (">=", 5),
+    "sync_vs_lean_ratio": (">=", 0.8),  # issue 33 goal 3: SYNC at the database's speed
     "hot_account_failed_requests": ("<=", 0),
     "writer_rows_per_s": (">=", 50000),
     "writer_not_persisted": ("<=", 0),

@@ -416,6 +416,14 @@ MUTANTS: list[Mutant] = [
         ["tests/integration/test_lock.py"],
         "an equal lock token from another holder (handed out twice after a Redis loss) is refused",
     ),
+    m(
+        "py-sync-row-lock",
+        "functions/hotledger/ledger/tx.py",
+        '("SELECT 1 FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,)),\n            (ACCOUNT_SELECT,',
+        '("SELECT 1 FROM t_account WHERE user_id = %s", (user_id,)),\n            (ACCOUNT_SELECT,',
+        ["tests/integration/test_sync_row_lock.py"],
+        "SYNC charges of one account are serialized by its row lock (no Redis account lock): none below the threshold",
+    ),
     # ---- writer ------------------------------------------------------------------------------------------------
     m(
         "py-writer-dedupe-ids",
@@ -794,8 +802,8 @@ MUTANTS: list[Mutant] = [
     m(
         "booking-subscribers-skipped",
         "functions/hotledger/ledger/tx.py",
-        "            self.on_booked(Booking(self.cursor, rows))",
-        "            Booking(self.cursor, rows)",
+        "            self.on_booked(Booking(self.cursor, rows, prefetched=prefetched or {}))",
+        "            Booking(self.cursor, rows, prefetched=prefetched or {})",
         ["tests/integration/test_monitors.py"],
         "every booking is handed to the registered subscribers in its transaction: monitors judge its rows",
     ),

@@ -151,14 +151,26 @@ def _decimals(cursor: Cursor, users: list[int]) -> dict[int, int]:
 _Event = tuple[int, int, int, str, int, _Body]  # (user, seq, sub_seq, type, at, its id and body given the prev seq)
 
 
-def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) -> None:
+SUBSCRIBED_READ = "SELECT event_types FROM t_webhook_endpoint WHERE deleted = 0"
+
+
+def subscribed_of(rows: Sequence[Sequence[Any]]) -> set[str]:
+    """The event types some endpoint subscribes to, from SUBSCRIBED_READ's rows."""
+    return {t for (types,) in rows for t in types.split(",") if t}
+
+
+def enqueue(
+    cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = (), subscribed: set[str] | None = None
+) -> None:
     """In the transaction that books `rows` (and judged the balance monitors' `alerts` of them): one t_webhook_event
     row per event of a type some endpoint (enabled or not) subscribes to, whatever the number of endpoints. The sender
-    fans them out to each endpoint's deliveries outside this transaction (WebhookStore.fan_out)."""
+    fans them out to each endpoint's deliveries outside this transaction (WebhookStore.fan_out). subscribed: those
+    types read (SUBSCRIBED_READ) in this transaction already; None: read here."""
     if not rows:
         return
-    cursor.execute("SELECT event_types FROM t_webhook_endpoint WHERE deleted = 0")
-    subscribed = {t for (types,) in cursor.fetchall() for t in types.split(",") if t}
+    if subscribed is None:
+        cursor.execute(SUBSCRIBED_READ)
+        subscribed = subscribed_of(cursor.fetchall())
     if not subscribed:
         return
     # an entry's crossings follow its event, one sub_seq each (1, 2, ... in monitor order: stable, so a replayed batch
