@@ -48,12 +48,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol, TypedDict
 from urllib.parse import urlsplit
 
-from hotledger import errors
+from hotledger import errors, observability
 from hotledger.webhooks.events import ALL_TYPES
 from hotledger.webhooks.secrets import SecretBox
 from hotledger.webhooks.store import FAN_OUT_BATCH, EndpointChange, Key, WebhookStore, by_endpoint, runs
 from hotledger.webhooks.store import Delivery as Delivery  # re-exported: what the routes show
 from hotledger.webhooks.store import Endpoint as Endpoint
+
+logger = observability.logger()
 
 RETRY_FOR_MS = 3 * 86_400_000
 FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
@@ -365,20 +367,26 @@ class Webhooks:
         timestamp = now // 1000
         started = time.monotonic()
         deadline = min(started + SEND_TIMEOUT_S, end_by)
-        headers = {
-            "content-type": "application/json",
-            "webhook-id": d.event_id,
-            "webhook-timestamp": str(timestamp),
-            "webhook-signature": signatures(
+        try:
+            signature = signatures(
                 d.event_id, timestamp, d.payload, [self.box.open(sealed) for sealed in endpoint.secrets(now)]
-            ),
-            "user-agent": "hotledger-webhooks/1",
-        }
-        # signed here, sent by self.post: in this process, or (WEBHOOK_POSTER_FUNCTION) by the poster function outside
-        # the VPC; either way an Attempt, whatever went wrong
-        answer = self.post(
-            {"url": endpoint.url, "headers": headers, "body": d.payload, "timeout_s": deadline - started}
-        )
+            )
+        except Exception as exc:  # a secret that cannot be opened now: this attempt failed, not the whole pass
+            answer: Attempt = {"status": None, "error": f"not signed: {type(exc).__name__}: {exc}"}
+            logger.warning("webhook delivery not signed", extra={"endpoint_id": endpoint.endpoint_id, **answer})
+        else:
+            headers = {
+                "content-type": "application/json",
+                "webhook-id": d.event_id,
+                "webhook-timestamp": str(timestamp),
+                "webhook-signature": signature,
+                "user-agent": "hotledger-webhooks/1",
+            }
+            # signed here, sent by self.post: in this process, or (WEBHOOK_POSTER_FUNCTION) by the poster function
+            # outside the VPC; either way an Attempt, whatever went wrong
+            answer = self.post(
+                {"url": endpoint.url, "headers": headers, "body": d.payload, "timeout_s": deadline - started}
+            )
         status, error, retry_after = answer.get("status"), answer.get("error") or "", answer.get("retry_after")
         if status is not None and 200 <= status < 300:
             self.store.delivered(d, status, self.clock())
