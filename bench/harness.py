@@ -44,6 +44,7 @@ class Size:
 
 TARGETS = {
     "async_vs_sync_hot_ratio": (">=", 5),
+    "sync_vs_lean_ratio": (">=", 0.8),  # issue 33 goal 3: SYNC at the database's speed
     "hot_account_failed_requests": ("<=", 0),
     "writer_rows_per_s": (">=", 50000),
     "writer_not_persisted": ("<=", 0),
@@ -69,6 +70,10 @@ TARGETS = {
     "webhook_not_delivered": ("<=", 0),
     # issue 32 item 11: a look at what is due costs the same whatever the backlog
     "webhook_due_backlog_ratio": ("<=", 1.5),
+    # issue 32: a 1M backlog over 10 endpoints drains at half the bare POST rate; a blackholed endpoint costs the others
+    # no lag
+    "webhook_1m_backlog_drain_ratio": (">=", 0.5),
+    "webhook_blackhole_lag_ratio": ("<=", 1.2),
     # issue 33 goal 2: one hot account's ceiling, server side, Redis against the database (bench/ceiling.py)
     "hot_account_ceiling_ratio": (">=", 20),
 }

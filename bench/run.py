@@ -43,6 +43,8 @@ SMOKE_OUT = services.STATE / "bench-smoke" / "results.json"
 BASELINES = {
     "async_deduct_per_s": "sync_deduct_baseline_per_s",
     "async_vs_sync_hot_ratio": "sync_deduct_baseline_per_s",
+    "sync_deduct_per_s": "db_deduct_per_s",
+    "sync_vs_lean_ratio": "db_deduct_per_s",
     "redispy_evalsha_per_s": "evalsha_per_s",
     "handler_cpu_us_per_deduct": "floor_cpu_us_per_deduct",
     "handler_vs_floor_cpu_ratio": "floor_cpu_us_per_deduct",
@@ -142,8 +144,8 @@ def hot_account_figures(figures: report.Figures, call, procs: int, seconds: floa
     }
     what = {
         "async": "ASYNC deducts of one hot account through api.app.handler in-process (publish + broker ack)",
-        "sync": "SYNC deducts of one hot account through the same handler: the product's DB path (account lock, "
-        "one transaction)",
+        "sync": "SYNC deducts of one hot account through the same handler: the product's DB path (the row lock "
+        "alone: one transaction of two round trips)",
         "db": "lean SYNC baseline: the same handler, the deduct one DB round trip (a stored procedure: row lock, "
         "entry, commit; bench/baselines.py)",
     }
@@ -152,6 +154,14 @@ def hot_account_figures(figures: report.Figures, call, procs: int, seconds: floa
         figures.add(f"{name}_per_s", run["per_s"], "1/s", run["ok"], BASELINES.get(f"{name}_per_s"), what[key])
         figures.add(f"{name}_p50_ms", run["p50_ms"], "ms", run["samples"], None, what[key])
         figures.add(f"{name}_p99_ms", run["p99_ms"], "ms", run["samples"], None, what[key])
+    figures.add(
+        "sync_vs_lean_ratio",
+        stats.ratio(runs["sync"]["per_s"], runs["db"]["per_s"]),
+        "ratio",
+        None,
+        "db_deduct_per_s",
+        "the product's SYNC deduct over the lean one-round-trip DB baseline, behind the same handler (issue 33 goal 3)",
+    )
     best = max(("sync", "db"), key=lambda k: runs[k]["per_s"])
     figures.add(
         "sync_deduct_baseline_per_s",
@@ -600,6 +610,8 @@ def webhook_figures(figures: report.Figures, size: Size) -> None:
     baselines = {
         "webhook_events_per_s": "bare_posts_per_s",
         "webhook_backlog_drain_per_s": "bare_posts_per_s",
+        "webhook_1m_backlog_drain_per_s": "bare_posts_per_s",
+        "webhook_delivery_lag_p99_ms_beside_blackhole": "webhook_delivery_lag_p99_ms_alone",
         "monitor_check_us_per_booked_entry": "monitor_check_us_per_booked_entry_without_monitors",
     }
     for name, value in found.items():

@@ -16,6 +16,17 @@
   account, every account's first one backing off: none due) beside a healthy endpoint with 10 due; their ratio,
   `webhook_due_backlog_ratio`, goal <= 1.5: a look reads the due heads (`t_webhook_head`) and their runs, not the
   backlog. The backlog is written straight into the tables (`--quick`: 10k against 100k).
+- `webhook_1m_backlog_drain_per_s` (issue 32): one sender, as the function runs it (`send_due` with its defaults),
+  draining a backlog of 1,000,000 PENDING deliveries spread over 10 endpoints (100,000 each, 100 per account), each
+  at a receiver of its own answering 204 at once, delivered events/s over a window (`DRAIN_WINDOW_S`; what is left
+  stays); `webhook_1m_backlog_drain_ratio` against `bare_posts_per_s`, goal >= 0.5. The backlog is written straight
+  into the tables in bulk by SQL (`_backlog`: the delivery rows and their accounts' heads, every one due), not booked
+  one entry at a time (`--quick`: 100,000; the smoke pass: 2,000, drained to the end).
+- `webhook_delivery_lag_p99_ms_beside_blackhole` (issue 32): the delivery lag of the healthy endpoint above
+  (`WEBHOOK_LAG_RATE` SYNC deducts/s) while a blackholed endpoint beside it (it accepts connections and never answers:
+  each attempt runs to its deadline) holds 300 due accounts, against `webhook_delivery_lag_p99_ms_alone`, the same lag
+  without it; both with the sender as the function runs it (one `send_due` covering the window, looking again every
+  50 ms when idle). Their ratio `webhook_blackhole_lag_ratio`, goal <= 1.2.
 - `monitor_check_us_per_booked_entry`: what judging balance monitors adds to booking one entry (`monitors.store.judge`
   in the booking transaction, accounts with one monitor each), against `..._without_monitors` (the same rows,
   accounts with none). The deduct script itself does not change with monitors: they are judged where the entry is
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import statistics
 import sys
 import threading
@@ -41,6 +53,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 WEBHOOK_LAG_RATE = 20  # deducts per second while the lag is measured
 BACKLOG, BACKLOG_ACCOUNTS = 5_000, 3  # the backlog drained, of how many accounts
+DRAIN_ENDPOINTS = 10  # the 1M backlog's endpoints
+DRAIN_WINDOW_S = 60  # how long the 1M backlog drains (at the baseline's rate, all of it would take half an hour)
+BLACKHOLE_ACCOUNTS = 300  # due accounts of the blackholed endpoint
 
 
 class _Receiver:
@@ -69,20 +84,41 @@ class _Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
+class _Blackhole:
+    """A local endpoint that accepts connections and never answers: each attempt runs to its deadline."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/hooks"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                self.held.append(self.listener.accept()[0])
+
+    def close(self) -> None:
+        for sock in [self.listener, *self.held]:
+            sock.close()
+
+
 @contextlib.contextmanager
-def _endpoint(description: str) -> Iterator[tuple[Any, _Receiver]]:
-    """The service's webhooks with an endpoint for charge.persisted at a local receiver; both gone after."""
+def _endpoint(description: str, receiver: Any = None) -> Iterator[tuple[Any, Any, int]]:
+    """The service's webhooks with an endpoint for charge.persisted at a local receiver (by default a _Receiver), and
+    the endpoint's id; the endpoint deleted and the receiver stopped after."""
     from hotledger.webhooks.feature import webhooks
 
     hooks = webhooks()
     hooks.allow_local = True
-    receiver = _Receiver()
+    receiver = receiver or _Receiver()
     endpoint, _ = hooks.create(receiver.url, ["charge.persisted"], description)
     try:
-        yield hooks, receiver
+        yield hooks, receiver, endpoint.endpoint_id
     finally:
         hooks.delete(endpoint.endpoint_id)
-        receiver.server.shutdown()
+        _forget(endpoint.endpoint_id)
+        receiver.close() if isinstance(receiver, _Blackhole) else receiver.server.shutdown()
 
 
 def _accounts(n: int, balance: int) -> list[int]:
@@ -105,7 +141,7 @@ def _p(values: list[float], q: float) -> float | None:
 def events_per_s(events: int) -> dict:
     from hotledger.ledger.feature import ledger
 
-    with _endpoint("bench") as (hooks, receiver):
+    with _endpoint("bench") as (hooks, receiver, _):
         accounts = _accounts(50, 10**9)
         for i in range(events):
             ledger().deduct(accounts[i % len(accounts)], 1)
@@ -131,7 +167,7 @@ def events_per_s(events: int) -> dict:
 def backlog_drain_per_s(events: int, accounts: int) -> dict:
     from hotledger.ledger.feature import ledger
 
-    with _endpoint("bench-backlog") as (hooks, _receiver):
+    with _endpoint("bench-backlog") as (hooks, _receiver, _):
         owners = _accounts(accounts, 10**9)
         for i in range(events):  # no sender runs: each stays PENDING
             ledger().deduct(owners[i % len(owners)], 1)
@@ -145,39 +181,85 @@ def backlog_drain_per_s(events: int, accounts: int) -> dict:
     }
 
 
-def delivery_lag(seconds: float) -> dict:
+def _lags(hooks: Any, receiver: _Receiver, seconds: float, run_s: float) -> tuple[list[float], int]:
+    """The lags (ms) from each paced SYNC deduct's answer to its event's arrival at `receiver`, with the sender running
+    send_due for `run_s` at a time, back to back, looking again every 50 ms when idle; and how many never arrived."""
     from hotledger.ledger.feature import ledger
 
     answered: dict[str, float] = {}
     stop = threading.Event()
-    with _endpoint("bench-lag") as (hooks, receiver):
-        accounts = _accounts(20, 10**9)
+    accounts = _accounts(20, 10**9)
 
-        def send_until_stopped() -> None:  # as the function runs it: invocations back to back, looking again when idle
-            while not stop.is_set():
-                hooks.send_due(batch=200, seconds=1, idle_wait_s=0.05)
+    def send_until_stopped() -> None:
+        while not stop.is_set():
+            hooks.send_due(batch=200, seconds=run_s, idle_wait_s=0.05)
 
-        sender = threading.Thread(target=send_until_stopped)
-        sender.start()
-        try:
-            start = time.monotonic()
-            for i in range(int(seconds * WEBHOOK_LAG_RATE)):
-                time.sleep(max(0.0, start + i / WEBHOOK_LAG_RATE - time.monotonic()))  # paced: offered, not closed-loop
-                result = ledger().deduct(accounts[i % len(accounts)], 1)
-                answered[f"evt_{result.entry_id}"] = time.monotonic()
-            deadline = time.monotonic() + 60
-            while set(answered) - set(receiver.arrived) and time.monotonic() < deadline:
-                time.sleep(0.1)
-        finally:
-            stop.set()
-            sender.join()
+    sender = threading.Thread(target=send_until_stopped)
+    sender.start()
+    try:
+        start = time.monotonic()
+        for i in range(int(seconds * WEBHOOK_LAG_RATE)):
+            time.sleep(max(0.0, start + i / WEBHOOK_LAG_RATE - time.monotonic()))  # paced: offered, not closed-loop
+            result = ledger().deduct(accounts[i % len(accounts)], 1)
+            answered[f"evt_{result.entry_id}"] = time.monotonic()
+        deadline = time.monotonic() + 60
+        while set(answered) - set(receiver.arrived) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        sender.join()
     lags = [(receiver.arrived[e] - t) * 1000 for e, t in answered.items() if e in receiver.arrived]
+    return lags, len(answered) - len(lags)
+
+
+def delivery_lag(seconds: float) -> dict:
+    with _endpoint("bench-lag") as (hooks, receiver, _):
+        lags, lost = _lags(hooks, receiver, seconds, run_s=1)  # invocations of a second, back to back
     return {
         "webhook_delivery_lag_p50_ms": _p(lags, 0.5),
         "webhook_delivery_lag_p99_ms": _p(lags, 0.99),
         "webhook_delivery_lag_samples": len(lags),
-        "webhook_not_delivered": len(answered) - len(lags),
+        "webhook_not_delivered": lost,
         "webhook_lag_offered_per_s": WEBHOOK_LAG_RATE,
+    }
+
+
+def lag_beside_blackhole(seconds: float) -> dict:
+    """The healthy endpoint's lag alone, then beside a blackholed endpoint holding BLACKHOLE_ACCOUNTS due accounts;
+    the sender as the function runs it: one send_due covering the window (and the wait for the last arrivals)."""
+    found: dict[str, Any] = {}
+    for name in ("alone", "beside_blackhole"):
+        with contextlib.ExitStack() as stack:
+            if name == "beside_blackhole":
+                hooks, _, hole = stack.enter_context(_endpoint("bench-blackhole", _Blackhole()))
+                _backlog(hole, 0, BLACKHOLE_ACCOUNTS, hooks.clock(), due=True, per_account=1)
+            hooks, receiver, _ = stack.enter_context(_endpoint(f"bench-lag-{name}"))
+            lags, lost = _lags(hooks, receiver, seconds, run_s=seconds + 10)
+        found[f"webhook_delivery_lag_p99_ms_{name}"] = _p(lags, 0.99)
+        found[f"webhook_lag_samples_{name}"] = len(lags)
+        found[f"webhook_not_delivered_{name}"] = lost
+    alone, beside = found["webhook_delivery_lag_p99_ms_alone"], found["webhook_delivery_lag_p99_ms_beside_blackhole"]
+    found["webhook_blackhole_lag_ratio"] = round(beside / alone, 2) if alone and beside else None
+    return found
+
+
+def drain_backlog(total: int, window_s: float) -> dict:
+    """One send_due (the function's defaults) for window_s over `total` due deliveries spread over DRAIN_ENDPOINTS
+    endpoints, written in bulk by SQL, 100 per account; delivered events/s."""
+    with contextlib.ExitStack() as stack:
+        opened = [stack.enter_context(_endpoint(f"bench-drain-{i}")) for i in range(DRAIN_ENDPOINTS)]
+        hooks = opened[0][0]
+        now = hooks.clock()
+        for _, _, endpoint_id in opened:
+            _backlog(endpoint_id, 0, total // DRAIN_ENDPOINTS, now, due=True, per_account=100)
+        started = time.monotonic()
+        counts = hooks.send_due(seconds=window_s)
+        drained_s = time.monotonic() - started
+    return {
+        "webhook_1m_backlog_drain_per_s": round(counts["delivered"] / drained_s, 1),
+        "webhook_1m_backlog_size": total,
+        "webhook_1m_backlog_delivered": counts["delivered"],
+        "webhook_1m_backlog_window_s": round(drained_s, 1),
     }
 
 
@@ -227,25 +309,27 @@ def monitor_check(rows: int, rounds: int) -> dict:
     }
 
 
-def _backlog(endpoint_id: int, first: int, last: int, now_ms: int, due: bool) -> None:
-    """Deliveries `first` to `last` (not included) of the endpoint, PENDING, 100 per account (1 when due), written
-    straight into the tables with their heads: due now, or every account's first one backing off an hour (none due)."""
+def _backlog(endpoint_id: int, first: int, last: int, now_ms: int, due: bool, per_account: int) -> None:
+    """Deliveries `first` to `last` (not included) of the endpoint, PENDING, `per_account` per account, written
+    straight into the tables in bulk with their heads: due now, or every account's first one backing off an hour (none
+    due). Each body is the shape bare_posts_per_s posts."""
     from hotledger.dal import db
 
-    per_account = 1 if due else 100
     at = now_ms if due else now_ms + 3_600_000
     base = 1_500_000_000 + (endpoint_id % 50) * 10_000_000  # accounts of their own
     for start in range(first, last, 5000):
         rows, heads = [], []
         for i in range(start, min(last, start + 5000)):
             user_id, seq = base + i // per_account, i % per_account + 1
-            rows.append((endpoint_id, user_id, seq, f"evt_b{endpoint_id}_{i}", at, now_ms))
+            event_id = f"evt_b{endpoint_id}_{i}"
+            body = json.dumps({"type": "charge.persisted", "data": {"event_id": event_id}})
+            rows.append((endpoint_id, user_id, seq, event_id, body, at, now_ms))
             if seq == 1:
                 heads.append((endpoint_id, user_id, at))
         with db.transaction() as cur:
             cur.executemany(
                 "INSERT IGNORE INTO t_webhook_delivery (endpoint_id, user_id, seq, sub_seq, event_id, type, payload,"
-                " state, next_attempt_at, created_at) VALUES (%s, %s, %s, 0, %s, 'charge.persisted', '{}', 'PENDING',"
+                " state, next_attempt_at, created_at) VALUES (%s, %s, %s, 0, %s, 'charge.persisted', %s, 'PENDING',"
                 " %s, %s)",
                 rows,
             )
@@ -256,17 +340,23 @@ def _backlog(endpoint_id: int, first: int, last: int, now_ms: int, due: bool) ->
                 )
 
 
-def due_cost(small: int, large: int) -> dict:
+def _forget(endpoint_id: int) -> None:
+    """The endpoint's deliveries and heads, gone (what the bench wrote; the reconciler's retention takes longer)."""
     from hotledger.dal import db
 
+    db.execute("DELETE FROM t_webhook_head WHERE endpoint_id = %s", (endpoint_id,))
+    while db.execute("DELETE FROM t_webhook_delivery WHERE endpoint_id = %s LIMIT 50000", (endpoint_id,)):
+        pass
+
+
+def due_cost(small: int, large: int) -> dict:
     found: dict[str, float] = {}
-    with _endpoint("bench-failing") as (hooks, _failing), _endpoint("bench-healthy") as (_, _healthy):
-        failing, healthy = (e.endpoint_id for e in hooks.endpoints()[-2:])
+    with _endpoint("bench-failing") as (hooks, _, failing), _endpoint("bench-healthy") as (_, _, healthy):
         now = hooks.clock()
-        _backlog(healthy, 0, 10, now, due=True)
+        _backlog(healthy, 0, 10, now, due=True, per_account=1)
         written = 0
         for name, size in (("webhook_due_ms_10k_backlog", small), ("webhook_due_ms_1m_backlog", large)):
-            _backlog(failing, written, size, now, due=False)  # the larger backlog adds to the smaller one
+            _backlog(failing, written, size, now, due=False, per_account=100)  # added to the smaller one
             written = size
             times = []
             for _ in range(21):
@@ -275,10 +365,6 @@ def due_cost(small: int, large: int) -> dict:
                 times.append((time.perf_counter() - started) * 1000)
             assert {d.endpoint_id for d in due} >= {healthy} and failing not in {d.endpoint_id for d in due}
             found[name] = round(statistics.median(times), 2)
-        for endpoint_id in (failing, healthy):
-            db.execute("DELETE FROM t_webhook_head WHERE endpoint_id = %s", (endpoint_id,))
-            while db.execute("DELETE FROM t_webhook_delivery WHERE endpoint_id = %s LIMIT 50000", (endpoint_id,)):
-                pass
     found["webhook_due_backlog_ratio"] = round(
         found["webhook_due_ms_1m_backlog"] / found["webhook_due_ms_10k_backlog"], 2
     )
@@ -293,8 +379,16 @@ def figures(size) -> dict:
         **delivery_lag(size.pick(20, 5, 1)),
         **monitor_check(200, size.pick(20, 5, 1)),
         **due_cost(size.pick(10_000, 10_000, 200), size.pick(1_000_000, 100_000, 2_000)),
+        **drain_backlog(size.pick(1_000_000, 100_000, 2_000), size.pick(DRAIN_WINDOW_S, 20, 60)),
+        **lag_beside_blackhole(size.pick(20, 5, 1)),
     }
+    found["webhook_1m_backlog_drain_ratio"] = round(
+        found["webhook_1m_backlog_drain_per_s"] / found["bare_posts_per_s"], 2
+    )
     found["_samples"] = {
+        "webhook_1m_backlog_drain_per_s": found["webhook_1m_backlog_delivered"],
+        "webhook_delivery_lag_p99_ms_alone": found["webhook_lag_samples_alone"],
+        "webhook_delivery_lag_p99_ms_beside_blackhole": found["webhook_lag_samples_beside_blackhole"],
         "webhook_events_per_s": found["webhook_events_delivered"],
         "webhook_backlog_drain_per_s": found["webhook_backlog_delivered"],
         "webhook_delivery_lag_p99_ms": found["webhook_delivery_lag_samples"],

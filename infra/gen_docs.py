@@ -89,6 +89,7 @@ ERROR_WHEN = {
     "INVALID_MONITOR": "a re-arm line on the wrong side of the alert's, or more than 20 monitors on an account",
     "INVALID_CURSOR": "a cursor not handed out for this account and these filters",
     "WEBHOOK_ENDPOINT_LIMIT": "a webhook endpoint created while `WEBHOOK_MAX_ENDPOINTS` (16) live already: delete one first",
+    "NO_SEALING_KEY": "`POST /ops/webhook-secrets/seal` on a stack without `WEBHOOK_SECRETS_KEY_ID` (the local runtime): nothing sealed",
     "INVALID_DEAD_LETTER_ID": "an operator's replay names a dead letter by an id of the wrong shape (or names any for the dead-letter topic, replayed whole)",
     "DEAD_LETTER_EXPIRED": "an operator's replay names a writer or stream dead letter older than the rollback records can still judge (`KEY_RETENTION_DAYS` less 8 days after it was set aside): nothing is replayed",
     "INVALID_RANGE": "`until` not after `since`",

@@ -50,6 +50,7 @@ I_BUCKETS = "tests/integration/test_voucher_buckets.py"
 I_REFUSALS = "tests/integration/test_script_refusals.py"
 I_LOG_WAITS = "tests/integration/test_rebuild_waits_for_the_log.py"
 I_TRANSFERS = "tests/integration/test_transfers.py"
+I_WEBHOOKS = "tests/integration/test_webhooks.py"
 
 
 @dataclass(frozen=True)
@@ -414,6 +415,14 @@ MUTANTS: list[Mutant] = [
         "if seen is not None and seen[0] > fence:",
         ["tests/integration/test_lock.py"],
         "an equal lock token from another holder (handed out twice after a Redis loss) is refused",
+    ),
+    m(
+        "py-sync-row-lock",
+        "functions/hotledger/ledger/tx.py",
+        '("SELECT 1 FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,)),\n            (ACCOUNT_SELECT,',
+        '("SELECT 1 FROM t_account WHERE user_id = %s", (user_id,)),\n            (ACCOUNT_SELECT,',
+        ["tests/integration/test_sync_row_lock.py"],
+        "SYNC charges of one account are serialized by its row lock (no Redis account lock): none below the threshold",
     ),
     # ---- writer ------------------------------------------------------------------------------------------------
     m(
@@ -793,8 +802,8 @@ MUTANTS: list[Mutant] = [
     m(
         "booking-subscribers-skipped",
         "functions/hotledger/ledger/tx.py",
-        "            self.on_booked(Booking(self.cursor, rows))",
-        "            Booking(self.cursor, rows)",
+        "            self.on_booked(Booking(self.cursor, rows, prefetched=prefetched or {}))",
+        "            Booking(self.cursor, rows, prefetched=prefetched or {})",
         ["tests/integration/test_monitors.py"],
         "every booking is handed to the registered subscribers in its transaction: monitors judge its rows",
     ),
@@ -1266,6 +1275,39 @@ MUTANTS: list[Mutant] = [
         "-- whatever its version",
         [I_LUA],
         "a SYNC commit updates the cached account only if the cache is older (compare-and-set on the version)",
+    ),
+    # ---- issue 32, the rest: webhook secrets, where deliveries may go, who acted -----------------------------
+    m(
+        "py-webhook-rotation-keeps-older-secrets",
+        "functions/hotledger/webhooks/store.py",
+        'for old, until in [[current, overlap_ends], *json.loads(previous or "[]")]',
+        "for old, until in [[current, overlap_ends]]",
+        [f"{I_WEBHOOKS}::test_two_overlapping_rotations_keep_each_old_secret_signing_until_its_own_overlap_ends"],
+        "a second rotation inside the first one's overlap keeps the first old secret signing until its overlap ends",
+    ),
+    m(
+        "py-webhook-seal-leaves-sealed-secrets",
+        "functions/hotledger/webhooks/service.py",
+        "lambda s: s if box.sealed(s) else box.seal(s)",
+        "lambda s: box.seal(s)",
+        [f"{I_WEBHOOKS}::test_secrets_kept_in_clear_from_before_the_sealing_are_sealed_once_by_the_operators_step"],
+        "sealing the clear secrets is done once: a sealed secret is left as it is",
+    ),
+    m(
+        "py-webhook-reserved-address-refused",
+        "functions/hotledger/webhooks/service.py",
+        "and not ip.is_reserved",
+        "and True",
+        [f"{I_WEBHOOKS}::test_endpoints_never_point_inside"],
+        "an endpoint never resolves to a reserved address, IPv6's included",
+    ),
+    m(
+        "py-ops-person-named-by-operators-only",
+        "functions/api/authorization.py",
+        "if not (caller and ADMIN in caller.scopes):",
+        "if not caller:",
+        ["tests/integration/test_ops_console_stack.py"],
+        "only an operator's request names the person acting in the operators' log",
     ),
 ]
 

@@ -13,6 +13,7 @@ client; the token comes from Cognito with client credentials; your AWS credentia
   delay-queue QUEUE [--replay E]  a delay queue's dead elements; replay some
   rotate-webhook-secret ID        a new signing secret; the old one keeps signing for --overlap-s
   rotate-event-key --stack S      a new event-signing key in Secrets Manager (the previous one accepted for --grace-s)
+  seal-webhook-secrets            once after upgrading: seal the webhook secrets kept in clear from before the sealing
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from rich.table import Table
 
 LOCAL_API = "http://127.0.0.1:3000"
 REPLAY_CHUNK = 500  # ids per replay request (the route's limit)
+OPERATOR_HEADER = "X-Hotledger-Operator"  # read by api.authorization.principal_of
 console = Console()
 
 
@@ -39,6 +41,7 @@ class Target:
     base_url: str
     token: str
     api_key: str | None = None
+    operator: str | None = None  # the person acting (their STS identity): the stack's token is one shared client's
 
     def call(self, method: str, path: str, body=None) -> tuple[int, object]:
         request = urllib.request.Request(
@@ -49,6 +52,7 @@ class Target:
                 "Authorization": f"Bearer {self.token}",
                 "Content-Type": "application/json",
                 **({"x-api-key": self.api_key} if self.api_key else {}),
+                **({OPERATOR_HEADER: self.operator} if self.operator else {}),
             },
         )
         try:
@@ -69,8 +73,11 @@ class Target:
 
 
 def stack_target(stack: str, cloudformation=None, apigateway=None, cognito=None, fetch_token=None) -> Target:
-    """The deployed stack's API, its API key and an operator token (client credentials, scope hotledger/admin)."""
+    """The deployed stack's API, its API key and an operator token (client credentials, scope hotledger/admin), and
+    who is acting: the AWS identity these calls are made with (an SSO session's ARN ends with the person's name)."""
     import boto3
+
+    operator = boto3.client("sts").get_caller_identity()["Arn"]
 
     outputs = {
         o["OutputKey"]: o["OutputValue"]
@@ -85,7 +92,7 @@ def stack_target(stack: str, cloudformation=None, apigateway=None, cognito=None,
         UserPoolId=outputs["UserPoolId"], ClientId=outputs["OperatorClientId"]
     )["UserPoolClient"]
     token = (fetch_token or client_credentials_token)(outputs["TokenUrl"], client["ClientId"], client["ClientSecret"])
-    return Target(outputs["ApiUrl"], token, api_key)
+    return Target(outputs["ApiUrl"], token, api_key, operator)
 
 
 def client_credentials_token(token_url: str, client_id: str, client_secret: str) -> str:
@@ -322,6 +329,18 @@ def rotate_event_key(ctx, grace_s: int):
         .get("Outputs", [])
     }
     console.print(f"new current key: {rotate(outputs['EventKeysSecretArn'], grace_s)}")
+
+
+@cli.command("seal-webhook-secrets")
+@click.pass_context
+def seal_webhook_secrets(ctx):
+    """Seals every webhook signing secret kept in clear from before the sealing (once; running it again seals none)."""
+    answer = ctx.obj["target"]().ok("POST", "/ops/webhook-secrets/seal")
+    _show(
+        ctx,
+        answer,
+        lambda a: console.print(f"sealed {a['sealed']} secrets of endpoints {', '.join(a['endpoints']) or '-'}"),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ import contextvars
 import functools
 import importlib
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,8 +81,19 @@ def authorizer_context(event: dict[str, Any]) -> dict[str, Any]:
 
 def principal_of(event: BaseProxyEvent) -> str:
     """Who made the request, as the authorizer named them (principalId: the token's subject), for the logs of what
-    operators did. `event`: a router's current_event."""
-    return str(authorizer_context(event.raw_event).get("principalId") or "unknown")
+    operators did. `event`: a router's current_event (either front door's)."""
+    context = authorizer_context(event.raw_event)
+    subject = str(context.get("principalId") or "unknown")
+    caller = caller_of(context)
+    if not (caller and ADMIN in caller.scopes):
+        return subject
+    # the deployed console's token is the one operator app client's, shared by every operator: the console names the
+    # person acting (their STS ARN). What the console says, not a proof: docs/operations.md#operator-console
+    person = _NOT_PRINTABLE.sub("", event.headers.get("x-hotledger-operator") or "")
+    return f"{person[:160]} via {subject}" if person else subject
+
+
+_NOT_PRINTABLE = re.compile(r"[^\x21-\x7e]")
 
 
 @functools.cache

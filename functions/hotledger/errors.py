@@ -79,6 +79,8 @@ TransferFailed = _error("TransferFailed", 409, "TRANSFER_FAILED")  # resumed und
 WebhookEndpointNotFound = _error("WebhookEndpointNotFound", 404, "WEBHOOK_ENDPOINT_NOT_FOUND")
 InvalidWebhookUrl = _error("InvalidWebhookUrl", 422, "INVALID_WEBHOOK_URL")
 WebhookEndpointLimit = _error("WebhookEndpointLimit", 409, "WEBHOOK_ENDPOINT_LIMIT")
+# sealing secrets asked of a stack without WEBHOOK_SECRETS_KEY_ID (the local runtime): nothing can be sealed
+NoSealingKey = _error("NoSealingKey", 409, "NO_SEALING_KEY")
 InvalidWebhookTypes = _error("InvalidWebhookTypes", 422, "VALIDATION_ERROR")
 
 # balance monitors

@@ -51,12 +51,20 @@ class Feature:
     # called with every booking's ledger rows inside the booking transaction (ledger/tx.py: insert_booked), so what
     # it writes with the booking's cursor commits exactly with them
     on_booked: OnBooked | None = None
+    # what on_booked reads of one account's booking, as (sql, args): a SYNC charge reads it in its first round trip
+    # under the row lock and hands its rows as Booking.prefetched[name] (its writes then go out in one batch)
+    booking_read: Callable[[int], tuple[str, Any]] | None = None
 
 
 @functools.cache
 def registered() -> tuple[Feature, ...]:
     """Every feature, in the order of FEATURES, then the keys part."""
     return (*(importlib.import_module(module).FEATURE for module in FEATURES), KEYS)
+
+
+def booking_reads(user_id: int) -> list[tuple[str, tuple[str, Any]]]:
+    """The registered subscribers' reads of one account's booking, by feature name, in the registry's order."""
+    return [(f.name, f.booking_read(user_id)) for f in registered() if f.booking_read is not None]
 
 
 def tell_booked(booking: Booking) -> None:

@@ -5,7 +5,13 @@ answers garbage (not HTTP), a blackholed one (it never answers: each attempt run
 while charges are booked and enabled again. Afterwards every booked change of a subscribed type has reached the
 receiver and the disabled-then-enabled one, signed (checked with the `standardwebhooks` package), at least once;
 de-duplicated by event_id, each account's events arrived in seq order with no gap, each naming the previous one as its
-prev_seq; the garbage and blackholed endpoints' deliveries are recorded failed attempts, still PENDING."""
+prev_seq; the garbage and blackholed endpoints' deliveries are recorded failed attempts, still PENDING.
+
+And (issue 32) through the same child processes: a host name whose local resolver answers a public then a private
+address in turn (DNS rebinding, TTL 0) is never reached at the private address, its attempts recorded failures; and
+after two rotations of an endpoint's secret, the second inside the first one's overlap, every delivery carries exactly
+the signatures docs/api.md promises: the newest secret's, the one before's and the first one's (each still within its
+own overlap)."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from standardwebhooks import Webhook
 
 from faults.test_faults import _account, stack  # noqa: F401 (fixture)
 from helpers import LocalService, RawReceiver, Receiver
+from helpers.resolver import RebindingResolver, resolver_env
 
 TYPES = ("charge.persisted", "recharge.persisted")
 
@@ -142,3 +149,57 @@ def test_every_event_arrives_in_order_once_deduplicated_through_kills_and_a_fail
         blackhole.close()
         sender.kill()
         api.stop()
+
+
+# a public address no test may reach (no route to it here: the attempt fails at once; elsewhere within its deadline)
+PUBLIC = "2606:4700:4700::1111"
+
+
+def test_a_rebinding_name_never_reaches_its_private_address_and_overlapping_rotations_sign_as_documented(
+    stack,  # noqa: F811
+):
+    resolver = RebindingResolver("rebind.hotledger.test", (PUBLIC, "127.0.0.1"))
+    api = stack.service("hooks-api-rebind", "--no-schedules", **resolver_env(resolver)).start()
+    sender = stack.service("hooks-sender-rebind", "--no-api", "--no-msk", **resolver_env(resolver))
+    inside = RawReceiver(b"HTTP/1.1 204 No Content\r\n\r\n")  # a private service the name rebinds to
+    receiver = Receiver()
+    try:
+        url = f"https://rebind.hotledger.test:{inside.port}/hooks"
+        status, rebinding = api.request("POST", "/webhook-endpoints", {"url": url, "event_types": list(TYPES)})
+        assert status == 201 and resolver.asked == [PUBLIC], (rebinding, resolver.asked)  # public when registered
+        status, first = api.request("POST", "/webhook-endpoints", {"url": receiver.url, "event_types": list(TYPES)})
+        assert status == 201, first
+        secrets, rotate = [first["secret"]], f"/webhook-endpoints/{first['endpoint_id']}/rotate-secret"
+        for overlap_s in (3600, 7200):  # the second inside the first one's hour
+            status, rotated = api.request("POST", rotate, {"overlap_s": overlap_s})
+            assert status == 200, rotated
+            secrets.append(rotated["secret"])
+        user_id = _account(api, "10.00")
+        for _ in range(3):
+            assert api.request("POST", f"/accounts/{user_id}/deduct", {"amount": "0.10"})[0] == 200
+        sender.start(wait_http=False)
+
+        def attempts() -> list[tuple]:
+            return stack.sql(
+                "SELECT state, attempts, last_error FROM t_webhook_delivery WHERE endpoint_id = %s",
+                (int(rebinding["endpoint_id"]),),
+            )
+
+        # the sender's first look got the private answer (refused), its retry the public one: connected there only
+        LocalService.wait_until(
+            lambda: len(resolver.asked) >= 3 and any(a >= 2 for _, a, _ in attempts()), 90, "a retried attempt", 1.0
+        )
+        assert inside.accepted == 0, (resolver.asked, attempts())  # never reached
+        # each attempt a recorded failure; what is behind it in its account's order waits, untried
+        assert all(state == "PENDING" and bool(error) == (tried > 0) for state, tried, error in attempts()), attempts()
+        LocalService.wait_until(lambda: len(_arrived(receiver, secrets[-1]).get(user_id, [])) == 4, 60, "4 events")
+        for headers, body in receiver.got:  # recharge and 3 charges, each signed by C, B and A, none else
+            assert len(headers["webhook-signature"].split(" ")) == 3, headers
+            for secret in secrets:
+                assert Webhook(secret).verify(body, headers)["data"]["user_id"] == user_id
+    finally:
+        sender.kill()
+        api.stop()
+        inside.close()
+        receiver.close()
+        resolver.close()

@@ -4,7 +4,8 @@
 - reconcile.py: reconciler runs (reconcile, reconcile_pass, reconcile_totals);
 - processes.py: the local runtime as a child process (LocalService);
 - aws.py: AWS control planes in moto (moto_secrets);
-- receivers.py: a local webhook receiver (Receiver), a raw or blackholed one (RawReceiver)."""
+- receivers.py: a local webhook receiver (Receiver), a raw or blackholed one (RawReceiver);
+- resolver.py: a local DNS resolver answering a rebinding host name to the local runtime's child processes."""
 
 from pathlib import Path
 

@@ -328,13 +328,17 @@ def test_a_sync_charge_whose_commit_answer_is_lost_says_outcome_unknown(api, sql
     from hotledger.dal import db
 
     user_id = api.account(balance="10.00", deduct_type="SYNC")
-    commit = pymysql.connections.Connection.commit
+    results = db._results
 
-    def commit_then_lose_the_answer(conn):
-        commit(conn)
-        raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
+    def commit_then_lose_the_answer(cur):
+        # a SYNC charge's writes go out with their COMMIT in one round trip (db.batched_transaction): the server ran
+        # them all, then the connection went before the client read the last answer
+        rows = results(cur)
+        if cur._executed.endswith("COMMIT"):
+            raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
+        return rows
 
-    monkeypatch.setattr(db.connection(), "commit", commit_then_lose_the_answer.__get__(db.connection()))
+    monkeypatch.setattr(db, "_results", commit_then_lose_the_answer)
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
     monkeypatch.undo()
     assert status == 503 and body["error"]["code"] == "OUTCOME_UNKNOWN"

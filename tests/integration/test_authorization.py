@@ -310,6 +310,7 @@ MAY_CALL = {
     ("GET", "/ops/accounts/<user_id>"): {OP},
     ("GET", "/ops/reconciler"): {OP},
     ("GET", "/ops/log"): {OP},
+    ("POST", "/ops/webhook-secrets/seal"): {OP},
 }
 PUBLIC = {("GET", "/openapi.json"), ("GET", "/swagger")}
 QUERIES = {"/accounts/<user_id>/balance": "?at=0", "/accounts/<user_id>/statement": "?since=0&until=1"}

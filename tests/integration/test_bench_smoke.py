@@ -36,4 +36,5 @@ def test_every_bench_stage_runs_once_at_a_tiny_size(tmp_path):
     assert list(results["stage_seconds"]) == bench_run.STAGES  # every stage ran, in order
     assert results["targets"] == {}  # nothing judged at this size
     assert results["figures"]
+    assert "sync_vs_lean_ratio" in results["figures"]  # issue 33 goal 3: the SYNC path against the lean DB baseline
     assert (full_results.stat().st_mtime_ns if full_results.exists() else None) == before  # make bench's, untouched

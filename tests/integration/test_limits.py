@@ -4,6 +4,7 @@ once the queue drained or the writer caught up. Through the API handler (API Gat
 
 from __future__ import annotations
 
+import importlib
 import uuid
 
 import pytest
@@ -195,6 +196,11 @@ def test_max_idempotency_keys_set_in_the_environment_bounds_a_scopes_new_keys(ap
         runtime.reset()
 
 
+def _feature(name):
+    """A feature's registration module: it builds that feature's services (runtime.py keeps the shared ones)."""
+    return importlib.import_module(f"hotledger.{name}.feature")
+
+
 # every setting reaches what it sets (issue 19): the variable, set as the template sets it, is what the component uses
 WIRING = [
     ("IDEMPOTENCY_TTL_S", "7200", lambda rt: rt.idempotency().ttl_s),
@@ -205,10 +211,10 @@ WIRING = [
     ("DELAY_RETRY_BASE_MS", "250", lambda rt: rt.delay_queue().retry_base_ms),
     ("DELAY_RETRY_CAP_MS", "9000", lambda rt: rt.delay_queue().retry_cap_ms),
     ("DELAY_MAX_QUEUE_SIZE", "77", lambda rt: rt.delay_queue().max_size),
-    ("INBOX_TTL_S", "600", lambda rt: rt.inbox().ttl_s),
-    ("INBOX_MAX_MESSAGES", "9", lambda rt: rt.inbox().max_messages),
-    ("RECONCILE_PAGE", "33", lambda rt: rt.ledger_reconcile().page),
-    ("RECONCILE_PENDING_LIMIT", "44", lambda rt: rt.ledger_reconcile().pending_limit),
+    ("INBOX_TTL_S", "600", lambda rt: _feature("notices").inbox().ttl_s),
+    ("INBOX_MAX_MESSAGES", "9", lambda rt: _feature("notices").inbox().max_messages),
+    ("RECONCILE_PAGE", "33", lambda rt: _feature("ledger").ledger_reconcile().page),
+    ("RECONCILE_PENDING_LIMIT", "44", lambda rt: _feature("ledger").ledger_reconcile().pending_limit),
     ("RECONCILE_PART_ITEMS", "55", lambda rt: rt.reconciler().part_items),
     ("RECONCILE_PART_S", "6.5", lambda rt: rt.reconciler().part_s),
     ("RECONCILE_AGE_S", "66", lambda rt: rt.reconciler().age_s),

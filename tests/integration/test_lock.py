@@ -181,7 +181,8 @@ _PAUSED_OWNER = """
 import sys, time
 from pathlib import Path
 from hotledger import errors, keys
-from hotledger.runtime import ledger, lock
+from hotledger.ledger.feature import ledger
+from hotledger.runtime import lock
 user_id, out = int(sys.argv[1]), Path(sys.argv[2])
 holding = lock().acquire(keys.account_lock(user_id))
 out.with_suffix(".held").write_text(str(holding.fence))
@@ -198,8 +199,9 @@ except errors.FencedOut:
 
 
 def test_an_owner_paused_past_its_lease_cannot_write_after_the_next_owner(api, sql, tmp_path):
-    """A real SIGSTOP pauses the lock owner (its watchdog too) past the lease; a SYNC deduct takes the lock
-    and writes; the old owner resumes and its fenced write is refused."""
+    """A real SIGSTOP pauses the lock owner (its watchdog too) past the lease; an operator's change of the account
+    takes the lock and writes (a SYNC charge takes the row lock alone: test_sync_row_lock.py); the old owner resumes
+    and its fenced write is refused."""
     user_id = api.account(deduct_type="SYNC", balance="10.00")
     out = tmp_path / "owner"
     child = subprocess.Popen(
@@ -214,8 +216,8 @@ def test_an_owner_paused_past_its_lease_cannot_write_after_the_next_owner(api, s
         old_fence = int(out.with_suffix(".held").read_text())
         os.kill(child.pid, signal.SIGSTOP)
         time.sleep(0.8)  # past the 500 ms lease: nobody renews it
-        status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
-        assert status == 200 and body["balance"] == "9.00"
+        status, body = api("PATCH", f"/accounts/{user_id}", {"threshold": "1.00"})
+        assert status == 200 and body["balance"] == "10.00"
         assert sql("SELECT fence FROM t_account WHERE user_id = %s", (user_id,))[0][0] > old_fence
         os.kill(child.pid, signal.SIGCONT)
         out.with_suffix(".go").write_text("")
@@ -224,12 +226,13 @@ def test_an_owner_paused_past_its_lease_cannot_write_after_the_next_owner(api, s
         if child.poll() is None:
             child.kill()
     assert out.read_text().startswith("refused")
-    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((900,),)
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((1000,),)
 
 
-def test_fencing_tokens_only_grow_across_a_redis_flushall_on_the_sync_charge_path(api, sql, redis_client):
+def test_fencing_tokens_only_grow_across_a_redis_flushall_on_a_sync_account(api, sql, redis_client):
     """Issue 10 item 15: the fence counter lived only in Redis; after a loss it restarted at 1 and every SYNC write
-    on an account whose stored fence was higher was refused LOCK_LOST (seen: tokens 1, 2, 3, FLUSHALL, 1)."""
+    on an account whose stored fence was higher was refused LOCK_LOST (seen: tokens 1, 2, 3, FLUSHALL, 1). The
+    writes under the account lock here: the cache load after the loss, an operator's changes."""
     user_id = api.account(deduct_type="SYNC", balance="10.00")
     for _ in range(3):
         assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
@@ -241,11 +244,11 @@ def test_fencing_tokens_only_grow_across_a_redis_flushall_on_the_sync_charge_pat
     after = sql("SELECT fence FROM t_account WHERE user_id = %s", (user_id,))[0][0]
     assert after > before
     for _ in range(2):  # and the tokens keep rising after the reseed, with every new owner
-        assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+        assert api("PATCH", f"/accounts/{user_id}", {"threshold": "0.00"})[0] == 200
         fence, balance = sql("SELECT fence, balance FROM t_account WHERE user_id = %s", (user_id,))[0]
         assert fence > after
         after = fence
-    assert balance == 400
+    assert balance == 600
 
 
 _DEAD_WAITER = """

@@ -8,6 +8,8 @@ from urllib.parse import urlparse
 
 import pytest
 
+from hotledger.ledger.feature import ledger
+from hotledger.vouchers.feature import vouchers
 from integration.test_redis_attempts import DropAfterScript, proxied_lua, through_proxy
 from integration.test_streams import drain_once, stream_mode  # noqa: F401 (fixture)
 
@@ -51,7 +53,7 @@ def test_a_deduct_resent_after_the_stream_consumer_settled_it_charges_once(
         settings,
         monkeypatch,
         "ledger_apply",
-        stream_mode.ledger().store,
+        ledger().store,
         lambda: api("POST", f"/accounts/{user_id}/deduct", {"amount": "10.00"}),
     )
     assert persisted == [1]  # the charge reached the DB before the resend
@@ -83,7 +85,7 @@ def test_a_voucher_order_resent_after_the_stream_consumer_settled_it_takes_one_u
         settings,
         monkeypatch,
         "voucher_order",
-        stream_mode.vouchers().redis,
+        vouchers().redis,
         lambda: api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": 42}),
     )
     assert persisted == [1]

@@ -134,6 +134,8 @@ TABLE: dict[tuple[str, str], Line] = {
     ("POST", "/ops/dead-letters/replay"): line({OP}, 200, body={"source": "stream", "ids": ["0:1-1"]}),
     ("GET", "/ops/reconciler"): line({OP}, 200),
     ("GET", "/ops/log"): line({OP}, 200),
+    # an operator admitted: the local runtime has no sealing key
+    ("POST", "/ops/webhook-secrets/seal"): line({OP}, 409, code="NO_SEALING_KEY"),
     # the API's own description: no token needed
     ("GET", "/openapi.json"): line(set(CALLERS), 200),
     ("GET", "/swagger"): line(set(CALLERS), 200),

@@ -44,6 +44,7 @@ from hotledger.ledger.rows import (
     StoredDeduct,
 )
 from hotledger.ledger.service import Ledger, after_change, fingerprint, refusal
+from hotledger.ledger.tx import ChargeReads
 from hotledger.outbox.durable import Durability
 from hotledger.outbox.log_hold import LogHold
 from hotledger.outbox.writer import PersistReport
@@ -120,6 +121,12 @@ class FakeLedgerStore:
             raise
         if self.commit_error:
             raise self.commit_error
+
+    @contextlib.contextmanager
+    def charge_transaction(self, user_id, idem_key, now_ms):
+        with self.transaction() as tx:
+            answer = self.answers.get((user_id, idem_key)) if idem_key else None
+            yield ChargeReads(self.accounts.get(user_id), answer, 0, {}), tx
 
     def account(self, user_id):
         return self.accounts.get(user_id)
@@ -339,10 +346,12 @@ class FakeLedgerStore:
     def set_open(self, user_id, flag):
         self.accounts[user_id] = replace(self.accounts[user_id], open_flag=flag)
 
-    def insert_sync_entry(self, kind, entry_id, user_id, amount, balance, version, idem_key, booked):
+    def insert_sync_entry(self, kind, entry_id, user_id, amount, balance, version, idem_key, booked, reads):
         self.rows[entry_id] = (kind, user_id, amount, version, balance, "SYNC", idem_key)
         self.insert_booked([booked])
-        self.accounts[user_id] = replace(self.accounts[user_id], seq=booked.seq, booked_at=booked.booked_at)
+        self.accounts[user_id] = replace(
+            self.accounts[user_id], balance=balance, version=version, seq=booked.seq, booked_at=booked.booked_at
+        )
 
     def insert_booked(self, rows):
         self.booked.extend(rows)

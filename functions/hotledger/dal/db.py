@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pymysql
+from pymysql.constants import CLIENT
 from pymysql.cursors import Cursor as Cursor  # a transaction's; re-exported: only dal/ and stores import the driver
 
 from hotledger.config import Settings, db_credentials, secret_value, settings, with_values
@@ -79,6 +80,7 @@ def connect(cfg: Settings) -> pymysql.connections.Connection:
         write_timeout=10,
         charset="utf8mb4",
         init_command="SET time_zone = '+00:00'",  # every DATETIME is UTC, the defaults included
+        client_flag=CLIENT.MULTI_STATEMENTS,  # batched_transaction: statements sent together, one round trip
         **tls_args(cfg),
     )
 
@@ -97,10 +99,13 @@ def connect_rotating(cfg: Settings) -> tuple[pymysql.connections.Connection, Set
     return connect(fresh), fresh
 
 
-def connection() -> pymysql.connections.Connection:
-    """The process's connection, checked with a ping and replaced when the server went away."""
+def connection(checked: bool = True) -> pymysql.connections.Connection:
+    """The process's connection, checked with a ping (unless not `checked`: the caller finds out on its first
+    statement) and replaced when the server went away."""
     conn = getattr(_local, "conn", None)
     if conn is not None:
+        if not checked:
+            return conn
         try:
             conn.ping(reconnect=False)
             return conn
@@ -159,6 +164,90 @@ def transaction() -> Iterator[Cursor]:
 
 # a statement's parameters: positional (%s) or named (%(name)s)
 SqlArgs = Sequence[object] | Mapping[str, object] | None
+
+
+class Batch(Cursor):  # type: ignore[misc]  # PyMySQL ships no types: its Cursor is Any
+    """The cursor of a batched_transaction's writes: each statement is rendered with its values and kept, to be
+    sent with COMMIT in one round trip. It reads nothing: a read through it is a fault of the caller."""
+
+    def __init__(self, connection: pymysql.connections.Connection) -> None:
+        super().__init__(connection)
+        self.statements: list[str] = []
+
+    def execute(self, query: str, args: SqlArgs = None) -> int:
+        self.statements.append(self.mogrify(query, args))
+        return 0
+
+    def executemany(self, query: str, args: Sequence[SqlArgs]) -> int:
+        for row in args:
+            self.execute(query, row)
+        return 0
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        raise TypeError("a Batch holds writes only: read in the transaction's first round trip")
+
+    def fetchall(self) -> tuple[tuple[Any, ...], ...]:
+        raise TypeError("a Batch holds writes only: read in the transaction's first round trip")
+
+
+def _server_said(exc: pymysql.err.Error) -> bool:
+    """Whether the server answered with this error (its codes are 1000-1999 or from 3000), rather than the client
+    losing the connection (2000-2999, or PyMySQL's own 0 for a closed one): then the statements after the failed one
+    did not run."""
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    return 1000 <= code < 2000 or code >= 3000
+
+
+def _results(cur: Cursor) -> list[list[tuple[Any, ...]]]:
+    """Every result set of a multi-statement after the first (START TRANSACTION's), rows each."""
+    found = []
+    while cur.nextset():
+        found.append(list(cur.fetchall()))
+    return found
+
+
+@contextlib.contextmanager
+def batched_transaction(reads: Sequence[tuple[str, SqlArgs]]) -> Iterator[tuple[list[list[tuple[Any, ...]]], Batch]]:
+    """A transaction of two round trips (a SYNC charge's): START TRANSACTION with the reads (a row lock the first
+    of them takes), then the writes the caller put in the Batch with COMMIT. So the row lock is held for one client
+    round trip and the caller's decision between. Yields (each read's rows, the Batch). An error in the body rolls
+    back; a COMMIT whose answer was lost with the connection raises CommitOutcomeUnknown, a statement the server
+    refused rolls back (the statements after it, COMMIT among them, did not run) and is raised as PyMySQL raised it,
+    or as DatabaseUnavailable when it is transient (a deadlock, a lock wait timeout)."""
+    # the connection is not pinged first (a round trip): one that went away since its last use fails the reads,
+    # whose session, and the transaction they began, the server ended with it; so they are sent again, once, on a
+    # new connection
+    for checked in (False, True):
+        try:
+            conn = connection(checked)
+            with conn.cursor() as cur:
+                cur.execute(";".join(["START TRANSACTION", *(cur.mogrify(sql, args) for sql, args in reads)]))
+                rows = _results(cur)
+            break
+        except pymysql.err.Error as exc:
+            _drop_connection()  # a multi-statement cut short leaves the session's state unknown: a fresh one next
+            if checked or _server_said(exc):
+                raise DatabaseUnavailable(str(exc)) from exc
+    batch = Batch(conn)
+    try:
+        yield rows, batch
+    except BaseException:
+        with contextlib.suppress(pymysql.err.Error):
+            conn.rollback()
+        raise
+    try:
+        with conn.cursor() as cur:
+            cur.execute(";".join([*batch.statements, "COMMIT"]))
+            _results(cur)
+    except pymysql.err.Error as exc:
+        if not _server_said(exc):
+            _drop_connection()
+            raise CommitOutcomeUnknown(str(exc)) from exc
+        with contextlib.suppress(pymysql.err.Error):
+            conn.rollback()
+        if refused(exc) is None and isinstance(exc, pymysql.err.OperationalError):
+            raise DatabaseUnavailable(str(exc)) from exc
+        raise
 
 
 def query(sql: str, args: SqlArgs = None) -> list[tuple[Any, ...]]:

@@ -23,13 +23,18 @@ def active_holds(cursor: Cursor, user_id: int) -> list[Hold]:
     return [Hold(*row) for row in cursor.fetchall()]
 
 
-def expired_on_hold(cursor: Cursor, user_id: int, now_ms: int) -> int:
-    """What the account's ACTIVE holds past expires_at still keep in the DB (not tidied yet: they count for nothing)."""
-    cursor.execute(
+def expired_on_hold_read(user_id: int, now_ms: int) -> tuple[str, tuple[int, int]]:
+    """The statement (and its values) of expired_on_hold: its one row holds the sum."""
+    return (
         "SELECT COALESCE(SUM(amount - captured), 0) FROM t_hold WHERE user_id = %s AND state = 'ACTIVE'"
         " AND expires_at <= %s",
         (user_id, now_ms),
     )
+
+
+def expired_on_hold(cursor: Cursor, user_id: int, now_ms: int) -> int:
+    """What the account's ACTIVE holds past expires_at still keep in the DB (not tidied yet: they count for nothing)."""
+    cursor.execute(*expired_on_hold_read(user_id, now_ms))
     return int(cursor.fetchone()[0])
 
 

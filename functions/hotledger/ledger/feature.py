@@ -8,7 +8,7 @@ from typing import Any
 
 from hotledger.config import settings
 from hotledger.dal.redis_store import lua
-from hotledger.features import Feature, tell_booked
+from hotledger.features import Feature, booking_reads, tell_booked
 from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.service import Ledger
@@ -20,7 +20,7 @@ from hotledger.runtime import durability, id_generator, lock, log_hold, outbox, 
 
 @service
 def ledger_store() -> LedgerStore:
-    return LedgerStore(lua(), settings(), tell_booked)
+    return LedgerStore(lua(), settings(), tell_booked, booking_reads)
 
 
 @service

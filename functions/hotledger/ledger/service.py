@@ -604,61 +604,67 @@ class Ledger:
     def _charge_in_db(
         self, kind: str, user_id: int, amount: int, idem_key: str | None, request: str
     ) -> LedgerResult | None:
-        """SYNC path. Returns None when the DB says the account is ASYNC after all (cache was stale)."""
+        """SYNC path. Returns None when the DB says the account is ASYNC after all (cache was stale).
+
+        Decided by the account's row lock alone, in one transaction of two round trips (the reads, then the writes
+        with COMMIT: LedgerStore.charge_transaction), without the account lock in Redis: everything the decision
+        reads, the mode included, is read under the row lock, and every other writer of the account (a switch of
+        mode, a hold, the writer, a cache load) takes that row lock before it reads or writes. So a switch to ASYNC
+        commits wholly before this charge (which then sees ASYNC and goes the Redis way) or after it (and the cache
+        it loads holds this charge); the cache update after the commit sets only an older cached version."""
         entry_id = self.next_id()
-        with self.lock.hold(keys.account_lock(user_id)) as held, _commit_outcome_of(kind, user_id, entry_id):
-            with self.store.transaction() as tx:
-                if idem_key:
-                    seen = tx.idempotent_answer(user_id, idem_key)
-                    if seen is not None:
-                        replayed = stored_reply(seen, request)
-                        error = refusal(replayed)
-                        if error is not None:
-                            raise error
-                        return LedgerResult(
-                            replayed.entry_id, user_id, amount, replayed.balance, replayed.version, replayed.mode
-                        )
-                account = self._locked_account(tx, user_id, held)
-                if account.deduct_type != "SYNC":
-                    self.store.drop_cache(user_id)
-                    return None
-                refused = refused_in_db(kind, amount, account, tx.live_on_hold(account, int(time.time() * 1000)))
-                if refused is not None:  # changes nothing but the key's record: its answer for good
-                    if refusal_is_answer(idem_key):
-                        tx.remember_answer(user_id, idem_key, request, refusal_answer(refused))
-                else:
-                    balance, flag = charged_in_db(kind, amount, account)
-                    version = account.version + 1
-                    tx.set_balance(user_id, balance, version)
-                    if flag != account.open_flag:
-                        tx.set_open(user_id, flag)
-                    now = int(time.time() * 1000)
-                    change = LedgerEvent(
-                        type="ledger",
-                        id=entry_id,
-                        kind=kind,
-                        user_id=user_id,
-                        amount=amount,
-                        balance_after=balance,
-                        version=version,
-                        epoch="",
-                        ts=now,
-                        open=flag,
-                        idem_key=idem_key,
-                    )
-                    (booked,), _ = book([change], {user_id: account.head}, now)
-                    tx.insert_sync_entry(kind, entry_id, user_id, amount, balance, version, idem_key, booked)
-                    result = LedgerResult(entry_id, user_id, amount, balance, version, "SYNC")
-                    if idem_key:
-                        tx.remember_answer(user_id, idem_key, request, asdict(result))
-            if refused is not None:  # refused_in_db answers only refusals _REFUSALS names
-                raise _REFUSALS[refused.status](refused)
-            # committed: a cache left behind here is corrected by the reconciler (its version is older than the DB's)
-            with contextlib.suppress(RedisUnavailable):
-                self.store.update_cache(
-                    user_id, {"balance": balance, "v": version, "open": flag}, if_older_than=version
+        now = int(time.time() * 1000)
+        with (
+            _commit_outcome_of(kind, user_id, entry_id),
+            self.store.charge_transaction(user_id, idem_key, now) as (seen, tx),
+        ):
+            account = seen.account
+            if account is None:
+                raise errors.AccountNotFound(f"account {user_id} does not exist")
+            if seen.answer is not None:
+                replayed = stored_reply(seen.answer, request)
+                error = refusal(replayed)
+                if error is not None:
+                    raise error
+                return LedgerResult(
+                    replayed.entry_id, user_id, amount, replayed.balance, replayed.version, replayed.mode
                 )
-            return result
+            if account.deduct_type != "SYNC":
+                self.store.drop_cache(user_id)
+                return None
+            refused = refused_in_db(kind, amount, account, seen.live_on_hold)
+            if refused is not None:  # changes nothing but the key's record: its answer for good
+                if refusal_is_answer(idem_key):
+                    tx.remember_answer(user_id, idem_key, request, refusal_answer(refused))
+            else:
+                balance, flag = charged_in_db(kind, amount, account)
+                version = account.version + 1
+                if flag != account.open_flag:
+                    tx.set_open(user_id, flag)
+                change = LedgerEvent(
+                    type="ledger",
+                    id=entry_id,
+                    kind=kind,
+                    user_id=user_id,
+                    amount=amount,
+                    balance_after=balance,
+                    version=version,
+                    epoch="",
+                    ts=now,
+                    open=flag,
+                    idem_key=idem_key,
+                )
+                (booked,), _ = book([change], {user_id: account.head}, now)
+                tx.insert_sync_entry(kind, entry_id, user_id, amount, balance, version, idem_key, booked, seen)
+                result = LedgerResult(entry_id, user_id, amount, balance, version, "SYNC")
+                if idem_key:
+                    tx.remember_answer(user_id, idem_key, request, asdict(result))
+        if refused is not None:  # refused_in_db answers only refusals _REFUSALS names
+            raise _REFUSALS[refused.status](refused)
+        # committed: a cache left behind here is corrected by the reconciler (its version is older than the DB's)
+        with contextlib.suppress(RedisUnavailable):
+            self.store.update_cache(user_id, {"balance": balance, "v": version, "open": flag}, if_older_than=version)
+        return result
 
     # reads ----------------------------------------------------------------------------------------
     def charged_with(self, kind: str, user_id: int, idem_key: str) -> KeyedCharge | None:

@@ -44,7 +44,7 @@ from hotledger.ledger.rows import (
     StoredDeduct,
     open_columns,
 )
-from hotledger.ledger.tx import ACCOUNT_SELECT, LedgerTx, OnBooked
+from hotledger.ledger.tx import ACCOUNT_SELECT, BookingReads, ChargeReads, LedgerTx, OnBooked
 from hotledger.outbox.events import LedgerEvent
 
 
@@ -73,9 +73,10 @@ def pending_entries(client: redis.Redis | redis.RedisCluster, user_id: int) -> l
 
 @redis_errors_translated
 class LedgerStore:
-    def __init__(self, lua: Lua, cfg: Settings, on_booked: OnBooked):
+    def __init__(self, lua: Lua, cfg: Settings, on_booked: OnBooked, booking_reads: BookingReads):
         self.lua, self.redis, self.stream_flag = lua, lua.client, stream_flag(cfg)
         self.on_booked = on_booked  # who hears of each booking, in its transaction (hotledger.features)
+        self.booking_reads = booking_reads  # what they read of an account's booking (a SYNC charge reads it first)
         self.entry_ttl_s, self.idempotency_ttl_s = cfg.entry_ttl_s, cfg.idempotency_ttl_s
         self.max_pending, self.max_keys = cfg.max_pending_entries, cfg.max_idempotency_keys
         # longer than any live request spends between its charge and the broker's answer or its rollback
@@ -86,6 +87,17 @@ class LedgerStore:
     def transaction(self) -> Iterator[LedgerTx]:
         with db.transaction() as cur:
             yield LedgerTx(cur, self.on_booked)
+
+    @contextlib.contextmanager
+    def charge_transaction(
+        self, user_id: int, idem_key: str | None, now_ms: int
+    ) -> Iterator[tuple[ChargeReads, LedgerTx]]:
+        """A SYNC charge's transaction in two round trips (db.batched_transaction): what it reads under the
+        account's row lock, then its writes with COMMIT."""
+        subscribers = self.booking_reads(user_id)
+        statements = ChargeReads.statements(user_id, idem_key, now_ms, subscribers)
+        with db.batched_transaction(statements) as (rows, batch):
+            yield ChargeReads.of(rows, [name for name, _ in subscribers]), LedgerTx(batch, self.on_booked)
 
     def create_account(self, user_name: str, deduct_type: str, threshold: int, currency: str | None = None) -> int:
         """A new account holds 0, so its API starts closed for balance; a recharge opens it. currency: ISO 4217

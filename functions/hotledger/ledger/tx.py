@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from hotledger import errors
 from hotledger.holds.rows import Hold
-from hotledger.holds.tx import active_holds, expired_on_hold
+from hotledger.holds.tx import active_holds, expired_on_hold, expired_on_hold_read
 from hotledger.ledger.entry import Booked, LedgerHead
 from hotledger.ledger.kinds import APPLIED_KINDS, ENTRY_TABLES
 from hotledger.ledger.rows import AccountMove, AccountRow, IdempotentAnswer, LockedAccount, open_columns
@@ -19,6 +19,8 @@ from hotledger.outbox.events import LedgerEvent
 if TYPE_CHECKING:
     # a transaction's cursor (re-exported: the services name it without importing the driver)
     from pymysql.cursors import Cursor as Cursor
+
+    from hotledger.dal.db import SqlArgs
 
 # kind -> (table, amount column): where the writer keeps each booked change by its id (its ledger row is in t_entry)
 ACCOUNT_SELECT = (
@@ -38,13 +40,67 @@ class Booking:
     # what a subscriber made of the rows for the later ones, in registry order: the balance monitors' crossings,
     # which the webhooks send as events of their own
     raised: list[object] = field(default_factory=list)
+    # what subscribers read already in this transaction, by feature name (Feature.booking_read: a SYNC charge reads
+    # them in its first round trip, before its writes go out in one batch that cannot read)
+    prefetched: dict[str, Sequence[Sequence[Any]]] = field(default_factory=dict)
 
 
 OnBooked = Callable[[Booking], None]
+# the reads a SYNC charge makes for the subscribers of one account's booking: [(feature name, (sql, args))]
+BookingReads = Callable[[int], "list[tuple[str, tuple[str, Any]]]"]
+
+
+ANSWER_SELECT = "SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s"
+
+
+@dataclass(frozen=True)
+class ChargeReads:
+    """What a SYNC charge reads in its transaction's first round trip, under the account's row lock (taken by the
+    first read): the account (None: there is none), the key's answer, what expired holds keep, and what the
+    bookings' subscribers read (their Feature.booking_read: the balance monitors, locked too; the subscribed event
+    types), by feature name."""
+
+    account: AccountRow | None
+    answer: IdempotentAnswer | None
+    expired_on_hold: int
+    prefetched: dict[str, Sequence[Sequence[Any]]]
+
+    @staticmethod
+    def statements(
+        user_id: int, idem_key: str | None, now_ms: int, subscribers: list[tuple[str, tuple[str, Any]]]
+    ) -> list[tuple[str, SqlArgs]]:
+        """The reads, the row lock first (then the account read sees every commit before it: a switch of mode
+        takes the same row lock)."""
+        return [
+            ("SELECT 1 FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,)),
+            (ACCOUNT_SELECT, (user_id,)),
+            expired_on_hold_read(user_id, now_ms),
+            *(read for _, read in subscribers),
+            *([(ANSWER_SELECT, (user_id, idem_key))] if idem_key else []),
+        ]
+
+    @classmethod
+    def of(cls, results: Sequence[Sequence[Sequence[Any]]], subscribers: list[str]) -> ChargeReads:
+        """The reads from the statements' rows, in their order; subscribers: the names of theirs, in order."""
+        _, account, expired, *rest = results
+        answer = rest[len(subscribers) :]
+        seen = answer[0] if answer and answer[0] else None
+        return cls(
+            AccountRow.of(account[0]) if account else None,
+            None if seen is None else IdempotentAnswer(seen[0][0], json.loads(seen[0][1])),
+            int(expired[0][0]),
+            dict(zip(subscribers, rest[: len(subscribers)], strict=True)),
+        )
+
+    @property
+    def live_on_hold(self) -> int:
+        """What the account's holds keep, less those past expires_at (LedgerTx.live_on_hold)."""
+        assert self.account is not None
+        return self.account.on_hold - self.expired_on_hold if self.account.on_hold > 0 else 0
 
 
 class LedgerTx:
-    """One DB transaction of the ledger (LedgerStore.transaction())."""
+    """One DB transaction of the ledger (LedgerStore.transaction()), or the writes of a batched one (db.Batch)."""
 
     def __init__(self, cursor: Cursor, on_booked: OnBooked) -> None:
         self.cursor = cursor  # for the outbox's dead letters, written in the same transaction
@@ -131,9 +187,7 @@ class LedgerTx:
         of an account's answers holds it: the key is not locked itself, since a locking read of a key not there yet
         locked the gap around it, and SYNC charges of other accounts inserting their keys there waited or deadlocked."""
         self.cursor.execute("SELECT 1 FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,))
-        self.cursor.execute(
-            "SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s", (user_id, idem_key)
-        )
+        self.cursor.execute(ANSWER_SELECT, (user_id, idem_key))
         seen = self.cursor.fetchone()
         return None if seen is None else IdempotentAnswer(seen[0], json.loads(seen[1]))
 
@@ -175,11 +229,6 @@ class LedgerTx:
             "UPDATE t_account SET version = GREATEST(version, %s) WHERE user_id = %s", (version, user_id)
         )
 
-    def set_balance(self, user_id: int, balance: int, version: int) -> None:
-        self.cursor.execute(
-            "UPDATE t_account SET balance = %s, version = %s WHERE user_id = %s", (balance, version, user_id)
-        )
-
     def set_threshold(self, user_id: int, threshold: int) -> None:
         self.cursor.execute("UPDATE t_account SET threshold = %s WHERE user_id = %s", (threshold, user_id))
 
@@ -201,22 +250,26 @@ class LedgerTx:
         version: int,
         idem_key: str | None,
         booked: Booked,
+        reads: ChargeReads,
     ) -> None:
-        """A SYNC charge: its row in its kind's table, its ledger row, and the account's ledger head."""
+        """A SYNC charge: its row in its kind's table, its ledger row (judged by the monitors and sent to the webhooks
+        `reads` holds), and the account row after it: balance, version and ledger head."""
         self.cursor.execute(
             _insert_entries(kind) + "(%s, %s, %s, %s, %s, 'SYNC', %s, %s)",
             (entry_id, user_id, amount, balance, version, idem_key, datetime.now(UTC).replace(tzinfo=None)),
         )
-        self.insert_booked([booked])
+        self.insert_booked([booked], reads.prefetched)
         self.cursor.execute(
-            "UPDATE t_account SET seq = %s, booked_at = %s WHERE user_id = %s", (booked.seq, booked.booked_at, user_id)
+            "UPDATE t_account SET balance = %s, version = %s, seq = %s, booked_at = %s WHERE user_id = %s",
+            (balance, version, booked.seq, booked.booked_at, user_id),
         )
 
-    def insert_booked(self, rows: list[Booked]) -> None:
+    def insert_booked(self, rows: list[Booked], prefetched: dict[str, Sequence[Sequence[Any]]] | None = None) -> None:
         """Ledger rows (t_entry), one statement, with what their subscribers make of them in the same transaction (the
-        balance monitors' crossings, the webhook events): an event exists exactly when its change is booked."""
+        balance monitors' crossings, the webhook events): an event exists exactly when its change is booked.
+        prefetched: what the subscribers read in this transaction already (ChargeReads), by feature name."""
         if rows:
-            self.on_booked(Booking(self.cursor, rows))
+            self.on_booked(Booking(self.cursor, rows, prefetched=prefetched or {}))
             escape = self.cursor.connection.escape
             self.cursor.execute(
                 "INSERT INTO t_entry (user_id, seq, entry_id, type, amount, delta, balance_after, available_after,"

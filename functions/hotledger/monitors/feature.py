@@ -8,7 +8,7 @@ from hotledger.features import Feature
 from hotledger.ledger.feature import ledger
 from hotledger.ledger.tx import Booking
 from hotledger.monitors.service import Monitors
-from hotledger.monitors.store import MonitorStore, judge
+from hotledger.monitors.store import MonitorStore, judge, monitors_of, monitors_read
 from hotledger.notices.feature import inbox
 from hotledger.reconciler import PartContext, ReconcilePart
 from hotledger.runtime import currencies, service
@@ -21,7 +21,8 @@ def monitors() -> Monitors:
 
 def _judge(booking: Booking) -> None:
     """The booked accounts' monitors fire and re-arm; their crossings go on to the later subscribers (webhooks)."""
-    booking.raised.extend(judge(booking.cursor, booking.rows))
+    read = booking.prefetched.get(FEATURE.name)
+    booking.raised.extend(judge(booking.cursor, booking.rows, None if read is None else monitors_of(read)))
 
 
 def _reconcile_parts() -> tuple[ReconcilePart, ...]:
@@ -34,5 +35,9 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
 
 
 FEATURE = Feature(
-    name="monitors", routes="hotledger.monitors.routes", reconcile_parts=_reconcile_parts, on_booked=_judge
+    name="monitors",
+    routes="hotledger.monitors.routes",
+    reconcile_parts=_reconcile_parts,
+    on_booked=_judge,
+    booking_read=lambda user_id: monitors_read([user_id]),
 )

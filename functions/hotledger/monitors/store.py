@@ -52,18 +52,30 @@ def rearmed(m: Monitor, balance: int) -> bool:
     return balance >= m.rearm if m.direction == BELOW else balance <= m.rearm
 
 
-def judge(cursor: Cursor, rows: list[Booked]) -> list[Alert]:
+def monitors_read(users: Sequence[int]) -> tuple[str, list[int]]:
+    """The statement (and its values) that locks and reads the live monitors of the accounts (users: not empty)."""
+    return (
+        "SELECT id, user_id, direction, threshold, rearm, armed FROM t_balance_monitor WHERE deleted = 0 AND"
+        f" user_id IN ({','.join(['%s'] * len(users))}) FOR UPDATE",
+        list(users),
+    )
+
+
+def monitors_of(rows: Sequence[Sequence[Any]]) -> list[Monitor]:
+    """monitors_read's rows as monitors."""
+    return [_monitor(row) for row in rows]
+
+
+def judge(cursor: Cursor, rows: list[Booked], monitors: list[Monitor] | None = None) -> list[Alert]:
     """Each monitor of the booked accounts, over the rows in seq order: an armed one that the balance crosses fires (one
-    alert) and disarms; a disarmed one re-arms once the balance is back past its re-arm line. Returns the alerts."""
+    alert) and disarms; a disarmed one re-arms once the balance is back past its re-arm line. Returns the alerts.
+    monitors: the accounts' monitors read (monitors_read) in this transaction already; None: read here."""
     users = sorted({r.user_id for r in rows})
     if not users:
         return []
-    cursor.execute(
-        "SELECT id, user_id, direction, threshold, rearm, armed FROM t_balance_monitor WHERE deleted = 0 AND"
-        f" user_id IN ({','.join(['%s'] * len(users))}) FOR UPDATE",
-        users,
-    )
-    monitors = [_monitor(row) for row in cursor.fetchall()]
+    if monitors is None:
+        cursor.execute(*monitors_read(users))
+        monitors = monitors_of(cursor.fetchall())
     if not monitors:
         return []
     by_user: dict[int, list[Booked]] = defaultdict(list)

@@ -12,7 +12,7 @@ from hotledger.reconciler import PartContext, ReconcilePart
 from hotledger.runtime import service
 from hotledger.webhooks.secrets import SecretBox
 from hotledger.webhooks.service import Webhooks, lambda_poster
-from hotledger.webhooks.store import WebhookStore, enqueue
+from hotledger.webhooks.store import SUBSCRIBED_READ, WebhookStore, enqueue, subscribed_of
 
 
 @service
@@ -31,7 +31,9 @@ def webhooks() -> Webhooks:
 
 def _enqueue(booking: Booking) -> None:
     """The booked entries' events, and those of the crossings the monitors raised of them (registered before)."""
-    enqueue(booking.cursor, booking.rows, [crossing for crossing in booking.raised if isinstance(crossing, Alert)])
+    read = booking.prefetched.get(FEATURE.name)
+    crossings = [crossing for crossing in booking.raised if isinstance(crossing, Alert)]
+    enqueue(booking.cursor, booking.rows, crossings, None if read is None else subscribed_of(read))
 
 
 def _reconcile_parts() -> tuple[ReconcilePart, ...]:
@@ -44,5 +46,9 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
 
 
 FEATURE = Feature(
-    name="webhooks", routes="hotledger.webhooks.routes", reconcile_parts=_reconcile_parts, on_booked=_enqueue
+    name="webhooks",
+    routes="hotledger.webhooks.routes",
+    reconcile_parts=_reconcile_parts,
+    on_booked=_enqueue,
+    booking_read=lambda _user_id: (SUBSCRIBED_READ, None),
 )

@@ -66,7 +66,11 @@ class EndpointPatch(BaseModel):
 
 class RotateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    overlap_s: Annotated[StrictInt, Field(ge=0, le=7 * 86_400)] = ROTATION_OVERLAP_S
+    overlap_s: Annotated[StrictInt, Field(ge=0, le=7 * 86_400)] = Field(
+        ROTATION_OVERLAP_S,
+        description="how long the old secrets still sign: the current one for overlap_s, each older one until its own"
+        " overlap ends or this one does, the earlier (0: every old secret stops signing now)",
+    )
 
 
 class ReplayRequest(BaseModel):
@@ -222,7 +226,7 @@ def patch_endpoint(endpoint_id: EndpointId, request: Annotated[EndpointPatch, Bo
 @router.post(
     "/webhook-endpoints/<endpoint_id>/rotate-secret",
     responses=responses(
-        200, EndpointView, "the new secret; the old one signs too until the overlap ends", _NOT_FOUND, _FORBIDDEN
+        200, EndpointView, "the new secret; the old ones sign too until their overlaps end", _NOT_FOUND, _FORBIDDEN
     ),
 )
 def rotate_secret(endpoint_id: EndpointId, request: Annotated[RotateRequest, Body()]) -> dict[str, Any]:
@@ -295,10 +299,31 @@ def replay(endpoint_id: EndpointId, request: Annotated[ReplayRequest, Body()]) -
     return {"replayed": replayed, "next_after": next_after}
 
 
+class SealAnswer(BaseModel):
+    sealed: int = Field(description="secrets sealed now (current and old ones); 0 once every one is")
+    endpoints: list[str] = Field(description="the endpoints whose secrets were sealed, deleted ones included")
+
+
+@router.post(
+    "/ops/webhook-secrets/seal",
+    responses=responses(
+        200,
+        SealAnswer,
+        "every signing secret kept in clear from before the sealing, sealed in place (the same secrets sign); once",
+        (409, "NO_SEALING_KEY: WEBHOOK_SECRETS_KEY_ID is not set (the local runtime): nothing was changed"),
+    ),
+)
+def seal_webhook_secrets() -> dict[str, Any]:
+    sealed, endpoints = webhooks().seal_clear_secrets()
+    answer = {"sealed": sealed, "endpoints": [str(e) for e in endpoints]}
+    operations().record(principal_of(router.current_event), "seal.webhook-secrets", answer)
+    return answer
+
+
 DELIVERY = (
     "Signed per Standard Webhooks 1.0: `webhook-id` (the event_id), `webhook-timestamp` (unix seconds) and "
     '`webhook-signature` (`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">` with the endpoint\'s `whsec_` secret; '
-    "two space-separated signatures while a rotated secret overlaps): verify with any Standard Webhooks library, with a "
+    "one space-separated signature more per old secret still within its rotation's overlap): verify with any Standard Webhooks library, with a "
     "5-minute tolerance. Sent only once the change is durable in the DB, and for every such change of a subscribed type; "
     "in order per account per endpoint (`seq`, `prev_seq`: a gap is visible), at least once (de-duplicate on "
     f"`event_id`). Any 2xx answer acknowledges; anything else, or no status and headers within {SEND_TIMEOUT_S:g} s of "
@@ -346,4 +371,5 @@ RULES = {
     ("DELETE", "/webhook-endpoints/<endpoint_id>"): only(SERVICE, ADMIN),
     ("GET", "/webhook-endpoints/<endpoint_id>/deliveries"): only(SERVICE, ADMIN),
     ("POST", "/webhook-endpoints/<endpoint_id>/replay"): only(SERVICE, ADMIN),
+    ("POST", "/ops/webhook-secrets/seal"): only(ADMIN),
 }

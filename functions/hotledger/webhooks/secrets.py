@@ -4,7 +4,8 @@ names the purpose) and AES-256-GCM; t_webhook_endpoint keeps 'env1:<the data key
 ciphertext>', never the secret. Creating an endpoint and rotating its secret only seal (kms:GenerateDataKey: the
 answer carries the new secret once); the sender alone opens (kms:Decrypt), to sign, keeping opened data keys in memory
 for its run only. Without a key (the local runtime, never in AWS) a secret is kept as it is; a stored 'whsec_' value
-(from before this, or local) is read as it is, and sealed at its next rotation."""
+(from before this, or local) is read as it is, and sealed by the operators' step (Webhooks.seal_clear_secrets) or its
+next rotation."""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ class SecretBox:
             self._kms = self._client()
         return self._kms
 
+    @staticmethod
+    def sealed(stored: str) -> bool:
+        return stored.startswith(PREFIX)
+
     def seal(self, secret: str) -> str:
         """The secret as t_webhook_endpoint keeps it."""
         if self.key_id is None:
@@ -50,7 +55,7 @@ class SecretBox:
 
     def open(self, stored: str) -> str:
         """The secret, from what t_webhook_endpoint keeps (the sender's only)."""
-        if not stored.startswith(PREFIX):
+        if not self.sealed(stored):
             return stored
         encrypted_key, box = (base64.b64decode(part) for part in stored.removeprefix(PREFIX).split(":"))
         data_key = self._opened_keys.get(encrypted_key)

@@ -10,7 +10,8 @@ signed per Standard Webhooks 1.0, in order per account per endpoint, with retrie
 - Each carries event_id (stable: the receiver's de-duplication key), type, the account's seq and prev_seq (the seq of
   the previous event of that account for that endpoint): a receiver checks the order and sees a gap.
 - Headers webhook-id, webhook-timestamp and webhook-signature ('v1,<base64 HMAC-SHA256 of id.timestamp.body>'; during
-  a secret rotation's overlap one signature per secret, space-separated); secrets are 'whsec_<base64>'.
+  a secret rotation's overlap one signature per secret, space-separated: each old secret signs until its own overlap
+  ends, or a later rotation's if that ends sooner, at most MAX_OLD_SECRETS at once); secrets are 'whsec_<base64>'.
 - In order per account per endpoint: an account's due PENDING deliveries for an endpoint are sent one after another
   in (seq, sub_seq) order from its first PENDING one, and the first that fails ends that account's run: a retry holds
   back the ones after it (of that account and endpoint alone). Each endpoint is sent to by its own worker with a
@@ -47,12 +48,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol, TypedDict
 from urllib.parse import urlsplit
 
-from hotledger import errors
+from hotledger import errors, observability
 from hotledger.webhooks.events import ALL_TYPES
 from hotledger.webhooks.secrets import SecretBox
 from hotledger.webhooks.store import FAN_OUT_BATCH, EndpointChange, Key, WebhookStore, by_endpoint, runs
 from hotledger.webhooks.store import Delivery as Delivery  # re-exported: what the routes show
 from hotledger.webhooks.store import Endpoint as Endpoint
+
+logger = observability.logger()
 
 RETRY_FOR_MS = 3 * 86_400_000
 FIRST_RETRY_MS, LONGEST_RETRY_MS = 5_000, 3_600_000
@@ -161,6 +164,7 @@ def _public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%")[0])
     return (
         ip.is_global
+        and not ip.is_reserved  # is_global counts IPv6's reserved ranges (4000::/3, ...) in
         and not ip.is_multicast
         and address not in _METADATA
         and not any(ip.version == 6 and ip in net for net in _TRANSLATED)
@@ -247,8 +251,22 @@ class Webhooks:
     def rotate(self, endpoint_id: int, overlap_s: int) -> str:
         self.get(endpoint_id)
         secret = new_secret()
-        self.store.rotate(endpoint_id, self.box.seal(secret), self.clock() + overlap_s * 1000)
+        now = self.clock()
+        self.store.rotate(endpoint_id, self.box.seal(secret), now, now + overlap_s * 1000)
         return secret
+
+    def seal_clear_secrets(self) -> tuple[int, list[int]]:
+        """Seals, in place, every secret kept as it is from before the sealing (current and old ones, deleted endpoints'
+        too): the same secrets sign, none is kept in clear. Once: a sealed secret is left as it is, so running it again
+        seals nothing. Returns how many secrets were sealed, and in which endpoints."""
+        if self.box.key_id is None:
+            raise errors.NoSealingKey("WEBHOOK_SECRETS_KEY_ID is not set: there is no key to seal the secrets with")
+        box = self.box
+        sealed = {
+            e: self.store.reseal(e, lambda s: s if box.sealed(s) else box.seal(s))
+            for e in self.store.holding_clear_secrets()
+        }
+        return sum(sealed.values()), [e for e, n in sealed.items() if n]
 
     def delete(self, endpoint_id: int) -> None:
         self.get(endpoint_id)
@@ -349,20 +367,26 @@ class Webhooks:
         timestamp = now // 1000
         started = time.monotonic()
         deadline = min(started + SEND_TIMEOUT_S, end_by)
-        headers = {
-            "content-type": "application/json",
-            "webhook-id": d.event_id,
-            "webhook-timestamp": str(timestamp),
-            "webhook-signature": signatures(
+        try:
+            signature = signatures(
                 d.event_id, timestamp, d.payload, [self.box.open(sealed) for sealed in endpoint.secrets(now)]
-            ),
-            "user-agent": "hotledger-webhooks/1",
-        }
-        # signed here, sent by self.post: in this process, or (WEBHOOK_POSTER_FUNCTION) by the poster function outside
-        # the VPC; either way an Attempt, whatever went wrong
-        answer = self.post(
-            {"url": endpoint.url, "headers": headers, "body": d.payload, "timeout_s": deadline - started}
-        )
+            )
+        except Exception as exc:  # a secret that cannot be opened now: this attempt failed, not the whole pass
+            answer: Attempt = {"status": None, "error": f"not signed: {type(exc).__name__}: {exc}"}
+            logger.warning("webhook delivery not signed", extra={"endpoint_id": endpoint.endpoint_id, **answer})
+        else:
+            headers = {
+                "content-type": "application/json",
+                "webhook-id": d.event_id,
+                "webhook-timestamp": str(timestamp),
+                "webhook-signature": signature,
+                "user-agent": "hotledger-webhooks/1",
+            }
+            # signed here, sent by self.post: in this process, or (WEBHOOK_POSTER_FUNCTION) by the poster function
+            # outside the VPC; either way an Attempt, whatever went wrong
+            answer = self.post(
+                {"url": endpoint.url, "headers": headers, "body": d.payload, "timeout_s": deadline - started}
+            )
         status, error, retry_after = answer.get("status"), answer.get("error") or "", answer.get("retry_after")
         if status is not None and 200 <= status < 300:
             self.store.delivered(d, status, self.clock())

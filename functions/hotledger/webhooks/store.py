@@ -23,6 +23,9 @@ PENDING, DELIVERED, DEAD = "PENDING", "DELIVERED", "DEAD"
 Key = tuple[int, int, int]  # a delivery's place in an endpoint's deliveries: (user_id, seq, sub_seq)
 PRUNE_BATCH = 500
 FAN_OUT_BATCH = 500  # events fanned out per transaction
+# old secrets signing at once at most (rotations overlapping further retire the oldest early): a delivery carries at
+# most MAX_OLD_SECRETS + 1 signatures
+MAX_OLD_SECRETS = 4
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,7 @@ class Endpoint:
     event_types: tuple[str, ...]
     description: str
     secret: str
-    previous_secret: str | None
-    previous_until: int | None
+    previous: tuple[tuple[str, int], ...]  # old secrets still in their overlap: (sealed secret, signs until ms)
     enabled: bool
     failing: bool
     created_at: int
@@ -41,10 +43,8 @@ class Endpoint:
     created_by: str = ""
 
     def secrets(self, now_ms: int) -> list[str]:
-        """The secrets a delivery is signed with now: the current one, and the previous one during its overlap."""
-        return [self.secret] + (
-            [self.previous_secret] if self.previous_secret and (self.previous_until or 0) > now_ms else []
-        )
+        """The secrets a delivery is signed with now: the current one, and each old one until its overlap ends."""
+        return [self.secret] + [secret for secret, until in self.previous if until > now_ms]
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Delivery:
 
 
 _ENDPOINT = (
-    "SELECT id, url, event_types, description, secret, previous_secret, previous_until, enabled, failing,"
+    "SELECT id, url, event_types, description, secret, previous_secrets, enabled, failing,"
     " created_at, operator_owned, created_by FROM t_webhook_endpoint"
 )
 _DELIVERY = (
@@ -109,15 +109,14 @@ class EndpointChange(TypedDict, total=False):
 
 
 def _endpoint(row: tuple[Any, ...]) -> Endpoint:
-    id_, url, types, description, secret, previous, until, enabled, failing, created, by_operator, created_by = row
+    id_, url, types, description, secret, previous, enabled, failing, created, by_operator, created_by = row
     return Endpoint(
         id_,
         url,
         tuple(t for t in types.split(",") if t),
         description,
         secret,
-        previous,
-        until,
+        tuple((old, until) for old, until in json.loads(previous or "[]")),
         bool(enabled),
         bool(failing),
         created,
@@ -152,14 +151,26 @@ def _decimals(cursor: Cursor, users: list[int]) -> dict[int, int]:
 _Event = tuple[int, int, int, str, int, _Body]  # (user, seq, sub_seq, type, at, its id and body given the prev seq)
 
 
-def enqueue(cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = ()) -> None:
+SUBSCRIBED_READ = "SELECT event_types FROM t_webhook_endpoint WHERE deleted = 0"
+
+
+def subscribed_of(rows: Sequence[Sequence[Any]]) -> set[str]:
+    """The event types some endpoint subscribes to, from SUBSCRIBED_READ's rows."""
+    return {t for (types,) in rows for t in types.split(",") if t}
+
+
+def enqueue(
+    cursor: Cursor, rows: list[Booked], alerts: Sequence[Alert] = (), subscribed: set[str] | None = None
+) -> None:
     """In the transaction that books `rows` (and judged the balance monitors' `alerts` of them): one t_webhook_event
     row per event of a type some endpoint (enabled or not) subscribes to, whatever the number of endpoints. The sender
-    fans them out to each endpoint's deliveries outside this transaction (WebhookStore.fan_out)."""
+    fans them out to each endpoint's deliveries outside this transaction (WebhookStore.fan_out). subscribed: those
+    types read (SUBSCRIBED_READ) in this transaction already; None: read here."""
     if not rows:
         return
-    cursor.execute("SELECT event_types FROM t_webhook_endpoint WHERE deleted = 0")
-    subscribed = {t for (types,) in cursor.fetchall() for t in types.split(",") if t}
+    if subscribed is None:
+        cursor.execute(SUBSCRIBED_READ)
+        subscribed = subscribed_of(cursor.fetchall())
     if not subscribed:
         return
     # an entry's crossings follow its event, one sub_seq each (1, 2, ... in monitor order: stable, so a replayed batch
@@ -273,11 +284,50 @@ class WebhookStore:
                 (*(v for _, v in sets), endpoint_id),
             )
 
-    def rotate(self, endpoint_id: int, secret: str, previous_until: int) -> None:
-        db.execute(
-            "UPDATE t_webhook_endpoint SET previous_secret = secret, previous_until = %s, secret = %s WHERE id = %s",
-            (previous_until, secret, endpoint_id),
+    def holding_clear_secrets(self) -> list[int]:
+        """Endpoints (deleted ones too) whose current or old secrets include one kept as it is ('whsec_...')."""
+        rows = db.query(
+            "SELECT id FROM t_webhook_endpoint WHERE secret LIKE %s OR previous_secrets LIKE %s ORDER BY id",
+            ("whsec\\_%", '%"whsec\\_%'),
         )
+        return [int(endpoint_id) for (endpoint_id,) in rows]
+
+    def reseal(self, endpoint_id: int, seal: Callable[[str], str]) -> int:
+        """The endpoint's secrets, current and old, each replaced by seal(it) (which keeps a sealed one as it is), under
+        the row's lock (a rotation meanwhile waits). Returns how many changed."""
+        with db.transaction() as cur:
+            cur.execute(
+                "SELECT secret, previous_secrets FROM t_webhook_endpoint WHERE id = %s FOR UPDATE", (endpoint_id,)
+            )
+            current, previous = cur.fetchone()
+            old: list[tuple[str, int]] = [(secret, until) for secret, until in json.loads(previous or "[]")]
+            now_current, now_old = seal(current), [(seal(secret), until) for secret, until in old]
+            changed = int(now_current != current) + sum(
+                new != was for (new, _), (was, _) in zip(now_old, old, strict=True)
+            )
+            cur.execute(
+                "UPDATE t_webhook_endpoint SET secret = %s, previous_secrets = %s WHERE id = %s",
+                (now_current, json.dumps(now_old) if now_old else None, endpoint_id),
+            )
+            return changed
+
+    def rotate(self, endpoint_id: int, secret: str, now_ms: int, overlap_ends: int) -> None:
+        """`secret` signs from now on; the current one, and each old one, until its own overlap ends or this one's
+        does, the earlier (overlap_ends <= now_ms: every old secret retired at once, a leak's rotation)."""
+        with db.transaction() as cur:
+            cur.execute(
+                "SELECT secret, previous_secrets FROM t_webhook_endpoint WHERE id = %s FOR UPDATE", (endpoint_id,)
+            )
+            current, previous = cur.fetchone()
+            kept = [
+                [old, min(until, overlap_ends)]
+                for old, until in [[current, overlap_ends], *json.loads(previous or "[]")]
+                if min(until, overlap_ends) > now_ms
+            ][:MAX_OLD_SECRETS]
+            cur.execute(
+                "UPDATE t_webhook_endpoint SET secret = %s, previous_secrets = %s WHERE id = %s",
+                (secret, json.dumps(kept) if kept else None, endpoint_id),
+            )
 
     # deliveries ---------------------------------------------------------------------------------------------------
     def fan_out(self, limit: int = FAN_OUT_BATCH) -> int:
