@@ -76,3 +76,13 @@ def test_the_ledger_names_no_kind_by_letter_where_it_books_or_charges(path):
 @pytest.mark.parametrize("rule", [after_change, refused_in_db, charged_in_db])
 def test_the_rules_of_a_charge_are_read_from_its_kinds_row(rule):
     assert not re.search(r"KIND_[A-Z]+|== ?[\"'][A-Z][\"']", inspect.getsource(rule))
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_kinds_entries_are_listed_by_the_history_and_sent_as_its_webhook_event(kind):
+    from hotledger.history.service import ENTRY_TYPES
+    from hotledger.webhooks.events import EVENT_TYPES, MEANING
+
+    row = KINDS[kind]
+    assert row.entry_type in ENTRY_TYPES
+    assert row.event and EVENT_TYPES[row.entry_type] == row.event and MEANING[row.event] == row.means

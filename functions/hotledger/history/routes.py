@@ -13,7 +13,8 @@ from api.responses import responses
 from api.rules import ADMIN, SERVICE, only, path_arg
 from hotledger import errors
 from hotledger.history.feature import history
-from hotledger.history.service import ENTRY_TYPES, Filters, HistoryEntry
+from hotledger.history.service import Filters, HistoryEntry
+from hotledger.ledger.book import ENTRY_TYPES
 from hotledger.runtime import currencies
 
 router = Router()

@@ -16,29 +16,9 @@ from dataclasses import dataclass
 
 from hotledger import errors
 from hotledger.history.store import BalanceAt, BookedEntry, HistoryStore
-from hotledger.ledger.book import type_and_ref
+from hotledger.ledger.book import ENTRY_TYPES, type_and_ref
 from hotledger.ledger.entry import Entry
 
-ENTRY_TYPES = frozenset(
-    {
-        "opening",
-        "deduct",
-        "recharge",
-        "payment_charge",
-        "payment_refund",
-        "redpacket_debit",
-        "redpacket_credit",
-        "redpacket_refund",
-        "transfer_debit",
-        "transfer_credit",
-        "transfer_release",
-        "hold",
-        "capture",
-        "void",
-        "expiry",
-        "refund",
-    }
-)
 STATEMENT_MAX_ENTRIES = 1000
 NEWEST = 2**62  # a seq past any account's last
 

@@ -76,6 +76,14 @@ _SERVICE_KEYS = (
 )
 
 
+# every type a ledger row may have: the opening's, each kind's, and those of the entries a service's key caused
+ENTRY_TYPES = frozenset(
+    {"opening", "redpacket_debit", "redpacket_credit"}
+    | {k.entry_type for k in KINDS.values()}
+    | {entry_type for _, entry_type, _ in _SERVICE_KEYS}
+)
+
+
 def type_and_ref(
     kind: str, idem_key: str | None, hold_id: int | None = None, refund_of: str | None = None
 ) -> tuple[str, str | None]:

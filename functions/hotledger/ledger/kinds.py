@@ -36,15 +36,58 @@ class Kind:
     # made by ledger_apply and its row written by the ledger (insert_events): a debit (balance -1) is refused on a
     # closed API or below the threshold, a credit (+1) above the largest balance
     applied: bool = False
+    # the webhook event a booked entry of this kind is sent as (webhooks/events.py; an entry a service's key caused is
+    # sent as what it caused), and what it means to a receiver
+    event: str = ""
+    means: str = ""
 
 
 KINDS: dict[str, Kind] = {
     k.letter: k
     for k in (
-        Kind("D", "deduct", -1, "t_order", "amount", refundable_as="order", applied=True),
-        Kind("R", "recharge", 1, "t_pay", "pay", waits_for_durable=True, applied=True),
-        Kind("F", "refund", 1, "t_refund", "amount", refunds=True),
-        Kind("H", "hold", 0, "t_hold_change", "amount", changes_hold=True, holds_amount=1),
+        Kind(
+            "D",
+            "deduct",
+            -1,
+            "t_order",
+            "amount",
+            refundable_as="order",
+            applied=True,
+            event="charge.persisted",
+            means="a deduct is in the ledger",
+        ),
+        Kind(
+            "R",
+            "recharge",
+            1,
+            "t_pay",
+            "pay",
+            waits_for_durable=True,
+            applied=True,
+            event="recharge.persisted",
+            means="a recharge is in the ledger",
+        ),
+        Kind(
+            "F",
+            "refund",
+            1,
+            "t_refund",
+            "amount",
+            refunds=True,
+            event="refund.persisted",
+            means="a refund of a charge or a captured hold is in the ledger",
+        ),
+        Kind(
+            "H",
+            "hold",
+            0,
+            "t_hold_change",
+            "amount",
+            changes_hold=True,
+            holds_amount=1,
+            event="hold.authorized",
+            means="a hold was placed",
+        ),
         # a capture takes from the balance what it captures, and from what the hold keeps that and what it releases;
         # a partial capture keeps its hold from ending until its event is durable (the hold's inflight count)
         Kind(
@@ -57,9 +100,31 @@ KINDS: dict[str, Kind] = {
             holds_amount=-1,
             releases=True,
             refundable_as="hold",
+            event="hold.captured",
+            means="a hold was captured (in part or the rest)",
         ),
-        Kind("V", "void", 0, "t_hold_change", "amount", changes_hold=True, releases=True),
-        Kind("X", "expiry", 0, "t_hold_change", "amount", changes_hold=True, releases=True),
+        Kind(
+            "V",
+            "void",
+            0,
+            "t_hold_change",
+            "amount",
+            changes_hold=True,
+            releases=True,
+            event="hold.voided",
+            means="a hold was voided",
+        ),
+        Kind(
+            "X",
+            "expiry",
+            0,
+            "t_hold_change",
+            "amount",
+            changes_hold=True,
+            releases=True,
+            event="hold.expired",
+            means="a hold expired uncaptured",
+        ),
     )
 }
 KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND = "D", "R", "F"

@@ -9,20 +9,16 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from hotledger.ledger.entry import Booked
+from hotledger.ledger.kinds import KINDS
 from hotledger.money import format_minor
 
 if TYPE_CHECKING:
     from hotledger.monitors.store import Alert
 
-# the ledger's entry types -> the event types receivers subscribe to
+# the ledger's entry types -> the event types receivers subscribe to: each kind's (ledger/kinds.py), then the types
+# of the entries a service's key caused (ledger/book.py type_and_ref)
 EVENT_TYPES = {
-    "deduct": "charge.persisted",
-    "recharge": "recharge.persisted",
-    "refund": "refund.persisted",
-    "hold": "hold.authorized",
-    "capture": "hold.captured",
-    "void": "hold.voided",
-    "expiry": "hold.expired",
+    **{k.entry_type: k.event for k in KINDS.values()},
     "payment_charge": "payment_order.paid",
     "payment_refund": "payment_order.refunded",
     "redpacket_debit": "redpacket.sent",
@@ -39,13 +35,7 @@ ALL_TYPES = frozenset(EVENT_TYPES.values()) | frozenset(BALANCE_TYPES.values())
 
 # what each ledger entry type means to a receiver (the OpenAPI document's `webhooks` section)
 MEANING = {
-    "charge.persisted": "a deduct is in the ledger",
-    "recharge.persisted": "a recharge is in the ledger",
-    "refund.persisted": "a refund of a charge or a captured hold is in the ledger",
-    "hold.authorized": "a hold was placed",
-    "hold.captured": "a hold was captured (in part or the rest)",
-    "hold.voided": "a hold was voided",
-    "hold.expired": "a hold expired uncaptured",
+    **{k.event: k.means for k in KINDS.values()},
     "payment_order.paid": "a payment order was paid from the balance",
     "payment_order.refunded": "a payment order's payment was given back",
     "redpacket.sent": "a red packet's total left the sender's balance",
