@@ -815,6 +815,31 @@ MUTANTS: list[Mutant] = [
         ["tests/integration/test_webhooks.py"],
         "the monitors hear of a booking before the webhooks, which send the monitors' crossings",
     ),
+    # ---- issue 31: a new kind of entry by the table (an operator's adjustment) -----------------------------------
+    m(
+        "kind-debit-by-letter",
+        LEDGER_APPLY,
+        "if KINDS[kind].balance < 0 then",
+        "if kind == 'D' then",
+        ["tests/integration/test_adjustments.py"],
+        "ledger_apply debits every kind whose row says so (an adjustment down), not the deduct's letter alone",
+    ),
+    m(
+        "kind-undo-by-letter",
+        "layers/lua/ledger_rollback.lua",
+        "elseif KINDS[kind].balance < 0 then",
+        "elseif kind == 'D' then",
+        ["tests/integration/test_adjustments.py"],
+        "a failed publish gives back every debit kind (an adjustment down), not the deduct's letter alone",
+    ),
+    m(
+        "rules-adjustment-service",
+        "functions/hotledger/ops/routes.py",
+        '("POST", "/ops/accounts/<user_id>/adjustments"): only(ADMIN),',
+        '("POST", "/ops/accounts/<user_id>/adjustments"): only(ADMIN, SERVICE),',
+        ["tests/integration/test_adjustments.py"],
+        "only an operator adjusts a balance",
+    ),
     # ---- issue 35, class 1: who may call what (a route rule widened) ------------------------------------------
     m(
         "rules-owner-recharges",

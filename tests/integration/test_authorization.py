@@ -308,6 +308,7 @@ MAY_CALL = {
     ("GET", "/ops/dead-letters"): {OP},
     ("POST", "/ops/dead-letters/replay"): {OP},
     ("GET", "/ops/accounts/<user_id>"): {OP},
+    ("POST", "/ops/accounts/<user_id>/adjustments"): {OP},
     ("GET", "/ops/reconciler"): {OP},
     ("GET", "/ops/log"): {OP},
     ("POST", "/ops/webhook-secrets/seal"): {OP},

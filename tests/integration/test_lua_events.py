@@ -43,10 +43,14 @@ def test_every_scripts_event_is_its_model_and_a_ledger_event_is_its_entry_string
     api,
     redis_client,
 ):
-    # ledger_apply (R, D under an Idempotency-Key), hold_change (H, C, V and an X by the delay drainer), ledger_refund (F)
+    # ledger_apply (R, D under an Idempotency-Key, an operator's adjustment A and N), hold_change (H, C, V and an X by
+    # the delay drainer), ledger_refund (F)
     user_id = api.account(balance="50.00")
     status, order = api("POST", f"/accounts/{user_id}/deduct", {"amount": "5.00"}, {"Idempotency-Key": "evt-1"})
     assert status == 200, order
+    for amount in ("1.00", "-1.00"):
+        status, body = api("POST", f"/ops/accounts/{user_id}/adjustments", {"amount": amount, "reason": AWKWARD_TEXT})
+        assert status == 200, body
     status, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "10.00", "description": AWKWARD_TEXT})
     assert status == 201, hold
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold['hold_id']}/capture", {"amount": "4.00"})
@@ -109,6 +113,8 @@ def test_lib_entry_reads_back_every_kinds_entry_string_as_written(redis_client, 
     strings = {
         "D": "500;7;900;3;D;e1;BALANCE;c:key-1",
         "R": "500;7;900;3;R;e1;1;",
+        "A": "500;7;900;3;A;e1;1;c:adj-1",
+        "N": "500;7;900;3;N;e1;BALANCE;",
         "F": f"500;7;900;3;F;e1;1;;42;order;500;{AWKWARD_TEXT}",
         "H": hold.format(kind="H") + f";{AWKWARD_TEXT}",
         "C": hold.format(kind="C") + ";;200",

@@ -130,6 +130,7 @@ TABLE: dict[tuple[str, str], Line] = {
     ("DELETE", "/accounts/{user_id}/monitors/{monitor_id}"): line({S, OP, U}, 204, monitor_id="fresh_monitor"),
     # operations
     ("GET", "/ops/accounts/{user_id}"): line({OP}, 200),
+    ("POST", "/ops/accounts/{user_id}/adjustments"): line({OP}, 200, body={"amount": "1.00", "reason": "goodwill"}),
     ("GET", "/ops/dead-letters"): line({OP}, 200),
     ("POST", "/ops/dead-letters/replay"): line({OP}, 200, body={"source": "stream", "ids": ["0:1-1"]}),
     ("GET", "/ops/reconciler"): line({OP}, 200),

@@ -42,6 +42,8 @@ class Kind:
     means: str = ""
 
 
+_ADJUSTMENT_MEANS = "an operator's adjustment of the balance is in the ledger (up or down: its balance_change)"
+
 KINDS: dict[str, Kind] = {
     k.letter: k
     for k in (
@@ -125,9 +127,32 @@ KINDS: dict[str, Kind] = {
             event="hold.expired",
             means="a hold expired uncaptured",
         ),
+        # an operator's adjustment of the balance (ops/routes.py), up (A) or down (N): down is refused as a deduct
+        # is, up is spendable once durable as a recharge is
+        Kind(
+            "A",
+            "adjustment",
+            1,
+            "t_adjustment",
+            "amount",
+            waits_for_durable=True,
+            applied=True,
+            event="adjustment.persisted",
+            means=_ADJUSTMENT_MEANS,
+        ),
+        Kind(
+            "N",
+            "adjustment",
+            -1,
+            "t_adjustment",
+            "amount",
+            applied=True,
+            event="adjustment.persisted",
+            means=_ADJUSTMENT_MEANS,
+        ),
     )
 }
-KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND = "D", "R", "F"
+KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND, KIND_ADJUST_UP, KIND_ADJUST_DOWN = "D", "R", "F", "A", "N"
 HOLD_KINDS = frozenset(letter for letter, k in KINDS.items() if k.changes_hold)
 HOLD_TYPES = {letter: KINDS[letter].entry_type for letter in sorted(HOLD_KINDS)}
 ENTRY_TABLES = {letter: (k.table, k.amount_column) for letter, k in KINDS.items()}

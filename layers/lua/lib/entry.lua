@@ -14,7 +14,7 @@ local function hold_change_tail(last)
   return tail
 end
 local ENTRY_TAILS = {
-  D = {}, R = {},
+  D = {}, R = {}, A = {}, N = {},
   F = {'refund_of', 'refund_of_kind', 'refunded_after', 'reason'},
   H = hold_change_tail({'description'}),
   C = hold_change_tail({'-', 'captured_after'}),
