@@ -56,3 +56,26 @@ def test_the_registration_example_stands_in_the_files_it_names():
     assert set(files) == {"functions/hotledger/holds/feature.py", "functions/hotledger/features.py"}
     for path, lines in files.items():
         assert stands_in_order(lines, (REPO / path).read_text()), f"{path} no longer reads as the doc shows"
+
+
+def test_the_adjustment_touched_the_code_files_the_doc_lists_and_no_other():
+    """A new kind of entry is its row, its Lua library row and its route file (issue 31): the files that name an
+    operator's adjustment are those the doc lists; a branch for it anywhere else makes this fail until the doc says
+    so (or the branch reads the kinds table instead)."""
+    from hotledger.ledger.kinds import KINDS
+
+    section = _section("A change that moves money")
+    after = section[section.index("An operator's balance adjustment") :]
+    table = "\n".join(line for line in after.splitlines() if line.startswith("| `"))
+    listed = {
+        path for path in re.findall(r"`([\w/.]+\.(?:py|lua|sql))`", table) if not path.startswith(("tests/", "docs/"))
+    }
+    letters = "|".join(k.letter for k in KINDS.values() if k.entry_type == "adjustment")
+    names = re.compile(rf"adjustment|KIND_ADJUST|\b(?:{letters}) = \{{", re.I)
+    naming = {
+        str(path.relative_to(REPO))
+        for top in ("functions", "layers", "infra")
+        for path in (REPO / top).rglob("*")
+        if path.suffix in (".py", ".lua", ".sql") and names.search(path.read_text())
+    }
+    assert naming == listed
