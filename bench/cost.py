@@ -57,9 +57,15 @@ PEER_DEDUCT_WRU = 6  # TransactWriteItems: the balance (conditional update), the
 PEER_DURATION_MS = 12  # TransactWriteItems p50 (two-phase across the items' partitions), plus the function's own work
 
 FRONT_DOORS = {"http": HTTP_API_PER_MILLION, "rest": REST_API_PER_MILLION}
-DEFAULT_FRONT_DOOR = "http"
 MEASURED_DEDUCTS = 300
 WARM_UP = 100
+
+
+def default_front_door(template_path: Path = REPO / "template.yaml") -> str:
+    """The template's FrontDoor default: the front door `cost_per_million_deduct_usd` is priced behind."""
+    from infra.localrt.template import _read
+
+    return str(_read(template_path)["Parameters"]["FrontDoor"]["Default"])
 
 
 def template_memory_gb(name: str) -> float:

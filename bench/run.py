@@ -733,8 +733,9 @@ def main() -> int:
             None,
             f"request-driven AWS cost of a deduct built the usual way: API Gateway REST + Lambda + DynamoDB transaction ({prices})",
         )
+        default_door = cost.default_front_door()
         for front_door in cost.FRONT_DOORS:
-            suffix = "" if front_door == cost.DEFAULT_FRONT_DOOR else f"_{front_door}_front_door"
+            suffix = "" if front_door == default_door else f"_{front_door}_front_door"
             for route in cost.WORK:
                 figures.add(
                     f"cost_per_million_{route}{suffix}_usd",

@@ -961,6 +961,25 @@ MUTANTS: list[Mutant] = [
         ["tests/integration/test_front_doors.py"],
         "verified claims of a token that is neither an access nor an ID token name no caller (401), front door http",
     ),
+    # ---- issue 33 goal 4: the front door (template.yaml, FrontDoor) ------------------------------------------------
+    m(
+        "template-http-proxy-route-authorized",
+        "template.yaml",
+        'RouteKey: "ANY /{proxy+}", AuthorizationType: JWT,',
+        'RouteKey: "ANY /{proxy+}", AuthorizationType: NONE,',
+        [
+            "tests/integration/test_template.py::test_the_front_door_routes_every_operation_of_the_route_table_and_authorizes_all_but_the_description"
+        ],
+        "behind the HTTP API every route but the description needs a token its JWT authorizer verified",
+    ),
+    m(
+        "template-web-acl-rest-only",
+        "template.yaml",
+        "      - Assert: !Equals [!Ref FrontDoor, rest]",
+        "      - Assert: !Equals [!Ref FrontDoor, !Ref FrontDoor]",
+        ["tests/integration/test_template.py::test_a_web_acl_attaches_to_the_rest_api_only"],
+        "a web ACL given with FrontDoor http is refused before anything is created (WAF cannot attach to an HTTP API)",
+    ),
     # ---- issue 35, class 2: quotas given back, reconciler cursors -------------------------------------------------
     m(
         "lua-idem-abandon-gives-quota-back",

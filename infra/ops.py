@@ -73,8 +73,9 @@ class Target:
 
 
 def stack_target(stack: str, cloudformation=None, apigateway=None, cognito=None, fetch_token=None) -> Target:
-    """The deployed stack's API, its API key and an operator token (client credentials, scope hotledger/admin), and
-    who is acting: the AWS identity these calls are made with (an SSO session's ARN ends with the person's name)."""
+    """The deployed stack's API, its API key (REST front door) and an operator token (client credentials, scope
+    hotledger/admin), and who is acting: the AWS identity these calls are made with (an SSO session's ARN ends with
+    the person's name)."""
     import boto3
 
     operator = boto3.client("sts").get_caller_identity()["Arn"]
@@ -85,9 +86,11 @@ def stack_target(stack: str, cloudformation=None, apigateway=None, cognito=None,
         .describe_stacks(StackName=stack)["Stacks"][0]
         .get("Outputs", [])
     }
-    api_key = (apigateway or boto3.client("apigateway")).get_api_key(apiKey=outputs["ApiKeyId"], includeValue=True)[
-        "value"
-    ]
+    api_key = None  # FrontDoor http: no API key (ApiKeyId is a REST front door's output)
+    if "ApiKeyId" in outputs:
+        api_key = (apigateway or boto3.client("apigateway")).get_api_key(apiKey=outputs["ApiKeyId"], includeValue=True)[
+            "value"
+        ]
     client = (cognito or boto3.client("cognito-idp")).describe_user_pool_client(
         UserPoolId=outputs["UserPoolId"], ClientId=outputs["OperatorClientId"]
     )["UserPoolClient"]

@@ -112,6 +112,9 @@ class Stack:
         if key == "Fn::Equals":
             a, b = (self.resolve(v) for v in arg)
             return a == b or (a in ([""], "") and b in ([""], ""))
+        if key == "Fn::EachMemberEquals":
+            members, value = (self.resolve(v) for v in arg)
+            return all(m == value for m in members)
         if key == "Fn::Not":
             return not self.resolve(arg[0])
         if key == "Fn::And":
@@ -141,6 +144,21 @@ class Stack:
 
             return re.sub(r"\$\{([^}!]+)\}", value, text)
         return {key: self.resolve(arg)}
+
+    def broken_rules(self) -> list[str]:
+        """The AssertDescription of every assertion CloudFormation would refuse these parameters by (Rules)."""
+        return [
+            check["AssertDescription"]
+            for rule in self.template.get("Rules", {}).values()
+            if "RuleCondition" not in rule or self.resolve(rule["RuleCondition"])
+            for check in rule["Assertions"]
+            if not self.resolve(check["Assert"])
+        ]
+
+    def output(self, name: str):
+        """The output's value, or None when its condition leaves it out."""
+        spec = self.template["Outputs"][name]
+        return self.resolve(spec["Value"]) if "Condition" not in spec or self.condition(spec["Condition"]) else None
 
     def functions(self) -> dict[str, dict]:
         return {

@@ -83,8 +83,10 @@ def _api_request_handler(fn: template.Function, handler, gate: gateway.Gate | ga
     return ApiGatewayProxy
 
 
-def _gate(fn: template.Function, authorizer: template.ApiAuthorizer | None, functions: list[template.Function]):
-    if os.environ.get("HOTLEDGER_FRONT_DOOR") == "http":
+def _gate(
+    fn: template.Function, door: str, authorizer: template.ApiAuthorizer | None, functions: list[template.Function]
+):
+    if door == "http":
         audience = {c.strip() for c in os.environ["AUTH_CLIENT_IDS"].split(",") if c.strip()}
         return gateway.JwtGate(os.environ["AUTH_ISSUER"], os.environ["AUTH_JWKS_URL"], audience, fn.public_routes)
     if authorizer is None:
@@ -103,6 +105,7 @@ def start_api_workers(
     host: str,
     port: int,
     workers: int,
+    door: str,
     authorizer: template.ApiAuthorizer | None,
     functions: list[template.Function],
 ) -> list[int]:
@@ -112,7 +115,7 @@ def start_api_workers(
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            handler = _api_request_handler(fn, load_handler(fn), _gate(fn, authorizer, functions))
+            handler = _api_request_handler(fn, load_handler(fn), _gate(fn, door, authorizer, functions))
             server = HTTPServer((host, port), handler, bind_and_activate=False)
             server.socket.close()
             server.socket = listener

@@ -1,11 +1,12 @@
 """Local stand-in for `sam local start-api` plus the MSK and schedule triggers, without Docker.
 
 It reads template.yaml and runs the very same handlers:
-- API events: HTTP on --port (3000) turned into API Gateway REST proxy events. Like Lambda, each
-  worker process handles one request at a time; --api-workers processes share the socket.
-  The API's Lambda authorizer runs before each request, as API Gateway runs it (infra/localrt/gateway.py), against
-  the local dev issuer (infra/dev_issuer.py: `make token`) unless AUTH_ISSUER / AUTH_JWKS_URL / AUTH_CLIENT_IDS name
-  another issuer (a Cognito user pool, say).
+- API events: HTTP on --port (3000) turned into the front door's events (the template's FrontDoor default, or
+  HOTLEDGER_FRONT_DOOR): HTTP API payload 2.0 events behind its JWT authorizer, or REST proxy events behind the REST
+  API's Lambda authorizer, each run before the request as API Gateway runs it (infra/localrt/gateway.py). Like
+  Lambda, each worker process handles one request at a time; --api-workers processes share the socket.
+  Tokens are checked against the local dev issuer (infra/dev_issuer.py: `make token`) unless AUTH_ISSUER /
+  AUTH_JWKS_URL / AUTH_CLIENT_IDS name another issuer (a Cognito user pool, say).
   With HOTLEDGER_API_KEY set, requests need a matching x-api-key header (as API Gateway enforces).
 - MSK events: a Kafka consumer group delivers MSK-shaped batches (BatchSize and
   MaximumBatchingWindowInSeconds from the template); offsets are committed only once each record was
@@ -58,9 +59,10 @@ def main(argv=None) -> int:
     if not (os.environ.get("EVENT_KEYS") or os.environ.get("EVENT_KEYS_SECRET_ARN")):
         os.environ["EVENT_KEYS"] = local_keyring()  # the dev keyring in .state/, as the stack's secret is in AWS
     os.environ.setdefault("WEBHOOK_ALLOW_LOCAL", "1")  # local receivers (http://127.0.0.1) may be webhook endpoints
-    authorizer = template.api_authorizer(Path(args.template))
+    door = template.front_door(Path(args.template))
+    authorizer = template.api_authorizer(Path(args.template)) if door == "rest" else None
     issuer = None
-    if authorizer is not None and not args.no_api and "AUTH_ISSUER" not in os.environ:
+    if any(fn.api for fn in functions) and not args.no_api and "AUTH_ISSUER" not in os.environ:
         issuer = dev_issuer.JwksServer()  # bound now: the workers forked below inherit its URL
         os.environ.update(issuer.authorizer_env())
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
@@ -70,8 +72,10 @@ def main(argv=None) -> int:
     # fork the API workers and the MSK pollers before any thread exists in this process
     for fn in functions:
         if fn.api and not args.no_api:
-            children += start_api_workers(fn, args.host, args.port, args.api_workers, authorizer, functions)
-            log.info("%s: http://%s:%d (%d workers)", fn.name, args.host, args.port, args.api_workers)
+            children += start_api_workers(fn, args.host, args.port, args.api_workers, door, authorizer, functions)
+            log.info(
+                "%s: http://%s:%d (%d workers, FrontDoor %s)", fn.name, args.host, args.port, args.api_workers, door
+            )
     for fn in functions:
         # with the Redis Streams transport nothing goes to Kafka: the scheduled drainer persists (as in AWS,
         # where the template then creates no MSK trigger)

@@ -1,5 +1,6 @@
-"""Read what the local runtime needs from template.yaml: functions, their events and the Lua layer, and the API's
-authorizer with its gateway responses."""
+"""Read what the local runtime needs from template.yaml: functions, their events and the Lua layer, the front door
+(FrontDoor: which API Gateway, the function it invokes and its public routes), and the REST API's authorizer with
+its gateway responses."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ class Function:
     code_dir: Path
     timeout_s: int
     layer_dirs: list[Path]
-    api: bool = False
-    public_routes: set[tuple[str, str]] = field(default_factory=set)  # (METHOD, path) events with Authorizer NONE
+    api: bool = False  # the front door's integration invokes it
+    public_routes: set[tuple[str, str]] = field(default_factory=set)  # (METHOD, path) the front door does not authorize
     msk: dict | None = None
     schedules: list[float] = field(default_factory=list)
 
@@ -128,8 +129,57 @@ def api_authorizer(path: Path) -> ApiAuthorizer | None:
     return None
 
 
+FRONT_DOORS = ("http", "rest")
+
+
+def front_door(path: Path) -> str:
+    """HOTLEDGER_FRONT_DOOR (as `--parameter-overrides FrontDoor=...` would choose), else the template's default."""
+    door = os.environ.get("HOTLEDGER_FRONT_DOOR") or _read(path)["Parameters"]["FrontDoor"]["Default"]
+    if door not in FRONT_DOORS:
+        raise ValueError(f"HOTLEDGER_FRONT_DOOR is one of {FRONT_DOORS}, got {door!r}")
+    return door
+
+
+_FUNCTION_ARN = re.compile(r"\$\{(\w+)\.Arn\}")
+_SUB_NAME = re.compile(r"\$\{(\w+)\}")
+
+
+def api_routes(path: Path, door: str) -> dict[str, set[tuple[str, str]]]:
+    """The function each of the front door's routes invokes -> its public routes (METHOD, path): the HTTP API's routes
+    (AuthorizationType NONE) through their integrations, or the REST API's body (security NONE: SAM's marker)."""
+    resources = _read(path)["Resources"]
+    routes: dict[str, set[tuple[str, str]]] = {}
+    if door == "http":
+        targets = {
+            name: r["Properties"]["IntegrationUri"]["GetAtt"].split(".")[0]
+            for name, r in resources.items()
+            if r.get("Type") == "AWS::ApiGatewayV2::Integration"
+        }
+        for r in resources.values():
+            if r.get("Type") != "AWS::ApiGatewayV2::Route":
+                continue
+            props = r["Properties"]
+            function = targets[_SUB_NAME.search(props["Target"]["Sub"]).group(1)]
+            public = routes.setdefault(function, set())
+            if props.get("AuthorizationType", "NONE") == "NONE":
+                method, route = props["RouteKey"].split(" ", 1)
+                public.add((method, route))
+        return routes
+    for r in resources.values():
+        if r.get("Type") != "AWS::Serverless::Api":
+            continue
+        for route, operations in r["Properties"]["DefinitionBody"]["paths"].items():
+            for method, operation in operations.items():
+                uri = operation["x-amazon-apigateway-integration"]["uri"]["Sub"]
+                public = routes.setdefault(_FUNCTION_ARN.search(uri).group(1), set())
+                if any("NONE" in requirement for requirement in operation.get("security", [])):
+                    public.add((method.upper(), route))
+    return routes
+
+
 def load(path: Path) -> list[Function]:
     template = _read(path)
+    api = api_routes(path, front_door(path))
     root = path.parent
     resources = template["Resources"]
     globals_fn = template.get("Globals", {}).get("Function", {})
@@ -150,13 +200,10 @@ def load(path: Path) -> list[Function]:
         props["Layers"] = globals_fn.get("Layers", []) + resource.get("Properties", {}).get("Layers", [])  # SAM appends
         layers = [d for d in (layer_dir(ref) for ref in props.get("Layers", [])) if d is not None]
         fn = Function(name, props["Handler"], root / props["CodeUri"], int(props.get("Timeout", 30)), layers)
+        fn.api, fn.public_routes = name in api, api.get(name, set())
         for event in props.get("Events", {}).values():
             kind, ev = event["Type"], event.get("Properties", {})
-            if kind == "Api":
-                fn.api = True
-                if (ev.get("Auth") or {}).get("Authorizer") == "NONE":
-                    fn.public_routes.add((ev["Method"].upper(), ev["Path"]))
-            elif kind == "MSK":
+            if kind == "MSK":
                 topics = ev["Topics"]
                 on_failure = ((ev.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
                 fn.msk = {

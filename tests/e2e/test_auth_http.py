@@ -1,6 +1,7 @@
-"""Callers act only as themselves, over HTTP on the local runtime: the template's Lambda authorizer runs before
+"""Callers act only as themselves, over HTTP on the local runtime behind the REST front door (FrontDoor rest; the HTTP
+API's, the template's default, is tests/e2e/test_http_front_door.py): the template's Lambda authorizer runs before
 every request (as API Gateway runs it) against the local dev issuer, with tokens from `make token`; refusals come
-in the ErrorResponse shape and change nothing."""
+in the ErrorResponse shape (the REST API's gateway responses) and change nothing."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from infra import dev_issuer, services
 def service(backing_services, tmp_path_factory):  # the run's Redis is in the environment before the runtime starts
     svc = LocalService(
         services.free_port(),
-        {"HOTLEDGER_API_WORKERS": "2"},
+        {"HOTLEDGER_API_WORKERS": "2", "HOTLEDGER_FRONT_DOOR": "rest"},
         tmp_path_factory.mktemp("auth") / "runtime.log",
         ("--no-schedules",),
     )

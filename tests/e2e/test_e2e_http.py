@@ -229,6 +229,7 @@ def test_the_operators_console_over_http(service):
     assert _ops(service, "--json", "log").returncode == 0
 
     refused = _ops(service, "--token", "not-a-token", "reconciler")
-    assert refused.returncode == 1 and "401 UNAUTHENTICATED" in refused.stderr
+    # the template's default front door (FrontDoor http): the JWT authorizer's own refusal, before the function
+    assert refused.returncode == 1 and "/ops/reconciler: 401" in refused.stderr and "Unauthorized" in refused.stderr
     bad = _ops(service, "account", "0")
     assert bad.returncode == 2 and "Invalid value" in bad.stderr  # refused before any call

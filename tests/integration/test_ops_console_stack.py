@@ -42,8 +42,15 @@ class TokenEndpoint:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-@pytest.fixture
-def deployed(monkeypatch):
+URLS = {
+    "rest": "https://abc.execute-api.us-east-1.amazonaws.com/v1/",
+    "http": "https://abc.execute-api.us-east-1.amazonaws.com/",
+}
+
+
+@pytest.fixture(params=["rest", "http"])
+def deployed(request, monkeypatch):
+    """A stack of each front door: FrontDoor http has no API key (its output ApiKeyId is left out)."""
     with moto_secrets(monkeypatch):
         cognito = boto3.client("cognito-idp")
         pool = cognito.create_user_pool(PoolName="hotledger")["UserPool"]["Id"]
@@ -53,12 +60,13 @@ def deployed(monkeypatch):
         key = boto3.client("apigateway").create_api_key(name="hotledger", enabled=True, value="k" * 30)
         token_endpoint = TokenEndpoint(client["ClientId"], client["ClientSecret"])
         outputs = {
-            "ApiUrl": "https://abc.execute-api.us-east-1.amazonaws.com/v1/",
-            "ApiKeyId": key["id"],
+            "ApiUrl": URLS[request.param],
+            **({"ApiKeyId": key["id"]} if request.param == "rest" else {}),
             "UserPoolId": pool,
             "OperatorClientId": client["ClientId"],
             "TokenUrl": token_endpoint.url,
         }
+        token_endpoint.door = request.param
         boto3.client("cloudformation").create_stack(
             StackName="hotledger-dev",
             TemplateBody=json.dumps(
@@ -74,12 +82,8 @@ def deployed(monkeypatch):
 
 def test_a_deployed_stack_is_reached_with_its_outputs_api_key_and_an_operator_token(deployed):
     target = ops.stack_target("hotledger-dev")
-    assert target == ops.Target(
-        "https://abc.execute-api.us-east-1.amazonaws.com/v1/",
-        "operator-token",
-        "k" * 30,
-        "arn:aws:sts::123456789012:user/moto",
-    )
+    api_key = "k" * 30 if deployed.door == "rest" else None
+    assert target == ops.Target(URLS[deployed.door], "operator-token", api_key, "arn:aws:sts::123456789012:user/moto")
     assert deployed.asked == [{"grant_type": ["client_credentials"], "scope": ["hotledger/admin"]}]
 
 

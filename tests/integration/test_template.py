@@ -274,8 +274,6 @@ def test_alarms_cover_what_the_issue_names_and_the_dashboard_every_metric_the_co
     assert len(emitted) > 25
     groups = [r for r in resources.values() if r["Type"] == "AWS::Logs::LogGroup"]
     assert len(groups) >= 7 and all(g["Properties"]["RetentionInDays"] for g in groups)
-    stage = next(r for r in resources.values() if r["Type"] == "AWS::ApiGateway::Stage")
-    assert stage["Properties"]["AccessLogSetting"]["DestinationArn"] == {"Fn::GetAtt": ["ApiAccessLogs", "Arn"]}
 
 
 def test_functions_run_python313_on_arm64_with_one_dependencies_layer():
@@ -307,7 +305,8 @@ def test_local_runtime_reads_the_functions_and_triggers():
         "ledger_rollback",
         "outbox_claim",
     }
-    assert functions["ApiFunction"].public_routes == {("GET", "/openapi.json"), ("GET", "/swagger")}
+    assert functions["ApiFunction"].public_routes == PUBLIC
+    assert [fn.name for fn in functions.values() if fn.api] == ["ApiFunction"]
     authorizer = template.api_authorizer(REPO / "template.yaml")
     assert authorizer.function == "AuthorizerFunction" and authorizer.header == "Authorization"
     assert authorizer.validation.search("Bearer a.b.c") and not authorizer.validation.search("Bearer abc")
@@ -318,29 +317,197 @@ def test_local_runtime_reads_the_functions_and_triggers():
     }
 
 
-def test_every_route_but_the_description_needs_a_token_checked_by_the_authorizer_function():
-    resources = expanded()["Resources"]
-    body = resources["Api"]["Properties"]["Body"]
-    security = {
-        (path, method): {name for requirement in operation["security"] for name in requirement}
-        for path, operations in body["paths"].items()
-        for method, operation in operations.items()
+# --- the front door (FrontDoor): an HTTP API by default, or the REST API -------------------------------------------
+PUBLIC = {("GET", "/openapi.json"), ("GET", "/swagger")}
+ANY = "x-amazon-apigateway-any-method"
+ISSUER = f"https://cognito-idp.{cfn.REGION}.amazonaws.com/UserPool-physical-id"
+APP_CLIENTS = ["ServiceClient-physical-id", "OperatorClient-physical-id", "UserClient-physical-id"]
+
+
+def _document_routes() -> set[tuple[str, str]]:
+    """(METHOD, path) of every operation of the API's OpenAPI document (the route table), in API Gateway's path syntax."""
+    from api.app import openapi_json
+
+    paths = json.loads(openapi_json())["paths"]
+    return {(method.upper(), path) for path, operations in paths.items() for method in operations}
+
+
+def _routed(routes: dict, method: str, path: str):
+    """The gateway route a request takes: its exact route, else ANY on that path, else the greedy ANY /{proxy+}."""
+    for key in ((method, path), ("ANY", path), ("ANY", "/{proxy+}" if path != "/" else "/")):
+        if key in routes:
+            return routes[key]
+    raise AssertionError(f"no route of the front door takes {method} {path}")
+
+
+def _front_door(stack: cfn.Stack) -> dict:
+    """What the chosen front door deploys, resolved: route -> the authorizer that checks it (None: public), the
+    throttle (burst, rate), where access logs go, the integration, the API's physical id and its stage."""
+    live = {n: stack.resolve(r["Properties"]) for n, r in stack.resources.items() if stack.exists(n)}
+    kinds = {n: stack.resources[n]["Type"] for n in live}
+    of = lambda kind: [n for n in live if kinds[n] == kind]  # noqa: E731
+    if stack.params["FrontDoor"] == "http":
+        [api], [stage], [integration] = (
+            of(k) for k in ("AWS::ApiGatewayV2::Api", "AWS::ApiGatewayV2::Stage", "AWS::ApiGatewayV2::Integration")
+        )
+        authorizers = {stack.resolve({"Ref": n}): live[n] for n in of("AWS::ApiGatewayV2::Authorizer")}
+        routes = {}
+        for name in of("AWS::ApiGatewayV2::Route"):
+            route = live[name]
+            assert route["Target"] == f"integrations/{stack.resolve({'Ref': integration})}", name
+            method, path = route["RouteKey"].split(" ", 1)
+            routes[(method, path)] = authorizers[route["AuthorizerId"]] if route["AuthorizationType"] == "JWT" else None
+        settings = live[stage]["DefaultRouteSettings"]
+        return {
+            "api": api,
+            "routes": routes,
+            "throttle": (settings["ThrottlingBurstLimit"], settings["ThrottlingRateLimit"]),
+            "access_logs": live[stage]["AccessLogSettings"],
+            "integration": {
+                k: live[integration][k] for k in ("IntegrationType", "IntegrationUri", "PayloadFormatVersion")
+            },
+        }
+    [api], [stage], [plan] = (
+        of(k) for k in ("AWS::ApiGateway::RestApi", "AWS::ApiGateway::Stage", "AWS::ApiGateway::UsagePlan")
+    )
+    body = live[api]["Body"]
+    routes, integrations = {}, set()
+    for path, operations in body["paths"].items():
+        for method, operation in operations.items():
+            names = {name for requirement in operation["security"] for name in requirement}
+            assert "api_key" in names, (method, path)  # the usage plan meters every route, the description too
+            authorizer = names - {"api_key"}
+            routes[("ANY" if method == ANY else method.upper(), path)] = (
+                body["securityDefinitions"][authorizer.pop()] if authorizer else None
+            )
+            integration = operation["x-amazon-apigateway-integration"]
+            integrations.add((integration["type"], integration["uri"]))
+    [(kind, uri)] = integrations
+    throttle = live[plan]["Throttle"]
+    return {
+        "api": api,
+        "routes": routes,
+        "throttle": (throttle["BurstLimit"], throttle["RateLimit"]),
+        "access_logs": live[stage]["AccessLogSetting"],
+        "integration": {"IntegrationType": kind, "IntegrationUri": uri},
     }
-    public = {("/openapi.json", "get"), ("/swagger", "get")}
-    any_method = "x-amazon-apigateway-any-method"
-    assert set(security) == public | {("/{proxy+}", any_method), ("/", any_method)}
-    for route, names in security.items():
-        assert "api_key" in names, route  # the usage plan meters every route
-        assert ("JwtAuthorizer" in names) is (route not in public), route
-    authorizer = body["securityDefinitions"]["JwtAuthorizer"]
-    assert authorizer["name"] == "Authorization" and authorizer["x-amazon-apigateway-authorizer"]["type"] == "token"
-    assert "AuthorizerFunction" in json.dumps(authorizer["x-amazon-apigateway-authorizer"]["authorizerUri"])
-    assert resources["ApiJwtAuthorizerAuthorizerPermission"]["Properties"]["Principal"] == "apigateway.amazonaws.com"
-    assert any(r["Type"] == "AWS::ApiGateway::UsagePlan" for r in resources.values())
-    responses = body["x-amazon-apigateway-gateway-responses"]
-    for kind, status, code in [("UNAUTHORIZED", "401", "UNAUTHENTICATED"), ("ACCESS_DENIED", "403", "FORBIDDEN")]:
-        assert responses[kind]["statusCode"] == status
-        assert json.loads(responses[kind]["responseTemplates"]["application/json"])["error"]["code"] == code
+
+
+@pytest.mark.parametrize("door", ["http", "rest"])
+def test_the_front_door_routes_every_operation_of_the_route_table_and_authorizes_all_but_the_description(door):
+    """Issue 33 goal 4. Failing first: the template had no FrontDoor parameter and deployed the REST API alone."""
+    stack = cfn.Stack(expanded(), {"FrontDoor": door})
+    front = _front_door(stack)
+    routes = front["routes"]
+    for method, path in _document_routes() | PUBLIC:
+        assert (_routed(routes, method, path) is None) is ((method, path) in PUBLIC), (method, path)
+    authorizers = {json.dumps(a, sort_keys=True): a for a in routes.values() if a is not None}
+    [authorizer] = authorizers.values()  # one authorizer on every route that is not public
+    if door == "http":
+        assert authorizer["AuthorizerType"] == "JWT"
+        assert authorizer["IdentitySource"] == ["$request.header.Authorization"]
+        assert authorizer["JwtConfiguration"] == {"Issuer": ISSUER, "Audience": APP_CLIENTS}
+        assert front["integration"] == {
+            "IntegrationType": "AWS_PROXY",
+            "IntegrationUri": f"arn:aws:lambda:{cfn.REGION}:{cfn.ACCOUNT}:ApiFunction",
+            "PayloadFormatVersion": "2.0",  # the payload the handler reads as the HTTP API's (api/app.py)
+        }
+        assert not any(
+            r["Type"].startswith("AWS::ApiGateway::") and stack.exists(n) for n, r in stack.resources.items()
+        )
+    else:
+        assert authorizer["name"] == "Authorization" and authorizer["x-amazon-apigateway-authorizer"]["type"] == "token"
+        assert ":AuthorizerFunction/invocations" in authorizer["x-amazon-apigateway-authorizer"]["authorizerUri"]
+        assert front["integration"]["IntegrationType"] == "aws_proxy"
+        assert ":ApiFunction/invocations" in front["integration"]["IntegrationUri"]
+        permission = stack.resources["ApiJwtAuthorizerAuthorizerPermission"]
+        assert stack.exists("ApiJwtAuthorizerAuthorizerPermission")
+        assert permission["Properties"]["Principal"] == "apigateway.amazonaws.com"
+        responses = stack.resolve(stack.resources["Api"]["Properties"]["Body"])["x-amazon-apigateway-gateway-responses"]
+        for kind, status, code in [("UNAUTHORIZED", "401", "UNAUTHENTICATED"), ("ACCESS_DENIED", "403", "FORBIDDEN")]:
+            assert responses[kind]["statusCode"] == status
+            assert json.loads(responses[kind]["responseTemplates"]["application/json"])["error"]["code"] == code
+        assert not any(
+            r["Type"].startswith("AWS::ApiGatewayV2::") and stack.exists(n) for n, r in stack.resources.items()
+        )
+    assert stack.exists("AuthorizerFunction") is (door == "rest")
+    # API Gateway may invoke the function from this API only
+    [permission] = [
+        stack.resolve(r["Properties"])
+        for n, r in stack.resources.items()
+        if r["Type"] == "AWS::Lambda::Permission"
+        and stack.exists(n)
+        and r["Properties"]["FunctionName"] in ({"Ref": "ApiFunction"}, {"Fn::GetAtt": ["ApiFunction", "Arn"]})
+    ]
+    api_id = stack.resolve({"Ref": front["api"]})
+    assert (permission["Principal"], permission["Action"]) == ("apigateway.amazonaws.com", "lambda:InvokeFunction")
+    assert permission["SourceArn"] == f"arn:aws:execute-api:{cfn.REGION}:{cfn.ACCOUNT}:{api_id}/*"
+
+
+@pytest.mark.parametrize("door", ["http", "rest"])
+def test_the_front_door_throttles_logs_each_request_and_gives_its_url(door):
+    stack = cfn.Stack(expanded(), {"FrontDoor": door})
+    front = _front_door(stack)
+    assert front["throttle"] == _front_door(cfn.Stack(expanded(), {"FrontDoor": "rest"}))["throttle"]
+    assert min(front["throttle"]) > 0
+    logs = front["access_logs"]
+    assert logs["DestinationArn"] == f"arn:aws:logs:{cfn.REGION}:{cfn.ACCOUNT}:ApiAccessLogs"
+    fields = json.loads(logs["Format"])
+    assert {"requestId", "status", "latencyMs", "path"} <= set(fields) and fields["requestId"] == "$context.requestId"
+    api_id = stack.resolve({"Ref": front["api"]})
+    host = f"https://{api_id}.execute-api.{cfn.REGION}.amazonaws.com/"
+    assert stack.output("ApiUrl") == (host if door == "http" else f"{host}v1/")
+    assert (stack.output("ApiKeyId") is not None) is (door == "rest")  # API keys and usage plans: REST only
+    # the 5XX alarm and the latency alarm watch this API by its own metric names and dimensions
+    five = stack.resolve(stack.resources["Api5xxAlarm"]["Properties"])["Metrics"][0]["MetricStat"]["Metric"]
+    latency = stack.resolve(stack.resources["ApiLatencyP99Alarm"]["Properties"])
+    dimensions = (
+        [{"Name": "ApiId", "Value": api_id}, {"Name": "Stage", "Value": "$default"}]
+        if door == "http"
+        else [{"Name": "ApiName", "Value": "dev-hotledger"}, {"Name": "Stage", "Value": "v1"}]
+    )
+    assert five["MetricName"] == ("5xx" if door == "http" else "5XXError") and five["Dimensions"] == dimensions
+    assert latency["MetricName"] == "Latency" and latency["Dimensions"] == dimensions
+    widgets = json.loads(stack.resolve(stack.resources["Dashboard"]["Properties"]["DashboardBody"]))["widgets"]
+    [gateway] = [w["properties"]["metrics"] for w in widgets if w["properties"]["title"] == "API Gateway"]
+    assert gateway[0][:6] == ["AWS/ApiGateway", "Latency"] + [v for d in dimensions for v in (d["Name"], d["Value"])]
+    assert gateway[2][1] == five["MetricName"]
+
+
+WEB_ACL = f"arn:aws:wafv2:{cfn.REGION}:{cfn.ACCOUNT}:regional/webacl/edge/0f1e2d3c-aaaa-bbbb-cccc-0123456789ab"
+
+
+def test_a_web_acl_attaches_to_the_rest_api_only():
+    """WAF cannot attach to an HTTP API: with FrontDoor http the Rules refuse WebAclArn (CloudFront with the web ACL
+    goes in front instead, docs/operations.md); with rest the web ACL is put on the API's stage."""
+    rest = cfn.Stack(expanded(), {"FrontDoor": "rest", "WebAclArn": WEB_ACL})
+    assert rest.broken_rules() == [] and rest.exists("ApiWebAclAssociation")
+    association = rest.resolve(rest.resources["ApiWebAclAssociation"]["Properties"])
+    assert association == {
+        "ResourceArn": f"arn:aws:apigateway:{cfn.REGION}::/restapis/Api-physical-id/stages/Apiv1Stage-physical-id",
+        "WebACLArn": WEB_ACL,
+    }
+    assert cfn.Stack(expanded(), {"FrontDoor": "http", "WebAclArn": WEB_ACL}).broken_rules() == [
+        "WAF attaches to the REST API only; with FrontDoor=http put CloudFront with the web ACL in front"
+    ]
+    for door in ("http", "rest"):
+        stack = cfn.Stack(expanded(), {"FrontDoor": door})
+        assert stack.broken_rules() == [] and not stack.exists("ApiWebAclAssociation")
+
+
+def test_the_local_runtime_serves_the_templates_default_front_door_unless_told(monkeypatch):
+    """HOTLEDGER_FRONT_DOOR defaults to the template's FrontDoor default; both doors route the same function and
+    leave the same routes public."""
+    path = REPO / "template.yaml"
+    monkeypatch.delenv("HOTLEDGER_FRONT_DOOR", raising=False)
+    assert template.front_door(path) == expanded()["Parameters"]["FrontDoor"]["Default"] == "http"
+    monkeypatch.setenv("HOTLEDGER_FRONT_DOOR", "rest")
+    assert template.front_door(path) == "rest"
+    monkeypatch.setenv("HOTLEDGER_FRONT_DOOR", "websocket")
+    with pytest.raises(ValueError, match="HOTLEDGER_FRONT_DOOR"):
+        template.front_door(path)
+    for door in ("http", "rest"):
+        assert template.api_routes(path, door) == {"ApiFunction": PUBLIC}, door
 
 
 def test_the_authorizer_trusts_only_the_stacks_user_pool_and_its_app_clients():

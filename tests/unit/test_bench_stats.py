@@ -103,6 +103,20 @@ def test_cost_per_million_adds_its_lines_from_named_prices():
     assert cost.peer_per_million(800, 0.5)["dynamodb_writes"] == cost.PEER_DEDUCT_WRU * cost.DYNAMODB_PER_MILLION_WRU
 
 
+def test_the_headline_cost_is_priced_behind_the_templates_default_front_door(tmp_path):
+    from bench import cost
+
+    assert cost.default_front_door() == "http"
+    template = (cost.REPO / "template.yaml").read_text()
+    changed = tmp_path / "template.yaml"
+    changed.write_text(
+        template.replace(
+            "FrontDoor:\n    Type: String\n    Default: http", "FrontDoor:\n    Type: String\n    Default: rest"
+        )
+    )
+    assert cost.default_front_door(changed) == "rest"
+
+
 def test_the_api_function_is_billed_for_its_cpu_at_its_share_of_a_vcpu_plus_the_waits():
     from bench import cost
 

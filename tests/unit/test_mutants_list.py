@@ -22,7 +22,7 @@ def test_the_list_is_curated_and_large_enough():
 def test_each_original_occurs_exactly_once(mutant):
     path = REPO / mutant.file
     assert path.is_file(), f"{mutant.file} does not exist"
-    assert mutant.file.startswith(("layers/lua/", "functions/"))
+    assert mutant.file.startswith(("layers/lua/", "functions/")) or mutant.file == "template.yaml"  # the front door
     text = path.read_text()
     assert text.count(mutant.original) == 1, (
         f"{mutant.id}: the original snippet occurs {text.count(mutant.original)} times in {mutant.file}; "
