@@ -819,7 +819,7 @@ MUTANTS: list[Mutant] = [
     m(
         "kind-debit-by-letter",
         LEDGER_APPLY,
-        "if KINDS[kind].balance < 0 then",
+        "if kind_in(KIND_DEBITS, kind) then",
         "if kind == 'D' then",
         ["tests/integration/test_adjustments.py"],
         "ledger_apply debits every kind whose row says so (an adjustment down), not the deduct's letter alone",
@@ -827,7 +827,7 @@ MUTANTS: list[Mutant] = [
     m(
         "kind-undo-by-letter",
         "layers/lua/ledger_rollback.lua",
-        "elseif KINDS[kind].balance < 0 then",
+        "elseif kind_in(KIND_DEBITS, kind) then",
         "elseif kind == 'D' then",
         ["tests/integration/test_adjustments.py"],
         "a failed publish gives back every debit kind (an adjustment down), not the deduct's letter alone",

@@ -134,7 +134,7 @@ if fingerprint ~= '' and max_keys > 0 then
 end
 
 local balance, open = tonumber(h[1]), h[4]
-if KINDS[kind].balance < 0 then
+if kind_in(KIND_DEBITS, kind) then
   if open ~= '1' then return refuse('closed') end
   local on_hold = live_holds(tonumber(h[8]) or 0, KEYS[8], KEYS[9], ts)
   if balance - (tonumber(h[7]) or 0) - on_hold - amount < tonumber(h[3]) then return refuse('insufficient') end
@@ -144,7 +144,7 @@ else
   if balance + amount > tonumber(ARGV[8]) then return refuse('limit') end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
-  if KINDS[kind].waits_for_durable and ARGV[11] ~= 'stream' then  -- streamed, the event is durable in this very step
+  if kind_in(KIND_WAITS_FOR_DURABLE, kind) and ARGV[11] ~= 'stream' then  -- streamed, the event is durable in this very step
     redis.call('HSET', KEYS[7], id, ARGV[2])
     redis.call('HINCRBY', KEYS[1], 'held', amount)
   end

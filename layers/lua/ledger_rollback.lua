@@ -47,7 +47,7 @@ local h = redis.call('HMGET', KEYS[1], 'balance', 'open')
 if not h[1] then return {'rolled_back'} end
 if held and redis.call('HINCRBY', KEYS[1], 'held', -tonumber(held)) <= 0 then redis.call('HDEL', KEYS[1], 'held') end
 local open, balance = h[2]
-if KINDS[kind].changes_hold then
+if kind_in(KIND_CHANGES_HOLD, kind) then
   -- a hold's change: its record back to before it. A terminal change waited for every capture before it to be
   -- durable (hold_change's 'busy'), so nothing after it can depend on it; H is taken back before its id was answered
   local hold_id, released = e.hold_id, tonumber(e.released)
@@ -73,13 +73,13 @@ if KINDS[kind].changes_hold then
   if kind == 'C' then balance = redis.call('HINCRBY', KEYS[1], 'balance', amount) else balance = tonumber(h[1]) end
   if back ~= 0 and redis.call('HINCRBY', KEYS[1], 'on_hold', back) <= 0 then redis.call('HDEL', KEYS[1], 'on_hold') end
   if balance > 0 and open == 'BALANCE' then open = '1' end
-elseif KINDS[kind].balance < 0 then  -- a debit: given back
+elseif kind_in(KIND_DEBITS, kind) then  -- a debit: given back
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
 else  -- a credit: taken back (a refund's charge's refunded total goes back down too)
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 and open == '1' then open = 'BALANCE' end
-  if KINDS[kind].refunds and redis.call('HEXISTS', KEYS[10], e.refund_of) == 1 then redis.call('HINCRBY', KEYS[10], e.refund_of, -amount) end
+  if kind_in(KIND_REFUNDS, kind) and redis.call('HEXISTS', KEYS[10], e.refund_of) == 1 then redis.call('HINCRBY', KEYS[10], e.refund_of, -amount) end
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'open', open)

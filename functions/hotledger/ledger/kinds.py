@@ -14,6 +14,7 @@ This module imports nothing of the project's: every layer (events, entries, pers
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -164,14 +165,26 @@ def balance_delta(kind: str, amount: int) -> int:
     return KINDS[kind].balance * amount
 
 
+LUA_KIND_SETS: dict[str, Callable[[Kind], bool]] = {
+    "KIND_DEBITS": lambda k: k.balance < 0,
+    "KIND_WAITS_FOR_DURABLE": lambda k: k.waits_for_durable,
+    "KIND_CHANGES_HOLD": lambda k: k.changes_hold,
+    "KIND_REFUNDS": lambda k: k.refunds,
+}
+
+
 def lua_kinds() -> str:
-    """The table as the scripts read it (lib/kinds, expanded by dal.redis_store.script_text): one source for both."""
-    rows = ", ".join(
-        f"{k.letter} = {{balance = {k.balance}, waits_for_durable = {str(k.waits_for_durable).lower()},"
-        f" changes_hold = {str(k.changes_hold).lower()}, refunds = {str(k.refunds).lower()}}}"
-        for k in KINDS.values()
+    """The table as the scripts read it (lib/kinds, expanded by dal.redis_store.script_text): one source for both.
+    Each property is a string of the letters that have it, a constant of the compiled script: a Lua table would be
+    built again on every call of the hot path."""
+    sets = "\n".join(
+        f"local {name} = '{''.join(k.letter for k in KINDS.values() if has(k))}'" for name, has in LUA_KIND_SETS.items()
     )
-    return f"-- lib/kinds: ledger/kinds.py KINDS, generated (lua_kinds)\nlocal KINDS = {{{rows}}}\n"
+    return (
+        "-- lib/kinds: ledger/kinds.py KINDS, generated (lua_kinds); kind_in(KIND_DEBITS, kind): whether it is one\n"
+        f"{sets}\n"
+        "local function kind_in(letters, kind) return #kind == 1 and string.find(letters, kind, 1, true) ~= nil end\n"
+    )
 
 
 def hold_delta(kind: str, amount: int, released: int) -> int:
