@@ -49,6 +49,7 @@ class Feature:
 
 def registered() -> tuple[Feature, ...]:
     """Every feature, in the order the API matches routes (the hot routes first) and the reconciler runs parts."""
+    from hotledger.grants.feature import FEATURE as grants
     from hotledger.history.feature import FEATURE as history
     from hotledger.holds.feature import FEATURE as holds
     from hotledger.ledger.feature import FEATURE as ledger
@@ -61,7 +62,21 @@ def registered() -> tuple[Feature, ...]:
     from hotledger.vouchers.feature import FEATURE as vouchers
     from hotledger.webhooks.feature import FEATURE as webhooks
 
-    return (ledger, holds, refunds, history, vouchers, redpackets, transfers, notices, webhooks, monitors, ops, KEYS)
+    return (
+        ledger,
+        holds,
+        grants,
+        refunds,
+        history,
+        vouchers,
+        redpackets,
+        transfers,
+        notices,
+        webhooks,
+        monitors,
+        ops,
+        KEYS,
+    )
 
 
 @dataclass

@@ -16,6 +16,8 @@ from hotledger.dal.ids import IdGenerator
 from hotledger.dal.lock import DistributedLock
 from hotledger.dal.redis_store import lua, stream_flag
 from hotledger.features import registered
+from hotledger.grants.service import Grants
+from hotledger.grants.store import GrantStore
 from hotledger.history.service import History
 from hotledger.history.store import HistoryStore
 from hotledger.holds.service import Holds
@@ -106,6 +108,12 @@ def holds() -> Holds:
         delay_queue(),
         id_generator().next_id,
     )
+
+
+@functools.lru_cache(maxsize=1)
+def grants() -> Grants:
+    cfg = settings()
+    return Grants(GrantStore(lua(), cfg.entry_ttl_s), durability(), ledger(), delay_queue(), id_generator().next_id)
 
 
 @functools.lru_cache(maxsize=1)

@@ -87,6 +87,7 @@ class HistoryEntry:
             e.idem_key,
             e.hold.hold_id if e.hold else None,
             f"{e.refund.charge_kind}:{e.refund.charge_id}" if e.refund else None,
+            e.to_event().grant_id if e.grant else None,
         )
         return cls(
             None,

@@ -26,6 +26,8 @@ from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, node_started_at_ms, redis_errors_translated, stream_flag, text
 from hotledger.holds.tx import expired_on_hold
+from hotledger.grants.rows import Grant
+from hotledger.grants.tx import active_grants
 from hotledger.ledger.entry import (
     Entry,
     is_client_key,
@@ -197,6 +199,16 @@ class LedgerStore:
         records = cast("list[bytes | None]", self.redis.hmget(keys.holds(user_id), expired))
         return on_hold - sum(int(a) - int(c) for a, c, *_ in (text(r).split(";", 2) for r in records if r is not None))
 
+    def cached_grants(self, user_id: int) -> list[Grant]:
+        """The account's credit grants as Redis keeps them (lib/grants.lua), expired or spent ones too."""
+        raw = cast("dict[bytes, bytes]", self.redis.hgetall(keys.grants(user_id)))
+        return [Grant.parse(int(grant_id), user_id, text(record)) for grant_id, record in raw.items()]
+
+    def grants_in_db(self, user_id: int) -> list[Grant]:
+        """The account's ACTIVE grants with something left, as the DB holds them (a SYNC account's)."""
+        with db.transaction() as cur:
+            return active_grants(cur, user_id)
+
     def live_on_hold_in_db(self, account: AccountRow) -> int:
         """What the account's holds keep as the DB knows them, less those past expires_at (a SYNC account's)."""
         if account.on_hold <= 0:
@@ -312,6 +324,8 @@ class LedgerStore:
                     keys.held(c.user_id),
                     keys.holds(c.user_id),
                     keys.hold_expiry(c.user_id),
+                    keys.grants(c.user_id),
+                    keys.grant_expiry(c.user_id),
                 ],
                 [
                     c.kind,
@@ -330,6 +344,8 @@ class LedgerStore:
                     "1" if c.refusal_final else "",
                     self.max_pending,
                     self.max_keys if is_client_key(c.idem_key) else "",
+                    "" if c.grant is None else c.grant.expires_at,
+                    "" if c.grant is None else c.grant.category,
                 ],
             )
         )

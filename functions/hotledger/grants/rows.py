@@ -1,0 +1,78 @@
+"""Credit grants (issue 34): money credited by a recharge that carries `grant` (expires_at, category), spent before
+the plain balance, first-to-expire, and taken off the balance by an expiry entry (kind G) at expires_at. The rules
+here are pure: the scripts (layers/lua/lib/grants.lua) keep the same ones for an ASYNC account, the SYNC path reads
+them from here."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+CATEGORY = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+ACTIVE, EXPIRED = "ACTIVE", "EXPIRED"
+
+
+@dataclass(frozen=True)
+class Grant:
+    grant_id: int  # its recharge's entry id
+    user_id: int
+    remaining: int
+    expires_at: int  # epoch ms
+    category: str
+
+    def record(self) -> str:
+        """The grant as the account's grants hash keeps it (lib/grants.lua grant_record)."""
+        return f"{self.remaining};{self.expires_at};{self.category}"
+
+    @classmethod
+    def parse(cls, grant_id: int, user_id: int, raw: str) -> Grant:
+        remaining, expires_at, category = raw.split(";", 2)
+        return cls(grant_id, user_id, int(remaining), int(expires_at), category)
+
+    def live(self, now_ms: int) -> bool:
+        return self.expires_at > now_ms
+
+
+@dataclass(frozen=True)
+class GrantCredit:
+    """What a recharge's `grant` asks for."""
+
+    expires_at: int
+    category: str
+
+    def field(self) -> str:
+        """The entry string's field of a granted recharge: '<expires_at>:<category>'."""
+        return f"{self.expires_at}:{self.category}"
+
+
+def expired_remaining(grants: list[Grant], now_ms: int) -> int:
+    """What the grants past expires_at still hold: never counted in available (lib/grants.lua grants_expired)."""
+    return sum(g.remaining for g in grants if not g.live(now_ms))
+
+
+def spend(grants: list[Grant], amount: int, now_ms: int) -> list[tuple[int, int]]:
+    """(grant id, spent) taken from the live grants first-to-expire (lib/grants.lua grants_spend); what is left of
+    amount comes from the plain balance."""
+    spent: list[tuple[int, int]] = []
+    for g in sorted((g for g in grants if g.live(now_ms)), key=lambda g: (g.expires_at, str(g.grant_id))):
+        if amount <= 0:
+            break
+        take = min(g.remaining, amount)
+        if take > 0:
+            amount -= take
+            spent.append((g.grant_id, take))
+    return spent
+
+
+def encode_spent(spent: list[tuple[int, int]]) -> str | None:
+    return ",".join(f"{grant_id}:{amount}" for grant_id, amount in spent) or None
+
+
+def decode_spent(encoded: str | None) -> list[tuple[int, int]]:
+    return [(int(g), int(a)) for g, a in (part.split(":") for part in encoded.split(","))] if encoded else []
+
+
+def after_spend(grants: list[Grant], spent: list[tuple[int, int]]) -> list[Grant]:
+    """The grants after a spend (their remaining lowered)."""
+    taken = dict(spent)
+    return [replace(g, remaining=g.remaining - taken.get(g.grant_id, 0)) for g in grants]

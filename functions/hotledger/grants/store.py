@@ -1,0 +1,30 @@
+"""Credit grants' storage: the typed wrapper of ledger_grant_expire.lua (the account's grants in Redis are kept by
+layers/lua/lib/grants.lua; keys.grants, keys.grant_expiry)."""
+
+from __future__ import annotations
+
+from hotledger import keys
+from hotledger.dal.redis_store import Lua
+from hotledger.grants.replies import ExpireReply
+
+
+class GrantStore:
+    def __init__(self, lua: Lua, entry_ttl_s: int):
+        self.lua, self.entry_ttl_s = lua, entry_ttl_s
+
+    def expire(self, user_id: int, grant_id: int, entry_id: int, ts: int) -> ExpireReply:
+        """ledger_grant_expire.lua: end the grant at its expires_at (an expiry entry takes what is left of it)."""
+        return ExpireReply.parse(
+            self.lua.run(
+                "ledger_grant_expire",
+                [
+                    keys.balance(user_id),
+                    keys.entry(user_id, entry_id),
+                    keys.pending(user_id),
+                    keys.grants(user_id),
+                    keys.grant_expiry(user_id),
+                    keys.held(user_id),
+                ],
+                [grant_id, entry_id, ts, self.entry_ttl_s],
+            )
+        )

@@ -1,0 +1,144 @@
+"""Issue 34, credit grants: a recharge may carry a grant (expires_at, category); deducts spend grants first-to-expire,
+then the plain balance; an expired grant counts for nothing at once and its expiry entry (kind G) takes what was left
+of it off the balance, booked once. Driven through the API handler, the writer and the delay drainer on the real
+Redis, DB and broker, for an ASYNC and a SYNC account alike."""
+
+import time
+
+import pytest
+
+from helpers import invoke_writer, ledger_records, rebuilt_after_the_writer_caught_up
+from hotledger import keys
+from infra.localrt import events
+
+
+def _persist(redis_client, *user_ids):
+    assert invoke_writer(ledger_records(redis_client, list(user_ids))) == {"batchItemFailures": []}
+
+
+def _drain():
+    from delay_drainer.app import handler
+
+    return handler(events.scheduled(), events.LambdaContext("DelayDrainerFunction", timeout_s=4))
+
+
+def _grant(api, user_id, amount, expires_in_ms, category="promo"):
+    expires_at = int(time.time() * 1000) + expires_in_ms
+    status, body = api(
+        "POST",
+        f"/accounts/{user_id}/recharge",
+        {"amount": amount, "grant": {"expires_at": expires_at, "category": category}},
+    )
+    assert status == 200, body
+    return body["pay_id"], expires_at
+
+
+def _account(api, user_id):
+    status, body = api("GET", f"/accounts/{user_id}")
+    assert status == 200, body
+    return body
+
+
+def _remaining(api, user_id):
+    return {g["grant_id"]: g["remaining"] for g in _account(api, user_id)["grants"]}
+
+
+def _assert_db_agrees(sql, user_id, balance_minor):
+    rows = sql("SELECT seq, delta, balance_after FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,))
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    running = 0
+    for _, delta, balance_after in rows:
+        running += delta
+        assert balance_after == running
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((running,),)
+    assert running == balance_minor
+
+
+@pytest.fixture(params=["ASYNC", "SYNC"])
+def deduct_type(request):
+    return request.param
+
+
+def test_a_deduct_spends_the_sooner_expiring_grant_first_then_the_plain_balance(api, redis_client, sql, deduct_type):
+    user_id = api.account(balance="10.00", deduct_type=deduct_type, threshold="0.00")
+    later, _ = _grant(api, user_id, "5.00", 3_600_000)
+    sooner, sooner_at = _grant(api, user_id, "3.00", 600_000, category="loyalty")
+    account = _account(api, user_id)
+    assert (account["balance"], account["available"]) == ("18.00", "18.00")
+    assert sorted(account["grants"], key=lambda g: g["expires_at"])[0] == {
+        "grant_id": sooner,
+        "remaining": "3.00",
+        "expires_at": sooner_at,
+        "category": "loyalty",
+    }
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    assert (status, body["balance"]) == (200, "14.00"), body
+    assert _remaining(api, user_id) == {later: "4.00"}  # the sooner one spent whole, the later one 1.00
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "6.00"})
+    assert (status, body["balance"]) == (200, "8.00"), body
+    assert _remaining(api, user_id) == {}  # the later one spent, 2.00 of the plain balance
+    _persist(redis_client, user_id)
+    assert sql("SELECT id, remaining FROM t_grant WHERE user_id = %s ORDER BY id", (user_id,)) == tuple(
+        sorted(((int(later), 0), (int(sooner), 0)))
+    )
+    spent = sql("SELECT grant_id, amount FROM t_grant_spend WHERE user_id = %s ORDER BY entry_id, grant_id", (user_id,))
+    assert sorted(spent) == sorted(((int(sooner), 300), (int(later), 100), (int(later), 400)))
+    _assert_db_agrees(sql, user_id, 800)
+
+
+def test_an_expired_grant_never_counts_and_its_expiry_entry_is_booked_once(api, redis_client, sql, deduct_type):
+    user_id = api.account(balance="10.00", deduct_type=deduct_type, threshold="0.00")
+    grant_id, _ = _grant(api, user_id, "5.00", 1_000)
+    assert _account(api, user_id)["available"] == "15.00"
+    time.sleep(1.05)
+    account = _account(api, user_id)  # nothing booked yet: the grant counts for nothing all the same
+    assert (account["balance"], account["available"], account["grants"]) == ("15.00", "10.00", [])
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "11.00"})
+    assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert status == 200, body  # from the plain balance: the expired grant is not spent
+    _drain()
+    _drain()  # a second drain finds nothing to do
+    _persist(redis_client, user_id)
+    account = _account(api, user_id)
+    assert (account["balance"], account["available"]) == ("9.00", "9.00")
+    assert sql("SELECT state, remaining FROM t_grant WHERE id = %s", (int(grant_id),)) == (("EXPIRED", 0),)
+    types = [r[0] for r in sql("SELECT type FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,))]
+    assert types.count("grant_expiry") == 1
+    _assert_db_agrees(sql, user_id, 900)
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("recharge", {"amount": "5.00", "grant": {"expires_at": 1_000, "category": "promo"}}),
+        ("recharge", {"amount": "5.00", "grant": {"expires_at": 4_102_444_800_000, "category": "Promo Code!"}}),
+        ("deduct", {"amount": "1.00", "grant": {"expires_at": 4_102_444_800_000, "category": "promo"}}),
+    ],
+    ids=["expires-in-the-past", "bad-category", "grant-on-a-deduct"],
+)
+def test_a_bad_grant_is_a_422_that_changes_nothing(api, path, body):
+    user_id = api.account(balance="10.00")
+    before = _account(api, user_id)
+    status, answer = api("POST", f"/accounts/{user_id}/{path}", body)
+    assert status == 422 and answer["error"]["code"] in ("INVALID_GRANT", "VALIDATION_ERROR"), answer
+    assert _account(api, user_id) == before
+
+
+def test_the_grants_are_rebuilt_from_the_db_after_a_redis_loss(api, redis_client, sql):
+    user_id = api.account(balance="10.00")
+    later, _ = _grant(api, user_id, "5.00", 3_600_000)
+    sooner, _ = _grant(api, user_id, "3.00", 600_000)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert status == 200, body
+    _persist(redis_client, user_id)
+    for key in redis_client.scan_iter(match=f"*{{{user_id}}}*"):  # the account's slot, lost whole
+        redis_client.delete(key)
+    rebuilt_after_the_writer_caught_up(redis_client, user_id)
+    assert redis_client.exists(keys.balance(user_id))
+    assert _remaining(api, user_id) == {later: "5.00", sooner: "2.00"}
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"})
+    assert (status, body["balance"]) == (200, "14.00"), body
+    assert _remaining(api, user_id) == {later: "4.00"}
+    _persist(redis_client, user_id)
+    _assert_db_agrees(sql, user_id, 1400)
