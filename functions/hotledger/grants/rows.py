@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hotledger.ledger.entry import Entry
 
 CATEGORY = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 ACTIVE, EXPIRED = "ACTIVE", "EXPIRED"
@@ -72,7 +76,18 @@ def decode_spent(encoded: str | None) -> list[tuple[int, int]]:
     return [(int(g), int(a)) for g, a in (part.split(":") for part in encoded.split(","))] if encoded else []
 
 
-def after_spend(grants: list[Grant], spent: list[tuple[int, int]]) -> list[Grant]:
-    """The grants after a spend (their remaining lowered)."""
-    taken = dict(spent)
-    return [replace(g, remaining=g.remaining - taken.get(g.grant_id, 0)) for g in grants]
+def grants_with_pending(stored: list[Grant], missing: list[Entry]) -> list[Grant]:
+    """The DB's grants with the entries charged in Redis that the DB does not hold yet applied: a granted recharge
+    makes its grant, a deduct spends, an expiry ends one. What a cache load puts back in Redis (as
+    ledger.service.expected_cache does for the balance)."""
+    grants = {g.grant_id: g for g in stored}
+    for e in sorted((e for e in missing if e.grant is not None), key=lambda e: e.version):
+        event = e.to_event()
+        if event.grant_expires_at is not None and event.grant_category is not None:
+            grants[e.entry_id] = Grant(e.entry_id, e.user_id, e.amount, event.grant_expires_at, event.grant_category)
+        elif event.grant_id is not None:
+            grants.pop(event.grant_id, None)
+        for grant_id, amount in decode_spent(event.grants_spent):
+            if grant_id in grants:
+                grants[grant_id] = replace(grants[grant_id], remaining=max(grants[grant_id].remaining - amount, 0))
+    return list(grants.values())

@@ -35,7 +35,7 @@ from hotledger.dal.db import CommitOutcomeUnknown
 from hotledger.dal.lock import DistributedLock, Holding
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
-from hotledger.grants.rows import Grant, GrantCredit, encode_spent, expired_remaining, spend
+from hotledger.grants.rows import Grant, GrantCredit, encode_spent, expired_remaining, grants_with_pending, spend
 from hotledger.grants.tx import active_grants, insert_grant_changes
 from hotledger.holds.store import holds_with_pending
 from hotledger.ledger.book import book
@@ -500,6 +500,9 @@ class Ledger:
                 hold_until=hold_until,
                 hold_log=hold_log,
                 in_flight=in_flight,
+                grants=grants_with_pending(
+                    active_grants(tx.cursor, user_id), [e for e in pending if e.entry_id in in_flight]
+                ),
             )
 
     def lift_rebuild_hold(self, user_id: int, retry_at: int) -> bool:

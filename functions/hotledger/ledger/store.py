@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import pymysql
@@ -401,12 +401,14 @@ class LedgerStore:
         hold_until: int = 0,
         hold_log: str = "",
         in_flight: tuple[int, ...] = (),
+        grants: Sequence[Grant] = (),
     ) -> bool:
         """ledger_load.lua: cache the account with this balance and its ACTIVE holds (hold id -> (record, expires_at,
         what it keeps)) unless it is cached already; False when it was. `epoch` names this load: every entry charged
         from it carries it. `in_flight`: the pending entries the DB does not hold yet, whose waits for durability
         (held credits, in-flight captures) Redis keeps. A rebuild after a Redis loss holds charges under new Idempotency-Keys until `hold_until`
-        (epoch ms) and, while `hold_log` is set, until the writer applied the log (outbox/log_hold.py)."""
+        (epoch ms) and, while `hold_log` is set, until the writer applied the log (outbox/log_hold.py). `grants`: the
+        account's grants with something left (expired ones too, until their expiry entry)."""
         user_id = account.user_id
         return (
             int(
@@ -418,6 +420,8 @@ class LedgerStore:
                         keys.holds(user_id),
                         keys.hold_expiry(user_id),
                         keys.refunds(user_id),
+                        keys.grants(user_id),
+                        keys.grant_expiry(user_id),
                     ],
                     [
                         balance,
@@ -430,6 +434,7 @@ class LedgerStore:
                         hold_log,
                         sum(kept for _, _, kept in holds.values()),
                         ",".join(map(str, in_flight)),
+                        ",".join(f"{g.grant_id}:{g.remaining}:{g.expires_at}:{g.category}" for g in grants),
                         *(
                             x
                             for hold_id, (record, expires_at, _) in holds.items()
