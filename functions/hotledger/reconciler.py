@@ -46,6 +46,7 @@ class ReconcileReport(AccountsReconcileReport):
     orders_closed: int = 0
     alerts_posted: int = 0  # balance monitors' crossings posted to the inbox this run
     holds_expired: int = 0  # holds past expires_at (and a grace) the DB still had ACTIVE, ended this run
+    grants_expired: int = 0  # grants past expires_at (and a grace) the DB still had ACTIVE, ended this run
     keys_pruned: int = 0  # key and rollback records past KEY_RETENTION_DAYS deleted this run
     webhooks_pruned: int = 0  # deliveries and alerts past WEBHOOK_RETENTION_DAYS, deleted endpoints' rows, this run
     reminders_next_after: int = (

@@ -10,7 +10,8 @@ CREATE TABLE IF NOT EXISTS t_grant (
   category VARCHAR(32) NOT NULL,
   state VARCHAR(16) NOT NULL COMMENT 'ACTIVE or EXPIRED',
   PRIMARY KEY (id),
-  KEY idx_grant_user_state (user_id, state, expires_at)
+  KEY idx_grant_user_state (user_id, state, expires_at),
+  KEY idx_grant_due (state, expires_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
 CREATE TABLE IF NOT EXISTS t_grant_spend (

@@ -129,6 +129,7 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
     ):
         monkeypatch.setattr(runtime, name, lambda fake=fake: fake)
     monkeypatch.setattr(runtime, "holds", lambda: NoHolds())
+    monkeypatch.setattr(runtime, "grants", lambda: NoHolds())
     monkeypatch.setattr(runtime, "monitors", lambda: NoHolds())
     monkeypatch.setattr(runtime, "transfer_reconciler", lambda: NoTransfers())
     monkeypatch.setattr(retention, "prune", lambda older_than_ms, budget: {"keys": 4})
@@ -142,11 +143,13 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
     assert cursors == {
         "accounts": 15,
         "holds": 0,
+        "grants": 0,
         "packets": 10,
     }  # a failed part keeps its cursor: the next run repeats it
     assert set(report.part_seconds) == {
         "accounts",
         "holds",
+        "grants",
         "vouchers",
         "packets",
         "transfers",

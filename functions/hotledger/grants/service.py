@@ -20,7 +20,7 @@ from hotledger import errors
 from hotledger.dal.delay_queue import DelayQueue
 from hotledger.grants.replies import ExpireReply, ExpireStatus
 from hotledger.grants.store import GrantStore
-from hotledger.grants.tx import active_grants, insert_grant_changes
+from hotledger.grants.tx import insert_grant_changes
 from hotledger.ledger.entry import Entry
 from hotledger.ledger.kinds import KIND_DEDUCT, KIND_GRANT_EXPIRY
 from hotledger.ledger.rows import AccountRow
@@ -122,11 +122,16 @@ class Grants:
                 return not_now.done
         return False
 
+    def overdue(self, before_ms: int, after_id: int, limit: int) -> list[tuple[int, int]]:
+        """(user_id, grant_id) of grants the DB still has ACTIVE with something left though they expired before
+        before_ms, after after_id."""
+        return self.store.due_in_db(before_ms, after_id, limit)
+
     def _decide(self, grant_id: int, entry_id: int) -> Callable[[LedgerTx, AccountRow, int], LedgerEvent]:
         """The SYNC expiry of the grant, on the DB's account (the scripts' rules: lib/grants.lua)."""
 
         def decide(tx: LedgerTx, account: AccountRow, now_ms: int) -> LedgerEvent:
-            grant = next((g for g in active_grants(tx.cursor, account.user_id) if g.grant_id == grant_id), None)
+            grant = next((g for g in tx.active_grants(account.user_id) if g.grant_id == grant_id), None)
             if grant is None:
                 raise _NotNow(done=True)
             if grant.live(now_ms):

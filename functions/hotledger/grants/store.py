@@ -4,8 +4,10 @@ layers/lua/lib/grants.lua; keys.grants, keys.grant_expiry)."""
 from __future__ import annotations
 
 from hotledger import keys
+from hotledger.dal import db
 from hotledger.dal.redis_store import Lua
 from hotledger.grants.replies import ExpireReply
+from hotledger.grants.rows import ACTIVE
 
 
 class GrantStore:
@@ -28,3 +30,13 @@ class GrantStore:
                 [grant_id, entry_id, ts, self.entry_ttl_s],
             )
         )
+
+    @staticmethod
+    def due_in_db(before_ms: int, after_id: int, limit: int) -> list[tuple[int, int]]:
+        with db.transaction() as cur:
+            cur.execute(
+                "SELECT user_id, id FROM t_grant WHERE state = %s AND remaining > 0 AND expires_at < %s AND id > %s"
+                " ORDER BY id LIMIT %s",
+                (ACTIVE, before_ms, after_id, limit),
+            )
+            return [(row[0], row[1]) for row in cur.fetchall()]

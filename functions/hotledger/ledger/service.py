@@ -36,7 +36,6 @@ from hotledger.dal.lock import DistributedLock, Holding
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.grants.rows import Grant, GrantCredit, encode_spent, expired_remaining, grants_with_pending, spend
-from hotledger.grants.tx import active_grants, insert_grant_changes
 from hotledger.holds.store import holds_with_pending
 from hotledger.ledger.book import book
 from hotledger.ledger.entry import Entry, ServiceKey, stored_key
@@ -500,9 +499,7 @@ class Ledger:
                 hold_until=hold_until,
                 hold_log=hold_log,
                 in_flight=in_flight,
-                grants=grants_with_pending(
-                    active_grants(tx.cursor, user_id), [e for e in pending if e.entry_id in in_flight]
-                ),
+                grants=grants_with_pending(tx.active_grants(user_id), [e for e in pending if e.entry_id in in_flight]),
             )
 
     def lift_rebuild_hold(self, user_id: int, retry_at: int) -> bool:
@@ -541,7 +538,7 @@ class Ledger:
         if not 0 < amount <= MAX_MINOR:
             raise errors.DomainError("amount out of range")
         idem_key = stored_key(idem_key)  # a client's key in its own namespace; a ServiceKey as it is
-        request = fingerprint(kind, user_id, amount, grant and grant.field()) if idem_key else ""
+        request = fingerprint(kind, user_id, amount, None if grant is None else grant.field()) if idem_key else ""
         for _ in range(LOAD_ATTEMPTS):
             entry_id, reply = self.durability.apply(_Charge(self, kind, user_id, amount, idem_key, request, grant))
             if reply.status is ApplyStatus.SYNC:
@@ -662,7 +659,7 @@ class Ledger:
                     self.store.drop_cache(user_id)
                     return None
                 now = int(time.time() * 1000)
-                grants = active_grants(tx.cursor, user_id)
+                grants = tx.active_grants(user_id)
                 # an expired grant is never spent, as a live hold's money is not (grants.rows: the scripts' rules)
                 refused = refused_in_db(
                     kind, amount, account, tx.live_on_hold(account, now) + expired_remaining(grants, now)
@@ -689,12 +686,12 @@ class Ledger:
                         open=flag,
                         idem_key=idem_key,
                         grants_spent=encode_spent(spend(grants, amount, now)) if KINDS[kind].spends_grants else None,
-                        grant_expires_at=grant and grant.expires_at,
-                        grant_category=grant and grant.category,
+                        grant_expires_at=None if grant is None else grant.expires_at,
+                        grant_category=None if grant is None else grant.category,
                     )
                     (booked,), _ = book([change], {user_id: account.head}, now)
                     tx.insert_sync_entry(kind, entry_id, user_id, amount, balance, version, idem_key, booked)
-                    insert_grant_changes(tx.cursor, [change])
+                    tx.insert_grant_changes([change])
                     result = LedgerResult(entry_id, user_id, amount, balance, version, "SYNC")
                     if idem_key:
                         tx.remember_answer(user_id, idem_key, request, asdict(result))

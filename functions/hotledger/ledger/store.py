@@ -25,9 +25,9 @@ from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, node_started_at_ms, redis_errors_translated, stream_flag, text
-from hotledger.holds.tx import expired_on_hold
 from hotledger.grants.rows import Grant
 from hotledger.grants.tx import active_grants
+from hotledger.holds.tx import expired_on_hold
 from hotledger.ledger.entry import (
     Entry,
     is_client_key,

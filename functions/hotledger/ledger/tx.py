@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from hotledger import errors
+from hotledger.grants.rows import Grant
+from hotledger.grants.tx import active_grants, insert_grant_changes
 from hotledger.holds.rows import Hold
 from hotledger.holds.tx import active_holds, expired_on_hold
 from hotledger.ledger.entry import Booked, LedgerHead
@@ -87,6 +89,14 @@ class LedgerTx:
     def active_holds(self, user_id: int) -> list[Hold]:
         """The account's ACTIVE holds as the DB holds them (under the row lock this transaction took)."""
         return active_holds(self.cursor, user_id)
+
+    def active_grants(self, user_id: int) -> list[Grant]:
+        """The account's ACTIVE credit grants with something left, as the DB holds them (under the row lock)."""
+        return active_grants(self.cursor, user_id)
+
+    def insert_grant_changes(self, changes: list[LedgerEvent]) -> None:
+        """What SYNC changes do to the account's grants (grants.tx)."""
+        insert_grant_changes(self.cursor, changes)
 
     def live_on_hold(self, account: AccountRow, now_ms: int) -> int:
         """What the account's holds keep, less those past expires_at (as the scripts count it)."""
