@@ -50,6 +50,7 @@ I_BUCKETS = "tests/integration/test_voucher_buckets.py"
 I_REFUSALS = "tests/integration/test_script_refusals.py"
 I_LOG_WAITS = "tests/integration/test_rebuild_waits_for_the_log.py"
 I_TRANSFERS = "tests/integration/test_transfers.py"
+I_GRANTS = "tests/integration/test_grants.py"
 
 
 @dataclass(frozen=True)
@@ -1209,6 +1210,47 @@ MUTANTS: list[Mutant] = [
         "-- whatever its version",
         [I_LUA],
         "a SYNC commit updates the cached account only if the cache is older (compare-and-set on the version)",
+    ),
+    # ---- issue 34: credit grants (spend order, expiry, take-backs) ---------------------------------------------------
+    m(
+        "lua-grants-spend-first-to-expire",
+        "layers/lua/lib/grants.lua",
+        "for _, id in ipairs(redis.call('ZRANGEBYSCORE', expiry, '(' .. now, '+inf')) do",
+        "for _, id in ipairs(redis.call('ZREVRANGEBYSCORE', expiry, '+inf', '(' .. now)) do",
+        [I_GRANTS],
+        "a deduct spends the live grants first-to-expire",
+    ),
+    m(
+        "lua-grants-expired-never-counted",
+        LEDGER_APPLY,
+        "  on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)",
+        "  -- expired grants counted",
+        [I_GRANTS],
+        "an expired grant is never spent nor counted in available, whether or not its expiry entry is booked",
+    ),
+    m(
+        "py-grants-sync-expired-never-counted",
+        LEDGER_SERVICE,
+        "tx.live_on_hold(account, now) + expired_remaining(grants, now)",
+        "tx.live_on_hold(account, now)",
+        [I_GRANTS],
+        "a SYNC account's expired grant is never spent either (the scripts' rule, grants.rows)",
+    ),
+    m(
+        "lua-grants-expiry-taken-back",
+        "layers/lua/ledger_rollback.lua",
+        "    grant_add(KEYS[11], KEYS[12], fields[9], amount, fields[10], fields[11])",
+        "    -- the grant stays gone",
+        [I_GRANTS],
+        "a grant expiry whose publish failed puts its grant back (still expired: counted for nothing)",
+    ),
+    m(
+        "lua-grants-granted-recharge-taken-back",
+        "layers/lua/ledger_rollback.lua",
+        "  if kind == 'R' and (fields[9] or '') ~= '' then grant_remove(KEYS[11], KEYS[12], ARGV[1]) end",
+        "  -- the grant stays",
+        [I_GRANTS],
+        "a granted recharge whose publish failed takes its grant with it",
     ),
 ]
 

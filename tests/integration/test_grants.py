@@ -192,3 +192,48 @@ def test_an_expiry_finding_the_account_gone_from_redis_loads_it_and_ends_the_gra
     assert sql("SELECT state FROM t_grant WHERE id = %s", (int(grant_id),)) == (("EXPIRED",),)
     assert _account(api, user_id)["balance"] == "10.00"
     _assert_db_agrees(sql, user_id, 1000)
+
+
+def test_a_failed_publish_takes_back_a_grant_its_spends_and_its_expiry(api, redis_client, sql, monkeypatch):
+    from hotledger.dal.publisher import NotAcknowledged
+    from hotledger.runtime import ledger
+
+    def broker_down(key_, event):
+        raise NotAcknowledged("no acknowledgement in time")
+
+    user_id = api.account(balance="10.00")
+    kept, _ = _grant(api, user_id, "3.00", 3_600_000)
+    short, _ = _grant(api, user_id, "2.00", 1_000)
+    monkeypatch.setattr(ledger().durability, "publish", broker_down)
+    monkeypatch.setattr(runtime_grants().durability, "publish", broker_down)
+    expires_at = int(time.time() * 1000) + 600_000
+    status, body = api(
+        "POST",
+        f"/accounts/{user_id}/recharge",
+        {"amount": "5.00", "grant": {"expires_at": expires_at, "category": "x"}},
+    )
+    assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED")
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED")
+    assert _remaining(api, user_id) == {kept: "3.00", short: "2.00"}  # no grant made, none spent
+    time.sleep(1.05)
+    _drain()  # the expiry's publish fails: the grant is back, still expired, still counted for nothing
+    account = _account(api, user_id)
+    assert (account["balance"], account["available"], account["grants"]) == ("15.00", "13.00", account["grants"])
+    assert redis_client.hexists(keys.grants(user_id), short)
+    monkeypatch.undo()
+    assert runtime_grants().expire(user_id, int(short)) is True
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    assert (status, body["balance"]) == (200, "9.00"), body
+    _persist(redis_client, user_id)
+    assert sql("SELECT id, remaining, state FROM t_grant WHERE user_id = %s ORDER BY id", (user_id,)) == (
+        (int(kept), 0, "ACTIVE"),
+        (int(short), 0, "EXPIRED"),
+    )
+    _assert_db_agrees(sql, user_id, 900)
+
+
+def runtime_grants():
+    from hotledger.runtime import grants
+
+    return grants()

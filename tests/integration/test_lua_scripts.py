@@ -268,6 +268,8 @@ def _rollback(lua, uid, entry_id, idem="k"):
             keys.holds(uid),
             keys.hold_expiry(uid),
             keys.refunds(uid),
+            keys.grants(uid),
+            keys.grant_expiry(uid),
         ],
         args=[entry_id, 3600, ""],
     )

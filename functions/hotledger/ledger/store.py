@@ -366,6 +366,8 @@ class LedgerStore:
                     keys.holds(user_id),
                     keys.hold_expiry(user_id),
                     keys.refunds(user_id),
+                    keys.grants(user_id),
+                    keys.grant_expiry(user_id),
                 ],
                 [entry_id, self.entry_ttl_s, "1" if is_client_key(idem_key) else ""],
             )

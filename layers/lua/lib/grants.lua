@@ -48,3 +48,21 @@ local function grant_add(grants, expiry, id, amount, expires_at, category)
   redis.call('HSET', grants, id, grant_record(amount, expires_at, category))
   redis.call('ZADD', expiry, expires_at, id)
 end
+
+-- grants_give_back(grants, spent): a deduct taken back returns each grant's part to it ('<grant id>:<spent>,...');
+-- a grant that ended meanwhile keeps it in the plain balance (its expiry took only what was left of it then)
+local function grants_give_back(grants, spent)
+  for id, amount in string.gmatch(spent, '(%d+):(%d+)') do
+    local rec = redis.call('HGET', grants, id)
+    if rec then
+      local remaining, expires_at, category = string.match(rec, '^(%d+);(%d+);(.*)$')
+      redis.call('HSET', grants, id, grant_record(tonumber(remaining) + tonumber(amount), expires_at, category))
+    end
+  end
+end
+
+-- grant_remove(grants, expiry, id): a granted recharge taken back takes its grant with it
+local function grant_remove(grants, expiry, id)
+  redis.call('HDEL', grants, id)
+  redis.call('ZREM', expiry, id)
+end
