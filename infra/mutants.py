@@ -954,11 +954,11 @@ MUTANTS: list[Mutant] = [
     ),
     m(
         "cursor-holds",
-        "functions/hotledger/holds/feature.py",
-        "after, ended = run.cursor, 0",
+        "functions/hotledger/features.py",
+        "after, ended = ctx.cursor, 0",
         "after, ended = 0, 0",
         [I_QUOTAS],
-        "the expired holds part resumes after its cursor",
+        "the expired holds (and grants) part resumes after its cursor (features.expiry_part)",
     ),
     m(
         "py-reconciler-reads-cursor",
@@ -1010,11 +1010,11 @@ MUTANTS: list[Mutant] = [
     ),
     m(
         "cursor-holds-advances",
-        "functions/hotledger/holds/feature.py",
+        "functions/hotledger/features.py",
         "            after = due[-1][1]",
         "            after = 0",
         [I_QUOTAS],
-        "a holds run that ran out of budget leaves its cursor at the last hold it saw",
+        "a holds (or grants) run that ran out of budget leaves its cursor at the last one it saw (features.expiry_part)",
     ),
     # ---- issue 35, class 4: voucher buckets' bookkeeping (every bucket's stock, every slot) -----------------------
     m(

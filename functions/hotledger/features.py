@@ -47,6 +47,33 @@ class Feature:
     delay_handlers: Callable[[], dict[str, Callable[[list[str]], Any]]] = dict  # queue -> handler of due elements
 
 
+def expiry_part(
+    name: str,
+    overdue: Callable[[int, int, int], list[tuple[int, int]]],
+    end: Callable[[int, int], bool],
+    grace_ms: Callable[[], int],
+    counted: str,
+) -> ReconcilePart:
+    """A part ending what expired (a hold, a grant) more than grace_ms ago and is still open in the DB: its delay
+    element was lost. overdue(before_ms, after_id, limit) -> [(user_id, id)] by id; end(user_id, id) -> ended now;
+    `counted` names the report's field of how many ended."""
+
+    def run(ctx: PartContext) -> int:
+        after, ended = ctx.cursor, 0
+        while not ctx.budget.exhausted:
+            due = overdue(ctx.now_ms - grace_ms(), after, ctx.budget.page(100))
+            if not due:
+                return 0
+            for user_id, entity_id in due:
+                ended += end(user_id, entity_id)
+            ctx.budget.spend(len(due))
+            after = due[-1][1]
+            setattr(ctx.report, counted, ended)
+        return after
+
+    return ReconcilePart(name=name, run=run)
+
+
 def registered() -> tuple[Feature, ...]:
     """Every feature, in the order the API matches routes (the hot routes first) and the reconciler runs parts."""
     from hotledger.grants.feature import FEATURE as grants

@@ -91,6 +91,9 @@ class NoHolds:
     def overdue(self, before_ms, after_id, limit):
         return []
 
+    def expire(self, user_id, entity_id):
+        raise AssertionError("nothing is overdue")
+
     def post_alerts(self, budget):
         return 0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hotledger.features import Feature, PartContext, ReconcilePart
+from hotledger.features import Feature, ReconcilePart, expiry_part
 
 # an expired grant counts for nothing at once; its expiry entry is the drainer's, and the reconciler's past this grace
 EXPIRY_GRACE_MS = 60_000
@@ -24,21 +24,7 @@ def _reconcile_parts() -> tuple[ReconcilePart, ...]:
     from hotledger import runtime
 
     grants = runtime.grants()
-
-    def expired_grants(run: PartContext) -> int:
-        after, ended = run.cursor, 0
-        while not run.budget.exhausted:
-            due = grants.overdue(run.now_ms - EXPIRY_GRACE_MS, after, run.budget.page(100))
-            if not due:
-                return 0
-            for user_id, grant_id in due:
-                ended += grants.expire(user_id, grant_id)
-            run.budget.spend(len(due))
-            after = due[-1][1]
-            run.report.grants_expired = ended
-        return after
-
-    return (ReconcilePart(name="grants", run=expired_grants),)
+    return (expiry_part("grants", grants.overdue, grants.expire, lambda: EXPIRY_GRACE_MS, "grants_expired"),)
 
 
 FEATURE = Feature(name="grants", reconcile_parts=_reconcile_parts, delay_handlers=_delay_handlers)
