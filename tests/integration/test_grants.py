@@ -237,3 +237,24 @@ def runtime_grants():
     from hotledger.runtime import grants
 
     return grants()
+
+
+def test_the_history_shows_which_grants_each_entry_spent_pending_and_booked(api, redis_client):
+    user_id = api.account(balance="1.00")
+    later, _ = _grant(api, user_id, "5.00", 3_600_000)
+    sooner, _ = _grant(api, user_id, "3.00", 600_000)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    assert status == 200, body
+    spent = [{"grant_id": sooner, "amount": "3.00"}, {"grant_id": later, "amount": "1.00"}]
+
+    def deduct_entry():
+        status, page = api("GET", f"/accounts/{user_id}/entries?types=deduct")
+        assert status == 200, page
+        (entry,) = page["entries"]
+        return entry
+
+    assert (deduct_entry()["state"], deduct_entry()["grants_spent"]) == ("pending", spent)
+    _persist(redis_client, user_id)
+    assert (deduct_entry()["state"], deduct_entry()["grants_spent"]) == ("booked", spent)
+    status, page = api("GET", f"/accounts/{user_id}/entries?types=recharge")
+    assert status == 200 and all(e["grants_spent"] == [] for e in page["entries"]), page
