@@ -1252,6 +1252,14 @@ MUTANTS: list[Mutant] = [
         [I_GRANTS],
         "a granted recharge whose publish failed takes its grant with it",
     ),
+    m(
+        "lua-grants-expired-never-held",
+        "layers/lua/hold_change.lua",
+        "  held = held + grants_expired(KEYS[8], KEYS[9], ts)",
+        "  -- expired grants authorized",
+        [I_GRANTS],
+        "a hold is never authorized against what an expired grant still holds",
+    ),
 ]
 
 

@@ -258,3 +258,14 @@ def test_the_history_shows_which_grants_each_entry_spent_pending_and_booked(api,
     assert (deduct_entry()["state"], deduct_entry()["grants_spent"]) == ("booked", spent)
     status, page = api("GET", f"/accounts/{user_id}/entries?types=recharge")
     assert status == 200 and all(e["grants_spent"] == [] for e in page["entries"]), page
+
+
+def test_an_expired_grant_is_not_held_either(api, deduct_type):
+    user_id = api.account(balance="10.00", deduct_type=deduct_type, threshold="0.00")
+    _grant(api, user_id, "5.00", 1_000)
+    time.sleep(1.05)
+    status, body = api("POST", f"/accounts/{user_id}/holds", {"amount": "12.00"})
+    assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE"), body
+    status, body = api("POST", f"/accounts/{user_id}/holds", {"amount": "10.00"})
+    assert status == 201, body
+    assert _account(api, user_id)["available"] == "0.00"
