@@ -157,10 +157,13 @@ if kind == 'D' then
       end
     end
   end
-  -- what expired grants still hold is out of reach as a live hold's money is, until their expiry entry takes it
-  on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)
+  local has_grants = redis.call('EXISTS', KEYS[11]) == 1  -- only accounts with grants pay for them
+  if has_grants then
+    -- what expired grants still hold is out of reach as a live hold's money is, until their expiry entry takes it
+    on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)
+  end
   if balance - (tonumber(h[7]) or 0) - on_hold - amount < tonumber(h[3]) then return refuse('insufficient') end
-  grant = grants_spend(KEYS[10], KEYS[11], KEYS[7], ts, amount)
+  if has_grants then grant = grants_spend(KEYS[10], KEYS[11], KEYS[7], ts, amount) end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 then open = 'BALANCE' end
 else
