@@ -269,3 +269,21 @@ def test_an_expired_grant_is_not_held_either(api, deduct_type):
     status, body = api("POST", f"/accounts/{user_id}/holds", {"amount": "10.00"})
     assert status == 201, body
     assert _account(api, user_id)["available"] == "0.00"
+
+
+def test_a_grants_expiry_is_a_grant_expired_webhook_event(api, redis_client, local_hooks):
+    from hotledger.runtime import webhooks
+
+    receiver = local_hooks()
+    status, endpoint = api(
+        "POST", "/webhook-endpoints", {"url": receiver.url, "event_types": ["grant.expired"], "description": "t"}
+    )
+    assert status == 201, endpoint
+    user_id = api.account(balance="10.00")
+    grant_id, _ = _grant(api, user_id, "4.00", 1_000)
+    time.sleep(1.05)
+    _drain()
+    _persist(redis_client, user_id)
+    webhooks().send_due()
+    events = [e for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id]
+    assert [(e["type"], e["data"]["amount"]) for e in events] == [("grant.expired", "4.00")]
