@@ -113,7 +113,13 @@ def holds() -> Holds:
 @functools.lru_cache(maxsize=1)
 def grants() -> Grants:
     cfg = settings()
-    return Grants(GrantStore(lua(), cfg.entry_ttl_s), durability(), ledger(), delay_queue(), id_generator().next_id)
+    return Grants(
+        GrantStore(lua(), stream_flag(cfg), cfg.entry_ttl_s),
+        durability(),
+        ledger(),
+        delay_queue(),
+        id_generator().next_id,
+    )
 
 
 @functools.lru_cache(maxsize=1)

@@ -8,7 +8,10 @@
 -- KEYS[4] user:grants:{uid}              hash: grant id -> 'remaining;expires_at;category' (lib/grants)
 -- KEYS[5] user:grants:expiry:{uid}       zset: grant ids by expires_at
 -- KEYS[6] user:held:{uid}                hash: a grant whose credit is not durable yet is not ended
+-- KEYS[7] events:{s<n>}                  the event stream (written only when ARGV[5] is 'stream')
 -- ARGV[1] grant id  ARGV[2] entry id  ARGV[3] ts, epoch ms  ARGV[4] entry key TTL in seconds
+-- ARGV[5] 'stream': XADD the expiry's event to KEYS[7] here (Redis Streams transport); '' with Kafka
+-- ARGV[6] the user id (for the streamed event)
 -- Returns one of:
 --   {'missing'}                             no cached account: load it from the DB, then retry
 --   {'sync'}                                the account is SYNC: end the grant in the DB instead
@@ -36,4 +39,9 @@ redis.call('HSET', KEYS[1], 'ts', ARGV[3], 'open', open)
 redis.call('SET', KEYS[2], table.concat({remaining, ARGV[3], balance_s, v_s, 'G', h[5], open, '', ARGV[1], expires_at,
   category}, ';'), 'EX', ARGV[4])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+if ARGV[5] == 'stream' then  -- numbers spliced as their decimal strings: a 63-bit id never passes through a double
+  redis.call('XADD', KEYS[7], '*', 'e', '{"type":"ledger","id":' .. ARGV[2] .. ',"kind":"G","user_id":' .. ARGV[6]
+    .. ',"amount":' .. remaining .. ',"balance_after":' .. balance_s .. ',"version":' .. v_s .. ',"epoch":"' .. h[5]
+    .. '","ts":' .. ARGV[3] .. ',"open":"' .. open .. '","idem_key":null,"grant_id":' .. ARGV[1] .. '}')
+end
 return {'ok', ARGV[2], remaining, balance_s, v_s, h[5], open}

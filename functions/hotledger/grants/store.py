@@ -11,8 +11,8 @@ from hotledger.grants.rows import ACTIVE
 
 
 class GrantStore:
-    def __init__(self, lua: Lua, entry_ttl_s: int):
-        self.lua, self.entry_ttl_s = lua, entry_ttl_s
+    def __init__(self, lua: Lua, stream_flag: str, entry_ttl_s: int):
+        self.lua, self.stream_flag, self.entry_ttl_s = lua, stream_flag, entry_ttl_s
 
     def expire(self, user_id: int, grant_id: int, entry_id: int, ts: int) -> ExpireReply:
         """ledger_grant_expire.lua: end the grant at its expires_at (an expiry entry takes what is left of it)."""
@@ -26,8 +26,9 @@ class GrantStore:
                     keys.grants(user_id),
                     keys.grant_expiry(user_id),
                     keys.held(user_id),
+                    keys.account_stream(user_id),
                 ],
-                [grant_id, entry_id, ts, self.entry_ttl_s],
+                [grant_id, entry_id, ts, self.entry_ttl_s, self.stream_flag, user_id],
             )
         )
 
