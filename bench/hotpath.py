@@ -74,7 +74,7 @@ def production_env(template_path: Path = REPO / "template.yaml", function: str =
         for name, value in variables.items()
         if name == "LOG_LEVEL" or name.startswith("POWERTOOLS_")
     }
-    if own.get("Tracing", globals_fn.get("Tracing")) == "Active":
+    if template._value(loaded, own.get("Tracing", globals_fn.get("Tracing"))) == "Active":
         env.update(
             {
                 "LAMBDA_TASK_ROOT": "/var/task",
@@ -242,7 +242,7 @@ def service_loop(user_id: int, payloads: list[tuple[str, str]]) -> None:
     """The deducts through the ledger service alone, as the route calls it, between the runtime's JSON of the event and
     of an answer: what is left of the handler without the HTTP layer (the invocation wrapper, the lane, validation,
     authorization, the route, the answer, the log and EMF lines, the tracer)."""
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     service = ledger()
     environ = os.environ

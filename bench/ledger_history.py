@@ -45,7 +45,7 @@ def _timed_ms(fn, samples: int, warmup: int) -> list[float]:
 
 
 def _funded_account(balance: int) -> int:
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     ledger_ = ledger()
     user_id = ledger_.create_account(f"bench-{time.monotonic_ns()}", "ASYNC", 0)
@@ -55,8 +55,10 @@ def _funded_account(balance: int) -> int:
 
 
 def hold_figures(samples: int) -> dict:
+    from hotledger.holds.feature import holds
+    from hotledger.ledger.feature import ledger
     from hotledger.ledger.rows import Charge
-    from hotledger.runtime import holds, id_generator, ledger
+    from hotledger.runtime import id_generator
 
     store, next_id = holds().store, id_generator().next_id
     user_id = _funded_account(10**13)
@@ -102,8 +104,9 @@ def deduct_vs_before_holds(rounds: int, calls: int) -> float:
     """Calls/s of ledger_apply.lua now over the script before holds: alternating rounds, the median of each."""
     from hotledger import keys
     from hotledger.dal.redis_store import lua
+    from hotledger.ledger.feature import ledger
     from hotledger.ledger.rows import Charge
-    from hotledger.runtime import id_generator, ledger
+    from hotledger.runtime import id_generator
 
     before = subprocess.run(
         ["git", "show", f"{BEFORE_HOLDS}:layers/lua/ledger_apply.lua"],
@@ -147,8 +150,8 @@ def deduct_vs_before_holds(rounds: int, calls: int) -> float:
 
 def history_figures(entries: int, samples: int) -> dict:
     from hotledger.dal import db
+    from hotledger.history.feature import history
     from hotledger.history.service import Filters, encode_cursor
-    from hotledger.runtime import history
 
     user_id = _funded_account(0)
     base = int(time.time() * 1000) - entries * 10

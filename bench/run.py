@@ -709,17 +709,39 @@ def main() -> int:
         import cost
 
         written = figures.entries.get("writer_rows_per_s_per_partition", {}).get("value")
-        extra["cost"] = cost.figures(extra.get("latency", {}), written)
-        for route in cost.WORK:
-            if extra["cost"].get(route):
+        function = cost.measured(size.pick(cost.MEASURED_DEDUCTS, cost.MEASURED_DEDUCTS, 20))
+        extra["cost"] = cost.figures(function, written)
+        prices = f"bench/cost.py, list prices of {cost.PRICES_AS_OF}"
+        peer = "peer_cost_per_million_deduct_usd"
+        figures.add(
+            peer,
+            extra["cost"]["peer_deduct"]["total"],
+            "USD",
+            None,
+            None,
+            f"request-driven AWS cost of a deduct built the usual way: API Gateway REST + Lambda + DynamoDB transaction ({prices})",
+        )
+        for front_door in cost.FRONT_DOORS:
+            suffix = "" if front_door == cost.DEFAULT_FRONT_DOOR else f"_{front_door}_front_door"
+            for route in cost.WORK:
                 figures.add(
-                    f"cost_per_million_{route}_usd",
-                    extra["cost"][route]["total"],
+                    f"cost_per_million_{route}{suffix}_usd",
+                    extra["cost"][front_door][route]["total"],
                     "USD",
                     None,
-                    None,
-                    f"request-driven AWS cost (bench/cost.py, list prices of {cost.PRICES_AS_OF})",
+                    peer if route == "deduct" else None,
+                    f"request-driven AWS cost, FrontDoor {front_door}, the function's duration from the deduct's"
+                    f" measured CPU ({prices})",
                 )
+        for front_door, measured in function.items():
+            figures.add(
+                f"api_function_log_bytes_per_deduct_{front_door}_front_door",
+                measured["log_bytes"],
+                "count",
+                None,
+                None,
+                "bytes of the log and EMF lines the API function prints per warm deduct (bench/cost.py)",
+            )
 
     steps = [
         lambda st: hotpath_figures(figures, extra, size),

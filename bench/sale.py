@@ -194,6 +194,7 @@ def redpacket_script(redis_port: int, clients: int, requests: int) -> dict:
     import redis
 
     from hotledger import keys
+    from hotledger.dal.redis_store import script_text
 
     client = redis.Redis(port=redis_port)
     packet_id = 424242
@@ -213,7 +214,7 @@ def redpacket_script(redis_port: int, clients: int, requests: int) -> dict:
         pipe.rpush(ours[1], *(f"{9_000_000_000 + i};{1 + i % 500}" for i in items))
         pipe.lpush(seed[0], *(json.dumps({"id": i, "money": 1 + i % 500}) for i in items))
     pipe.execute()
-    grab_sha = client.script_load((REPO / "layers/lua/redpacket_grab.lua").read_text())
+    grab_sha = client.script_load(script_text(REPO / "layers/lua/redpacket_grab.lua"))
     seed_sha = client.script_load(SEED_GRAB)
     # redpacket_grab.lua called as redis-benchmark calls it, its KEYS and ARGV as the script takes them
     grab = ("evalsha", grab_sha, "5", *ours, str(packet_id), "__rand_int__", "1700000000000", "__rand_int__", "")
@@ -237,6 +238,7 @@ def seckill_script(redis_port: int, clients: int, requests: int) -> float:
     import redis
 
     from hotledger import keys
+    from hotledger.dal.redis_store import script_text
 
     client = redis.Redis(port=redis_port)
     voucher_id = 434343
@@ -260,7 +262,7 @@ def seckill_script(redis_port: int, clients: int, requests: int) -> float:
             "db_version": 0,
         },
     )
-    sha = client.script_load((REPO / "layers/lua/voucher_order.lua").read_text())
+    sha = client.script_load(script_text(REPO / "layers/lua/voucher_order.lua"))
     per_s = _redis_benchmark(
         redis_port,
         clients,

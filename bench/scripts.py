@@ -11,6 +11,7 @@ from typing import Any
 
 from hotledger.config import settings
 from hotledger.dal.redis_store import Lua
+from hotledger.features import tell_booked
 from hotledger.ledger.rows import AccountRow, Charge
 from hotledger.ledger.store import LedgerStore
 
@@ -20,7 +21,7 @@ EPOCH = "bench"
 
 def store(lua: Lua) -> LedgerStore:
     """The product's ledger store over this script runner (the run's settings)."""
-    return LedgerStore(lua, settings())
+    return LedgerStore(lua, settings(), tell_booked)
 
 
 def account(user_id: int, balance: int, mode: str = "ASYNC") -> AccountRow:
@@ -57,7 +58,7 @@ class _Recorder:
 
 @functools.lru_cache(maxsize=8)
 def _recording_store(lua: Lua) -> LedgerStore:
-    return LedgerStore(_Recorder(lua), settings())  # type: ignore[arg-type]
+    return LedgerStore(_Recorder(lua), settings(), tell_booked)  # type: ignore[arg-type]
 
 
 def recorded(lua: Lua, method: str, *args: Any, **kwargs: Any) -> tuple[str, list[str], list[Any]]:

@@ -72,7 +72,7 @@ class _Receiver:
 @contextlib.contextmanager
 def _endpoint(description: str) -> Iterator[tuple[Any, _Receiver]]:
     """The service's webhooks with an endpoint for charge.persisted at a local receiver; both gone after."""
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     hooks = webhooks()
     hooks.allow_local = True
@@ -86,7 +86,7 @@ def _endpoint(description: str) -> Iterator[tuple[Any, _Receiver]]:
 
 
 def _accounts(n: int, balance: int) -> list[int]:
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     service = ledger()
     ids = [service.create_account(f"wh-{time.monotonic_ns()}-{i}", "SYNC", 0) for i in range(n)]
@@ -103,7 +103,7 @@ def _p(values: list[float], q: float) -> float | None:
 
 
 def events_per_s(events: int) -> dict:
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     with _endpoint("bench") as (hooks, receiver):
         accounts = _accounts(50, 10**9)
@@ -129,7 +129,7 @@ def events_per_s(events: int) -> dict:
 
 
 def backlog_drain_per_s(events: int, accounts: int) -> dict:
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     with _endpoint("bench-backlog") as (hooks, _receiver):
         owners = _accounts(accounts, 10**9)
@@ -146,7 +146,7 @@ def backlog_drain_per_s(events: int, accounts: int) -> dict:
 
 
 def delivery_lag(seconds: float) -> dict:
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     answered: dict[str, float] = {}
     stop = threading.Event()
@@ -185,7 +185,7 @@ def monitor_check(rows: int, rounds: int) -> dict:
     from hotledger.dal import db
     from hotledger.ledger.entry import Booked
     from hotledger.monitors import store as monitors
-    from hotledger.runtime import monitors as monitor_service
+    from hotledger.monitors.feature import monitors as monitor_service
 
     watched, unwatched = _accounts(100, 10**6), _accounts(100, 10**6)
     for user_id in watched:

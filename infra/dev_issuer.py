@@ -153,6 +153,25 @@ def caller_context(user_id: int | None, scopes: tuple[str, ...], ttl_s: int = 36
     return {"principalId": caller.principal, **caller.context()}
 
 
+def jwt_authorizer_context(
+    user_id: int | None, scopes: tuple[str, ...], ttl_s: int = 3600, groups: tuple[str, ...] = (), **claims
+) -> dict:
+    """requestContext.authorizer.jwt as the HTTP API's JWT authorizer passes a verified token of such a caller: its
+    claims, each value as text (a list as "[a b]"), and the token's scopes."""
+    decoded = jwt.decode(token(user_id, scopes, ttl_s, groups, **claims), options={"verify_signature": False})
+    return api_gateway_claims(decoded)
+
+
+def api_gateway_claims(claims: dict) -> dict:
+    """The JWT authorizer's view of verified claims: every value as text, a list as "[a b]" (Go's formatting)."""
+    text = {
+        name: "[" + " ".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
+        for name, value in claims.items()
+    }
+    scopes = str(claims.get("scope") or "").split()
+    return {"claims": text, "scopes": scopes or None}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="print a token of the local dev issuer (one line)")
     parser.add_argument("--sub", help="the account id an end user acts as")

@@ -95,6 +95,7 @@ ERROR_WHEN = {
     "DEAD_LETTER_EXPIRED": "an operator's replay names a writer or stream dead letter older than the rollback records can still judge (`KEY_RETENTION_DAYS` less 8 days after it was set aside): nothing is replayed",
     "INVALID_RANGE": "`until` not after `since`",
     "STATEMENT_TOO_LARGE": "a statement over 1,000 entries (page `/entries` instead)",
+    "BEFORE_LEDGER": "a balance or statement asked for before the account's opening entry (it held money before the ledger existed)",
     "ORDER_CLOSED": "the payment order is closed",
     "ORDER_PAID": "the payment order is paid",
     "ELEMENT_NOT_FOUND": "no such element in the delay queue (or its dead letters)",

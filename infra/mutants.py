@@ -616,10 +616,34 @@ MUTANTS: list[Mutant] = [
     m(
         "lua-hold-authorize-overdraws",
         "layers/lua/hold_change.lua",
-        "if balance - held - live(tonumber(h[8]) or 0) - amount < tonumber(h[3]) then return {'insufficient', h[1], h[2]} end",
-        "if false then return {'insufficient', h[1], h[2]} end",
+        "if balance - held - live_holds(tonumber(h[8]) or 0, KEYS[4], KEYS[5], ts) - amount < tonumber(h[3]) then",
+        "if false then",
         [I_HOLDS],
         "a hold is refused like a deduct, against available",
+    ),
+    m(
+        "lua-expired-hold-counts",
+        "layers/lua/lib/holds.lua",
+        "on_hold = on_hold - (tonumber(r[1]) - tonumber(r[2]))",
+        "on_hold = on_hold",
+        [I_HOLDS],
+        "a hold past expires_at keeps nothing out of available, tidied or not (lib/holds live_holds)",
+    ),
+    m(
+        "lua-event-drops-kind-fields",
+        "layers/lua/lib/event.lua",
+        "if name ~= '-' then fields[#fields + 1] = {name, e[name]} end",
+        "",
+        ["tests/integration/test_lua_events.py"],
+        "a streamed ledger event carries its kind's fields, as the entry string and Entry.event do",
+    ),
+    m(
+        "lua-entry-text-cut-at-semicolon",
+        "layers/lua/lib/entry.lua",
+        "e[names[#names]] = table.concat(parts, ';', #names)",
+        "e[names[#names]] = parts[#names]",
+        ["tests/integration/test_lua_events.py"],
+        "a description or reason with ';' in it is read back whole from the entry string",
     ),
     m(
         "lua-hold-capture-over",
@@ -654,6 +678,14 @@ MUTANTS: list[Mutant] = [
         "an account's entries are numbered without gaps",
     ),
     # ---- issue 31: one account, one rulebook (the holes' guards) ---------------------------------------------
+    m(
+        "balance-before-opening",
+        "functions/hotledger/history/store.py",
+        "            self._refuse_before_opening(user_id, at_ms)\n",
+        "",
+        ["tests/integration/test_history.py"],
+        "before an account's opening entry the ledger cannot say what it held: 422, never 0 (hole 6)",
+    ),
     m(
         "rebuild-hold-never",
         "functions/hotledger/outbox/log_hold.py",
@@ -758,6 +790,23 @@ MUTANTS: list[Mutant] = [
         ["tests/integration/test_ledger_idempotency.py"],
         "a red packet whose first debit is held is refused and left unsent, not OUTCOME_UNKNOWN (hole 8)",
     ),
+    # ---- issue 31: bookings have subscribers (the registry hands each booking to monitors and webhooks) ---------
+    m(
+        "booking-subscribers-skipped",
+        "functions/hotledger/ledger/tx.py",
+        "            self.on_booked(Booking(self.cursor, rows))",
+        "            Booking(self.cursor, rows)",
+        ["tests/integration/test_monitors.py"],
+        "every booking is handed to the registered subscribers in its transaction: monitors judge its rows",
+    ),
+    m(
+        "booking-subscribers-reordered",
+        "functions/hotledger/features.py",
+        '    "hotledger.monitors.feature",\n    "hotledger.webhooks.feature",',
+        '    "hotledger.webhooks.feature",\n    "hotledger.monitors.feature",',
+        ["tests/integration/test_webhooks.py"],
+        "the monitors hear of a booking before the webhooks, which send the monitors' crossings",
+    ),
     # ---- issue 35, class 1: who may call what (a route rule widened) ------------------------------------------
     m(
         "rules-owner-recharges",
@@ -849,8 +898,8 @@ MUTANTS: list[Mutant] = [
     ),
     m(
         "py-authorizer-scope-prefix",
-        "functions/authorizer/app.py",
-        'for s in str(claims.get("scope", "")).split() if s.startswith(prefix)}',
+        "functions/authorizer/claims.py",
+        'for s in str(claims.get("scope", "")).split() if s.startswith(scope_prefix)}',
         'for s in str(claims.get("scope", "")).split()}',
         [I_ROUTES],
         "only the resource server's own scopes (hotledger/...) count: a bare `service` or `admin` scope is none",
@@ -870,6 +919,14 @@ MUTANTS: list[Mutant] = [
         "        if False:",
         [I_ROUTES],
         "a token the issuer signed for another app client (another audience) is 401 everywhere",
+    ),
+    m(
+        "py-jwt-claims-token-use",
+        "functions/authorizer/claims.py",
+        "        raise InvalidToken(f\"token_use {claims.get('token_use')!r} is neither access nor id\")",
+        '        client, username = claims.get("client_id"), claims.get("username")',
+        ["tests/integration/test_front_doors.py"],
+        "verified claims of a token that is neither an access nor an ID token name no caller (401), front door http",
     ),
     # ---- issue 35, class 2: quotas given back, reconciler cursors -------------------------------------------------
     m(
@@ -954,11 +1011,11 @@ MUTANTS: list[Mutant] = [
     ),
     m(
         "cursor-holds",
-        "functions/hotledger/features.py",
+        "functions/hotledger/reconciler.py",
         "after, ended = ctx.cursor, 0",
         "after, ended = 0, 0",
         [I_QUOTAS],
-        "the expired holds (and grants) part resumes after its cursor (features.expiry_part)",
+        "the expired holds (and grants) part resumes after its cursor (reconciler.expiry_part)",
     ),
     m(
         "py-reconciler-reads-cursor",
@@ -1010,11 +1067,11 @@ MUTANTS: list[Mutant] = [
     ),
     m(
         "cursor-holds-advances",
-        "functions/hotledger/features.py",
+        "functions/hotledger/reconciler.py",
         "            after = due[-1][1]",
         "            after = 0",
         [I_QUOTAS],
-        "a holds (or grants) run that ran out of budget leaves its cursor at the last one it saw (features.expiry_part)",
+        "a holds (or grants) run that ran out of budget leaves its cursor at the last one it saw (reconciler.expiry_part)",
     ),
     # ---- issue 35, class 4: voucher buckets' bookkeeping (every bucket's stock, every slot) -----------------------
     m(

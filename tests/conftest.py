@@ -175,7 +175,7 @@ def own_topic(settings, monkeypatch):
 def local_hooks(monkeypatch):
     """Local webhook receivers (helpers.Receiver) the webhooks may deliver to: local_hooks(status) starts one."""
     from helpers import Receiver
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     monkeypatch.setattr(webhooks(), "allow_local", True)
     receivers = []

@@ -1,5 +1,6 @@
-"""The API function: API Gateway (REST, proxy) events resolved by one Powertools resolver over the routers of the
-registered features (hotledger.features: each feature's routes module). Here: the error handlers that turn
+"""The API function: API Gateway proxy events of either front door (template.yaml, FrontDoor: the HTTP API's payload
+v2, the REST API's v1) resolved by the Powertools resolver of that payload format over the routers of the registered
+features (hotledger.features: each feature's routes module) and this module's own. Here: the error handlers that turn
 domain, validation and dependency failures into the ErrorResponse body, the OpenAPI document and Swagger UI, and
 the Lambda handler with its request-scoped logging and metrics."""
 
@@ -12,7 +13,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver, Router
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.middlewares.openapi_validation import OpenAPIRequestValidationMiddleware
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
@@ -44,15 +46,12 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
     body without a boundary raised ValueError (a 502), and a parsed form reached the route. Anything else is refused
     with RequestUnsupportedContentType (our 415) before it is parsed."""
 
-    # Powertools types `app` as a TypeVar of the method alone (this base class does not parameterize its generic base),
-    # so no override may name the resolver it is installed on: this one is only ever the REST resolver's (below)
-    def handler(  # type: ignore[override]
-        self, app: APIGatewayRestResolver, next_middleware: NextMiddleware
-    ) -> Response[Any]:
+    # installed on both resolvers below (their base class is what Powertools' signature names)
+    def handler(self, app: ApiGatewayResolver, next_middleware: NextMiddleware) -> Response[Any]:
         owner_check = authorization.admit_request(app)
         if owner_check is not None:
 
-            def owned(parsed: APIGatewayRestResolver, route: NextMiddleware = next_middleware) -> Response[Any]:
+            def owned(parsed: ApiGatewayResolver, route: NextMiddleware = next_middleware) -> Response[Any]:
                 owner_check(parsed.context.get("_route_args", {}))
                 return route(parsed)
 
@@ -60,7 +59,7 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
             next_middleware = owned  # type: ignore[assignment]
         return super().handler(app, next_middleware)
 
-    def _get_body(self, app: APIGatewayRestResolver) -> dict[str, Any]:  # type: ignore[override]  # as handler
+    def _get_body(self, app: ApiGatewayResolver) -> dict[str, Any]:
         content_type = (app.current_event.headers.get("content-type") or "").strip()
         if content_type and not content_type.lower().startswith("application/json"):
             raise RequestUnsupportedContentType(
@@ -72,22 +71,12 @@ class _AuthorizedJsonBodies(OpenAPIRequestValidationMiddleware):
         return super()._get_body(app)
 
 
-app = APIGatewayRestResolver(enable_validation=True)
-# Powertools' OpenAPIRequestValidationMiddleware.__init__ has no annotations (an untyped call under --strict only)
-app._request_validation_middleware = _AuthorizedJsonBodies()  # type: ignore[no-untyped-call]
-_hot_paths: set[tuple[str, str]] = set()
-for feature in registered():  # the ledger first: the hot routes (deduct, recharge) are matched before the others
-    if feature.routes:
-        routes_module = importlib.import_module(feature.routes)
-        app.include_router(routes_module.router)
-        _hot_paths |= getattr(routes_module, "HOT_ROUTES", set())
-# the routes every charge takes, answered by the lane when the request is plain (api/hot_lane.py)
-_hot_lane = HotLane(app, _hot_paths)
-
+# the API's own routes and error handlers, included after the features' routers into each resolver
+router = Router()
 _error = responses.error
 
 
-@app.get("/openapi.json", include_in_schema=False)
+@router.get("/openapi.json", include_in_schema=False)
 def openapi_document() -> Response[str]:
     return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=openapi_json())
 
@@ -98,7 +87,7 @@ SWAGGER_HTML = """<!doctype html><html><head><title>hotledger API</title>
 <script>SwaggerUIBundle({url: "openapi.json", dom_id: "#ui"});</script></body></html>"""
 
 
-@app.get("/swagger", include_in_schema=False)
+@router.get("/swagger", include_in_schema=False)
 def swagger_ui() -> Response[str]:
     return Response(status_code=200, content_type="text/html", body=SWAGGER_HTML)
 
@@ -182,7 +171,7 @@ def _count_rejection(code: str) -> None:
         metric.add_dimension(name="code", value=code)
 
 
-@app.exception_handler(errors.DomainError)  # type: ignore[untyped-decorator]
+@router.exception_handler(errors.DomainError)  # type: ignore[untyped-decorator]
 def domain_error(exc: errors.DomainError) -> Response[str]:
     _count_rejection(exc.code)
     if exc.code == "PUBLISH_FAILED":
@@ -193,16 +182,16 @@ def domain_error(exc: errors.DomainError) -> Response[str]:
 _AMOUNT_FIELDS = {"amount", "threshold", "total", "below", "above", "rearm_above", "rearm_below"}
 
 
-@app.exception_handler(RequestUnsupportedContentType)  # type: ignore[untyped-decorator]
+@router.exception_handler(RequestUnsupportedContentType)  # type: ignore[untyped-decorator]
 def unsupported_content_type(exc: RequestUnsupportedContentType) -> Response[str]:
     _count_rejection("UNSUPPORTED_MEDIA_TYPE")
     return _error(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with Content-Type: application/json")
 
 
-@app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
+@router.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
 def validation_error(exc: RequestValidationError) -> Response[str]:
-    content_type = (app.current_event.headers or {}).get("content-type", "application/json")
-    if app.current_event.body and "json" not in content_type.lower():
+    content_type = (router.current_event.headers or {}).get("content-type", "application/json")
+    if router.current_event.body and "json" not in content_type.lower():
         _count_rejection("UNSUPPORTED_MEDIA_TYPE")
         return _error(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with Content-Type: application/json")
     problems = exc.errors()
@@ -225,33 +214,56 @@ def validation_error(exc: RequestValidationError) -> Response[str]:
     return _error(status, code, message)
 
 
-@app.exception_handler([RedisUnavailable, DatabaseUnavailable, LockUnavailable])  # type: ignore[untyped-decorator]
+@router.exception_handler([RedisUnavailable, DatabaseUnavailable, LockUnavailable])  # type: ignore[untyped-decorator]
 def dependency_down(exc: Exception) -> Response[str]:
     logger.warning("dependency unavailable", exc_info=exc)
     _count_rejection("SERVICE_UNAVAILABLE")
     return _error(503, "SERVICE_UNAVAILABLE", "a backing service is unavailable; nothing was changed, retry later")
 
 
-@app.not_found
+@router.exception_handler(NotFoundError)  # type: ignore[untyped-decorator]
 def route_not_found(exc: NotFoundError) -> Response[str]:
-    path = app.current_event.path
+    path = router.current_event.path
     allowed = sorted({route.method for route in app._static_routes + app._dynamic_routes if route.rule.match(path)})
     if allowed:
         response = _error(
             405,
             "METHOD_NOT_ALLOWED",
-            f"{app.current_event.http_method} is not a method of this route; use {', '.join(allowed)}",
+            f"{router.current_event.http_method} is not a method of this route; use {', '.join(allowed)}",
         )
         response.headers["Allow"] = ", ".join(allowed)
         return response
     return _error(404, "ROUTE_NOT_FOUND", "no such route")
 
 
+def _resolver(resolver: ApiGatewayResolver) -> tuple[ApiGatewayResolver, HotLane]:
+    """`resolver` over every feature's routes and this module's, and its lane for the hot routes (every charge:
+    answered by the lane when the request is plain, api/hot_lane.py)."""
+    # Powertools' OpenAPIRequestValidationMiddleware.__init__ has no annotations (an untyped call under --strict only)
+    resolver._request_validation_middleware = _AuthorizedJsonBodies()  # type: ignore[no-untyped-call]
+    hot_paths: set[tuple[str, str]] = set()
+    for feature in registered():  # the ledger first: the hot routes (deduct, recharge) are matched before the others
+        if feature.routes:
+            routes_module = importlib.import_module(feature.routes)
+            resolver.include_router(routes_module.router)
+            hot_paths |= getattr(routes_module, "HOT_ROUTES", set())
+    resolver.include_router(router)
+    return resolver, HotLane(resolver, hot_paths)
+
+
+app, _rest_lane = _resolver(APIGatewayRestResolver(enable_validation=True))  # REST API: payload v1
+http_app, _http_lane = _resolver(APIGatewayHttpResolver(enable_validation=True))  # HTTP API: payload v2
+# one request context for both: a router reads its last resolver's (include_router), whichever resolver runs
+http_app.context = app.context
+
+
 def resolve_request(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    # the REST API's request id is the correlation id: read directly, not through a JMESPath query per request
+    # API Gateway's request id is the correlation id: read directly, not through a JMESPath query per request
     logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))
     metrics.add_metric(name="ApiRequests", unit=MetricUnit.Count, value=1)
-    return _hot_lane.answer(event, context) or app.resolve(event, context)
+    if event.get("version") == "2.0":
+        return _http_lane.answer(event, context) or http_app.resolve(event, context)
+    return _rest_lane.answer(event, context) or app.resolve(event, context)
 
 
 _traced: Callable[[dict[str, Any], LambdaContext], dict[str, Any]] = tracer.capture_lambda_handler(resolve_request)

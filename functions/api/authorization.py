@@ -1,7 +1,9 @@
 """Who may call which route: the one place the API decides it.
 
-The caller comes from the authorizer context API Gateway puts into the request context (functions/authorizer:
-{kind, user_id, scopes, expires_at}); the token itself is never read here. Three kinds of caller:
+The caller comes from what API Gateway puts into the request context, by front door (template.yaml, FrontDoor):
+behind the REST API, the Lambda authorizer's context (functions/authorizer: {kind, user_id, scopes, expires_at});
+behind the HTTP API, the claims its JWT authorizer verified, read into the same context (authorizer.claims). The
+token itself is never read here. Three kinds of caller:
 - services (scope `service`): the merchant or platform backend: charge any account, send red packets for a sender,
   create and close payment orders, offer to delay queues, and act for any user;
 - operators (scope `admin`, or the `admin` group): create and change accounts, create vouchers, dead letters;
@@ -16,19 +18,20 @@ from __future__ import annotations
 import contextvars
 import functools
 import importlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+from authorizer.claims import InvalidToken, caller_of_claims
 
 from api.rules import ADMIN, SERVICE, HiddenOwner, OwnerOf, Rule  # noqa: F401 (SERVICE, ADMIN: the scopes, named here too)
 from hotledger import errors
 from hotledger.features import registered
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+    from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver
     from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 
 
@@ -52,13 +55,33 @@ def caller_of(context: dict[str, Any]) -> Caller | None:
     )
 
 
+# as the Lambda authorizer reads them (the user pool's resource server, the operators' group)
+SCOPE_PREFIX = os.environ.get("AUTH_SCOPE_PREFIX", "hotledger/")
+ADMIN_GROUP = os.environ.get("AUTH_ADMIN_GROUP", "admin")
+
+
+def authorizer_context(event: dict[str, Any]) -> dict[str, Any]:
+    """{principalId, kind, user_id, scopes, expires_at} of the request's caller, from either front door's event (a
+    REST payload v1 or an HTTP API payload v2 event); empty when no authorizer admitted a caller."""
+    authorizer = (event.get("requestContext") or {}).get("authorizer")
+    if not isinstance(authorizer, dict):
+        return {}
+    if event.get("version") != "2.0":
+        return authorizer
+    claims = (authorizer.get("jwt") or {}).get("claims")
+    if not isinstance(claims, dict):
+        return {}
+    try:
+        _, caller = caller_of_claims(claims, SCOPE_PREFIX, ADMIN_GROUP)
+    except InvalidToken:
+        return {}  # verified, but not a token of ours to act on: no caller (401)
+    return {"principalId": caller.principal, **caller.context()}
+
+
 def principal_of(event: BaseProxyEvent) -> str:
     """Who made the request, as the authorizer named them (principalId: the token's subject), for the logs of what
-    operators did. `event`: a router's current_event, which Powertools types as any proxy event; this API's resolver
-    makes REST events (anything else has no request context to read)."""
-    if not isinstance(event, APIGatewayProxyEvent):
-        raise TypeError(f"an API Gateway REST event is needed, not {type(event).__name__}")
-    return str((event.request_context.authorizer.get_context() or {}).get("principalId") or "unknown")
+    operators did. `event`: a router's current_event."""
+    return str(authorizer_context(event.raw_event).get("principalId") or "unknown")
 
 
 @functools.cache
@@ -98,7 +121,7 @@ def check_owner(owner: OwnerOf, caller: Caller, args: dict[str, Any]) -> None:
         raise errors.Forbidden("an end user acts only on their own account")
 
 
-def rule_of(app: APIGatewayRestResolver) -> Rule:
+def rule_of(app: ApiGatewayResolver) -> Rule:
     route = app.context["_route"]
     rule = rules().get((route.method, route.path))
     if rule is None:
@@ -108,10 +131,10 @@ def rule_of(app: APIGatewayRestResolver) -> Rule:
     return rule
 
 
-def admit_request(app: APIGatewayRestResolver) -> Callable[[dict[str, Any]], None] | None:
+def admit_request(app: ApiGatewayResolver) -> Callable[[dict[str, Any]], None] | None:
     """Before the request is parsed (401 / 403 whatever the body): the caller from the authorizer context, the
     route's rule. Returns the check left for the parsed arguments (an end user's ownership), if any."""
-    return admit_caller(rule_of(app), app.current_event.request_context.authorizer.get_context())
+    return admit_caller(rule_of(app), authorizer_context(app.current_event.raw_event))
 
 
 def admit_caller(rule: Rule, authorizer_context: dict[str, Any]) -> Callable[[dict[str, Any]], None] | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.event_handler.api_gateway import APIGatewayRestResolver, BaseRouter, Route
+from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver, BaseRouter, Route
 
 from api import authorization
 from api.route_args import RouteArgs
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class HotLane:
-    def __init__(self, app: APIGatewayRestResolver, hot_paths: set[tuple[str, str]]) -> None:
+    def __init__(self, app: ApiGatewayResolver, hot_paths: set[tuple[str, str]]) -> None:
         self.app = app
         routes: list[Route] = [*app._static_routes, *app._dynamic_routes]
         # only the routes up to the last hot one can be the first match of a hot route's request; the resolver skips
@@ -47,7 +47,11 @@ class HotLane:
     def answer(self, event: dict[str, Any], context: LambdaContext) -> dict[str, Any] | None:
         """The resolver's answer to a plain request of a hot route, or None: the resolver takes the request."""
         app = self.app
-        method, path = event.get("httpMethod"), event.get("path")
+        request = app._to_proxy_event(event)  # the resolver's own view of its payload format (REST v1, HTTP API v2)
+        try:
+            method, path = request.http_method, request.path
+        except (KeyError, TypeError):
+            return None
         if not isinstance(method, str) or not isinstance(path, str):
             return None
         method, path = method.upper(), app._remove_prefix(path)
@@ -64,7 +68,7 @@ class HotLane:
         args = self._admitted_args(event, route_args, rule, app._convert_matches_into_route_keys(matched))
         if args is None:
             return None
-        BaseRouter.current_event = app._to_proxy_event(event)
+        BaseRouter.current_event = request
         BaseRouter.lambda_context = context
         app.context.update(_route=route, _path=path, _route_args=args)  # what app.append_context does (untyped)
         try:
@@ -73,8 +77,9 @@ class HotLane:
             app.context.clear()  # app.clear_context
 
     def _built(self, builder: ResponseBuilder[BaseProxyEvent]) -> dict[str, Any]:
-        """The REST answer ResponseBuilder.build makes. A plain answer (a text body, no CORS, cache control or
-        compression asked of it: the route's or the answer's) is put together here: the builder reads the request's
+        """The answer ResponseBuilder.build makes. A plain answer (a text body, no CORS, cache control or compression
+        asked of it: the route's or the answer's) is put together here, its headers by the request's own serializer
+        (multiValueHeaders for REST, headers and cookies for the HTTP API): the builder reads the request's
         Accept-Encoding through a case-insensitive map of every header first, to learn no more than that its
         answer is not compressed."""
         route, response = builder.route, builder.response
@@ -88,26 +93,19 @@ class HotLane:
             or response.cookies
         ):
             return self.app._build_response(builder)
-        headers: dict[str, list[str]] = {}
-        for name, values in response.headers.items():
-            if values is not None:  # an explicit None is left out, as the builder's serializer does
-                headers.setdefault(name, []).extend([values] if isinstance(values, str) else values)
         return {
             "statusCode": response.status_code,
             "body": response.body,
             "isBase64Encoded": response.base64_encoded,
-            "multiValueHeaders": headers,
+            **BaseRouter.current_event.header_serializer().serialize(headers=response.headers, cookies=[]),
         }
 
     @staticmethod
     def _admitted_args(
         event: dict[str, Any], route_args: RouteArgs, rule: Rule, path_args: dict[str, str]
     ) -> dict[str, Any] | None:
-        authorizer = (event.get("requestContext") or {}).get("authorizer") or {}
-        if not isinstance(authorizer, dict):
-            return None
         try:
-            owner_check = authorization.admit_caller(rule, authorizer)
+            owner_check = authorization.admit_caller(rule, authorization.authorizer_context(event))
         except errors.DomainError:
             return None  # the resolver refuses it, in its own words
         if owner_check is not None:

@@ -28,20 +28,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 import jwt
 
+from authorizer.claims import Caller, InvalidToken, caller_of_claims
 from hotledger import observability
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = observability.logger()
-
-SCOPES = ("service", "admin")
-_ACCOUNT_ID = re.compile(r"[1-9][0-9]{0,9}")
-_ACCOUNT_ID_LIMIT = 2**31  # the API's account ids are below 2**31
-
-
-class InvalidToken(Exception):
-    """The caller is not authenticated: answered 401 UNAUTHENTICATED."""
 
 
 @dataclass(frozen=True)
@@ -62,24 +55,6 @@ class Settings:
             scope_prefix=os.environ.get("AUTH_SCOPE_PREFIX", "hotledger/"),
             admin_group=os.environ.get("AUTH_ADMIN_GROUP", "admin"),
         )
-
-
-@dataclass(frozen=True)
-class Caller:
-    principal: str
-    kind: str  # "user" (a username) or "client" (client credentials)
-    user_id: int | None
-    scopes: frozenset[str]
-    expires_at: int
-
-    def context(self) -> dict[str, str | int]:
-        """Authorizer context values must be strings, numbers or booleans."""
-        return {
-            "kind": self.kind,
-            "user_id": "" if self.user_id is None else str(self.user_id),
-            "scopes": " ".join(sorted(self.scopes)),
-            "expires_at": self.expires_at,
-        }
 
 
 JWKS_REFETCH_COOLDOWN_S = 60
@@ -144,28 +119,10 @@ class Verifier:
             raise  # the JWKS could not be read: not the caller's fault (API Gateway: AUTHORIZER_FAILURE)
         except (jwt.InvalidTokenError, jwt.PyJWKClientError) as exc:
             raise InvalidToken(str(exc)) from exc
-        if claims["token_use"] == "access":
-            client, username = claims.get("client_id"), claims.get("username")
-        elif claims["token_use"] == "id":
-            client, username = claims.get("aud"), claims.get("cognito:username")
-        else:
-            raise InvalidToken(f"token_use {claims['token_use']!r} is neither access nor id")
+        client, caller = caller_of_claims(claims, self.settings.scope_prefix, self.settings.admin_group)
         if client not in self.settings.client_ids:
             raise InvalidToken(f"app client {client!r} is not accepted")
-        prefix = self.settings.scope_prefix
-        scopes = {s.removeprefix(prefix) for s in str(claims.get("scope", "")).split() if s.startswith(prefix)}
-        if self.settings.admin_group in (claims.get("cognito:groups") or []):
-            scopes.add("admin")
-        user_id = None
-        if isinstance(username, str) and _ACCOUNT_ID.fullmatch(username) and int(username) < _ACCOUNT_ID_LIMIT:
-            user_id = int(username)
-        return Caller(
-            principal=str(claims["sub"]),
-            kind="user" if username else "client",
-            user_id=user_id,
-            scopes=frozenset(scopes) & frozenset(SCOPES),
-            expires_at=int(claims["exp"]),
-        )
+        return caller
 
 
 def allow_policy(method_arn: str) -> dict[str, Any]:

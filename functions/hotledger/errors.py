@@ -92,6 +92,7 @@ InvalidFilter = _error("InvalidFilter", 422, "VALIDATION_ERROR")
 InvalidCursor = _error("InvalidCursor", 422, "INVALID_CURSOR")
 InvalidRange = _error("InvalidRange", 422, "INVALID_RANGE")
 StatementTooLarge = _error("StatementTooLarge", 422, "STATEMENT_TOO_LARGE")
+BeforeLedger = _error("BeforeLedger", 422, "BEFORE_LEDGER")
 
 # payment orders, delay queues, journeys
 PaymentOrderNotFound = _error("PaymentOrderNotFound", 404, "ORDER_NOT_FOUND")

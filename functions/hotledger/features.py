@@ -1,38 +1,42 @@
-"""The feature registry: what each feature adds to the API, the writer, the reconciler and the delay drainer, declared
-once in its own package (`<feature>/feature.py`) and listed once below. api/app.py includes every feature's router
-and api/authorization.py its rules; runtime.py builds the writer from every feature's persisters and the drainer
-from every feature's delay handlers; the reconciler runs every feature's parts in this order. Adding a feature is
-one package and one line in FEATURES (docs/adding-a-feature.md walks through holds)."""
+"""The feature registry: what each feature adds to the API, the writer, the reconciler, the delay drainer and the
+booking transaction, declared once in its own package (`<feature>/feature.py`, which also builds its services) and
+listed once below, by module name. api/app.py includes every feature's router and api/authorization.py its rules;
+runtime.py builds the writer from every feature's persisters and the drainer from every feature's delay handlers;
+the reconciler runs every feature's parts and a booking calls every feature's subscriber in this order. Adding a
+feature is one package and one line in FEATURES (docs/adding-a-feature.md walks through holds).
+
+The registry names the features' modules rather than importing them: a feature's module may then use what the
+registry gathers (the ledger hands every booking to the subscribers, the operators' console lists every queue and
+part) without an import circle (tests/unit/test_import_graph.py)."""
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hotledger.dal.budget import Budget
-    from hotledger.reconciler import ReconcileReport
+    from hotledger.ledger.tx import Booking, OnBooked
+    from hotledger.reconciler import PartContext, ReconcilePart
 
-
-@dataclass(frozen=True)
-class PartContext:
-    """What one reconciler run gives each part."""
-
-    now_ms: int
-    age_s: int  # entries charged longer ago than this count as stale (RECONCILE_AGE_S)
-    budget: Budget  # the part's own: it stops at a page boundary when this runs out
-    cursor: int  # where this part stopped last run (0: at the start)
-    report: ReconcileReport  # the part fills its own fields
-
-
-PartRun = Callable[[PartContext], "int | None"]  # returns the cursor to keep for the next run, or None to keep none
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReconcilePart:
-    name: str
-    run: PartRun
+# every feature's registration module, in the order the API matches routes (the hot routes first), the reconciler
+# runs parts and a booking's subscribers run (monitors before webhooks: the webhooks send the monitors' crossings)
+FEATURES = (
+    "hotledger.ledger.feature",
+    "hotledger.holds.feature",
+    "hotledger.grants.feature",
+    "hotledger.refunds.feature",
+    "hotledger.history.feature",
+    "hotledger.vouchers.feature",
+    "hotledger.redpackets.feature",
+    "hotledger.transfers.feature",
+    "hotledger.notices.feature",
+    "hotledger.monitors.feature",
+    "hotledger.webhooks.feature",
+    "hotledger.ops.feature",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,69 +45,26 @@ class Feature:
     # the module holding its API: `router` (a Powertools Router) and `RULES` ({(method, path): api.rules.Rule});
     # imported by the API function only (the writer, reconciler and drainers never load Powertools' resolver)
     routes: str | None = None
-    # built on first use, in the process that needs them (the services come from hotledger.runtime)
+    # built on first use, in the process that needs them (the services come from the feature's own feature.py)
     persisters: Callable[[], dict[type, Any]] = dict  # event class -> its persister (outbox.writer.Persister)
     reconcile_parts: Callable[[], tuple[ReconcilePart, ...]] = tuple
     delay_handlers: Callable[[], dict[str, Callable[[list[str]], Any]]] = dict  # queue -> handler of due elements
+    # called with every booking's ledger rows inside the booking transaction (ledger/tx.py: insert_booked), so what
+    # it writes with the booking's cursor commits exactly with them
+    on_booked: OnBooked | None = None
 
 
-def expiry_part(
-    name: str,
-    overdue: Callable[[int, int, int], list[tuple[int, int]]],
-    end: Callable[[int, int], bool],
-    grace_ms: Callable[[], int],
-    counted: str,
-) -> ReconcilePart:
-    """A part ending what expired (a hold, a grant) more than grace_ms ago and is still open in the DB: its delay
-    element was lost. overdue(before_ms, after_id, limit) -> [(user_id, id)] by id; end(user_id, id) -> ended now;
-    `counted` names the report's field of how many ended."""
-
-    def run(ctx: PartContext) -> int:
-        after, ended = ctx.cursor, 0
-        while not ctx.budget.exhausted:
-            due = overdue(ctx.now_ms - grace_ms(), after, ctx.budget.page(100))
-            if not due:
-                return 0
-            for user_id, entity_id in due:
-                ended += end(user_id, entity_id)
-            ctx.budget.spend(len(due))
-            after = due[-1][1]
-            setattr(ctx.report, counted, ended)
-        return after
-
-    return ReconcilePart(name=name, run=run)
-
-
+@functools.cache
 def registered() -> tuple[Feature, ...]:
-    """Every feature, in the order the API matches routes (the hot routes first) and the reconciler runs parts."""
-    from hotledger.grants.feature import FEATURE as grants
-    from hotledger.history.feature import FEATURE as history
-    from hotledger.holds.feature import FEATURE as holds
-    from hotledger.ledger.feature import FEATURE as ledger
-    from hotledger.monitors.feature import FEATURE as monitors
-    from hotledger.notices.feature import FEATURE as notices
-    from hotledger.ops.feature import FEATURE as ops
-    from hotledger.redpackets.feature import FEATURE as redpackets
-    from hotledger.refunds.feature import FEATURE as refunds
-    from hotledger.transfers.feature import FEATURE as transfers
-    from hotledger.vouchers.feature import FEATURE as vouchers
-    from hotledger.webhooks.feature import FEATURE as webhooks
+    """Every feature, in the order of FEATURES, then the keys part."""
+    return (*(importlib.import_module(module).FEATURE for module in FEATURES), KEYS)
 
-    return (
-        ledger,
-        holds,
-        grants,
-        refunds,
-        history,
-        vouchers,
-        redpackets,
-        transfers,
-        notices,
-        webhooks,
-        monitors,
-        ops,
-        KEYS,
-    )
+
+def tell_booked(booking: Booking) -> None:
+    """Hand a booking to every registered feature's subscriber, in the registry's order."""
+    for feature in registered():
+        if feature.on_booked is not None:
+            feature.on_booked(booking)
 
 
 @dataclass
@@ -120,6 +81,7 @@ class PruneKeys:
 
 def _prune_keys_part() -> tuple[ReconcilePart, ...]:
     from hotledger.config import settings
+    from hotledger.reconciler import ReconcilePart
 
     return (ReconcilePart(name="keys", run=PruneKeys(settings().key_retention_days * 86_400_000)),)
 

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hotledger.dal.budget import Budget
-from hotledger.features import PartContext, ReconcilePart
 from hotledger.ledger.reconcile import AccountsReconcileReport
 from hotledger.notices.journeys import JourneyScanReport
 from hotledger.redpackets.reconcile import PacketReconcileReport
@@ -34,6 +33,55 @@ if TYPE_CHECKING:
     from hotledger.dal.cursor import Cursors
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartContext:
+    """What one reconciler run gives each part."""
+
+    now_ms: int
+    age_s: int  # entries charged longer ago than this count as stale (RECONCILE_AGE_S)
+    budget: Budget  # the part's own: it stops at a page boundary when this runs out
+    cursor: int  # where this part stopped last run (0: at the start)
+    report: ReconcileReport  # the part fills its own fields
+
+
+PartRun = Callable[[PartContext], "int | None"]  # returns the cursor to keep for the next run, or None to keep none
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReconcilePart:
+    """One part of the reconciler, declared by its feature (hotledger.features: Feature.reconcile_parts)."""
+
+    name: str
+    run: PartRun
+
+
+def expiry_part(
+    name: str,
+    overdue: Callable[[int, int, int], list[tuple[int, int]]],
+    end: Callable[[int, int], bool],
+    grace_ms: int,
+    counted: str,
+) -> ReconcilePart:
+    """A part ending what expired (a hold, a grant) more than grace_ms ago and is still open in the DB: its delay
+    element was lost. overdue(before_ms, after_id, limit) -> [(user_id, id)] by id; end(user_id, id) -> ended now;
+    `counted` names the report's field of how many ended."""
+
+    def run(ctx: PartContext) -> int:
+        after, ended = ctx.cursor, 0
+        while not ctx.budget.exhausted:
+            due = overdue(ctx.now_ms - grace_ms, after, ctx.budget.page(100))
+            if not due:
+                return 0
+            for user_id, entity_id in due:
+                ended += end(user_id, entity_id)
+            ctx.budget.spend(len(due))
+            after = due[-1][1]
+            setattr(ctx.report, counted, ended)
+        return after
+
+    return ReconcilePart(name=name, run=run)
 
 
 @dataclass

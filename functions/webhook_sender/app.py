@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from hotledger import observability
-from hotledger.runtime import webhooks
+from hotledger.webhooks.feature import webhooks
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext

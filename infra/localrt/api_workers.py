@@ -1,5 +1,6 @@
-"""API events: HTTP on the runtime's port turned into API Gateway REST proxy events, each worker process handling one
-request at a time like Lambda, the API's Lambda authorizer run first as API Gateway runs it (gateway.py)."""
+"""API events: HTTP on the runtime's port turned into the events of the front door (template.yaml, FrontDoor): REST
+proxy events behind the API's Lambda authorizer, or HTTP API payload v2 events behind its JWT authorizer, each run
+first as API Gateway runs it (gateway.py); each worker process handles one request at a time like Lambda."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from infra.localrt.handlers import load_handler
 log = logging.getLogger("localrt")
 
 
-def _api_request_handler(fn: template.Function, handler, gate: gateway.Gate | None):
+def _api_request_handler(fn: template.Function, handler, gate: gateway.Gate | gateway.JwtGate | None):
     api_key = os.environ.get("HOTLEDGER_API_KEY") or None
 
     class ApiGatewayProxy(BaseHTTPRequestHandler):
@@ -32,7 +33,10 @@ def _api_request_handler(fn: template.Function, handler, gate: gateway.Gate | No
                 return self._send(caller.status, {"Content-Type": "application/json"}, caller.body)
             if api_key is not None and self.headers.get("x-api-key") != api_key:
                 return self._send(403, {"Content-Type": "application/json"}, json.dumps({"message": "Forbidden"}))
-            event = events.api_gateway_proxy(self.command, path, body, headers, query, authorizer=caller)
+            if isinstance(gate, gateway.JwtGate):
+                event = events.api_gateway_http(self.command, path, body, headers, query, jwt=caller)
+            else:
+                event = events.api_gateway_proxy(self.command, path, body, headers, query, authorizer=caller)
             try:
                 result = handler(event, events.LambdaContext(fn.name, fn.timeout_s))
             except Exception:  # Lambda answers 502 when the function itself crashes
@@ -80,6 +84,9 @@ def _api_request_handler(fn: template.Function, handler, gate: gateway.Gate | No
 
 
 def _gate(fn: template.Function, authorizer: template.ApiAuthorizer | None, functions: list[template.Function]):
+    if os.environ.get("HOTLEDGER_FRONT_DOOR") == "http":
+        audience = {c.strip() for c in os.environ["AUTH_CLIENT_IDS"].split(",") if c.strip()}
+        return gateway.JwtGate(os.environ["AUTH_ISSUER"], os.environ["AUTH_JWKS_URL"], audience, fn.public_routes)
     if authorizer is None:
         return None
     authorizer_fn = next(f for f in functions if f.name == authorizer.function)

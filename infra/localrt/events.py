@@ -61,6 +61,60 @@ def api_gateway_proxy(
     }
 
 
+def api_gateway_http(
+    method: str,
+    path: str,
+    body: str | bytes | None = None,
+    headers: dict | None = None,
+    query: str = "",
+    source_ip: str = "127.0.0.1",
+    jwt: dict | None = None,
+) -> dict:
+    """An HTTP API (payload format 2.0) event of the `$default` stage; `jwt` is what its JWT authorizer passes
+    ({"claims": {name: text}, "scopes": [...] or None}), absent when no authorizer ran. Header names arrive lower-cased,
+    a repeated header's values joined by commas."""
+    joined: dict[str, str] = {}
+    for name, value in (headers or {}).items():
+        joined[name.lower()] = f"{joined[name.lower()]},{value}" if name.lower() in joined else value
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    request_id = str(uuid.uuid4())
+    now = datetime.now(UTC)
+    multi_query = parse_qs(query, keep_blank_values=True) if query else None
+    event = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": query,
+        "headers": joined,
+        "requestContext": {
+            "accountId": "000000000000",
+            "apiId": "local",
+            "domainName": "localhost",
+            "domainPrefix": "localhost",
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": source_ip,
+                "userAgent": joined.get("user-agent", ""),
+            },
+            "requestId": request_id,
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": int(now.timestamp() * 1000),
+            **({"authorizer": {"jwt": jwt}} if jwt is not None else {}),
+        },
+        "isBase64Encoded": False,
+    }
+    if multi_query:
+        event["queryStringParameters"] = {k: ",".join(v) for k, v in multi_query.items()}
+    if body is not None:
+        event["body"] = body
+    return event
+
+
 def msk(
     topic: str,
     records: list[tuple[int, int, bytes | None, bytes | None, int]],

@@ -77,3 +77,36 @@ def _allows(policy: dict, method_arn: str) -> bool:
                 return False
             allowed = allowed or statement.get("Effect") == "Allow"
     return allowed
+
+
+class JwtGate:
+    """The HTTP API's JWT authorizer (FrontDoor http): the token from `Authorization: Bearer <jwt>`, its signature
+    against the issuer's JWKS, its issuer, its audience (`aud`, else `client_id`, among the app clients), its expiry
+    and not-before. Refused: 401 {"message":"Unauthorized"} (an HTTP API has no gateway responses to reshape it);
+    admitted: the claims as the function gets them (every value as text) and the token's scopes. Routes whose event
+    says `Auth: {Authorizer: NONE}` are public."""
+
+    def __init__(self, issuer: str, jwks_url: str, audience: set[str], public_routes: set[tuple[str, str]]):
+        import jwt
+
+        self.issuer, self.audience, self.public_routes = issuer, audience, public_routes
+        self.jwks = jwt.PyJWKClient(jwks_url, cache_keys=True)
+
+    def admit(self, method: str, path: str, headers: dict) -> Refused | dict | None:
+        """Refused, the JWT context for the function, or None on a public route."""
+        import jwt
+
+        from infra.dev_issuer import api_gateway_claims
+
+        if (method, path) in self.public_routes:
+            return None
+        value = next((v for name, v in headers.items() if name.lower() == "authorization"), "")
+        token = value.removeprefix("Bearer ").strip()
+        try:
+            key = self.jwks.get_signing_key_from_jwt(token)
+            claims = jwt.decode(token, key.key, algorithms=["RS256"], issuer=self.issuer, options={"verify_aud": False})
+        except jwt.PyJWTError:
+            return Refused(401, '{"message":"Unauthorized"}')
+        if str(claims.get("aud") or claims.get("client_id")) not in self.audience:
+            return Refused(401, '{"message":"Unauthorized"}')
+        return api_gateway_claims(claims)

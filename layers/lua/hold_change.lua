@@ -46,37 +46,18 @@
 --                                     KEYS[2] exists (a resend after a lost reply: answered as it was, nothing twice)
 --! include rebuild_hold
 --! include grants
+--! include holds
+--! include event
 local op, ts, entry_id, hold_id = ARGV[1], ARGV[4], ARGV[5], ARGV[6]
 local clock = redis.call('TIME')
 local script_now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 if script_now > tonumber(ts) then ts = string.format('%d', script_now) end
 
-local function fields_of(s)
-  local f = {}
-  for part in string.gmatch(s .. ';', '([^;]*);') do f[#f + 1] = part end
-  if f[1] == 'settled' then table.remove(f, 1) end
-  return f
-end
-
--- what the ACTIVE holds keep, less those past expires_at: an expired hold never counts, tidied or not
-local function live(on_hold)
-  if on_hold <= 0 then return 0 end
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ts)
-  if #expired > 0 then
-    for _, rec in ipairs(redis.call('HMGET', KEYS[4], unpack(expired))) do
-      if rec then
-        local a, c = string.match(rec, '^(%d+);(%d+);')
-        on_hold = on_hold - (tonumber(a) - tonumber(c))
-      end
-    end
-  end
-  return on_hold
-end
-
 local applied = redis.call('GET', KEYS[2])
 if applied then
-  local f = fields_of(applied)
-  return {'ok', f[3], f[4], f[6], f[7], f[12], f[1], op == 'H' and '0' or f[15], f[13], f[10], f[11]}
+  local e = entry_fields(applied)
+  return {'ok', e.balance_after, e.version, e.epoch, e.open, e.available_after, e.amount, e.captured_after or '0',
+    e.hold_state, e.released, e.expires_at}
 end
 
 local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held', 'on_hold',
@@ -97,13 +78,13 @@ if op == 'H' then
   amount, captured, expires_at = tonumber(ARGV[2]), 0, ARGV[11]
   held = held + grants_expired(KEYS[8], KEYS[9], ts)  -- out of reach like a held credit, until its expiry entry
   if h[4] ~= '1' then return {'closed', h[1], h[2]} end
-  if balance - held - live(tonumber(h[8]) or 0) - amount < tonumber(h[3]) then return {'insufficient', h[1], h[2]} end
+  if balance - held - live_holds(tonumber(h[8]) or 0, KEYS[4], KEYS[5], ts) - amount < tonumber(h[3]) then return {'insufficient', h[1], h[2]} end
   if max_pending > 0 and redis.call('ZCARD', KEYS[3]) >= max_pending then return {'too_many_pending'} end
   r = {ARGV[2], '0', 'ACTIVE', expires_at, ts, ARGV[12]}
 else
   local rec = redis.call('HGET', KEYS[4], hold_id)
   if not rec then return {'not_found'} end
-  r = fields_of(rec)
+  r = hold_fields(rec)
   amount, captured, state, expires_at = tonumber(r[1]), tonumber(r[2]), r[3], r[4]
   if state ~= 'ACTIVE' then return {'ended', state} end
   if op == 'X' then
@@ -138,7 +119,7 @@ local on_hold = redis.call('HINCRBY', KEYS[1], 'on_hold', op == 'H' and amount o
 if on_hold <= 0 then redis.call('HDEL', KEYS[1], 'on_hold') end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'ts', ts, 'open', open)
-redis.call('HSET', KEYS[4], hold_id, table.concat(r, ';'))
+redis.call('HSET', KEYS[4], hold_id, hold_string(r))
 if op == 'H' then redis.call('ZADD', KEYS[5], expires_at, hold_id) end
 if terminal then redis.call('ZREM', KEYS[5], hold_id) end
 local streamed = ARGV[8] == 'stream'
@@ -152,19 +133,12 @@ end
 
 local entry_amount = (op == 'H' and amount) or (op == 'C' and take) or released
 local balance_s, v_s = string.format('%d', balance), string.format('%d', v)
-local available_s = string.format('%d', balance - held - live(math.max(on_hold, 0)))
-local amount_s, released_s, captured_s = string.format('%d', entry_amount), string.format('%d', released), r[2]
-local tail = op == 'H' and {ARGV[12]} or {'', captured_s}
-redis.call('SET', KEYS[2], table.concat({amount_s, ts, balance_s, v_s, op, h[6], open, '', hold_id, released_s, expires_at,
-  available_s, new_state, unpack(tail)}, ';'), 'EX', ARGV[7])
+local available_s = string.format('%d', balance - held - live_holds(math.max(on_hold, 0), KEYS[4], KEYS[5], ts))
+local entry = {amount = string.format('%d', entry_amount), ts = ts, balance_after = balance_s, version = v_s, kind = op,
+  epoch = h[6], open = open, idem_key = '', hold_id = hold_id, released = string.format('%d', released),
+  expires_at = expires_at, available_after = available_s, hold_state = new_state, description = ARGV[12],
+  captured_after = r[2]}
+redis.call('SET', KEYS[2], entry_string(entry), 'EX', ARGV[7])
 redis.call('ZADD', KEYS[3], ts, entry_id)
-if streamed then
-  -- numbers are spliced as their decimal strings: a 63-bit id never passes through a Lua double
-  redis.call('XADD', KEYS[7], '*', 'e', '{"type":"ledger","id":' .. entry_id .. ',"kind":"' .. op .. '","user_id":'
-    .. ARGV[9] .. ',"amount":' .. amount_s .. ',"balance_after":' .. balance_s .. ',"version":' .. v_s .. ',"epoch":"'
-    .. h[6] .. '","ts":' .. ts .. ',"open":"' .. open .. '","idem_key":null,"hold_id":' .. hold_id .. ',"released":'
-    .. released_s .. ',"expires_at":' .. expires_at .. ',"available_after":' .. available_s .. ',"hold_state":"'
-    .. new_state .. '",' .. (op == 'H' and ('"description":' .. cjson.encode(ARGV[12])) or ('"captured_after":' .. captured_s))
-    .. '}')
-end
-return {'ok', balance_s, v_s, h[6], open, available_s, amount_s, captured_s, new_state, released_s, expires_at}
+if streamed then redis.call('XADD', KEYS[7], '*', 'e', ledger_event_json(entry_id, ARGV[9], entry)) end
+return {'ok', balance_s, v_s, h[6], open, available_s, entry.amount, r[2], new_state, entry.released, expires_at}

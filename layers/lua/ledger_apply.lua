@@ -4,7 +4,7 @@
 -- KEYS[1] user:balance:{uid}           hash: balance, v, threshold, open, mode, epoch, ts, held (the credits in
 --                                      balance that are not durable yet: shown, not spendable), on_hold, and after
 --                                      a rebuild hold_until and hold_log (ledger_load)
--- KEYS[2] user:order:{uid}:<id>        string set here: amount;ts;balanceAfter;version;kind;epoch;open;idemKey
+-- KEYS[2] user:order:{uid}:<id>        string set here (lib/entry): amount;ts;balanceAfter;version;kind;epoch;open;idemKey
 -- KEYS[3] user:order:consistency:{uid} zset: entry ids not yet in the DB, scored by ts
 -- KEYS[4] user:idem:{uid}:<key>        hash: fp, id, balance, v, state ('pending' | 'done' | 'refused'), refused
 --                                      (the refusal's reply status), ts (touched only when ARGV[6] ~= '')
@@ -47,9 +47,9 @@
 --          Only client keys are counted, and a client key's refusal is always its answer (ARGV[14] '1')
 -- ARGV[17] kind R: the grant's expires_at (epoch ms) when the credit is a grant (its id is the entry id); '' for none
 -- ARGV[18] kind R with a grant: its category
--- The entry string of a granted recharge ends ';<expires_at>:<category>', of a deduct that spent grants
--- ';<grant id>:<spent>,...' (first-to-expire), and the streamed event carries them (grant_expires_at, grant_category,
--- grants_spent).
+-- The entry string of a granted recharge ends ';<expires_at>;<category>', of a deduct that spent grants
+-- ';<grant id>:<spent>,...' (first-to-expire), and the streamed event carries them (lib/entry: grant_expires_at,
+-- grant_category, grants_spent).
 -- open is '1' (open), 'BALANCE' (closed because balance <= 0) or 'ADMIN' (closed by an operator).
 -- Returns one of:
 --   {'missing'}                        no cached account: load it from the DB, then retry
@@ -79,6 +79,8 @@
 --                                      so it answers as it did, charging nothing
 --! include rebuild_hold
 --! include grants
+--! include holds
+--! include event
 local kind, amount, ts, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local fingerprint = ARGV[6]
 
@@ -86,10 +88,8 @@ local fingerprint = ARGV[6]
 -- the writer persisted it (ledger_settle keeps it as 'settled;<entry string>' past any resend)
 local applied = redis.call('GET', KEYS[2])
 if applied then
-  local f = {}
-  for part in string.gmatch(applied .. ';', '([^;]*);') do f[#f + 1] = part end
-  if f[1] == 'settled' then table.remove(f, 1) end
-  return {'ok', id, f[3], f[4], f[6], f[7], f[9] or ''}
+  local e = entry_fields(applied)
+  return {'ok', id, e.balance_after, e.version, e.epoch, e.open, entry_tail(e)}
 end
 
 if fingerprint ~= '' then
@@ -142,28 +142,17 @@ if fingerprint ~= '' and max_keys > 0 then
 end
 
 local balance, open = tonumber(h[1]), h[4]
-local grant = ''  -- the entry's grant field: what a deduct spent, or a recharge's grant
+local spent = ''  -- what a deduct spent of the account's grants
 if kind == 'D' then
   if open ~= '1' then return refuse('closed') end
-  local on_hold = tonumber(h[8]) or 0
-  if on_hold > 0 then  -- only accounts with holds pay for this
-    local expired = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', ts)
-    if #expired > 0 then
-      for _, rec in ipairs(redis.call('HMGET', KEYS[8], unpack(expired))) do
-        if rec then
-          local a, c = string.match(rec, '^(%d+);(%d+);')
-          on_hold = on_hold - (tonumber(a) - tonumber(c))
-        end
-      end
-    end
-  end
+  local on_hold = live_holds(tonumber(h[8]) or 0, KEYS[8], KEYS[9], ts)
   local has_grants = redis.call('EXISTS', KEYS[11]) == 1  -- only accounts with grants pay for them
   if has_grants then
     -- what expired grants still hold is out of reach as a live hold's money is, until their expiry entry takes it
     on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)
   end
   if balance - (tonumber(h[7]) or 0) - on_hold - amount < tonumber(h[3]) then return refuse('insufficient') end
-  if has_grants then grant = grants_spend(KEYS[10], KEYS[11], KEYS[7], ts, amount) end
+  if has_grants then spent = grants_spend(KEYS[10], KEYS[11], KEYS[7], ts, amount) end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 then open = 'BALANCE' end
 else
@@ -172,7 +161,6 @@ else
   if balance > 0 and open == 'BALANCE' then open = '1' end
   if (ARGV[17] or '') ~= '' then
     grant_add(KEYS[10], KEYS[11], id, amount, ARGV[17], ARGV[18])
-    grant = ARGV[17] .. ':' .. ARGV[18]
   end
   if ARGV[11] ~= 'stream' then  -- streamed, the event is durable in this very step
     redis.call('HSET', KEYS[7], id, ARGV[2])
@@ -182,23 +170,17 @@ end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 local balance_s, v_s = string.format('%d', balance), string.format('%d', v)
 redis.call('HSET', KEYS[1], 'ts', ts, 'open', open)
-local entry = table.concat({ARGV[2], ts, balance_s, v_s, kind, h[6], open, ARGV[10]}, ';')
-if grant ~= '' then entry = entry .. ';' .. grant end
-redis.call('SET', KEYS[2], entry, 'EX', ARGV[5])
+local entry = {amount = ARGV[2], ts = ts, balance_after = balance_s, version = v_s, kind = kind, epoch = h[6],
+  open = open, idem_key = ARGV[10], grants_spent = spent, grant_expires_at = ARGV[17], grant_category = ARGV[18]}
+redis.call('SET', KEYS[2], entry_string(entry), 'EX', ARGV[5])
 redis.call('ZADD', KEYS[3], ts, id)
 local streamed = ARGV[11] == 'stream'
 if streamed then
-  -- numbers are spliced as their decimal strings: a 63-bit id never passes through a Lua double
-  redis.call('XADD', KEYS[5], '*', 'e', '{"type":"ledger","id":' .. id .. ',"kind":"' .. kind .. '","user_id":'
-    .. ARGV[12] .. ',"amount":' .. ARGV[2] .. ',"balance_after":' .. balance_s
-    .. ',"version":' .. v_s .. ',"epoch":"' .. h[6] .. '","ts":' .. ts .. ',"open":"' .. open .. '","idem_key":'
-    .. (ARGV[10] == '' and 'null' or ('"' .. ARGV[10] .. '"'))
-    .. (grant == '' and '' or (kind == 'D' and (',"grants_spent":"' .. grant .. '"')
-      or (',"grant_expires_at":' .. ARGV[17] .. ',"grant_category":"' .. ARGV[18] .. '"'))) .. '}')
+  redis.call('XADD', KEYS[5], '*', 'e', ledger_event_json(id, ARGV[12], entry))
 end
 if fingerprint ~= '' then
   redis.call('HSET', KEYS[4], 'fp', fingerprint, 'id', id, 'balance', balance_s, 'v', v_s,
     'state', streamed and 'done' or 'pending', 'ts', ts)
   redis.call('EXPIRE', KEYS[4], ARGV[7])
 end
-return {'ok', id, balance_s, v_s, h[6], open, grant}
+return {'ok', id, balance_s, v_s, h[6], open, entry_tail(entry)}

@@ -2,8 +2,8 @@
 -- as a grant-expiry entry (kind G), recorded for the writer and the reconciler like any entry. Run by the grant-expiry
 -- queue's drainer (grants/service.py); the scripts count an expired grant for nothing before this runs (lib/grants).
 -- KEYS[1] user:balance:{uid}             hash (ledger_apply)
--- KEYS[2] user:order:{uid}:<id>          string set here: amount;ts;balanceAfter;version;G;epoch;open;;grantId;
---                                        expiresAt;category (the grant, so a take-back can restore it)
+-- KEYS[2] user:order:{uid}:<id>          string set here (lib/entry): amount;ts;balanceAfter;version;G;epoch;open;;
+--                                        grantId;expiresAt;category (the grant, so a take-back can restore it)
 -- KEYS[3] user:order:consistency:{uid}   zset: entry ids not yet in the DB, scored by ts
 -- KEYS[4] user:grants:{uid}              hash: grant id -> 'remaining;expires_at;category' (lib/grants)
 -- KEYS[5] user:grants:expiry:{uid}       zset: grant ids by expires_at
@@ -20,6 +20,7 @@
 --   {'early'}                               not due yet, or its credit is not durable yet: try again later
 --   {'ok', id, amount, balance, v, epoch, open}  ended: amount (what was left) left the balance
 --! include grants
+--! include event
 local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'open', 'mode', 'epoch')
 if not h[1] then return {'missing'} end
 if h[4] == 'SYNC' then return {'sync'} end
@@ -36,12 +37,9 @@ if balance <= 0 and open == '1' then open = 'BALANCE' end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 local balance_s, v_s = string.format('%d', balance), string.format('%d', v)
 redis.call('HSET', KEYS[1], 'ts', ARGV[3], 'open', open)
-redis.call('SET', KEYS[2], table.concat({remaining, ARGV[3], balance_s, v_s, 'G', h[5], open, '', ARGV[1], expires_at,
-  category}, ';'), 'EX', ARGV[4])
+local entry = {amount = remaining, ts = ARGV[3], balance_after = balance_s, version = v_s, kind = 'G', epoch = h[5],
+  open = open, idem_key = '', grant_id = ARGV[1], ended_expires_at = expires_at, ended_category = category}
+redis.call('SET', KEYS[2], entry_string(entry), 'EX', ARGV[4])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
-if ARGV[5] == 'stream' then  -- numbers spliced as their decimal strings: a 63-bit id never passes through a double
-  redis.call('XADD', KEYS[7], '*', 'e', '{"type":"ledger","id":' .. ARGV[2] .. ',"kind":"G","user_id":' .. ARGV[6]
-    .. ',"amount":' .. remaining .. ',"balance_after":' .. balance_s .. ',"version":' .. v_s .. ',"epoch":"' .. h[5]
-    .. '","ts":' .. ARGV[3] .. ',"open":"' .. open .. '","idem_key":null,"grant_id":' .. ARGV[1] .. '}')
-end
+if ARGV[5] == 'stream' then redis.call('XADD', KEYS[7], '*', 'e', ledger_event_json(ARGV[2], ARGV[6], entry)) end
 return {'ok', ARGV[2], remaining, balance_s, v_s, h[5], open}

@@ -21,14 +21,13 @@
 --   {'exceeds', refunded, charged}     the refund would pass what was charged: nothing changed
 --   {'limit', balance, v}              the credit would pass the largest balance: nothing changed
 --   {'ok', balance, v, epoch, open, refunded}  refunded; also when KEYS[2] exists (a resend: answered as it was)
+--! include event
 local amount, ts, refund_id, charge = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[7]
 
 local applied = redis.call('GET', KEYS[2])
 if applied then
-  local f = {}
-  for part in string.gmatch(applied .. ';', '([^;]*);') do f[#f + 1] = part end
-  if f[1] == 'settled' then table.remove(f, 1) end
-  return {'ok', f[3], f[4], f[6], f[7], f[11]}
+  local e = entry_fields(applied)
+  return {'ok', e.balance_after, e.version, e.epoch, e.open, e.refunded_after}
 end
 
 local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'open', 'mode', 'epoch')
@@ -59,13 +58,10 @@ redis.call('HSET', KEYS[4], charge, refunded_s)
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 local balance_s, v_s = string.format('%d', balance), string.format('%d', v)
 redis.call('HSET', KEYS[1], 'ts', ts, 'open', open)
-redis.call('SET', KEYS[2], table.concat({ARGV[1], ts, balance_s, v_s, 'F', h[5], open, '', charge, ARGV[8], refunded_s,
-  ARGV[12]}, ';'), 'EX', ARGV[4])
+local entry = {amount = ARGV[1], ts = ts, balance_after = balance_s, version = v_s, kind = 'F', epoch = h[5],
+  open = open, idem_key = '', refund_of = charge, refund_of_kind = ARGV[8], refunded_after = refunded_s,
+  reason = ARGV[12]}
+redis.call('SET', KEYS[2], entry_string(entry), 'EX', ARGV[4])
 redis.call('ZADD', KEYS[3], ts, refund_id)
-if streamed then
-  redis.call('XADD', KEYS[6], '*', 'e', '{"type":"ledger","id":' .. refund_id .. ',"kind":"F","user_id":' .. ARGV[6]
-    .. ',"amount":' .. ARGV[1] .. ',"balance_after":' .. balance_s .. ',"version":' .. v_s .. ',"epoch":"' .. h[5]
-    .. '","ts":' .. ts .. ',"open":"' .. open .. '","idem_key":null,"refund_of":' .. charge .. ',"refund_of_kind":"'
-    .. ARGV[8] .. '","refunded_after":' .. refunded_s .. ',"reason":' .. cjson.encode(ARGV[12]) .. '}')
-end
+if streamed then redis.call('XADD', KEYS[6], '*', 'e', ledger_event_json(refund_id, ARGV[6], entry)) end
 return {'ok', balance_s, v_s, h[5], open, refunded_s}

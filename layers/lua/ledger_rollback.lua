@@ -22,13 +22,14 @@
 --   {'gone'}                  nothing left to undo (already given back, or Redis lost it); tombstone set
 --   {'rolled_back', balance, v}  money given back; the tombstone lets the writer skip it without asking the DB
 --   {'rolled_back'}           entry removed but the account hash was lost; the DB never charged it
+--! include entry
+--! include holds
 --! include grants
 redis.call('SET', KEYS[4], 'rolledback', 'EX', ARGV[2])
 local entry = redis.call('GET', KEYS[2])
 if (not entry) or (not redis.call('ZSCORE', KEYS[3], ARGV[1])) then return {'gone'} end
-local fields = {}
-for part in string.gmatch(entry .. ';', '([^;]*);') do fields[#fields + 1] = part end
-local amount, kind = tonumber(fields[1]), fields[5]
+local e = entry_fields(entry)
+local amount, kind = tonumber(e.amount), e.kind
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.call('HGET', KEYS[5], 'id') == ARGV[1] then
@@ -52,7 +53,7 @@ local open, balance = h[2]
 if kind == 'H' or kind == 'C' or kind == 'V' or kind == 'X' then
   -- a hold's change: its record back to before it. A terminal change waited for every capture before it to be
   -- durable (hold_change's 'busy'), so nothing after it can depend on it; H is taken back before its id was answered
-  local hold_id, released = fields[9], tonumber(fields[10])
+  local hold_id, released = e.hold_id, tonumber(e.released)
   local rec = redis.call('HGET', KEYS[8], hold_id)
   local back = 0  -- what returns to on_hold
   if kind == 'H' then
@@ -60,9 +61,8 @@ if kind == 'H' or kind == 'C' or kind == 'V' or kind == 'X' then
     redis.call('ZREM', KEYS[9], hold_id)
     back = -amount
   elseif rec then
-    local r = {}
-    for part in string.gmatch(rec .. ';', '([^;]*);') do r[#r + 1] = part end
-    local terminal = fields[13] ~= 'ACTIVE'
+    local r = hold_fields(rec)
+    local terminal = e.hold_state ~= 'ACTIVE'
     if kind == 'C' then r[2] = string.format('%d', tonumber(r[2]) - amount) end
     if terminal then
       r[3] = 'ACTIVE'
@@ -71,7 +71,7 @@ if kind == 'H' or kind == 'C' or kind == 'V' or kind == 'X' then
     elseif r[3] == 'ACTIVE' then
       back = amount
     end
-    redis.call('HSET', KEYS[8], hold_id, table.concat(r, ';'))
+    redis.call('HSET', KEYS[8], hold_id, hold_string(r))
   end
   if kind == 'C' then balance = redis.call('HINCRBY', KEYS[1], 'balance', amount) else balance = tonumber(h[1]) end
   if back ~= 0 and redis.call('HINCRBY', KEYS[1], 'on_hold', back) <= 0 then redis.call('HDEL', KEYS[1], 'on_hold') end
@@ -80,15 +80,15 @@ elseif kind == 'D' or kind == 'G' then
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
   if kind == 'G' then
-    grant_add(KEYS[11], KEYS[12], fields[9], amount, fields[10], fields[11])
-  elseif (fields[9] or '') ~= '' then
-    grants_give_back(KEYS[11], fields[9])
+    grant_add(KEYS[11], KEYS[12], e.grant_id, amount, e.ended_expires_at, e.ended_category)
+  elseif (e.grants_spent or '') ~= '' then
+    grants_give_back(KEYS[11], e.grants_spent)
   end
 else  -- a credit: a recharge, or a refund (kind F: its charge's refunded total goes back down too)
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 and open == '1' then open = 'BALANCE' end
-  if kind == 'F' and redis.call('HEXISTS', KEYS[10], fields[9]) == 1 then redis.call('HINCRBY', KEYS[10], fields[9], -amount) end
-  if kind == 'R' and (fields[9] or '') ~= '' then grant_remove(KEYS[11], KEYS[12], ARGV[1]) end
+  if kind == 'F' and redis.call('HEXISTS', KEYS[10], e.refund_of) == 1 then redis.call('HINCRBY', KEYS[10], e.refund_of, -amount) end
+  if kind == 'R' and (e.grant_expires_at or '') ~= '' then grant_remove(KEYS[11], KEYS[12], ARGV[1]) end
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'open', open)

@@ -18,6 +18,7 @@
 -- entry string is kept, marked settled (no reader counts it as pending), so ledger_apply answers the resend
 -- instead of charging twice (TigerBeetle keeps each client's last reply to answer its resends). The TTL is
 -- many times the horizon; only a Redis stalled longer than that with the resend in its input buffer escapes it.
+--! include entry
 local SETTLED_TTL_S = 300
 local removed = 0
 if #KEYS > 4 then
@@ -45,11 +46,10 @@ for i = 5, #KEYS do
   local entry = redis.call('GET', KEYS[i])
   if entry and string.sub(entry, 1, 8) ~= 'settled;' then
     redis.call('SET', KEYS[i], 'settled;' .. entry, 'EX', SETTLED_TTL_S)
-    -- kind;...;holdId at fields 5 and 9, the state after at 13: a hold's last entry in the DB ends its record here
-    local f = {}
-    for part in string.gmatch(entry .. ';', '([^;]*);') do f[#f + 1] = part end
-    if f[9] and f[9] ~= '' and (f[13] == 'CAPTURED' or f[13] == 'VOIDED' or f[13] == 'EXPIRED') then
-      redis.call('HDEL', KEYS[4], f[9], f[9] .. ':inflight')
+    -- a hold's last entry in the DB ends its record here
+    local e = entry_fields(entry)
+    if e.hold_id and (e.hold_state == 'CAPTURED' or e.hold_state == 'VOIDED' or e.hold_state == 'EXPIRED') then
+      redis.call('HDEL', KEYS[4], e.hold_id, e.hold_id .. ':inflight')
     end
   end
 end

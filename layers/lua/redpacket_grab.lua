@@ -19,6 +19,7 @@
 --   {'already', item_id, amount}     this user grabbed from this packet before
 --   {'empty'}                        nothing left
 --   {'ok', item_id, amount}          grabbed (also the answer to a resent call of the same grab)
+--! include event
 local p = redis.call('HMGET', KEYS[1], 'state', 'expires_at', 'hold_until', 'hold_log')
 if not p[1] then return {'missing'} end
 local seen = redis.call('HGET', KEYS[3], ARGV[2])
@@ -43,7 +44,6 @@ local item_id, amount = string.sub(item, 1, sep - 1), string.sub(item, sep + 1)
 redis.call('HSET', KEYS[3], ARGV[2], item .. ';' .. ARGV[3] .. ';' .. ARGV[4])
 redis.call('HSET', KEYS[4], item_id, ARGV[2] .. ';' .. amount .. ';' .. ARGV[3] .. ';' .. ARGV[4])
 if ARGV[5] == 'stream' then
-  redis.call('XADD', KEYS[5], '*', 'e', '{"type":"redpacket_claim","packet_id":' .. ARGV[1] .. ',"item_id":' .. item_id
-    .. ',"user_id":' .. ARGV[2] .. ',"amount":' .. amount .. ',"ts":' .. ARGV[3] .. ',"grab_id":' .. ARGV[4] .. '}')
+  redis.call('XADD', KEYS[5], '*', 'e', redpacket_claim_json(ARGV[1], item_id, ARGV[2], amount, ARGV[3], ARGV[4]))
 end
 return {'ok', item_id, amount}

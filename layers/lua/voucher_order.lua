@@ -27,6 +27,7 @@
 --                            persisted (nothing taken twice; bucket: where its unit came from)
 --   {'away', seq, b1, b2..}  the buyer's slot seq is reserved here (also for a resent call): take the unit from the
 --                            first of buckets b1, b2.. (not seen empty) that has one
+--! include event
 local pending = redis.call('HGET', KEYS[3], ARGV[3])
 if pending then
   local f = {}
@@ -78,8 +79,6 @@ end
 local stock = redis.call('HINCRBY', KEYS[1], 'stock', -1)
 redis.call('HSET', KEYS[3], ARGV[3], ARGV[2] .. ';' .. seq .. ';' .. ARGV[4] .. ';' .. v[5] .. ';' .. ARGV[6])
 if ARGV[5] == 'stream' then
-  redis.call('XADD', KEYS[4], '*', 'e', '{"type":"voucher_order","id":' .. ARGV[3] .. ',"voucher_id":' .. ARGV[1]
-    .. ',"user_id":' .. ARGV[2] .. ',"seq":' .. seq .. ',"ts":' .. ARGV[4] .. ',"epoch":"' .. v[5] .. '","bucket":'
-    .. ARGV[6] .. ',"home":' .. ARGV[6] .. '}')
+  redis.call('XADD', KEYS[4], '*', 'e', voucher_order_json(ARGV[3], ARGV[1], ARGV[2], seq, ARGV[4], v[5], ARGV[6], ARGV[6]))
 end
 return {'ok', seq, v[5], stock, ARGV[6]}

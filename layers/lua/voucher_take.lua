@@ -12,6 +12,7 @@
 --   {'recovering', until}    {'held', until}   as voucher_order (this bucket was rebuilt and waits)
 --   {'sold_out'}             stock <= 0 here
 --   {'ok', epoch}            taken here; also the answer to a resent call whose order is pending or persisted
+--! include event
 local pending = redis.call('HGET', KEYS[3], ARGV[3])
 if pending then return {'ok', string.match(pending, '^[^;]*;[^;]*;[^;]*;([^;]*)')} end
 local settled = redis.call('HGET', KEYS[2], ARGV[2] .. ':settled')
@@ -31,8 +32,6 @@ if tonumber(v[1]) <= 0 then return {'sold_out'} end
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
 redis.call('HSET', KEYS[3], ARGV[3], ARGV[2] .. ';' .. ARGV[6] .. ';' .. ARGV[4] .. ';' .. v[2] .. ';' .. ARGV[7])
 if ARGV[5] == 'stream' then
-  redis.call('XADD', KEYS[4], '*', 'e', '{"type":"voucher_order","id":' .. ARGV[3] .. ',"voucher_id":' .. ARGV[1]
-    .. ',"user_id":' .. ARGV[2] .. ',"seq":' .. ARGV[6] .. ',"ts":' .. ARGV[4] .. ',"epoch":"' .. v[2] .. '","bucket":'
-    .. ARGV[8] .. ',"home":' .. ARGV[7] .. '}')
+  redis.call('XADD', KEYS[4], '*', 'e', voucher_order_json(ARGV[3], ARGV[1], ARGV[2], ARGV[6], ARGV[4], v[2], ARGV[8], ARGV[7]))
 end
 return {'ok', v[2]}

@@ -39,9 +39,9 @@ def _cache_small_accounts_as_the_db_holds_them(last_id: int = 10) -> None:
     the suite's DB, which is a Redis loss to the service: an account it rebuilds holds charges under new keys (503
     RECOVERING) until its log hold lifts. The fuzzer is about a request's content, so these accounts are cached as a
     service whose Redis kept them would have them."""
-    from hotledger import runtime
+    from hotledger.ledger import feature as ledger_feature
 
-    ledger = runtime.ledger()
+    ledger = ledger_feature.ledger()
     for user_id in range(1, last_id + 1):
         if ledger.store.user_exists(user_id):
             ledger.store.drop_cache(user_id)

@@ -78,24 +78,37 @@ def _one_invocation_per_thread() -> None:
 
 
 class Api:
-    """Calls the API function's handler with API Gateway REST proxy events, as the caller given: by default the
+    """Calls the API function's handler with API Gateway events of a front door (REST proxy events by default,
+    front_door="http": HTTP API payload v2 events behind its JWT authorizer), as the caller given: by default the
     trusted backend; Api(user_id=7, scopes=()) an end user; Api(anonymous=True) no authorizer context at all."""
 
-    def __init__(self, user_id: int | None = None, scopes: tuple[str, ...] = TRUSTED_SCOPES, anonymous: bool = False):
+    def __init__(
+        self,
+        user_id: int | None = None,
+        scopes: tuple[str, ...] = TRUSTED_SCOPES,
+        anonymous: bool = False,
+        front_door: str = "rest",
+    ):
         from api.app import handler
 
         _one_invocation_per_thread()
         self.handler = handler
-        self.user_id, self.scopes, self.anonymous = user_id, scopes, anonymous
+        self.user_id, self.scopes, self.anonymous, self.front_door = user_id, scopes, anonymous, front_door
+
+    def event(self, method: str, path: str, text: str | None, headers: dict | None = None, query: str = "") -> dict:
+        """The event API Gateway gives the function for this request of this caller, by front door."""
+        if self.front_door == "http":
+            from infra import dev_issuer
+
+            claims = None if self.anonymous else dev_issuer.jwt_authorizer_context(self.user_id, self.scopes)
+            return events.api_gateway_http(method, path, text, headers, query, jwt=claims)
+        caller = None if self.anonymous else caller_context(self.user_id, self.scopes)
+        return events.api_gateway_proxy(method, path, text, headers, query, authorizer=caller)
 
     def __call__(self, method: str, path: str, body=None, headers: dict | None = None, raw: str | None = None):
         text = raw if raw is not None else (json.dumps(body) if body is not None else None)
         path, _, query = path.partition("?")
-        caller = None if self.anonymous else caller_context(self.user_id, self.scopes)
-        response = self.handler(
-            events.api_gateway_proxy(method, path, text, headers, query, authorizer=caller),
-            events.LambdaContext("ApiFunction"),
-        )
+        response = self.handler(self.event(method, path, text, headers, query), events.LambdaContext("ApiFunction"))
         return response["statusCode"], events.json_body(response) if response["body"].startswith(
             ("{", "[")
         ) else response["body"]

@@ -61,9 +61,10 @@ def lift_rebuild_hold(redis_client, hash_key: str, log_too: bool = True) -> None
 def rebuilt_after_the_writer_caught_up(redis_client, user_id: int) -> None:
     """The account Redis lost is rebuilt, and its hold over new keys and its holds' changes lifted, as it is once the
     writer applied the log as it was at the loss (the tests' writer is fed by hand: no watermark to read)."""
-    from hotledger import keys, runtime
+    from hotledger import keys
+    from hotledger.ledger import feature as ledger_feature
 
-    runtime.ledger().load_cache(user_id)
+    ledger_feature.ledger().load_cache(user_id)
     lift_rebuild_hold(redis_client, keys.balance(user_id))
 
 

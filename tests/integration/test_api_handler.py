@@ -245,7 +245,7 @@ def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, 
     rollback: the answer is 503 OUTCOME_UNKNOWN with the entry id, never "nothing charged". Once Redis
     resumes, the order lookup, Redis and the DB agree after the reconciler, whichever way it went."""
     from hotledger.dal.publisher import NotAcknowledged
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     user_id = api.account(balance="10.00")
     store = ledger().store
@@ -293,7 +293,7 @@ def test_a_charge_with_an_unknown_outcome_says_so_and_settles_consistently(api, 
 def test_a_retry_after_the_first_request_died_republishes_its_charge(api, monkeypatch):
     """The first request charged, then its process died before the broker answered. A retry with the same
     Idempotency-Key, once the record is stale, answers the first outcome and publishes the entry again."""
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     durability, store = ledger().durability, ledger().store
     user_id = api.account(balance="10.00")

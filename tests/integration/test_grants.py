@@ -163,14 +163,12 @@ def test_the_reconciler_ends_an_expired_grant_whose_delay_element_was_lost(api, 
 
 
 def test_a_grant_spent_whole_ends_without_an_entry_and_one_not_due_waits(api, redis_client, sql):
-    from hotledger import runtime
-
     user_id = api.account(balance="10.00")
     spent, _ = _grant(api, user_id, "2.00", 1_000)
     later, _ = _grant(api, user_id, "2.00", 3_600_000)
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})
     assert status == 200, body
-    assert runtime.grants().expire(user_id, int(later)) is False  # not due: the drainer offers it again later
+    assert runtime_grants().expire(user_id, int(later)) is False  # not due: the drainer offers it again later
     time.sleep(1.05)
     _drain()
     _persist(redis_client, user_id)
@@ -196,7 +194,7 @@ def test_an_expiry_finding_the_account_gone_from_redis_loads_it_and_ends_the_gra
 
 def test_a_failed_publish_takes_back_a_grant_its_spends_and_its_expiry(api, redis_client, sql, monkeypatch):
     from hotledger.dal.publisher import NotAcknowledged
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     def broker_down(key_, event):
         raise NotAcknowledged("no acknowledgement in time")
@@ -234,7 +232,7 @@ def test_a_failed_publish_takes_back_a_grant_its_spends_and_its_expiry(api, redi
 
 
 def runtime_grants():
-    from hotledger.runtime import grants
+    from hotledger.grants.feature import grants
 
     return grants()
 
@@ -272,7 +270,7 @@ def test_an_expired_grant_is_not_held_either(api, deduct_type):
 
 
 def test_a_grants_expiry_is_a_grant_expired_webhook_event(api, redis_client, local_hooks):
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     receiver = local_hooks()
     status, endpoint = api(

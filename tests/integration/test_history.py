@@ -204,3 +204,28 @@ def test_an_entry_booked_between_the_pending_read_and_the_page_read_is_listed_on
     monkeypatch.setattr(HistoryStore, "page", booked_meanwhile)
     ids = [e["entry_id"] for e in _entries(api, user_id)["entries"]]
     assert len(ids) == len(set(ids)) == 2, ids
+
+
+def test_the_balance_before_an_opening_entry_is_refused_not_zero(api, sql):
+    """Hole 6's last read: an account that held money before the ledger existed starts it with one opening entry
+    (migration 019). Before that entry the ledger knows nothing: `balance?at=` and a statement reaching back there
+    answer 422 BEFORE_LEDGER naming where the ledger starts, never a balance of 0."""
+    user_id = api.account()
+    opened_at = int(time.time() * 1000) - 60_000
+    sql(
+        "INSERT INTO t_entry (user_id, seq, entry_id, type, amount, delta, balance_after, available_after, booked_at,"
+        " charged_at) VALUES (%s, 1, %s, 'opening', 5000, 5000, 5000, 5000, %s, %s)",
+        (user_id, -user_id, opened_at, opened_at),
+    )
+    sql("UPDATE t_account SET balance = 5000, seq = 1, booked_at = %s WHERE user_id = %s", (opened_at, user_id))
+
+    status, body = api("GET", f"/accounts/{user_id}/balance?at={opened_at}")
+    assert (status, body) == (200, {"balance": "50.00", "available": "50.00", "seq": 1, "at": opened_at})
+    status, body = api("GET", f"/accounts/{user_id}/balance?at={opened_at - 1}")
+    assert status == 422 and body["error"]["code"] == "BEFORE_LEDGER" and str(opened_at) in body["error"]["message"], (
+        body
+    )
+    status, body = api("GET", f"/accounts/{user_id}/statement?since={opened_at - 10}&until={opened_at + 1}")
+    assert status == 422 and body["error"]["code"] == "BEFORE_LEDGER", body
+    status, body = api("GET", f"/accounts/{user_id}/statement?since={opened_at + 1}&until={opened_at + 2}")
+    assert status == 200 and body["opening_balance"] == body["closing_balance"] == "50.00", body

@@ -217,7 +217,7 @@ def _minor(text):
 
 def test_a_key_answers_its_first_answer_and_a_failed_publish_takes_the_hold_back(api, redis_client, sql, monkeypatch):
     from hotledger.dal.publisher import NotAcknowledged
-    from hotledger.runtime import holds
+    from hotledger.holds.feature import holds
 
     user_id = api.account(balance="10.00")
     key = {"Idempotency-Key": "auth-1"}
@@ -345,7 +345,7 @@ def test_unknown_holds_and_other_users(api):
 
 def test_the_scripts_other_answers(api, redis_client, monkeypatch, own_topic):
     """A closed account, a backlog, a hold not due, an account Redis lost before a capture, a SYNC account."""
-    from hotledger.runtime import holds
+    from hotledger.holds.feature import holds
 
     user_id = api.account(balance="5.00")
     hold_id = int(_hold(api, user_id, "1.00")["hold_id"])
@@ -405,7 +405,7 @@ def test_a_hold_ends_only_once_its_captures_are_durable(api, redis_client, sql, 
     """A capture's answer waits for the broker; what follows the ack (ledger_post) ends its inflight count. Until then
     (here: the post after the ack did not happen) a void answers HOLD_BUSY and changes nothing; the writer's settle of
     the capture ends the count, and the void goes through."""
-    from hotledger.runtime import holds
+    from hotledger.holds.feature import holds
 
     user_id = api.account(balance="20.00")
     hold_id = _hold(api, user_id, "10.00")["hold_id"]
@@ -502,7 +502,7 @@ def test_the_db_never_books_a_hold_captured_beyond_its_amount(api, redis_client,
 def test_a_hold_is_not_changed_before_its_authorize_is_durable(api, redis_client, monkeypatch):
     """Issue 31, hole 2 (c): a capture of a hold whose authorize was then taken back (its publish failed) was booked
     against a hold that never existed. Until the authorize is durable, the hold's changes answer HOLD_BUSY."""
-    from hotledger.runtime import holds
+    from hotledger.holds.feature import holds
 
     user_id = api.account(balance="30.00")
     with monkeypatch.context() as unacknowledged:  # the authorize's event is not durable yet: nothing releases it

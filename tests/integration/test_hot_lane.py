@@ -7,7 +7,6 @@ import json
 import pytest
 
 from helpers import Api
-from infra.dev_issuer import caller_context
 from infra.localrt import events
 
 MISSING = 2**31 - 1
@@ -41,10 +40,8 @@ def _answers(api, user_id: int, calls, lane_counts=None) -> list:
     for method, tail, body, headers, raw in calls:
         before = lane_counts["answered"] if lane_counts else 0
         text = raw if raw is not None else (json.dumps(body) if body is not None else None)
-        caller = None if api.anonymous else caller_context(api.user_id, api.scopes)
         response = api.handler(
-            events.api_gateway_proxy(method, f"/accounts/{user_id}/{tail}", text, headers, authorizer=caller),
-            events.LambdaContext("ApiFunction"),
+            api.event(method, f"/accounts/{user_id}/{tail}", text, headers), events.LambdaContext("ApiFunction")
         )
         answer = {**response, "body": _without_ids(json.loads(response["body"]))}
         found.append((response["statusCode"], answer, lane_counts["answered"] > before if lane_counts else None))
@@ -57,21 +54,33 @@ def _without_ids(node):
     return node
 
 
+@pytest.fixture(params=["rest", "http"])
+def front_door(request):
+    return request.param
+
+
 @pytest.fixture
-def lane_counts(monkeypatch):
-    """How many requests the lane answered; `off()` switches it off."""
+def api(api, front_door):
+    """The handler driven with the events of each front door (REST payload v1, HTTP API payload v2)."""
+    return Api(front_door=front_door)
+
+
+@pytest.fixture
+def lane_counts(monkeypatch, front_door):
+    """How many requests the front door's lane answered; `off()` switches it off."""
     from api import app
 
+    lane = app._http_lane if front_door == "http" else app._rest_lane
     counts = {"answered": 0}
-    answer = app._hot_lane.answer
+    answer = lane.answer
 
     def counted(event, context):
         response = answer(event, context)
         counts["answered"] += response is not None
         return response
 
-    monkeypatch.setattr(app._hot_lane, "answer", counted)
-    counts["off"] = lambda: monkeypatch.setattr(app._hot_lane, "answer", lambda event, context: None)
+    monkeypatch.setattr(lane, "answer", counted)
+    counts["off"] = lambda: monkeypatch.setattr(lane, "answer", lambda event, context: None)
     return counts
 
 
@@ -90,7 +99,7 @@ def test_the_lane_answers_as_the_resolver_does(api, lane_counts):
 
 def test_the_lane_leaves_refused_callers_and_missing_accounts_as_the_resolver_answers_them(api, lane_counts):
     calls = [("POST", "deduct", {"amount": "1.00"}, None, None)]
-    anonymous, end_user = Api(anonymous=True), Api(user_id=7, scopes=())
+    anonymous, end_user = Api(anonymous=True, front_door=api.front_door), Api(7, (), front_door=api.front_door)
     lane_answers = [_answers(caller, MISSING, calls, lane_counts)[0] for caller in (api, anonymous, end_user)]
     lane_counts["off"]()
     assert [_answers(caller, MISSING, calls)[0][:2] for caller in (api, anonymous, end_user)] == [

@@ -21,6 +21,7 @@ from helpers import (
 )
 from hotledger import keys, runtime
 from hotledger.dal.publisher import NotAcknowledged
+from hotledger.ledger import feature as ledger_feature
 from hotledger.ledger.rows import MAX_BALANCE
 
 
@@ -35,7 +36,7 @@ def forget_account(redis_client, user_id: int) -> None:
 def reload_from_the_db(redis_client, user_id: int) -> None:
     """The test changed the account in the DB: the cache takes it from there (no loss, so no rebuild hold)."""
     redis_client.delete(keys.balance(user_id))
-    runtime.ledger().load_cache(user_id, after_loss=False)
+    ledger_feature.ledger().load_cache(user_id, after_loss=False)
 
 
 def persist(redis_client, user_id: int) -> None:
@@ -118,7 +119,7 @@ def test_a_payment_order_refused_for_its_balance_is_paid_after_a_top_up(api):
 
 def test_a_publish_failure_is_not_the_keys_answer(api, monkeypatch):
     """PUBLISH_FAILED changed nothing: the same key may try again, and then charges once."""
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     user_id = api.account(balance="10.00")
     headers = {"Idempotency-Key": "retry-after-503"}
@@ -389,7 +390,7 @@ def test_a_reload_while_a_credit_is_on_its_way_keeps_it_held(api, redis_client, 
 
     user_id = api.account(balance="10.00")
     with monkeypatch.context() as unacknowledged:  # the recharge's event is not durable yet: nothing releases it
-        unacknowledged.setattr(runtime.ledger().store, "post", lambda user_id_, entry_id: False)
+        unacknowledged.setattr(ledger_feature.ledger().store, "post", lambda user_id_, entry_id: False)
         assert api("POST", f"/accounts/{user_id}/recharge", {"amount": "50.00"})[0] == 200
     assert api("GET", f"/accounts/{user_id}")[1]["held_credits"] == "50.00"
 
@@ -442,7 +443,7 @@ def test_an_order_rolled_back_in_the_db_but_not_given_back_in_redis_reads_rolled
     from hotledger.dal.redis_store import RedisUnavailable
 
     user_id = api.account(balance="10.00")
-    ledger = runtime.ledger()
+    ledger = ledger_feature.ledger()
 
     def broker_down(key, value):
         raise NotAcknowledged("no acknowledgement in time")

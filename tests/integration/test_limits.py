@@ -11,7 +11,8 @@ import pytest
 from helpers import invoke_writer, ledger_records
 from hotledger import keys
 from hotledger.ledger.entry import stored_key
-from hotledger.runtime import delay_queue, idempotency, ledger_store
+from hotledger.ledger.feature import ledger_store
+from hotledger.runtime import delay_queue, idempotency
 
 
 def test_a_full_delay_queue_refuses_new_elements_and_still_moves_queued_ones(api, monkeypatch):
@@ -151,7 +152,7 @@ def test_deduct_and_recharge_keys_past_the_quota_get_too_many_keys_and_their_key
 
 def test_a_deduct_key_given_back_by_a_failed_publish_gives_its_count_back(api, monkeypatch):
     from hotledger.dal.publisher import NotAcknowledged
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     def broker_down(key, value):
         raise NotAcknowledged("no acknowledgement in time")

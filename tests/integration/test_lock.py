@@ -181,7 +181,8 @@ _PAUSED_OWNER = """
 import sys, time
 from pathlib import Path
 from hotledger import errors, keys
-from hotledger.runtime import ledger, lock
+from hotledger.ledger.feature import ledger
+from hotledger.runtime import lock
 user_id, out = int(sys.argv[1]), Path(sys.argv[2])
 holding = lock().acquire(keys.account_lock(user_id))
 out.with_suffix(".held").write_text(str(holding.fence))
@@ -300,7 +301,7 @@ def test_a_fence_handed_out_again_after_a_failover_is_refused_by_the_db_and_the_
     """A promoted replica that missed the last acquisition (the lock hash and the counter's last INCR) handed the same
     fence to the next owner, and the DB (t_account.fence) accepted an equal fence from another holder: both wrote."""
     from hotledger import errors, keys
-    from hotledger.runtime import ledger_store
+    from hotledger.ledger.feature import ledger_store
 
     user = api.account(balance="10.00", deduct_type="SYNC")
     name = keys.account_lock(user)

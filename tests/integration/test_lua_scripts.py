@@ -434,13 +434,14 @@ def test_a_settled_entry_is_not_pending_for_the_readers(lua, redis_client, uid):
     """The evidence ledger_settle leaves is no pending entry: the order lookup, the pending list and the
     reconciler's reads see it as gone from Redis (in the DB)."""
     from hotledger.config import settings
+    from hotledger.features import tell_booked
     from hotledger.ledger.store import LedgerStore, pending_entries
 
     _load(lua, uid, balance=10_000)
     _apply(lua, uid, "D", 1000, 1)
     _apply(lua, uid, "D", 1000, 2)
     _settle(lua, uid, 1)
-    store = LedgerStore(lua, settings())
+    store = LedgerStore(lua, settings(), tell_booked)
     assert store.entry(uid, 1) is None and store.entry(uid, 2).amount == 1000
     assert [e.entry_id for e in pending_entries(redis_client, uid)] == [2]
     found, lost = store.entries(uid, [1, 2])

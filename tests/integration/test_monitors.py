@@ -75,7 +75,7 @@ def test_a_crossing_is_a_webhook_event_with_the_entrys_seq(api, redis_client, sq
     from standardwebhooks import Webhook
 
     from helpers import Receiver
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     monkeypatch.setattr(webhooks(), "allow_local", True)
     receiver = Receiver()

@@ -10,7 +10,8 @@ import uuid
 import pytest
 
 from hotledger import keys
-from hotledger.runtime import delay_queue, inbox, journeys
+from hotledger.notices.feature import inbox, journeys
+from hotledger.runtime import delay_queue
 from infra.localrt import events
 
 
@@ -206,7 +207,7 @@ def drain_reminders():
 
 
 def test_order_close_reminder_fires_once_for_open_orders_only(api, monkeypatch):
-    from hotledger.runtime import payment_orders
+    from hotledger.notices.feature import payment_orders
 
     monkeypatch.setattr(payment_orders(), "reminder_before_close_ms", 3_600_000)  # remind an hour before close
     user = api.account(balance="50.00")
@@ -235,7 +236,7 @@ def test_order_close_reminder_fires_once_for_open_orders_only(api, monkeypatch):
 def test_reminders_redis_lost_are_offered_again_and_fire_once(api, redis_client, monkeypatch):
     from helpers import reconcile_totals
     from hotledger import keys
-    from hotledger.runtime import payment_orders
+    from hotledger.notices.feature import payment_orders
 
     monkeypatch.setattr(payment_orders(), "reminder_before_close_ms", 3_600_000)
     reminded, later, due_now = api.account(), api.account(), api.account()

@@ -94,7 +94,7 @@ def test_a_rejection_is_counted_by_its_code(api, output):
 
 def test_a_publish_failure_is_counted(api, output, monkeypatch):
     from hotledger.dal.publisher import NotAcknowledged
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     def broker_down(key: str, value: bytes) -> None:
         raise NotAcknowledged("no acknowledgement in time")

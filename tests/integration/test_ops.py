@@ -12,6 +12,7 @@ from helpers import Api, broker_records, invoke_writer, ledger_records, reconcil
 from hotledger import runtime
 from hotledger.dal.event_keys import EventKeys
 from hotledger.dal.topics import dead_letter_topic
+from hotledger.webhooks import feature as webhooks_feature
 from infra.event_keys import new_keyring
 
 OPERATOR = Api(scopes=("admin",))
@@ -179,7 +180,7 @@ def test_each_reconciler_part_shows_its_cursor_and_last_run(api):
 
 
 def test_a_dead_lettered_webhook_is_sent_again_once_and_its_endpoint_unflagged(api, local_hooks, monkeypatch):
-    hooks = runtime.webhooks()
+    hooks = webhooks_feature.webhooks()
     receiver = local_hooks(500)
     status, endpoint = api("POST", "/webhook-endpoints", {"url": receiver.url, "event_types": ["charge.persisted"]})
     assert status == 201, endpoint

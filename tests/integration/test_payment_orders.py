@@ -11,7 +11,8 @@ import time
 import pytest
 
 from hotledger import errors, keys
-from hotledger.runtime import ledger, payment_orders
+from hotledger.ledger.feature import ledger
+from hotledger.notices.feature import payment_orders
 from infra.localrt import events
 
 
@@ -274,7 +275,8 @@ def test_one_bad_element_does_not_hold_up_the_reminder_batch(api, sql, monkeypat
     gone, fine = api.account(), api.account()
     gone_order, fine_order = order(api, gone), order(api, fine)
     sql("DELETE FROM t_user WHERE id = %s", (gone,))  # the inbox answers ACCOUNT_NOT_FOUND for it
-    from hotledger.runtime import inbox, ledger_store
+    from hotledger.ledger.feature import ledger_store
+    from hotledger.notices.feature import inbox
 
     ledger_store().drop_cache(gone)
     drain()

@@ -16,7 +16,8 @@ import pytest
 from helpers import invoke_writer, ledger_records, reconcile
 from hotledger import keys
 from hotledger.dal.idempotency import quota_key
-from hotledger.runtime import idempotency, ledger_store, reconciler
+from hotledger.ledger.feature import ledger_store
+from hotledger.runtime import idempotency, reconciler
 
 
 def _key() -> dict:
@@ -47,7 +48,7 @@ def test_a_route_key_abandoned_by_a_refusal_that_is_not_its_answer_gives_its_quo
 def test_a_route_key_abandoned_by_a_503_gives_its_quota_back(api, redis_client, monkeypatch):
     """The same for a 503 that changed nothing: the DB was unavailable when the payment order was to be written."""
     from hotledger.dal.db import DatabaseUnavailable
-    from hotledger.runtime import payment_orders
+    from hotledger.notices.feature import payment_orders
 
     user = api.account(balance="10.00")
     monkeypatch.setattr(idempotency(), "max_keys", 1)

@@ -50,8 +50,8 @@ def test_a_voucher_redis_lost_sells_nothing_until_the_orders_acknowledged_before
 def test_an_expired_packet_redis_lost_refunds_nothing_until_the_claims_acknowledged_before_the_loss_are_in_the_db(
     api, sql, redis_client, own_topic
 ):
+    from hotledger.redpackets.feature import redpackets
     from hotledger.redpackets.service import Expiry
-    from hotledger.runtime import redpackets
 
     sender, first = api.account(balance="10.00"), api.account()
     status, body = api("POST", "/redpackets", {"sender_id": sender, "total": "2.00", "count": 2, "expires_in_s": 1})
@@ -82,7 +82,7 @@ def test_a_log_hold_checked_while_a_second_loss_rebuilt_the_voucher_again_is_not
     """The caller that finds the writer caught up lifts the hold by compare-and-set (outbox_hold_swap): a second
     loss and rebuild between its read of the hold and its lift started a hold of its own, for changes of its own
     still in the log, which that lift must leave in place (the sale stays RECOVERING)."""
-    from hotledger.runtime import vouchers
+    from hotledger.vouchers.feature import vouchers
 
     voucher_id = voucher(api, stock=2)
     assert _order(api, voucher_id, next(_buyers))[0] == (200, None)

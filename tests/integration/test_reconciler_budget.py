@@ -4,8 +4,10 @@ continues the next run where it stopped, and a part that raises does not stop th
 import pytest
 
 from helpers import reconcile as run_reconciler
-from hotledger import runtime
-from hotledger.runtime import ledger_reconcile, reconciler, voucher_reconciler
+from hotledger.ledger.feature import ledger_reconcile
+from hotledger.notices import feature as notices_feature
+from hotledger.runtime import reconciler
+from hotledger.vouchers.feature import voucher_reconciler
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ def test_a_part_that_raises_does_not_stop_the_others(api, sql, monkeypatch, reco
     monkeypatch.setattr(voucher_reconciler(), "run", broken)
     ran = []
     for name in ("scan", "close_overdue"):
-        part = runtime.journeys() if name == "scan" else runtime.payment_orders()
+        part = notices_feature.journeys() if name == "scan" else notices_feature.payment_orders()
         real = getattr(part, name)
         monkeypatch.setattr(part, name, lambda *a, real=real, name=name, **k: (ran.append(name), real(*a, **k))[1])
     monkeypatch.setattr(ledger_reconcile(), "run", broken)

@@ -6,7 +6,8 @@ import threading
 import pytest
 
 from helpers import invoke_writer, ledger_records, reconcile_totals
-from hotledger import keys, runtime
+from hotledger import keys
+from hotledger.ledger import feature as ledger_feature
 from hotledger.ledger.store import pending_entries
 
 
@@ -37,7 +38,7 @@ def test_drift_on_a_hot_account_is_repaired_in_one_run(api, sql, redis_client, r
     # a failover lost writes: the cache holds 7.00 too much and the writer flagged it
     redis_client.hincrby(keys.balance(user_id), "balance", 700)
     redis_client.hset(keys.balance(user_id), "dirty", "1")
-    ledger, stop, charged = runtime.ledger(), threading.Event(), []
+    ledger, stop, charged = ledger_feature.ledger(), threading.Event(), []
 
     def charge():  # a hot account: recharges back to back (their events stay pending: no writer runs)
         while not stop.is_set():

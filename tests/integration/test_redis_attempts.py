@@ -101,7 +101,7 @@ def through_proxy(monkeypatch, store, lua: Lua) -> None:
 @pytest.mark.single_redis  # the proxy stands in front of one Redis (a cluster client goes to the nodes it is told of)
 def test_a_deduct_that_ran_before_its_resends_were_refused_is_outcome_unknown(api, settings, proxy, monkeypatch):
     """Before the fix: 503 SERVICE_UNAVAILABLE ("nothing was changed") while Redis had charged 4.00."""
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     user_id = api.account(balance="10.00")
     lua = proxied_lua(settings, proxy)
@@ -123,7 +123,7 @@ def test_a_deduct_that_ran_before_its_resends_were_refused_is_outcome_unknown(ap
 @pytest.mark.single_redis
 def test_a_voucher_order_that_ran_before_its_resends_were_refused_is_outcome_unknown(api, settings, proxy, monkeypatch):
     """Before the fix: 503 SERVICE_UNAVAILABLE while Redis had taken the unit."""
-    from hotledger.runtime import vouchers
+    from hotledger.vouchers.feature import vouchers
 
     status, body = api(
         "POST", "/vouchers", {"title": "10 off", "stock": 5, "begin_at": NOW_MS - 1000, "end_at": NOW_MS + 3_600_000}
@@ -151,7 +151,7 @@ def test_a_resend_refused_without_any_attempt_reaching_redis_still_says_nothing_
 ):
     """The other side of the decision: when no attempt could have reached Redis, nothing changed (503
     SERVICE_UNAVAILABLE, retryable) and the balance is untouched."""
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     user_id = api.account(balance="10.00")
     lua = proxied_lua(settings, proxy)

@@ -12,8 +12,8 @@ from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.money import format_minor
+from hotledger.redpackets.feature import redpackets
 from hotledger.redpackets.split import split
-from hotledger.runtime import redpackets
 from infra.localrt import events
 
 

@@ -82,7 +82,7 @@ def test_refunds_racing_up_to_the_charge_never_pass_it(api, redis_client, sql):
 
 def test_a_key_refunds_once_and_a_failed_publish_refunds_nothing(api, redis_client, monkeypatch):
     from hotledger.dal.publisher import NotAcknowledged
-    from hotledger.runtime import refunds
+    from hotledger.refunds.feature import refunds
 
     user_id = api.account(balance="20.00")
     order_id = _booked_deduct(api, redis_client, user_id, "5.00")
@@ -165,7 +165,7 @@ def test_refunds_of_a_sync_account_are_decided_and_booked_in_the_db(api, sql):
 
 @pytest.mark.parametrize("charged", ["1.00"])
 def test_a_refund_over_the_balance_limit_is_refused(api, redis_client, charged, monkeypatch):
-    from hotledger.runtime import refunds
+    from hotledger.refunds.feature import refunds
 
     user_id = api.account(balance="5.00")
     order_id = _booked_deduct(api, redis_client, user_id, charged)

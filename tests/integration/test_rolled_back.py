@@ -40,7 +40,7 @@ def _unacknowledged(monkeypatch, service):
 @pytest.fixture
 def arrived_unacknowledged(monkeypatch):
     """For ledger charges: see _unacknowledged."""
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     return _unacknowledged(monkeypatch, ledger)
 
@@ -142,7 +142,7 @@ def redis_cannot_give_back(monkeypatch):
     """The broker is down and, once the DB recorded the rollback, Redis cannot run the give-back: the API
     answers OUTCOME_UNKNOWN with the charge still pending in Redis."""
     from hotledger.dal.redis_store import RedisUnavailable
-    from hotledger.runtime import ledger
+    from hotledger.ledger.feature import ledger
 
     def broker_down(key, value):
         raise NotAcknowledged("no acknowledgement in time")
@@ -179,7 +179,7 @@ def test_a_key_retry_after_the_db_rolled_back_its_charge_charges_once(
 ):
     """The retry of an OUTCOME_UNKNOWN whose charge the DB rolled back must not replay it as a success (it will
     never be persisted): it is given back, and the retry charges afresh, once."""
-    from hotledger.runtime import ledger_store
+    from hotledger.ledger.feature import ledger_store
 
     user_id = funded(api, redis_client)
     headers = {"Idempotency-Key": "unknown-then-retry"}
@@ -200,7 +200,7 @@ def test_a_key_retry_after_the_db_rolled_back_its_charge_charges_once(
 @pytest.fixture
 def order_arrived_unacknowledged(monkeypatch):
     """As arrived_unacknowledged, for voucher orders."""
-    from hotledger.runtime import vouchers
+    from hotledger.vouchers.feature import vouchers
 
     return _unacknowledged(monkeypatch, vouchers)
 
@@ -284,7 +284,7 @@ def test_a_voucher_order_the_writer_persisted_first_stands_though_redis_lost_its
 @pytest.fixture
 def grab_arrived_unacknowledged(monkeypatch):
     """As arrived_unacknowledged, for red packet claims."""
-    from hotledger.runtime import redpackets
+    from hotledger.redpackets.feature import redpackets
 
     return _unacknowledged(monkeypatch, redpackets)
 

@@ -89,7 +89,7 @@ def test_a_retry_with_a_receipt_no_longer_current_changes_nothing(monkeypatch):
 def test_a_journey_started_again_while_its_reminder_was_posted_is_kept_for_its_own(api, monkeypatch):
     """The scan reads a journey's start, posts its reminder, then drops it only if the start is still the one it read
     (journey_done: a compare-and-set). A finish and a new start in between win: the new start stays."""
-    from hotledger.runtime import journeys
+    from hotledger.notices.feature import journeys
 
     account, biz = api.account(), "password-recovery"
     scan = journeys()
@@ -117,7 +117,7 @@ def test_a_journey_started_again_while_its_reminder_was_posted_is_kept_for_its_o
 
 
 def test_a_rebuild_that_finds_the_vouchers_buckets_live_changes_nothing(api, redis_client):
-    from hotledger.runtime import vouchers
+    from hotledger.vouchers.feature import vouchers
 
     voucher_id = voucher(api, stock=5)
     assert api("POST", f"/vouchers/{voucher_id}/orders", {"user_id": api.account()})[0] == 200
@@ -132,7 +132,7 @@ def test_a_rebuild_that_finds_the_vouchers_buckets_live_changes_nothing(api, red
 def test_a_rebuild_that_finds_the_packet_live_changes_nothing(api, redis_client):
     """A red packet's rebuild raced by the live packet (a grab loaded it first): redpacket_load answers 0 and leaves
     the packet as it is, no hold set over a packet Redis never lost."""
-    from hotledger.runtime import redpackets
+    from hotledger.redpackets.feature import redpackets
 
     sender = api.account(balance="10.00")
     status, packet = api("POST", "/redpackets", {"sender_id": sender, "total": "2.00", "count": 2})

@@ -14,16 +14,16 @@ def _balance(api, user_id) -> str:
 
 
 def _in_flight() -> int:
-    from hotledger import runtime
+    from hotledger.transfers import feature as transfers_feature
 
-    return runtime.transfers().in_flight()
+    return transfers_feature.transfers().in_flight()
 
 
 def _cents(sql, *users) -> int:
     """The accounts' balances as Redis (the authority of ASYNC accounts) holds them, in minor units."""
-    from hotledger import runtime
+    from hotledger.ledger import feature as ledger_feature
 
-    return sum(runtime.ledger().get_account(u).balance for u in users)
+    return sum(ledger_feature.ledger().get_account(u).balance for u in users)
 
 
 def _transfer(api, a, b, amount, key=None, **fields):
@@ -131,19 +131,21 @@ class _FlakyCredits:
 def test_a_credit_that_fails_for_now_leaves_the_amount_in_flight_until_the_reconciler_credits_it(
     api, redis_client, monkeypatch
 ):
-    from hotledger import errors, runtime
+    from hotledger import errors
+    from hotledger.ledger import feature as ledger_feature
+    from hotledger.transfers import feature as transfers_feature
 
     alice, bob = api.account(balance="50.00"), api.account()
     before, in_flight = _cents(None, alice, bob), _in_flight()
-    flaky = _FlakyCredits(runtime.ledger(), errors.ServiceUnavailable)
-    monkeypatch.setattr(runtime.transfers(), "ledger", flaky)
+    flaky = _FlakyCredits(ledger_feature.ledger(), errors.ServiceUnavailable)
+    monkeypatch.setattr(transfers_feature.transfers(), "ledger", flaky)
     status, body = _transfer(api, alice, bob, "20.00", f"flaky-{alice}")
     assert status == 201 and body["state"] == "DEBITED", body
     assert _balance(api, alice) == "30.00" and _balance(api, bob) == "0.00"
     # the amount is nowhere to spend and not lost: balances + in flight constant
     assert _cents(None, alice, bob) + _in_flight() == before + in_flight
     flaky.how = None
-    reports = runtime.transfer_reconciler().run(10**13, 0)
+    reports = transfers_feature.transfer_reconciler().run(10**13, 0)
     assert reports.advanced >= 1
     status, got = api("GET", f"/transfers/{body['transfer_id']}")
     assert got["state"] == "CREDITED", got
@@ -153,10 +155,14 @@ def test_a_credit_that_fails_for_now_leaves_the_amount_in_flight_until_the_recon
 
 
 def test_a_credit_refused_for_good_gives_the_debit_back_and_fails(api, redis_client, monkeypatch):
-    from hotledger import errors, runtime
+    from hotledger import errors
+    from hotledger.ledger import feature as ledger_feature
+    from hotledger.transfers import feature as transfers_feature
 
     alice, bob = api.account(balance="50.00"), api.account(balance="1.00")
-    monkeypatch.setattr(runtime.transfers(), "ledger", _FlakyCredits(runtime.ledger(), errors.BalanceLimit))
+    monkeypatch.setattr(
+        transfers_feature.transfers(), "ledger", _FlakyCredits(ledger_feature.ledger(), errors.BalanceLimit)
+    )
     status, body = _transfer(api, alice, bob, "20.00", f"limit-{alice}")
     assert status == 201 and body["state"] == "FAILED", body
     assert body["failure"].startswith("BALANCE_LIMIT") and body["release_entry_id"] is not None, body
@@ -168,16 +174,17 @@ def test_a_credit_refused_for_good_gives_the_debit_back_and_fails(api, redis_cli
 def test_a_transfer_the_request_left_pending_is_finished_by_the_reconciler(api, redis_client, monkeypatch):
     """The request died between the row and the debit: the reconciler debits (under the transfer's key) and credits."""
     from hotledger import runtime
+    from hotledger.transfers import feature as transfers_feature
     from hotledger.transfers.rows import PENDING, Transfer
 
     alice, bob = api.account(balance="9.00"), api.account()
     transfer_id = runtime.id_generator().next_id()
-    runtime.transfers().store.insert(Transfer(transfer_id, alice, bob, 400, "USD", "", PENDING, created_at=1))
-    runtime.transfer_reconciler().run(10**13, 0)
+    transfers_feature.transfers().store.insert(Transfer(transfer_id, alice, bob, 400, "USD", "", PENDING, created_at=1))
+    transfers_feature.transfer_reconciler().run(10**13, 0)
     got = api("GET", f"/transfers/{transfer_id}")[1]
     assert got["state"] == "CREDITED", got
     assert _balance(api, alice) == "5.00" and _balance(api, bob) == "4.00"
-    runtime.transfer_reconciler().run(10**13, 0)  # again: nothing moves twice
+    transfers_feature.transfer_reconciler().run(10**13, 0)  # again: nothing moves twice
     assert _balance(api, alice) == "5.00" and _balance(api, bob) == "4.00"
 
 
@@ -218,46 +225,48 @@ def test_transfers_both_ways_between_two_accounts_keep_the_sum(api, redis_client
 
 def _pending_row(api, alice, bob, cents):
     from hotledger import runtime
+    from hotledger.transfers import feature as transfers_feature
     from hotledger.transfers.rows import PENDING, Transfer
 
     row = Transfer(runtime.id_generator().next_id(), alice, bob, cents, "USD", "", PENDING, created_at=1)
-    assert runtime.transfers().store.insert(row)
+    assert transfers_feature.transfers().store.insert(row)
     return row
 
 
 def test_a_debit_made_after_the_transfer_failed_is_never_credited_and_is_given_back(api, redis_client):
     """An attempt stalled past the refusal its transfer failed on (another actor's), then debited: the payee is not
     credited, and the reconciler gives the debit back once it is booked."""
-    from hotledger import runtime
+    from hotledger.transfers import feature as transfers_feature
     from hotledger.transfers.rows import FAILED, PENDING
 
     alice, bob = api.account(balance="10.00"), api.account()
     row = _pending_row(api, alice, bob, 300)
-    transfers = runtime.transfers()
+    transfers = transfers_feature.transfers()
     assert transfers.store.move(row.transfer_id, PENDING, FAILED, 2, failure="INSUFFICIENT_BALANCE: (test)")
     assert transfers.advance(row).state == FAILED  # the stalled attempt: its debit stands, nothing follows it
     assert _balance(api, alice) == "7.00" and _balance(api, bob) == "0.00"
     _book(redis_client, alice, bob)
-    assert runtime.transfer_reconciler().run(10**13, 0).released == 1
+    assert transfers_feature.transfer_reconciler().run(10**13, 0).released == 1
     got = api("GET", f"/transfers/{row.transfer_id}")[1]
     assert got["state"] == "FAILED" and got["release_entry_id"] is not None, got
     assert _balance(api, alice) == "10.00" and _balance(api, bob) == "0.00"
-    assert runtime.transfer_reconciler().run(10**13, 0).released == 0  # once
+    assert transfers_feature.transfer_reconciler().run(10**13, 0).released == 0  # once
 
 
 def test_a_credit_made_after_the_release_began_stands_and_nothing_is_released(api):
-    from hotledger import runtime
+    from hotledger.ledger import feature as ledger_feature
+    from hotledger.transfers import feature as transfers_feature
     from hotledger.transfers.rows import DEBITED, RELEASING
     from hotledger.transfers.store import credit_key, debit_key
 
     alice, bob = api.account(balance="10.00"), api.account()
     row = _pending_row(api, alice, bob, 250)
-    transfers, ledger = runtime.transfers(), runtime.ledger()
+    transfers, ledger = transfers_feature.transfers(), ledger_feature.ledger()
     debit = ledger.deduct(alice, 250, debit_key(row.transfer_id))
     assert transfers.store.move(row.transfer_id, "PENDING", DEBITED, 2, debit_id=debit.entry_id)
     assert transfers.store.move(row.transfer_id, DEBITED, RELEASING, 3, failure="BALANCE_LIMIT: (test)")
     ledger.recharge(bob, 250, credit_key(row.transfer_id))  # a credit attempt that stalled past that refusal
-    runtime.transfer_reconciler().run(10**13, 0)
+    transfers_feature.transfer_reconciler().run(10**13, 0)
     got = api("GET", f"/transfers/{row.transfer_id}")[1]
     assert got["state"] == "CREDITED" and got["release_entry_id"] is None and got["failure"] is None, got
     assert _balance(api, alice) == "7.50" and _balance(api, bob) == "2.50"

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import broker_records, invoke_writer, lift_rebuild_hold, reconcile, reconcile_totals, voucher
 from hotledger import keys
-from hotledger.runtime import vouchers
+from hotledger.vouchers.feature import vouchers
 from hotledger.vouchers.rows import home_bucket
 
 SHARDS = 4

@@ -7,7 +7,7 @@ import pytest
 
 from helpers import broker_records, invoke_writer, lift_rebuild_hold, reconcile, reconcile_pass, records, voucher
 from hotledger import keys
-from hotledger.runtime import vouchers
+from hotledger.vouchers.feature import vouchers
 
 NOW_MS = int(time.time() * 1000)
 

@@ -23,7 +23,7 @@ def _persist(redis_client, user_id):
 
 
 def _send():
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     return webhooks().send_due()
 
@@ -77,7 +77,7 @@ def test_every_delivery_is_what_the_openapi_documents_for_its_type(api, redis_cl
 def test_a_failing_endpoint_retries_in_order_and_holds_back_only_its_own_events(
     api, redis_client, local_hooks, monkeypatch
 ):
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     broken, healthy = local_hooks(500), local_hooks()
     failing = _endpoint(api, broken.url, ["charge.persisted"])
@@ -129,7 +129,7 @@ def test_a_hanging_endpoint_never_holds_back_another_endpoints_events(api, local
     import threading
 
     from helpers import LocalService
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     release = threading.Event()
     hanging, healthy = local_hooks(hold=release), local_hooks()
@@ -158,7 +158,7 @@ def test_a_backlog_of_one_account_drains_in_seq_order_in_a_few_passes(api, local
     """Failing first: each pass sent only the first PENDING delivery of an account per endpoint and scanned the whole
     backlog to find it, so 300 events of one account took 300 passes (quadratic). Now a pass sends each account's run
     of due deliveries in order: the 300 go out in seq order within a few looks at what is due."""
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     receiver = local_hooks()
     endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
@@ -209,7 +209,7 @@ def test_an_accounts_run_ends_at_its_first_failure_and_the_rest_waits_untouched(
 def test_what_is_due_is_each_accounts_run_up_to_its_first_delivery_not_due_yet(api, local_hooks, sql):
     """WebhookStore.due, as send_due reads it: per account, from its first PENDING delivery in (seq, sub_seq) order
     (a balance crossing right after its entry's event) up to the first one not due yet; a disabled endpoint's none."""
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     receiver, off = local_hooks(), local_hooks()
     endpoint = _endpoint(api, receiver.url, ["charge.persisted", "balance.below"])
@@ -283,7 +283,7 @@ def test_a_rotated_secret_signs_alongside_the_old_one_for_the_overlap(api, redis
     ],
 )
 def test_endpoints_never_point_inside(api, monkeypatch, url, allow_local):
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     monkeypatch.setattr(webhooks(), "allow_local", allow_local)
     status, body = api("POST", "/webhook-endpoints", {"url": url, "event_types": ["charge.persisted"]})
@@ -347,7 +347,7 @@ def test_any_error_of_one_attempt_is_that_attempts_failure_and_never_ends_the_se
     finally:
         for s in servers.values():
             s.close()
-        from hotledger.runtime import webhooks
+        from hotledger.webhooks.feature import webhooks
 
         for endpoint in broken.values():
             webhooks().delete(int(endpoint["endpoint_id"]))
@@ -373,7 +373,7 @@ def test_registration_refuses_a_url_that_cannot_be_sent(api, local_hooks, path):
 def test_a_refused_private_host_name_does_not_reveal_what_it_resolves_to(api, monkeypatch):
     """Issue 32 item 5. Failing first: the 422 said 'localhost resolves to 127.0.0.1' (a private DNS lookup service for
     any caller). Now it says only that the host is not public."""
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     monkeypatch.setattr(webhooks(), "allow_local", False)
     status, body = api(
@@ -390,7 +390,7 @@ def test_a_rebinding_host_name_never_reaches_a_private_address(api, local_hooks,
     blind internal scanner through last_error). Now the connection goes to the address that was checked."""
     import socket
 
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     public, answers, connects = "93.184.215.14", [], []
     resolve, connect = socket.getaddrinfo, socket.create_connection
@@ -488,8 +488,8 @@ def test_a_pinned_connection_still_checks_the_certificate_against_the_host_name(
     certificate must be for it (one for another name fails the attempt with CERTIFICATE_VERIFY_FAILED)."""
     import socket
 
-    from hotledger.runtime import webhooks
     from hotledger.webhooks import service
+    from hotledger.webhooks.feature import webhooks
 
     server, client = _tls_receiver(tmp_path, certified)
     public, resolve, connect = "93.184.215.14", socket.getaddrinfo, socket.create_connection
@@ -612,7 +612,7 @@ def test_an_attempt_has_one_wall_clock_deadline(api, local_hooks, monkeypatch):
     receiver = local_hooks()
     endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
     try:
-        from hotledger.runtime import webhooks
+        from hotledger.webhooks.feature import webhooks
 
         webhooks().store.update(int(endpoint["endpoint_id"]), url=f"http://127.0.0.1:{trickler.port}/hooks")
         user_id = api.account(balance="10.00", deduct_type="SYNC")
@@ -662,7 +662,7 @@ def test_a_429s_retry_after_is_honoured(api, local_hooks, retry_after):
     import email.utils
     import time
 
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     receiver = local_hooks(429)
     now_s = time.time()
@@ -690,7 +690,7 @@ def test_a_slow_endpoint_with_200_due_accounts_never_fills_every_look_at_what_is
     import time
 
     from helpers import LocalService
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     release = threading.Event()
     hanging, healthy = local_hooks(hold=release), local_hooks()
@@ -814,7 +814,8 @@ def test_a_replay_is_paged_and_touches_at_most_its_limit_per_call(api, local_hoo
 def test_a_replayed_deliverys_three_days_count_from_the_replay(api, local_hooks, monkeypatch):
     """Issue 32 item 12. Failing first: replayed rows kept created_at, so a replay of a dead letter (the endpoint's
     replay or the operators' one) failing once more was DEAD at once. Now its retries run for 3 days from the replay."""
-    from hotledger.runtime import operations, webhooks
+    from hotledger.ops.feature import operations
+    from hotledger.webhooks.feature import webhooks
 
     receiver = local_hooks(500)
     endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
@@ -867,7 +868,7 @@ def _book(endpoint_types_user, seqs):
 
     from hotledger.dal import db
     from hotledger.ledger.entry import Booked
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
     from hotledger.webhooks.store import enqueue
 
     user_id, now = endpoint_types_user, int(time.time() * 1000)
@@ -887,7 +888,7 @@ def test_due_costs_the_same_whatever_the_backlog(api, local_hooks):
     account), indexed by its next attempt: a look reads the due heads and their runs, whatever waits behind them."""
     import random
 
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     failing = local_hooks(500)
     _endpoint(api, failing.url, ["charge.persisted"])
@@ -909,7 +910,7 @@ def test_delivered_and_posted_rows_are_pruned_past_their_retention(api, local_ho
     import random
 
     from helpers import reconcile_totals
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     kept, gone = local_hooks(), local_hooks(500)
     live = _endpoint(api, kept.url, ["charge.persisted", "balance.below"])
@@ -958,7 +959,7 @@ def test_delivered_deliveries_are_listed_by_keyset_pages_without_sorting_the_his
     page. Now an index holds that order: a page reads about its own rows, and `before` (a row's `cursor`) goes on."""
     import random
 
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     receiver = local_hooks()
     endpoint = _endpoint(api, receiver.url, ["charge.persisted"])
@@ -1008,7 +1009,7 @@ def test_endpoints_are_capped_and_create_takes_an_idempotency_key(api, local_hoo
     """Issue 32 item 10. Failing first: nothing limited the endpoints (each one multiplies every event) and a retried
     create made a second endpoint. Now at most WEBHOOK_MAX_ENDPOINTS (16, as Stripe) live endpoints: past that 409
     WEBHOOK_ENDPOINT_LIMIT; an Idempotency-Key replays the first answer (the same endpoint and secret) for 24 h."""
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     receiver = local_hooks()
     body = {"url": receiver.url, "event_types": ["charge.persisted"]}
@@ -1041,7 +1042,7 @@ def test_the_sender_hands_signed_attempts_to_the_poster_outside_the_vpc_and_reco
     sender records what it answered (here the Lambda invoke is the handler called in-process, through JSON)."""
     from webhook_poster import app as poster
 
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
 
     handed = []
 
@@ -1071,7 +1072,7 @@ def test_signing_secrets_are_sealed_at_rest_and_opened_only_to_sign(api, redis_c
     and rotate-secret only seal (kms:GenerateDataKey), the sender alone opens (kms:Decrypt) to sign. KMS is moto's here."""
     from moto import mock_aws
 
-    from hotledger.runtime import webhooks
+    from hotledger.webhooks.feature import webhooks
     from hotledger.webhooks.secrets import SecretBox
 
     for name, value in {

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 from helpers import EVENTS, invoke_writer, ledger_records, signed_value
 from hotledger import keys
 from hotledger.dal.event_keys import EventKeys
+from hotledger.ledger.feature import ledger
 from hotledger.ledger.replies import RollbackStatus
-from hotledger.runtime import ledger
 
 
 def _pending_records(redis_client, user_id, first_offset=0):

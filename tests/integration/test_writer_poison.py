@@ -7,7 +7,8 @@ from helpers import invoke_writer, ledger_records, reconcile, records
 from hotledger import keys
 from hotledger.outbox.events import LedgerEvent, RedPacketClaimEvent
 from hotledger.outbox.writer import REJECTED_TOPIC
-from hotledger.runtime import id_generator, redpackets
+from hotledger.redpackets.feature import redpackets
+from hotledger.runtime import id_generator
 
 
 def send(api, sender, total="10.00", count=5):

@@ -18,20 +18,22 @@ AMOUNT_MESSAGE = (
 
 @pytest.fixture(autouse=True)
 def no_service_is_called(monkeypatch):
-    """Every service accessor the routers imported from hotledger.runtime fails the test if a route reaches it."""
+    """Every service accessor the routers imported (from hotledger.runtime or a feature.py) fails the test if a route
+    reaches it."""
     import importlib
 
     from hotledger.features import registered
 
     def tripwire(name):
         def called(*args, **kwargs):
-            raise AssertionError(f"the edge let the request through to hotledger.runtime.{name}()")
+            raise AssertionError(f"the edge let the request through to the service {name}()")
 
         return called
 
     for module in (importlib.import_module(feature.routes) for feature in registered() if feature.routes):
         for name, value in list(vars(module).items()):
-            if callable(value) and getattr(value, "__module__", None) == "hotledger.runtime":
+            home = getattr(value, "__module__", None) or ""
+            if callable(value) and (home == "hotledger.runtime" or home.endswith(".feature")):
                 monkeypatch.setattr(module, name, tripwire(name))
 
 

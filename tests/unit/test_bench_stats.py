@@ -88,11 +88,33 @@ def test_the_machine_and_commit_are_recorded():
 def test_cost_per_million_adds_its_lines_from_named_prices():
     from bench import cost
 
-    lines = cost.per_million(api_ms=20.0, api_gb=0.5, writer_s_per_row=0.001, writer_gb=0.5, rows=2, events=2)
-    assert lines["api_gateway"] == cost.API_GATEWAY_REST_PER_MILLION
+    args = dict(api_ms=20.0, api_gb=0.5, log_bytes=800, writer_s_per_row=0.001, writer_gb=0.5, rows=2, events=2)
+    lines = cost.per_million("http", **args, platform_log_bytes=0, xray_sampled=0.0)
+    assert lines["api_gateway"] == cost.HTTP_API_PER_MILLION
     assert lines["api_function"] == round(
         cost.LAMBDA_PER_MILLION_REQUESTS + 1e6 * 0.5 * 0.02 * cost.LAMBDA_ARM_PER_GB_S, 3
     )
     assert lines["writer_function"] == round(1e6 * 2 * 0.001 * 0.5 * cost.LAMBDA_ARM_PER_GB_S, 3)
+    assert lines["logs"] == round((800 + cost.ACCESS_LOG_BYTES["http"]) / 1000 * cost.CLOUDWATCH_LOGS_PER_GB, 3)
+    assert lines["xray"] == 0
     assert lines["total"] == round(sum(v for k, v in lines.items() if k != "total"), 2)
+    rest = cost.per_million("rest", **args, platform_log_bytes=330, xray_sampled=0.0)
+    assert rest["api_gateway"] == cost.REST_API_PER_MILLION and rest["xray"] == 0.25  # its stage samples
+    assert cost.peer_per_million(800, 0.5)["dynamodb_writes"] == cost.PEER_DEDUCT_WRU * cost.DYNAMODB_PER_MILLION_WRU
+
+
+def test_the_api_function_is_billed_for_its_cpu_at_its_share_of_a_vcpu_plus_the_waits():
+    from bench import cost
+
+    # 512 MB is 0.289 of a vCPU: 1 ms of CPU takes 3.46 ms, plus 3.5 ms of waits, rounded up to Lambda's 1 ms
+    assert cost.billed_ms(1000, 0.5) == 7
+    assert cost.billed_ms(0, 0.5) == 4
+
+
+def test_the_cost_follows_the_templates_logging_and_tracing_of_the_api_function():
+    from bench import cost
+
+    # the template leaves out Lambda's platform lines (SystemLogLevel WARN) and traces only what was sampled upstream
+    assert cost.api_function_observability() == (0, 0.0)
+
     assert cost.template_memory_gb("ApiFunction") > 0

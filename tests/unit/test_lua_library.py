@@ -1,5 +1,10 @@
 """layers/lua/lib: pieces several scripts share, written once and included where a script says so."""
 
+import re
+from pathlib import Path
+
+import pytest
+
 
 def test_a_scripts_include_line_is_the_library_piece(tmp_path):
     """layers/lua/lib holds pieces several scripts share, written once (issue 31: the rebuild hold's check)."""
@@ -9,3 +14,53 @@ def test_a_scripts_include_line_is_the_library_piece(tmp_path):
     (tmp_path / "lib" / "piece.lua").write_text("local function piece() return 1 end\n")
     (tmp_path / "s.lua").write_text("-- s\n--! include piece\nreturn piece()\n")
     assert script_text(tmp_path / "s.lua") == "-- s\nlocal function piece() return 1 end\n\nreturn piece()\n"
+
+
+def test_a_piece_may_include_another_and_each_is_expanded_once(tmp_path):
+    from hotledger.dal.redis_store import script_text
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "base.lua").write_text("local B = 1\n")
+    (tmp_path / "lib" / "top.lua").write_text("--! include base\nlocal T = B\n")
+    (tmp_path / "s.lua").write_text("--! include top\n--! include base\nreturn T\n")
+    assert script_text(tmp_path / "s.lua") == "local B = 1\n\nlocal T = B\n\n\nreturn T\n"
+
+
+LUA = Path(__file__).resolve().parents[2] / "layers/lua"
+SCRIPTS = sorted(LUA.glob("*.lua"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
+def test_no_script_builds_event_json_or_an_entry_string_by_hand(script):
+    """Event JSON is lib/event's, the entry string and the hold record are lib/entry's and lib/holds' (issue 31): a
+    script splicing '{"' or joining/splitting fields on ';' itself would drift from outbox/events.py and ledger/entry.py."""
+    text = script.read_text()
+    assert "'{\"" not in text and '"type":' not in text, "build the event with lib/event"
+    assert not re.search(r"table\.concat\([^)]*';'\)", text), "write the entry with entry_string / hold_string"
+    assert "'([^;]*);'" not in text, "read the entry with entry_fields / hold_fields"
+
+
+def test_the_lua_entry_kinds_are_the_rulebooks():
+    """lib/entry's ENTRY_TAILS names the fields of every kind of ledger/kinds.py, and no other."""
+    from hotledger.ledger.kinds import KINDS
+
+    text = (LUA / "lib/entry.lua").read_text()
+    table = text[text.index("local ENTRY_TAILS = {") : text.index("\n}\n", text.index("local ENTRY_TAILS = {"))]
+    assert set(re.findall(r"\b([A-Z]) = ", table)) == set(KINDS)
+
+
+def test_the_docs_table_of_lua_pieces_is_true():
+    """docs/adding-a-feature.md ("A new kind of entry") names each piece of lib/, the functions it gives and the
+    scripts that include it: each exists, and each script named includes the piece (itself or through another)."""
+    from hotledger.dal.redis_store import script_text
+
+    doc = (LUA.parents[1] / "docs/adding-a-feature.md").read_text()
+    section = doc[doc.index("### A new kind of entry") : doc.index("The rules every kind keeps")]
+    rows = re.findall(r"^\| `lib/(\w+)\.lua` \| (.+) \| (.+) \|$", section, re.M)
+    assert {name for name, _, _ in rows} == {p.stem for p in (LUA / "lib").glob("*.lua")}
+    for name, what, used_by in rows:
+        piece = (LUA / "lib" / f"{name}.lua").read_text()
+        for function in re.findall(r"`(\w+)`", what):
+            assert re.search(rf"\blocal (function )?{function}\b", piece), (name, function)
+        for script in re.findall(r"`(\w+)`", used_by):
+            assert piece in script_text(LUA / f"{script}.lua"), (name, script)

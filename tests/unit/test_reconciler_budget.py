@@ -115,7 +115,8 @@ class Cursors(dict):
 
 def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursors(monkeypatch):
     """The parts as the registered features declare them (hotledger.features), over fake services."""
-    from hotledger import runtime
+    import importlib
+
     from hotledger.dal import retention
     from hotledger.features import registered
 
@@ -123,21 +124,21 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
     accounts = Part(AccountsReconcileReport(accounts=3))
     vouchers = Part(VoucherReconcileReport(), fail=True)
     packets = Part(PacketReconcileReport())
-    for name, fake in (
-        ("ledger_reconcile", accounts),
-        ("voucher_reconciler", vouchers),
-        ("packet_reconciler", packets),
-        ("payment_orders", notices),
-        ("journeys", notices),
-    ):
-        monkeypatch.setattr(runtime, name, lambda fake=fake: fake)
-    monkeypatch.setattr(runtime, "holds", lambda: NoHolds())
-    monkeypatch.setattr(runtime, "grants", lambda: NoHolds())
-    monkeypatch.setattr(runtime, "monitors", lambda: NoHolds())
-    monkeypatch.setattr(runtime, "transfer_reconciler", lambda: NoTransfers())
-    monkeypatch.setattr(retention, "prune", lambda older_than_ms, budget: {"keys": 4})
     webhooks = SimpleNamespace(store=SimpleNamespace(prune=lambda older_than_ms, budget: 2))  # its retention part
-    monkeypatch.setattr(runtime, "webhooks", lambda: webhooks)
+    for feature, name, fake in (  # each feature's services, as its feature.py builds them
+        ("ledger", "ledger_reconcile", accounts),
+        ("vouchers", "voucher_reconciler", vouchers),
+        ("redpackets", "packet_reconciler", packets),
+        ("notices", "payment_orders", notices),
+        ("notices", "journeys", notices),
+        ("holds", "holds", NoHolds()),
+        ("grants", "grants", NoHolds()),
+        ("monitors", "monitors", NoHolds()),
+        ("transfers", "transfer_reconciler", NoTransfers()),
+        ("webhooks", "webhooks", webhooks),
+    ):
+        monkeypatch.setattr(importlib.import_module(f"hotledger.{feature}.feature"), name, lambda fake=fake: fake)
+    monkeypatch.setattr(retention, "prune", lambda older_than_ms, budget: {"keys": 4})
     reconciler = Reconciler([part for feature in registered() for part in feature.reconcile_parts()], 60, cursors)
     report = reconciler.run(0)
     assert report.failed_parts == ["vouchers", "reminders"]

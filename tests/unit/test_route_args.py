@@ -60,10 +60,10 @@ def _generic(app, route, event: dict, route_args: dict):
 
 @pytest.mark.parametrize("route_name", ["deduct", "recharge"])
 def test_the_one_step_accepts_only_what_the_validator_accepts_with_the_same_values(route_name):
-    from api.app import _hot_lane, app
+    from api.app import _rest_lane, app
 
     route = next(r for r in app._dynamic_routes if r.method == "POST" and r.path == f"/accounts/<user_id>/{route_name}")
-    one_step = _hot_lane.hot[id(route)][0]
+    one_step = _rest_lane.hot[id(route)][0]
     taken = set()
     for user_id, key, content_type, body in itertools.product(USER_IDS, KEYS, CONTENT_TYPES, BODIES):
         event = _event(route_name, user_id, key, content_type, body)
@@ -83,10 +83,10 @@ def test_the_one_step_accepts_only_what_the_validator_accepts_with_the_same_valu
 
 
 def test_a_plain_charge_takes_the_one_step_and_gets_the_validated_values():
-    from api.app import _hot_lane, app
+    from api.app import _rest_lane, app
 
     route = next(r for r in app._dynamic_routes if r.path == "/accounts/<user_id>/deduct")
-    args = _hot_lane.hot[id(route)][0].parse(
+    args = _rest_lane.hot[id(route)][0].parse(
         _event("deduct", "7", "k1", "application/json", json.dumps({"amount": "12.34"})), {"user_id": "7"}
     )
     assert (args["user_id"], args["idempotency_key"], args["request"].amount) == (7, "k1", Decimal("12.34"))

@@ -83,8 +83,21 @@ _INCLUDE = re.compile(r"^--! include (\w+)$", re.M)
 
 def script_text(path: Path) -> str:
     """A script of layers/lua as Redis runs it: each `--! include <name>` line replaced by layers/lua/lib/<name>.lua,
-    so a piece several scripts need (the rebuild hold's check) is written once."""
-    return _INCLUDE.sub(lambda m: (path.parent / "lib" / f"{m.group(1)}.lua").read_text(), path.read_text())
+    so a piece several scripts need (the rebuild hold's check, the entry string, the event JSON) is written once.
+    A piece may include another; each is expanded once per script, where it is first named."""
+    lib, included = path.parent / "lib", set()
+
+    def expand(text: str) -> str:
+        return _INCLUDE.sub(piece, text)
+
+    def piece(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in included:
+            return ""
+        included.add(name)
+        return expand((lib / f"{name}.lua").read_text())
+
+    return expand(path.read_text())
 
 
 class Lua:

@@ -45,7 +45,7 @@ class GrantCredit:
     category: str
 
     def field(self) -> str:
-        """The entry string's field of a granted recharge: '<expires_at>:<category>'."""
+        """A granted recharge's part of its Idempotency-Key's fingerprint: '<expires_at>:<category>'."""
         return f"{self.expires_at}:{self.category}"
 
 

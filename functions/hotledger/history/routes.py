@@ -12,13 +12,18 @@ from pydantic import BaseModel, Field
 from api.responses import responses
 from api.rules import ADMIN, SERVICE, only, path_arg
 from hotledger import errors
+from hotledger.history.feature import history
 from hotledger.history.service import ENTRY_TYPES, Filters, HistoryEntry
-from hotledger.runtime import currencies, history
+from hotledger.runtime import currencies
 
 router = Router()
 UserId = Annotated[int, Path(gt=0, lt=2**31)]
 EpochMs = Annotated[int | None, Query(ge=0, lt=2**53)]
 _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND")
+_BEFORE_LEDGER = (
+    422,
+    "BEFORE_LEDGER: the time is before the account's opening entry (it held money before the ledger existed)",
+)
 
 
 class GrantSpent(BaseModel):
@@ -124,7 +129,10 @@ def list_entries(
     return {"entries": [_entry(e, format_minor) for e in page.entries], "next_cursor": page.next_cursor}
 
 
-@router.get("/accounts/<user_id>/balance", responses=responses(200, BalanceView, "the balance at `at`", _NOT_FOUND))
+@router.get(
+    "/accounts/<user_id>/balance",
+    responses=responses(200, BalanceView, "the balance at `at`", _NOT_FOUND, _BEFORE_LEDGER),
+)
 def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> dict[str, Any]:
     found = history().balance_at(user_id, at)
     format_minor = currencies().of(user_id).format
@@ -145,7 +153,8 @@ def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> di
         _NOT_FOUND,
         (
             422,
-            "INVALID_RANGE: until is not after since; STATEMENT_TOO_LARGE: more than 1,000 entries, narrow the range",
+            "INVALID_RANGE: until is not after since; STATEMENT_TOO_LARGE: more than 1,000 entries, narrow the range; "
+            + _BEFORE_LEDGER[1],
         ),
     ),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hotledger import errors
 from hotledger.dal import db
 
 _COLUMNS = "seq, entry_id, type, amount, delta, balance_after, available_after, booked_at, charged_at, ref"
@@ -46,9 +47,21 @@ class HistoryStore:
             (user_id, at_ms),
         )
         if not rows:
+            self._refuse_before_opening(user_id, at_ms)
             return BalanceAt(0, 0, 0, 0)
         seq, balance, available, booked_at = rows[0]
         return BalanceAt(seq, balance, available + self._expired_holds_kept(user_id, at_ms), booked_at)
+
+    @staticmethod
+    def _refuse_before_opening(user_id: int, at_ms: int) -> None:
+        """Before its first entry an account held nothing, unless that entry is an opening: the account held money
+        before the ledger existed (migration 019), and what it held then the ledger cannot say (issue 31, hole 6)."""
+        rows = db.query("SELECT booked_at FROM t_entry WHERE user_id = %s AND seq = 1 AND type = 'opening'", (user_id,))
+        if rows:
+            raise errors.BeforeLedger(
+                f"account {user_id}'s ledger starts at {rows[0][0]} (epoch ms) with an opening balance; "
+                "what it held before that is not recorded: ask for a time at or after it"
+            )
 
     @staticmethod
     def _expired_holds_kept(user_id: int, at_ms: int) -> int:

@@ -15,8 +15,9 @@ from api.responses import UNAVAILABLE, responses
 from api.rules import ADMIN, SERVICE, only, path_arg
 from api.schemas import Amount
 from hotledger import observability
+from hotledger.holds.feature import holds
 from hotledger.holds.service import MAX_EXPIRES_IN_S, HoldView
-from hotledger.runtime import currencies, holds
+from hotledger.runtime import currencies
 
 router = Router()
 metrics = observability.metrics()

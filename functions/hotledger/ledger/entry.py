@@ -60,7 +60,7 @@ class Entry:
     idem_key: str | None = None
     hold: HoldChange | None = None  # a hold's change (kinds H, C, V, X)
     refund: RefundOf | None = None  # a refund (kind F)
-    # credit grants: a deduct's '<grant id>:<spent>,...', a granted recharge's '<expires_at>:<category>', a grant
+    # credit grants: a deduct's '<grant id>:<spent>,...', a granted recharge's '<expires_at>;<category>', a grant
     # expiry's '<grant id>;<expires_at>;<category>' (the grant it ends, so a take-back can restore it)
     grant: str | None = None
 
@@ -147,7 +147,7 @@ def grant_fields(kind: str, grant: str) -> dict[str, Any]:
     if k.spends_grants:
         return {"grants_spent": grant}
     if k.may_grant:
-        expires_at, category = grant.split(":", 1)
+        expires_at, category = grant.split(";", 1)
         return {"grant_expires_at": int(expires_at), "grant_category": category}
     return {"grant_id": int(grant.split(";", 1)[0])}
 

@@ -29,10 +29,12 @@ from api.schemas import (
 )
 from hotledger import observability
 from hotledger.currencies.service import minor_in
+from hotledger.grants.feature import grants
 from hotledger.grants.rows import GrantCredit
+from hotledger.ledger.feature import ledger
 from hotledger.ledger.service import Account, LedgerResult
 from hotledger.money import Currency
-from hotledger.runtime import currencies, grants, ledger
+from hotledger.runtime import currencies
 
 router = Router()
 logger = observability.logger()

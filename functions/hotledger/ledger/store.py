@@ -46,7 +46,7 @@ from hotledger.ledger.rows import (
     StoredDeduct,
     open_columns,
 )
-from hotledger.ledger.tx import ACCOUNT_SELECT, LedgerTx
+from hotledger.ledger.tx import ACCOUNT_SELECT, LedgerTx, OnBooked
 from hotledger.outbox.events import LedgerEvent
 
 
@@ -75,8 +75,9 @@ def pending_entries(client: redis.Redis | redis.RedisCluster, user_id: int) -> l
 
 @redis_errors_translated
 class LedgerStore:
-    def __init__(self, lua: Lua, cfg: Settings):
+    def __init__(self, lua: Lua, cfg: Settings, on_booked: OnBooked):
         self.lua, self.redis, self.stream_flag = lua, lua.client, stream_flag(cfg)
+        self.on_booked = on_booked  # who hears of each booking, in its transaction (hotledger.features)
         self.entry_ttl_s, self.idempotency_ttl_s = cfg.entry_ttl_s, cfg.idempotency_ttl_s
         self.max_pending, self.max_keys = cfg.max_pending_entries, cfg.max_idempotency_keys
         # longer than any live request spends between its charge and the broker's answer or its rollback
@@ -86,7 +87,7 @@ class LedgerStore:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[LedgerTx]:
         with db.transaction() as cur:
-            yield LedgerTx(cur)
+            yield LedgerTx(cur, self.on_booked)
 
     def create_account(self, user_name: str, deduct_type: str, threshold: int, currency: str | None = None) -> int:
         """A new account holds 0, so its API starts closed for balance; a recharge opens it. currency: ISO 4217

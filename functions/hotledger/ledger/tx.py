@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sized
+from collections.abc import Callable, Iterable, Sized
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -15,9 +16,7 @@ from hotledger.holds.tx import active_holds, expired_on_hold
 from hotledger.ledger.entry import Booked, LedgerHead
 from hotledger.ledger.kinds import ENTRY_TABLES, KIND_DEDUCT, KIND_RECHARGE
 from hotledger.ledger.rows import AccountMove, AccountRow, IdempotentAnswer, LockedAccount, open_columns
-from hotledger.monitors.store import judge
 from hotledger.outbox.events import LedgerEvent
-from hotledger.webhooks.store import enqueue
 
 if TYPE_CHECKING:
     # a transaction's cursor (re-exported: the services name it without importing the driver)
@@ -31,11 +30,27 @@ ACCOUNT_SELECT = (
 )
 
 
+@dataclass
+class Booking:
+    """Ledger rows as the booking transaction hands them to its subscribers (hotledger.features: Feature.on_booked),
+    inside that transaction: what a subscriber writes with `cursor` exists exactly when the rows do."""
+
+    cursor: Cursor
+    rows: list[Booked]
+    # what a subscriber made of the rows for the later ones, in registry order: the balance monitors' crossings,
+    # which the webhooks send as events of their own
+    raised: list[object] = field(default_factory=list)
+
+
+OnBooked = Callable[[Booking], None]
+
+
 class LedgerTx:
     """One DB transaction of the ledger (LedgerStore.transaction())."""
 
-    def __init__(self, cursor: Cursor) -> None:
+    def __init__(self, cursor: Cursor, on_booked: OnBooked) -> None:
         self.cursor = cursor  # for the outbox's dead letters, written in the same transaction
+        self.on_booked = on_booked  # the registered features' subscribers to bookings (balance monitors, webhooks)
 
     def lock_account(self, user_id: int, fence: int, owner: str) -> AccountRow | None:
         """Lock the account row, then read it. `fence` is the distributed lock's token, `owner` its holder: a
@@ -208,11 +223,10 @@ class LedgerTx:
         )
 
     def insert_booked(self, rows: list[Booked]) -> None:
-        """Ledger rows (t_entry), one statement, with what follows from them in the same transaction: the balance
-        monitors' crossings (monitors.store) and the webhook deliveries (webhooks.store). An event exists exactly when
-        its change is booked."""
-        enqueue(self.cursor, rows, judge(self.cursor, rows))
+        """Ledger rows (t_entry), one statement, with what their subscribers make of them in the same transaction (the
+        balance monitors' crossings, the webhook events): an event exists exactly when its change is booked."""
         if rows:
+            self.on_booked(Booking(self.cursor, rows))
             escape = self.cursor.connection.escape
             self.cursor.execute(
                 "INSERT INTO t_entry (user_id, seq, entry_id, type, amount, delta, balance_after, available_after,"

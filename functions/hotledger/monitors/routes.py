@@ -14,8 +14,9 @@ from api.responses import responses
 from api.rules import ADMIN, SERVICE, only, path_arg
 from api.schemas import Threshold
 from hotledger import errors
+from hotledger.monitors.feature import monitors
 from hotledger.monitors.service import Monitor
-from hotledger.runtime import currencies, monitors
+from hotledger.runtime import currencies
 
 router = Router()
 UserId = Annotated[int, Path(gt=0, lt=2**31)]

@@ -56,7 +56,7 @@ PAGE = 500
 # user-facing texts (error messages, the reminder) keep the seed's word "order"
 REMINDER_BIZ_TYPE = "ORDER_CLOSE_REMINDER"
 RETRY_MS = 10_000  # a queue element that failed is offered again this much later, the others of its batch go on
-PAY_HORIZON_MS = 20_000  # default of the payment horizon (runtime passes the ledger's)
+PAY_HORIZON_MS = 20_000  # default of the payment horizon (notices/feature.py passes the ledger's)
 
 log = logging.getLogger(__name__)
 

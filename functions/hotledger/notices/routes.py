@@ -37,8 +37,10 @@ from api.schemas import (
 )
 from hotledger import errors
 from hotledger.dal.delay_queue import QueueFull
+from hotledger.notices.feature import inbox, journeys, payment_orders
 from hotledger.notices.payment_orders import PaymentOrder
-from hotledger.runtime import currencies, delay_handlers, delay_queue, inbox, journeys, operations, payment_orders
+from hotledger.ops.feature import operations
+from hotledger.runtime import currencies, delay_handlers, delay_queue
 
 router = Router()
 Queue = Annotated[QueueName, Path()]

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from api.authorization import principal_of
 from api.responses import responses
 from api.rules import ADMIN, only
+from hotledger.ops.feature import operations
 from hotledger.ops.service import SOURCES
-from hotledger.runtime import operations
 
 router = Router()
 Source = Literal["writer", "topic", "stream", "webhook"]

@@ -14,7 +14,8 @@ from api.responses import UNAVAILABLE, responses
 from api.rules import SERVICE, Rule, body_field, only
 from api.schemas import CreateRedPacketRequest, GrabRequest, GrabResult, RedPacketCreated, RedPacketGrab, RedPacketView
 from hotledger import errors, observability
-from hotledger.runtime import currencies, redpackets
+from hotledger.redpackets.feature import redpackets
+from hotledger.runtime import currencies
 
 router = Router()
 logger = observability.logger()

@@ -15,8 +15,9 @@ from api.responses import UNAVAILABLE, responses
 from api.rules import SERVICE, only
 from api.schemas import Amount
 from hotledger import observability
+from hotledger.refunds.feature import refunds
 from hotledger.refunds.service import HOLD, ORDER, RefundResult
-from hotledger.runtime import currencies, refunds
+from hotledger.runtime import currencies
 
 router = Router()
 metrics = observability.metrics()

@@ -1,27 +1,41 @@
-"""Transfers' registration (hotledger.features)."""
+"""Transfers' registration (hotledger.features) and services."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from hotledger.features import Feature, PartContext, ReconcilePart
+from hotledger.config import settings
+from hotledger.features import Feature
+from hotledger.ledger.feature import ledger
+from hotledger.reconciler import PartContext, ReconcilePart
+from hotledger.runtime import currencies, delay_queue, id_generator, service
+from hotledger.transfers.reconcile import TransferReconciler
+from hotledger.transfers.service import TRANSFER_POST, Transfers
+from hotledger.transfers.store import TransferStore
+
+
+@service
+def transfers() -> Transfers:
+    return Transfers(
+        TransferStore(), ledger(), currencies(), delay_queue(), id_generator().next_id, settings().idempotency_lease_ms
+    )
+
+
+@service
+def transfer_reconciler() -> TransferReconciler:
+    return TransferReconciler(transfers(), TransferStore())
 
 
 def _reconcile_parts() -> tuple[ReconcilePart, ...]:
-    from hotledger import runtime
+    def transfers_part(run: PartContext) -> None:
+        run.report.transfers = transfer_reconciler().run(run.now_ms, run.age_s)
 
-    def transfers(run: PartContext) -> None:
-        run.report.transfers = runtime.transfer_reconciler().run(run.now_ms, run.age_s)
-
-    return (ReconcilePart(name="transfers", run=transfers),)
+    return (ReconcilePart(name="transfers", run=transfers_part),)
 
 
 def _delay_handlers() -> dict[str, Callable[[list[str]], Any]]:
-    from hotledger import runtime
-    from hotledger.transfers.service import TRANSFER_POST
-
-    return {TRANSFER_POST: runtime.transfers().look_again_due}
+    return {TRANSFER_POST: transfers().look_again_due}
 
 
 FEATURE = Feature(

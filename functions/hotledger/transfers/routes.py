@@ -15,7 +15,8 @@ from api.responses import UNAVAILABLE, responses
 from api.rules import ADMIN, SERVICE, HiddenOwner, body_field, only
 from api.schemas import Amount, UserRef
 from hotledger import errors, observability
-from hotledger.runtime import currencies, transfers
+from hotledger.runtime import currencies
+from hotledger.transfers.feature import transfers
 from hotledger.transfers.rows import Transfer
 
 router = Router()

@@ -21,7 +21,7 @@ from api.schemas import (
     VoucherView,
 )
 from hotledger import errors, observability
-from hotledger.runtime import vouchers
+from hotledger.vouchers.feature import vouchers
 from hotledger.vouchers.service import VoucherOrder
 
 router = Router()

@@ -7,15 +7,15 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
-from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from api.authorization import caller_of, principal_of
+from api.authorization import authorizer_context, caller_of, principal_of
 from api.idempotency import TOO_MANY_KEYS, once
 from api.responses import responses
 from api.rules import ADMIN, SERVICE, only
-from hotledger.runtime import operations, webhooks
+from hotledger.ops.feature import operations
 from hotledger.webhooks.events import BALANCE_TYPES, EVENT_TYPES, MEANING, BalanceEvent, EntryEvent
+from hotledger.webhooks.feature import webhooks
 from hotledger.webhooks.service import (
     REPLAY_PAGE,
     REPLAY_PAGE_MAX,
@@ -160,8 +160,7 @@ def _delivery(d: Delivery) -> dict[str, Any]:
 def _caller() -> tuple[str, bool]:
     """Who calls (the token's subject, for the operators' log) and whether as an operator (the admin scope)."""
     event = router.current_event
-    context = event.request_context.authorizer.get_context() if isinstance(event, APIGatewayProxyEvent) else {}
-    caller = caller_of(context or {})
+    caller = caller_of(authorizer_context(event.raw_event))
     return principal_of(event), bool(caller and ADMIN in caller.scopes)
 
 
