@@ -632,7 +632,7 @@ MUTANTS: list[Mutant] = [
     m(
         "lua-event-drops-kind-fields",
         "layers/lua/lib/event.lua",
-        "if name ~= '-' then fields[#fields + 1] = {name, e[name]} end",
+        "fields[#fields + 1] = {name, value}",
         "",
         ["tests/integration/test_lua_events.py"],
         "a streamed ledger event carries its kind's fields, as the entry string and Entry.event do",
@@ -1296,7 +1296,7 @@ MUTANTS: list[Mutant] = [
     m(
         "lua-grants-expiry-taken-back",
         "layers/lua/ledger_rollback.lua",
-        "    grant_add(KEYS[11], KEYS[12], fields[9], amount, fields[10], fields[11])",
+        "    grant_add(KEYS[11], KEYS[12], e.grant_id, amount, e.ended_expires_at, e.ended_category)",
         "    -- the grant stays gone",
         [I_GRANTS],
         "a grant expiry whose publish failed puts its grant back (still expired: counted for nothing)",
@@ -1304,7 +1304,7 @@ MUTANTS: list[Mutant] = [
     m(
         "lua-grants-granted-recharge-taken-back",
         "layers/lua/ledger_rollback.lua",
-        "  if kind == 'R' and (fields[9] or '') ~= '' then grant_remove(KEYS[11], KEYS[12], ARGV[1]) end",
+        "  if kind == 'R' and (e.grant_expires_at or '') ~= '' then grant_remove(KEYS[11], KEYS[12], ARGV[1]) end",
         "  -- the grant stays",
         [I_GRANTS],
         "a granted recharge whose publish failed takes its grant with it",
