@@ -33,13 +33,18 @@ class Kind:
     holds_amount: Sign = 0  # what holds keep from available moves by holds_amount * amount (released: see below)
     releases: bool = False  # what holds keep also drops by what it releases (a void, an expiry, a final capture)
     refundable_as: Literal["order", "hold"] | None = None  # a refund names a charge of this kind so
+    # credit grants (issue 34): a recharge may carry a grant (its id is the entry's); a deduct spends the live grants
+    # first-to-expire, then the plain balance; a grant expiry takes what is left of its grant off the balance
+    may_grant: bool = False
+    spends_grants: bool = False
+    ends_grant: bool = False
 
 
 KINDS: dict[str, Kind] = {
     k.letter: k
     for k in (
-        Kind("D", "deduct", -1, "t_order", "amount", refundable_as="order"),
-        Kind("R", "recharge", 1, "t_pay", "pay", waits_for_durable=True),
+        Kind("D", "deduct", -1, "t_order", "amount", refundable_as="order", spends_grants=True),
+        Kind("R", "recharge", 1, "t_pay", "pay", waits_for_durable=True, may_grant=True),
         Kind("F", "refund", 1, "t_refund", "amount", refunds=True),
         Kind("H", "hold", 0, "t_hold_change", "amount", changes_hold=True, holds_amount=1),
         # a capture takes from the balance what it captures, and from what the hold keeps that and what it releases;
@@ -57,9 +62,10 @@ KINDS: dict[str, Kind] = {
         ),
         Kind("V", "void", 0, "t_hold_change", "amount", changes_hold=True, releases=True),
         Kind("X", "expiry", 0, "t_hold_change", "amount", changes_hold=True, releases=True),
+        Kind("G", "grant_expiry", -1, "t_grant_expiry", "amount", ends_grant=True),
     )
 }
-KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND = "D", "R", "F"
+KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND, KIND_GRANT_EXPIRY = "D", "R", "F", "G"
 HOLD_KINDS = frozenset(letter for letter, k in KINDS.items() if k.changes_hold)
 HOLD_TYPES = {letter: KINDS[letter].entry_type for letter in sorted(HOLD_KINDS)}
 ENTRY_TABLES = {letter: (k.table, k.amount_column) for letter, k in KINDS.items()}
