@@ -175,6 +175,7 @@ def floor_loop(user_id: int, payloads: list[tuple[str, str]]) -> float:
     balance, pending = keys.balance(user_id), keys.pending(user_id)
     idem, stream, quota = keys.idempotency(user_id, ""), keys.account_stream(user_id), keys.idempotency_quota(user_id)
     held, holds, hold_expiry = keys.held(user_id), keys.holds(user_id), keys.hold_expiry(user_id)
+    grants, grant_expiry = keys.grants(user_id), keys.grant_expiry(user_id)
     partition_key = str(user_id)
     next_id = int(time.time() * 1000) << 22  # ids above any the handler's generator hands out in this run
     started = time.process_time()
@@ -183,9 +184,9 @@ def floor_loop(user_id: int, payloads: list[tuple[str, str]]) -> float:
         amount = 1 if json.loads(event["body"])["amount"] == "0.01" else 0
         next_id += 1
         ts = int(time.time() * 1000)
-        status, entry_id, balance_after, version, epoch, open_flag = client.evalsha(
+        status, entry_id, balance_after, version, epoch, open_flag, _ = client.evalsha(
             sha,
-            9,
+            11,
             balance,
             keys.entry(user_id, next_id),
             pending,
@@ -195,6 +196,8 @@ def floor_loop(user_id: int, payloads: list[tuple[str, str]]) -> float:
             held,
             holds,
             hold_expiry,
+            grants,
+            grant_expiry,
             "D",
             amount,
             ts,

@@ -25,6 +25,8 @@ ERROR_WHEN = {
     "MALFORMED_JSON": "the body is not JSON",
     "UNSUPPORTED_MEDIA_TYPE": "a body sent without `Content-Type: application/json`",
     "MISSING_FIELD": "a required field is absent",
+    "INVALID_GRANT": "a recharge's grant.expires_at is not in the future (a grant on a deduct, or a category not "
+    "matching ^[a-z][a-z0-9_-]{0,31}$, is a VALIDATION_ERROR)",
     "INVALID_AMOUNT": "an amount (amount, threshold, total, monitor lines) is not a decimal string, has more "
     "fractional digits than the account's currency (JPY 0, USD 2, KWD 3: `1.5` is refused for a JPY account, `1.234` "
     "for a USD one, trailing zeros count), is <= 0, has more than 12 whole digits, has an exponent or is NaN",

@@ -51,6 +51,7 @@ I_REFUSALS = "tests/integration/test_script_refusals.py"
 I_LOG_WAITS = "tests/integration/test_rebuild_waits_for_the_log.py"
 I_TRANSFERS = "tests/integration/test_transfers.py"
 I_WEBHOOKS = "tests/integration/test_webhooks.py"
+I_GRANTS = "tests/integration/test_grants.py"
 
 
 @dataclass(frozen=True)
@@ -640,7 +641,7 @@ MUTANTS: list[Mutant] = [
     m(
         "lua-event-drops-kind-fields",
         "layers/lua/lib/event.lua",
-        "if name ~= '-' then fields[#fields + 1] = {name, e[name]} end",
+        "fields[#fields + 1] = {name, value}",
         "",
         ["tests/integration/test_lua_events.py"],
         "a streamed ledger event carries its kind's fields, as the entry string and Entry.event do",
@@ -1063,11 +1064,11 @@ MUTANTS: list[Mutant] = [
     ),
     m(
         "cursor-holds",
-        "functions/hotledger/holds/feature.py",
-        "after, ended = run.cursor, 0",
+        "functions/hotledger/reconciler.py",
+        "after, ended = ctx.cursor, 0",
         "after, ended = 0, 0",
         [I_QUOTAS],
-        "the expired holds part resumes after its cursor",
+        "the expired holds (and grants) part resumes after its cursor (reconciler.expiry_part)",
     ),
     m(
         "py-reconciler-reads-cursor",
@@ -1119,11 +1120,11 @@ MUTANTS: list[Mutant] = [
     ),
     m(
         "cursor-holds-advances",
-        "functions/hotledger/holds/feature.py",
+        "functions/hotledger/reconciler.py",
         "            after = due[-1][1]",
         "            after = 0",
         [I_QUOTAS],
-        "a holds run that ran out of budget leaves its cursor at the last hold it saw",
+        "a holds (or grants) run that ran out of budget leaves its cursor at the last one it saw (reconciler.expiry_part)",
     ),
     # ---- issue 35, class 4: voucher buckets' bookkeeping (every bucket's stock, every slot) -----------------------
     m(
@@ -1352,6 +1353,55 @@ MUTANTS: list[Mutant] = [
         "if not caller:",
         ["tests/integration/test_ops_console_stack.py"],
         "only an operator's request names the person acting in the operators' log",
+    ),
+    # ---- issue 34: credit grants (spend order, expiry, take-backs) ---------------------------------------------------
+    m(
+        "lua-grants-spend-first-to-expire",
+        "layers/lua/lib/grants.lua",
+        "for _, id in ipairs(redis.call('ZRANGEBYSCORE', expiry, '(' .. now, '+inf')) do",
+        "for _, id in ipairs(redis.call('ZREVRANGEBYSCORE', expiry, '+inf', '(' .. now)) do",
+        [I_GRANTS],
+        "a deduct spends the live grants first-to-expire",
+    ),
+    m(
+        "lua-grants-expired-never-counted",
+        LEDGER_APPLY,
+        "  on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)",
+        "  -- expired grants counted",
+        [I_GRANTS],
+        "an expired grant is never spent nor counted in available, whether or not its expiry entry is booked",
+    ),
+    m(
+        "py-grants-sync-expired-never-counted",
+        LEDGER_SERVICE,
+        "seen.live_on_hold + expired_remaining(seen.grants, now)",
+        "seen.live_on_hold",
+        [I_GRANTS],
+        "a SYNC account's expired grant is never spent either (the scripts' rule, grants.rows)",
+    ),
+    m(
+        "lua-grants-expiry-taken-back",
+        "layers/lua/ledger_rollback.lua",
+        "    grant_add(KEYS[11], KEYS[12], e.grant_id, amount, e.ended_expires_at, e.ended_category)",
+        "    -- the grant stays gone",
+        [I_GRANTS],
+        "a grant expiry whose publish failed puts its grant back (still expired: counted for nothing)",
+    ),
+    m(
+        "lua-grants-granted-recharge-taken-back",
+        "layers/lua/ledger_rollback.lua",
+        "  if (e.grant_expires_at or '') ~= '' then grant_remove(KEYS[11], KEYS[12], ARGV[1]) end",
+        "  -- the grant stays",
+        [I_GRANTS],
+        "a granted recharge whose publish failed takes its grant with it",
+    ),
+    m(
+        "lua-grants-expired-never-held",
+        "layers/lua/hold_change.lua",
+        "  held = held + grants_expired(KEYS[8], KEYS[9], ts)",
+        "  -- expired grants authorized",
+        [I_GRANTS],
+        "a hold is never authorized against what an expired grant still holds",
     ),
 ]
 

@@ -138,6 +138,24 @@ class AmountRequest(_Strict):
     amount: Amount
 
 
+class GrantRequest(_Strict):
+    expires_at: Annotated[_PositiveEpochMs, Field(description="epoch ms, in the future: what is left then expires")]
+    category: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="such as promo")]
+
+
+class RechargeRequest(AmountRequest):
+    grant: GrantRequest | None = Field(
+        default=None, description="a credit grant: spent before the plain balance, first-to-expire; ends at expires_at"
+    )
+
+
+class GrantView(BaseModel):
+    grant_id: str
+    remaining: str
+    expires_at: int = Field(description="epoch ms")
+    category: str
+
+
 class AccountCreated(BaseModel):
     user_id: int
 
@@ -158,7 +176,10 @@ class AccountView(BaseModel):
         "milliseconds): shown, not spendable until then",
     )
     held: str = Field("0.00", description="what the account's live holds keep (expired holds never count)")
-    available: str = Field(description="balance - held_credits - held: what deducts and new holds spend from")
+    available: str = Field(
+        description="balance - held_credits - held - what expired grants still hold: what deducts and new holds spend from"
+    )
+    grants: list[GrantView] = Field(default_factory=list, description="the live credit grants, first-to-expire")
 
 
 class DeductResult(BaseModel):

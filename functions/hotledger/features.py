@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 FEATURES = (
     "hotledger.ledger.feature",
     "hotledger.holds.feature",
+    "hotledger.grants.feature",
     "hotledger.refunds.feature",
     "hotledger.history.feature",
     "hotledger.vouchers.feature",

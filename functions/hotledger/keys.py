@@ -81,6 +81,16 @@ def hold_expiry(user_id: int) -> str:
     return f"user:holds:expiry:{tag(str(user_id))}"
 
 
+def grants(user_id: int) -> str:
+    """Hash: grant id -> 'remaining;expiresAt;category' of the account's credit grants (layers/lua/lib/grants.lua)."""
+    return f"user:grants:{tag(str(user_id))}"
+
+
+def grant_expiry(user_id: int) -> str:
+    """Zset of the account's grant ids, scored by expires_at (ms)."""
+    return f"user:grants:expiry:{tag(str(user_id))}"
+
+
 def refunds(user_id: int) -> str:
     """Hash: charge id (a deduct's order id or a hold's id) -> what was refunded of it so far."""
     return f"user:refunds:{tag(str(user_id))}"

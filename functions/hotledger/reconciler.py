@@ -57,6 +57,33 @@ class ReconcilePart:
     run: PartRun
 
 
+def expiry_part(
+    name: str,
+    overdue: Callable[[int, int, int], list[tuple[int, int]]],
+    end: Callable[[int, int], bool],
+    grace_ms: Callable[[], int],
+    counted: str,
+) -> ReconcilePart:
+    """A part ending what expired (a hold, a grant) more than grace_ms ago and is still open in the DB: its delay
+    element was lost (grace_ms() read at each run). overdue(before_ms, after_id, limit) -> [(user_id, id)] by id; end(user_id, id) -> ended now;
+    `counted` names the report's field of how many ended."""
+
+    def run(ctx: PartContext) -> int:
+        after, ended = ctx.cursor, 0
+        while not ctx.budget.exhausted:
+            due = overdue(ctx.now_ms - grace_ms(), after, ctx.budget.page(100))
+            if not due:
+                return 0
+            for user_id, entity_id in due:
+                ended += end(user_id, entity_id)
+            ctx.budget.spend(len(due))
+            after = due[-1][1]
+            setattr(ctx.report, counted, ended)
+        return after
+
+    return ReconcilePart(name=name, run=run)
+
+
 @dataclass
 class ReconcileReport(AccountsReconcileReport):
     vouchers: VoucherReconcileReport = field(default_factory=VoucherReconcileReport)
@@ -67,6 +94,7 @@ class ReconcileReport(AccountsReconcileReport):
     orders_closed: int = 0
     alerts_posted: int = 0  # balance monitors' crossings posted to the inbox this run
     holds_expired: int = 0  # holds past expires_at (and a grace) the DB still had ACTIVE, ended this run
+    grants_expired: int = 0  # grants past expires_at (and a grace) the DB still had ACTIVE, ended this run
     keys_pruned: int = 0  # key and rollback records past KEY_RETENTION_DAYS deleted this run
     webhooks_pruned: int = 0  # deliveries and alerts past WEBHOOK_RETENTION_DAYS, deleted endpoints' rows, this run
     reminders_next_after: int = (

@@ -15,6 +15,8 @@
 --                                      capture: ledger_post, ledger_settle and ledger_rollback end its inflight count;
 --                                      'a<hold id>' for an authorize: they end the hold's ':authorizing' mark)
 -- KEYS[7] events:{s<n>}                the event stream (written only when ARGV[8] is 'stream')
+-- KEYS[8] user:grants:{uid}             hash (lib/grants): what expired grants still hold is not authorized either
+-- KEYS[9] user:grants:expiry:{uid}      zset (lib/grants)
 -- ARGV[1] 'H' | 'C' | 'V' | 'X'  ARGV[2] amount (H: > 0; C: '' or '0' for the rest; V, X: '')  ARGV[3] '1': a final C
 -- ARGV[4] ts, epoch ms (the caller's clock; the script's own TIME when that is later: every decision about time is
 --         made by one clock, never one read before the call stalled)   ARGV[5] entry id  ARGV[6] hold id (H: the entry id)  ARGV[7] entry key TTL in seconds
@@ -43,6 +45,7 @@
 --   {'ok', balance, v, epoch, open, available, amount, captured, state, released, expires_at}  changed; also when
 --                                     KEYS[2] exists (a resend after a lost reply: answered as it was, nothing twice)
 --! include rebuild_hold
+--! include grants
 --! include holds
 --! include event
 local op, ts, entry_id, hold_id = ARGV[1], ARGV[4], ARGV[5], ARGV[6]
@@ -73,6 +76,7 @@ local amount, captured, state, expires_at, r
 local take, released, terminal, new_state = 0, 0, false, 'ACTIVE'
 if op == 'H' then
   amount, captured, expires_at = tonumber(ARGV[2]), 0, ARGV[11]
+  held = held + grants_expired(KEYS[8], KEYS[9], ts)  -- out of reach like a held credit, until its expiry entry
   if h[4] ~= '1' then return {'closed', h[1], h[2]} end
   if balance - held - live_holds(tonumber(h[8]) or 0, KEYS[4], KEYS[5], ts) - amount < tonumber(h[3]) then return {'insufficient', h[1], h[2]} end
   if max_pending > 0 and redis.call('ZCARD', KEYS[3]) >= max_pending then return {'too_many_pending'} end

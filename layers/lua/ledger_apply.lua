@@ -19,6 +19,10 @@
 -- KEYS[8] user:holds:{uid}             hash: hold id -> 'amount;captured;...' (hold_authorize)
 -- KEYS[9] user:holds:expiry:{uid}      zset: ACTIVE hold ids by expires_at: a deduct spends balance - held credits -
 --                                      the live holds (on_hold less those past expires_at, tidied or not)
+-- KEYS[10] user:grants:{uid}           hash: grant id -> 'remaining;expires_at;category' (lib/grants)
+-- KEYS[11] user:grants:expiry:{uid}    zset: grant ids by expires_at: a debit that spends grants (D) spends the live
+--                                      grants first-to-expire, then the plain balance; a grant past expires_at counts
+--                                      for nothing
 -- ARGV[1] kind: a letter of KINDS that is applied (a debit: balance -1, or a credit: +1)
 -- ARGV[2] amount in minor units (integer > 0)
 -- ARGV[3] ts, epoch milliseconds
@@ -43,6 +47,11 @@
 -- ARGV[16] most new records KEYS[6] counts per window (MAX_IDEMPOTENCY_KEYS); '' or '0': the key is not counted
 --          (no key, or the service's own: one per packet, item or payment order, which the client cannot mint).
 --          Only client keys are counted, and a client key's refusal is always its answer (ARGV[14] '1')
+-- ARGV[17] kind R: the grant's expires_at (epoch ms) when the credit is a grant (its id is the entry id); '' for none
+-- ARGV[18] kind R with a grant: its category
+-- The entry string of a granted recharge ends ';<expires_at>;<category>', of a deduct that spent grants
+-- ';<grant id>:<spent>,...' (first-to-expire), and the streamed event carries them (lib/entry: grant_expires_at,
+-- grant_category, grants_spent).
 -- open is '1' (open), 'BALANCE' (closed because balance <= 0) or 'ADMIN' (closed by an operator).
 -- Returns one of:
 --   {'missing'}                        no cached account: load it from the DB, then retry
@@ -56,7 +65,7 @@
 --                                      writer's watermark (outbox/log_hold.py), the others answer 'recovering' for
 --                                      the next second
 --   {'closed', balance, v}             a debit on a closed API
---   {'insufficient', balance, v}       a debit with balance - held - live holds - amount < threshold
+--   {'insufficient', balance, v}       a debit with balance - held - live holds - expired grants - amount < threshold
 --   {'limit', balance, v}              a credit would pass ARGV[8]
 --                                      (a refusal is the key's answer: recorded like a charge, and replayed with
 --                                      the balance and v it was refused at; TigerBeetle's id_already_failed)
@@ -67,10 +76,12 @@
 --   {'in_progress'}                    Idempotency-Key's first request is still publishing (not stale)
 --   {'replay', id, balance, v, state}  Idempotency-Key seen with this body: the first answer; state 'done'
 --                                      (acknowledged by the broker) or 'pending' (its request died: stale)
---   {'ok', id, balance, v, epoch, open} charged; also when KEYS[2] exists: this very call ran already and
---                                      is resent after a lost reply, so it answers as it did, charging nothing
+--   {'ok', id, balance, v, epoch, open, grant} charged (grant: the entry's grant field, '' for none); also when
+--                                      KEYS[2] exists: this very call ran already and is resent after a lost reply,
+--                                      so it answers as it did, charging nothing
 --! include rebuild_hold
 --! include kinds
+--! include grants
 --! include holds
 --! include event
 local kind, amount, ts, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -81,7 +92,7 @@ local fingerprint = ARGV[6]
 local applied = redis.call('GET', KEYS[2])
 if applied then
   local e = entry_fields(applied)
-  return {'ok', id, e.balance_after, e.version, e.epoch, e.open}
+  return {'ok', id, e.balance_after, e.version, e.epoch, e.open, entry_tail(e)}
 end
 
 if fingerprint ~= '' then
@@ -134,16 +145,26 @@ if fingerprint ~= '' and max_keys > 0 then
 end
 
 local balance, open = tonumber(h[1]), h[4]
+local spent = ''  -- what a debit spent of the account's grants
 if kind_in(KIND_DEBITS, kind) then
   if open ~= '1' then return refuse('closed') end
   local on_hold = live_holds(tonumber(h[8]) or 0, KEYS[8], KEYS[9], ts)
+  local has_grants = redis.call('EXISTS', KEYS[11]) == 1  -- only accounts with grants pay for them
+  if has_grants then
+    -- what expired grants still hold is out of reach as a live hold's money is, until their expiry entry takes it
+    on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)
+  end
   if balance - (tonumber(h[7]) or 0) - on_hold - amount < tonumber(h[3]) then return refuse('insufficient') end
+  if has_grants and kind_in(KIND_SPENDS_GRANTS, kind) then spent = grants_spend(KEYS[10], KEYS[11], KEYS[7], ts, amount) end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 then open = 'BALANCE' end
 else
   if balance + amount > tonumber(ARGV[8]) then return refuse('limit') end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
+  if (ARGV[17] or '') ~= '' then
+    grant_add(KEYS[10], KEYS[11], id, amount, ARGV[17], ARGV[18])
+  end
   if kind_in(KIND_WAITS_FOR_DURABLE, kind) and ARGV[11] ~= 'stream' then  -- streamed, the event is durable in this very step
     redis.call('HSET', KEYS[7], id, ARGV[2])
     redis.call('HINCRBY', KEYS[1], 'held', amount)
@@ -153,7 +174,7 @@ local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 local balance_s, v_s = string.format('%d', balance), string.format('%d', v)
 redis.call('HSET', KEYS[1], 'ts', ts, 'open', open)
 local entry = {amount = ARGV[2], ts = ts, balance_after = balance_s, version = v_s, kind = kind, epoch = h[6],
-  open = open, idem_key = ARGV[10]}
+  open = open, idem_key = ARGV[10], grants_spent = spent, grant_expires_at = ARGV[17], grant_category = ARGV[18]}
 redis.call('SET', KEYS[2], entry_string(entry), 'EX', ARGV[5])
 redis.call('ZADD', KEYS[3], ts, id)
 local streamed = ARGV[11] == 'stream'
@@ -165,4 +186,4 @@ if fingerprint ~= '' then
     'state', streamed and 'done' or 'pending', 'ts', ts)
   redis.call('EXPIRE', KEYS[4], ARGV[7])
 end
-return {'ok', id, balance_s, v_s, h[6], open}
+return {'ok', id, balance_s, v_s, h[6], open, entry_tail(entry)}

@@ -14,6 +14,9 @@
 -- KEYS[8] user:holds:{uid}              hash: a hold's change taken back here is undone in its record
 -- KEYS[9] user:holds:expiry:{uid}       zset: a hold made ACTIVE again goes back in, by its expires_at
 -- KEYS[10] user:refunds:{uid}           hash: charge id -> refunded total; a refund taken back lowers it
+-- KEYS[11] user:grants:{uid}            hash (lib/grants): a granted recharge taken back takes its grant, a deduct
+--                                       gives each grant it spent its part back, a grant expiry puts its grant back
+-- KEYS[12] user:grants:expiry:{uid}     zset (lib/grants)
 -- ARGV[1] entry id  ARGV[2] fate TTL in seconds  ARGV[3] '1' when the key is counted (a client key), else ''
 -- Returns:
 --   {'gone'}                  nothing left to undo (already given back, or Redis lost it); tombstone set
@@ -22,6 +25,7 @@
 --! include entry
 --! include kinds
 --! include holds
+--! include grants
 redis.call('SET', KEYS[4], 'rolledback', 'EX', ARGV[2])
 local entry = redis.call('GET', KEYS[2])
 if (not entry) or (not redis.call('ZSCORE', KEYS[3], ARGV[1])) then return {'gone'} end
@@ -73,13 +77,19 @@ if kind_in(KIND_CHANGES_HOLD, kind) then
   if kind == 'C' then balance = redis.call('HINCRBY', KEYS[1], 'balance', amount) else balance = tonumber(h[1]) end
   if back ~= 0 and redis.call('HINCRBY', KEYS[1], 'on_hold', back) <= 0 then redis.call('HDEL', KEYS[1], 'on_hold') end
   if balance > 0 and open == 'BALANCE' then open = '1' end
-elseif kind_in(KIND_DEBITS, kind) then  -- a debit: given back
+elseif kind_in(KIND_DEBITS, kind) then  -- a debit: given back (an ended grant back, spent grants given back)
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
-else  -- a credit: taken back (a refund's charge's refunded total goes back down too)
+  if kind_in(KIND_ENDS_GRANT, kind) then
+    grant_add(KEYS[11], KEYS[12], e.grant_id, amount, e.ended_expires_at, e.ended_category)
+  elseif (e.grants_spent or '') ~= '' then
+    grants_give_back(KEYS[11], e.grants_spent)
+  end
+else  -- a credit: taken back (a refund's charge's refunded total goes back down too, a granted credit's grant goes)
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 and open == '1' then open = 'BALANCE' end
   if kind_in(KIND_REFUNDS, kind) and redis.call('HEXISTS', KEYS[10], e.refund_of) == 1 then redis.call('HINCRBY', KEYS[10], e.refund_of, -amount) end
+  if (e.grant_expires_at or '') ~= '' then grant_remove(KEYS[11], KEYS[12], ARGV[1]) end
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'open', open)

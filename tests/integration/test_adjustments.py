@@ -2,6 +2,8 @@
 ledger/kinds.py; POST /ops/accounts/{id}/adjustments). Driven through the API handler, the writer function and the
 reconciler function on the real Redis, DB and broker, on ASYNC and SYNC accounts."""
 
+import time
+
 import pytest
 
 from helpers import Api, invoke_writer, ledger_records
@@ -119,3 +121,19 @@ def test_a_failed_publish_takes_an_adjustment_back_both_ways(api, redis_client, 
     assert _adjust(api, user_id, "-2.00", "adj--2.00")[1]["balance"] == "3.00"  # the key was no answer: it charges
     _persist(redis_client, user_id)
     assert _adjustment_rows(sql, user_id) == ((200, 300, "ASYNC"),)
+
+
+def test_an_adjustment_down_spends_the_live_grants_first_as_a_deduct_does(api, redis_client, sql):
+    user_id = api.account(balance="5.00")
+    expires_at = int(time.time() * 1000) + 600_000
+    status, grant = api(
+        "POST",
+        f"/accounts/{user_id}/recharge",
+        {"amount": "2.00", "grant": {"expires_at": expires_at, "category": "promo"}},
+    )
+    assert status == 200, grant
+    assert _adjust(api, user_id, "-1.50", "adj-grant")[1]["balance"] == "5.50"
+    assert api("GET", f"/accounts/{user_id}")[1]["grants"][0]["remaining"] == "0.50"
+    _persist(redis_client, user_id)
+    status, body = api("GET", f"/accounts/{user_id}/entries?types=adjustment")
+    assert [e["grants_spent"] for e in body["entries"]] == [[{"grant_id": grant["pay_id"], "amount": "1.50"}]]

@@ -43,14 +43,25 @@ def test_every_scripts_event_is_its_model_and_a_ledger_event_is_its_entry_string
     api,
     redis_client,
 ):
-    # ledger_apply (R, D under an Idempotency-Key, an operator's adjustment A and N), hold_change (H, C, V and an X by
-    # the delay drainer), ledger_refund (F)
+    # ledger_apply (R, D under an Idempotency-Key, a granted R and a D spending grants, an operator's adjustment A and
+    # N), hold_change (H, C, V and an X by the delay drainer), ledger_refund (F), ledger_grant_expire (G by the delay
+    # drainer)
     user_id = api.account(balance="50.00")
     status, order = api("POST", f"/accounts/{user_id}/deduct", {"amount": "5.00"}, {"Idempotency-Key": "evt-1"})
     assert status == 200, order
     for amount in ("1.00", "-1.00"):
         status, body = api("POST", f"/ops/accounts/{user_id}/adjustments", {"amount": amount, "reason": AWKWARD_TEXT})
         assert status == 200, body
+    now_ms = int(time.time() * 1000)
+    for amount, expires_at in (("3.00", now_ms + 1_000), ("2.00", now_ms + 600_000)):
+        status, body = api(
+            "POST",
+            f"/accounts/{user_id}/recharge",
+            {"amount": amount, "grant": {"expires_at": expires_at, "category": "promo"}},
+        )
+        assert status == 200, body
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert status == 200, body
     status, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "10.00", "description": AWKWARD_TEXT})
     assert status == 201, hold
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold['hold_id']}/capture", {"amount": "4.00"})
@@ -96,8 +107,15 @@ def test_every_scripts_event_is_its_model_and_a_ledger_event_is_its_entry_string
         assert Entry.parse(user_id, event.id, stored).event() == json.loads(raw), stored
     assert {e.description for e, _, _ in ledger if e.kind == "H"} >= {AWKWARD_TEXT}
     assert {e.reason for e, _, _ in ledger if e.kind == "F"} == {AWKWARD_TEXT}
+    granted = [e for e, _, _ in ledger if e.kind == "R" and e.grant_expires_at is not None]
+    assert sorted((e.amount, e.grant_category) for e in granted) == [(200, "promo"), (300, "promo")]
+    soonest = min(granted, key=lambda e: e.grant_expires_at or 0)
+    # the 1.00 deduct spent the sooner grant first (the red packet's, later, the other: the sooner one had expired)
+    assert f"{soonest.id}:100" in {e.grants_spent for e, _, _ in ledger if e.kind == "D"}
+    assert [(e.grant_id, e.amount) for e, _, _ in ledger if e.kind == "G"] == [(soonest.id, 200)]
     assert sorted((o.user_id, o.bucket, o.home) for o in orders) == [(buyers[0], 0, 0), (buyers[1], 1, 0)]
     assert len(claims) == 1
+    drain_once(stream_mode)  # the next test starts from an empty stream (test_streams counts its length)
 
 
 def test_lib_entry_reads_back_every_kinds_entry_string_as_written(redis_client, tmp_path):
@@ -112,17 +130,21 @@ def test_lib_entry_reads_back_every_kinds_entry_string_as_written(redis_client, 
     hold = "500;7;900;3;{kind};e1;1;;11;0;99;400;ACTIVE"
     strings = {
         "D": "500;7;900;3;D;e1;BALANCE;c:key-1",
+        "D spending grants": "500;7;900;3;D;e1;BALANCE;;11:300,12:200",
         "R": "500;7;900;3;R;e1;1;",
+        "R granted": "500;7;900;3;R;e1;1;;99;promo",
+        "G": "500;7;900;3;G;e1;1;;11;99;promo",
         "A": "500;7;900;3;A;e1;1;c:adj-1",
-        "N": "500;7;900;3;N;e1;BALANCE;",
+        "N": "500;7;900;3;N;e1;BALANCE;;11:200",
         "F": f"500;7;900;3;F;e1;1;;42;order;500;{AWKWARD_TEXT}",
         "H": hold.format(kind="H") + f";{AWKWARD_TEXT}",
         "C": hold.format(kind="C") + ";;200",
         "V": hold.format(kind="V") + ";;200",
         "X": hold.format(kind="X") + ";;200",
     }
-    assert set(strings) == set(KINDS)
-    for kind, stored in strings.items():
+    assert {name.split()[0] for name in strings} == set(KINDS)
+    for name, stored in strings.items():
+        kind = name.split()[0]
         text = AWKWARD_TEXT if kind in ("F", "H") else ""
         captured = "200" if kind in ("C", "V", "X") else ""
         for raw in (stored, "settled;" + stored):

@@ -27,8 +27,16 @@ def _load(
 ):
     return lua.run(
         "ledger_load",
-        keys=[keys.balance(uid), keys.held(uid), keys.holds(uid), keys.hold_expiry(uid), keys.refunds(uid)],
-        args=[balance, version, threshold, open_, mode, epoch, hold_until, hold_log, 0, ""],
+        keys=[
+            keys.balance(uid),
+            keys.held(uid),
+            keys.holds(uid),
+            keys.hold_expiry(uid),
+            keys.refunds(uid),
+            keys.grants(uid),
+            keys.grant_expiry(uid),
+        ],
+        args=[balance, version, threshold, open_, mode, epoch, hold_until, hold_log, 0, "", ""],
     )
 
 
@@ -47,6 +55,8 @@ def _apply(
             keys.held(uid),
             keys.holds(uid),
             keys.hold_expiry(uid),
+            keys.grants(uid),
+            keys.grant_expiry(uid),
         ],
         args=[
             kind,
@@ -83,6 +93,8 @@ def test_all_keys_of_an_account_share_one_cluster_slot():
             keys.holds(uid),
             keys.hold_expiry(uid),
             keys.refunds(uid),
+            keys.grants(uid),
+            keys.grant_expiry(uid),
         )
     }
     assert len(slots) == 1
@@ -100,7 +112,7 @@ def test_load_creates_only_if_absent(lua, redis_client, uid):
 
 def test_deduct_ok_writes_entry_zset_and_bumps_version(lua, redis_client, uid):
     _load(lua, uid, balance=10_000, version=5, epoch="ep")
-    assert _apply(lua, uid, "D", 1234, 77) == ["ok", "77", "8766", "6", "ep", "1"]
+    assert _apply(lua, uid, "D", 1234, 77) == ["ok", "77", "8766", "6", "ep", "1", ""]  # no grant spent
     assert redis_client.get(keys.entry(uid, 77)).decode().split(";")[0::2] == ["1234", "8766", "D", "1"]
     assert redis_client.zscore(keys.pending(uid), "77") is not None
     assert 0 < redis_client.ttl(keys.entry(uid, 77)) <= 3600
@@ -221,7 +233,7 @@ def test_a_resent_call_charges_once(lua, redis_client, uid):
     caller publishes it), with no second charge."""
     _load(lua, uid, balance=1000)
     first = _apply(lua, uid, "D", 100, 1)
-    assert first == ["ok", "1", "900", "6", "e1", "1"]
+    assert first == ["ok", "1", "900", "6", "e1", "1", ""]
     assert _apply(lua, uid, "D", 100, 1) == first
     assert redis_client.hmget(keys.balance(uid), "balance", "v") == [b"900", b"6"]
     assert redis_client.zcard(keys.pending(uid)) == 1
@@ -256,6 +268,8 @@ def _rollback(lua, uid, entry_id, idem="k"):
             keys.holds(uid),
             keys.hold_expiry(uid),
             keys.refunds(uid),
+            keys.grants(uid),
+            keys.grant_expiry(uid),
         ],
         args=[entry_id, 3600, ""],
     )
@@ -405,7 +419,7 @@ def test_a_call_resent_after_the_writer_settled_it_charges_once(lua, redis_clien
 
     _load(lua, uid, balance=10_000)
     first = _apply(lua, uid, "D", 1000, 1)
-    assert first == ["ok", "1", "9000", "6", "e1", "1"]
+    assert first == ["ok", "1", "9000", "6", "e1", "1", ""]
     assert _settle(lua, uid, 1) == [1, 0]
     assert _apply(lua, uid, "D", 1000, 1) == first
     assert redis_client.hmget(keys.balance(uid), "balance", "v") == [b"9000", b"6"]

@@ -53,6 +53,7 @@ def test_a_part_that_raises_does_not_stop_the_others(api, sql, monkeypatch, reco
     assert set(report["part_seconds"]) == {
         "accounts",
         "holds",
+        "grants",
         "vouchers",
         "packets",
         "transfers",

@@ -211,3 +211,26 @@ def test_a_holds_changes_travel_through_the_stream_and_are_booked_once(stream_mo
         ("void", 0, 2600, 2600),
     )
     assert api("GET", f"/accounts/{user_id}")[1]["available"] == "26.00"
+
+
+def test_a_grants_spend_and_expiry_travel_through_the_stream_and_are_booked_once(stream_mode, api, sql):
+    """ledger_apply XADDs a granted recharge and a deduct's spent grants, ledger_grant_expire its expiry entry: the
+    consumer books all of them (issue 34)."""
+    from hotledger.grants.feature import grants
+
+    user_id = api.account(balance="10.00")
+    grant = {"expires_at": int(time.time() * 1000) + 1_000, "category": "promo"}
+    status, body = api("POST", f"/accounts/{user_id}/recharge", {"amount": "5.00", "grant": grant})
+    assert status == 200, body
+    grant_id = int(body["pay_id"])
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})[0] == 200
+    time.sleep(1.05)
+    assert grants().expire(user_id, grant_id) is True
+    assert drain_once(stream_mode).applied == 4
+    assert sql("SELECT remaining, state FROM t_grant WHERE id = %s", (grant_id,)) == ((0, "EXPIRED"),)
+    assert sql("SELECT grant_id, amount FROM t_grant_spend WHERE user_id = %s", (user_id,)) == ((grant_id, 200),)
+    assert sql("SELECT type, delta FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,))[-1] == (
+        "grant_expiry",
+        -300,
+    )
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((1000,),)

@@ -54,6 +54,8 @@ def test_the_scripts_read_the_kinds_table_generated_from_the_rulebook():
         "KIND_WAITS_FOR_DURABLE": "".join(k for k, row in KINDS.items() if row.waits_for_durable),
         "KIND_CHANGES_HOLD": "".join(sorted(HOLD_KINDS, key=list(KINDS).index)),
         "KIND_REFUNDS": "".join(k for k, row in KINDS.items() if row.refunds),
+        "KIND_SPENDS_GRANTS": "".join(k for k, row in KINDS.items() if row.spends_grants),
+        "KIND_ENDS_GRANT": "".join(k for k, row in KINDS.items() if row.ends_grant),
     }
     for name in ("ledger_apply", "ledger_rollback"):
         script = script_text(REPO / "layers/lua" / f"{name}.lua")

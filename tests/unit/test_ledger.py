@@ -126,7 +126,7 @@ class FakeLedgerStore:
     def charge_transaction(self, user_id, idem_key, now_ms):
         with self.transaction() as tx:
             answer = self.answers.get((user_id, idem_key)) if idem_key else None
-            yield ChargeReads(self.accounts.get(user_id), answer, 0, {}), tx
+            yield ChargeReads(self.accounts.get(user_id), answer, 0, self.active_grants(user_id), {}), tx
 
     def account(self, user_id):
         return self.accounts.get(user_id)
@@ -260,13 +260,25 @@ class FakeLedgerStore:
     def active_holds(self, user_id):
         return []
 
+    def active_grants(self, user_id):
+        return []
+
+    def insert_grant_changes(self, changes):
+        pass
+
+    def cached_grants(self, user_id):
+        return []
+
+    def grants_in_db(self, user_id):
+        return []
+
     def live_on_hold(self, account, now_ms):
         return 0
 
     def live_on_hold_in_db(self, account):
         return 0
 
-    def cache_account(self, account, balance, epoch, holds, hold_until=0, hold_log="", in_flight=()):
+    def cache_account(self, account, balance, epoch, holds, hold_until=0, hold_log="", in_flight=(), grants=()):
         self.loads.append((account.user_id, balance, epoch))
         self.cache[account.user_id] = CachedAccount(balance, account.version, account.threshold, account.open_flag)
         return True

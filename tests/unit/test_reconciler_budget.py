@@ -91,6 +91,9 @@ class NoHolds:
     def overdue(self, before_ms, after_id, limit):
         return []
 
+    def expire(self, user_id, entity_id):
+        raise AssertionError("nothing is overdue")
+
     def post_alerts(self, budget):
         return 0
 
@@ -129,6 +132,7 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
         ("notices", "payment_orders", notices),
         ("notices", "journeys", notices),
         ("holds", "holds", NoHolds()),
+        ("grants", "grants", NoHolds()),
         ("monitors", "monitors", NoHolds()),
         ("transfers", "transfer_reconciler", NoTransfers()),
         ("webhooks", "webhooks", webhooks),
@@ -143,11 +147,13 @@ def test_a_part_that_raises_is_reported_and_the_others_run_and_keep_their_cursor
     assert cursors == {
         "accounts": 15,
         "holds": 0,
+        "grants": 0,
         "packets": 10,
     }  # a failed part keeps its cursor: the next run repeats it
     assert set(report.part_seconds) == {
         "accounts",
         "holds",
+        "grants",
         "vouchers",
         "packets",
         "transfers",

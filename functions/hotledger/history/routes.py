@@ -27,6 +27,11 @@ _BEFORE_LEDGER = (
 )
 
 
+class GrantSpent(BaseModel):
+    grant_id: str
+    amount: str
+
+
 class EntryView(BaseModel):
     seq: int | None = Field(description="the account's entry number: gapless, strictly increasing; null while pending")
     entry_id: str = Field(description="the change's id (order_id, pay_id, ...) as a string")
@@ -47,6 +52,9 @@ class EntryView(BaseModel):
     state: str = Field(
         description="booked, or pending: charged, not in the DB yet (read your writes); a pending entry whose "
         "request has not been answered yet may still be taken back (its publish failed)"
+    )
+    grants_spent: list[GrantSpent] = Field(
+        default_factory=list, description="the credit grants a deduct spent, first-to-expire (the rest: plain balance)"
     )
 
 
@@ -83,6 +91,7 @@ def _entry(e: HistoryEntry, format_minor: Callable[[int], str]) -> dict[str, Any
         "charged_at": e.charged_at,
         "ref": e.ref,
         "state": e.state,
+        "grants_spent": [{"grant_id": str(g), "amount": format_minor(a)} for g, a in e.grants_spent],
     }
 
 
@@ -159,7 +168,7 @@ def statement(
         "since": s.since,
         "until": s.until,
         "opening_balance": format_minor(s.opening.balance),
-        "entries": [_entry(HistoryEntry.booked(e), format_minor) for e in s.entries],
+        "entries": [_entry(e, format_minor) for e in s.entries],
         "closing_balance": format_minor(s.closing.balance),
     }
 

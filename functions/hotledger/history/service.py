@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hotledger import errors
+from hotledger.grants.rows import decode_spent
 from hotledger.history.store import BalanceAt, BookedEntry, HistoryStore
 from hotledger.ledger.book import ENTRY_TYPES, type_and_ref
 from hotledger.ledger.entry import Entry
@@ -43,9 +44,10 @@ class HistoryEntry:
     charged_at: int
     ref: str | None
     state: str  # 'booked' | 'pending'
+    grants_spent: tuple[tuple[int, int], ...] = ()  # (grant id, amount) a deduct spent, first-to-expire
 
     @classmethod
-    def booked(cls, e: BookedEntry) -> HistoryEntry:
+    def booked(cls, e: BookedEntry, grants_spent: tuple[tuple[int, int], ...] = ()) -> HistoryEntry:
         return cls(
             e.seq,
             e.entry_id,
@@ -58,6 +60,7 @@ class HistoryEntry:
             e.charged_at,
             e.ref,
             "booked",
+            grants_spent,
         )
 
     @classmethod
@@ -67,6 +70,7 @@ class HistoryEntry:
             e.idem_key,
             e.hold.hold_id if e.hold else None,
             f"{e.refund.charge_kind}:{e.refund.charge_id}" if e.refund else None,
+            e.to_event().grant_id if e.grant else None,
         )
         return cls(
             None,
@@ -80,6 +84,7 @@ class HistoryEntry:
             e.ts,
             ref,
             "pending",
+            tuple(decode_spent(e.to_event().grants_spent)) if e.grant else (),
         )
 
 
@@ -94,7 +99,7 @@ class Statement:
     since: int
     until: int
     opening: BalanceAt
-    entries: list[BookedEntry]
+    entries: list[HistoryEntry]
     closing: BalanceAt
 
 
@@ -132,7 +137,7 @@ class History:
         # an entry the writer committed after the pending read is on this page already (the newest seqs come first)
         on_page = {e.entry_id for e in booked}
         pending = [e for e in pending if e.entry_id not in on_page]
-        return Page(pending + [HistoryEntry.booked(e) for e in booked], next_cursor)
+        return Page(pending + self._with_grants(booked), next_cursor)
 
     def balance_at(self, user_id: int, at_ms: int) -> BalanceAt:
         self._account(user_id)
@@ -156,8 +161,17 @@ class History:
                 "through GET /accounts/{id}/entries with since and until"
             )
         return Statement(
-            since, until, self.store.balance_at(user_id, since - 1), entries, self.store.balance_at(user_id, until - 1)
+            since,
+            until,
+            self.store.balance_at(user_id, since - 1),
+            self._with_grants(entries),
+            self.store.balance_at(user_id, until - 1),
         )
+
+    def _with_grants(self, booked: list[BookedEntry]) -> list[HistoryEntry]:
+        """The booked entries with the grants each spent (t_grant_spend)."""
+        spent = self.store.grants_spent([e.entry_id for e in booked])
+        return [HistoryEntry.booked(e, spent.get(e.entry_id, ())) for e in booked]
 
     def _account(self, user_id: int) -> None:
         if not self.is_known_account(user_id):

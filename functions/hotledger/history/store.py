@@ -99,6 +99,20 @@ class HistoryStore:
         rows = db.query(f"SELECT {_COLUMNS} FROM t_entry WHERE {where} ORDER BY seq {order} LIMIT %s", (*args, limit))
         return [BookedEntry(*row) for row in rows]
 
+    def grants_spent(self, entry_ids: list[int]) -> dict[int, tuple[tuple[int, int], ...]]:
+        """Entry id -> (grant id, amount) of each grant it spent (t_grant_spend), first-to-expire."""
+        if not entry_ids:
+            return {}
+        rows = db.query(
+            "SELECT s.entry_id, s.grant_id, s.amount FROM t_grant_spend s JOIN t_grant g ON g.id = s.grant_id"
+            f" WHERE s.entry_id IN ({','.join(['%s'] * len(entry_ids))}) ORDER BY s.entry_id, g.expires_at, g.id",
+            tuple(entry_ids),
+        )
+        spent: dict[int, list[tuple[int, int]]] = {}
+        for entry_id, grant_id, amount in rows:
+            spent.setdefault(entry_id, []).append((grant_id, amount))
+        return {entry_id: tuple(grants) for entry_id, grants in spent.items()}
+
     def booked_ids(self, user_id: int, entry_ids: list[int]) -> set[int]:
         """Those of the ids the ledger holds already (a pending entry between its commit and its settle)."""
         if not entry_ids:

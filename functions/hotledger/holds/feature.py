@@ -12,7 +12,7 @@ from hotledger.features import Feature
 from hotledger.holds.service import HOLD_EXPIRY, Holds
 from hotledger.holds.store import HoldStore
 from hotledger.ledger.feature import ledger
-from hotledger.reconciler import PartContext, ReconcilePart
+from hotledger.reconciler import ReconcilePart, expiry_part
 from hotledger.runtime import delay_queue, durability, id_generator, service
 
 # an expired hold counts for nothing at once; its expiry entry is the drainer's, and the reconciler's past this grace
@@ -37,21 +37,15 @@ def _delay_handlers() -> dict[str, Callable[[list[str]], Any]]:
 
 def _reconcile_parts() -> tuple[ReconcilePart, ...]:
     holds_service = holds()
-
-    def expired_holds(run: PartContext) -> int:
-        after, ended = run.cursor, 0
-        while not run.budget.exhausted:
-            due = holds_service.overdue(run.now_ms - EXPIRY_GRACE_MS, after, run.budget.page(100))
-            if not due:
-                return 0
-            for user_id, hold_id in due:
-                ended += holds_service.expire(user_id, hold_id, adopt=True)
-            run.budget.spend(len(due))
-            after = due[-1][1]
-            run.report.holds_expired = ended
-        return after
-
-    return (ReconcilePart(name="holds", run=expired_holds),)
+    return (
+        expiry_part(
+            "holds",
+            holds_service.overdue,
+            lambda user_id, hold_id: holds_service.expire(user_id, hold_id, adopt=True),
+            lambda: EXPIRY_GRACE_MS,
+            "holds_expired",
+        ),
+    )
 
 
 FEATURE = Feature(

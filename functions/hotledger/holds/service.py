@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from hotledger import errors
 from hotledger.dal.delay_queue import DelayQueue
+from hotledger.grants.rows import expired_remaining
 from hotledger.holds.replies import HoldReply, HoldStatus
 from hotledger.holds.rows import ACTIVE, Hold
 from hotledger.holds.store import CAPTURE, EXPIRE, VOID, HoldStore
@@ -116,7 +117,12 @@ class Holds:
             return self._outbound(entry, waits=True)
 
         def in_db(tx: LedgerTx, account: AccountRow, now_ms: int) -> LedgerEvent:
-            available = account.balance - tx.live_on_hold(account, now_ms)
+            # an expired grant is out of reach for a hold too (grants.rows: the scripts' rule)
+            available = (
+                account.balance
+                - tx.live_on_hold(account, now_ms)
+                - expired_remaining(tx.active_grants(user_id), now_ms)
+            )
             if account.open_flag != "1":
                 raise errors.ApiClosed("the account's API is closed")
             if available - amount < account.threshold:

@@ -53,6 +53,8 @@ class HoldStore:
                     keys.hold_expiry(user_id),
                     keys.held(user_id),
                     keys.account_stream(user_id),
+                    keys.grants(user_id),
+                    keys.grant_expiry(user_id),
                 ],
                 [
                     op,

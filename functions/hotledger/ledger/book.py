@@ -57,6 +57,9 @@ class Change(Protocol):
     def refund_of_kind(self) -> str | None: ...
 
     @property
+    def grant_id(self) -> int | None: ...
+
+    @property
     def delta(self) -> int: ...
 
     @property
@@ -85,12 +88,19 @@ ENTRY_TYPES = frozenset(
 
 
 def type_and_ref(
-    kind: str, idem_key: str | None, hold_id: int | None = None, refund_of: str | None = None
+    kind: str,
+    idem_key: str | None,
+    hold_id: int | None = None,
+    refund_of: str | None = None,
+    grant_id: int | None = None,
 ) -> tuple[str, str | None]:
-    """(type, ref) of a change: a hold's (ref: the hold), a payment order's charge and refund, a red packet's debit,
-    credit and refund, or a client's change of another kind (its kind's entry type; ref: its Idempotency-Key)."""
+    """(type, ref) of a change: a hold's (ref: the hold), a grant's expiry (ref: the grant), a payment order's charge
+    and refund, a red packet's debit, credit and refund, or a client's change of another kind (its kind's entry type;
+    ref: its Idempotency-Key)."""
     if kind in HOLD_TYPES:
         return HOLD_TYPES[kind], f"hold:{hold_id}"
+    if KINDS[kind].ends_grant:
+        return KINDS[kind].entry_type, f"grant:{grant_id}"
     if kind == KIND_REFUND:
         return "refund", refund_of
     plain = KINDS[kind].entry_type
@@ -137,7 +147,9 @@ def book(
                 on_hold=head.on_hold + change.hold_delta,
                 booked_at=booked_at,
             )
-            entry_type, ref = type_and_ref(change.kind, change.idem_key, change.hold_id, refund_ref(change))
+            entry_type, ref = type_and_ref(
+                change.kind, change.idem_key, change.hold_id, refund_ref(change), change.grant_id
+            )
             rows.append(
                 Booked(
                     user_id,

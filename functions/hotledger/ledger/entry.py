@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hotledger.ledger.kinds import HOLD_KINDS, KIND_REFUND, balance_delta
+from hotledger.ledger.kinds import HOLD_KINDS, KIND_REFUND, KINDS, balance_delta
 from hotledger.outbox.events import LedgerEvent
 
 T = TypeVar("T")
@@ -60,6 +60,9 @@ class Entry:
     idem_key: str | None = None
     hold: HoldChange | None = None  # a hold's change (kinds H, C, V, X)
     refund: RefundOf | None = None  # a refund (kind F)
+    # credit grants: a deduct's '<grant id>:<spent>,...', a granted recharge's '<expires_at>;<category>', a grant
+    # expiry's '<grant id>;<expires_at>;<category>' (the grant it ends, so a take-back can restore it)
+    grant: str | None = None
 
     @classmethod
     def parse(cls, user_id: int, entry_id: int, raw: str) -> Entry:
@@ -67,6 +70,8 @@ class Entry:
         idem_key = rest[0] if rest and rest[0] else None
         hold = HoldChange.parse(kind, rest[1:]) if kind in HOLD_KINDS else None
         refund = RefundOf.parse(rest[1:]) if kind == KIND_REFUND else None
+        k = KINDS[kind]
+        grant = ";".join(rest[1:]) if (k.may_grant or k.spends_grants or k.ends_grant) and rest[1:] else None
         return cls(
             entry_id,
             user_id,
@@ -80,6 +85,7 @@ class Entry:
             idem_key,
             hold,
             refund,
+            grant,
         )
 
     @property
@@ -121,6 +127,8 @@ class Entry:
                 if self.kind == "H"
                 else {"captured_after": self.hold.captured_after}
             )
+        if self.grant is not None:
+            fields.update(grant_fields(self.kind, self.grant))
         if self.refund is not None:
             fields.update(
                 {
@@ -131,6 +139,17 @@ class Entry:
                 }
             )
         return fields
+
+
+def grant_fields(kind: str, grant: str) -> dict[str, Any]:
+    """An entry's grant field as its event's fields (the entry string's encodings: Entry.grant)."""
+    k = KINDS[kind]
+    if k.spends_grants:
+        return {"grants_spent": grant}
+    if k.may_grant:
+        expires_at, category = grant.split(";", 1)
+        return {"grant_expires_at": int(expires_at), "grant_category": category}
+    return {"grant_id": int(grant.split(";", 1)[0])}
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,11 @@ class Kind:
     # sent as what it caused), and what it means to a receiver
     event: str = ""
     means: str = ""
+    # credit grants (issue 34): a recharge may carry a grant (its id is the entry's); a deduct spends the live grants
+    # first-to-expire, then the plain balance; a grant expiry takes what is left of its grant off the balance
+    may_grant: bool = False
+    spends_grants: bool = False
+    ends_grant: bool = False
 
 
 _ADJUSTMENT_MEANS = "an operator's adjustment of the balance is in the ledger (up or down: its balance_change)"
@@ -56,6 +61,7 @@ KINDS: dict[str, Kind] = {
             "amount",
             refundable_as="order",
             applied=True,
+            spends_grants=True,
             event="charge.persisted",
             means="a deduct is in the ledger",
         ),
@@ -67,6 +73,7 @@ KINDS: dict[str, Kind] = {
             "pay",
             waits_for_durable=True,
             applied=True,
+            may_grant=True,
             event="recharge.persisted",
             means="a recharge is in the ledger",
         ),
@@ -128,8 +135,8 @@ KINDS: dict[str, Kind] = {
             event="hold.expired",
             means="a hold expired uncaptured",
         ),
-        # an operator's adjustment of the balance (ops/routes.py), up (A) or down (N): down is refused as a deduct
-        # is, up is spendable once durable as a recharge is
+        # an operator's adjustment of the balance (ops/routes.py), up (A) or down (N): down is refused and spends the
+        # live grants first as a deduct does, up is spendable once durable as a recharge is
         Kind(
             "A",
             "adjustment",
@@ -148,12 +155,24 @@ KINDS: dict[str, Kind] = {
             "t_adjustment",
             "amount",
             applied=True,
+            spends_grants=True,
             event="adjustment.persisted",
             means=_ADJUSTMENT_MEANS,
         ),
+        Kind(
+            "G",
+            "grant_expiry",
+            -1,
+            "t_grant_expiry",
+            "amount",
+            ends_grant=True,
+            event="grant.expired",
+            means="what was left of a credit grant left the balance at its expires_at (ref grant:<id>)",
+        ),
     )
 }
-KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND, KIND_ADJUST_UP, KIND_ADJUST_DOWN = "D", "R", "F", "A", "N"
+KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND, KIND_GRANT_EXPIRY = "D", "R", "F", "G"
+KIND_ADJUST_UP, KIND_ADJUST_DOWN = "A", "N"
 HOLD_KINDS = frozenset(letter for letter, k in KINDS.items() if k.changes_hold)
 HOLD_TYPES = {letter: KINDS[letter].entry_type for letter in sorted(HOLD_KINDS)}
 ENTRY_TABLES = {letter: (k.table, k.amount_column) for letter, k in KINDS.items()}
@@ -170,6 +189,8 @@ LUA_KIND_SETS: dict[str, Callable[[Kind], bool]] = {
     "KIND_WAITS_FOR_DURABLE": lambda k: k.waits_for_durable,
     "KIND_CHANGES_HOLD": lambda k: k.changes_hold,
     "KIND_REFUNDS": lambda k: k.refunds,
+    "KIND_SPENDS_GRANTS": lambda k: k.spends_grants,
+    "KIND_ENDS_GRANT": lambda k: k.ends_grant,
 }
 
 

@@ -26,6 +26,7 @@ from collections import defaultdict
 from contextlib import AbstractContextManager
 from typing import Any
 
+from hotledger.grants.tx import insert_grant_changes
 from hotledger.holds.tx import insert_changes
 from hotledger.ledger.book import book
 from hotledger.ledger.entry import LedgerHead
@@ -77,6 +78,11 @@ def account_moves(
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def granted(e: LedgerEvent) -> str | None:
+    """A granted recharge's grant as its Idempotency-Key's fingerprint holds it (GrantCredit.field)."""
+    return None if e.grant_expires_at is None else f"{e.grant_expires_at}:{e.grant_category}"
 
 
 KEY_TAKEN = "Idempotency-Key already answered by another entry"
@@ -159,9 +165,10 @@ class LedgerPersister(BatchPersister[LedgerEvent]):
         tx.insert_events(fresh)
         insert_changes(tx.cursor, [e for e in fresh if e.kind in HOLD_KINDS])
         insert_refunds(tx.cursor, [e for e in fresh if e.kind == KIND_REFUND])
+        insert_grant_changes(tx.cursor, sorted(fresh, key=lambda e: (e.version, e.id)))
         tx.remember_answers(
             [
-                (e.user_id, e.idem_key, fingerprint(e.kind, e.user_id, e.amount), answer_of(e))
+                (e.user_id, e.idem_key, fingerprint(e.kind, e.user_id, e.amount, granted(e)), answer_of(e))
                 for e in fresh
                 if e.idem_key is not None
             ]

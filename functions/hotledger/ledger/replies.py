@@ -44,9 +44,10 @@ class ApplyReply(ScriptReply):
     done: bool = False
     mode: str = "ASYNC"
     retry_at: int = 0
+    grant: str = ""  # OK: the entry's grant field (a deduct's spent grants, a recharge's grant: ledger.entry.Entry)
 
     FIELDS = {
-        ApplyStatus.OK: ("entry_id", "balance", "version", "epoch", "open_flag"),
+        ApplyStatus.OK: ("entry_id", "balance", "version", "epoch", "open_flag", "grant"),
         ApplyStatus.REPLAY: ("entry_id", "balance", "version", "done"),
         ApplyStatus.CLOSED: ("balance", "version"),
         ApplyStatus.INSUFFICIENT: ("balance", "version"),

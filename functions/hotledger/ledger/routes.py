@@ -21,12 +21,16 @@ from api.schemas import (
     AmountRequest,
     CreateAccountRequest,
     DeductResult,
+    GrantView,
     OrderView,
     PatchAccountRequest,
+    RechargeRequest,
     RechargeResult,
 )
 from hotledger import observability
 from hotledger.currencies.service import minor_in
+from hotledger.grants.feature import grants
+from hotledger.grants.rows import GrantCredit
 from hotledger.ledger.feature import ledger
 from hotledger.ledger.service import Account, LedgerResult
 from hotledger.money import Currency
@@ -73,6 +77,15 @@ def _account_body(account: Account) -> dict[str, Any]:
         held_credits=format_minor(account.held_credits),
         held=format_minor(account.held),
         available=format_minor(account.available),
+        grants=[
+            GrantView(
+                grant_id=str(g.grant_id),
+                remaining=format_minor(g.remaining),
+                expires_at=g.expires_at,
+                category=g.category,
+            )
+            for g in account.grants
+        ],
     ).model_dump()
 
 
@@ -132,15 +145,22 @@ def patch_account(user_id: UserId, request: Annotated[PatchAccountRequest, Body(
         _NOT_FOUND,
         _CHARGE_CONFLICT,
         UNAVAILABLE,
-        (422, "BALANCE_LIMIT; INVALID_AMOUNT: more fractional digits than the account's currency has"),
+        (
+            422,
+            "BALANCE_LIMIT; INVALID_AMOUNT: more fractional digits than the account's currency has; INVALID_GRANT: "
+            "grant.expires_at not in the future",
+        ),
         _BACKLOG,
     ),
 )
 def recharge(
-    user_id: UserId, request: Annotated[AmountRequest, Body()], idempotency_key: IdempotencyKey = None
+    user_id: UserId, request: Annotated[RechargeRequest, Body()], idempotency_key: IdempotencyKey = None
 ) -> Response[str]:
     currency = currencies().of(user_id)
-    result = ledger().recharge(user_id, minor_in(currency, request.amount), idempotency_key)
+    grant = None if request.grant is None else GrantCredit(request.grant.expires_at, request.grant.category)
+    result = ledger().recharge(user_id, minor_in(currency, request.amount), idempotency_key, grant)
+    if grant is not None:
+        grants().schedule_expiry(user_id, result.entry_id, grant.expires_at)
     metrics.add_metric(name="Recharges", unit=MetricUnit.Count, value=1)
     _log_charge("recharged", result)
     return _charged("pay_id", result, currency)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hotledger.grants.rows import GrantCredit
 from hotledger.ledger.entry import LedgerHead
 
 MAX_BALANCE = 9_000_000_000_000_000  # below 2**53: exact in Redis Lua doubles
@@ -155,3 +156,4 @@ class Charge:
     fingerprint: str  # '' without an Idempotency-Key
     key_checked: bool = False  # the DB holds no answer for the key: charge even if Redis has no record of it
     refusal_final: bool = False  # a business refusal is the key's answer (recorded with the key)
+    grant: GrantCredit | None = None  # a recharge's credit grant (grants/)

@@ -35,6 +35,7 @@ from hotledger.dal.db import CommitOutcomeUnknown
 from hotledger.dal.lock import DistributedLock, Holding
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
+from hotledger.grants.rows import Grant, GrantCredit, encode_spent, expired_remaining, grants_with_pending, spend
 from hotledger.holds.store import holds_with_pending
 from hotledger.ledger.book import book
 from hotledger.ledger.entry import Entry, ServiceKey, stored_key
@@ -74,11 +75,13 @@ class Account:
     pending_orders: int
     held_credits: int = 0
     held: int = 0  # what live holds keep
+    grants: tuple[Grant, ...] = ()  # the live credit grants with something left, first-to-expire
+    expired_grants: int = 0  # what grants past expires_at still hold until their expiry entry: never spendable
 
     @property
     def available(self) -> int:
         """What a deduct or a new hold may spend from (down to the threshold)."""
-        return self.balance - self.held_credits - self.held
+        return self.balance - self.held_credits - self.held - self.expired_grants
 
 
 @dataclass(frozen=True)
@@ -114,9 +117,11 @@ def after_change(kind: str, balance: int, open_flag: str) -> str:
     return open_flag
 
 
-def fingerprint(kind: str, user_id: int, amount: int) -> str:
-    """What an Idempotency-Key is bound to: the same key with another request is a conflict."""
-    return hashlib.sha256(f"{kind}:{user_id}:{amount}".encode()).hexdigest()
+def fingerprint(kind: str, user_id: int, amount: int, grant: str | None = None) -> str:
+    """What an Idempotency-Key is bound to: the same key with another request is a conflict (a recharge's grant is
+    part of it: GrantCredit.field)."""
+    request = f"{kind}:{user_id}:{amount}" if grant is None else f"{kind}:{user_id}:{amount}:{grant}"
+    return hashlib.sha256(request.encode()).hexdigest()
 
 
 _REFUSALS: dict[ApplyStatus, Callable[[ApplyReply], errors.DomainError]] = {
@@ -253,8 +258,17 @@ class _Charge:
 
     what = "charge"
 
-    def __init__(self, ledger: Ledger, kind: str, user_id: int, amount: int, idem_key: str | None, request: str):
-        self.ledger, self.store = ledger, ledger.store
+    def __init__(
+        self,
+        ledger: Ledger,
+        kind: str,
+        user_id: int,
+        amount: int,
+        idem_key: str | None,
+        request: str,
+        grant: GrantCredit | None = None,
+    ):
+        self.ledger, self.store, self.grant = ledger, ledger.store, grant
         self.kind, self.user_id, self.amount, self.idem_key, self.request = kind, user_id, amount, idem_key, request
         self.key_checked, self.refusal_final = False, refusal_is_answer(idem_key)
         self.charges: dict[int, Charge] = {}  # entry id -> the charge its attempt made
@@ -270,6 +284,7 @@ class _Charge:
             self.request,
             self.key_checked,
             self.refusal_final,
+            self.grant,
         )
         self.charges[entry_id] = charge
         reply = self.store.apply(charge)
@@ -319,6 +334,7 @@ class _Charge:
             reply.epoch,
             reply.open_flag,
             idem_key,
+            grant=reply.grant or None,
         )
         return Outbound(
             str(user_id),
@@ -389,8 +405,22 @@ class Ledger:
                     cached.held,
                     cached.on_hold,
                 )
+        grants = self.store.cached_grants(user_id) if row.deduct_type == "ASYNC" else self.store.grants_in_db(user_id)
+        now = int(time.time() * 1000)
+        live = sorted((g for g in grants if g.live(now) and g.remaining > 0), key=lambda g: (g.expires_at, g.grant_id))
         return Account(
-            user_id, row.user_name, balance, version, threshold, row.deduct_type, flag == "1", pending, held, on_hold
+            user_id,
+            row.user_name,
+            balance,
+            version,
+            threshold,
+            row.deduct_type,
+            flag == "1",
+            pending,
+            held,
+            on_hold,
+            tuple(live),
+            expired_remaining(grants, now),
         )
 
     def patch_account(
@@ -470,6 +500,7 @@ class Ledger:
                 hold_until=hold_until,
                 hold_log=hold_log,
                 in_flight=in_flight,
+                grants=grants_with_pending(tx.active_grants(user_id), [e for e in pending if e.entry_id in in_flight]),
             )
 
     def lift_rebuild_hold(self, user_id: int, retry_at: int) -> bool:
@@ -494,19 +525,26 @@ class Ledger:
     def deduct(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult:
         return self.charge(KIND_DEDUCT, user_id, amount, idem_key)
 
-    def recharge(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult:
-        return self.charge(KIND_RECHARGE, user_id, amount, idem_key)
+    def recharge(
+        self, user_id: int, amount: int, idem_key: str | None = None, grant: GrantCredit | None = None
+    ) -> LedgerResult:
+        """grant: the credit is a grant (grants/), spent before the plain balance and ended at its expires_at."""
+        if grant is not None and grant.expires_at <= int(time.time() * 1000):
+            raise errors.InvalidGrant("grant.expires_at: epoch milliseconds in the future are required")
+        return self.charge(KIND_RECHARGE, user_id, amount, idem_key, grant)
 
-    def charge(self, kind: str, user_id: int, amount: int, idem_key: str | None) -> LedgerResult:
+    def charge(
+        self, kind: str, user_id: int, amount: int, idem_key: str | None, grant: GrantCredit | None = None
+    ) -> LedgerResult:
         """A change of an applied kind (ledger/kinds.py): in Redis on an ASYNC account, in the DB on a SYNC one."""
         if not 0 < amount <= MAX_MINOR:
             raise errors.DomainError("amount out of range")
         idem_key = stored_key(idem_key)  # a client's key in its own namespace; a ServiceKey as it is
-        request = fingerprint(kind, user_id, amount) if idem_key else ""
+        request = fingerprint(kind, user_id, amount, None if grant is None else grant.field()) if idem_key else ""
         for _ in range(LOAD_ATTEMPTS):
-            entry_id, reply = self.durability.apply(_Charge(self, kind, user_id, amount, idem_key, request))
+            entry_id, reply = self.durability.apply(_Charge(self, kind, user_id, amount, idem_key, request, grant))
             if reply.status is ApplyStatus.SYNC:
-                result = self._charge_in_db(kind, user_id, amount, idem_key, request)
+                result = self._charge_in_db(kind, user_id, amount, idem_key, request, grant)
                 if result is not None:
                     return result
                 continue  # the DB says ASYNC after all: the stale cache was dropped, charge in Redis
@@ -602,7 +640,7 @@ class Ledger:
         return True
 
     def _charge_in_db(
-        self, kind: str, user_id: int, amount: int, idem_key: str | None, request: str
+        self, kind: str, user_id: int, amount: int, idem_key: str | None, request: str, grant: GrantCredit | None
     ) -> LedgerResult | None:
         """SYNC path. Returns None when the DB says the account is ASYNC after all (cache was stale).
 
@@ -632,7 +670,8 @@ class Ledger:
             if account.deduct_type != "SYNC":
                 self.store.drop_cache(user_id)
                 return None
-            refused = refused_in_db(kind, amount, account, seen.live_on_hold)
+            # an expired grant is never spent, as a live hold's money is not (grants.rows: the scripts' rules)
+            refused = refused_in_db(kind, amount, account, seen.live_on_hold + expired_remaining(seen.grants, now))
             if refused is not None:  # changes nothing but the key's record: its answer for good
                 if refusal_is_answer(idem_key):
                     tx.remember_answer(user_id, idem_key, request, refusal_answer(refused))
@@ -653,9 +692,13 @@ class Ledger:
                     ts=now,
                     open=flag,
                     idem_key=idem_key,
+                    grants_spent=encode_spent(spend(seen.grants, amount, now)) if KINDS[kind].spends_grants else None,
+                    grant_expires_at=None if grant is None else grant.expires_at,
+                    grant_category=None if grant is None else grant.category,
                 )
                 (booked,), _ = book([change], {user_id: account.head}, now)
                 tx.insert_sync_entry(kind, entry_id, user_id, amount, balance, version, idem_key, booked, seen)
+                tx.insert_grant_changes([change])
                 result = LedgerResult(entry_id, user_id, amount, balance, version, "SYNC")
                 if idem_key:
                     tx.remember_answer(user_id, idem_key, request, asdict(result))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import pymysql
@@ -25,6 +25,8 @@ from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua, node_started_at_ms, redis_errors_translated, stream_flag, text
+from hotledger.grants.rows import Grant
+from hotledger.grants.tx import active_grants
 from hotledger.holds.tx import expired_on_hold
 from hotledger.ledger.entry import (
     Entry,
@@ -210,6 +212,16 @@ class LedgerStore:
         records = cast("list[bytes | None]", self.redis.hmget(keys.holds(user_id), expired))
         return on_hold - sum(int(a) - int(c) for a, c, *_ in (text(r).split(";", 2) for r in records if r is not None))
 
+    def cached_grants(self, user_id: int) -> list[Grant]:
+        """The account's credit grants as Redis keeps them (lib/grants.lua), expired or spent ones too."""
+        raw = cast("dict[bytes, bytes]", self.redis.hgetall(keys.grants(user_id)))
+        return [Grant.parse(int(grant_id), user_id, text(record)) for grant_id, record in raw.items()]
+
+    def grants_in_db(self, user_id: int) -> list[Grant]:
+        """The account's ACTIVE grants with something left, as the DB holds them (a SYNC account's)."""
+        with db.transaction() as cur:
+            return active_grants(cur, user_id)
+
     def live_on_hold_in_db(self, account: AccountRow) -> int:
         """What the account's holds keep as the DB knows them, less those past expires_at (a SYNC account's)."""
         if account.on_hold <= 0:
@@ -325,6 +337,8 @@ class LedgerStore:
                     keys.held(c.user_id),
                     keys.holds(c.user_id),
                     keys.hold_expiry(c.user_id),
+                    keys.grants(c.user_id),
+                    keys.grant_expiry(c.user_id),
                 ],
                 [
                     c.kind,
@@ -343,6 +357,8 @@ class LedgerStore:
                     "1" if c.refusal_final else "",
                     self.max_pending,
                     self.max_keys if is_client_key(c.idem_key) else "",
+                    "" if c.grant is None else c.grant.expires_at,
+                    "" if c.grant is None else c.grant.category,
                 ],
             )
         )
@@ -363,6 +379,8 @@ class LedgerStore:
                     keys.holds(user_id),
                     keys.hold_expiry(user_id),
                     keys.refunds(user_id),
+                    keys.grants(user_id),
+                    keys.grant_expiry(user_id),
                 ],
                 [entry_id, self.entry_ttl_s, "1" if is_client_key(idem_key) else ""],
             )
@@ -398,12 +416,14 @@ class LedgerStore:
         hold_until: int = 0,
         hold_log: str = "",
         in_flight: tuple[int, ...] = (),
+        grants: Sequence[Grant] = (),
     ) -> bool:
         """ledger_load.lua: cache the account with this balance and its ACTIVE holds (hold id -> (record, expires_at,
         what it keeps)) unless it is cached already; False when it was. `epoch` names this load: every entry charged
         from it carries it. `in_flight`: the pending entries the DB does not hold yet, whose waits for durability
         (held credits, in-flight captures) Redis keeps. A rebuild after a Redis loss holds charges under new Idempotency-Keys until `hold_until`
-        (epoch ms) and, while `hold_log` is set, until the writer applied the log (outbox/log_hold.py)."""
+        (epoch ms) and, while `hold_log` is set, until the writer applied the log (outbox/log_hold.py). `grants`: the
+        account's grants with something left (expired ones too, until their expiry entry)."""
         user_id = account.user_id
         return (
             int(
@@ -415,6 +435,8 @@ class LedgerStore:
                         keys.holds(user_id),
                         keys.hold_expiry(user_id),
                         keys.refunds(user_id),
+                        keys.grants(user_id),
+                        keys.grant_expiry(user_id),
                     ],
                     [
                         balance,
@@ -427,6 +449,7 @@ class LedgerStore:
                         hold_log,
                         sum(kept for _, _, kept in holds.values()),
                         ",".join(map(str, in_flight)),
+                        ",".join(f"{g.grant_id}:{g.remaining}:{g.expires_at}:{g.category}" for g in grants),
                         *(
                             x
                             for hold_id, (record, expires_at, _) in holds.items()

@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from hotledger import errors
+from hotledger.grants.rows import Grant
+from hotledger.grants.tx import active_grants, active_grants_read, grants_of, insert_grant_changes
 from hotledger.holds.rows import Hold
 from hotledger.holds.tx import active_holds, expired_on_hold, expired_on_hold_read
 from hotledger.ledger.entry import Booked, LedgerHead
@@ -63,6 +65,7 @@ class ChargeReads:
     account: AccountRow | None
     answer: IdempotentAnswer | None
     expired_on_hold: int
+    grants: list[Grant]  # ACTIVE with something left, expired ones too (grants.rows)
     prefetched: dict[str, Sequence[Sequence[Any]]]
 
     @staticmethod
@@ -75,6 +78,7 @@ class ChargeReads:
             ("SELECT 1 FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,)),
             (ACCOUNT_SELECT, (user_id,)),
             expired_on_hold_read(user_id, now_ms),
+            active_grants_read(user_id),
             *(read for _, read in subscribers),
             *([(ANSWER_SELECT, (user_id, idem_key))] if idem_key else []),
         ]
@@ -82,13 +86,14 @@ class ChargeReads:
     @classmethod
     def of(cls, results: Sequence[Sequence[Sequence[Any]]], subscribers: list[str]) -> ChargeReads:
         """The reads from the statements' rows, in their order; subscribers: the names of theirs, in order."""
-        _, account, expired, *rest = results
+        _, account, expired, grants, *rest = results
         answer = rest[len(subscribers) :]
         seen = answer[0] if answer and answer[0] else None
         return cls(
             AccountRow.of(account[0]) if account else None,
             None if seen is None else IdempotentAnswer(seen[0][0], json.loads(seen[0][1])),
             int(expired[0][0]),
+            grants_of(AccountRow.of(account[0]).user_id, grants) if account else [],
             dict(zip(subscribers, rest[: len(subscribers)], strict=True)),
         )
 
@@ -158,6 +163,14 @@ class LedgerTx:
     def active_holds(self, user_id: int) -> list[Hold]:
         """The account's ACTIVE holds as the DB holds them (under the row lock this transaction took)."""
         return active_holds(self.cursor, user_id)
+
+    def active_grants(self, user_id: int) -> list[Grant]:
+        """The account's ACTIVE credit grants with something left, as the DB holds them (under the row lock)."""
+        return active_grants(self.cursor, user_id)
+
+    def insert_grant_changes(self, changes: list[LedgerEvent]) -> None:
+        """What SYNC changes do to the account's grants (grants.tx)."""
+        insert_grant_changes(self.cursor, changes)
 
     def live_on_hold(self, account: AccountRow, now_ms: int) -> int:
         """What the account's holds keep, less those past expires_at (as the scripts count it)."""

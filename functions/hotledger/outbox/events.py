@@ -62,6 +62,12 @@ class LedgerEvent(BaseModel):
     refund_of_kind: Literal["order", "hold"] | None = None
     refunded_after: Annotated[StrictInt, Field(gt=0)] | None = None
     reason: Annotated[str, Field(max_length=500)] | None = None
+    # credit grants (grants/): a recharge's grant (its id is the entry's), what a deduct spent of which grants
+    # ('<grant id>:<amount>,...', first-to-expire) and the grant an expiry (kind G) ends
+    grant_expires_at: Annotated[StrictInt, Field(gt=0)] | None = None
+    grant_category: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")] | None = None
+    grants_spent: Annotated[str, Field(pattern=r"^[0-9]+:[0-9]+(,[0-9]+:[0-9]+)*$")] | None = None
+    grant_id: Annotated[StrictInt, Field(gt=0)] | None = None
 
     @property
     def delta(self) -> int:

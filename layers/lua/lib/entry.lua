@@ -13,14 +13,25 @@ local function hold_change_tail(last)
   for _, name in ipairs(last) do tail[#tail + 1] = name end
   return tail
 end
+-- credit grants: what a deduct spent ('<grant id>:<spent>,...', first-to-expire), a granted recharge's grant (its id
+-- is the entry's), the grant an expiry ends with what a take-back needs to restore it (ENTRY_ONLY)
 local ENTRY_TAILS = {
-  D = {}, R = {}, A = {}, N = {},
+  D = {'grants_spent'},
+  R = {'grant_expires_at', 'grant_category'},
+  G = {'grant_id', 'ended_expires_at', 'ended_category'},
+  A = {}, N = {'grants_spent'},
   F = {'refund_of', 'refund_of_kind', 'refunded_after', 'reason'},
   H = hold_change_tail({'description'}),
   C = hold_change_tail({'-', 'captured_after'}),
   V = hold_change_tail({'-', 'captured_after'}),
   X = hold_change_tail({'-', 'captured_after'}),
 }
+
+-- fields an entry may lack: left off its string's end when '' (a deduct or recharge without a grant is the eight
+-- fields alone), and off its event
+local OPTIONAL = {grants_spent = true, grant_expires_at = true, grant_category = true}
+-- fields the entry keeps and its event does not carry
+local ENTRY_ONLY = {ended_expires_at = true, ended_category = true}
 
 local function entry_names(kind)
   local names = {unpack(ENTRY_HEAD)}
@@ -42,6 +53,13 @@ end
 
 local function entry_string(e)
   local parts = {}
-  for i, name in ipairs(entry_names(e.kind)) do parts[i] = e[name] or '' end
+  local names = entry_names(e.kind)
+  for i, name in ipairs(names) do parts[i] = e[name] or '' end
+  while #parts > #ENTRY_HEAD and parts[#parts] == '' and OPTIONAL[names[#parts]] do parts[#parts] = nil end
   return table.concat(parts, ';')
+end
+
+-- entry_tail(e) -> the fields of its kind as its string ends with them ('' for none: ledger/entry.py's Entry.grant)
+local function entry_tail(e)
+  return string.match(entry_string(e), '^' .. string.rep('[^;]*;', #ENTRY_HEAD) .. '(.*)$') or ''
 end

@@ -4,7 +4,7 @@
 -- 63-bit id never passes through a Lua double, which cjson's numbers are); texts go through cjson.encode.
 --! include entry
 local EVENT_TEXTS = {kind = true, epoch = true, open = true, idem_key = true, hold_state = true, description = true,
-  refund_of_kind = true, reason = true}
+  refund_of_kind = true, reason = true, grants_spent = true, grant_category = true}
 
 -- event_json(event_type, fields) -> '{"type":"<event_type>",...}'; fields: {name, value} pairs in order, a nil
 -- value is null
@@ -25,7 +25,10 @@ local function ledger_event_json(id, user_id, e)
     {'balance_after', e.balance_after}, {'version', e.version}, {'epoch', e.epoch}, {'ts', e.ts}, {'open', e.open},
     {'idem_key', e.idem_key ~= '' and e.idem_key or nil}}
   for _, name in ipairs(ENTRY_TAILS[e.kind]) do
-    if name ~= '-' then fields[#fields + 1] = {name, e[name]} end
+    local value = e[name]
+    if name ~= '-' and not ENTRY_ONLY[name] and not (OPTIONAL[name] and (value or '') == '') then
+      fields[#fields + 1] = {name, value}
+    end
   end
   return event_json('ledger', fields)
 end

@@ -1,0 +1,93 @@
+"""Credit grants (issue 34): money credited by a recharge that carries `grant` (expires_at, category), spent before
+the plain balance, first-to-expire, and taken off the balance by an expiry entry (kind G) at expires_at. The rules
+here are pure: the scripts (layers/lua/lib/grants.lua) keep the same ones for an ASYNC account, the SYNC path reads
+them from here."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hotledger.ledger.entry import Entry
+
+CATEGORY = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+ACTIVE, EXPIRED = "ACTIVE", "EXPIRED"
+
+
+@dataclass(frozen=True)
+class Grant:
+    grant_id: int  # its recharge's entry id
+    user_id: int
+    remaining: int
+    expires_at: int  # epoch ms
+    category: str
+
+    def record(self) -> str:
+        """The grant as the account's grants hash keeps it (lib/grants.lua grant_record)."""
+        return f"{self.remaining};{self.expires_at};{self.category}"
+
+    @classmethod
+    def parse(cls, grant_id: int, user_id: int, raw: str) -> Grant:
+        remaining, expires_at, category = raw.split(";", 2)
+        return cls(grant_id, user_id, int(remaining), int(expires_at), category)
+
+    def live(self, now_ms: int) -> bool:
+        return self.expires_at > now_ms
+
+
+@dataclass(frozen=True)
+class GrantCredit:
+    """What a recharge's `grant` asks for."""
+
+    expires_at: int
+    category: str
+
+    def field(self) -> str:
+        """A granted recharge's part of its Idempotency-Key's fingerprint: '<expires_at>:<category>'."""
+        return f"{self.expires_at}:{self.category}"
+
+
+def expired_remaining(grants: list[Grant], now_ms: int) -> int:
+    """What the grants past expires_at still hold: never counted in available (lib/grants.lua grants_expired)."""
+    return sum(g.remaining for g in grants if not g.live(now_ms))
+
+
+def spend(grants: list[Grant], amount: int, now_ms: int) -> list[tuple[int, int]]:
+    """(grant id, spent) taken from the live grants first-to-expire (lib/grants.lua grants_spend); what is left of
+    amount comes from the plain balance."""
+    spent: list[tuple[int, int]] = []
+    for g in sorted((g for g in grants if g.live(now_ms)), key=lambda g: (g.expires_at, str(g.grant_id))):
+        if amount <= 0:
+            break
+        take = min(g.remaining, amount)
+        if take > 0:
+            amount -= take
+            spent.append((g.grant_id, take))
+    return spent
+
+
+def encode_spent(spent: list[tuple[int, int]]) -> str | None:
+    return ",".join(f"{grant_id}:{amount}" for grant_id, amount in spent) or None
+
+
+def decode_spent(encoded: str | None) -> list[tuple[int, int]]:
+    return [(int(g), int(a)) for g, a in (part.split(":") for part in encoded.split(","))] if encoded else []
+
+
+def grants_with_pending(stored: list[Grant], missing: list[Entry]) -> list[Grant]:
+    """The DB's grants with the entries charged in Redis that the DB does not hold yet applied: a granted recharge
+    makes its grant, a deduct spends, an expiry ends one. What a cache load puts back in Redis (as
+    ledger.service.expected_cache does for the balance)."""
+    grants = {g.grant_id: g for g in stored}
+    for e in sorted((e for e in missing if e.grant is not None), key=lambda e: e.version):
+        event = e.to_event()
+        if event.grant_expires_at is not None and event.grant_category is not None:
+            grants[e.entry_id] = Grant(e.entry_id, e.user_id, e.amount, event.grant_expires_at, event.grant_category)
+        elif event.grant_id is not None:
+            grants.pop(event.grant_id, None)
+        for grant_id, amount in decode_spent(event.grants_spent):
+            if grant_id in grants:
+                grants[grant_id] = replace(grants[grant_id], remaining=max(grants[grant_id].remaining - amount, 0))
+    return list(grants.values())

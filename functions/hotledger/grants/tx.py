@@ -1,0 +1,72 @@
+"""Credit grants in the DB, inside a transaction the caller holds under the account row locks: the live grants of an
+account, and what a batch of ledger changes does to t_grant (the writer's part and the SYNC path's: a granted recharge
+makes its grant, a deduct spends, a grant expiry ends one)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from hotledger.grants.rows import ACTIVE, EXPIRED, Grant, decode_spent
+from hotledger.ledger.kinds import KINDS
+from hotledger.outbox.events import LedgerEvent
+
+
+def active_grants_read(user_id: int) -> tuple[str, tuple[int, str]]:
+    """The statement (and its values) that reads the account's ACTIVE grants with something left (expired ones too,
+    until their expiry entry is booked)."""
+    return (
+        "SELECT id, remaining, expires_at, category FROM t_grant"
+        " WHERE user_id = %s AND state = %s AND remaining > 0 ORDER BY expires_at, id",
+        (user_id, ACTIVE),
+    )
+
+
+def grants_of(user_id: int, rows: Sequence[Sequence[Any]]) -> list[Grant]:
+    """active_grants_read's rows as grants."""
+    return [Grant(row[0], user_id, row[1], row[2], row[3]) for row in rows]
+
+
+def active_grants(cursor: Any, user_id: int) -> list[Grant]:
+    """The account's ACTIVE grants with something left (active_grants_read), read with this cursor."""
+    cursor.execute(*active_grants_read(user_id))
+    return grants_of(user_id, cursor.fetchall())
+
+
+def insert_grant_changes(cursor: Any, changes: Sequence[LedgerEvent]) -> None:
+    """t_grant after the changes, in version order: grants made first (a deduct in the same batch may spend one), then
+    spends, then expiries. A spend never takes a grant below 0 (after a Redis loss an acknowledged spend and the
+    rebuilt cache's may both reach the DB: the balance is right either way, the grant's split is bounded)."""
+    made = [e for e in changes if KINDS[e.kind].may_grant and e.grant_expires_at is not None]
+    if made:
+        cursor.executemany(
+            "INSERT INTO t_grant (id, user_id, amount, remaining, expires_at, category, state)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            [(e.id, e.user_id, e.amount, e.amount, e.grant_expires_at, e.grant_category, ACTIVE) for e in made],
+        )
+    spends = [
+        (e.id, grant_id, e.user_id, amount)
+        for e in changes
+        if KINDS[e.kind].spends_grants
+        for grant_id, amount in decode_spent(e.grants_spent)
+    ]
+    if spends:
+        cursor.executemany(
+            "INSERT INTO t_grant_spend (entry_id, grant_id, user_id, amount) VALUES (%s, %s, %s, %s)", spends
+        )
+        cursor.executemany(
+            "UPDATE t_grant SET remaining = GREATEST(remaining - %s, 0) WHERE id = %s",
+            [(amount, grant_id) for _, grant_id, _, amount in spends],
+        )
+    ended = [e for e in changes if KINDS[e.kind].ends_grant]
+    if ended:
+        now = datetime.now(UTC).replace(tzinfo=None)
+        cursor.executemany(
+            "INSERT INTO t_grant_expiry (id, user_id, grant_id, amount, version, create_time)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            [(e.id, e.user_id, e.grant_id, e.amount, e.version, now) for e in ended],
+        )
+        cursor.executemany(
+            "UPDATE t_grant SET remaining = 0, state = %s WHERE id = %s", [(EXPIRED, e.grant_id) for e in ended]
+        )

@@ -1,0 +1,68 @@
+-- lib/grants: an account's credit grants (issue 34), shared by the scripts that credit, spend or end them
+-- (ledger_apply: a recharge's grant, a deduct's spend; ledger_grant_expire; ledger_load). Included where a script
+-- says `--! include grants` (dal/redis_store.script_text). The keys the includer passes, all of the account's slot:
+--   grants  user:grants:{uid}         hash: grant id (its recharge's entry id) -> 'remaining;expires_at;category'
+--                                     (a grant spent whole stays, remaining 0, until its expiry tidies it)
+--   expiry  user:grants:expiry:{uid}  zset: grant ids by expires_at
+--   held    user:held:{uid}           hash (ledger_apply): a grant whose credit is not durable yet is not spent
+-- Expiry is judged by the caller's clock `now` (the script's ts), like a hold's: a grant at or past expires_at counts
+-- for nothing, whether or not its expiry entry is booked yet.
+
+-- grant_record(remaining, expires_at, category) -> the hash value
+local function grant_record(remaining, expires_at, category)
+  return string.format('%d', remaining) .. ';' .. expires_at .. ';' .. category
+end
+
+-- grants_expired(grants, expiry, now) -> what the grants past expires_at still hold (left out of available)
+local function grants_expired(grants, expiry, now)
+  local ids = redis.call('ZRANGEBYSCORE', expiry, '-inf', now)
+  local total = 0
+  if #ids == 0 then return 0 end
+  for _, rec in ipairs(redis.call('HMGET', grants, unpack(ids))) do
+    if rec then total = total + tonumber(string.match(rec, '^(%d+);')) end
+  end
+  return total
+end
+
+-- grants_spend(grants, expiry, held, now, amount) -> '<grant id>:<spent>,...' taken from the live grants
+-- first-to-expire ('' when none); what is left of amount comes from the plain balance
+local function grants_spend(grants, expiry, held, now, amount)
+  local spent = {}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', expiry, '(' .. now, '+inf')) do
+    if amount <= 0 then break end
+    if redis.call('HEXISTS', held, id) == 0 then
+      local remaining, expires_at, category = string.match(redis.call('HGET', grants, id), '^(%d+);(%d+);(.*)$')
+      local take = math.min(tonumber(remaining), amount)
+      if take > 0 then
+        amount = amount - take
+        redis.call('HSET', grants, id, grant_record(tonumber(remaining) - take, expires_at, category))
+        spent[#spent + 1] = id .. ':' .. string.format('%d', take)
+      end
+    end
+  end
+  return table.concat(spent, ',')
+end
+
+-- grant_add(grants, expiry, id, amount, expires_at, category): a recharge's grant
+local function grant_add(grants, expiry, id, amount, expires_at, category)
+  redis.call('HSET', grants, id, grant_record(amount, expires_at, category))
+  redis.call('ZADD', expiry, expires_at, id)
+end
+
+-- grants_give_back(grants, spent): a deduct taken back returns each grant's part to it ('<grant id>:<spent>,...');
+-- a grant that ended meanwhile keeps it in the plain balance (its expiry took only what was left of it then)
+local function grants_give_back(grants, spent)
+  for id, amount in string.gmatch(spent, '(%d+):(%d+)') do
+    local rec = redis.call('HGET', grants, id)
+    if rec then
+      local remaining, expires_at, category = string.match(rec, '^(%d+);(%d+);(.*)$')
+      redis.call('HSET', grants, id, grant_record(tonumber(remaining) + tonumber(amount), expires_at, category))
+    end
+  end
+end
+
+-- grant_remove(grants, expiry, id): a granted recharge taken back takes its grant with it
+local function grant_remove(grants, expiry, id)
+  redis.call('HDEL', grants, id)
+  redis.call('ZREM', expiry, id)
+end

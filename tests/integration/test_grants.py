@@ -1,0 +1,287 @@
+"""Issue 34, credit grants: a recharge may carry a grant (expires_at, category); deducts spend grants first-to-expire,
+then the plain balance; an expired grant counts for nothing at once and its expiry entry (kind G) takes what was left
+of it off the balance, booked once. Driven through the API handler, the writer and the delay drainer on the real
+Redis, DB and broker, for an ASYNC and a SYNC account alike."""
+
+import time
+
+import pytest
+
+from helpers import invoke_writer, ledger_records, rebuilt_after_the_writer_caught_up
+from hotledger import keys
+from infra.localrt import events
+
+
+def _persist(redis_client, *user_ids):
+    assert invoke_writer(ledger_records(redis_client, list(user_ids))) == {"batchItemFailures": []}
+
+
+def _drain():
+    from delay_drainer.app import handler
+
+    return handler(events.scheduled(), events.LambdaContext("DelayDrainerFunction", timeout_s=4))
+
+
+def _grant(api, user_id, amount, expires_in_ms, category="promo"):
+    expires_at = int(time.time() * 1000) + expires_in_ms
+    status, body = api(
+        "POST",
+        f"/accounts/{user_id}/recharge",
+        {"amount": amount, "grant": {"expires_at": expires_at, "category": category}},
+    )
+    assert status == 200, body
+    return body["pay_id"], expires_at
+
+
+def _account(api, user_id):
+    status, body = api("GET", f"/accounts/{user_id}")
+    assert status == 200, body
+    return body
+
+
+def _remaining(api, user_id):
+    return {g["grant_id"]: g["remaining"] for g in _account(api, user_id)["grants"]}
+
+
+def _assert_db_agrees(sql, user_id, balance_minor):
+    rows = sql("SELECT seq, delta, balance_after FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,))
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    running = 0
+    for _, delta, balance_after in rows:
+        running += delta
+        assert balance_after == running
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((running,),)
+    assert running == balance_minor
+
+
+@pytest.fixture(params=["ASYNC", "SYNC"])
+def deduct_type(request):
+    return request.param
+
+
+def test_a_deduct_spends_the_sooner_expiring_grant_first_then_the_plain_balance(api, redis_client, sql, deduct_type):
+    user_id = api.account(balance="10.00", deduct_type=deduct_type, threshold="0.00")
+    later, _ = _grant(api, user_id, "5.00", 3_600_000)
+    sooner, sooner_at = _grant(api, user_id, "3.00", 600_000, category="loyalty")
+    account = _account(api, user_id)
+    assert (account["balance"], account["available"]) == ("18.00", "18.00")
+    assert sorted(account["grants"], key=lambda g: g["expires_at"])[0] == {
+        "grant_id": sooner,
+        "remaining": "3.00",
+        "expires_at": sooner_at,
+        "category": "loyalty",
+    }
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    assert (status, body["balance"]) == (200, "14.00"), body
+    assert _remaining(api, user_id) == {later: "4.00"}  # the sooner one spent whole, the later one 1.00
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "6.00"})
+    assert (status, body["balance"]) == (200, "8.00"), body
+    assert _remaining(api, user_id) == {}  # the later one spent, 2.00 of the plain balance
+    _persist(redis_client, user_id)
+    assert sql("SELECT id, remaining FROM t_grant WHERE user_id = %s ORDER BY id", (user_id,)) == tuple(
+        sorted(((int(later), 0), (int(sooner), 0)))
+    )
+    spent = sql("SELECT grant_id, amount FROM t_grant_spend WHERE user_id = %s ORDER BY entry_id, grant_id", (user_id,))
+    assert sorted(spent) == sorted(((int(sooner), 300), (int(later), 100), (int(later), 400)))
+    _assert_db_agrees(sql, user_id, 800)
+
+
+def test_an_expired_grant_never_counts_and_its_expiry_entry_is_booked_once(api, redis_client, sql, deduct_type):
+    user_id = api.account(balance="10.00", deduct_type=deduct_type, threshold="0.00")
+    grant_id, _ = _grant(api, user_id, "5.00", 1_000)
+    assert _account(api, user_id)["available"] == "15.00"
+    time.sleep(1.05)
+    account = _account(api, user_id)  # nothing booked yet: the grant counts for nothing all the same
+    assert (account["balance"], account["available"], account["grants"]) == ("15.00", "10.00", [])
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "11.00"})
+    assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert status == 200, body  # from the plain balance: the expired grant is not spent
+    _drain()
+    _drain()  # a second drain finds nothing to do
+    _persist(redis_client, user_id)
+    account = _account(api, user_id)
+    assert (account["balance"], account["available"]) == ("9.00", "9.00")
+    assert sql("SELECT state, remaining FROM t_grant WHERE id = %s", (int(grant_id),)) == (("EXPIRED", 0),)
+    types = [r[0] for r in sql("SELECT type FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,))]
+    assert types.count("grant_expiry") == 1
+    _assert_db_agrees(sql, user_id, 900)
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("recharge", {"amount": "5.00", "grant": {"expires_at": 1_000, "category": "promo"}}),
+        ("recharge", {"amount": "5.00", "grant": {"expires_at": 4_102_444_800_000, "category": "Promo Code!"}}),
+        ("deduct", {"amount": "1.00", "grant": {"expires_at": 4_102_444_800_000, "category": "promo"}}),
+    ],
+    ids=["expires-in-the-past", "bad-category", "grant-on-a-deduct"],
+)
+def test_a_bad_grant_is_a_422_that_changes_nothing(api, path, body):
+    user_id = api.account(balance="10.00")
+    before = _account(api, user_id)
+    status, answer = api("POST", f"/accounts/{user_id}/{path}", body)
+    assert status == 422 and answer["error"]["code"] in ("INVALID_GRANT", "VALIDATION_ERROR"), answer
+    assert _account(api, user_id) == before
+
+
+def test_the_grants_are_rebuilt_from_the_db_after_a_redis_loss(api, redis_client, sql):
+    user_id = api.account(balance="10.00")
+    later, _ = _grant(api, user_id, "5.00", 3_600_000)
+    sooner, _ = _grant(api, user_id, "3.00", 600_000)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert status == 200, body
+    _persist(redis_client, user_id)
+    for key in redis_client.scan_iter(match=f"*{{{user_id}}}*"):  # the account's slot, lost whole
+        redis_client.delete(key)
+    rebuilt_after_the_writer_caught_up(redis_client, user_id)
+    assert redis_client.exists(keys.balance(user_id))
+    assert _remaining(api, user_id) == {later: "5.00", sooner: "2.00"}
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"})
+    assert (status, body["balance"]) == (200, "14.00"), body
+    assert _remaining(api, user_id) == {later: "4.00"}
+    _persist(redis_client, user_id)
+    _assert_db_agrees(sql, user_id, 1400)
+
+
+def test_the_reconciler_ends_an_expired_grant_whose_delay_element_was_lost(api, redis_client, sql, monkeypatch):
+    from helpers import reconcile_totals
+    from hotledger.grants import feature
+
+    user_id = api.account(balance="10.00")
+    grant_id, _ = _grant(api, user_id, "3.00", 1_000)
+    _persist(redis_client, user_id)
+    for key in redis_client.scan_iter(match="*grant-expiry*"):  # lost, whatever the queue's key layout
+        if redis_client.type(key) in (b"zset", "zset"):
+            redis_client.zrem(key, f"{user_id}:{grant_id}")
+    monkeypatch.setattr(feature, "EXPIRY_GRACE_MS", 0)
+    time.sleep(1.05)
+    assert reconcile_totals()["grants_expired"] >= 1
+    _persist(redis_client, user_id)
+    assert sql("SELECT state FROM t_grant WHERE id = %s", (int(grant_id),)) == (("EXPIRED",),)
+    _assert_db_agrees(sql, user_id, 1000)
+
+
+def test_a_grant_spent_whole_ends_without_an_entry_and_one_not_due_waits(api, redis_client, sql):
+    user_id = api.account(balance="10.00")
+    spent, _ = _grant(api, user_id, "2.00", 1_000)
+    later, _ = _grant(api, user_id, "2.00", 3_600_000)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})
+    assert status == 200, body
+    assert runtime_grants().expire(user_id, int(later)) is False  # not due: the drainer offers it again later
+    time.sleep(1.05)
+    _drain()
+    _persist(redis_client, user_id)
+    assert _account(api, user_id)["balance"] == "12.00"
+    types = [r[0] for r in sql("SELECT type FROM t_entry WHERE user_id = %s ORDER BY seq", (user_id,))]
+    assert "grant_expiry" not in types
+    assert _remaining(api, user_id) == {later: "2.00"}
+    _assert_db_agrees(sql, user_id, 1200)
+
+
+def test_an_expiry_finding_the_account_gone_from_redis_loads_it_and_ends_the_grant(api, redis_client, sql):
+    user_id = api.account(balance="10.00")
+    grant_id, _ = _grant(api, user_id, "4.00", 1_000)
+    _persist(redis_client, user_id)
+    redis_client.delete(keys.balance(user_id))  # the cached account lost (its grants come back from the DB)
+    time.sleep(1.05)
+    _drain()
+    _persist(redis_client, user_id)
+    assert sql("SELECT state FROM t_grant WHERE id = %s", (int(grant_id),)) == (("EXPIRED",),)
+    assert _account(api, user_id)["balance"] == "10.00"
+    _assert_db_agrees(sql, user_id, 1000)
+
+
+def test_a_failed_publish_takes_back_a_grant_its_spends_and_its_expiry(api, redis_client, sql, monkeypatch):
+    from hotledger.dal.publisher import NotAcknowledged
+    from hotledger.ledger.feature import ledger
+
+    def broker_down(key_, event):
+        raise NotAcknowledged("no acknowledgement in time")
+
+    user_id = api.account(balance="10.00")
+    kept, _ = _grant(api, user_id, "3.00", 3_600_000)
+    short, _ = _grant(api, user_id, "2.00", 1_000)
+    monkeypatch.setattr(ledger().durability, "publish", broker_down)
+    monkeypatch.setattr(runtime_grants().durability, "publish", broker_down)
+    expires_at = int(time.time() * 1000) + 600_000
+    status, body = api(
+        "POST",
+        f"/accounts/{user_id}/recharge",
+        {"amount": "5.00", "grant": {"expires_at": expires_at, "category": "x"}},
+    )
+    assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED")
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED")
+    assert _remaining(api, user_id) == {kept: "3.00", short: "2.00"}  # no grant made, none spent
+    time.sleep(1.05)
+    _drain()  # the expiry's publish fails: the grant is back, still expired, still counted for nothing
+    account = _account(api, user_id)
+    assert (account["balance"], account["available"], account["grants"]) == ("15.00", "13.00", account["grants"])
+    assert redis_client.hexists(keys.grants(user_id), short)
+    monkeypatch.undo()
+    assert runtime_grants().expire(user_id, int(short)) is True
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    assert (status, body["balance"]) == (200, "9.00"), body
+    _persist(redis_client, user_id)
+    assert sql("SELECT id, remaining, state FROM t_grant WHERE user_id = %s ORDER BY id", (user_id,)) == (
+        (int(kept), 0, "ACTIVE"),
+        (int(short), 0, "EXPIRED"),
+    )
+    _assert_db_agrees(sql, user_id, 900)
+
+
+def runtime_grants():
+    from hotledger.grants.feature import grants
+
+    return grants()
+
+
+def test_the_history_shows_which_grants_each_entry_spent_pending_and_booked(api, redis_client):
+    user_id = api.account(balance="1.00")
+    later, _ = _grant(api, user_id, "5.00", 3_600_000)
+    sooner, _ = _grant(api, user_id, "3.00", 600_000)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})
+    assert status == 200, body
+    spent = [{"grant_id": sooner, "amount": "3.00"}, {"grant_id": later, "amount": "1.00"}]
+
+    def deduct_entry():
+        status, page = api("GET", f"/accounts/{user_id}/entries?types=deduct")
+        assert status == 200, page
+        (entry,) = page["entries"]
+        return entry
+
+    assert (deduct_entry()["state"], deduct_entry()["grants_spent"]) == ("pending", spent)
+    _persist(redis_client, user_id)
+    assert (deduct_entry()["state"], deduct_entry()["grants_spent"]) == ("booked", spent)
+    status, page = api("GET", f"/accounts/{user_id}/entries?types=recharge")
+    assert status == 200 and all(e["grants_spent"] == [] for e in page["entries"]), page
+
+
+def test_an_expired_grant_is_not_held_either(api, deduct_type):
+    user_id = api.account(balance="10.00", deduct_type=deduct_type, threshold="0.00")
+    _grant(api, user_id, "5.00", 1_000)
+    time.sleep(1.05)
+    status, body = api("POST", f"/accounts/{user_id}/holds", {"amount": "12.00"})
+    assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE"), body
+    status, body = api("POST", f"/accounts/{user_id}/holds", {"amount": "10.00"})
+    assert status == 201, body
+    assert _account(api, user_id)["available"] == "0.00"
+
+
+def test_a_grants_expiry_is_a_grant_expired_webhook_event(api, redis_client, local_hooks):
+    from hotledger.webhooks.feature import webhooks
+
+    receiver = local_hooks()
+    status, endpoint = api(
+        "POST", "/webhook-endpoints", {"url": receiver.url, "event_types": ["grant.expired"], "description": "t"}
+    )
+    assert status == 201, endpoint
+    user_id = api.account(balance="10.00")
+    grant_id, _ = _grant(api, user_id, "4.00", 1_000)
+    time.sleep(1.05)
+    _drain()
+    _persist(redis_client, user_id)
+    webhooks().send_due()
+    events = [e for e in receiver.events(endpoint["secret"]) if e["data"]["user_id"] == user_id]
+    assert [(e["type"], e["data"]["amount"]) for e in events] == [("grant.expired", "4.00")]
