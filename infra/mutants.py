@@ -558,10 +558,18 @@ MUTANTS: list[Mutant] = [
     ),
     # ---- issue 19: money edges, round 2 --------------------------------------------------------------------
     m(
+        "charge-not-booked-not-a-key-answer",
+        "functions/hotledger/errors.py",
+        "waits = (IdempotencyInProgress, HoldBusy, ChargeNotBooked)",
+        "waits = (IdempotencyInProgress, HoldBusy)",
+        ["tests/integration/test_refunds.py"],
+        "a refund waiting for its charge's booking is no key's answer: a retry under the key makes it once booked",
+    ),
+    m(
         "py-429-not-a-key-answer",
         "functions/hotledger/errors.py",
-        "return exc.status < 500 and exc.status != 429 and not isinstance(exc, (IdempotencyInProgress, HoldBusy))",
-        "return exc.status < 500 and not isinstance(exc, (IdempotencyInProgress, HoldBusy))",
+        "return exc.status < 500 and exc.status != 429 and not isinstance(exc, waits)",
+        "return exc.status < 500 and not isinstance(exc, waits)",
         ["tests/integration/test_limits.py"],
         "a 429 (the ledger's backlog under a route, a quota) is never a key's answer",
     ),

@@ -125,8 +125,10 @@ def is_key_answer(exc: DomainError) -> bool:
     """Is this error an Idempotency-Key's answer for good? The one rule for every route (api/idempotency.py `once`,
     the ledger's own keys): a definitive answer is (a business refusal, a conflict, OUTCOME_UNKNOWN, which names what
     to look up); what changed nothing and may go otherwise on a retry is not: every 503 but OUTCOME_UNKNOWN, every
-    429 (a backlog or a quota, Stripe's rule for 429s), a request still in flight under another key, and a hold that
-    cannot end until a capture of it is durable (HOLD_BUSY, milliseconds)."""
+    429 (a backlog or a quota, Stripe's rule for 429s), a request still in flight under another key, a hold that
+    cannot end until a capture of it is durable (HOLD_BUSY, milliseconds) and a refund waiting for its charge to be
+    booked (CHARGE_NOT_BOOKED, seconds: its message says retry)."""
     if isinstance(exc, ChargeOutcomeUnknown):
         return True
-    return exc.status < 500 and exc.status != 429 and not isinstance(exc, (IdempotencyInProgress, HoldBusy))
+    waits = (IdempotencyInProgress, HoldBusy, ChargeNotBooked)
+    return exc.status < 500 and exc.status != 429 and not isinstance(exc, waits)

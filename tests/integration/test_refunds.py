@@ -269,3 +269,20 @@ def test_the_books_refuse_a_refund_whose_charge_they_do_not_hold(api, redis_clie
     invoke_writer(records(forged, lambda e: str(e.user_id), first_offset=20_000))
     assert sql("SELECT COUNT(*), SUM(amount) FROM t_refund WHERE user_id = %s", (user_id,)) == ((1, 500),)
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (str(user_id),)) == ((2,),)
+
+
+def test_a_refund_retried_under_its_key_once_its_charge_is_booked_is_made(api, redis_client):
+    """CHARGE_NOT_BOOKED says "retry in a few seconds": a retry under the same Idempotency-Key, once the charge is
+    booked, makes the refund (the wait is not the key's answer for good)."""
+    user_id = api.account(balance="20.00")
+    _persist(redis_client, user_id)
+    _, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "3.00"})
+    assert (
+        api("POST", f"/accounts/{user_id}/holds/{hold['hold_id']}/capture", {"amount": "3.00", "final": True})[0] == 200
+    )
+    key = {"Idempotency-Key": "refund-after-booking"}
+    status, body = _refund(api, user_id, hold["hold_id"], "1.00", key, what="holds")
+    assert (status, body["error"]["code"]) == (409, "CHARGE_NOT_BOOKED"), body
+    _persist(redis_client, user_id)
+    status, body = _refund(api, user_id, hold["hold_id"], "1.00", key, what="holds")
+    assert status == 201, body
