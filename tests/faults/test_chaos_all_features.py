@@ -707,10 +707,10 @@ def _check_refunds(servers: Stack, api: LocalService, clients: MixedClients) -> 
     def booked(call: Call) -> bool:
         return bool(servers.sql("SELECT 1 FROM t_refund WHERE id = %s", (int(call.acked[0]["refund_id"]),)))
 
-    deadline = time.monotonic() + 90  # the writer books what was refunded just now
-    while not all(booked(c) for c in waited if c.acked) and time.monotonic() < deadline:
-        time.sleep(1)
     acked = [c for c in clients.of("refund") if c.acked]
+    deadline = time.monotonic() + 90  # the writer books what was refunded last (just now, for those retried here)
+    while not all(booked(c) for c in acked) and time.monotonic() < deadline:
+        time.sleep(1)
     assert acked, Counter(c.answers[-1][:2] for c in clients.of("refund"))  # the thread refunded under the faults
     for call in acked:
         refund_ids = {b["refund_id"] for b in call.acked}
