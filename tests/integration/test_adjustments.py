@@ -137,3 +137,33 @@ def test_an_adjustment_down_spends_the_live_grants_first_as_a_deduct_does(api, r
     _persist(redis_client, user_id)
     status, body = api("GET", f"/accounts/{user_id}/entries?types=adjustment")
     assert [e["grants_spent"] for e in body["entries"]] == [[{"grant_id": grant["pay_id"], "amount": "1.50"}]]
+
+
+@pytest.mark.parametrize("deduct_type", ["ASYNC", "SYNC"])
+def test_an_adjustment_is_one_line_in_the_operators_log_and_its_key_is_bound_to_its_reason(api, deduct_type):
+    user_id = api.account(balance="5.00", deduct_type=deduct_type)
+    first = _adjust(api, user_id, "-1.00", "adj-once", reason="chargeback 17")
+    assert first[0] == 200, first
+    assert _adjust(api, user_id, "-1.00", "adj-once", reason="chargeback 17") == first  # a retry: the same answer
+    status, body = _adjust(api, user_id, "-1.00", "adj-once", reason="chargeback 18")
+    assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_KEY_REUSED")  # another reason is another request
+    logged = [line for line in api("GET", "/ops/log")[1] if line["detail"].get("user_id") == user_id]
+    assert [(line["action"], line["detail"]["reason"]) for line in logged] == [("adjustment", "chargeback 17")]
+
+
+def test_an_adjustment_whose_log_line_was_lost_is_logged_by_its_retry(api, monkeypatch):
+    from hotledger.ops.feature import operations
+
+    user_id = api.account(balance="5.00")
+    lost = operations().ops_log.write_once
+
+    def crash(*args, **kwargs):  # the function dies after the charge, before its log line
+        raise ConnectionError("killed")
+
+    monkeypatch.setattr(operations().ops_log, "write_once", crash)
+    with pytest.raises(ConnectionError):
+        _adjust(api, user_id, "2.00", "adj-crash", reason="bonus")
+    monkeypatch.setattr(operations().ops_log, "write_once", lost)
+    assert _adjust(api, user_id, "2.00", "adj-crash", reason="bonus")[1]["balance"] == "7.00"
+    logged = [line for line in api("GET", "/ops/log")[1] if line["detail"].get("user_id") == user_id]
+    assert [(line["action"], line["detail"]["amount"]) for line in logged] == [("adjustment", "2.00")]

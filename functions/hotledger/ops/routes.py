@@ -15,6 +15,7 @@ from api.authorization import principal_of
 from api.idempotency import KEY_CONFLICT, IdempotencyKey
 from api.responses import UNAVAILABLE, responses
 from api.rules import ADMIN, only
+from hotledger import errors
 from hotledger.currencies.service import minor_in
 from hotledger.ledger.feature import ledger
 from hotledger.ledger.kinds import KIND_ADJUST_DOWN, KIND_ADJUST_UP
@@ -143,11 +144,12 @@ def adjust_balance(
     kind = KIND_ADJUST_DOWN if request.amount < 0 else KIND_ADJUST_UP
     result = ledger().charge(kind, user_id, minor_in(currency, abs(request.amount)), idempotency_key)
     amount = currency.format(-result.amount if request.amount < 0 else result.amount)
-    operations().record(
-        principal_of(router.current_event),
-        "adjustment",
-        {"user_id": user_id, "entry_id": str(result.entry_id), "amount": amount, "reason": request.reason},
+    detail = {"user_id": user_id, "entry_id": str(result.entry_id), "amount": amount, "reason": request.reason}
+    logged = operations().record_once(
+        f"adjustment:{result.entry_id}", principal_of(router.current_event), "adjustment", detail
     )
+    if logged["reason"] != request.reason:  # the key's adjustment was made for another reason: another request
+        raise errors.IdempotencyKeyReused("this Idempotency-Key was used for an adjustment with another reason")
     return AdjustmentAnswer(
         adjustment_id=str(result.entry_id),
         user_id=user_id,

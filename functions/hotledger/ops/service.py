@@ -222,6 +222,14 @@ class Operations:
         self.ops_log.write(actor, action, detail, self.clock())
         log.warning("operator action", extra={"actor": actor, "action": action, "detail": detail})
 
+    def record_once(self, subject: str, actor: str, action: str, detail: dict[str, Any]) -> dict[str, Any]:
+        """An action a retry repeats (under its Idempotency-Key): one line about `subject`, whichever call writes it;
+        answers the detail the line holds, the first call's."""
+        logged, written = self.ops_log.write_once(subject, actor, action, detail, self.clock())
+        if written:
+            log.warning("operator action", extra={"actor": actor, "action": action, "detail": detail})
+        return logged
+
     def _replay_writer(self, ids: list[str] | None) -> ReplayOutcome:
         outcome = ReplayOutcome()
         wanted = (
