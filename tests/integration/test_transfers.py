@@ -280,3 +280,18 @@ def test_sync_accounts_are_posted_at_once(api, redis_client):
     status, body = _transfer(api, alice, bob, "4.00")
     assert status == 201 and body["state"] == "POSTED", body
     assert _balance(api, alice) == "6.00" and _balance(api, bob) == "4.00"
+
+
+def test_a_transfer_answer_says_when_its_state_was_reached(api, redis_client):
+    """POST /transfers answered updated_at 0 (the in-memory row kept its default) while GET of the same CREDITED
+    transfer answered the time the DB row was moved: each answer names when the transfer reached its state."""
+    alice, bob = api.account(balance="10.00"), api.account()
+    status, body = _transfer(api, alice, bob, "1.00", f"when-{alice}")
+    assert status == 201 and body["state"] == "CREDITED", body
+    assert body["updated_at"] >= body["created_at"] > 0, body
+    status, got = api("GET", f"/transfers/{body['transfer_id']}")
+    assert got["state"] == "CREDITED" and got["updated_at"] == body["updated_at"], (got, body)
+    _book(redis_client, alice, bob)
+    status, posted = api("GET", f"/transfers/{body['transfer_id']}")
+    assert posted["state"] == "POSTED" and posted["updated_at"] >= body["updated_at"], posted
+    assert api("GET", f"/transfers/{body['transfer_id']}")[1] == posted

@@ -52,8 +52,8 @@ class TransferView(BaseModel):
     credit_entry_id: str | None = Field(description="the payee's history entry (type transfer_credit)")
     release_entry_id: str | None = Field(description="the payer's entry giving a failed transfer's debit back")
     failure: str | None = Field(description="CODE: message of what failed it")
-    created_at: int
-    updated_at: int
+    created_at: int = Field(description="epoch ms the transfer was asked for")
+    updated_at: int = Field(description="epoch ms the transfer reached its state")
 
 
 def _view(t: Transfer) -> dict[str, Any]:

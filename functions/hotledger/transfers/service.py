@@ -143,7 +143,9 @@ class Transfers:
         if reserve is not None:
             reserve(transfer_id)
         now = self.clock()
-        row = Transfer(transfer_id, from_id, to_id, minor, payer.code, description, PENDING, created_at=now)
+        row = Transfer(
+            transfer_id, from_id, to_id, minor, payer.code, description, PENDING, created_at=now, updated_at=now
+        )
         if not self.store.insert(row):
             return self.resume(transfer_id, from_id, to_id, amount, description)
         return self.advance(row, first_debit=True)
@@ -202,11 +204,12 @@ class Transfers:
             raise _unknown(tid, exc.message) from exc
         except Exception as exc:
             raise _unknown(tid, f"the ledger failed ({type(exc).__name__}: {exc})") from exc
-        if not self.store.move(tid, PENDING, DEBITED, self.clock(), debit_id=debit.entry_id):
+        now = self.clock()
+        if not self.store.move(tid, PENDING, DEBITED, now, debit_id=debit.entry_id):
             # another actor moved it meanwhile: go on from where it is (FAILED on a refusal it met: the debit this
             # attempt made after all is given back by the reconciler, store.failed_with_debit)
             return self._current(row)
-        return _with(row, DEBITED, debit_id=debit.entry_id)
+        return _with(row, DEBITED, now, debit_id=debit.entry_id)
 
     def _credit(self, row: Transfer) -> Transfer:
         tid = row.transfer_id
@@ -215,28 +218,31 @@ class Transfers:
         except errors.DomainError as exc:
             if not _credit_refused_for_good(exc):
                 return row  # DEBITED: in flight, credited by a later look
-            failure = f"{exc.code}: {exc.message}"[:300]
-            self.store.move(tid, DEBITED, RELEASING, self.clock(), failure=failure)
-            return _with(row, RELEASING, failure=failure)
+            failure, now = f"{exc.code}: {exc.message}"[:300], self.clock()
+            self.store.move(tid, DEBITED, RELEASING, now, failure=failure)
+            return _with(row, RELEASING, now, failure=failure)
         except (RedisUnavailable, DatabaseUnavailable):
             return row
-        if not self.store.move(tid, DEBITED, CREDITED, self.clock(), credit_id=credit.entry_id):
+        now = self.clock()
+        if not self.store.move(tid, DEBITED, CREDITED, now, credit_id=credit.entry_id):
             return self._current(row)  # RELEASING: _release finds this credit and takes the transfer to CREDITED
-        return _with(row, CREDITED, credit_id=credit.entry_id)
+        return _with(row, CREDITED, now, credit_id=credit.entry_id)
 
     def _release(self, row: Transfer) -> Transfer:
         tid = row.transfer_id
         credited = self.ledger.charged_with(KIND_RECHARGE, row.to_id, credit_key(tid))
         if credited is not None:  # an attempt that stalled past the refusal credited the payee after all: it stands
-            if self.store.move(tid, row.state, CREDITED, self.clock(), credit_id=credited.entry_id, failure=None):
-                return _with(row, CREDITED, credit_id=credited.entry_id, failure=None)
+            now = self.clock()
+            if self.store.move(tid, row.state, CREDITED, now, credit_id=credited.entry_id, failure=None):
+                return _with(row, CREDITED, now, credit_id=credited.entry_id, failure=None)
             return self._current(row)
         try:
             release = self.ledger.recharge(row.from_id, row.amount, release_key(tid))
         except LEDGER_FAILURES:
             return row
-        self.store.move(tid, row.state, FAILED, self.clock(), release_id=release.entry_id)
-        return _with(row, FAILED, release_id=release.entry_id)
+        now = self.clock()
+        self.store.move(tid, row.state, FAILED, now, release_id=release.entry_id)
+        return _with(row, FAILED, now, release_id=release.entry_id)
 
     def _current(self, row: Transfer) -> Transfer:
         return self.store.get(row.transfer_id) or row
@@ -244,8 +250,9 @@ class Transfers:
     def _post(self, row: Transfer) -> Transfer:
         if not self.store.booked(row):
             return row
-        self.store.move(row.transfer_id, CREDITED, POSTED, self.clock())
-        return _with(row, POSTED)
+        now = self.clock()
+        self.store.move(row.transfer_id, CREDITED, POSTED, now)
+        return _with(row, POSTED, now)
 
     def release_failed_debit(self, row: Transfer) -> bool:
         """A FAILED transfer whose payer was debited after all (store.failed_with_debit) gives the debit back."""
@@ -278,5 +285,6 @@ class Transfers:
         return self.store.in_flight()
 
 
-def _with(row: Transfer, state: str, **fields: Any) -> Transfer:
-    return replace(row, state=state, **fields)
+def _with(row: Transfer, state: str, at: int, **fields: Any) -> Transfer:
+    """The row as store.move left it: in `state` since `at` (its updated_at), with the fields given."""
+    return replace(row, state=state, updated_at=at, **fields)
