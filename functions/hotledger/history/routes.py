@@ -19,7 +19,6 @@ from hotledger.runtime import currencies
 
 router = Router()
 UserId = Annotated[int, Path(gt=0, lt=2**31)]
-EpochMs = Annotated[int | None, Query(ge=0, lt=2**53)]
 _NOT_FOUND = (404, "ACCOUNT_NOT_FOUND")
 _BEFORE_LEDGER = (
     422,
@@ -119,11 +118,21 @@ def _filters(types: str | None, since: int | None, until: int | None) -> Filters
 )
 def list_entries(
     user_id: UserId,
-    limit: Annotated[int, Query(gt=0, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(min_length=1, max_length=512)] = None,
-    types: Annotated[str | None, Query(max_length=512)] = None,
-    since: EpochMs = None,
-    until: EpochMs = None,
+    limit: Annotated[
+        int, Query(gt=0, le=1000, description="booked entries per page (the pending ones come on top)")
+    ] = 100,
+    cursor: Annotated[
+        str | None, Query(min_length=1, max_length=512, description="the previous page's next_cursor, same filters")
+    ] = None,
+    types: Annotated[
+        str | None,
+        Query(max_length=512, description="entry types, comma-separated, such as grant_expiry,transfer_debit"),
+    ] = None,
+    since: Annotated[
+        int | None,
+        Query(ge=0, lt=2**53, description="epoch ms: entries booked (at; pending: charged_at) at or after it"),
+    ] = None,
+    until: Annotated[int | None, Query(ge=0, lt=2**53, description="epoch ms: entries booked before it")] = None,
 ) -> dict[str, Any]:
     page = history().entries(user_id, limit, cursor, _filters(types, since, until))
     format_minor = currencies().of(user_id).format
@@ -134,7 +143,10 @@ def list_entries(
     "/accounts/<user_id>/balance",
     responses=responses(200, BalanceView, "the balance at `at`", _NOT_FOUND, _BEFORE_LEDGER),
 )
-def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> dict[str, Any]:
+def balance_at(
+    user_id: UserId,
+    at: Annotated[int, Query(ge=0, lt=2**53, description="epoch ms: the balance after every entry booked by then")],
+) -> dict[str, Any]:
     found = history().balance_at(user_id, at)
     format_minor = currencies().of(user_id).format
     return {
@@ -160,7 +172,11 @@ def balance_at(user_id: UserId, at: Annotated[int, Query(ge=0, lt=2**53)]) -> di
     ),
 )
 def statement(
-    user_id: UserId, since: Annotated[int, Query(ge=0, lt=2**53)], until: Annotated[int, Query(ge=1, lt=2**53)]
+    user_id: UserId,
+    since: Annotated[
+        int, Query(ge=0, lt=2**53, description="epoch ms: entries booked at or after it (opening_balance: before it)")
+    ],
+    until: Annotated[int, Query(ge=1, lt=2**53, description="epoch ms: entries booked before it")],
 ) -> dict[str, Any]:
     s = history().statement(user_id, since, until)
     format_minor = currencies().of(user_id).format
