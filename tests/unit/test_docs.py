@@ -171,6 +171,9 @@ def test_the_readme_calls_are_routes_and_their_answers_have_the_routes_fields():
         if not body.startswith("{"):
             continue
         keys = set(re.findall(r'"(\w+)": ', body))
+        if status and body.startswith('{"message": '):  # the front door's JWT authorizer's own refusal
+            assert status.group(1) == "401" and body.startswith('{"message": "Unauthorized"}'), (method, path, body)
+            continue
         if status:
             code = re.search(r'"code": "(\w+)"', body).group(1)
             assert int(status.group(1)) in codes[code], (method, path, code)
