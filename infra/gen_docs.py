@@ -48,8 +48,8 @@ ERROR_WHEN = {
     "SERVICE_UNAVAILABLE": "Redis, the DB or the lock is unavailable, or the authorizer cannot read the JWKS: "
     "nothing changed; retry",
     "LOCK_LOST": "the request's account lock ran out and a newer holder wrote first (fencing): nothing changed; retry",
-    "OUTCOME_UNKNOWN": "the change may stand: `error.entry_id` (or `packet_id`) names it; look it up, or retry with the "
-    "same Idempotency-Key, which answers its real outcome",
+    "OUTCOME_UNKNOWN": "the change may stand: `error.entry_id` (or `packet_id`, `transfer_id`) names it; look it up, or "
+    "retry with the same Idempotency-Key, which answers its real outcome",
     "VOUCHER_NOT_FOUND": "no such voucher",
     "SALE_NOT_STARTED": "before the voucher's `begin_at`",
     "SALE_ENDED": "after the voucher's `end_at`",

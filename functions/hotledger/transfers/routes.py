@@ -11,7 +11,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from api.idempotency import KEY_CONFLICT, TOO_MANY_KEYS, Attempt, RouteKey, once
-from api.responses import UNAVAILABLE, responses
+from api.responses import responses
 from api.rules import ADMIN, SERVICE, HiddenOwner, body_field, only
 from api.schemas import Amount, UserRef
 from hotledger import errors, observability
@@ -84,7 +84,12 @@ def _view(t: Transfer) -> dict[str, Any]:
         "the transfer: CREDITED (or POSTED) normally; DEBITED when the payee's credit could not be made now (it follows "
         "by itself: the amount is in flight meanwhile); FAILED with the payee's refusal when the credit was refused for "
         "good and the debit given back",
-        UNAVAILABLE,
+        (
+            503,
+            "SERVICE_UNAVAILABLE, PUBLISH_FAILED or RECOVERING: nothing was changed, retry; OUTCOME_UNKNOWN: the "
+            "payer may have been debited, GET /transfers/{error.transfer_id} (it goes on by itself) or retry with the "
+            "same Idempotency-Key",
+        ),
         (402, "INSUFFICIENT_BALANCE: the payer's balance minus the amount would fall below its threshold"),
         (403, "API_CLOSED: the payer's API is closed"),
         (404, "ACCOUNT_NOT_FOUND: from or to"),
@@ -94,7 +99,10 @@ def _view(t: Transfer) -> dict[str, Any]:
             "SAME_ACCOUNT: from = to; CURRENCY_MISMATCH: the accounts hold different currencies; INVALID_AMOUNT: more "
             "fractional digits than their currency has",
         ),
-        TOO_MANY_KEYS,
+        (
+            429,
+            "TOO_MANY_PENDING: the payer's charges are not reaching the DB; " + TOO_MANY_KEYS[1] + "; retry later",
+        ),
     ),
 )
 def create_transfer(request: Annotated[TransferRequest, Body()], idempotency_key: RouteKey = None) -> Response[str]:
