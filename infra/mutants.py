@@ -195,8 +195,8 @@ MUTANTS: list[Mutant] = [
     m(
         "transfer-credit-after-lost-debit-race",
         TRANSFERS,
-        "        if not self.store.move(tid, PENDING, DEBITED, self.clock(), debit_id=debit.entry_id):",
-        "        if not self.store.move(tid, PENDING, DEBITED, self.clock(), debit_id=debit.entry_id) and False:",
+        "        if not self.store.move(tid, PENDING, DEBITED, now, debit_id=debit.entry_id):",
+        "        if not self.store.move(tid, PENDING, DEBITED, now, debit_id=debit.entry_id) and False:",
         [I_TRANSFERS],
         "a debit made after its transfer FAILED is never credited (it is given back)",
     ),

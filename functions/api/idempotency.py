@@ -46,8 +46,9 @@ IdempotencyKey = Annotated[
         min_length=1,
         max_length=100,
         pattern=_PATTERN,
-        description="Retry-safe key, scoped to the account in the path; deducts, recharges and adjustments of an "
-        "account share one set of keys, apart from its other routes' (transfers, holds, refunds, ...). The first "
+        description="Retry-safe key, scoped to the account in the path; the ledger's charges of an account (deducts, "
+        "recharges, an operator's balance changes) share one set of keys, apart from its other routes' (transfers, "
+        "holds, refunds, ...). The first "
         "definitive answer, a charge or a refusal (402 INSUFFICIENT_BALANCE, 403 API_CLOSED, 422 BALANCE_LIMIT), "
         "is replayed for the same key and body for the key's whole life; another body or kind gets 409 "
         "IDEMPOTENCY_KEY_REUSED; 503 answers are not recorded: retry with the same key. Keys are kept in Redis "
@@ -64,8 +65,8 @@ RouteKey = Annotated[
         max_length=100,
         pattern=_PATTERN,
         description="Retry-safe key, scoped to the acting account (for POST /transfers the payer, from; to the "
-        "payment order for pay and close), apart from the keys of that account's deducts, recharges and "
-        "adjustments. The first answer, success or refusal, is replayed for the same key, route and body and the "
+        "payment order for pay and close), apart from the keys of the ledger's charges of that account (deducts, "
+        "recharges, an operator's balance changes). The first answer, success or refusal, is replayed for the same key, route and body and the "
         "money or stock moves once: for good for red packets, payment orders, pay, close, transfers and voucher "
         "orders of a voucher allowing more than one per user (kept in Redis 24 h and in the DB for "
         "KEY_RETENTION_DAYS); for grabs and one-per-user voucher orders, 24 h from Redis and then (or after a Redis loss) the "
