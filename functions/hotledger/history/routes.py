@@ -54,7 +54,8 @@ class EntryView(BaseModel):
         "request has not been answered yet may still be taken back (its publish failed)"
     )
     grants_spent: list[GrantSpent] = Field(
-        default_factory=list, description="the credit grants a deduct spent, first-to-expire (the rest: plain balance)"
+        default_factory=list,
+        description="the credit grants a deduct or capture spent, first-to-expire (the rest: plain balance)",
     )
 
 

@@ -44,7 +44,7 @@ class HistoryEntry:
     charged_at: int
     ref: str | None
     state: str  # 'booked' | 'pending'
-    grants_spent: tuple[tuple[int, int], ...] = ()  # (grant id, amount) a deduct spent, first-to-expire
+    grants_spent: tuple[tuple[int, int], ...] = ()  # (grant id, amount) a deduct or capture spent, first-to-expire
 
     @classmethod
     def booked(cls, e: BookedEntry, grants_spent: tuple[tuple[int, int], ...] = ()) -> HistoryEntry:

@@ -13,7 +13,7 @@ local function hold_change_tail(last)
   for _, name in ipairs(last) do tail[#tail + 1] = name end
   return tail
 end
--- credit grants: what a deduct spent ('<grant id>:<spent>,...', first-to-expire), a granted recharge's grant (its id
+-- credit grants: what a deduct or a capture spent ('<grant id>:<spent>,...', first-to-expire), a granted recharge's grant (its id
 -- is the entry's), the grant an expiry ends with what a take-back needs to restore it (ENTRY_ONLY)
 local ENTRY_TAILS = {
   D = {'grants_spent'},
@@ -22,7 +22,7 @@ local ENTRY_TAILS = {
   A = {}, N = {'grants_spent'},
   F = {'refund_of', 'refund_of_kind', 'refunded_after', 'reason'},
   H = hold_change_tail({'description'}),
-  C = hold_change_tail({'-', 'captured_after'}),
+  C = hold_change_tail({'-', 'captured_after', 'grants_spent'}),
   V = hold_change_tail({'-', 'captured_after'}),
   X = hold_change_tail({'-', 'captured_after'}),
 }

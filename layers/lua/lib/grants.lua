@@ -1,5 +1,6 @@
 -- lib/grants: an account's credit grants (issue 34), shared by the scripts that credit, spend or end them
--- (ledger_apply: a recharge's grant, a deduct's spend; ledger_grant_expire; ledger_load). Included where a script
+-- (ledger_apply: a recharge's grant, a deduct's spend; hold_change: a capture's spend; ledger_grant_expire;
+-- ledger_load). Included where a script
 -- says `--! include grants` (dal/redis_store.script_text). The keys the includer passes, all of the account's slot:
 --   grants  user:grants:{uid}         hash: grant id (its recharge's entry id) -> 'remaining;expires_at;category'
 --                                     (a grant spent whole stays, remaining 0, until its expiry tidies it)
@@ -49,7 +50,7 @@ local function grant_add(grants, expiry, id, amount, expires_at, category)
   redis.call('ZADD', expiry, expires_at, id)
 end
 
--- grants_give_back(grants, spent): a deduct taken back returns each grant's part to it ('<grant id>:<spent>,...');
+-- grants_give_back(grants, spent): a deduct or capture taken back returns each grant's part to it ('<grant id>:<spent>,...');
 -- a grant that ended meanwhile keeps it in the plain balance (its expiry took only what was left of it then)
 local function grants_give_back(grants, spent)
   for id, amount in string.gmatch(spent, '(%d+):(%d+)') do
