@@ -54,6 +54,13 @@ def _assert_db_agrees(sql, user_id, balance_minor):
     assert running == balance_minor
 
 
+def _booked_with(redis_client, sql, user_id, grant_id, remaining, balance_minor):
+    """Once the writer caught up: the grant has `remaining` left in the DB and the ledger adds up to the balance."""
+    _persist(redis_client, user_id)
+    assert sql("SELECT remaining FROM t_grant WHERE id = %s", (int(grant_id),)) == ((remaining,),)
+    _assert_db_agrees(sql, user_id, balance_minor)
+
+
 @pytest.fixture(params=["ASYNC", "SYNC"])
 def deduct_type(request):
     return request.param
@@ -385,9 +392,7 @@ def test_a_capture_whose_publish_failed_gives_its_spends_back(api, redis_client,
     status, body = _capture(api, user_id, hold_id, "2.00")
     assert (status, body["balance"]) == (200, "11.00"), body
     assert _remaining(api, user_id) == {grant_id: "1.00"}
-    _persist(redis_client, user_id)
-    assert sql("SELECT remaining FROM t_grant WHERE id = %s", (int(grant_id),)) == ((100,),)
-    _assert_db_agrees(sql, user_id, 1100)
+    _booked_with(redis_client, sql, user_id, grant_id, 100, 1100)
 
 
 def test_what_captures_spent_is_rebuilt_from_the_db_after_a_redis_loss(api, redis_client, sql):
@@ -403,6 +408,101 @@ def test_what_captures_spent_is_rebuilt_from_the_db_after_a_redis_loss(api, redi
     status, body = _capture(api, user_id, hold_id, "2.00")
     assert (status, body["balance"]) == (200, "9.00"), body
     assert _remaining(api, user_id) == {}
+    _booked_with(redis_client, sql, user_id, grant_id, 0, 900)
+
+
+def _refund(api, user_id, order_id, amount):
+    status, body = api("POST", f"/accounts/{user_id}/orders/{order_id}/refunds", {"amount": amount, "reason": "r"})
+    assert status == 201, body
+    return body
+
+
+def _refunds_given_back(api, user_id):
+    status, page = api("GET", f"/accounts/{user_id}/entries?types=refund")
+    assert status == 200, page
+    return sorted((e["amount"], e["grants_refunded"]) for e in page["entries"])
+
+
+def test_a_refund_gives_back_the_plain_balance_first_then_the_grants_last_spent_first(
+    api, redis_client, sql, deduct_type
+):
+    user_id = api.account(balance="10.00", deduct_type=deduct_type, threshold="0.00")
+    later, _ = _grant(api, user_id, "5.00", 3_600_000)
+    sooner, _ = _grant(api, user_id, "3.00", 600_000)
+    status, order = api("POST", f"/accounts/{user_id}/deduct", {"amount": "10.00"})  # 3 + 5 of grants, 2 plain
+    assert status == 200, order
+    _persist(redis_client, user_id)  # a refund names a booked charge
+    _refund(api, user_id, order["order_id"], "3.00")  # the plain 2.00, then 1.00 of the last spent (later)
+    assert _remaining(api, user_id) == {later: "1.00"}
+    _refund(api, user_id, order["order_id"], "6.00")  # the rest of later's 5.00, then 2.00 of sooner's 3.00
+    assert _remaining(api, user_id) == {later: "5.00", sooner: "2.00"}
+    given_back = [
+        ("3.00", [{"grant_id": later, "amount": "1.00"}]),
+        ("6.00", [{"grant_id": later, "amount": "4.00"}, {"grant_id": sooner, "amount": "2.00"}]),
+    ]
+    assert _refunds_given_back(api, user_id) == given_back
     _persist(redis_client, user_id)
+    assert _refunds_given_back(api, user_id) == given_back
+    assert _account(api, user_id)["balance"] == "17.00"
+    assert sql("SELECT id, remaining FROM t_grant WHERE user_id = %s ORDER BY id", (user_id,)) == tuple(
+        sorted(((int(later), 500), (int(sooner), 200)))
+    )
+    net = sql("SELECT grant_id, SUM(amount) FROM t_grant_spend WHERE user_id = %s GROUP BY grant_id", (user_id,))
+    assert sorted((g, int(a)) for g, a in net) == sorted(((int(later), 0), (int(sooner), 100)))
+    _assert_db_agrees(sql, user_id, 1700)
+
+
+def test_a_refund_never_revives_an_expired_grant_its_share_is_plain_balance(api, redis_client, sql, deduct_type):
+    user_id = api.account(balance="10.00", deduct_type=deduct_type, threshold="0.00")
+    grant_id, _ = _grant(api, user_id, "3.00", 1_500)
+    status, order = api("POST", f"/accounts/{user_id}/deduct", {"amount": "4.00"})  # 3.00 of the grant, 1.00 plain
+    assert status == 200, order
+    _persist(redis_client, user_id)
+    time.sleep(1.55)
+    _refund(api, user_id, order["order_id"], "4.00")
+    account = _account(api, user_id)
+    assert (account["balance"], account["available"], account["grants"]) == ("13.00", "13.00", [])
+    assert _refunds_given_back(api, user_id) == [("4.00", [])]
+    _drain()
+    _persist(redis_client, user_id)
+    assert _account(api, user_id)["balance"] == "13.00"
     assert sql("SELECT remaining FROM t_grant WHERE id = %s", (int(grant_id),)) == ((0,),)
-    _assert_db_agrees(sql, user_id, 900)
+    _assert_db_agrees(sql, user_id, 1300)
+
+
+def test_a_refund_whose_publish_failed_takes_back_what_it_gave_its_grants(api, redis_client, sql, monkeypatch):
+    from hotledger.refunds.feature import refunds
+
+    user_id = api.account(balance="10.00")
+    grant_id, _ = _grant(api, user_id, "3.00", 600_000)
+    status, order = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"})
+    assert status == 200, order
+    _persist(redis_client, user_id)
+    _broker_down(monkeypatch, refunds())
+    status, body = api(
+        "POST", f"/accounts/{user_id}/orders/{order['order_id']}/refunds", {"amount": "2.00", "reason": "r"}
+    )
+    assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED")
+    assert (_account(api, user_id)["balance"], _remaining(api, user_id)) == ("10.00", {})
+    monkeypatch.undo()
+    _refund(api, user_id, order["order_id"], "2.00")
+    assert _remaining(api, user_id) == {grant_id: "2.00"}
+    _booked_with(redis_client, sql, user_id, grant_id, 200, 1200)
+
+
+def test_what_refunds_gave_back_is_rebuilt_after_a_redis_loss(api, redis_client, sql):
+    user_id = api.account(balance="10.00")
+    grant_id, _ = _grant(api, user_id, "3.00", 600_000)
+    status, order = api("POST", f"/accounts/{user_id}/deduct", {"amount": "3.00"})
+    assert status == 200, order
+    _persist(redis_client, user_id)
+    _refund(api, user_id, order["order_id"], "1.00")
+    _persist(redis_client, user_id)
+    for key in redis_client.scan_iter(match=f"*{{{user_id}}}*"):  # the account's slot, lost whole
+        redis_client.delete(key)
+    rebuilt_after_the_writer_caught_up(redis_client, user_id)
+    assert _remaining(api, user_id) == {grant_id: "1.00"}
+    _refund(api, user_id, order["order_id"], "2.00")
+    assert _remaining(api, user_id) == {grant_id: "3.00"}
+    _persist(redis_client, user_id)
+    _assert_db_agrees(sql, user_id, 1300)

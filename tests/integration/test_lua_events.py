@@ -138,7 +138,8 @@ def test_lib_entry_reads_back_every_kinds_entry_string_as_written(redis_client, 
         "G": "500;7;900;3;G;e1;1;;11;99;promo",
         "A": "500;7;900;3;A;e1;1;c:adj-1",
         "N": "500;7;900;3;N;e1;BALANCE;;11:200",
-        "F": f"500;7;900;3;F;e1;1;;42;order;500;{AWKWARD_TEXT}",
+        "F": f"500;7;900;3;F;e1;1;;42;order;500;;{AWKWARD_TEXT}",
+        "F giving back to grants": f"500;7;900;3;F;e1;1;;42;order;500;11:300;{AWKWARD_TEXT}",
         "H": hold.format(kind="H") + f";{AWKWARD_TEXT}",
         "C": hold.format(kind="C") + ";;200",
         "C spending grants": hold.format(kind="C") + ";;200;11:300,12:200",
@@ -156,6 +157,8 @@ def test_lib_entry_reads_back_every_kinds_entry_string_as_written(redis_client, 
         assert entry.kind == kind
         if text:
             assert text in (entry.hold and entry.hold.description, entry.refund and entry.refund.reason)
+        if kind == "F":
+            assert entry.refund is not None and entry.refund.grants_refunded == ("11:300" if "grants" in name else "")
         if kind == "C":
             assert (entry.hold and entry.hold.captured_after, entry.grant) == (
                 200,

@@ -57,6 +57,11 @@ class EntryView(BaseModel):
         default_factory=list,
         description="the credit grants a deduct or capture spent, first-to-expire (the rest: plain balance)",
     )
+    grants_refunded: list[GrantSpent] = Field(
+        default_factory=list,
+        description="the credit grants a refund gave back to, last-spent first (after the plain balance its charge "
+        "took; a grant expired by then is never revived: its part stays in the plain balance)",
+    )
 
 
 class EntriesPage(BaseModel):
@@ -93,6 +98,7 @@ def _entry(e: HistoryEntry, format_minor: Callable[[int], str]) -> dict[str, Any
         "ref": e.ref,
         "state": e.state,
         "grants_spent": [{"grant_id": str(g), "amount": format_minor(a)} for g, a in e.grants_spent],
+        "grants_refunded": [{"grant_id": str(g), "amount": format_minor(a)} for g, a in e.grants_refunded],
     }
 
 

@@ -142,6 +142,8 @@ class Entry:
                     "reason": self.refund.reason,
                 }
             )
+            if self.refund.grants_refunded:
+                fields["grants_refunded"] = self.refund.grants_refunded
         return fields
 
 
@@ -158,17 +160,18 @@ def grant_fields(kind: str, grant: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RefundOf:
-    """The refund fields of an F entry string: chargeId;chargeKind;refundedAfter;reason (may hold ';')."""
+    """The refund fields of an F entry string: chargeId;chargeKind;refundedAfter;grantsRefunded;reason (may hold ';')."""
 
     charge_id: int
     charge_kind: str  # 'order' | 'hold'
     refunded_after: int
     reason: str
+    grants_refunded: str = ""  # '<grant id>:<part>,...' given back to the charge's live grants ('' for none)
 
     @classmethod
     def parse(cls, fields: list[str]) -> RefundOf:
-        charge_id, charge_kind, refunded_after, *reason = fields
-        return cls(int(charge_id), charge_kind, int(refunded_after), ";".join(reason))
+        charge_id, charge_kind, refunded_after, grants_refunded, *reason = fields
+        return cls(int(charge_id), charge_kind, int(refunded_after), ";".join(reason), grants_refunded)
 
 
 @dataclass(frozen=True)
