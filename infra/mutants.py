@@ -1453,6 +1453,14 @@ MUTANTS: list[Mutant] = [
         "a SYNC refund never gives back to an expired grant",
     ),
     m(
+        "lua-grants-expiry-waits-for-the-log",
+        "layers/lua/ledger_grant_expire.lua",
+        "local held = rebuild_hold(KEYS[1], h[6], h[7], tonumber(ARGV[3]))",
+        "local held = nil",
+        [I_GRANTS],
+        "a grant's expiry on an account rebuilt after a Redis loss waits for the spends still in the log",
+    ),
+    m(
         "lua-grants-capture-spends",
         "layers/lua/hold_change.lua",
         "  if has_grants then spent = grants_spend(KEYS[8], KEYS[9], KEYS[6], ts, take) end",

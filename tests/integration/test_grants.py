@@ -192,7 +192,9 @@ def test_an_expiry_finding_the_account_gone_from_redis_loads_it_and_ends_the_gra
     _persist(redis_client, user_id)
     redis_client.delete(keys.balance(user_id))  # the cached account lost (its grants come back from the DB)
     time.sleep(1.05)
-    _drain()
+    _drain()  # loads the account: rebuilt after a loss, it ends the grant once the log before the loss is applied
+    rebuilt_after_the_writer_caught_up(redis_client, user_id)
+    assert runtime_grants().expire(user_id, int(grant_id)) is True
     _persist(redis_client, user_id)
     assert sql("SELECT state FROM t_grant WHERE id = %s", (int(grant_id),)) == (("EXPIRED",),)
     assert _account(api, user_id)["balance"] == "10.00"
@@ -506,3 +508,31 @@ def test_what_refunds_gave_back_is_rebuilt_after_a_redis_loss(api, redis_client,
     assert _remaining(api, user_id) == {grant_id: "3.00"}
     _persist(redis_client, user_id)
     _assert_db_agrees(sql, user_id, 1300)
+
+
+def test_an_expiry_waits_for_the_spends_acknowledged_before_a_redis_loss(api, redis_client, sql, own_topic):
+    """Found by the chaos test's grants thread: a grant spent whole, its deduct acknowledged and still in the log when
+    Redis lost the account, was rebuilt from the DB whole, and its expiry took its amount off the balance a second
+    time (the plain balance paid for it). The expiry waits for the log as a hold's change does (lib/rebuild_hold)."""
+    from helpers import broker_records, lift_rebuild_hold
+    from hotledger.ledger import feature as ledger_feature
+
+    user_id = api.account(balance="10.00")
+    _persist(redis_client, user_id)
+    grant_id, _ = _grant(api, user_id, "1.00", 1_000)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})  # the grant, spent whole
+    assert status == 200, body
+    assert invoke_writer(broker_records()[:-1]) == {"batchItemFailures": []}  # the grant lands; the deduct lags
+    for key in redis_client.scan_iter(match=f"*{{{user_id}}}*"):  # the account's slot, lost whole
+        redis_client.delete(key)
+    ledger_feature.ledger().load_cache(user_id)  # rebuilt from the DB: the grant whole, the log still holding more
+    time.sleep(1.05)
+    lift_rebuild_hold(redis_client, keys.balance(user_id), log_too=False)  # the time hold over, the log's not
+    assert runtime_grants().expire(user_id, int(grant_id)) is False  # the deduct may still spend it: later
+    assert invoke_writer(broker_records()) == {"batchItemFailures": []}  # the deduct lands
+    lift_rebuild_hold(redis_client, keys.balance(user_id))
+    ledger_feature.ledger().lift_rebuild_hold(user_id, 0)
+    assert runtime_grants().expire(user_id, int(grant_id)) is True
+    _persist(redis_client, user_id)
+    assert sql("SELECT COUNT(*) FROM t_grant_expiry WHERE grant_id = %s", (int(grant_id),)) == ((0,),)
+    _assert_db_agrees(sql, user_id, 1000)
