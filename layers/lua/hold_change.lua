@@ -15,7 +15,9 @@
 --                                      capture: ledger_post, ledger_settle and ledger_rollback end its inflight count;
 --                                      'a<hold id>' for an authorize: they end the hold's ':authorizing' mark)
 -- KEYS[7] events:{s<n>}                the event stream (written only when ARGV[8] is 'stream')
--- KEYS[8] user:grants:{uid}             hash (lib/grants): what expired grants still hold is not authorized either
+-- KEYS[8] user:grants:{uid}             hash (lib/grants): what expired grants still hold is not authorized, captured
+--                                      or counted in any change's available_after; a capture spends the live grants
+--                                      first-to-expire (those live at capture time), then the plain balance
 -- KEYS[9] user:grants:expiry:{uid}      zset (lib/grants)
 -- ARGV[1] 'H' | 'C' | 'V' | 'X'  ARGV[2] amount (H: > 0; C: '' or '0' for the rest; V, X: '')  ARGV[3] '1': a final C
 -- ARGV[4] ts, epoch ms (the caller's clock; the script's own TIME when that is later: every decision about time is
@@ -26,7 +28,9 @@
 --   {'missing'}                       no cached account: load it, then retry
 --   {'sync'}                          a SYNC account: the DB decides instead
 --   {'closed', balance, v}            H on a closed API
---   {'insufficient', balance, v}      H with available - amount below the threshold
+--   {'insufficient', balance, v}      H with available - amount below the threshold; C that would take what grants
+--                                     that expired while the hold was open still hold (available with this hold's
+--                                     remaining counted free, less what is captured, below the threshold)
 --   {'not_found'}                     C, V, X: Redis holds no such hold (look in the DB: it may have ended and been
 --                                     settled)
 --   {'ended', state}                  the hold is CAPTURED, VOIDED or EXPIRED already: nothing changed
@@ -42,7 +46,8 @@
 --   {'held', until}                   as 'recovering', past hold_until while hold_log is set: this caller checks the
 --                                     writer's watermark and, once it is past, loads the account again; the others
 --                                     answer 'recovering' for a second
---   {'ok', balance, v, epoch, open, available, amount, captured, state, released, expires_at}  changed; also when
+--   {'ok', balance, v, epoch, open, available, amount, captured, state, released, expires_at, grants_spent}
+--                                     changed (grants_spent: a capture's '<grant id>:<spent>,...', else ''); also when
 --                                     KEYS[2] exists (a resend after a lost reply: answered as it was, nothing twice)
 --! include rebuild_hold
 --! include grants
@@ -57,7 +62,7 @@ local applied = redis.call('GET', KEYS[2])
 if applied then
   local e = entry_fields(applied)
   return {'ok', e.balance_after, e.version, e.epoch, e.open, e.available_after, e.amount, e.captured_after or '0',
-    e.hold_state, e.released, e.expires_at}
+    e.hold_state, e.released, e.expires_at, e.grants_spent or ''}
 end
 
 local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held', 'on_hold',
@@ -74,9 +79,11 @@ local max_pending = tonumber(ARGV[10] or '') or 0
 
 local amount, captured, state, expires_at, r
 local take, released, terminal, new_state = 0, 0, false, 'ACTIVE'
+local has_grants = redis.call('EXISTS', KEYS[9]) == 1  -- only accounts with grants pay for them
+local expired = has_grants and grants_expired(KEYS[8], KEYS[9], ts) or 0
+held = held + expired  -- out of reach like a held credit, until its expiry entry
 if op == 'H' then
   amount, captured, expires_at = tonumber(ARGV[2]), 0, ARGV[11]
-  held = held + grants_expired(KEYS[8], KEYS[9], ts)  -- out of reach like a held credit, until its expiry entry
   if h[4] ~= '1' then return {'closed', h[1], h[2]} end
   if balance - held - live_holds(tonumber(h[8]) or 0, KEYS[4], KEYS[5], ts) - amount < tonumber(h[3]) then return {'insufficient', h[1], h[2]} end
   if max_pending > 0 and redis.call('ZCARD', KEYS[3]) >= max_pending then return {'too_many_pending'} end
@@ -103,6 +110,12 @@ else
   if terminal and (tonumber(redis.call('HGET', KEYS[4], hold_id .. ':inflight')) or 0) > 0 then return {'busy'} end
   -- a hold whose authorize may still be taken back (its publish failed) is no hold to capture from yet
   if redis.call('HEXISTS', KEYS[4], hold_id .. ':authorizing') == 1 then return {'busy'} end
+  -- grants the hold was placed against that expired meanwhile are not there to capture: with the hold's own
+  -- remaining counted free, a capture may take the account no lower than a deduct could
+  if take > 0 and expired > 0 and
+    balance - held - (live_holds(tonumber(h[8]) or 0, KEYS[4], KEYS[5], ts) - remaining) - take < tonumber(h[3]) then
+    return {'insufficient', h[1], h[2]}
+  end
   if max_pending > 0 and redis.call('ZCARD', KEYS[3]) >= max_pending then return {'too_many_pending'} end
   captured = captured + take
   released = terminal and (amount - captured) or 0
@@ -111,7 +124,9 @@ else
 end
 
 local open = h[4]
+local spent = ''  -- what a capture spent of the account's live grants
 if take > 0 then
+  if has_grants then spent = grants_spend(KEYS[8], KEYS[9], KEYS[6], ts, take) end
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -take)
   if balance <= 0 and open == '1' then open = 'BALANCE' end
 end
@@ -137,8 +152,9 @@ local available_s = string.format('%d', balance - held - live_holds(math.max(on_
 local entry = {amount = string.format('%d', entry_amount), ts = ts, balance_after = balance_s, version = v_s, kind = op,
   epoch = h[6], open = open, idem_key = '', hold_id = hold_id, released = string.format('%d', released),
   expires_at = expires_at, available_after = available_s, hold_state = new_state, description = ARGV[12],
-  captured_after = r[2]}
+  captured_after = r[2], grants_spent = spent}
 redis.call('SET', KEYS[2], entry_string(entry), 'EX', ARGV[7])
 redis.call('ZADD', KEYS[3], ts, entry_id)
 if streamed then redis.call('XADD', KEYS[7], '*', 'e', ledger_event_json(entry_id, ARGV[9], entry)) end
-return {'ok', balance_s, v_s, h[6], open, available_s, entry.amount, r[2], new_state, entry.released, expires_at}
+return {'ok', balance_s, v_s, h[6], open, available_s, entry.amount, r[2], new_state, entry.released, expires_at,
+  spent}

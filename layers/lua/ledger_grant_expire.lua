@@ -18,12 +18,20 @@
 --   {'gone'}                                no such grant (ended already, taken back), or nothing left of it (spent
 --                                           whole: tidied here, no entry)
 --   {'early'}                               not due yet, or its credit is not durable yet: try again later
+--   {'recovering', until}                   an account rebuilt after a Redis loss whose own records may still be on
+--                                           their way to the DB (lib/rebuild_hold): a spend acknowledged before the
+--                                           loss may have taken what the rebuilt grant shows; nothing changed, later
+--   {'held', until}                         as 'recovering', past hold_until while hold_log is set: this caller
+--                                           checks the writer's watermark and, once it is past, loads the account
 --   {'ok', id, amount, balance, v, epoch, open}  ended: amount (what was left) left the balance
+--! include rebuild_hold
 --! include grants
 --! include event
-local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'open', 'mode', 'epoch')
+local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'open', 'mode', 'epoch', 'hold_until', 'hold_log')
 if not h[1] then return {'missing'} end
 if h[4] == 'SYNC' then return {'sync'} end
+local held = rebuild_hold(KEYS[1], h[6], h[7], tonumber(ARGV[3]))
+if held then return held end
 local rec = redis.call('HGET', KEYS[4], ARGV[1])
 if not rec then return {'gone'} end
 local remaining, expires_at, category = string.match(rec, '^(%d+);(%d+);(.*)$')

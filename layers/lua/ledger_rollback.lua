@@ -15,7 +15,8 @@
 -- KEYS[9] user:holds:expiry:{uid}       zset: a hold made ACTIVE again goes back in, by its expires_at
 -- KEYS[10] user:refunds:{uid}           hash: charge id -> refunded total; a refund taken back lowers it
 -- KEYS[11] user:grants:{uid}            hash (lib/grants): a granted recharge taken back takes its grant, a deduct
---                                       gives each grant it spent its part back, a grant expiry puts its grant back
+--                                       or a capture gives each grant it spent its part back, a refund takes what
+--                                       it gave back, a grant expiry puts its grant back
 -- KEYS[12] user:grants:expiry:{uid}     zset (lib/grants)
 -- ARGV[1] entry id  ARGV[2] fate TTL in seconds  ARGV[3] '1' when the key is counted (a client key), else ''
 -- Returns:
@@ -75,6 +76,7 @@ if kind_in(KIND_CHANGES_HOLD, kind) then
     redis.call('HSET', KEYS[8], hold_id, hold_string(r))
   end
   if kind == 'C' then balance = redis.call('HINCRBY', KEYS[1], 'balance', amount) else balance = tonumber(h[1]) end
+  if (e.grants_spent or '') ~= '' then grants_give_back(KEYS[11], e.grants_spent) end  -- a capture's spends
   if back ~= 0 and redis.call('HINCRBY', KEYS[1], 'on_hold', back) <= 0 then redis.call('HDEL', KEYS[1], 'on_hold') end
   if balance > 0 and open == 'BALANCE' then open = '1' end
 elseif kind_in(KIND_DEBITS, kind) then  -- a debit: given back (an ended grant back, spent grants given back)
@@ -89,6 +91,7 @@ else  -- a credit: taken back (a refund's charge's refunded total goes back down
   balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
   if balance <= 0 and open == '1' then open = 'BALANCE' end
   if kind_in(KIND_REFUNDS, kind) and redis.call('HEXISTS', KEYS[10], e.refund_of) == 1 then redis.call('HINCRBY', KEYS[10], e.refund_of, -amount) end
+  if (e.grants_refunded or '') ~= '' then grants_give_back(KEYS[11], e.grants_refunded, -1) end  -- a refund's give-back
   if (e.grant_expires_at or '') ~= '' then grant_remove(KEYS[11], KEYS[12], ARGV[1]) end
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)

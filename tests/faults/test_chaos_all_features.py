@@ -1,11 +1,13 @@
 """Chaos over every feature at once (issue 10, "Done when"): deducts and recharges with same-key retries, red packet
-grabs, voucher orders, payment orders paid and closed, transfers both ways between pairs of accounts (issue 34), while the writer+reconciler runtime is SIGKILLed and replaced,
+grabs, voucher orders, payment orders paid and closed, transfers both ways between pairs of accounts (issue 34),
+credit grants that expire within seconds and deducts spending them (issue 34), while the writer+reconciler runtime is
+SIGKILLed and replaced,
 the broker is SIGKILLed (losing its log) and restarted, Redis is paused (SIGSTOP) past the clients' timeouts and
 then SIGKILLed and restarted empty. After convergence every acknowledged answer holds in the DB exactly once, no
 refusal is applied (retries with the same key included), OUTCOME_UNKNOWN answers are looked up and held either way,
 every packet pays out exactly its total, no voucher oversells, every transfer ends POSTED (both legs once) or FAILED
-(no credit, its debit given back), the pairs' balances add up to what they started with, and Redis == DB for every
-account."""
+(no credit, its debit given back), the pairs' balances add up to what they started with, every grant is spent,
+expired and left exactly as granted (never spent past its expires_at), and Redis == DB for every account."""
 
 from __future__ import annotations
 
@@ -35,6 +37,9 @@ REFUSALS = {
     (409, "CAPTURE_EXCEEDS_HOLD"),
     (409, "REFUND_EXCEEDS_CHARGE"),
     (409, "TRANSFER_FAILED"),
+    # a granted recharge retried under its key once its grant's expires_at has passed: the body is refused before
+    # the key is looked up (expires_at must be in the future), whatever the first attempt did
+    (422, "INVALID_GRANT"),
 }
 TRANSIENT = {
     (503, "PUBLISH_FAILED"),
@@ -95,7 +100,7 @@ class MixedClients(_ClientThreads):
     """Threads over every feature until stopped; every request carries an Idempotency-Key, is retried with it once
     when its answer changed nothing or is not known, and a third of the definitive answers are asked again."""
 
-    EVERY_FEATURE = ("charge", "charge", "buy", "grab", "payment_order", "hold", "transfer")  # a thread each
+    EVERY_FEATURE = ("charge", "charge", "buy", "grab", "payment_order", "hold", "transfer", "grant")  # a thread each
 
     def __init__(
         self,
@@ -109,9 +114,10 @@ class MixedClients(_ClientThreads):
         calls: list[Call] | None = None,
         holders: list[int] = (),
         pairs: list[tuple[int, int]] = (),
+        granters: list[int] = (),
     ):
         self.api, self.ledger, self.payers, self.packets, self.grabbers = api, ledger, payers, packets, grabbers
-        self.holders, self.pairs = list(holders), list(pairs)
+        self.holders, self.pairs, self.granters = list(holders), list(pairs), list(granters)
         self.voucher_id = voucher_id
         self.calls: list[Call] = [] if calls is None else calls  # given: a later run's calls join an earlier run's
         self.lock = threading.Lock()
@@ -235,6 +241,20 @@ class MixedClients(_ClientThreads):
         body = {"from": payer, "to": payee, "amount": _amount(rng.randint(1, 1500))}
         self._call(rng, "transfer", "POST", "/transfers", body, user_id=payer)
 
+    def _grant(self, rng, n):
+        """Credit grants (issue 34): granted recharges that expire within seconds, and deducts spending them."""
+        if not self.granters:
+            return False
+        user_id = rng.choice(self.granters)
+        if rng.random() < 0.4:
+            expires_at = int(time.time() * 1000) + rng.randint(1_000, 6_000)
+            body = {"amount": _amount(rng.randint(100, 500)), "grant": {"expires_at": expires_at, "category": "chaos"}}
+            self._call(rng, "grant", "POST", f"/accounts/{user_id}/recharge", body, user_id=user_id)
+        else:
+            body = {"amount": _amount(rng.randint(50, 400))}
+            self._call(rng, "spend", "POST", f"/accounts/{user_id}/deduct", body, user_id=user_id)
+        self.stopped.wait(0.05)
+
     def of(self, *what: str) -> list[Call]:
         return [c for c in self.calls if c.what in what]
 
@@ -278,10 +298,11 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
         ledger = [_account(api, _amount(LEDGER_START)) for _ in range(6)]
         holders = [_account(api, "100.00") for _ in range(3)]
         pairs = [(_account(api, "50.00"), _account(api, "50.00")) for _ in range(2)]
+        granters = [_account(api, "20.00") for _ in range(2)]
         payers, sender, grabbers, voucher_id, packets = every_features_entities(api, 80, 12, "chaos")
 
         with MixedClients(
-            api, ledger, payers, list(packets), grabbers, voucher_id, holders=holders, pairs=pairs
+            api, ledger, payers, list(packets), grabbers, voucher_id, holders=holders, pairs=pairs, granters=granters
         ) as clients:
             time.sleep(3)
             background.kill()
@@ -320,6 +341,8 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
             "capture",
             "void",
             "transfer",
+            "grant",
+            "spend",
         ):
             assert answers[(what, 200, None)] + answers[(what, 201, None)] > 0, (what, answers)
 
@@ -335,8 +358,9 @@ def test_mixed_traffic_over_every_feature_under_kills_and_pauses(stack):  # noqa
         _check_holds(stack, api, clients)
         paired = [u for pair in pairs for u in pair]
         _check_transfers(stack, clients, paired, 5000 * len(paired))
-        _check_balances(stack, api, ledger + payers + [sender] + grabbers + paired)
-        _check_ledger_rows(stack, ledger + payers + [sender] + grabbers + holders + paired)
+        _check_grants(stack, api, clients)
+        _check_balances(stack, api, ledger + payers + [sender] + grabbers + paired + granters)
+        _check_ledger_rows(stack, ledger + payers + [sender] + grabbers + holders + paired + granters)
     finally:
         api.stop()
         background.stop()
@@ -626,7 +650,10 @@ def _check_balances(servers: Stack, api: LocalService, accounts: list[int], wait
             ((balance,),) = servers.sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,))
             paid = servers.sql("SELECT COALESCE(SUM(pay), 0) FROM t_pay WHERE user_id = %s", (user_id,))[0][0]
             charged = servers.sql("SELECT COALESCE(SUM(amount), 0) FROM t_order WHERE user_id = %s", (user_id,))[0][0]
-            if balance != paid - charged:
+            expired = servers.sql("SELECT COALESCE(SUM(amount), 0) FROM t_grant_expiry WHERE user_id = %s", (user_id,))[
+                0
+            ][0]
+            if balance != paid - charged - expired:
                 return False
             if servers.cache(user_id) is None:
                 api.request("GET", f"/accounts/{user_id}")
@@ -726,6 +753,63 @@ def _check_refunds(servers: Stack, api: LocalService, clients: MixedClients) -> 
     print("refund answers:", Counter((c.answers[-1][0], c.answers[-1][1]) for c in clients.of("refund")))
 
 
+def _check_grants(servers: Stack, api: LocalService, clients: MixedClients, wait_s: float = 120) -> None:
+    """Credit grants (issue 34), from the DB once the writer caught up and every grant past its expires_at ended: each
+    acknowledged granted recharge made one grant; per grant, granted = spent (net of refunds' give-backs) + expired +
+    remaining; no grant was spent by an entry charged at or after its expires_at; an acknowledged spend is booked."""
+    accounts = clients.granters
+
+    def settled():
+        if any(api.request("GET", f"/accounts/{u}")[1]["pending_orders"] for u in accounts):
+            return False
+        due = int(time.time() * 1000) - 1000
+        return not servers.sql(
+            f"SELECT id FROM t_grant WHERE user_id IN ({_in(accounts)}) AND state = 'ACTIVE' AND remaining > 0"
+            " AND expires_at < %s",
+            (*accounts, due),
+        )
+
+    LocalService.wait_until(settled, wait_s, "every grant past its expires_at ended and nothing pending", 1.0)
+    granted = {int(b["pay_id"]) for c in clients.of("grant") for b in c.acked}
+    spends = {int(b["order_id"]) for c in clients.of("spend") for b in c.acked}
+    grants = {
+        row[0]: row[1:]
+        for row in servers.sql(
+            f"SELECT id, amount, remaining, state, expires_at FROM t_grant WHERE user_id IN ({_in(accounts)})", accounts
+        )
+    }
+    assert granted and granted <= set(grants), granted - set(grants)
+    booked = {r[0] for r in servers.sql(f"SELECT id FROM t_order WHERE user_id IN ({_in(accounts)})", accounts)}
+    assert spends and spends <= booked, spends - booked
+    spent = dict(
+        servers.sql(
+            f"SELECT grant_id, SUM(amount) FROM t_grant_spend WHERE user_id IN ({_in(accounts)}) GROUP BY grant_id",
+            accounts,
+        )
+    )
+    expired = dict(
+        servers.sql(f"SELECT grant_id, amount FROM t_grant_expiry WHERE user_id IN ({_in(accounts)})", accounts)
+    )
+    for grant_id, (amount, remaining, state, _) in grants.items():
+        assert amount == int(spent.get(grant_id, 0)) + expired.get(grant_id, 0) + remaining, (
+            grant_id,
+            amount,
+            spent.get(grant_id),
+            expired.get(grant_id),
+            remaining,
+            state,
+        )
+        assert state == "ACTIVE" or remaining == 0, (grant_id, state, remaining)
+    late = servers.sql(
+        "SELECT s.entry_id, s.grant_id, e.charged_at, g.expires_at FROM t_grant_spend s"
+        " JOIN t_grant g ON g.id = s.grant_id JOIN t_entry e ON e.entry_id = s.entry_id AND e.user_id = s.user_id"
+        f" WHERE s.user_id IN ({_in(accounts)}) AND s.amount > 0 AND e.charged_at >= g.expires_at",
+        accounts,
+    )
+    assert not late, late
+    print("grants:", len(grants), "expired:", len(expired), "spent from:", len(spent))
+
+
 def _check_ledger_rows(servers: Stack, accounts: list[int]) -> None:
     """The one ledger: every booked change of every account has exactly one t_entry row; seq is gapless from 1; each
     balance_after is the one before plus the delta; the last is t_account's balance and seq."""
@@ -736,7 +820,7 @@ def _check_ledger_rows(servers: Stack, accounts: list[int]) -> None:
         assert [r[0] for r in rows] == list(range(1, len(rows) + 1)), (user_id, [r[0] for r in rows])
         changes = sum(
             servers.sql(f"SELECT COUNT(*) FROM {table} WHERE user_id = %s", (user_id,))[0][0]
-            for table in ("t_order", "t_pay", "t_hold_change", "t_refund")
+            for table in ("t_order", "t_pay", "t_hold_change", "t_refund", "t_grant_expiry")
         )
         assert len(rows) == changes == len({r[1] for r in rows}), (user_id, len(rows), changes)
         running = 0

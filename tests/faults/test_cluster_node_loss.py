@@ -30,6 +30,7 @@ from faults.test_chaos_all_features import (
     _all_persisted,
     _amount,
     _check_balances,
+    _check_grants,
     _check_ledger,
     _check_packets,
     _check_payment_orders,
@@ -112,6 +113,7 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
         ledger = [_account(api, _amount(5000), deduct_type="SYNC" if i < 3 else "ASYNC") for i in range(12)]
         payers, sender, grabbers, voucher_id, packets = every_features_entities(api, 60, 30, "node loss")
         pairs = _pairs_on_different_masters(api, cluster, 2)
+        granters = [_account(api, "20.00") for _ in range(2)]
         closing = []  # payment orders the delay drainer closes, due while masters are lost
         for _ in range(3):
             status, body = api.request("POST", "/orders", {"user_id": payers[0], "amount": "1.00", "close_in_s": 20})
@@ -143,7 +145,7 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
         delays = DelayQueueClient(api)
         delays.start()
         with MixedClients(
-            api, ledger, payers, list(packets), grabbers, voucher_id, calls=first.calls, pairs=pairs
+            api, ledger, payers, list(packets), grabbers, voucher_id, calls=first.calls, pairs=pairs, granters=granters
         ) as clients:
             time.sleep(4)
             graceful = next(cluster.node(p) for p in cluster.master_ports() if p != promoted.port)
@@ -168,7 +170,7 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
             (200, None),
             (201, None),
         }
-        for what in ("deduct", "recharge", "order", "grab", "create", "pay", "close", "transfer"):
+        for what in ("deduct", "recharge", "order", "grab", "create", "pay", "close", "transfer", "grant", "spend"):
             assert answers[(what, 200, None)] + answers[(what, 201, None)] > 0, (what, answers)
         # same-key retries after the failovers: each answers the key's real outcome
         for call in clients.of("deduct", "recharge"):
@@ -187,7 +189,8 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
         )
         paired = [u for pair in pairs for u in pair]
         _check_transfers(stack, clients, paired, 5000 * len(paired), wait_s=REPAIR_WAIT_S)
-        _check_balances(stack, api, ledger + payers + [sender] + grabbers + paired, wait_s=REPAIR_WAIT_S)
+        _check_grants(stack, api, clients, wait_s=REPAIR_WAIT_S)
+        _check_balances(stack, api, ledger + payers + [sender] + grabbers + paired + granters, wait_s=REPAIR_WAIT_S)
 
         # every element offered was delivered and acknowledged once the queue was drained; nothing is left taken
         def drained():

@@ -64,7 +64,7 @@ def test_every_scripts_event_is_its_model_and_a_ledger_event_is_its_entry_string
     assert status == 200, body
     status, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "10.00", "description": AWKWARD_TEXT})
     assert status == 201, hold
-    status, body = api("POST", f"/accounts/{user_id}/holds/{hold['hold_id']}/capture", {"amount": "4.00"})
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold['hold_id']}/capture", {"amount": "0.50"})
     assert status == 200, body
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold['hold_id']}/void")
     assert status == 200, body
@@ -112,7 +112,9 @@ def test_every_scripts_event_is_its_model_and_a_ledger_event_is_its_entry_string
     soonest = min(granted, key=lambda e: e.grant_expires_at or 0)
     # the 1.00 deduct spent the sooner grant first (the red packet's, later, the other: the sooner one had expired)
     assert f"{soonest.id}:100" in {e.grants_spent for e, _, _ in ledger if e.kind == "D"}
-    assert [(e.grant_id, e.amount) for e, _, _ in ledger if e.kind == "G"] == [(soonest.id, 200)]
+    # the capture spent the sooner grant too (0.50 of it); its expiry took the rest
+    assert [e.grants_spent for e, _, _ in ledger if e.kind == "C"] == [f"{soonest.id}:50"]
+    assert [(e.grant_id, e.amount) for e, _, _ in ledger if e.kind == "G"] == [(soonest.id, 150)]
     assert sorted((o.user_id, o.bucket, o.home) for o in orders) == [(buyers[0], 0, 0), (buyers[1], 1, 0)]
     assert len(claims) == 1
     drain_once(stream_mode)  # the next test starts from an empty stream (test_streams counts its length)
@@ -136,9 +138,11 @@ def test_lib_entry_reads_back_every_kinds_entry_string_as_written(redis_client, 
         "G": "500;7;900;3;G;e1;1;;11;99;promo",
         "A": "500;7;900;3;A;e1;1;c:adj-1",
         "N": "500;7;900;3;N;e1;BALANCE;;11:200",
-        "F": f"500;7;900;3;F;e1;1;;42;order;500;{AWKWARD_TEXT}",
+        "F": f"500;7;900;3;F;e1;1;;42;order;500;;{AWKWARD_TEXT}",
+        "F giving back to grants": f"500;7;900;3;F;e1;1;;42;order;500;11:300;{AWKWARD_TEXT}",
         "H": hold.format(kind="H") + f";{AWKWARD_TEXT}",
         "C": hold.format(kind="C") + ";;200",
+        "C spending grants": hold.format(kind="C") + ";;200;11:300,12:200",
         "V": hold.format(kind="V") + ";;200",
         "X": hold.format(kind="X") + ";;200",
     }
@@ -153,3 +157,10 @@ def test_lib_entry_reads_back_every_kinds_entry_string_as_written(redis_client, 
         assert entry.kind == kind
         if text:
             assert text in (entry.hold and entry.hold.description, entry.refund and entry.refund.reason)
+        if kind == "F":
+            assert entry.refund is not None and entry.refund.grants_refunded == ("11:300" if "grants" in name else "")
+        if kind == "C":
+            assert (entry.hold and entry.hold.captured_after, entry.grant) == (
+                200,
+                "11:300,12:200" if name.endswith("grants") else None,
+            )

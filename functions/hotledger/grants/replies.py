@@ -14,6 +14,8 @@ class ExpireStatus(Enum):
     SYNC = "sync"
     GONE = "gone"  # no such grant, or nothing left of it (tidied, no entry)
     EARLY = "early"  # not due, or its credit not durable yet: later
+    RECOVERING = "recovering"  # rebuilt after a Redis loss, its records maybe still in the log: later
+    HELD = "held"  # as RECOVERING, this caller checks the writer's watermark (Ledger.lift_rebuild_hold)
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,12 @@ class ExpireReply(ScriptReply):
     version: int = 0
     epoch: str = ""
     open_flag: str = ""
-    FIELDS = {ExpireStatus.OK: ("entry_id", "amount", "balance", "version", "epoch", "open_flag")}
+    retry_at: int = 0  # RECOVERING, HELD: the script's clock the hold lasts until
+    FIELDS = {
+        ExpireStatus.OK: ("entry_id", "amount", "balance", "version", "epoch", "open_flag"),
+        ExpireStatus.RECOVERING: ("retry_at",),
+        ExpireStatus.HELD: ("retry_at",),
+    }
 
     @property
     def missing(self) -> bool:

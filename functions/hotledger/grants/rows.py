@@ -68,6 +68,29 @@ def spend(grants: list[Grant], amount: int, now_ms: int) -> list[tuple[int, int]
     return spent
 
 
+def refund_parts(
+    spent: list[tuple[int, int]], charged: int, refunded_before: int, amount: int
+) -> list[tuple[int, int]]:
+    """(grant id, part) of a refund of `amount` that each grant its charge spent gets back (lib/grants.lua
+    grants_refund_parts). A refund undoes its charge from the end: first what the charge took of the plain balance,
+    then its grants last-spent first (`spent` in spend order), so what each refund gives back follows from the
+    charge's refunded total before it alone, however the refunds are split."""
+    plain = charged - sum(a for _, a in spent)
+    skip = max(refunded_before - plain, 0)  # what refunds before this one gave back to the grants
+    left = amount - min(max(plain - refunded_before, 0), amount)
+    parts: list[tuple[int, int]] = []
+    for grant_id, part in reversed(spent):
+        if left <= 0:
+            break
+        from_skip = min(skip, part)
+        skip -= from_skip
+        take = min(part - from_skip, left)
+        if take > 0:
+            left -= take
+            parts.append((grant_id, take))
+    return parts
+
+
 def encode_spent(spent: list[tuple[int, int]]) -> str | None:
     return ",".join(f"{grant_id}:{amount}" for grant_id, amount in spent) or None
 
@@ -78,16 +101,17 @@ def decode_spent(encoded: str | None) -> list[tuple[int, int]]:
 
 def grants_with_pending(stored: list[Grant], missing: list[Entry]) -> list[Grant]:
     """The DB's grants with the entries charged in Redis that the DB does not hold yet applied: a granted recharge
-    makes its grant, a deduct spends, an expiry ends one. What a cache load puts back in Redis (as
+    makes its grant, a deduct or capture spends, a refund gives back, an expiry ends one. What a cache load puts back in Redis (as
     ledger.service.expected_cache does for the balance)."""
     grants = {g.grant_id: g for g in stored}
-    for e in sorted((e for e in missing if e.grant is not None), key=lambda e: e.version):
+    for e in sorted((e for e in missing if e.grant is not None or e.refund is not None), key=lambda e: e.version):
         event = e.to_event()
         if event.grant_expires_at is not None and event.grant_category is not None:
             grants[e.entry_id] = Grant(e.entry_id, e.user_id, e.amount, event.grant_expires_at, event.grant_category)
         elif event.grant_id is not None:
             grants.pop(event.grant_id, None)
-        for grant_id, amount in decode_spent(event.grants_spent):
+        spent = decode_spent(event.grants_spent) + [(g, -a) for g, a in decode_spent(event.grants_refunded)]
+        for grant_id, amount in spent:  # a refund's give-back: a negative spend
             if grant_id in grants:
                 grants[grant_id] = replace(grants[grant_id], remaining=max(grants[grant_id].remaining - amount, 0))
     return list(grants.values())

@@ -50,7 +50,11 @@ class _Expiry:
         self.grants, self.user_id, self.grant_id = grants, user_id, grant_id
 
     def attempt(self, entry_id: int) -> ExpireReply:
-        return self.grants.store.expire(self.user_id, self.grant_id, entry_id, self.grants.clock())
+        reply = self.grants.store.expire(self.user_id, self.grant_id, entry_id, self.grants.clock())
+        if reply.status is ExpireStatus.HELD and self.grants.ledger.lift_rebuild_hold(self.user_id, reply.retry_at):
+            # the writer applied what was on its way: the account is the DB's again, with every spend of the grant
+            return self.grants.store.expire(self.user_id, self.grant_id, entry_id, self.grants.clock())
+        return reply
 
     def reload(self) -> None:
         self.grants.ledger.load_cache(self.user_id)
@@ -113,7 +117,7 @@ class Grants:
         for _ in range(2):
             _, reply = self.durability.apply(_Expiry(self, user_id, grant_id))
             if reply.status is not ExpireStatus.SYNC:
-                return reply.status is not ExpireStatus.EARLY
+                return reply.status not in (ExpireStatus.EARLY, ExpireStatus.RECOVERING, ExpireStatus.HELD)
             entry_id = self.next_id()
             try:
                 if self.ledger.change_in_db(user_id, entry_id, self._decide(grant_id, entry_id), insert_grant_changes):

@@ -34,9 +34,38 @@ def active_grants(cursor: Any, user_id: int) -> list[Grant]:
     return grants_of(user_id, cursor.fetchall())
 
 
+def charge_spends_read(charge_kind: str, charge_id: int) -> tuple[str, tuple[int]]:
+    """The statement (and its values) that reads what a charge spent of its account's grants, in spend order: a
+    deduct's ('order') spends first-to-expire, a hold's ('hold') its captures' in the order they were made. A refund's
+    give-backs (negative rows) are not spends."""
+    if charge_kind == "order":
+        return (
+            "SELECT s.grant_id, s.amount FROM t_grant_spend s JOIN t_grant g ON g.id = s.grant_id"
+            " WHERE s.entry_id = %s AND s.amount > 0 ORDER BY g.expires_at, g.id",
+            (charge_id,),
+        )
+    return (
+        "SELECT s.grant_id, s.amount FROM t_hold_change c JOIN t_grant_spend s ON s.entry_id = c.id"
+        " JOIN t_grant g ON g.id = s.grant_id WHERE c.hold_id = %s AND c.kind = 'C' AND s.amount > 0"
+        " ORDER BY c.version, g.expires_at, g.id",
+        (charge_id,),
+    )
+
+
+def live_grant_ids(cursor: Any, grant_ids: Sequence[int], now_ms: int) -> set[int]:
+    """Which of these grants are live at now_ms (ACTIVE, before expires_at), spent whole or not."""
+    if not grant_ids:
+        return set()
+    cursor.execute(
+        f"SELECT id FROM t_grant WHERE id IN ({','.join(['%s'] * len(grant_ids))}) AND state = %s AND expires_at > %s",
+        (*grant_ids, ACTIVE, now_ms),
+    )
+    return {int(row[0]) for row in cursor.fetchall()}
+
+
 def insert_grant_changes(cursor: Any, changes: Sequence[LedgerEvent]) -> None:
     """t_grant after the changes, in version order: grants made first (a deduct in the same batch may spend one), then
-    spends, then expiries. A spend never takes a grant below 0 (after a Redis loss an acknowledged spend and the
+    spends and refunds' give-backs, then expiries. A spend never takes a grant below 0 (after a Redis loss an acknowledged spend and the
     rebuilt cache's may both reach the DB: the balance is right either way, the grant's split is bounded)."""
     made = [e for e in changes if KINDS[e.kind].may_grant and e.grant_expires_at is not None]
     if made:
@@ -45,12 +74,13 @@ def insert_grant_changes(cursor: Any, changes: Sequence[LedgerEvent]) -> None:
             " VALUES (%s, %s, %s, %s, %s, %s, %s)",
             [(e.id, e.user_id, e.amount, e.amount, e.grant_expires_at, e.grant_category, ACTIVE) for e in made],
         )
+    # a refund's give-back is a negative spend: what each grant spent net stays its rows' sum
     spends = [
         (e.id, grant_id, e.user_id, amount)
         for e in changes
         if KINDS[e.kind].spends_grants
         for grant_id, amount in decode_spent(e.grants_spent)
-    ]
+    ] + [(e.id, grant_id, e.user_id, -amount) for e in changes for grant_id, amount in decode_spent(e.grants_refunded)]
     if spends:
         cursor.executemany(
             "INSERT INTO t_grant_spend (entry_id, grant_id, user_id, amount) VALUES (%s, %s, %s, %s)", spends

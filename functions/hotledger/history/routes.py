@@ -53,7 +53,13 @@ class EntryView(BaseModel):
         "request has not been answered yet may still be taken back (its publish failed)"
     )
     grants_spent: list[GrantSpent] = Field(
-        default_factory=list, description="the credit grants a deduct spent, first-to-expire (the rest: plain balance)"
+        default_factory=list,
+        description="the credit grants a deduct or capture spent, first-to-expire (the rest: plain balance)",
+    )
+    grants_refunded: list[GrantSpent] = Field(
+        default_factory=list,
+        description="the credit grants a refund gave back to, last-spent first (after the plain balance its charge "
+        "took; a grant expired by then is never revived: its part stays in the plain balance)",
     )
 
 
@@ -91,6 +97,7 @@ def _entry(e: HistoryEntry, format_minor: Callable[[int], str]) -> dict[str, Any
         "ref": e.ref,
         "state": e.state,
         "grants_spent": [{"grant_id": str(g), "amount": format_minor(a)} for g, a in e.grants_spent],
+        "grants_refunded": [{"grant_id": str(g), "amount": format_minor(a)} for g, a in e.grants_refunded],
     }
 
 

@@ -44,10 +44,12 @@ class HistoryEntry:
     charged_at: int
     ref: str | None
     state: str  # 'booked' | 'pending'
-    grants_spent: tuple[tuple[int, int], ...] = ()  # (grant id, amount) a deduct spent, first-to-expire
+    grants_spent: tuple[tuple[int, int], ...] = ()  # (grant id, amount) a deduct or capture spent, first-to-expire
+    grants_refunded: tuple[tuple[int, int], ...] = ()  # (grant id, amount) a refund gave back, last-spent first
 
     @classmethod
-    def booked(cls, e: BookedEntry, grants_spent: tuple[tuple[int, int], ...] = ()) -> HistoryEntry:
+    def booked(cls, e: BookedEntry, grants: tuple[tuple[int, int], ...] = ()) -> HistoryEntry:
+        """grants: its t_grant_spend rows (a refund's give-backs are the negative ones)."""
         return cls(
             e.seq,
             e.entry_id,
@@ -60,7 +62,8 @@ class HistoryEntry:
             e.charged_at,
             e.ref,
             "booked",
-            grants_spent,
+            tuple((g, a) for g, a in grants if a > 0),
+            tuple((g, -a) for g, a in grants if a < 0),
         )
 
     @classmethod
@@ -85,6 +88,7 @@ class HistoryEntry:
             ref,
             "pending",
             tuple(decode_spent(e.to_event().grants_spent)) if e.grant else (),
+            tuple(decode_spent(e.refund.grants_refunded)) if e.refund else (),
         )
 
 
@@ -169,7 +173,7 @@ class History:
         )
 
     def _with_grants(self, booked: list[BookedEntry]) -> list[HistoryEntry]:
-        """The booked entries with the grants each spent (t_grant_spend)."""
+        """The booked entries with the grants each spent or gave back (t_grant_spend)."""
         spent = self.store.grants_spent([e.entry_id for e in booked])
         return [HistoryEntry.booked(e, spent.get(e.entry_id, ())) for e in booked]
 

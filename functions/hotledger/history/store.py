@@ -100,12 +100,14 @@ class HistoryStore:
         return [BookedEntry(*row) for row in rows]
 
     def grants_spent(self, entry_ids: list[int]) -> dict[int, tuple[tuple[int, int], ...]]:
-        """Entry id -> (grant id, amount) of each grant it spent (t_grant_spend), first-to-expire."""
+        """Entry id -> (grant id, amount) of each grant it spent (t_grant_spend), first-to-expire, or a refund's
+        give-backs (negative amounts), last-spent first."""
         if not entry_ids:
             return {}
         rows = db.query(
             "SELECT s.entry_id, s.grant_id, s.amount FROM t_grant_spend s JOIN t_grant g ON g.id = s.grant_id"
-            f" WHERE s.entry_id IN ({','.join(['%s'] * len(entry_ids))}) ORDER BY s.entry_id, g.expires_at, g.id",
+            f" WHERE s.entry_id IN ({','.join(['%s'] * len(entry_ids))}) ORDER BY s.entry_id,"
+            " SIGN(s.amount) * g.expires_at, SIGN(s.amount) * g.id",
             tuple(entry_ids),
         )
         spent: dict[int, list[tuple[int, int]]] = {}

@@ -30,7 +30,7 @@ class HoldStatus(Enum):
 @dataclass(frozen=True)
 class HoldReply(ScriptReply):
     """hold_change.lua's answer. OK: the account after it (balance, version, epoch, open flag,
-    available), what the entry moved and the hold after it. ENDED: the state it ended in;
+    available), what the entry moved and the hold after it, and what a capture spent of the account's grants. ENDED: the state it ended in;
     EXCEEDS: what is left to capture."""
 
     FIELDS = {
@@ -45,6 +45,7 @@ class HoldReply(ScriptReply):
             "state",
             "released",
             "expires_at",
+            "grants_spent",
         ),
         HoldStatus.CLOSED: ("balance", "version"),
         HoldStatus.INSUFFICIENT: ("balance", "version"),
@@ -67,6 +68,7 @@ class HoldReply(ScriptReply):
     expires_at: int = 0
     remaining: int = 0
     retry_at: int = 0
+    grants_spent: str = ""  # OK: a capture's '<grant id>:<spent>,...' ('' for none: ledger.entry.Entry.grant)
 
     @property
     def missing(self) -> bool:
@@ -85,4 +87,5 @@ class HoldReply(ScriptReply):
             captured=change.captured_after or 0,
             state=carried(change.hold_state, "hold_state"),
             released=change.released,
+            grants_spent=change.grants_spent or "",
         )

@@ -28,11 +28,11 @@ from dataclasses import dataclass, replace
 
 from hotledger import errors
 from hotledger.dal.delay_queue import DelayQueue
-from hotledger.grants.rows import expired_remaining
+from hotledger.grants.rows import encode_spent, expired_remaining, spend
 from hotledger.holds.replies import HoldReply, HoldStatus
 from hotledger.holds.rows import ACTIVE, Hold
 from hotledger.holds.store import CAPTURE, EXPIRE, VOID, HoldStore
-from hotledger.holds.tx import insert_changes, lock_hold
+from hotledger.holds.tx import insert_changes, insert_changes_and_spends, lock_hold
 from hotledger.ledger.entry import Entry, HoldChange
 from hotledger.ledger.rows import AccountRow
 from hotledger.ledger.service import Ledger, after_change
@@ -245,6 +245,7 @@ class Holds:
                 HoldChange(
                     hold_id, reply.released, reply.expires_at, reply.available, reply.state, None, reply.captured
                 ),
+                grant=reply.grants_spent or None,
             )
             return self._outbound(entry, waits=op == CAPTURE and reply.state == ACTIVE)
 
@@ -254,6 +255,13 @@ class Holds:
                 raise errors.HoldNotFound(f"hold {hold_id} of account {user_id} does not exist")
             take, released, state = transition(op, hold, amount, final, now_ms)
             live = tx.live_on_hold(account, now_ms)
+            grants = tx.active_grants(user_id)
+            expired = expired_remaining(grants, now_ms)  # never counted, in available_after either
+            # hold_change.lua's rule: grants the hold was placed against that expired meanwhile are not there to
+            # capture (the hold's own remaining counted free, no lower than a deduct could take the account)
+            others = live - (hold.amount - hold.captured)
+            if take and expired and account.balance - expired - others - take < account.threshold:
+                raise errors.InsufficientBalance("the capture would take what expired grants held")
             change_amount = take if op == CAPTURE else released
             return LedgerEvent(
                 type="ledger",
@@ -269,9 +277,10 @@ class Holds:
                 hold_id=hold_id,
                 released=released,
                 expires_at=hold.expires_at,
-                available_after=account.balance - take - (live - take - released),
+                available_after=account.balance - take - expired - (live - take - released),
                 hold_state=state,
                 captured_after=hold.captured + take,
+                grants_spent=encode_spent(spend(grants, take, now_ms)),
             )
 
         entry_id_of: list[int] = [0]
@@ -280,7 +289,7 @@ class Holds:
             if reply.status is not HoldStatus.SYNC:
                 break
             entry_id_of[0] = entry_id
-            change = self.ledger.change_in_db(user_id, entry_id, in_db, insert_changes)
+            change = self.ledger.change_in_db(user_id, entry_id, in_db, insert_changes_and_spends)
             if change is not None:
                 reply = HoldReply.booked(change)
                 break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hotledger.grants.tx import insert_grant_changes
 from hotledger.holds.rows import ACTIVE, Hold
 from hotledger.ledger.entry import carried
 
@@ -94,3 +95,9 @@ def insert_changes(cursor: Cursor, events: list[LedgerEvent]) -> None:
                 " state = IF(VALUES(state) <> 'ACTIVE', VALUES(state), state),"
                 " ended_at = COALESCE(VALUES(ended_at), ended_at)"
             )
+
+
+def insert_changes_and_spends(cursor: Cursor, events: list[LedgerEvent]) -> None:
+    """A SYNC hold change's rows: its t_hold_change and t_hold, and what a capture spent of the account's grants."""
+    insert_changes(cursor, events)
+    insert_grant_changes(cursor, events)

@@ -60,7 +60,7 @@ class Entry:
     idem_key: str | None = None
     hold: HoldChange | None = None  # a hold's change (kinds H, C, V, X)
     refund: RefundOf | None = None  # a refund (kind F)
-    # credit grants: a deduct's '<grant id>:<spent>,...', a granted recharge's '<expires_at>;<category>', a grant
+    # credit grants: a deduct's or a capture's '<grant id>:<spent>,...', a granted recharge's '<expires_at>;<category>', a grant
     # expiry's '<grant id>;<expires_at>;<category>' (the grant it ends, so a take-back can restore it)
     grant: str | None = None
 
@@ -71,7 +71,11 @@ class Entry:
         hold = HoldChange.parse(kind, rest[1:]) if kind in HOLD_KINDS else None
         refund = RefundOf.parse(rest[1:]) if kind == KIND_REFUND else None
         k = KINDS[kind]
-        grant = ";".join(rest[1:]) if (k.may_grant or k.spends_grants or k.ends_grant) and rest[1:] else None
+        if hold is not None:  # a capture's spent grants follow its captured total (HoldChange.parse)
+            spent = rest[6].split(";")[2:] if k.spends_grants else []
+            grant = spent[0] if spent and spent[0] else None
+        else:
+            grant = ";".join(rest[1:]) if (k.may_grant or k.spends_grants or k.ends_grant) and rest[1:] else None
         return cls(
             entry_id,
             user_id,
@@ -138,6 +142,8 @@ class Entry:
                     "reason": self.refund.reason,
                 }
             )
+            if self.refund.grants_refunded:
+                fields["grants_refunded"] = self.refund.grants_refunded
         return fields
 
 
@@ -154,23 +160,25 @@ def grant_fields(kind: str, grant: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RefundOf:
-    """The refund fields of an F entry string: chargeId;chargeKind;refundedAfter;reason (may hold ';')."""
+    """The refund fields of an F entry string: chargeId;chargeKind;refundedAfter;grantsRefunded;reason (may hold ';')."""
 
     charge_id: int
     charge_kind: str  # 'order' | 'hold'
     refunded_after: int
     reason: str
+    grants_refunded: str = ""  # '<grant id>:<part>,...' given back to the charge's live grants ('' for none)
 
     @classmethod
     def parse(cls, fields: list[str]) -> RefundOf:
-        charge_id, charge_kind, refunded_after, *reason = fields
-        return cls(int(charge_id), charge_kind, int(refunded_after), ";".join(reason))
+        charge_id, charge_kind, refunded_after, grants_refunded, *reason = fields
+        return cls(int(charge_id), charge_kind, int(refunded_after), ";".join(reason), grants_refunded)
 
 
 @dataclass(frozen=True)
 class HoldChange:
     """The hold fields of an H, C, V or X entry string: holdId;released;expiresAt;availableAfter;stateAfter, then
-    the description (H, may hold ';') or '' and captured after (C, V, X)."""
+    the description (H, may hold ';') or '' and captured after (C, V, X), then a capture's spent grants when it spent
+    any (Entry.grant)."""
 
     hold_id: int
     released: int
@@ -185,7 +193,8 @@ class HoldChange:
         hold_id, released, expires_at, available_after, state, tail = fields
         if kind == "H":
             return cls(int(hold_id), int(released), int(expires_at), int(available_after), state, tail, 0)
-        return cls(int(hold_id), int(released), int(expires_at), int(available_after), state, None, int(tail[1:]))
+        captured_after = tail.split(";")[1]
+        return cls(int(hold_id), int(released), int(expires_at), int(available_after), state, None, int(captured_after))
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ class Kind:
     # sent as what it caused), and what it means to a receiver
     event: str = ""
     means: str = ""
-    # credit grants (issue 34): a recharge may carry a grant (its id is the entry's); a deduct spends the live grants
-    # first-to-expire, then the plain balance; a grant expiry takes what is left of its grant off the balance
+    # credit grants (issue 34): a recharge may carry a grant (its id is the entry's); a deduct or a capture spends the
+    # live grants first-to-expire, then the plain balance; a grant expiry takes what is left of its grant off the balance
     may_grant: bool = False
     spends_grants: bool = False
     ends_grant: bool = False
@@ -110,6 +110,7 @@ KINDS: dict[str, Kind] = {
             holds_amount=-1,
             releases=True,
             refundable_as="hold",
+            spends_grants=True,
             event="hold.captured",
             means="a hold was captured (in part or the rest)",
         ),

@@ -67,6 +67,8 @@ class LedgerEvent(BaseModel):
     grant_expires_at: Annotated[StrictInt, Field(gt=0)] | None = None
     grant_category: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")] | None = None
     grants_spent: Annotated[str, Field(pattern=r"^[0-9]+:[0-9]+(,[0-9]+:[0-9]+)*$")] | None = None
+    # a refund's parts given back to the live grants its charge spent (grants.rows.refund_parts)
+    grants_refunded: Annotated[str, Field(pattern=r"^[0-9]+:[0-9]+(,[0-9]+:[0-9]+)*$")] | None = None
     grant_id: Annotated[StrictInt, Field(gt=0)] | None = None
 
     @property

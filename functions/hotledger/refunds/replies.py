@@ -26,9 +26,10 @@ class RefundReply(ScriptReply):
     open_flag: str = ""
     refunded: int = 0  # the charge's refunded total after the refund (EXCEEDS: before it)
     charged: int = 0
+    grants_refunded: str = ""  # OK: '<grant id>:<part>,...' given back to the charge's live grants ('' for none)
 
     FIELDS = {
-        RefundStatus.OK: ("balance", "version", "epoch", "open_flag", "refunded"),
+        RefundStatus.OK: ("balance", "version", "epoch", "open_flag", "refunded", "grants_refunded"),
         RefundStatus.EXCEEDS: ("refunded", "charged"),
         RefundStatus.LIMIT: ("balance", "version"),
     }

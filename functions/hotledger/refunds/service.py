@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hotledger import errors
+from hotledger.grants.rows import encode_spent, refund_parts
+from hotledger.grants.tx import live_grant_ids
 from hotledger.holds.service import Holds
 from hotledger.ledger.entry import Entry, RefundOf, is_client_key
 from hotledger.ledger.kinds import KIND_RECHARGE, KIND_REFUND
@@ -34,7 +36,7 @@ from hotledger.outbox.events import LedgerEvent
 from hotledger.refunds.replies import RefundReply, RefundStatus
 from hotledger.refunds.rows import Refund
 from hotledger.refunds.store import RefundStore
-from hotledger.refunds.tx import insert_refunds, refunded_in_tx
+from hotledger.refunds.tx import insert_refunds_and_give_backs, refunded_in_tx
 
 ORDER, HOLD = "order", "hold"
 
@@ -74,19 +76,21 @@ class Refunds:
             if stood is not None:
                 return RefundResult(stood, None)
         charged = self._charged(user_id, charge_kind, charge_id)
+        spent = self.store.charge_spends(charge_kind, charge_id)  # booked with the charge
         now = self.clock()
         known: list[int | None] = [None]
+        spent_field = encode_spent(spent) or ""
 
         def attempt(refund_id: int) -> RefundReply:
             if remember is not None:
                 remember(str(refund_id))
             reply = self.store.refund(
-                user_id, refund_id, amount, now, charge_id, charge_kind, charged, known[0], reason
+                user_id, refund_id, amount, now, charge_id, charge_kind, charged, known[0], reason, spent_field
             )
             if reply.status is RefundStatus.UNKNOWN_TOTAL:
                 known[0] = self._refunded_so_far(user_id, charge_id)
                 reply = self.store.refund(
-                    user_id, refund_id, amount, now, charge_id, charge_kind, charged, known[0], reason
+                    user_id, refund_id, amount, now, charge_id, charge_kind, charged, known[0], reason, spent_field
                 )
             return reply
 
@@ -102,7 +106,7 @@ class Refunds:
                 reply.epoch,
                 reply.open_flag,
                 None,
-                refund=RefundOf(charge_id, charge_kind, reply.refunded, reason),
+                refund=RefundOf(charge_id, charge_kind, reply.refunded, reason, reply.grants_refunded),
             )
             return Outbound(
                 str(user_id),
@@ -117,6 +121,10 @@ class Refunds:
                 raise _exceeds(refunded, charged)
             if account.balance + amount > self.store.max_balance:
                 raise errors.BalanceLimit("the refund would take the balance past its largest value")
+            # lib/grants grants_refund's rule: a part goes back to its grant only while that grant is live
+            parts = refund_parts(spent, charged, refunded, amount)
+            live = live_grant_ids(tx.cursor, [g for g, _ in parts], now_ms)
+            given = [(g, a) for g, a in parts if g in live]
             return LedgerEvent(
                 type="ledger",
                 id=refund_id,
@@ -132,6 +140,7 @@ class Refunds:
                 refund_of_kind=charge_kind,
                 refunded_after=refunded + amount,
                 reason=reason,
+                grants_refunded=encode_spent(given),
             )
 
         while True:
@@ -150,7 +159,7 @@ class Refunds:
                 )
             )
             if reply.status is RefundStatus.SYNC:
-                change = self.ledger.change_in_db(user_id, refund_id, in_db, insert_refunds)
+                change = self.ledger.change_in_db(user_id, refund_id, in_db, insert_refunds_and_give_backs)
                 if change is None:
                     continue  # ASYNC after all: the stale cache was dropped
                 return RefundResult(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hotledger import keys
 from hotledger.dal import db
 from hotledger.dal.redis_store import Lua
+from hotledger.grants.tx import charge_spends_read
 from hotledger.refunds.replies import RefundReply
 from hotledger.refunds.rows import Refund
 
@@ -25,7 +26,9 @@ class RefundStore:
         charged: int,
         known_refunded: int | None,
         reason: str,
+        spent: str,
     ) -> RefundReply:
+        """spent: what the charge spent of the account's grants, '<grant id>:<spent>,...' in spend order."""
         return RefundReply.parse(
             self.lua.run(
                 "ledger_refund",
@@ -36,6 +39,8 @@ class RefundStore:
                     keys.refunds(user_id),
                     keys.held(user_id),
                     keys.account_stream(user_id),
+                    keys.grants(user_id),
+                    keys.grant_expiry(user_id),
                 ],
                 [
                     amount,
@@ -50,6 +55,7 @@ class RefundStore:
                     "" if known_refunded is None else known_refunded,
                     self.max_balance,
                     reason,
+                    spent,
                 ],
             )
         )
@@ -59,6 +65,11 @@ class RefundStore:
         """(amount, stored Idempotency-Key) of the account's deduct as the books hold it; None when they do not."""
         rows = db.query("SELECT amount, idem_key FROM t_order WHERE id = %s AND user_id = %s", (order_id, user_id))
         return (int(rows[0][0]), rows[0][1]) if rows else None
+
+    @staticmethod
+    def charge_spends(charge_kind: str, charge_id: int) -> list[tuple[int, int]]:
+        """What the charge spent of its account's grants, in spend order (grants.tx.charge_spends_read)."""
+        return [(int(g), int(a)) for g, a in db.query(*charge_spends_read(charge_kind, charge_id))]
 
     def refunded_in_db(self, charge_id: int) -> tuple[int, set[int]]:
         """(the charge's refunded total the DB holds, the ids of those refunds)."""

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import pymysql
 
+from hotledger.grants.tx import insert_grant_changes
 from hotledger.ledger.entry import carried
 
 CONSTRAINT_FAILED = 4025  # MariaDB's error for a failed CHECK: the writer's db.refused() sets the record aside
@@ -63,3 +64,9 @@ def insert_refunds(cursor: Cursor, events: list[LedgerEvent]) -> None:
             raise pymysql.err.IntegrityError(
                 CONSTRAINT_FAILED, f"refunds {unbacked}: their charge is not booked, or they pass what it charged"
             )
+
+
+def insert_refunds_and_give_backs(cursor: Cursor, events: list[LedgerEvent]) -> None:
+    """A SYNC refund's rows: its t_refund row and what it gave back to its charge's grants."""
+    insert_refunds(cursor, events)
+    insert_grant_changes(cursor, events)

@@ -13,23 +13,24 @@ local function hold_change_tail(last)
   for _, name in ipairs(last) do tail[#tail + 1] = name end
   return tail
 end
--- credit grants: what a deduct spent ('<grant id>:<spent>,...', first-to-expire), a granted recharge's grant (its id
--- is the entry's), the grant an expiry ends with what a take-back needs to restore it (ENTRY_ONLY)
+-- credit grants: what a deduct or a capture spent ('<grant id>:<spent>,...', first-to-expire), a granted recharge's
+-- grant (its id is the entry's), what a refund gave back to which grant ('<grant id>:<part>,...'), the grant an expiry
+-- ends with what a take-back needs to restore it (ENTRY_ONLY)
 local ENTRY_TAILS = {
   D = {'grants_spent'},
   R = {'grant_expires_at', 'grant_category'},
   G = {'grant_id', 'ended_expires_at', 'ended_category'},
   A = {}, N = {'grants_spent'},
-  F = {'refund_of', 'refund_of_kind', 'refunded_after', 'reason'},
+  F = {'refund_of', 'refund_of_kind', 'refunded_after', 'grants_refunded', 'reason'},
   H = hold_change_tail({'description'}),
-  C = hold_change_tail({'-', 'captured_after'}),
+  C = hold_change_tail({'-', 'captured_after', 'grants_spent'}),
   V = hold_change_tail({'-', 'captured_after'}),
   X = hold_change_tail({'-', 'captured_after'}),
 }
 
 -- fields an entry may lack: left off its string's end when '' (a deduct or recharge without a grant is the eight
 -- fields alone), and off its event
-local OPTIONAL = {grants_spent = true, grant_expires_at = true, grant_category = true}
+local OPTIONAL = {grants_spent = true, grant_expires_at = true, grant_category = true, grants_refunded = true}
 -- fields the entry keeps and its event does not carry
 local ENTRY_ONLY = {ended_expires_at = true, ended_category = true}
 

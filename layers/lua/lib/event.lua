@@ -4,7 +4,8 @@
 -- 63-bit id never passes through a Lua double, which cjson's numbers are); texts go through cjson.encode.
 --! include entry
 local EVENT_TEXTS = {kind = true, epoch = true, open = true, idem_key = true, hold_state = true, description = true,
-  refund_of_kind = true, reason = true, grants_spent = true, grant_category = true}
+  refund_of_kind = true, reason = true, grants_spent = true, grant_category = true,
+  grants_refunded = true}
 
 -- event_json(event_type, fields) -> '{"type":"<event_type>",...}'; fields: {name, value} pairs in order, a nil
 -- value is null

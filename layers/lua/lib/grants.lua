@@ -1,5 +1,6 @@
 -- lib/grants: an account's credit grants (issue 34), shared by the scripts that credit, spend or end them
--- (ledger_apply: a recharge's grant, a deduct's spend; ledger_grant_expire; ledger_load). Included where a script
+-- (ledger_apply: a recharge's grant, a deduct's spend; hold_change: a capture's spend; ledger_refund: a refund's
+-- give-back; ledger_grant_expire; ledger_load). Included where a script
 -- says `--! include grants` (dal/redis_store.script_text). The keys the includer passes, all of the account's slot:
 --   grants  user:grants:{uid}         hash: grant id (its recharge's entry id) -> 'remaining;expires_at;category'
 --                                     (a grant spent whole stays, remaining 0, until its expiry tidies it)
@@ -49,14 +50,17 @@ local function grant_add(grants, expiry, id, amount, expires_at, category)
   redis.call('ZADD', expiry, expires_at, id)
 end
 
--- grants_give_back(grants, spent): a deduct taken back returns each grant's part to it ('<grant id>:<spent>,...');
--- a grant that ended meanwhile keeps it in the plain balance (its expiry took only what was left of it then)
-local function grants_give_back(grants, spent)
+-- grants_give_back(grants, spent, sign): a deduct or capture taken back returns each grant's part to it ('<grant
+-- id>:<spent>,...'); a grant that ended meanwhile keeps it in the plain balance (its expiry took only what was left of
+-- it then). sign -1: a refund taken back takes what it gave its grants, never below 0 (spent meanwhile: the balance
+-- is right, the split bounded)
+local function grants_give_back(grants, spent, sign)
   for id, amount in string.gmatch(spent, '(%d+):(%d+)') do
     local rec = redis.call('HGET', grants, id)
     if rec then
       local remaining, expires_at, category = string.match(rec, '^(%d+);(%d+);(.*)$')
-      redis.call('HSET', grants, id, grant_record(tonumber(remaining) + tonumber(amount), expires_at, category))
+      local after = math.max(tonumber(remaining) + (sign or 1) * tonumber(amount), 0)
+      redis.call('HSET', grants, id, grant_record(after, expires_at, category))
     end
   end
 end
@@ -66,3 +70,38 @@ local function grant_remove(grants, expiry, id)
   redis.call('HDEL', grants, id)
   redis.call('ZREM', expiry, id)
 end
+
+-- grants_refund(grants, spent, charged, refunded_before, amount, now) -> '<grant id>:<part>,...' given back: a refund
+-- undoes its charge from the end, first what it took of the plain balance, then its grants last-spent first (spent:
+-- the charge's '<grant id>:<spent>,...' in spend order), so each refund's parts follow from the charge's refunded
+-- total before it alone (grants/rows.py refund_parts). A part goes back to its grant only while the grant is live:
+-- an expired (or ended) grant is never revived, its part stays in the plain balance
+local function grants_refund(grants, spent, charged, refunded_before, amount, now)
+  local ids, parts, plain = {}, {}, charged
+  for id, part in string.gmatch(spent, '(%d+):(%d+)') do
+    ids[#ids + 1], parts[#parts + 1] = id, tonumber(part)
+    plain = plain - tonumber(part)
+  end
+  local skip = math.max(refunded_before - plain, 0)
+  local left = amount - math.min(math.max(plain - refunded_before, 0), amount)
+  local back = {}
+  for i = #ids, 1, -1 do
+    if left <= 0 then break end
+    local from_skip = math.min(skip, parts[i])
+    skip = skip - from_skip
+    local take = math.min(parts[i] - from_skip, left)
+    if take > 0 then
+      left = left - take
+      local rec = redis.call('HGET', grants, ids[i])
+      if rec then
+        local remaining, expires_at, category = string.match(rec, '^(%d+);(%d+);(.*)$')
+        if tonumber(expires_at) > tonumber(now) then
+          redis.call('HSET', grants, ids[i], grant_record(tonumber(remaining) + take, expires_at, category))
+          back[#back + 1] = ids[i] .. ':' .. string.format('%d', take)
+        end
+      end
+    end
+  end
+  return table.concat(back, ',')
+end
+

@@ -1,6 +1,7 @@
 -- lib/rebuild_hold: the one check of an account rebuilt after a Redis loss (ledger_load's hold_until and hold_log;
 -- outbox/log_hold.py), shared by every script that changes an account on the strength of what Redis remembers
--- (ledger_apply: a key neither Redis nor the DB knows; hold_change: a hold's capture, void or expiry). Included where
+-- (ledger_apply: a key neither Redis nor the DB knows; hold_change: a hold's capture, void or expiry;
+-- ledger_grant_expire: a grant's expiry, which a spend still in the log may have taken from). Included where
 -- a script says `--! include rebuild_hold` (dal/redis_store.script_text).
 -- rebuild_hold(key, hold_until, hold_log, now) -> nil when the change may go on, else the reply that holds it:
 --   {'recovering', until}  before hold_until: the account's own records may still be on their way to the DB
