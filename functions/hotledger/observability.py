@@ -59,6 +59,15 @@ _NOT_EXTRA = frozenset(
 )
 
 
+def _trace_id(formatter: LambdaPowertoolsFormatter) -> str | None:
+    """The line's xray_trace_id as the formatter sets it: the Root of the invocation's trace header, None when the
+    logger was made with xray_trace_id=None (the key then names None) or there is no header."""
+    if formatter.log_format.get("xray_trace_id", "") is None:
+        return None
+    header = os.environ.get(powertools_constants.XRAY_TRACE_ID_ENV)
+    return header.split(";")[0].replace("Root=", "") if header else None
+
+
 _DEFAULT_TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%F%z"  # LambdaPowertoolsFormatter's: 2021-05-03 10:20:19,650+0200
 
 
@@ -120,15 +129,31 @@ class ServiceLogger(Logger):
                 return False
             line.update(extra)
         line["message"] = message
-        line["xray_trace_id"] = formatter._get_latest_trace_id()
-        text = formatter.serialize({k: v for k, v in line.items() if v is not None})
+        line["xray_trace_id"] = _trace_id(formatter)
+        if None in line.values():
+            line = {k: v for k, v in line.items() if v is not None}
+        text = formatter.serialize(line)
+        stream = handler.stream
         handler.acquire()
         try:
-            handler.stream.write(text + handler.terminator)
-            handler.flush()
+            stream.write(text + handler.terminator)
+            flush = self._flush_of(stream)
+            if flush is not None:
+                flush()
         finally:
             handler.release()
         return True
+
+    _flushes: tuple[object, Callable[[], object] | None] = (None, None)
+
+    def _flush_of(self, stream: object) -> Callable[[], object] | None:
+        """What StreamHandler.flush calls: the stream's flush, looked up once per stream (Lambda's stdout wrapper
+        finds it through its __getattr__, an AttributeError raised and caught per lookup, two per line)."""
+        cached, flush = self._flushes
+        if cached is not stream:
+            flush = getattr(stream, "flush", None) if stream else None
+            self._flushes = (stream, flush)
+        return flush
 
     _second: tuple[int, Callable[..., Any], str, str] = (-1, time.localtime, "", "")
 
@@ -233,7 +258,7 @@ class CountsFirst(AmazonCloudWatchEMFProvider):
     added without generic validation, and an invocation with only those under the service dimension is flushed
     from a template per metric names."""
 
-    _templates: dict[tuple[str, ...], str] = {}
+    _templates: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
 
     def add_metric(self, name: str, unit: MetricUnit | str, value: float, resolution: Any = 60) -> None:
         if (
@@ -304,19 +329,39 @@ class CountsFirst(AmazonCloudWatchEMFProvider):
         for metric in metrics.values():
             if metric.get("Unit") != "Count" or metric.get("StorageResolution", 60) != 60:
                 return None
-        head = self._templates.get((self.namespace, service, *names))
-        if head is None:
+        template = self._templates.get((self.namespace, service, *names))
+        if template is None:
             definitions = [{"Name": name, "Unit": "Count"} for name in names]
-            head = self._templates[(self.namespace, service, *names)] = (
+            template = self._templates[(self.namespace, service, *names)] = (
                 '{"_aws":{"Timestamp":%d,"CloudWatchMetrics":'
                 + _VALUES.encode(
                     [{"Namespace": self.namespace, "Dimensions": [["service"]], "Metrics": definitions}]
                 ).replace("%", "%%")
                 + "},"
-                + _VALUES.encode({"service": service})[1:-1].replace("%", "%%")
+                + _VALUES.encode({"service": service})[1:-1].replace("%", "%%"),
+                tuple(f"{_VALUES.encode(name)}:[" for name in names),
             )
-        values = _VALUES.encode({name: metric["Value"] for name, metric in metrics.items()})[1:]
-        return head % (time.time_ns() // 1_000_000) + "," + values
+        head, keys = template
+        values = _values_text(keys, metrics)
+        if values is None:
+            values = _VALUES.encode({name: metric["Value"] for name, metric in metrics.items()})[1:-1]
+        return head % (time.time_ns() // 1_000_000) + "," + values + "}"
+
+
+def _values_text(keys: tuple[str, ...], metrics: Mapping[str, Any]) -> str | None:
+    """The metrics' values as the JSON encoder writes them after their keys (`keys`: each name's `"name":[`), when
+    every value is a finite float (what a count added here is); else None. A float's JSON is its repr; NaN and the
+    infinities are spelt otherwise (their reprs, nan and inf, are the only ones with an n)."""
+    parts = []
+    for key, metric in zip(keys, metrics.values(), strict=True):
+        try:
+            joined = ",".join(map(float.__repr__, metric["Value"]))
+        except TypeError:  # an int, a bool: the encoder's own spelling
+            return None
+        if "n" in joined:
+            return None
+        parts.append(f"{key}{joined}]")
+    return ",".join(parts)
 
 
 def metrics() -> Metrics:
