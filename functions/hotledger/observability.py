@@ -17,6 +17,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -40,6 +41,16 @@ NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Hotledger")
 
 # one encoder for every log line (Powertools' default serializer, json.dumps with these options, makes one per line)
 _LOG_LINE = json.JSONEncoder(default=str, separators=(",", ":"), ensure_ascii=False)
+
+
+def _log_line_json(line: object) -> str:
+    """_LOG_LINE.encode(line): what it runs, its C encoder made with the same options, without the Python frames of
+    encode and iterencode around it (a fresh circular-reference record per line, as there)."""
+    if c_make_encoder is None:  # an interpreter without the C accelerator
+        return _LOG_LINE.encode(line)
+    return "".join(c_make_encoder({}, str, encode_basestring, None, ":", ",", False, False, True)(line, 0))
+
+
 _JSON_STARTS = frozenset('{["-0123456789tfnNI \t\n\r')
 
 
@@ -245,7 +256,7 @@ def invocation(logger: Logger, metrics: Metrics) -> Callable[[Handler[_Event, _A
 
 def logger() -> Logger:
     # dev (POWERTOOLS_DEV): Powertools indents its lines; else one encoder, shared
-    serializer: dict[str, Any] = {} if powertools_dev_is_set() else {"json_serializer": _LOG_LINE.encode}
+    serializer: dict[str, Any] = {} if powertools_dev_is_set() else {"json_serializer": _log_line_json}
     # Powertools annotates json_deserializer as returning str; a JSON decoder returns any JSON value
     return ServiceLogger(service=SERVICE, json_deserializer=cast(Any, _message_as_json), **serializer)
 

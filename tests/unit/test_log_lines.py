@@ -174,3 +174,11 @@ def test_a_plain_line_is_written_and_flushed_as_powertools_writes_it():
             _emit(logger, "deducted", extra={"user_id": 5})
         made.append((calls, stream.stream.getvalue().count("\n")))
     assert made[0] == made[1] and made[0][1] == 3
+
+
+def test_the_log_line_json_is_the_encoders_with_or_without_the_c_accelerator(monkeypatch):
+    line = {"message": "ünïcode €", "n": 1, "f": 1.5, "nan": float("nan"), "raw": b"x", "nested": {"a": [1, None]}}
+    expected = observability._LOG_LINE.encode(line)
+    assert observability._log_line_json(line) == expected
+    monkeypatch.setattr(observability, "c_make_encoder", None)
+    assert observability._log_line_json(line) == expected
