@@ -17,6 +17,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -40,6 +41,16 @@ NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Hotledger")
 
 # one encoder for every log line (Powertools' default serializer, json.dumps with these options, makes one per line)
 _LOG_LINE = json.JSONEncoder(default=str, separators=(",", ":"), ensure_ascii=False)
+
+
+def _log_line_json(line: object) -> str:
+    """_LOG_LINE.encode(line): what it runs, its C encoder made with the same options, without the Python frames of
+    encode and iterencode around it (a fresh circular-reference record per line, as there)."""
+    if c_make_encoder is None:  # an interpreter without the C accelerator
+        return _LOG_LINE.encode(line)
+    return "".join(c_make_encoder({}, str, encode_basestring, None, ":", ",", False, False, True)(line, 0))
+
+
 _JSON_STARTS = frozenset('{["-0123456789tfnNI \t\n\r')
 
 
@@ -57,6 +68,15 @@ _RESERVED = frozenset(RESERVED_LOG_ATTRS)
 _NOT_EXTRA = frozenset(
     {*RESERVED_LOG_ATTRS, "message", "exception", "exception_name", "exception_notes", "stack_trace", "xray_trace_id"}
 )
+
+
+def _trace_id(formatter: LambdaPowertoolsFormatter) -> str | None:
+    """The line's xray_trace_id as the formatter sets it: the Root of the invocation's trace header, None when the
+    logger was made with xray_trace_id=None (the key then names None) or there is no header."""
+    if formatter.log_format.get("xray_trace_id", "") is None:
+        return None
+    header = os.environ.get(powertools_constants.XRAY_TRACE_ID_ENV)
+    return header.split(";")[0].replace("Root=", "") if header else None
 
 
 _DEFAULT_TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%F%z"  # LambdaPowertoolsFormatter's: 2021-05-03 10:20:19,650+0200
@@ -120,15 +140,31 @@ class ServiceLogger(Logger):
                 return False
             line.update(extra)
         line["message"] = message
-        line["xray_trace_id"] = formatter._get_latest_trace_id()
-        text = formatter.serialize({k: v for k, v in line.items() if v is not None})
+        line["xray_trace_id"] = _trace_id(formatter)
+        if None in line.values():
+            line = {k: v for k, v in line.items() if v is not None}
+        text = formatter.serialize(line)
+        stream = handler.stream
         handler.acquire()
         try:
-            handler.stream.write(text + handler.terminator)
-            handler.flush()
+            stream.write(text + handler.terminator)
+            flush = self._flush_of(stream)
+            if flush is not None:
+                flush()
         finally:
             handler.release()
         return True
+
+    _flushes: tuple[object, Callable[[], object] | None] = (None, None)
+
+    def _flush_of(self, stream: object) -> Callable[[], object] | None:
+        """What StreamHandler.flush calls: the stream's flush, looked up once per stream (Lambda's stdout wrapper
+        finds it through its __getattr__, an AttributeError raised and caught per lookup, two per line)."""
+        cached, flush = self._flushes
+        if cached is not stream:
+            flush = getattr(stream, "flush", None) if stream else None
+            self._flushes = (stream, flush)
+        return flush
 
     _second: tuple[int, Callable[..., Any], str, str] = (-1, time.localtime, "", "")
 
@@ -220,7 +256,7 @@ def invocation(logger: Logger, metrics: Metrics) -> Callable[[Handler[_Event, _A
 
 def logger() -> Logger:
     # dev (POWERTOOLS_DEV): Powertools indents its lines; else one encoder, shared
-    serializer: dict[str, Any] = {} if powertools_dev_is_set() else {"json_serializer": _LOG_LINE.encode}
+    serializer: dict[str, Any] = {} if powertools_dev_is_set() else {"json_serializer": _log_line_json}
     # Powertools annotates json_deserializer as returning str; a JSON decoder returns any JSON value
     return ServiceLogger(service=SERVICE, json_deserializer=cast(Any, _message_as_json), **serializer)
 
@@ -233,7 +269,7 @@ class CountsFirst(AmazonCloudWatchEMFProvider):
     added without generic validation, and an invocation with only those under the service dimension is flushed
     from a template per metric names."""
 
-    _templates: dict[tuple[str, ...], str] = {}
+    _templates: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
 
     def add_metric(self, name: str, unit: MetricUnit | str, value: float, resolution: Any = 60) -> None:
         if (
@@ -304,19 +340,39 @@ class CountsFirst(AmazonCloudWatchEMFProvider):
         for metric in metrics.values():
             if metric.get("Unit") != "Count" or metric.get("StorageResolution", 60) != 60:
                 return None
-        head = self._templates.get((self.namespace, service, *names))
-        if head is None:
+        template = self._templates.get((self.namespace, service, *names))
+        if template is None:
             definitions = [{"Name": name, "Unit": "Count"} for name in names]
-            head = self._templates[(self.namespace, service, *names)] = (
+            template = self._templates[(self.namespace, service, *names)] = (
                 '{"_aws":{"Timestamp":%d,"CloudWatchMetrics":'
                 + _VALUES.encode(
                     [{"Namespace": self.namespace, "Dimensions": [["service"]], "Metrics": definitions}]
                 ).replace("%", "%%")
                 + "},"
-                + _VALUES.encode({"service": service})[1:-1].replace("%", "%%")
+                + _VALUES.encode({"service": service})[1:-1].replace("%", "%%"),
+                tuple(f"{_VALUES.encode(name)}:[" for name in names),
             )
-        values = _VALUES.encode({name: metric["Value"] for name, metric in metrics.items()})[1:]
-        return head % (time.time_ns() // 1_000_000) + "," + values
+        head, keys = template
+        values = _values_text(keys, metrics)
+        if values is None:
+            values = _VALUES.encode({name: metric["Value"] for name, metric in metrics.items()})[1:-1]
+        return head % (time.time_ns() // 1_000_000) + "," + values + "}"
+
+
+def _values_text(keys: tuple[str, ...], metrics: Mapping[str, Any]) -> str | None:
+    """The metrics' values as the JSON encoder writes them after their keys (`keys`: each name's `"name":[`), when
+    every value is a finite float (what a count added here is); else None. A float's JSON is its repr; NaN and the
+    infinities are spelt otherwise (their reprs, nan and inf, are the only ones with an n)."""
+    parts = []
+    for key, metric in zip(keys, metrics.values(), strict=True):
+        try:
+            joined = ",".join(map(float.__repr__, metric["Value"]))
+        except TypeError:  # an int, a bool: the encoder's own spelling
+            return None
+        if "n" in joined:
+            return None
+        parts.append(f"{key}{joined}]")
+    return ",".join(parts)
 
 
 def metrics() -> Metrics:

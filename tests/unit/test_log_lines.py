@@ -144,3 +144,41 @@ def test_a_plain_lines_timestamp_is_the_formatters_formatTime(utc, monkeypatch):
         monkeypatch.setattr(observability.time, "time_ns", lambda now_ns=now_ns: now_ns)
         record = logging.makeLogRecord({"created": now_ns / 1e9, "msecs": float(now_ns // 1_000_000 % 1000)})
         assert ours._timestamp(formatter) == formatter.formatTime(record)
+
+
+class _Unbuffered:
+    """A stream as Lambda's runtime wraps stdout (awslambdaric's Unbuffered): flush found through __getattr__."""
+
+    def __init__(self, calls: list) -> None:
+        self.stream, self.calls = io.StringIO(), calls
+
+    def write(self, text: str) -> int:
+        self.calls.append("write")
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str):
+        if name == "flush":
+            return lambda: self.calls.append("flush")
+        return getattr(self.stream, name)
+
+
+def test_a_plain_line_is_written_and_flushed_as_powertools_writes_it():
+    made = []
+    for cls in (observability.ServiceLogger, Logger):
+        calls: list = []
+        stream = _Unbuffered(calls)
+        handler = logging.StreamHandler(stream)  # type: ignore[arg-type]
+        logger = cls(service=f"flushed-{uuid.uuid4().hex[:8]}", level="INFO", logger_handler=handler)
+        logger._logger.propagate = False
+        for _ in range(3):
+            _emit(logger, "deducted", extra={"user_id": 5})
+        made.append((calls, stream.stream.getvalue().count("\n")))
+    assert made[0] == made[1] and made[0][1] == 3
+
+
+def test_the_log_line_json_is_the_encoders_with_or_without_the_c_accelerator(monkeypatch):
+    line = {"message": "ünïcode €", "n": 1, "f": 1.5, "nan": float("nan"), "raw": b"x", "nested": {"a": [1, None]}}
+    expected = observability._LOG_LINE.encode(line)
+    assert observability._log_line_json(line) == expected
+    monkeypatch.setattr(observability, "c_make_encoder", None)
+    assert observability._log_line_json(line) == expected

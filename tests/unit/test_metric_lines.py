@@ -35,6 +35,11 @@ INVOCATIONS = [
     ([count("ApiRequests"), lambda m: m.add_dimensions(route="deduct")], False),
     ([count("ApiRequests"), lambda m: m.set_timestamp(1_700_000_000_000)], False),
     ([lambda m: m.add_metric(name="ApiRequests", unit="Count", value=1)], True),
+    # values the encoder spells otherwise than their repr (NaN, Infinity) or that are no float
+    ([count("ApiRequests"), lambda m: m.add_metric(name="Odd", unit=MetricUnit.Count, value=float("nan"))], True),
+    ([count("ApiRequests"), lambda m: m.add_metric(name="Odd", unit=MetricUnit.Count, value=float("-inf"))], True),
+    ([count("ApiRequests"), lambda m: m.metric_set["ApiRequests"]["Value"].append(True)], True),
+    ([count("ApiRequests"), lambda m: m.metric_set["ApiRequests"]["Value"].append(7)], True),
 ]
 
 

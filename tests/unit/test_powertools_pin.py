@@ -34,7 +34,6 @@ PRIVATE_MEMBERS = {
         ("Logger", "_logger"),
         ("Logger", "_buffer_config"),
         ("Logger", "_default_log_keys"),
-        ("LambdaPowertoolsFormatter", "_get_latest_trace_id"),
         ("logging.logger module", "_is_cold_start"),
     ],
 }
@@ -55,13 +54,11 @@ def test_every_private_member_the_fast_paths_use_exists_in_this_version():
     from aws_lambda_powertools import Logger
     from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, APIGatewayRestResolver
     from aws_lambda_powertools.logging import logger as logger_module
-    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
     logger = Logger(service="pin-check")
     instances = {
         "ApiGatewayResolver": [APIGatewayRestResolver(), APIGatewayHttpResolver()],
         "Logger": [logger],
-        "LambdaPowertoolsFormatter": [LambdaPowertoolsFormatter()],
         "logging.logger module": [logger_module],
     }
     missing = [
