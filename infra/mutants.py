@@ -566,6 +566,14 @@ MUTANTS: list[Mutant] = [
         "a refund waiting for its charge's booking is no key's answer: a retry under the key makes it once booked",
     ),
     m(
+        "grant-past-expiry-checked-on-a-retry",
+        "functions/hotledger/ledger/service.py",
+        "and (idem_key is None or self.charged_with(KIND_RECHARGE, user_id, idem_key) is None)",
+        "and True",
+        ["tests/integration/test_grants.py"],
+        "a granted recharge retried under its key after its expires_at is answered as the first time, not 422",
+    ),
+    m(
         "py-429-not-a-key-answer",
         "functions/hotledger/errors.py",
         "return exc.status < 500 and exc.status != 429 and not isinstance(exc, waits)",

@@ -37,8 +37,8 @@ REFUSALS = {
     (409, "CAPTURE_EXCEEDS_HOLD"),
     (409, "REFUND_EXCEEDS_CHARGE"),
     (409, "TRANSFER_FAILED"),
-    # a granted recharge retried under its key once its grant's expires_at has passed: the body is refused before
-    # the key is looked up (expires_at must be in the future), whatever the first attempt did
+    # a granted recharge whose tries were not answered (a 503: nothing charged) retried after its grant's expires_at:
+    # a new request may not grant the past (a retry of one that was charged is answered as its first try was)
     (422, "INVALID_GRANT"),
 }
 TRANSIENT = {

@@ -536,3 +536,25 @@ def test_an_expiry_waits_for_the_spends_acknowledged_before_a_redis_loss(api, re
     _persist(redis_client, user_id)
     assert sql("SELECT COUNT(*) FROM t_grant_expiry WHERE grant_id = %s", (int(grant_id),)) == ((0,),)
     _assert_db_agrees(sql, user_id, 1000)
+
+
+@pytest.mark.parametrize("deduct_type", ["ASYNC", "SYNC"])
+def test_a_granted_recharge_retried_under_its_key_after_its_expires_at_is_answered_as_the_first_time(
+    api, deduct_type
+):
+    """An answer given for an Idempotency-Key is the answer for that key: the "expires_at in the future" check is the
+    request's first try's, not a retry's (a client retrying a lost answer after a short grant ended got 422)."""
+    user_id = api.account(balance="1.00", deduct_type=deduct_type)
+    expires_at = int(time.time() * 1000) + 1_000
+    body = {"amount": "2.00", "grant": {"expires_at": expires_at, "category": "promo"}}
+    path, key = f"/accounts/{user_id}/recharge", {"Idempotency-Key": "grant-retried-late"}
+    first = api("POST", path, body, key)
+    assert first[0] == 200, first
+    time.sleep(max(0.0, expires_at / 1000 - time.time()) + 0.2)
+    assert api("POST", path, body, key) == first
+    assert _account(api, user_id)["balance"] == "3.00"  # credited once
+    other = {"amount": "2.00", "grant": {"expires_at": expires_at + 1, "category": "promo"}}
+    status, conflict = api("POST", path, other, key)
+    assert (status, conflict["error"]["code"]) == (409, "IDEMPOTENCY_KEY_REUSED")
+    status, late = api("POST", path, body, {"Idempotency-Key": "grant-new-late"})
+    assert (status, late["error"]["code"]) == (422, "INVALID_GRANT")  # a new request still may not grant the past

@@ -529,7 +529,11 @@ class Ledger:
         self, user_id: int, amount: int, idem_key: str | None = None, grant: GrantCredit | None = None
     ) -> LedgerResult:
         """grant: the credit is a grant (grants/), spent before the plain balance and ended at its expires_at."""
-        if grant is not None and grant.expires_at <= int(time.time() * 1000):
+        if (
+            grant is not None
+            and grant.expires_at <= int(time.time() * 1000)
+            and (idem_key is None or self.charged_with(KIND_RECHARGE, user_id, idem_key) is None)
+        ):  # the check is a new request's: a retry under its key is answered as its first try was
             raise errors.InvalidGrant("grant.expires_at: epoch milliseconds in the future are required")
         return self.charge(KIND_RECHARGE, user_id, amount, idem_key, grant)
 
