@@ -175,7 +175,8 @@ local balance_s, v_s = string.format('%d', balance), string.format('%d', (tonumb
 redis.call('HSET', KEYS[1], 'balance', balance_s, 'v', v_s, 'ts', ts, 'open', open)
 local entry = {amount = ARGV[2], ts = ts, balance_after = balance_s, version = v_s, kind = kind, epoch = h[6],
   open = open, idem_key = ARGV[10], grants_spent = spent, grant_expires_at = ARGV[17], grant_category = ARGV[18]}
-redis.call('SET', KEYS[2], entry_string(entry), 'EX', ARGV[5])
+local entry_s, tail = entry_string(entry)
+redis.call('SET', KEYS[2], entry_s, 'EX', ARGV[5])
 redis.call('ZADD', KEYS[3], ts, id)
 local streamed = ARGV[11] == 'stream'
 if streamed then
@@ -186,4 +187,4 @@ if fingerprint ~= '' then
     'state', streamed and 'done' or 'pending', 'ts', ts)
   redis.call('EXPIRE', KEYS[4], ARGV[7])
 end
-return {'ok', id, balance_s, v_s, h[6], open, entry_tail(entry)}
+return {'ok', id, balance_s, v_s, h[6], open, tail}
