@@ -5,8 +5,8 @@
 -- entry_fields(s) -> a table of the fields by name (the last field of a kind, a text, may hold ';')
 -- entry_string(e) -> the string of such a table (a field it lacks is written ''), and its tail (entry_tail)
 -- A script's top level runs again at every call (EVALSHA): each table here is built and collected on every call of
--- the hot path, so the lists below are two tables and strings of names, split with plain finds (a Lua pattern costs
--- more; docs/performance.md has what each costs).
+-- the hot path, so the lists below are two tables and strings of names, split with plain finds (a Lua pattern, a C
+-- call per loop step cost more; docs/performance.md has what each part of a deduct costs).
 local ENTRY_HEAD = {'amount', 'ts', 'balance_after', 'version', 'kind', 'epoch', 'open', 'idem_key'}
 -- the fields after the head by kind, separated by spaces, in the ledger event's order too (lib/event); '-' is a field
 -- always '' (the description's place in a hold change other than an authorize). Credit grants: what a deduct spent
@@ -63,15 +63,18 @@ end
 -- entry_string(e) -> the string, and the fields of its kind as it ends with them (its trailing '' OPTIONAL ones left
 -- off; '' for none: ledger/entry.py's Entry.grant)
 local function entry_string(e)
-  local parts, fields, kept, names = {}, {}, 0, entry_tail_names(e.kind)
-  for i = 1, #ENTRY_HEAD do parts[i] = e[ENTRY_HEAD[i]] or '' end  -- numeric loops: ipairs costs a C call a step
+  local fields, kept, names = {}, 0, entry_tail_names(e.kind)
   for i = 1, #names do
     fields[i] = e[names[i]] or ''
     if fields[i] ~= '' or not names_has(OPTIONAL, names[i]) then kept = i end
   end
+  -- the head in ENTRY_HEAD's order (test_lua_library holds it to it), one concatenation: a loop and table.concat cost
+  -- twice as much, on every call
+  local s = (e.amount or '') .. ';' .. (e.ts or '') .. ';' .. (e.balance_after or '') .. ';' .. (e.version or '')
+    .. ';' .. (e.kind or '') .. ';' .. (e.epoch or '') .. ';' .. (e.open or '') .. ';' .. (e.idem_key or '')
+  if kept == 0 then return s, '' end
   local tail = table.concat(fields, ';', 1, kept)
-  if kept > 0 then parts[#parts + 1] = tail end
-  return table.concat(parts, ';'), tail
+  return s .. ';' .. tail, tail
 end
 
 -- entry_tail(e) -> the fields of its kind as its string ends with them (entry_string's second value)
