@@ -665,8 +665,8 @@ MUTANTS: list[Mutant] = [
     m(
         "lua-entry-text-cut-at-semicolon",
         "layers/lua/lib/entry.lua",
-        "e[names[#names]] = table.concat(parts, ';', #names)",
-        "e[names[#names]] = parts[#names]",
+        "e[names[#names] or ENTRY_HEAD[#ENTRY_HEAD]] = table.concat(parts, ';', count)",
+        "e[names[#names] or ENTRY_HEAD[#ENTRY_HEAD]] = parts[count]",
         ["tests/integration/test_lua_events.py"],
         "a description or reason with ';' in it is read back whole from the entry string",
     ),

@@ -156,11 +156,11 @@ if kind_in(KIND_DEBITS, kind) then
   end
   if balance - (tonumber(h[7]) or 0) - on_hold - amount < tonumber(h[3]) then return refuse('insufficient') end
   if has_grants and kind_in(KIND_SPENDS_GRANTS, kind) then spent = grants_spend(KEYS[10], KEYS[11], KEYS[7], ts, amount) end
-  balance = redis.call('HINCRBY', KEYS[1], 'balance', -amount)
+  balance = balance - amount
   if balance <= 0 then open = 'BALANCE' end
 else
   if balance + amount > tonumber(ARGV[8]) then return refuse('limit') end
-  balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
+  balance = balance + amount
   if balance > 0 and open == 'BALANCE' then open = '1' end
   if (ARGV[17] or '') ~= '' then
     grant_add(KEYS[10], KEYS[11], id, amount, ARGV[17], ARGV[18])
@@ -170,12 +170,13 @@ else
     redis.call('HINCRBY', KEYS[1], 'held', amount)
   end
 end
-local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
-local balance_s, v_s = string.format('%d', balance), string.format('%d', v)
-redis.call('HSET', KEYS[1], 'ts', ts, 'open', open)
+-- the account's hash written once: the balance and the version are exact in a Lua double (ARGV[8] bounds them)
+local balance_s, v_s = string.format('%d', balance), string.format('%d', (tonumber(h[2]) or 0) + 1)
+redis.call('HSET', KEYS[1], 'balance', balance_s, 'v', v_s, 'ts', ts, 'open', open)
 local entry = {amount = ARGV[2], ts = ts, balance_after = balance_s, version = v_s, kind = kind, epoch = h[6],
   open = open, idem_key = ARGV[10], grants_spent = spent, grant_expires_at = ARGV[17], grant_category = ARGV[18]}
-redis.call('SET', KEYS[2], entry_string(entry), 'EX', ARGV[5])
+local entry_s, tail = entry_string(entry)
+redis.call('SET', KEYS[2], entry_s, 'EX', ARGV[5])
 redis.call('ZADD', KEYS[3], ts, id)
 local streamed = ARGV[11] == 'stream'
 if streamed then
@@ -186,4 +187,4 @@ if fingerprint ~= '' then
     'state', streamed and 'done' or 'pending', 'ts', ts)
   redis.call('EXPIRE', KEYS[4], ARGV[7])
 end
-return {'ok', id, balance_s, v_s, h[6], open, entry_tail(entry)}
+return {'ok', id, balance_s, v_s, h[6], open, tail}

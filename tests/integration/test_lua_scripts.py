@@ -110,6 +110,22 @@ def test_load_creates_only_if_absent(lua, redis_client, uid):
     assert redis_client.hget(keys.balance(uid), "balance") == b"500"
 
 
+def test_a_plain_deduct_costs_redis_six_commands(lua, redis_client, uid):
+    """A deduct on an account without holds, grants or an Idempotency-Key is Redis's one-thread work per charge on a
+    hot account (issue 33 goal 2): its script sends six commands, the account's hash written once (the balance and
+    the version computed in the script, exact below MAX_BALANCE, not two HINCRBYs and an HSET)."""
+    _load(lua, uid, balance=10_000, version=5)
+    redis_client.config_resetstat()
+    assert _apply(lua, uid, "D", 1234, 78)[:4] == ["ok", "78", "8766", "6"]
+    sent = {
+        name.removeprefix("cmdstat_"): stat["calls"]
+        for name, stat in redis_client.info("commandstats").items()
+        if not name.startswith(("cmdstat_eval", "cmdstat_config", "cmdstat_script"))  # the test's own
+    }
+    assert sent == {"get": 1, "hmget": 1, "exists": 1, "hset": 1, "set": 1, "zadd": 1}
+    assert redis_client.hmget(keys.balance(uid), "balance", "v") == [b"8766", b"6"]
+
+
 def test_deduct_ok_writes_entry_zset_and_bumps_version(lua, redis_client, uid):
     _load(lua, uid, balance=10_000, version=5, epoch="ep")
     assert _apply(lua, uid, "D", 1234, 77) == ["ok", "77", "8766", "6", "ep", "1", ""]  # no grant spent

@@ -49,6 +49,16 @@ def test_the_lua_entry_kinds_are_the_rulebooks():
     assert set(re.findall(r"\b([A-Z]) = ", table)) == set(KINDS)
 
 
+def test_the_entry_string_writes_the_head_in_entry_heads_order():
+    """entry_string writes the ledger's eight fields in one concatenation (the hot path's cost, issue 33 goal 2), not
+    a loop over ENTRY_HEAD, which entry_fields reads them by: the two name the same fields in the same order."""
+    text = (LUA / "lib/entry.lua").read_text()
+    head = re.search(r"local ENTRY_HEAD = \{([^}]*)\}", text).group(1)
+    start = text.index("local function entry_string(e)")
+    function = text[start : text.index("\nend\n", start)]
+    assert re.findall(r"\(e\.(\w+) or ''\)", function) == re.findall(r"'(\w+)'", head)
+
+
 def test_the_docs_table_of_lua_pieces_is_true():
     """docs/adding-a-feature.md ("A new kind of entry") names each piece of lib/, the functions it gives and the
     scripts that include it: each exists, and each script named includes the piece (itself or through another)."""

@@ -3,9 +3,9 @@
 -- tests/integration/test_lua_events.py holds every script's to them). Numbers are spliced as their decimal strings (a
 -- 63-bit id never passes through a Lua double, which cjson's numbers are); texts go through cjson.encode.
 --! include entry
-local EVENT_TEXTS = {kind = true, epoch = true, open = true, idem_key = true, hold_state = true, description = true,
-  refund_of_kind = true, reason = true, grants_spent = true, grant_category = true,
-  grants_refunded = true}
+-- the fields that are texts (names_has), a string of names as lib/entry's lists are (no table built per call)
+local EVENT_TEXTS =
+  ' kind epoch open idem_key hold_state description refund_of_kind reason grants_spent grant_category grants_refunded '
 
 -- event_json(event_type, fields) -> '{"type":"<event_type>",...}'; fields: {name, value} pairs in order, a nil
 -- value is null
@@ -13,7 +13,7 @@ local function event_json(event_type, fields)
   local parts = {'{"type":"' .. event_type .. '"'}
   for _, f in ipairs(fields) do
     local name, value = f[1], f[2]
-    if value == nil then value = 'null' elseif EVENT_TEXTS[name] then value = cjson.encode(value) end
+    if value == nil then value = 'null' elseif names_has(EVENT_TEXTS, name) then value = cjson.encode(value) end
     parts[#parts + 1] = '"' .. name .. '":' .. value
   end
   return table.concat(parts, ',') .. '}'
@@ -25,9 +25,9 @@ local function ledger_event_json(id, user_id, e)
   local fields = {{'id', id}, {'kind', e.kind}, {'user_id', user_id}, {'amount', e.amount},
     {'balance_after', e.balance_after}, {'version', e.version}, {'epoch', e.epoch}, {'ts', e.ts}, {'open', e.open},
     {'idem_key', e.idem_key ~= '' and e.idem_key or nil}}
-  for _, name in ipairs(ENTRY_TAILS[e.kind]) do
+  for _, name in ipairs(entry_tail_names(e.kind)) do
     local value = e[name]
-    if name ~= '-' and not ENTRY_ONLY[name] and not (OPTIONAL[name] and (value or '') == '') then
+    if name ~= '-' and not names_has(ENTRY_ONLY, name) and not (names_has(OPTIONAL, name) and (value or '') == '') then
       fields[#fields + 1] = {name, value}
     end
   end
