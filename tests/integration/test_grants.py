@@ -539,9 +539,7 @@ def test_an_expiry_waits_for_the_spends_acknowledged_before_a_redis_loss(api, re
 
 
 @pytest.mark.parametrize("deduct_type", ["ASYNC", "SYNC"])
-def test_a_granted_recharge_retried_under_its_key_after_its_expires_at_is_answered_as_the_first_time(
-    api, deduct_type
-):
+def test_a_granted_recharge_retried_under_its_key_after_its_expires_at_is_answered_as_the_first_time(api, deduct_type):
     """An answer given for an Idempotency-Key is the answer for that key: the "expires_at in the future" check is the
     request's first try's, not a retry's (a client retrying a lost answer after a short grant ended got 422)."""
     user_id = api.account(balance="1.00", deduct_type=deduct_type)
