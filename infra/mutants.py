@@ -1469,6 +1469,15 @@ MUTANTS: list[Mutant] = [
         "a grant's expiry on an account rebuilt after a Redis loss waits for the spends still in the log",
     ),
     m(
+        "lua-grants-expiry-waits-for-the-entries-before-it",
+        "layers/lua/ledger_grant_expire.lua",
+        "if redis.call('ZCOUNT', KEYS[3], '-inf', '(' .. expires_at) > 0 then return {'early'} end",
+        "-- the expiry does not wait for the entries made before it",
+        [I_GRANTS],
+        "a grant's expiry waits while an entry made before its expires_at (which may have spent it or given back to it)"
+        " may still be taken back",
+    ),
+    m(
         "lua-grants-capture-spends",
         "layers/lua/hold_change.lua",
         "  if has_grants then spent = grants_spend(KEYS[8], KEYS[9], KEYS[6], ts, take) end",

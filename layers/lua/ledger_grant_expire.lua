@@ -17,7 +17,8 @@
 --   {'sync'}                                the account is SYNC: end the grant in the DB instead
 --   {'gone'}                                no such grant (ended already, taken back), or nothing left of it (spent
 --                                           whole: tidied here, no entry)
---   {'early'}                               not due yet, or its credit is not durable yet: try again later
+--   {'early'}                               not due yet, its credit not durable yet, or an entry made before
+--                                           expires_at still on its way to the DB: try again later
 --   {'recovering', until}                   an account rebuilt after a Redis loss whose own records may still be on
 --                                           their way to the DB (lib/rebuild_hold): a spend acknowledged before the
 --                                           loss may have taken what the rebuilt grant shows; nothing changed, later
@@ -36,6 +37,10 @@ local rec = redis.call('HGET', KEYS[4], ARGV[1])
 if not rec then return {'gone'} end
 local remaining, expires_at, category = string.match(rec, '^(%d+);(%d+);(.*)$')
 if tonumber(expires_at) > tonumber(ARGV[3]) or redis.call('HEXISTS', KEYS[6], ARGV[1]) == 1 then return {'early'} end
+-- an entry made before expires_at may have spent of this grant or given back to it; while it is on its way to the DB it
+-- may still be taken back, and its part would then land outside the grant (promo credit made plain, or plain money
+-- taken for a refund's give-back). Entries made since cannot touch it, so this wait ends once the writer catches up
+if redis.call('ZCOUNT', KEYS[3], '-inf', '(' .. expires_at) > 0 then return {'early'} end
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 if tonumber(remaining) == 0 then return {'gone'} end

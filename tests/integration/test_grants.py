@@ -104,6 +104,7 @@ def test_an_expired_grant_never_counts_and_its_expiry_entry_is_booked_once(api, 
     assert (status, body["error"]["code"]) == (402, "INSUFFICIENT_BALANCE")
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
     assert status == 200, body  # from the plain balance: the expired grant is not spent
+    _persist(redis_client, user_id)  # what was charged before expires_at is booked first (the expiry waits for it)
     _drain()
     _drain()  # a second drain finds nothing to do
     _persist(redis_client, user_id)
@@ -218,6 +219,7 @@ def test_a_failed_publish_takes_back_a_grant_its_spends_and_its_expiry(api, redi
     user_id = api.account(balance="10.00")
     kept, _ = _grant(api, user_id, "3.00", 3_600_000)
     short, _ = _grant(api, user_id, "2.00", 1_000)
+    _persist(redis_client, user_id)  # booked, so the expiry below does not wait for them
     _broker_down(monkeypatch, ledger(), runtime_grants())
     expires_at = int(time.time() * 1000) + 600_000
     status, body = api(
@@ -244,6 +246,51 @@ def test_a_failed_publish_takes_back_a_grant_its_spends_and_its_expiry(api, redi
         (int(short), 0, "EXPIRED"),
     )
     _assert_db_agrees(sql, user_id, 900)
+
+
+@pytest.mark.parametrize("charge", ["deduct", "refund"])
+def test_an_expiry_waits_for_the_entries_made_before_it_that_may_still_be_taken_back(
+    api, redis_client, sql, monkeypatch, charge
+):
+    """Found by the chaos test's grants thread (granted 3.39 = spent 1.12 + expired 1.32 + remaining 0): a deduct spent
+    part of a grant, its publish hung past the grant's expires_at, the drainer ended the grant meanwhile (taking only
+    what the deduct had left), then the deduct was taken back and its part landed in the plain balance: promo credit
+    made permanent. A refund's give-back taken back the same way took plain money. An expiry waits until no entry made
+    before its expires_at is still on its way to the DB."""
+    from hotledger.dal.publisher import NotAcknowledged
+    from hotledger.ledger.feature import ledger
+    from hotledger.refunds.feature import refunds
+
+    user_id = api.account(balance="10.00", threshold="0.00")
+    grant_id, expires_at = _grant(api, user_id, "3.00", 1_500)
+    order_id = None
+    if charge == "refund":
+        status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})  # the grant's 2.00
+        assert status == 200, body
+        order_id = body["order_id"]
+    _persist(redis_client, user_id)
+    ended_meanwhile = []
+
+    def publish_hangs_past_expires_at(key_, event):
+        time.sleep(max(expires_at - time.time() * 1000, 0) / 1000 + 0.05)
+        ended_meanwhile.append(runtime_grants().expire(user_id, int(grant_id)))
+        raise NotAcknowledged("no acknowledgement in time")
+
+    service = ledger() if charge == "deduct" else refunds()
+    monkeypatch.setattr(service.durability, "publish", publish_hangs_past_expires_at)
+    if charge == "deduct":
+        status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})  # 1.00 of the grant
+    else:  # 1.00 back to the grant
+        status, body = api("POST", f"/accounts/{user_id}/orders/{order_id}/refunds", {"amount": "1.00", "reason": "r"})
+    assert (status, body["error"]["code"]) == (503, "PUBLISH_FAILED"), body
+    assert ended_meanwhile == [False]  # the taken-back entry was still on its way: the expiry waited
+    monkeypatch.undo()
+    assert runtime_grants().expire(user_id, int(grant_id)) is True
+    left = 300 if charge == "deduct" else 100  # all the grant had left without the taken-back entry
+    assert _account(api, user_id)["balance"] == "10.00"
+    _persist(redis_client, user_id)
+    assert sql("SELECT amount FROM t_grant_expiry WHERE grant_id = %s", (int(grant_id),)) == ((left,),)
+    _assert_db_agrees(sql, user_id, 1000)
 
 
 def runtime_grants():
@@ -294,6 +341,7 @@ def test_a_grants_expiry_is_a_grant_expired_webhook_event(api, redis_client, loc
     assert status == 201, endpoint
     user_id = api.account(balance="10.00")
     grant_id, _ = _grant(api, user_id, "4.00", 1_000)
+    _persist(redis_client, user_id)
     time.sleep(1.05)
     _drain()
     _persist(redis_client, user_id)
@@ -358,6 +406,7 @@ def test_a_capture_never_takes_what_a_grant_that_expired_while_the_hold_was_open
     assert (status, body["balance"], body["captured"]) == (200, "5.00", "2.00"), body  # from the plain balance
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void")
     assert status == 200, body
+    _persist(redis_client, user_id)
     _drain()
     _persist(redis_client, user_id)
     assert _account(api, user_id)["balance"] == "0.00"
@@ -375,6 +424,7 @@ def test_capture_and_void_entries_leave_expired_grants_out_of_available_after(ap
     status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/void")
     assert (status, body["balance"], body["available"]) == (200, "14.00", "9.00"), body
     # the replies are the entries' available_after (hold_change.lua's, or the SYNC change's event)
+    _persist(redis_client, user_id)
     _drain()
     _persist(redis_client, user_id)
     _assert_db_agrees(sql, user_id, 900)
