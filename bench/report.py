@@ -83,6 +83,7 @@ class Progress:
         self.stage_started = self.started
         self.stream = stream or sys.stderr
         self.took: dict[str, float] = {}
+        self.load_at_start: dict[str, float] = {}  # the 1-minute load average as each stage began
         self.current: str | None = None
 
     def stage(self, name: str) -> None:
@@ -91,8 +92,9 @@ class Progress:
             self.took[self.current] = round(now - self.stage_started, 1)
         self.done += 1
         self.current, self.stage_started = name, now
+        self.load_at_start[name] = round(os.getloadavg()[0], 2)
         print(
-            f"bench [{self.done}/{self.stages}] {name} (at {now - self.started:.0f} s; load {os.getloadavg()[0]:.2f})",
+            f"bench [{self.done}/{self.stages}] {name} (at {now - self.started:.0f} s; load {self.load_at_start[name]:.2f})",
             file=self.stream,
             flush=True,
         )

@@ -7,7 +7,9 @@ same run, its unit and its sample count; the run records its commit and the mach
 progress line per stage goes to stderr. Usage (from the repo root, or `make bench`):
     PYTHONPATH=functions:. .venv/bin/python bench/run.py [--quick | --smoke] [--procs N] [--seconds T] [--only N,..]
 --smoke (make bench-smoke, in make test) runs every stage once at a tiny size, judges no target and writes its figures
-to .state/bench-smoke/ instead; it exits 1 when a stage failed. Each stage runs on a Redis, schema and topic of its own
+to .state/bench-smoke/ instead; it exits 1 when a stage failed. A run of some stages (--only) or a --quick one writes
+to .state/bench-partial/: bench/results.json is the last full run's, and a full run that failed no stage writes
+docs/performance.md's figures from it (bench/perfdoc.py). Each stage runs on a Redis, schema and topic of its own
 so none starts from what an earlier one left.
 """
 
@@ -30,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "functions"), str(REPO), str(REPO / "bench")]
 
 import clients  # noqa: E402
+import perfdoc  # noqa: E402
 import report  # noqa: E402
 import stats  # noqa: E402
 from harness import LAG_RATES, TARGETS, Size, environment, private_cluster  # noqa: E402
@@ -39,6 +42,8 @@ from infra import services  # noqa: E402
 
 HOT_BALANCE = "90000000000.00"
 SMOKE_OUT = services.STATE / "bench-smoke" / "results.json"
+# a run of some stages, or a quick one, is not the run of record: bench/results.json and the doc stay the full run's
+PARTIAL_OUT = services.STATE / "bench-partial" / "results.json"
 # figure -> the figure it is compared with (measured in the same run); a ratio's baseline is its denominator
 BASELINES = {
     "async_deduct_per_s": "sync_deduct_baseline_per_s",
@@ -709,7 +714,8 @@ def main() -> int:
     only = {int(n) for n in args.only.split(",") if n}
     seconds = args.seconds or size.pick(10, 3, 1)
     procs = args.procs or size.pick(8, 8, 2)
-    out = args.out or (SMOKE_OUT if size.smoke else REPO / "bench" / "results.json")
+    full = size.name == "full" and not only
+    out = args.out or (SMOKE_OUT if size.smoke else perfdoc.RESULTS if full else PARTIAL_OUT)
     out.parent.mkdir(parents=True, exist_ok=True)
     machine_before = report.machine()
     progress = report.Progress(len(only) if only else len(STAGES))
@@ -817,8 +823,12 @@ def main() -> int:
 
     results["plots"] = [shown(p) for p in plots.write(results, out.parent)]
     results["stage_seconds"] = progress.finish()
+    results["stage_load_at_start"] = progress.load_at_start
     out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print_table(results, out)
+    if full and not failed and out == perfdoc.RESULTS:
+        perfdoc.write(results)
+        print(f"{shown(perfdoc.DOC)} written from this run", file=sys.stderr)
     if failed:
         print(f"\nbench: {len(failed)} stage(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
