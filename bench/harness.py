@@ -76,6 +76,10 @@ TARGETS = {
     "webhook_blackhole_lag_ratio": ("<=", 1.2),
     # issue 33 goal 2: one hot account's ceiling, server side, Redis against the database (bench/ceiling.py)
     "hot_account_ceiling_ratio": (">=", 20),
+    # issue 33 goal 4: a deduct's request-driven cost behind the default front door
+    "cost_per_million_deduct_usd": ("<=", 2.0),
+    # issue 33 goal 6: the handler's instructions per deduct over the floor's
+    "handler_vs_floor_instructions_ratio": ("<=", 2.0),
 }
 
 
