@@ -127,7 +127,7 @@ def render(results: dict) -> str:
                 continue
             out.append(
                 f"| {label} | "
-                + " | ".join("" if c is None else f"{c:.3f}".rstrip("0").rstrip(".") for c in cells)
+                + " | ".join("" if c is None else f"{c:.2f}" if line == "total" else f"{c:.3f}" for c in cells)
                 + " |"
             )
     out += [
