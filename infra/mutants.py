@@ -1380,6 +1380,22 @@ MUTANTS: list[Mutant] = [
         "a deduct spends the live grants first-to-expire",
     ),
     m(
+        "lua-grants-account-flag-never-set",
+        "layers/lua/lib/grants.lua",
+        "  redis.call('HSET', account, 'grants', '1')",
+        "  -- the account's grants flag left as it was",
+        [I_LUA, I_GRANTS],
+        "an account with a grant in its expiry zset says so in its hash, so its debits spend and count its grants",
+    ),
+    m(
+        "lua-grants-flag-learned-by-an-account-cached-without-it",
+        "layers/lua/lib/grants.lua",
+        "  local has = redis.call('EXISTS', expiry) == 1",
+        "  local has = false",
+        [I_LUA],
+        "an account cached before the grants flag existed looks its grants up once",
+    ),
+    m(
         "lua-grants-expired-never-counted",
         LEDGER_APPLY,
         "  on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)",
@@ -1398,7 +1414,7 @@ MUTANTS: list[Mutant] = [
     m(
         "lua-grants-expiry-taken-back",
         "layers/lua/ledger_rollback.lua",
-        "    grant_add(KEYS[11], KEYS[12], e.grant_id, amount, e.ended_expires_at, e.ended_category)",
+        "    grant_add(KEYS[1], KEYS[11], KEYS[12], e.grant_id, amount, e.ended_expires_at, e.ended_category)",
         "    -- the grant stays gone",
         [I_GRANTS],
         "a grant expiry whose publish failed puts its grant back (still expired: counted for nothing)",

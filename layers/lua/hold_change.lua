@@ -66,7 +66,7 @@ if applied then
 end
 
 local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held', 'on_hold',
-  'hold_until', 'hold_log')
+  'hold_until', 'hold_log', 'grants')
 if not h[1] then return {'missing'} end
 if h[5] == 'SYNC' then return {'sync'} end
 local balance, held, now = tonumber(h[1]), tonumber(h[7]) or 0, tonumber(ts)
@@ -79,7 +79,7 @@ local max_pending = tonumber(ARGV[10] or '') or 0
 
 local amount, captured, state, expires_at, r
 local take, released, terminal, new_state = 0, 0, false, 'ACTIVE'
-local has_grants = redis.call('EXISTS', KEYS[9]) == 1  -- only accounts with grants pay for them
+local has_grants = account_has_grants(KEYS[1], h[11], KEYS[9])  -- only accounts with grants pay for them
 local expired = has_grants and grants_expired(KEYS[8], KEYS[9], ts) or 0
 held = held + expired  -- out of reach like a held credit, until its expiry entry
 if op == 'H' then

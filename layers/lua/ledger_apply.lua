@@ -106,7 +106,7 @@ if fingerprint ~= '' then
 end
 
 local h = redis.call('HMGET', KEYS[1], 'balance', 'v', 'threshold', 'open', 'mode', 'epoch', 'held', 'on_hold',
-  'hold_until', 'hold_log')
+  'hold_until', 'hold_log', 'grants')
 if not h[1] then return {'missing'} end
 if h[5] == 'SYNC' then return {'sync'} end
 if fingerprint ~= '' then
@@ -149,7 +149,7 @@ local spent = ''  -- what a debit spent of the account's grants
 if kind_in(KIND_DEBITS, kind) then
   if open ~= '1' then return refuse('closed') end
   local on_hold = live_holds(tonumber(h[8]) or 0, KEYS[8], KEYS[9], ts)
-  local has_grants = redis.call('EXISTS', KEYS[11]) == 1  -- only accounts with grants pay for them
+  local has_grants = account_has_grants(KEYS[1], h[11], KEYS[11])  -- only accounts with grants pay for them
   if has_grants then
     -- what expired grants still hold is out of reach as a live hold's money is, until their expiry entry takes it
     on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)
@@ -163,7 +163,7 @@ else
   balance = balance + amount
   if balance > 0 and open == 'BALANCE' then open = '1' end
   if (ARGV[17] or '') ~= '' then
-    grant_add(KEYS[10], KEYS[11], id, amount, ARGV[17], ARGV[18])
+    grant_add(KEYS[1], KEYS[10], KEYS[11], id, amount, ARGV[17], ARGV[18])
   end
   if kind_in(KIND_WAITS_FOR_DURABLE, kind) and ARGV[11] ~= 'stream' then  -- streamed, the event is durable in this very step
     redis.call('HSET', KEYS[7], id, ARGV[2])

@@ -31,12 +31,12 @@ for id in string.gmatch(ARGV[10], '[^,]+') do
 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 redis.call('HSET', KEYS[1], 'balance', ARGV[1], 'v', ARGV[2], 'threshold', ARGV[3],
-  'open', ARGV[4], 'mode', ARGV[5], 'epoch', ARGV[6])
+  'open', ARGV[4], 'mode', ARGV[5], 'epoch', ARGV[6], 'grants', '0')
 if tonumber(ARGV[7]) > 0 then redis.call('HSET', KEYS[1], 'hold_until', ARGV[7]) end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'hold_log', ARGV[8]) end
 if tonumber(ARGV[9]) > 0 then redis.call('HSET', KEYS[1], 'on_hold', ARGV[9]) end
 for id, remaining, expires_at, category in string.gmatch(ARGV[11], '(%d+):(%d+):(%d+):([^,]+)') do
-  grant_add(KEYS[6], KEYS[7], id, tonumber(remaining), expires_at, category)
+  grant_add(KEYS[1], KEYS[6], KEYS[7], id, tonumber(remaining), expires_at, category)
 end
 for i = 12, #ARGV, 3 do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])

@@ -83,7 +83,7 @@ elseif kind_in(KIND_DEBITS, kind) then  -- a debit: given back (an ended grant b
   balance = redis.call('HINCRBY', KEYS[1], 'balance', amount)
   if balance > 0 and open == 'BALANCE' then open = '1' end
   if kind_in(KIND_ENDS_GRANT, kind) then
-    grant_add(KEYS[11], KEYS[12], e.grant_id, amount, e.ended_expires_at, e.ended_category)
+    grant_add(KEYS[1], KEYS[11], KEYS[12], e.grant_id, amount, e.ended_expires_at, e.ended_category)
   elseif (e.grants_spent or '') ~= '' then
     grants_give_back(KEYS[11], e.grants_spent)
   end

@@ -23,7 +23,17 @@ def uid():
 
 
 def _load(
-    lua, uid, balance=10_000, version=5, threshold=0, open_="1", mode="ASYNC", epoch="e1", hold_until=0, hold_log=""
+    lua,
+    uid,
+    balance=10_000,
+    version=5,
+    threshold=0,
+    open_="1",
+    mode="ASYNC",
+    epoch="e1",
+    hold_until=0,
+    hold_log="",
+    grants="",
 ):
     return lua.run(
         "ledger_load",
@@ -36,12 +46,22 @@ def _load(
             keys.grants(uid),
             keys.grant_expiry(uid),
         ],
-        args=[balance, version, threshold, open_, mode, epoch, hold_until, hold_log, 0, "", ""],
+        args=[balance, version, threshold, open_, mode, epoch, hold_until, hold_log, 0, "", grants],
     )
 
 
 def _apply(
-    lua, uid, kind, amount, entry_id, fingerprint="", idem="k", stale_before=0, key_checked=True, refusal_final=True
+    lua,
+    uid,
+    kind,
+    amount,
+    entry_id,
+    fingerprint="",
+    idem="k",
+    stale_before=0,
+    key_checked=True,
+    refusal_final=True,
+    grant=None,
 ):
     reply = lua.run(
         "ledger_apply",
@@ -73,6 +93,7 @@ def _apply(
             uid,
             "checked" if key_checked else "",
             "1" if refusal_final else "",
+            *(("", "", *grant) if grant else ()),  # a granted recharge: its expires_at and category
         ],
     )
     return [x.decode() if isinstance(x, bytes) else x for x in reply]
@@ -110,20 +131,50 @@ def test_load_creates_only_if_absent(lua, redis_client, uid):
     assert redis_client.hget(keys.balance(uid), "balance") == b"500"
 
 
-def test_a_plain_deduct_costs_redis_six_commands(lua, redis_client, uid):
-    """A deduct on an account without holds, grants or an Idempotency-Key is Redis's one-thread work per charge on a
-    hot account (issue 33 goal 2): its script sends six commands, the account's hash written once (the balance and
-    the version computed in the script, exact below MAX_BALANCE, not two HINCRBYs and an HSET)."""
-    _load(lua, uid, balance=10_000, version=5)
-    redis_client.config_resetstat()
-    assert _apply(lua, uid, "D", 1234, 78)[:4] == ["ok", "78", "8766", "6"]
-    sent = {
+def _commands_sent(redis_client) -> dict:
+    return {
         name.removeprefix("cmdstat_"): stat["calls"]
         for name, stat in redis_client.info("commandstats").items()
         if not name.startswith(("cmdstat_eval", "cmdstat_config", "cmdstat_script"))  # the test's own
     }
-    assert sent == {"get": 1, "hmget": 1, "exists": 1, "hset": 1, "set": 1, "zadd": 1}
+
+
+def test_a_plain_deduct_costs_redis_five_commands(lua, redis_client, uid):
+    """A deduct on an account without holds, grants or an Idempotency-Key is Redis's one-thread work per charge on a
+    hot account (issue 33 goal 2): its script sends five commands, the account's hash read once (whether it has grants
+    is a field of it, not an EXISTS of the grants' key) and written once (the balance and the version computed in the
+    script, exact below MAX_BALANCE, not two HINCRBYs and an HSET)."""
+    _load(lua, uid, balance=10_000, version=5)
+    redis_client.config_resetstat()
+    assert _apply(lua, uid, "D", 1234, 78)[:4] == ["ok", "78", "8766", "6"]
+    assert _commands_sent(redis_client) == {"get": 1, "hmget": 1, "hset": 1, "set": 1, "zadd": 1}
     assert redis_client.hmget(keys.balance(uid), "balance", "v") == [b"8766", b"6"]
+
+
+def test_an_account_cached_before_its_grants_flag_existed_still_spends_its_grants_first(lua, redis_client, uid):
+    """The account's `grants` field is written by grant_add, the only writer of the grants' expiry zset; an account
+    cached by an earlier release has grants and no field: its first debit looks the grants up once and keeps the
+    answer, so promo credit is still spent first (and an expired grant's money is still out of reach)."""
+    far = 4_102_444_800_000  # 2100-01-01
+    _load(lua, uid, balance=10_000, version=5, grants=f"900:300:{far}:promo")
+    assert redis_client.hget(keys.balance(uid), "grants") == b"1"
+    redis_client.hdel(keys.balance(uid), "grants")  # as an earlier release cached it
+    assert _apply(lua, uid, "D", 100, 78)[6] == "900:100"
+    assert redis_client.hget(keys.balance(uid), "grants") == b"1"
+    redis_client.config_resetstat()
+    assert _apply(lua, uid, "D", 100, 79)[6] == "900:100"
+    assert "exists" not in _commands_sent(redis_client)
+
+
+def test_an_account_loaded_without_grants_says_so_and_a_granted_recharge_turns_it_on(lua, redis_client, uid):
+    far = 4_102_444_800_000
+    _load(lua, uid, balance=10_000, version=5)
+    assert redis_client.hget(keys.balance(uid), "grants") == b"0"
+    assert _apply(lua, uid, "D", 100, 78)[6] == ""
+    assert _apply(lua, uid, "R", 500, 79, grant=(far, "promo"))[0] == "ok"
+    assert redis_client.hget(keys.balance(uid), "grants") == b"1"
+    assert lua.run("ledger_post", [keys.balance(uid), keys.held(uid), keys.holds(uid)], [79]) == 1  # durable
+    assert _apply(lua, uid, "D", 100, 80)[6] == "79:100"
 
 
 def test_deduct_ok_writes_entry_zset_and_bumps_version(lua, redis_client, uid):

@@ -26,8 +26,47 @@ def test_a_piece_may_include_another_and_each_is_expanded_once(tmp_path):
     assert script_text(tmp_path / "s.lua") == "local B = 1\n\nlocal T = B\n\n\nreturn T\n"
 
 
+def test_a_script_leaves_out_the_pieces_functions_it_never_calls(tmp_path):
+    """A script's top level runs at every EVALSHA, so each function it defines is a closure made and collected per
+    call (issue 33 goal 2): a piece's functions that the script never calls, also through another left-out function,
+    are not in its text; comments do not count as calls."""
+    from hotledger.dal.redis_store import script_text
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "piece.lua").write_text(
+        "-- piece: used_one_liner, used, helper_of_unused, unused\n"
+        "local function used_one_liner(x) return x end\n"
+        "local function helper_of_unused(x)\n  return x\nend\n"
+        "-- unused(x) calls helper_of_unused\n"
+        "local function unused(x)\n  if x then return helper_of_unused(x) end\n  return 0\nend\n"
+        "local function used(x)\n  return used_one_liner(x)\nend\n"
+    )
+    (tmp_path / "s.lua").write_text("--! include piece\nreturn used(1)  -- not unused(1)\n")
+    text = script_text(tmp_path / "s.lua")
+    assert "local function used(x)\n  return used_one_liner(x)\nend\n" in text
+    assert "local function used_one_liner(x) return x end\n" in text
+    assert "local function unused" not in text and "local function helper_of_unused" not in text
+    assert "  return 0\nend" not in text  # no orphan lines of a left-out function
+
+
 LUA = Path(__file__).resolve().parents[2] / "layers/lua"
 SCRIPTS = sorted(LUA.glob("*.lua"))
+
+
+@pytest.mark.parametrize("piece", sorted((LUA / "lib").glob("*.lua")), ids=lambda p: p.stem)
+def test_each_pieces_function_is_laid_out_so_that_it_can_be_left_out_whole(piece):
+    """Leaving a function out finds its end by the layout: `local function name(` at a line's start, ending on its own
+    line or at the next `end` alone on a line; and no string holds `--`, so stripping comments keeps every call."""
+    from hotledger.dal.redis_store import _FUNCTION
+
+    text = piece.read_text()
+    starts = re.findall(r"^local function (\w+)\(", text, re.M)
+    blocks = _FUNCTION.findall(text)
+    assert blocks == starts
+    for match in _FUNCTION.finditer(text):
+        body = match.group(0).splitlines()[1:-1]
+        assert all(line.startswith((" ", "--")) or not line for line in body), match.group(1)
+    assert not re.search(r"'[^'\n]*--|\"[^\"\n]*--", re.sub(r"(?:^|(?<=\s))--[^\n]*", "", text))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
@@ -72,5 +111,7 @@ def test_the_docs_table_of_lua_pieces_is_true():
         piece = (LUA / "lib" / f"{name}.lua").read_text()
         for function in re.findall(r"`(\w+)`", what):
             assert re.search(rf"\blocal (function )?{function}\b", piece), (name, function)
-        for script in re.findall(r"`(\w+)`", used_by):
-            assert piece in script_text(LUA / f"{script}.lua"), (name, script)
+        for script in re.findall(
+            r"`(\w+)`", used_by
+        ):  # its header line: the functions a script never calls are left out
+            assert piece.splitlines()[0] in script_text(LUA / f"{script}.lua"), (name, script)

@@ -6,6 +6,10 @@
 --                                     (a grant spent whole stays, remaining 0, until its expiry tidies it)
 --   expiry  user:grants:expiry:{uid}  zset: grant ids by expires_at
 --   held    user:held:{uid}           hash (ledger_apply): a grant whose credit is not durable yet is not spent
+--   account user:balance:{uid}        hash: its `grants` field is '1' once a grant went in the expiry zset (grant_add,
+--                                     its only writer: never cleared, so '1' may outlive the last grant, costing that
+--                                     account the grants' lookups), '0' when loaded without grants; a debit of an
+--                                     account without grants reads it with the account instead of an EXISTS
 -- Expiry is judged by the caller's clock `now` (the script's ts), like a hold's: a grant at or past expires_at counts
 -- for nothing, whether or not its expiry entry is booked yet.
 
@@ -44,10 +48,20 @@ local function grants_spend(grants, expiry, held, now, amount)
   return table.concat(spent, ',')
 end
 
--- grant_add(grants, expiry, id, amount, expires_at, category): a recharge's grant
-local function grant_add(grants, expiry, id, amount, expires_at, category)
+-- grant_add(account, grants, expiry, id, amount, expires_at, category): a recharge's grant (the account is cached)
+local function grant_add(account, grants, expiry, id, amount, expires_at, category)
   redis.call('HSET', grants, id, grant_record(amount, expires_at, category))
   redis.call('ZADD', expiry, expires_at, id)
+  redis.call('HSET', account, 'grants', '1')
+end
+
+-- account_has_grants(account, flag, expiry) -> whether the account may have grants, from its `grants` field (flag);
+-- an account cached before the field existed looks once and keeps the answer
+local function account_has_grants(account, flag, expiry)
+  if flag then return flag == '1' end
+  local has = redis.call('EXISTS', expiry) == 1
+  redis.call('HSET', account, 'grants', has and '1' or '0')
+  return has
 end
 
 -- grants_give_back(grants, spent, sign): a deduct or capture taken back returns each grant's part to it ('<grant
