@@ -21,10 +21,13 @@ UPDATE, the INSERT, the COMMIT's request: three RTTs).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
+import socket
 import statistics
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -243,6 +246,59 @@ def rounds(redis_port: int, root: Path, size, connections: int) -> dict:
     return medians
 
 
+def _callgrind_total(root: Path, deducts: int) -> int:
+    """Instructions a private redis-server ran under valgrind's callgrind, start to shutdown, with `deducts`
+    ledger_apply deducts from redis-benchmark (one client) in between."""
+    import redis
+    import scripts
+
+    from hotledger.dal.redis_store import Lua, script_text
+
+    root.mkdir(parents=True, exist_ok=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = root / f"callgrind.{deducts}.out"
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "redis-server", "--port", str(port)]
+        + ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = redis.Redis(port=port)
+        for _ in range(600):  # valgrind starts Redis slowly
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        lua = Lua(client, str(REPO / "layers/lua"))
+        scripts.load(lua, REDIS_USER, HUGE_BALANCE)
+        name, keys, args = scripts.deduct_call(lua, REDIS_USER, RAND_ENTRY_ID)
+        client.script_load(script_text(REPO / f"layers/lua/{name}.lua"))
+        line = [str(x).replace(str(RAND_ENTRY_ID), "__rand_int__") for x in (*keys, *args)]
+        cmd = ["redis-benchmark", "-p", str(port), "-c", "1", "-n", str(deducts), "-r", "1000000000", "-q"]
+        subprocess.run([*cmd, "evalsha", lua.sha(name), str(len(keys)), *line], capture_output=True, check=True)
+        charged = HUGE_BALANCE - int(client.hget(keys[0], "balance"))
+        if charged != deducts:
+            raise RuntimeError(f"callgrind's redis-benchmark charged {charged} of {deducts} deducts")
+        with contextlib.suppress(redis.ConnectionError):
+            client.shutdown(nosave=True)
+        server.wait(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    return int(re.search(r"^totals: (\d+)", out.read_text(), re.M).group(1))
+
+
+def redis_instructions_per_deduct(root: Path, deducts: int) -> int:
+    """Instructions Redis's process runs per ledger_apply deduct (valgrind's callgrind): a run of 2N deducts less one
+    of N, over N, so that start-up and shutdown cancel. Unlike its CPU time, the count barely moves with the load."""
+    once, twice = (_callgrind_total(root, count) for count in (deducts, 2 * deducts))
+    return round((twice - once) / deducts)
+
+
 def aws_model(usec_per_call: float, db_per_s: float, rtt_ms: float = AWS_IN_AZ_RTT_MS) -> dict:
     """Deducts/s on one hot account in AWS: Redis one script call after another (no round trip inside the
     serialized part), the database its serialized µs per deduct (measured: 1e6 / its rate on one row) plus the
@@ -264,6 +320,8 @@ def figures(redis_port: int, state: Path, size) -> dict:
     found = rounds(redis_port, state / "mariadb-ceiling", size, connections)
     redis, proc, stmts = found["redis"], found["procedure"], found["statements"]
     model = aws_model(redis["thread_usec_per_call"], proc["per_s"])
+    counted = size.pick(4_000, 1_000, 50)
+    instructions = redis_instructions_per_deduct(state / "redis-callgrind", counted)
     durable = ", ".join(f"{k}={v}" for k, v in found["durability"].items())
     on_db = f"one account's row on a private MariaDB ({durable}), mysqlslap, {connections} connections"
     median = f"the median of {found['rounds']} rounds alternating with the other side"
@@ -284,6 +342,15 @@ def figures(redis_port: int, state: Path, size) -> dict:
             None,
             "Redis's main-thread CPU (INFO cpu used_cpu_user/sys_main_thread) per ledger_apply deduct over a "
             f"redis-benchmark run, reading the request and writing the reply included; {median}",
+        ),
+        "redis_instructions_per_deduct": (
+            instructions,
+            "instructions",
+            counted,
+            None,
+            "instructions the redis-server process ran per ledger_apply deduct under valgrind's callgrind (a run of "
+            "2N deducts from redis-benchmark, one client, less a run of N, over N): what redis_thread_usec_per_deduct "
+            "measures, counted so that the machine's load does not move it",
         ),
         "ledger_apply_evalsha_usec_per_call": (
             redis["usec_per_call"],
