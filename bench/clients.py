@@ -93,7 +93,7 @@ def deduct_worker(
 
         baselines.patch(baseline)
     call = api()
-    latencies, ok, failed, i = [], 0, 0, 0
+    latencies, ok, failed, i, cpu_from = [], 0, 0, 0, None
     warm_until, stop_at = open_window(ready, window, seconds, warm_up_s)
     late = max(0.0, time.time() - warm_until)
     next_at = time.time()
@@ -108,6 +108,8 @@ def deduct_worker(
         started = time.time()
         if started >= stop_at:
             break
+        if cpu_from is None and started >= warm_until:
+            cpu_from = time.process_time()
         user_id = user_ids[i % len(user_ids)]
         i += 1
         status, body = call("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})
@@ -121,7 +123,11 @@ def deduct_worker(
                 acks.put((int(body["order_id"]), ended * 1000))
         else:
             failed += 1
-    out.put({"latencies": latencies, "ok": ok, "failed": failed, "late": late, "window": (warm_until, stop_at)})
+    # the window's CPU of this process: the handler's, and the caller's event building around it (a small part)
+    cpu_s = time.process_time() - cpu_from if cpu_from is not None else 0.0
+    out.put(
+        {"latencies": latencies, "ok": ok, "failed": failed, "late": late, "window": (warm_until, stop_at), "cpu_s": cpu_s}
+    )
 
 
 def barrier(procs: int):
@@ -142,7 +148,7 @@ def deducts(
     warm_up_s: float = WARM_UP_S,
 ) -> dict:
     """`procs` deduct workers side by side (user ids dealt out among them): the window's latencies, acknowledged and
-    failed counts, the window itself and the latest worker's lateness."""
+    failed counts, the window itself, the latest worker's lateness and the workers' CPU seconds in the window."""
     ready, window = barrier(procs)
     per_worker = [user_ids[i::procs] or user_ids for i in range(procs)]
     results = gather(
@@ -159,4 +165,5 @@ def deducts(
         "failed": sum(r["failed"] for r in results),
         "window": results[0]["window"],
         "late": round(max(r["late"] for r in results), 2),
+        "cpu_s": sum(r["cpu_s"] for r in results),
     }

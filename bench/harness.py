@@ -78,6 +78,8 @@ TARGETS = {
     "hot_account_ceiling_ratio": (">=", 20),
     # issue 33 goal 4: a deduct's request-driven cost behind the default front door
     "cost_per_million_deduct_usd": ("<=", 2.0),
+    # issue 33 goal 5: the writer keeps up, its rows/s through the broker over the API's ASYNC deducts/s (same run)
+    "writer_vs_api_deduct_ratio": (">=", 20),
     # issue 33 goal 6: the handler's instructions per deduct over the floor's
     "handler_vs_floor_instructions_ratio": ("<=", 2.0),
 }

@@ -64,6 +64,8 @@ BASELINES = {
     "recharge_vs_deduct_cpu_ratio": "handler_cpu_us_per_deduct",
     "writer_rows_per_s": "writer_rows_per_s_1_partition",
     "writer_partitions_vs_1_ratio": "writer_rows_per_s_1_partition",
+    "writer_vs_api_deduct_ratio": "async_deduct_per_s",
+    "writer_vs_api_rows_per_cpu_s_ratio": "async_deduct_per_cpu_s",
     "seckill_attempts_per_s": "seckill_db_attempts_per_s",
     "seckill_vs_db_ratio": "seckill_db_attempts_per_s",
     "redpacket_grabs_per_s": "redpacket_seed_script_grabs_per_s",
@@ -138,6 +140,7 @@ def hot_account(call, procs: int, seconds: float, mode: str, baseline: str | Non
         "p99_ms": stats.percentile(run["latencies"], 0.99),
         "samples": len(run["latencies"]),
         "late_s": run["late"],
+        "per_cpu_s": stats.ratio(run["ok"], run["cpu_s"], 1),
     }
 
 
@@ -159,6 +162,15 @@ def hot_account_figures(figures: report.Figures, call, procs: int, seconds: floa
         figures.add(f"{name}_per_s", run["per_s"], "1/s", run["ok"], BASELINES.get(f"{name}_per_s"), what[key])
         figures.add(f"{name}_p50_ms", run["p50_ms"], "ms", run["samples"], None, what[key])
         figures.add(f"{name}_p99_ms", run["p99_ms"], "ms", run["samples"], None, what[key])
+    figures.add(
+        "async_deduct_per_cpu_s",
+        runs["async"]["per_cpu_s"],
+        "1/s",
+        runs["async"]["ok"],
+        None,
+        "async_deduct_per_s's deducts over the CPU seconds its worker processes used in the window (the handler, and "
+        "the in-process caller's event building around it; not Redis's or the broker's)",
+    )
     figures.add(
         "sync_vs_lean_ratio",
         stats.ratio(runs["sync"]["per_s"], runs["db"]["per_s"]),
@@ -310,6 +322,16 @@ def writer_figures(figures: report.Figures, env: dict, procs: int, size: Size, s
         many["samples"],
         "writer_rows_per_s_1_partition",
         f"writer_rows_per_s over its {services.LOCAL_PARTITIONS} partitions",
+    )
+    figures.add(
+        "writer_rows_per_cpu_s",
+        many["per_cpu_s"],
+        "1/s",
+        many["samples"],
+        None,
+        f"writer_rows_per_s's rows (N = {services.LOCAL_PARTITIONS}) over the CPU seconds the local runtime's processes "
+        "used in the same window (the pollers, each with its partition's writer; not Redis's, the DB's or the "
+        "broker's)",
     )
     figures.add(
         "writer_partitions_vs_1_ratio",
@@ -665,6 +687,29 @@ def hotpath_figures(figures: report.Figures, extra: dict, size: Size) -> None:
     )
 
 
+def writer_vs_api_figures(figures: report.Figures) -> None:
+    """Issue 33 goal 5, once the run measured both sides (stages 2 and 5): the writer's rows/s through the broker over
+    the API's ASYNC deducts/s, and the same per CPU-second of each side's own processes (on 2 shared cores both share
+    the CPU; on AWS each Lambda has its own)."""
+    found = figures.values()
+    for name, writer, api, measures in (
+        (
+            "writer_vs_api_deduct_ratio",
+            "writer_rows_per_s",
+            "async_deduct_per_s",
+            "the writer's rows/s through the broker over the API handler's ASYNC deducts/s of one hot account, same run",
+        ),
+        (
+            "writer_vs_api_rows_per_cpu_s_ratio",
+            "writer_rows_per_cpu_s",
+            "async_deduct_per_cpu_s",
+            "the writer's rows per CPU-second of its processes over the API handler's deducts per CPU-second of its own",
+        ),
+    ):
+        if writer in found and api in found:
+            figures.add(name, stats.ratio(found[writer], found[api]), "ratio", None, BASELINES[name], measures)
+
+
 # the hot path's CPU first: counted in one process, it reads best on a machine no earlier stage has just loaded
 STAGES = [
     "hot path CPU",
@@ -795,6 +840,7 @@ def main() -> int:
                 sys.stdout = real_stdout
                 raise
     sys.stdout = real_stdout
+    writer_vs_api_figures(figures)
     machine = {
         **machine_before,
         "load_average_before": machine_before.pop("load_average"),

@@ -110,6 +110,25 @@ def runtime(env: dict, log_path: Path, *flags: str) -> subprocess.Popen:
     )
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the live process `pid` and its live descendants have used: the local runtime and
+    the pollers it forked (each partition's writer), read from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # the fields after the command's closing parenthesis: state, ppid, ..., utime (12th), stime (13th)
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        parents[int(stat.parent.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    tree, grown = {pid}, True
+    while grown:
+        children = {child for child, (parent, _) in parents.items() if parent in tree} - tree
+        tree |= children
+        grown = bool(children)
+    return sum(parents[p][1] for p in tree if p in parents) / os.sysconf("SC_CLK_TCK")
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
@@ -153,17 +172,18 @@ def writer_rows_per_s(env: dict, procs: int, partitions: int, rows: int, log_dir
     proc = runtime({**env, "KAFKA_TOPIC": topic}, log_dir / f"writer-{partitions}.log", "--no-api", "--no-schedules")
     try:
         deadline = time.monotonic() + 300
-        first = first_count = None
+        first = first_count = first_cpu_s = None
         while time.monotonic() < deadline:
             now, count = time.monotonic(), committed()
             if first is None and count:
-                first, first_count = now, count
+                first, first_count, first_cpu_s = now, count, tree_cpu_s(proc.pid)
             if count >= charged:
                 break
             time.sleep(0.05)
         while time.monotonic() < deadline and pending():
             time.sleep(0.05)
         ended, left = time.monotonic(), pending()
+        cpu_s = tree_cpu_s(proc.pid) - first_cpu_s if first_cpu_s is not None else None
         count = committed()
     finally:
         stop(proc)
@@ -173,6 +193,9 @@ def writer_rows_per_s(env: dict, procs: int, partitions: int, rows: int, log_dir
         "rows": charged,
         "per_s": per_s,
         "per_partition_per_s": round(per_s / partitions, 1) if per_s else None,
+        # the rows over the CPU the writer's processes used in the same window (their own, not Redis's, the DB's or
+        # the broker's): on AWS each partition's writer has a CPU of its own, here they share 2 cores with everything
+        "per_cpu_s": stats.ratio(measured, cpu_s, 1),
         "samples": measured,
         "not_persisted": charged - count,
         "left_pending": left,

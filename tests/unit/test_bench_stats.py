@@ -4,6 +4,8 @@ never asserted)."""
 from __future__ import annotations
 
 import io
+import os
+import signal
 
 import pytest
 
@@ -132,3 +134,45 @@ def test_the_cost_follows_the_templates_logging_and_tracing_of_the_api_function(
     assert cost.api_function_observability() == (0, 0.0)
 
     assert cost.template_memory_gb("ApiFunction") > 0
+
+
+def test_the_writer_is_set_against_the_api_only_when_the_run_measured_both():
+    from bench import run
+
+    both = report.Figures()
+    for name, value in (
+        ("async_deduct_per_s", 1_400.0),
+        ("async_deduct_per_cpu_s", 2_000.0),
+        ("writer_rows_per_s", 5_600.0),
+        ("writer_rows_per_cpu_s", 9_000.0),
+    ):
+        both.add(name, value, "1/s")
+    run.writer_vs_api_figures(both)
+    assert both.entries["writer_vs_api_deduct_ratio"]["value"] == 4.0
+    assert both.entries["writer_vs_api_deduct_ratio"]["baseline"] == "async_deduct_per_s"
+    assert both.entries["writer_vs_api_rows_per_cpu_s_ratio"]["value"] == 4.5
+    writer_only = report.Figures()  # `--only 5`: no API figure, no ratio
+    writer_only.add("writer_rows_per_s", 5_600.0, "1/s")
+    run.writer_vs_api_figures(writer_only)
+    assert list(writer_only.entries) == ["writer_rows_per_s"]
+
+
+def test_a_process_trees_cpu_counts_its_live_descendants():
+    import subprocess
+    import sys
+    import time
+
+    from bench import writer_speed
+
+    # a process that burns 0.2 s of CPU, and a child of it that does too, both then alive until killed: 0.4 s in all
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass\n"
+    child = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {burn + 'time.sleep(30)'!r}])\n"
+    parent = subprocess.Popen([sys.executable, "-c", child + burn + "time.sleep(30)"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while writer_speed.tree_cpu_s(parent.pid) < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert writer_speed.tree_cpu_s(parent.pid) >= 0.4
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence, Sized
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -344,23 +344,24 @@ class LedgerTx:
         )
         flags = [(m.user_id, open_columns(m.open_flag)) for m in moves if m.open_flag is not None]
         if flags:
-            cases = " ".join(["WHEN %s THEN %s"] * len(flags))
+            # nearly every move carries its newest entry's flag: ids and api_open formatted as _ints does (the driver's
+            # escaping of them was most of the writer's SQL formatting), the reason escaped by the driver
+            escape = self.cursor.connection.escape
             self.cursor.execute(
-                f"UPDATE t_user SET api_open = CASE id {cases} END, close_reason = CASE id {cases} END"
-                f" WHERE id IN ({_marks(flags)})",
-                [x for user_id, (api_open, _) in flags for x in (user_id, api_open)]
-                + [x for user_id, (_, reason) in flags for x in (user_id, reason)]
-                + [user_id for user_id, _ in flags],
+                "UPDATE t_user SET api_open = CASE id "
+                + " ".join("WHEN %d THEN %d" % (user_id, api_open) for user_id, (api_open, _) in flags)
+                + " END, close_reason = CASE id "
+                + " ".join(
+                    "WHEN %d THEN %s" % (user_id, "NULL" if reason is None else escape(reason))
+                    for user_id, (_, reason) in flags
+                )
+                + f" END WHERE id IN ({_ints(user_id for user_id, _ in flags)})"
             )
 
 
 def _insert_entries(kind: str) -> str:
     table, amount_col = ENTRY_TABLES[kind]
     return f"INSERT INTO {table} (id, user_id, {amount_col}, balance, version, mode, idem_key, create_time) VALUES "
-
-
-def _marks(values: Sized) -> str:
-    return ",".join(["%s"] * len(values))
 
 
 def _ints(values: Iterable[int]) -> str:
