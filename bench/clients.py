@@ -126,7 +126,14 @@ def deduct_worker(
     # the window's CPU of this process: the handler's, and the caller's event building around it (a small part)
     cpu_s = time.process_time() - cpu_from if cpu_from is not None else 0.0
     out.put(
-        {"latencies": latencies, "ok": ok, "failed": failed, "late": late, "window": (warm_until, stop_at), "cpu_s": cpu_s}
+        {
+            "latencies": latencies,
+            "ok": ok,
+            "failed": failed,
+            "late": late,
+            "window": (warm_until, stop_at),
+            "cpu_s": cpu_s,
+        }
     )
 
 
