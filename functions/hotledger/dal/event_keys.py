@@ -17,6 +17,7 @@ every event again (a third of its CPU per event before). A value in any other la
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -52,7 +53,14 @@ def signed_part(value: bytes) -> tuple[str, str, bytes] | None:
     found = _SIGNATURE.search(value)
     if found is None or found.start() < 2:
         return None
-    return json.loads(found.group(1)), found.group(2).decode(), value[: found.start()] + b"}"
+    return _kid(found.group(1)), found.group(2).decode(), value[: found.start()] + b"}"
+
+
+@functools.lru_cache(maxsize=8)
+def _kid(quoted: bytes) -> str:
+    """A key id from its JSON string: a batch names one or two, parsed once rather than per record."""
+    kid: str = json.loads(quoted)
+    return kid
 
 
 class NoEventKeys(RuntimeError):

@@ -60,10 +60,12 @@ class AccountRow:
 
 @dataclass(frozen=True)
 class LockedAccount:
-    """An account row the writer locked: its highest applied version and its ledger head."""
+    """An account row the writer locked: its highest applied version, its ledger head and its open flag as t_user's
+    columns (api_open, close_reason) hold it."""
 
     version: int
     head: LedgerHead
+    open_columns: tuple[int, str | None]
 
 
 @dataclass(frozen=True)
