@@ -65,7 +65,7 @@ class LockedAccount:
 
     version: int
     head: LedgerHead
-    open_columns: tuple[int, str | None]
+    open_columns: tuple[int | None, str | None]  # (None, None): no t_user row
 
 
 @dataclass(frozen=True)

@@ -138,13 +138,14 @@ class LedgerTx:
     def lock_accounts(self, user_ids: set[int]) -> dict[int, LockedAccount]:
         """Lock the accounts in id order (no deadlock between writers); user_id -> version, ledger head and open flag
         of those that exist. Their t_user rows are locked with them, in the same order: every writer of an account's
-        open flag holds its account row lock first, so none waits on this the other way round."""
+        open flag holds its account row lock first, so none waits on this the other way round. (A LEFT JOIN: an account
+        row is locked and moved whether or not its t_user row is there, as before the flags were read here.)"""
         if not user_ids:
             return {}
         ordered = sorted(user_ids)
         self.cursor.execute(
             "SELECT a.user_id, a.version, a.seq, a.balance, a.on_hold, a.booked_at, u.api_open, u.close_reason"
-            f" FROM t_account a JOIN t_user u ON u.id = a.user_id WHERE a.user_id IN ({_ints(ordered)})"
+            f" FROM t_account a LEFT JOIN t_user u ON u.id = a.user_id WHERE a.user_id IN ({_ints(ordered)})"
             " ORDER BY a.user_id FOR UPDATE"
         )
         return {
