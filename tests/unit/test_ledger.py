@@ -18,8 +18,8 @@ from hotledger.config import Settings
 from hotledger.dal.db import CommitOutcomeUnknown, DatabaseUnavailable
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
-from hotledger.ledger.entry import Entry, LedgerHead, ServiceKey, stored_key
-from hotledger.ledger.persist import LedgerPersister, account_moves
+from hotledger.ledger.entry import Entry, ServiceKey, stored_key
+from hotledger.ledger.persist import LedgerPersister
 from hotledger.ledger.reconcile import LedgerReconcile
 from hotledger.ledger.replies import (
     ApplyReply,
@@ -42,7 +42,6 @@ from hotledger.ledger.rows import (
     IdempotentAnswer,
     LockedAccount,
     StoredDeduct,
-    open_columns,
 )
 from hotledger.ledger.service import Ledger, after_change, fingerprint, refusal
 from hotledger.ledger.tx import ChargeReads
@@ -322,9 +321,7 @@ class FakeLedgerStore:
 
     def lock_accounts(self, user_ids):
         return {
-            u: LockedAccount(self.accounts[u].version, self.accounts[u].head, open_columns(self.accounts[u].open_flag))
-            for u in user_ids
-            if u in self.accounts
+            u: LockedAccount(self.accounts[u].version, self.accounts[u].head) for u in user_ids if u in self.accounts
         }
 
     def stored_entries(self, ids_and_kinds):
@@ -832,14 +829,6 @@ def test_the_persister_sums_deltas_per_account_and_keeps_the_highest_version(sto
     assert (store.accounts[USER].balance, store.accounts[USER].version) == (750, 4)
     assert (store.accounts[8].balance, store.accounts[8].version, store.accounts[8].open_flag) == (70, 2, "1")
     assert store.settled == [{USER: [1, 2, 3], 8: [9]}]
-
-
-def test_the_persister_writes_only_the_open_flags_the_db_does_not_hold_already():
-    head = LedgerHead(1, 1000, 0, 0)
-    locked = {USER: LockedAccount(1, head, (1, None)), 8: LockedAccount(1, head, (0, "BALANCE"))}
-    batch = [event(1, version=2, open_flag="1"), event(2, 70, kind="R", user_id=8, version=2, open_flag="1")]
-    moves = account_moves(batch, locked, {USER: head, 8: head})
-    assert [(m.user_id, m.open_flag) for m in moves] == [(USER, None), (8, "1")]
 
 
 def test_the_persister_takes_the_open_flag_only_from_a_change_newer_than_the_db(store):

@@ -31,7 +31,7 @@ from hotledger.holds.tx import insert_changes
 from hotledger.ledger.book import book
 from hotledger.ledger.entry import LedgerHead
 from hotledger.ledger.kinds import HOLD_KINDS, KIND_REFUND
-from hotledger.ledger.rows import AccountMove, IdempotentAnswer, LockedAccount, open_columns
+from hotledger.ledger.rows import AccountMove, IdempotentAnswer, LockedAccount
 from hotledger.ledger.service import fingerprint
 from hotledger.ledger.store import LedgerStore
 from hotledger.ledger.tx import LedgerTx
@@ -53,11 +53,10 @@ def split_by_db(
 
 
 def account_moves(
-    events: list[LedgerEvent], locked: dict[int, LockedAccount], heads: dict[int, LedgerHead]
+    events: list[LedgerEvent], db_versions: dict[int, int], heads: dict[int, LedgerHead]
 ) -> list[AccountMove]:
     """Per account: the sum of the deltas, the highest version, the open flag of the newest entry if it is
-    newer than what the DB has seen (an older one must not undo a later close or reopen) and not the DB's already
-    (nearly every batch's: rewriting a thousand unchanged flags was a statement per batch), and its ledger head after
+    newer than what the DB has seen (an older one must not undo a later close or reopen), and its ledger head after
     the entries (`heads`, from ledger.book)."""
     delta: dict[int, int] = defaultdict(int)
     latest: dict[int, LedgerEvent] = {}
@@ -70,10 +69,7 @@ def account_moves(
             user_id,
             d,
             latest[user_id].version,
-            latest[user_id].open
-            if latest[user_id].version > locked[user_id].version
-            and open_columns(latest[user_id].open) != locked[user_id].open_columns
-            else None,
+            latest[user_id].open if latest[user_id].version > db_versions[user_id] else None,
             heads[user_id],
         )
         for user_id, d in delta.items()
@@ -179,7 +175,7 @@ class LedgerPersister(BatchPersister[LedgerEvent]):
         )
         booked, heads = book(fresh, {user_id: account.head for user_id, account in locked.items()}, now_ms())
         tx.insert_booked(booked)
-        tx.move_accounts(account_moves(fresh, locked, heads))
+        tx.move_accounts(account_moves(fresh, {user_id: account.version for user_id, account in locked.items()}, heads))
 
     def settle(self, locked: dict[int, LockedAccount], judged: Judged[LedgerEvent], report: PersistReport) -> None:
         """Drop the entries of existing accounts from Redis (persisted, replayed, or dead-lettered for good); the

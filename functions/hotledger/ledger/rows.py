@@ -60,12 +60,10 @@ class AccountRow:
 
 @dataclass(frozen=True)
 class LockedAccount:
-    """An account row the writer locked: its highest applied version, its ledger head and its open flag as t_user's
-    columns (api_open, close_reason) hold it."""
+    """An account row the writer locked: its highest applied version and its ledger head."""
 
     version: int
     head: LedgerHead
-    open_columns: tuple[int | None, str | None]  # (None, None): no t_user row
 
 
 @dataclass(frozen=True)

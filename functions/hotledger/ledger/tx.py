@@ -136,21 +136,16 @@ class LedgerTx:
         return int(balance), int(version)
 
     def lock_accounts(self, user_ids: set[int]) -> dict[int, LockedAccount]:
-        """Lock the accounts in id order (no deadlock between writers); user_id -> version, ledger head and open flag
-        of those that exist. Their t_user rows are locked with them, in the same order: every writer of an account's
-        open flag holds its account row lock first, so none waits on this the other way round. (A LEFT JOIN: an account
-        row is locked and moved whether or not its t_user row is there, as before the flags were read here.)"""
+        """Lock the accounts in id order (no deadlock between writers); user_id -> version and ledger head of those
+        that exist."""
         if not user_ids:
             return {}
         ordered = sorted(user_ids)
         self.cursor.execute(
-            "SELECT a.user_id, a.version, a.seq, a.balance, a.on_hold, a.booked_at, u.api_open, u.close_reason"
-            f" FROM t_account a LEFT JOIN t_user u ON u.id = a.user_id WHERE a.user_id IN ({_ints(ordered)})"
-            " ORDER BY a.user_id FOR UPDATE"
+            f"SELECT user_id, version, seq, balance, on_hold, booked_at FROM t_account"
+            f" WHERE user_id IN ({_ints(ordered)}) ORDER BY user_id FOR UPDATE"
         )
-        return {
-            row[0]: LockedAccount(row[1], LedgerHead(*row[2:6]), (row[6], row[7])) for row in self.cursor.fetchall()
-        }
+        return {row[0]: LockedAccount(row[1], LedgerHead(*row[2:])) for row in self.cursor.fetchall()}
 
     def stored_entries(self, ids_and_kinds: list[tuple[int, str]]) -> dict[int, tuple[int, int, int]]:
         """Entry id -> (user_id, amount, version) for those of the (id, kind) pairs the DB holds
