@@ -697,8 +697,8 @@ MUTANTS: list[Mutant] = [
     m(
         "py-seq-gap",
         "functions/hotledger/ledger/book.py",
-        "seq=head.seq + 1,",
-        "seq=head.seq + 2,",
+        "head = LedgerHead(head.seq + 1,",
+        "head = LedgerHead(head.seq + 2,",
         ["tests/integration/test_history.py", "tests/unit/test_book.py"],
         "an account's entries are numbered without gaps",
     ),
