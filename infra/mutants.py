@@ -420,8 +420,8 @@ MUTANTS: list[Mutant] = [
     m(
         "py-sync-row-lock",
         "functions/hotledger/ledger/tx.py",
-        '("SELECT 1 FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,)),\n            (ACCOUNT_SELECT,',
-        '("SELECT 1 FROM t_account WHERE user_id = %s", (user_id,)),\n            (ACCOUNT_SELECT,',
+        '"SELECT balance, version, threshold, seq, on_hold, booked_at FROM t_account WHERE user_id = %s FOR UPDATE"',
+        '"SELECT balance, version, threshold, seq, on_hold, booked_at FROM t_account WHERE user_id = %s"',
         ["tests/integration/test_sync_row_lock.py"],
         "SYNC charges of one account are serialized by its row lock (no Redis account lock): none below the threshold",
     ),

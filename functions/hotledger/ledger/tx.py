@@ -52,6 +52,11 @@ OnBooked = Callable[[Booking], None]
 BookingReads = Callable[[int], "list[tuple[str, tuple[str, Any]]]"]
 
 
+# a SYNC charge's row lock, whose locking read returns the account row as it is now (as a later consistent read
+# would: no one else writes it while the lock is held), so the lock and the account's columns are one result set
+LOCK_ACCOUNT_SELECT = (
+    "SELECT balance, version, threshold, seq, on_hold, booked_at FROM t_account WHERE user_id = %s FOR UPDATE"
+)
 ANSWER_SELECT = "SELECT fingerprint, response FROM t_idempotency WHERE user_id = %s AND idem_key = %s"
 
 
@@ -72,12 +77,16 @@ class ChargeReads:
     def statements(
         user_id: int, idem_key: str | None, now_ms: int, subscribers: list[tuple[str, tuple[str, Any]]]
     ) -> list[tuple[str, SqlArgs]]:
-        """The reads, the row lock first (then the account read sees every commit before it: a switch of mode
-        takes the same row lock)."""
+        """The reads, the row lock first (its locking read returns the t_account columns; the reads after it see
+        every commit before it: a switch of mode takes the same row lock). The t_user columns and what expired holds
+        keep are one result set: each result set costs the client's parsing under the lock."""
+        expired_sql, expired_args = expired_on_hold_read(user_id, now_ms)
         return [
-            ("SELECT 1 FROM t_account WHERE user_id = %s FOR UPDATE", (user_id,)),
-            (ACCOUNT_SELECT, (user_id,)),
-            expired_on_hold_read(user_id, now_ms),
+            (LOCK_ACCOUNT_SELECT, (user_id,)),
+            (
+                f"SELECT id, user_name, deduct_type, api_open, close_reason, ({expired_sql}) FROM t_user WHERE id = %s",
+                (*expired_args, user_id),
+            ),
             active_grants_read(user_id),
             *(read for _, read in subscribers),
             *([(ANSWER_SELECT, (user_id, idem_key))] if idem_key else []),
@@ -86,14 +95,18 @@ class ChargeReads:
     @classmethod
     def of(cls, results: Sequence[Sequence[Sequence[Any]]], subscribers: list[str]) -> ChargeReads:
         """The reads from the statements' rows, in their order; subscribers: the names of theirs, in order."""
-        _, account, expired, grants, *rest = results
+        locked, user, grants, *rest = results
         answer = rest[len(subscribers) :]
         seen = answer[0] if answer and answer[0] else None
+        account, expired = None, 0
+        if locked and user:
+            user_id, user_name, deduct_type, api_open, reason, expired = user[0]
+            account = AccountRow.of((user_id, user_name, deduct_type, *locked[0], api_open, reason))
         return cls(
-            AccountRow.of(account[0]) if account else None,
+            account,
             None if seen is None else IdempotentAnswer(seen[0][0], json.loads(seen[0][1])),
-            int(expired[0][0]),
-            grants_of(AccountRow.of(account[0]).user_id, grants) if account else [],
+            int(expired),
+            grants_of(account.user_id, grants) if account else [],
             dict(zip(subscribers, rest[: len(subscribers)], strict=True)),
         )
 
@@ -267,14 +280,25 @@ class LedgerTx:
     ) -> None:
         """A SYNC charge: its row in its kind's table, its ledger row (judged by the monitors and sent to the webhooks
         `reads` holds), and the account row after it: balance, version and ledger head."""
+        # rendered under the row lock: the ints formatted directly, as _entry_values does, the rest escaped
+        escape = self.cursor.connection.escape
         self.cursor.execute(
-            _insert_entries(kind) + "(%s, %s, %s, %s, %s, 'SYNC', %s, %s)",
-            (entry_id, user_id, amount, balance, version, idem_key, datetime.now(UTC).replace(tzinfo=None)),
+            _insert_entries(kind)
+            + "(%d,%d,%d,%d,%d,'SYNC',%s,%s)"
+            % (
+                entry_id,
+                user_id,
+                amount,
+                balance,
+                version,
+                escape(idem_key),
+                escape(datetime.now(UTC).replace(tzinfo=None)),
+            )
         )
         self.insert_booked([booked], reads.prefetched)
         self.cursor.execute(
-            "UPDATE t_account SET balance = %s, version = %s, seq = %s, booked_at = %s WHERE user_id = %s",
-            (balance, version, booked.seq, booked.booked_at, user_id),
+            "UPDATE t_account SET balance = %d, version = %d, seq = %d, booked_at = %d WHERE user_id = %d"
+            % (balance, version, booked.seq, booked.booked_at, user_id)
         )
 
     def insert_booked(self, rows: list[Booked], prefetched: dict[str, Sequence[Sequence[Any]]] | None = None) -> None:
