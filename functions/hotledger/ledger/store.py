@@ -24,7 +24,7 @@ import redis
 from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
-from hotledger.dal.redis_store import Lua, node_started_at_ms, redis_errors_translated, stream_flag, text
+from hotledger.dal.redis_store import Lua, node_started_at_ms, redis_errors_translated, scripts_only, stream_flag, text
 from hotledger.grants.rows import Grant
 from hotledger.grants.tx import active_grants
 from hotledger.holds.tx import expired_on_hold
@@ -322,6 +322,7 @@ class LedgerStore:
         ]
 
     # scripts -----------------------------------------------------------------------------------------
+    @scripts_only
     def apply(self, c: Charge) -> ApplyReply:
         """ledger_apply.lua: charge an ASYNC account in Redis."""
         account = keys.account_keys(c.user_id)
@@ -396,6 +397,7 @@ class LedgerStore:
         self.rollback(user_id, entry_id, idem_key)
         return False
 
+    @scripts_only
     def post(self, user_id: int, entry_id: int) -> bool:
         """ledger_post.lua: the entry's event is durable: release what waited for it, a credit's amount or a capture's
         inflight count (False: nothing waited)."""
