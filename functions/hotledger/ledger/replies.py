@@ -29,7 +29,8 @@ class ApplyStatus(Enum):
     TOO_MANY_KEYS = "too_many_keys"  # the account opened its most client keys this window: a new one waits for the next
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per charge, and a frozen dataclass sets each field through object.__setattr__
+@dataclass
 class ApplyReply(ScriptReply):
     """ledger_apply.lua's answer. OK: the new entry's balance after, version, cache epoch and open flag.
     REPLAY: the first answer for the Idempotency-Key (entry_id, balance, version, the mode that charged it) and
