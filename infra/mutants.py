@@ -1541,6 +1541,23 @@ MUTANTS: list[Mutant] = [
         [I_GRANTS],
         "a SYNC hold change's available_after leaves expired grants out",
     ),
+    # ---- the charge's lean path: what it keeps must follow what it was built from -----------------------------
+    m(
+        "py-account-keys-follow-settings",
+        "functions/hotledger/keys.py",
+        "if cfg is not settings():",
+        "if cfg is None:",
+        ["tests/unit/test_key_slots.py"],
+        "an account's kept keys are built again when the settings change (another transport, another slot)",
+    ),
+    m(
+        "py-apply-reply-ok-fields",
+        "functions/hotledger/ledger/replies.py",
+        "_, entry_id, balance, version, epoch, open_flag, grant = raw",
+        "_, entry_id, version, balance, epoch, open_flag, grant = raw",
+        ["tests/unit/test_script_replies.py"],
+        "an OK reply of ledger_apply read directly carries the balance and version the script answered",
+    ),
 ]
 
 

@@ -13,6 +13,7 @@ way. Every refusal before the route runs stays the resolver's own."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver, BaseRouter, Route
@@ -31,18 +32,31 @@ if TYPE_CHECKING:
 class HotLane:
     def __init__(self, app: ApiGatewayResolver, hot_paths: set[tuple[str, str]]) -> None:
         self.app = app
-        routes: list[Route] = [*app._static_routes, *app._dynamic_routes]
-        # only the routes up to the last hot one can be the first match of a hot route's request; the resolver skips
-        # the other methods' routes one by one, here they are left out once
-        last = max((i for i, r in enumerate(routes) if (r.method, r.path) in hot_paths), default=-1)
-        self.routes: dict[str, list[Route]] = {}
-        for route in routes[: last + 1]:
-            self.routes.setdefault(route.method, []).append(route)
+        routes: list[Route] = [*app._static_routes, *app._dynamic_routes]  # the resolver's order: first match wins
+        # per method, each hot route with the routes before it that may match a path of its own: a request matching
+        # none of those takes the hot route, as in the resolver, with one regex per hot route instead of one per route
+        # before it
+        self.routes: dict[str, list[tuple[Route, list[Route]]]] = {}
+        for i, route in enumerate(routes):
+            if (route.method, route.path) in hot_paths:
+                before = [r for r in routes[:i] if r.method == route.method and may_share_a_path(r.path, route.path)]
+                self.routes.setdefault(route.method, []).append((route, before))
         self.hot: dict[int, tuple[RouteArgs, Rule]] = {
             id(route): (RouteArgs(f"{route.method} {route.path}", route.dependant), authorization.rules()[key])
             for route in routes
             if (key := (route.method, route.path)) in hot_paths
         }
+
+    def route_of(self, method: str, path: str) -> tuple[Route, re.Match[str]] | None:
+        """The hot route the resolver matches first for this request and its match, or None: the resolver takes it (a
+        route that is not hot, or none)."""
+        for route, before in self.routes.get(method, ()):
+            matched = route.rule.match(path)
+            if matched is not None:
+                if any(other.rule.match(path) for other in before):
+                    return None
+                return route, matched
+        return None
 
     def answer(self, event: dict[str, Any], context: LambdaContext) -> dict[str, Any] | None:
         """The resolver's answer to a plain request of a hot route, or None: the resolver takes the request."""
@@ -55,16 +69,11 @@ class HotLane:
         if not isinstance(method, str) or not isinstance(path, str):
             return None
         method, path = method.upper(), app._remove_prefix(path)
-        for route in self.routes.get(method, ()):
-            matched = route.rule.match(path)
-            if matched is not None:
-                break
-        else:
+        found = self.route_of(method, path)
+        if found is None:
             return None
-        hot = self.hot.get(id(route))
-        if hot is None:
-            return None
-        route_args, rule = hot
+        route, matched = found
+        route_args, rule = self.hot[id(route)]
         args = self._admitted_args(event, route_args, rule, app._convert_matches_into_route_keys(matched))
         if args is None:
             return None
@@ -128,3 +137,24 @@ class HotLane:
             serializer=app._serializer,
             route=route,
         )
+
+
+# a path parameter of a route template (Powertools' _DYNAMIC_ROUTE_PATTERN), alone in its segment; it matches one
+# segment, never a '/'
+_PARAMETER = re.compile(r"<\w+>")
+# a literal segment that its rule's regex matches as itself and only itself (Powertools does not escape templates)
+_LITERAL = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def may_share_a_path(template: str, other: str) -> bool:
+    """Whether some path may match both route templates' rules; False only when none can. Two templates of plain
+    segments (literals or parameters) share a path only with as many segments, each the same literal or a parameter
+    on one side. A template with another segment (an empty one, text a regex reads as a pattern, a parameter within
+    text) may match paths of other shapes: it may share one with any."""
+    root, *segments = template.split("/")
+    other_root, *others = other.split("/")
+    if root or other_root or not all(_PARAMETER.fullmatch(s) or _LITERAL.fullmatch(s) for s in (*segments, *others)):
+        return True
+    return len(segments) == len(others) and all(
+        a == b or _PARAMETER.fullmatch(a) or _PARAMETER.fullmatch(b) for a, b in zip(segments, others, strict=True)
+    )

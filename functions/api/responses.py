@@ -21,11 +21,13 @@ def error(status: int, code: str, message: str, **details: str) -> Response[str]
     )
 
 
+# json.dumps with any option builds its encoder per call
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def json_answer(body: dict[str, Any], status: int = 200) -> Response[str]:
     """A JSON answer serialized as the resolver would (compact separators), for routes that serialize it themselves."""
-    return Response(
-        status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body, separators=(",", ":"))
-    )
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=_COMPACT.encode(body))
 
 
 def responses(ok_status: int, ok_model: object, ok_text: str, *errors_: tuple[int, str]) -> dict[int, OpenAPIResponse]:

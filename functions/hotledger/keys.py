@@ -9,8 +9,9 @@ events:{s<n>}. STREAM_SHARDS sets how many shards (streams, slots) there are.
 from __future__ import annotations
 
 import zlib
+from typing import NamedTuple
 
-from hotledger.config import settings
+from hotledger.config import Settings, settings
 
 
 def _shards() -> int:
@@ -117,6 +118,51 @@ def account_lock(user_id: int) -> str:
 
 def account_stream(user_id: int) -> str:
     return entity_stream(str(user_id))
+
+
+class AccountKeys(NamedTuple):
+    """The keys of an account that name no entry or Idempotency-Key (ledger_apply's, but the entry's and the key's)."""
+
+    balance: str
+    pending: str
+    stream: str
+    idempotency_quota: str
+    held: str
+    holds: str
+    hold_expiry: str
+    grants: str
+    grant_expiry: str
+
+
+ACCOUNT_KEYS_KEPT = 10_000
+# (the settings they were built under, user id -> the account's keys): every charge names nine of them, each tagged
+_account_keys: tuple[Settings | None, dict[int, AccountKeys]] = (None, {})
+
+
+def account_keys(user_id: int) -> AccountKeys:
+    """The account's keys, built once per account while the settings stay (at most ACCOUNT_KEYS_KEPT accounts' at a
+    time: a container charging more starts over)."""
+    global _account_keys
+    cfg, kept = _account_keys
+    if cfg is not settings():  # settings() is one object per process until it is built again (runtime.reset)
+        kept = {}
+        _account_keys = (settings(), kept)
+    found = kept.get(user_id)
+    if found is None:
+        if len(kept) >= ACCOUNT_KEYS_KEPT:
+            kept.clear()
+        found = kept[user_id] = AccountKeys(
+            balance(user_id),
+            pending(user_id),
+            account_stream(user_id),
+            idempotency_quota(user_id),
+            held(user_id),
+            holds(user_id),
+            hold_expiry(user_id),
+            grants(user_id),
+            grant_expiry(user_id),
+        )
+    return found
 
 
 # vouchers (flash sale) ------------------------------------------------------------------------------------

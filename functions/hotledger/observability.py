@@ -231,18 +231,18 @@ def invocation(logger: Logger, metrics: Metrics) -> Callable[[Handler[_Event, _A
         @functools.wraps(handler)
         def invoked(event: _Event, context: Any) -> _Answer:
             lambda_context = context.lambda_context if is_durable_context(context) else context
-            keys = dict.fromkeys(formatter.log_record_order)
-            keys.update(formatter.keys_combined)
-            keys.update(logger._default_log_keys)
-            keys.update(
+            # one dict display: the same keys in the same order as updates one after the other, without their calls
+            formatter.log_format = {
+                **dict.fromkeys(formatter.log_record_order),
+                **formatter.keys_combined,
+                **logger._default_log_keys,
                 # Powertools' flag, shared with its decorators; once it is down only it is read (not the environment)
-                cold_start=powertools_logger.is_cold_start and powertools_logger._is_cold_start(),
-                function_name=lambda_context.function_name,
-                function_memory_size=lambda_context.memory_limit_in_mb,
-                function_arn=lambda_context.invoked_function_arn,
-                function_request_id=lambda_context.aws_request_id,
-            )
-            formatter.log_format = keys
+                "cold_start": powertools_logger.is_cold_start and powertools_logger._is_cold_start(),
+                "function_name": lambda_context.function_name,
+                "function_memory_size": lambda_context.memory_limit_in_mb,
+                "function_arn": lambda_context.invoked_function_arn,
+                "function_request_id": lambda_context.aws_request_id,
+            }
             formatter.thread_safe_clear_keys()
             try:
                 return handler(event, context)

@@ -68,3 +68,27 @@ def test_the_shards_streams_spread_over_the_slots_of_three_masters():
     """`redis-cli --cluster create` gives three masters a third of the slots each: 16 shards reach all three."""
     thirds = {key_slot(keys.stream(shard).encode()) * 3 // 16384 for shard in range(16)}
     assert thirds == {0, 1, 2}
+
+
+def test_an_accounts_keys_are_its_keys_as_each_is_built_under_the_settings_of_the_moment(transport, monkeypatch):
+    from hotledger.keys import AccountKeys
+
+    def built(user_id: int) -> AccountKeys:
+        names = {
+            field: getattr(keys, "account_stream" if field == "stream" else field) for field in AccountKeys._fields
+        }
+        return AccountKeys(**{field: name(user_id) for field, name in names.items()})
+
+    assert keys.account_keys(7) == built(7) and keys.account_keys(8) == built(8)
+    assert keys.account_keys(7) is keys.account_keys(7)  # built once
+    before = keys.account_keys(7)
+    monkeypatch.setenv("EVENT_TRANSPORT", "kafka" if transport == "redis-stream" else "redis-stream")
+    config.settings.cache_clear()  # as tests changing a setting do (runtime.reset)
+    assert keys.account_keys(7) == built(7) != before
+
+
+def test_no_more_accounts_keys_are_kept_than_the_bound(monkeypatch):
+    monkeypatch.setattr(keys, "ACCOUNT_KEYS_KEPT", 3)
+    for user_id in range(1, 8):
+        assert keys.account_keys(user_id).balance == keys.balance(user_id)
+        assert len(keys._account_keys[1]) <= 3

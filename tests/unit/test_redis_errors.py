@@ -62,3 +62,21 @@ def test_every_public_method_of_a_store_is_translated_static_ones_included():
     assert Store.build() is Store
     with pytest.raises(redis.TimeoutError):
         Store()._private()
+
+
+def test_a_method_whose_scripts_translate_their_own_errors_is_left_as_it_is():
+    from hotledger.dal.redis_store import scripts_only
+
+    @redis_errors_translated
+    class Store:
+        @scripts_only
+        def run(self):
+            raise redis.TimeoutError("slow")  # what Lua.run never lets out
+
+        def read(self):
+            raise redis.TimeoutError("slow")
+
+    with pytest.raises(redis.TimeoutError):
+        Store().run()
+    with pytest.raises(RedisOutcomeUnknown):
+        Store().read()

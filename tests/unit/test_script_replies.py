@@ -59,3 +59,44 @@ def test_a_value_not_kept_a_rest_taken_a_field_filled_twice_and_another_scripts_
     assert ReconcileReply.parse([b"corrected", 7, 5]) == ReconcileReply(ReconcileStatus.CORRECTED, 7, 5)
     assert OrderReply.parse_take([b"ok", b"e"], seq=4, bucket=2) == OrderReply(OrderStatus.OK, 4, "e", bucket=2)
     assert OrderReply.parse_take([b"held", b"99"], seq=4, bucket=2) == OrderReply(OrderStatus.HELD, at="99", bucket=2)
+
+
+# every reply ledger_apply's header names (layers/lua/ledger_apply.lua), as redis-py gives them: bytes, a Lua number
+# as an int, a nil inside the array as None, and replies cut short or longer than their shape
+APPLY_REPLIES = [
+    [b"missing"],
+    [b"sync"],
+    [b"unknown_key"],
+    [b"recovering", b"1700000000000"],
+    [b"held", 1700000000000],
+    [b"closed", b"0", b"7"],
+    [b"insufficient", b"100", b"8"],
+    [b"limit", b"99", b"9"],
+    [b"too_many_pending"],
+    [b"too_many_keys"],
+    [b"conflict"],
+    [b"in_progress"],
+    [b"replay", b"55", b"900", b"3", b"done"],
+    [b"replay", b"55", b"900", b"3", b"pending"],
+    [b"ok", b"12", b"900", b"3", b"e1", b"1", b""],
+    [b"ok", b"12", b"0", b"4", b"e1", b"BALANCE", b"31:100,32:5"],
+    [b"ok", 12, 900, 3, b"e1", b"ADMIN", b"1700000000000;promo"],
+    [b"ok", b"12", b"900", b"3", 17, b"1", b""],
+    [b"ok", b"12", b"900", b"3", None, b"1", b""],
+    [b"ok", b"12", b"900", b"3", b"e1", b"1"],
+    [b"ok", b"12", b"900", b"3", b"e1", b"1", b"", b"more"],
+    ["ok", "12", "900", "3", "e1", "1", ""],
+]
+
+
+@pytest.mark.parametrize("raw", APPLY_REPLIES, ids=repr)
+def test_ledger_applys_replies_read_as_the_general_parser_reads_them(raw):
+    assert ApplyReply.parse(raw) == ScriptReply.parse.__func__(ApplyReply, raw)  # type: ignore[attr-defined]
+
+
+def test_a_reply_ledger_apply_does_not_name_fails_as_the_general_parser_fails():
+    for raw in ([b"nonsense"], [b"ok", None, b"1", b"1", b"e", b"1", b""]):
+        with pytest.raises(Exception) as general:
+            ScriptReply.parse.__func__(ApplyReply, raw)  # type: ignore[attr-defined]
+        with pytest.raises(type(general.value)):
+            ApplyReply.parse(raw)

@@ -59,13 +59,20 @@ def redis_errors_translated(cls: _C) -> _C:
     """Class decorator for stores and dal classes: their public methods raise RedisUnavailable /
     RedisOutcomeUnknown instead of redis-py's errors."""
     for name, member in list(vars(cls).items()):
-        if name.startswith("_"):
+        if name.startswith("_") or getattr(member, "_scripts_translate", False):
             continue
         if isinstance(member, (staticmethod, classmethod)):
             setattr(cls, name, type(member)(_translating(member.__func__)))
         elif callable(member):
             setattr(cls, name, _translating(member))
     return cls
+
+
+def scripts_only(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Marks a store method whose only Redis calls are Lua.run's, which translates their errors itself:
+    redis_errors_translated leaves it as it is (a second translation around every charge's script)."""
+    setattr(method, "_scripts_translate", True)  # noqa: B010
+    return method
 
 
 def _translating(method: Callable[_P, _R]) -> Callable[_P, _R]:

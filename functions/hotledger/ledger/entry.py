@@ -46,7 +46,8 @@ def is_client_key(stored: str | None) -> bool:
     return stored is not None and stored.startswith(CLIENT_PREFIX)
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per charge, and a frozen dataclass sets each field through object.__setattr__
+@dataclass
 class Entry:
     entry_id: int
     user_id: int

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any, Self
 
 from hotledger.dal.redis_store import text
-from hotledger.dal.script_reply import ScriptReply
+from hotledger.dal.script_reply import Fields, ScriptReply
 
 
 # script replies --------------------------------------------------------------------------------------------
@@ -27,7 +29,8 @@ class ApplyStatus(Enum):
     TOO_MANY_KEYS = "too_many_keys"  # the account opened its most client keys this window: a new one waits for the next
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per charge, and a frozen dataclass sets each field through object.__setattr__
+@dataclass
 class ApplyReply(ScriptReply):
     """ledger_apply.lua's answer. OK: the new entry's balance after, version, cache epoch and open flag.
     REPLAY: the first answer for the Idempotency-Key (entry_id, balance, version, the mode that charged it) and
@@ -56,6 +59,24 @@ class ApplyReply(ScriptReply):
         ApplyStatus.HELD: ("retry_at",),
     }
     CONVERT = {"done": lambda state: state == "done"}  # REPLAY: the key's state, 'done' or 'pending'
+
+    @classmethod
+    def parse(cls, raw: Sequence[bytes | str | int], fields: Mapping[Any, Fields] | None = None) -> Self:
+        """An OK reply as redis-py gives it (bytes), every charge's, read here as the general parser reads it (the
+        same values, in a fraction of its steps); any other reply by the general parser."""
+        if fields is None and len(raw) == 7 and raw[0] == b"ok":
+            _, entry_id, balance, version, epoch, open_flag, grant = raw
+            if isinstance(epoch, bytes) and isinstance(open_flag, bytes) and isinstance(grant, bytes):
+                return cls(
+                    ApplyStatus.OK,
+                    int(entry_id),
+                    int(balance),
+                    int(version),
+                    epoch.decode(),
+                    open_flag.decode(),
+                    grant=grant.decode(),
+                )
+        return super().parse(raw, fields)
 
     @property
     def missing(self) -> bool:

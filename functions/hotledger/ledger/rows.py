@@ -143,7 +143,8 @@ class AccountMove:
     head: LedgerHead  # the account's ledger after the batch's entries (seq, on_hold and booked_at are written)
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per charge, and a frozen dataclass sets each field through object.__setattr__
+@dataclass
 class Charge:
     """One ASYNC charge as ledger_apply.lua takes it."""
 

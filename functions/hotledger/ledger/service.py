@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from hotledger.ledger.tx import Cursor
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per charge, and a frozen dataclass sets each field through object.__setattr__
+@dataclass
 class LedgerResult:
     entry_id: int
     user_id: int

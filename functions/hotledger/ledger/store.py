@@ -24,7 +24,7 @@ import redis
 from hotledger import errors, keys
 from hotledger.config import Settings
 from hotledger.dal import db
-from hotledger.dal.redis_store import Lua, node_started_at_ms, redis_errors_translated, stream_flag, text
+from hotledger.dal.redis_store import Lua, node_started_at_ms, redis_errors_translated, scripts_only, stream_flag, text
 from hotledger.grants.rows import Grant
 from hotledger.grants.tx import active_grants
 from hotledger.holds.tx import expired_on_hold
@@ -322,23 +322,25 @@ class LedgerStore:
         ]
 
     # scripts -----------------------------------------------------------------------------------------
+    @scripts_only
     def apply(self, c: Charge) -> ApplyReply:
         """ledger_apply.lua: charge an ASYNC account in Redis."""
+        account = keys.account_keys(c.user_id)
         return ApplyReply.parse(
             self.lua.run(
                 "ledger_apply",
                 [
-                    keys.balance(c.user_id),
+                    account.balance,
                     keys.entry(c.user_id, c.entry_id),
-                    keys.pending(c.user_id),
+                    account.pending,
                     keys.idempotency(c.user_id, c.idem_key or ""),
-                    keys.account_stream(c.user_id),
-                    keys.idempotency_quota(c.user_id),
-                    keys.held(c.user_id),
-                    keys.holds(c.user_id),
-                    keys.hold_expiry(c.user_id),
-                    keys.grants(c.user_id),
-                    keys.grant_expiry(c.user_id),
+                    account.stream,
+                    account.idempotency_quota,
+                    account.held,
+                    account.holds,
+                    account.hold_expiry,
+                    account.grants,
+                    account.grant_expiry,
                 ],
                 [
                     c.kind,
@@ -395,17 +397,12 @@ class LedgerStore:
         self.rollback(user_id, entry_id, idem_key)
         return False
 
+    @scripts_only
     def post(self, user_id: int, entry_id: int) -> bool:
         """ledger_post.lua: the entry's event is durable: release what waited for it, a credit's amount or a capture's
         inflight count (False: nothing waited)."""
-        return (
-            int(
-                self.lua.run(
-                    "ledger_post", [keys.balance(user_id), keys.held(user_id), keys.holds(user_id)], [entry_id]
-                )
-            )
-            == 1
-        )
+        account = keys.account_keys(user_id)
+        return int(self.lua.run("ledger_post", [account.balance, account.held, account.holds], [entry_id])) == 1
 
     def cache_account(
         self,

@@ -42,7 +42,8 @@ class ScriptReply(Protocol):
 Reply = TypeVar("Reply", bound=ScriptReply)
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per charge, and a frozen dataclass sets each field through object.__setattr__
+@dataclass
 class Outbound:
     """A change a script made in Redis, to be made durable."""
 
