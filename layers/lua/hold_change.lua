@@ -79,7 +79,8 @@ local max_pending = tonumber(ARGV[10] or '') or 0
 
 local amount, captured, state, expires_at, r
 local take, released, terminal, new_state = 0, 0, false, 'ACTIVE'
-local has_grants = account_has_grants(KEYS[1], h[11], KEYS[9])  -- only accounts with grants pay for them
+-- only accounts with grants pay for them (lib/grants: the hash's grants field)
+local has_grants = h[11] == '1' or (not h[11] and grants_looked_up(KEYS[1], KEYS[9]))
 local expired = has_grants and grants_expired(KEYS[8], KEYS[9], ts) or 0
 held = held + expired  -- out of reach like a held credit, until its expiry entry
 if op == 'H' then

@@ -149,7 +149,8 @@ local spent = ''  -- what a debit spent of the account's grants
 if kind_in(KIND_DEBITS, kind) then
   if open ~= '1' then return refuse('closed') end
   local on_hold = live_holds(tonumber(h[8]) or 0, KEYS[8], KEYS[9], ts)
-  local has_grants = account_has_grants(KEYS[1], h[11], KEYS[11])  -- only accounts with grants pay for them
+  -- only accounts with grants pay for them (lib/grants: the hash's grants field)
+  local has_grants = h[11] == '1' or (not h[11] and grants_looked_up(KEYS[1], KEYS[11]))
   if has_grants then
     -- what expired grants still hold is out of reach as a live hold's money is, until their expiry entry takes it
     on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)

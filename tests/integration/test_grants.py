@@ -93,6 +93,25 @@ def test_a_deduct_spends_the_sooner_expiring_grant_first_then_the_plain_balance(
     _assert_db_agrees(sql, user_id, 800)
 
 
+def test_grants_made_while_sync_are_spent_first_once_the_account_is_async_again(api, redis_client, sql):
+    """The account was cached without grants; made SYNC, it got one in the DB; the switch back to ASYNC loads it from
+    the DB, grant and all, and its hash says it has grants now: a deduct in Redis spends the grant first (issue 33
+    goal 2: a deduct reads from the account's hash whether to look for grants)."""
+    user_id = api.account(balance="10.00")
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert (status, body["mode"]) == (200, "ASYNC"), body
+    assert redis_client.hget(keys.balance(user_id), "grants") == b"0"
+    _persist(redis_client, user_id)
+    assert api("PATCH", f"/accounts/{user_id}", {"deduct_type": "SYNC"})[0] == 200
+    grant_id, _ = _grant(api, user_id, "3.00", 600_000)
+    assert api("PATCH", f"/accounts/{user_id}", {"deduct_type": "ASYNC"})[0] == 200
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})
+    assert (status, body["mode"], body["balance"]) == (200, "ASYNC", "10.00"), body
+    assert _remaining(api, user_id) == {grant_id: "1.00"}
+    _persist(redis_client, user_id)
+    _assert_db_agrees(sql, user_id, 1000)
+
+
 def test_an_expired_grant_never_counts_and_its_expiry_entry_is_booked_once(api, redis_client, sql, deduct_type):
     user_id = api.account(balance="10.00", deduct_type=deduct_type, threshold="0.00")
     grant_id, _ = _grant(api, user_id, "5.00", 1_000)

@@ -88,9 +88,10 @@ def _translating(method: Callable[_P, _R]) -> Callable[_P, _R]:
 
 _INCLUDE = re.compile(r"^--! include (\w+)$", re.M)
 # a piece's function: `local function name(` at the line's start, to the line's own `end` or the next line that is
-# `end` alone (the pieces' layout; tests/unit/test_script_text.py holds them to it)
+# `end` alone (the pieces' layout; tests/unit/test_lua_library.py holds them to it)
 _FUNCTION = re.compile(r"^local function (\w+)\((?:[^\n]*\bend|.*?\nend)$\n?", re.M | re.S)
-_COMMENT = re.compile(r"(?:^|(?<=\s))--[^\n]*")
+# a comment, or a quoted string (group 1: kept, `--` in it starts no comment)
+_COMMENT = re.compile(r"""('(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")|--[^\n]*""")
 
 
 def script_text(path: Path) -> str:
@@ -117,7 +118,7 @@ def without_unused_functions(text: str) -> str:
     """The script without the pieces' functions it never calls: a script's top level runs at every EVALSHA, so each
     function it defines is a closure made and collected per call (about 700 instructions on a hot deduct's thread)."""
     while True:
-        code = _COMMENT.sub("", text)
+        code = _COMMENT.sub(lambda found: found.group(1) or "", text)
         unused = [
             match
             for match in _FUNCTION.finditer(text)

@@ -55,10 +55,10 @@ local function grant_add(account, grants, expiry, id, amount, expires_at, catego
   redis.call('HSET', account, 'grants', '1')
 end
 
--- account_has_grants(account, flag, expiry) -> whether the account may have grants, from its `grants` field (flag);
--- an account cached before the field existed looks once and keeps the answer
-local function account_has_grants(account, flag, expiry)
-  if flag then return flag == '1' end
+-- grants_looked_up(account, expiry) -> whether an account cached before its `grants` field existed may have grants:
+-- it looks once and keeps the answer. Callers read the field themselves and call this only when it is absent
+-- (`flag == '1' or (not flag and grants_looked_up(...))`): on a hot deduct a Lua call costs about what the EXISTS did
+local function grants_looked_up(account, expiry)
   local has = redis.call('EXISTS', expiry) == 1
   redis.call('HSET', account, 'grants', has and '1' or '0')
   return has
