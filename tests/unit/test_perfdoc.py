@@ -3,6 +3,9 @@ full run that failed no stage may be written there."""
 
 from __future__ import annotations
 
+import copy
+import json
+
 import pytest
 
 from bench import perfdoc
@@ -66,3 +69,10 @@ def test_only_the_part_between_the_markers_is_rewritten():
     assert perfdoc.replaced(once, perfdoc.render(_run())) == once
     with pytest.raises(ValueError):
         perfdoc.replaced("# no markers\n", perfdoc.render(_run()))
+
+
+def test_the_doc_quotes_the_full_run_of_record():
+    """docs/performance.md's figures are exactly bench/results.json's: a doc edited by hand, or a results file
+    replaced by a partial run, fails here (`make bench` writes both)."""
+    results = json.loads(perfdoc.RESULTS.read_text())
+    assert perfdoc.render(copy.deepcopy(results)) in perfdoc.DOC.read_text()
