@@ -56,8 +56,8 @@ ERROR_WHEN = {
     "SALE_ENDED": "after the voucher's `end_at`",
     "SOLD_OUT": "no stock left",
     "ALREADY_ORDERED": "this user holds `per_user_limit` orders of this voucher",
-    "RECOVERING": "Redis lost the voucher, packet or account and it was rebuilt from the DB: orders, grabs and charges "
-    "under an Idempotency-Key the account does not know wait until those acknowledged before the loss are in the DB; "
+    "RECOVERING": "Redis lost the voucher, packet or account and it was rebuilt from the DB: orders, grabs, charges "
+    "under an Idempotency-Key the account does not know, and debits that would spend its credit grants wait until those acknowledged before the loss are in the DB; "
     "nothing changed; retry after `error.retry_at`",
     "PACKET_NOT_FOUND": "no such red packet",
     "TRANSFER_NOT_FOUND": "no such transfer (or, to an end user, one they did not pay)",

@@ -1485,6 +1485,15 @@ MUTANTS: list[Mutant] = [
         "a grant's expiry on an account rebuilt after a Redis loss waits for the spends still in the log",
     ),
     m(
+        "lua-grants-spend-waits-for-the-log",
+        "layers/lua/ledger_apply.lua",
+        "    if fingerprint == '' and kind_in(KIND_SPENDS_GRANTS, kind) then",
+        "    if false then",
+        [I_GRANTS],
+        "a debit without a key that spends grants on an account rebuilt after a Redis loss waits for the spends still in"
+        " the log",
+    ),
+    m(
         "lua-grants-expiry-waits-for-the-entries-before-it",
         "layers/lua/ledger_grant_expire.lua",
         "if redis.call('ZCOUNT', KEYS[3], '-inf', '(' .. expires_at) > 0 then return {'early'} end",

@@ -58,9 +58,10 @@
 --   {'sync'}                           the account is SYNC: charge in the DB instead
 --   {'unknown_key'}                    ARGV[13] is not 'checked' and Redis has no record of the Idempotency-Key:
 --                                      look the key up in the DB, then call again with ARGV[13] 'checked'
---   {'recovering', until}              ARGV[13] is 'checked' and the account was rebuilt after a Redis loss less than
---                                      its hold ago (hold_until): the key's first charge may still be on its way to
---                                      the DB; nothing changed, not the key's answer
+--   {'recovering', until}              ARGV[13] is 'checked' (or, without a key, a debit that spends the account's
+--                                      grants) and the account was rebuilt after a Redis loss less than its hold ago
+--                                      (hold_until): the key's first charge (a spend of the grants) may still be on
+--                                      its way to the DB; nothing changed, not the key's answer
 --   {'held', until}                    as 'recovering', past hold_until while hold_log is set: this caller checks the
 --                                      writer's watermark (outbox/log_hold.py), the others answer 'recovering' for
 --                                      the next second
@@ -152,6 +153,12 @@ if kind_in(KIND_DEBITS, kind) then
   -- only accounts with grants pay for them (lib/grants: the hash's grants field)
   local has_grants = h[11] == '1' or (not h[11] and grants_looked_up(KEYS[1], KEYS[11]))
   if has_grants then
+    if fingerprint == '' and kind_in(KIND_SPENDS_GRANTS, kind) then
+      -- a spend acknowledged before a Redis loss may still be in the log, and the grants rebuilt from the DB lack it:
+      -- a debit that spends them waits for the log as a key Redis does not know does (keyed ones waited above)
+      local held = rebuild_hold(KEYS[1], h[9], h[10], tonumber(ts))
+      if held then return held end
+    end
     -- what expired grants still hold is out of reach as a live hold's money is, until their expiry entry takes it
     on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)
   end

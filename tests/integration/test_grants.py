@@ -625,3 +625,39 @@ def test_a_granted_recharge_retried_under_its_key_after_its_expires_at_is_answer
     assert (status, conflict["error"]["code"]) == (409, "IDEMPOTENCY_KEY_REUSED")
     status, late = api("POST", path, body, {"Idempotency-Key": "grant-new-late"})
     assert (status, late["error"]["code"]) == (422, "INVALID_GRANT")  # a new request still may not grant the past
+
+
+def test_a_deduct_spending_grants_waits_for_the_spends_acknowledged_before_a_redis_loss(
+    api, redis_client, sql, own_topic
+):
+    """A deduct without an Idempotency-Key on an account Redis lost and rebuilt from the DB while a spend of its grant
+    was still in the log spent the grant again: the DB took both spends from it (its remaining stopped at 0) while the
+    cache kept what the second left, which the grant's expiry then took from the plain balance. A debit that spends
+    grants waits for the log on a rebuilt account, as a key Redis does not know does (lib/rebuild_hold)."""
+    from helpers import broker_records, lift_rebuild_hold
+    from hotledger import runtime
+
+    user_id = api.account(balance="10.00")
+    _persist(redis_client, user_id)
+    grant_id, _ = _grant(api, user_id, "3.00", 3_600_000)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})  # 2.00 of the grant
+    assert status == 200, body
+    assert invoke_writer(broker_records()[:-1]) == {"batchItemFailures": []}  # the grant lands; the deduct lags
+    for key in redis_client.scan_iter(match=f"*{{{user_id}}}*"):  # the account's slot, lost whole
+        redis_client.delete(key)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})
+    assert (status, body["error"]["code"]) == (503, "RECOVERING"), body
+    lift_rebuild_hold(redis_client, keys.balance(user_id), log_too=False)  # the time hold over, the log's not
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})
+    assert (status, body["error"]["code"]) == (503, "RECOVERING"), body
+    records = broker_records()
+    assert invoke_writer(records) == {"batchItemFailures": []}  # the first deduct lands
+    runtime.outbox().record_applied({(own_topic, partition): offset for partition, offset, _, _ in records})
+    lift_rebuild_hold(redis_client, keys.balance(user_id), log_too=False)  # the last 'held' moved it on by 1 s
+    # held once more, this caller finds the writer's watermark past the log's end: the account is reloaded from the DB
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})  # the grant's last 1.00, then plain
+    assert (status, body["balance"]) == (200, "9.00"), body
+    assert _remaining(api, user_id) == {}
+    _booked_with(redis_client, sql, user_id, grant_id, 0, 900)
+    spent = sql("SELECT COALESCE(SUM(amount), 0) FROM t_grant_spend WHERE grant_id = %s", (int(grant_id),))
+    assert spent == ((300,),)

@@ -293,6 +293,10 @@ class _Charge:
             # Redis has no record of this key (a new key, or one Redis forgot: expired, lost, or answered on SYNC):
             # the DB keeps every answer; one read, only for keys Redis does not know
             return self._checked(charge)
+        if reply.status is ApplyStatus.HELD and self.ledger.lift_rebuild_hold(self.user_id, reply.retry_at):
+            return self.attempt(
+                entry_id
+            )  # a spend of grants held by a rebuild: the log is applied, the grants reloaded
         return reply
 
     def _checked(self, charge: Charge) -> ApplyReply:
