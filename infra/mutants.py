@@ -1485,6 +1485,14 @@ MUTANTS: list[Mutant] = [
         "a grant's expiry on an account rebuilt after a Redis loss waits for the spends still in the log",
     ),
     m(
+        "py-grants-booked-after-its-spends",
+        "functions/hotledger/grants/tx.py",
+        "            f\" WHERE g.id IN ({','.join('%d' % e.id for e in made)})\"",
+        "            f\" WHERE FALSE AND g.id IN ({','.join('%d' % e.id for e in made)})\"",
+        [I_GRANTS],
+        "a grant booked after spends of it (the reconciler persisting what the broker lost) starts from what they left",
+    ),
+    m(
         "lua-grants-spend-waits-for-the-log",
         "layers/lua/ledger_apply.lua",
         "    if fingerprint == '' and kind_in(KIND_SPENDS_GRANTS, kind) then",

@@ -661,3 +661,25 @@ def test_a_deduct_spending_grants_waits_for_the_spends_acknowledged_before_a_red
     _booked_with(redis_client, sql, user_id, grant_id, 0, 900)
     spent = sql("SELECT COALESCE(SUM(amount), 0) FROM t_grant_spend WHERE grant_id = %s", (int(grant_id),))
     assert spent == ((300,),)
+
+
+def test_a_spend_booked_before_its_grant_leaves_the_grant_only_what_is_left(api, redis_client, sql):
+    """Found by the chaos test: after the broker lost its log, the reconciler persisted an account's older entries (a
+    granted recharge among them) after newer ones the new log carried (a deduct that spent that grant). The spend
+    found no t_grant row to take from, the grant was then inserted whole, and once Redis lost the account, the rebuilt
+    grant's expiry took from the plain balance what the deduct had spent. A grant booked after spends of it starts
+    from what they left."""
+    user_id = api.account(balance="10.00")
+    _persist(redis_client, user_id)
+    grant_id, _ = _grant(api, user_id, "3.00", 3_600_000)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})  # 2.00 of the grant
+    assert status == 200, body
+    grant, deduct = ledger_records(redis_client, [user_id])
+    assert invoke_writer([deduct]) == {"batchItemFailures": []}  # the spend first
+    assert invoke_writer([grant]) == {"batchItemFailures": []}
+    assert sql("SELECT remaining, state FROM t_grant WHERE id = %s", (int(grant_id),)) == ((100, "ACTIVE"),)
+    for key in redis_client.scan_iter(match=f"*{{{user_id}}}*"):  # the account's slot, lost whole
+        redis_client.delete(key)
+    rebuilt_after_the_writer_caught_up(redis_client, user_id)
+    assert _remaining(api, user_id) == {grant_id: "1.00"}
+    _assert_db_agrees(sql, user_id, 1100)

@@ -65,14 +65,22 @@ def live_grant_ids(cursor: Any, grant_ids: Sequence[int], now_ms: int) -> set[in
 
 def insert_grant_changes(cursor: Any, changes: Sequence[LedgerEvent]) -> None:
     """t_grant after the changes, in version order: grants made first (a deduct in the same batch may spend one), then
-    spends and refunds' give-backs, then expiries. A spend never takes a grant below 0 (after a Redis loss an acknowledged spend and the
-    rebuilt cache's may both reach the DB: the balance is right either way, the grant's split is bounded)."""
+    spends and refunds' give-backs, then expiries. A grant may be booked after its spends (after the
+    broker lost its log, the reconciler persists an account's older entries, the grant's among them, after newer ones
+    the new log carried): it starts from what the spends already booked left of it. A spend never takes a grant
+    below 0."""
     made = [e for e in changes if KINDS[e.kind].may_grant and e.grant_expires_at is not None]
     if made:
         cursor.executemany(
             "INSERT INTO t_grant (id, user_id, amount, remaining, expires_at, category, state)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s)",
             [(e.id, e.user_id, e.amount, e.amount, e.grant_expires_at, e.grant_category, ACTIVE) for e in made],
+        )
+        # (never after its expiry: an expiry waits for the entries made before it, the grant's own among them)
+        cursor.execute(
+            "UPDATE t_grant g SET g.remaining = GREATEST(g.amount - COALESCE("
+            "(SELECT SUM(s.amount) FROM t_grant_spend s WHERE s.grant_id = g.id), 0), 0)"
+            f" WHERE g.id IN ({','.join('%d' % e.id for e in made)})"
         )
     # a refund's give-back is a negative spend: what each grant spent net stays its rows' sum
     spends = [
