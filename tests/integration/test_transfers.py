@@ -3,6 +3,7 @@ legs' MSK events) and the reconciler; a transfer is all or nothing, and the bala
 constant."""
 
 import threading
+import time
 
 import pytest
 
@@ -295,3 +296,38 @@ def test_a_transfer_answer_says_when_its_state_was_reached(api, redis_client):
     status, posted = api("GET", f"/transfers/{body['transfer_id']}")
     assert posted["state"] == "POSTED" and posted["updated_at"] >= body["updated_at"], posted
     assert api("GET", f"/transfers/{body['transfer_id']}")[1] == posted
+
+
+@pytest.mark.parametrize("deduct_type", ["ASYNC", "SYNC"])
+def test_a_transfer_moves_only_plain_money_and_leaves_the_payers_grants_whole(api, redis_client, sql, deduct_type):
+    """A transfer's debit spent the payer's credit grants first and the payee got plain money: promo credit made
+    permanent on another account. A transfer moves only plain money (ledger/kinds.py: kind T, plain_only): above
+    available less the live grants it is refused, and the grants are never spent."""
+    alice = api.account(balance="10.00", deduct_type=deduct_type)
+    bob = api.account(deduct_type=deduct_type)
+    expires_at = int(time.time() * 1000) + 3_600_000
+    status, body = api(
+        "POST", f"/accounts/{alice}/recharge", {"amount": "5.00", "grant": {"expires_at": expires_at, "category": "promo"}}
+    )
+    assert status == 200, body
+    grant_id = body["pay_id"]
+
+    def grants():
+        return {g["grant_id"]: g["remaining"] for g in api("GET", f"/accounts/{alice}")[1]["grants"]}
+
+    status, body = _transfer(api, alice, bob, "10.01", f"promo-{alice}")
+    assert status == 402 and body["error"]["code"] == "INSUFFICIENT_BALANCE", body
+    assert (_balance(api, alice), _balance(api, bob), grants()) == ("15.00", "0.00", {grant_id: "5.00"})
+    status, body = _transfer(api, alice, bob, "10.00", f"plain-{alice}")
+    assert status == 201 and body["state"] in ("CREDITED", "POSTED"), body
+    assert (_balance(api, alice), _balance(api, bob), grants()) == ("5.00", "10.00", {grant_id: "5.00"})
+    _book(redis_client, alice, bob)
+    assert api("GET", f"/transfers/{body['transfer_id']}")[1]["state"] == "POSTED"
+    assert sql("SELECT remaining FROM t_grant WHERE id = %s", (int(grant_id),)) == ((500,),)
+    assert sql("SELECT COUNT(*) FROM t_grant_spend WHERE user_id = %s", (alice,)) == ((0,),)
+    assert sql("SELECT balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (alice, bob)) == (
+        (500,),
+        (1000,),
+    )
+    (debit,) = [e for e in api("GET", f"/accounts/{alice}/entries")[1]["entries"] if e["type"] == "transfer_debit"]
+    assert debit["grants_spent"] == [] and debit["balance_change"] == "-10.00", debit
