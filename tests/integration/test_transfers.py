@@ -3,11 +3,11 @@ legs' MSK events) and the reconciler; a transfer is all or nothing, and the bala
 constant."""
 
 import threading
-import time
 
 import pytest
 
 from helpers import Api, invoke_writer, ledger_records
+from tests.integration.test_grants import _grant, _remaining
 
 
 def _balance(api, user_id) -> str:
@@ -305,22 +305,13 @@ def test_a_transfer_moves_only_plain_money_and_leaves_the_payers_grants_whole(ap
     available less the live grants it is refused, and the grants are never spent."""
     alice = api.account(balance="10.00", deduct_type=deduct_type)
     bob = api.account(deduct_type=deduct_type)
-    expires_at = int(time.time() * 1000) + 3_600_000
-    status, body = api(
-        "POST", f"/accounts/{alice}/recharge", {"amount": "5.00", "grant": {"expires_at": expires_at, "category": "promo"}}
-    )
-    assert status == 200, body
-    grant_id = body["pay_id"]
-
-    def grants():
-        return {g["grant_id"]: g["remaining"] for g in api("GET", f"/accounts/{alice}")[1]["grants"]}
-
+    grant_id, _ = _grant(api, alice, "5.00", 3_600_000)
     status, body = _transfer(api, alice, bob, "10.01", f"promo-{alice}")
     assert status == 402 and body["error"]["code"] == "INSUFFICIENT_BALANCE", body
-    assert (_balance(api, alice), _balance(api, bob), grants()) == ("15.00", "0.00", {grant_id: "5.00"})
+    assert (_balance(api, alice), _balance(api, bob), _remaining(api, alice)) == ("15.00", "0.00", {grant_id: "5.00"})
     status, body = _transfer(api, alice, bob, "10.00", f"plain-{alice}")
     assert status == 201 and body["state"] in ("CREDITED", "POSTED"), body
-    assert (_balance(api, alice), _balance(api, bob), grants()) == ("5.00", "10.00", {grant_id: "5.00"})
+    assert (_balance(api, alice), _balance(api, bob), _remaining(api, alice)) == ("5.00", "10.00", {grant_id: "5.00"})
     _book(redis_client, alice, bob)
     assert api("GET", f"/transfers/{body['transfer_id']}")[1]["state"] == "POSTED"
     assert sql("SELECT remaining FROM t_grant WHERE id = %s", (int(grant_id),)) == ((500,),)
@@ -331,3 +322,33 @@ def test_a_transfer_moves_only_plain_money_and_leaves_the_payers_grants_whole(ap
     )
     (debit,) = [e for e in api("GET", f"/accounts/{alice}/entries")[1]["entries"] if e["type"] == "transfer_debit"]
     assert debit["grants_spent"] == [] and debit["balance_change"] == "-10.00", debit
+
+
+@pytest.mark.parametrize("deduct_type", ["ASYNC", "SYNC"])
+def test_a_transfer_pending_across_the_upgrade_whose_debit_was_a_deduct_fails_and_is_given_back(
+    api, redis_client, deduct_type
+):
+    """Before kind T a transfer's debit was a deduct (D) under transferdebit<id>. A transfer the deploy left PENDING
+    after that debit: its debit again, now T under the same key, is another request (409 IDEMPOTENCY_KEY_REUSED, a
+    refusal that stands), so the transfer ends FAILED with nothing credited, and the reconciler gives the deduct back
+    once it is booked (store.failed_with_debit): no money lost, none made twice."""
+    from hotledger import errors
+    from hotledger.ledger import feature as ledger_feature
+    from hotledger.ledger.kinds import KIND_DEDUCT
+    from hotledger.transfers import feature as transfers_feature
+    from hotledger.transfers.store import debit_key
+
+    alice, bob = api.account(balance="10.00", deduct_type=deduct_type), api.account(deduct_type=deduct_type)
+    row = _pending_row(api, alice, bob, 300)
+    ledger_feature.ledger().charge(KIND_DEDUCT, alice, 300, debit_key(row.transfer_id))  # the debit as it was made
+    with pytest.raises(errors.IdempotencyKeyReused):
+        transfers_feature.transfers().advance(row)
+    got = api("GET", f"/transfers/{row.transfer_id}")[1]
+    assert got["state"] == "FAILED" and got["failure"].startswith("IDEMPOTENCY_KEY_REUSED"), got
+    assert _balance(api, alice) == "7.00" and _balance(api, bob) == "0.00"
+    _book(redis_client, alice, bob)
+    assert transfers_feature.transfer_reconciler().run(10**13, 0).released == 1
+    got = api("GET", f"/transfers/{row.transfer_id}")[1]
+    assert got["state"] == "FAILED" and got["release_entry_id"] is not None and got["credit_entry_id"] is None, got
+    assert _balance(api, alice) == "10.00" and _balance(api, bob) == "0.00"
+    assert transfers_feature.transfer_reconciler().run(10**13, 0).released == 0  # once
