@@ -39,7 +39,7 @@ ERROR_WHEN = {
     "ORDER_NOT_FOUND": "no such charge of this account, or no such payment order (also for another user's order)",
     "DUPLICATE_USER_NAME": "an account with this `user_name` exists",
     "INSUFFICIENT_BALANCE": "`available - amount < threshold` (a capture: also when it would take what grants that expired "
-    "while its hold was open held)",
+    "while its hold was open held; a transfer: `available` less the payer's live grants, as it moves plain money only)",
     "API_CLOSED": "the account's API is closed: balance exhausted, or closed by an operator",
     "BALANCE_LIMIT": "the balance would pass 90,000,000,000,000.00 (Lua's doubles stay exact below 2^53)",
     "IDEMPOTENCY_KEY_REUSED": "the Idempotency-Key was used with another body or on another route",

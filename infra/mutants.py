@@ -217,6 +217,22 @@ MUTANTS: list[Mutant] = [
         "only a refusal that stands fails a transfer whose debit was made; a failure that may pass leaves it in flight",
     ),
     m(
+        "lua-transfer-plain-only",
+        "layers/lua/ledger_apply.lua",
+        "    if kind_in(KIND_PLAIN_ONLY, kind) then on_hold = on_hold + grants_live(KEYS[10], KEYS[11], KEYS[7], ts) end",
+        "    -- the live grants within reach",
+        [f"{I_TRANSFERS}::test_a_transfer_moves_only_plain_money_and_leaves_the_payers_grants_whole"],
+        "a transfer moves plain money only: an ASYNC payer's live grants are out of its reach",
+    ),
+    m(
+        "py-transfer-sync-plain-only",
+        LEDGER_SERVICE,
+        "out_of_reach += live_remaining(seen.grants, now)",
+        "out_of_reach += 0",
+        [f"{I_TRANSFERS}::test_a_transfer_moves_only_plain_money_and_leaves_the_payers_grants_whole"],
+        "a transfer moves plain money only: a SYNC payer's live grants are out of its reach",
+    ),
+    m(
         "lua-grab-once",
         "layers/lua/redpacket_grab.lua",
         "local seen = redis.call('HGET', KEYS[3], ARGV[2])",
@@ -1406,8 +1422,8 @@ MUTANTS: list[Mutant] = [
     m(
         "py-grants-sync-expired-never-counted",
         LEDGER_SERVICE,
-        "seen.live_on_hold + expired_remaining(seen.grants, now)",
-        "seen.live_on_hold",
+        "out_of_reach = expired_remaining(seen.grants, now)",
+        "out_of_reach = 0",
         [I_GRANTS],
         "a SYNC account's expired grant is never spent either (the scripts' rule, grants.rows)",
     ),

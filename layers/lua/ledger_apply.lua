@@ -21,8 +21,9 @@
 --                                      the live holds (on_hold less those past expires_at, tidied or not)
 -- KEYS[10] user:grants:{uid}           hash: grant id -> 'remaining;expires_at;category' (lib/grants)
 -- KEYS[11] user:grants:expiry:{uid}    zset: grant ids by expires_at: a debit that spends grants (D) spends the live
---                                      grants first-to-expire, then the plain balance; a grant past expires_at counts
---                                      for nothing
+--                                      grants first-to-expire, then the plain balance; a plain-only one (T) spends
+--                                      only the plain balance (the live grants are out of its reach); a grant past
+--                                      expires_at counts for nothing
 -- ARGV[1] kind: a letter of KINDS that is applied (a debit: balance -1, or a credit: +1)
 -- ARGV[2] amount in minor units (integer > 0)
 -- ARGV[3] ts, epoch milliseconds
@@ -67,6 +68,7 @@
 --                                      the next second
 --   {'closed', balance, v}             a debit on a closed API
 --   {'insufficient', balance, v}       a debit with balance - held - live holds - expired grants - amount < threshold
+--                                      (a plain-only debit: also less the live grants)
 --   {'limit', balance, v}              a credit would pass ARGV[8]
 --                                      (a refusal is the key's answer: recorded like a charge, and replayed with
 --                                      the balance and v it was refused at; TigerBeetle's id_already_failed)
@@ -161,6 +163,8 @@ if kind_in(KIND_DEBITS, kind) then
     end
     -- what expired grants still hold is out of reach as a live hold's money is, until their expiry entry takes it
     on_hold = on_hold + grants_expired(KEYS[10], KEYS[11], ts)
+    -- a plain-only debit (a transfer's) reaches no grant either: promo credit stays on its account
+    if kind_in(KIND_PLAIN_ONLY, kind) then on_hold = on_hold + grants_live(KEYS[10], KEYS[11], KEYS[7], ts) end
   end
   if balance - (tonumber(h[7]) or 0) - on_hold - amount < tonumber(h[3]) then return refuse('insufficient') end
   if has_grants and kind_in(KIND_SPENDS_GRANTS, kind) then spent = grants_spend(KEYS[10], KEYS[11], KEYS[7], ts, amount) end

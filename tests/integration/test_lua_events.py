@@ -44,7 +44,7 @@ def test_every_scripts_event_is_its_model_and_a_ledger_event_is_its_entry_string
     redis_client,
 ):
     # ledger_apply (R, D under an Idempotency-Key, a granted R and a D spending grants, an operator's adjustment A and
-    # N), hold_change (H, C, V and an X by the delay drainer), ledger_refund (F), ledger_grant_expire (G by the delay
+    # N, a transfer's debit T beside live grants), hold_change (H, C, V and an X by the delay drainer), ledger_refund (F), ledger_grant_expire (G by the delay
     # drainer)
     user_id = api.account(balance="50.00")
     status, order = api("POST", f"/accounts/{user_id}/deduct", {"amount": "5.00"}, {"Idempotency-Key": "evt-1"})
@@ -60,6 +60,8 @@ def test_every_scripts_event_is_its_model_and_a_ledger_event_is_its_entry_string
             {"amount": amount, "grant": {"expires_at": expires_at, "category": "promo"}},
         )
         assert status == 200, body
+    status, body = api("POST", "/transfers", {"from": user_id, "to": api.account(), "amount": "1.00"})
+    assert status == 201, body
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
     assert status == 200, body
     status, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "10.00", "description": AWKWARD_TEXT})
@@ -112,6 +114,7 @@ def test_every_scripts_event_is_its_model_and_a_ledger_event_is_its_entry_string
     soonest = min(granted, key=lambda e: e.grant_expires_at or 0)
     # the 1.00 deduct spent the sooner grant first (the red packet's, later, the other: the sooner one had expired)
     assert f"{soonest.id}:100" in {e.grants_spent for e, _, _ in ledger if e.kind == "D"}
+    assert [e.grants_spent for e, _, _ in ledger if e.kind == "T"] == [None]  # plain money only
     # the capture spent the sooner grant too (0.50 of it); its expiry took the rest
     assert [e.grants_spent for e, _, _ in ledger if e.kind == "C"] == [f"{soonest.id}:50"]
     assert [(e.grant_id, e.amount) for e, _, _ in ledger if e.kind == "G"] == [(soonest.id, 150)]
@@ -133,6 +136,7 @@ def test_lib_entry_reads_back_every_kinds_entry_string_as_written(redis_client, 
     strings = {
         "D": "500;7;900;3;D;e1;BALANCE;c:key-1",
         "D spending grants": "500;7;900;3;D;e1;BALANCE;;11:300,12:200",
+        "T": "500;7;900;3;T;e1;1;transferdebit9",
         "R": "500;7;900;3;R;e1;1;",
         "R granted": "500;7;900;3;R;e1;1;;99;promo",
         "G": "500;7;900;3;G;e1;1;;11;99;promo",

@@ -185,6 +185,24 @@ def test_an_account_loaded_without_grants_says_so_and_a_granted_recharge_turns_i
     assert _apply(lua, uid, "D", 100, 80)[6] == "79:100"
 
 
+def test_a_plain_only_debit_keeps_the_live_grants_out_of_reach_and_spends_none(lua, redis_client, uid):
+    """A transfer's debit (kind T, plain_only) reaches the plain balance only: the live grants' remaining is out of its
+    reach, and a grant whose credit is still held is out of reach once (as held credit), not twice; it spends no
+    grant. A deduct (D) of the same account still spends the grants first."""
+    far = 4_102_444_800_000
+    _load(lua, uid, balance=1_000, version=5, grants=f"900:300:{far}:promo")  # 700 plain, 300 granted
+    assert _apply(lua, uid, "T", 701, 1) == ["insufficient", "1000", "5"]
+    assert _apply(lua, uid, "R", 200, 2, grant=(far, "promo"))[0] == "ok"  # a grant held until durable
+    assert _apply(lua, uid, "T", 701, 3)[0] == "insufficient"
+    assert _apply(lua, uid, "T", 700, 4)[:3] + _apply(lua, uid, "T", 700, 4)[6:] == ["ok", "4", "500", ""]
+    assert redis_client.get(keys.entry(uid, 4)).decode().split(";")[4] == "T"
+    assert {k.decode(): v.decode().split(";")[0] for k, v in redis_client.hgetall(keys.grants(uid)).items()} == {
+        "900": "300",
+        "2": "200",
+    }
+    assert _apply(lua, uid, "D", 100, 5)[6] == "900:100"
+
+
 def test_deduct_ok_writes_entry_zset_and_bumps_version(lua, redis_client, uid):
     _load(lua, uid, balance=10_000, version=5, epoch="ep")
     assert _apply(lua, uid, "D", 1234, 77) == ["ok", "77", "8766", "6", "ep", "1", ""]  # no grant spent

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from helpers import Api, invoke_writer, ledger_records
+from tests.integration.test_grants import _grant, _remaining
 
 
 def _balance(api, user_id) -> str:
@@ -295,3 +296,59 @@ def test_a_transfer_answer_says_when_its_state_was_reached(api, redis_client):
     status, posted = api("GET", f"/transfers/{body['transfer_id']}")
     assert posted["state"] == "POSTED" and posted["updated_at"] >= body["updated_at"], posted
     assert api("GET", f"/transfers/{body['transfer_id']}")[1] == posted
+
+
+@pytest.mark.parametrize("deduct_type", ["ASYNC", "SYNC"])
+def test_a_transfer_moves_only_plain_money_and_leaves_the_payers_grants_whole(api, redis_client, sql, deduct_type):
+    """A transfer's debit spent the payer's credit grants first and the payee got plain money: promo credit made
+    permanent on another account. A transfer moves only plain money (ledger/kinds.py: kind T, plain_only): above
+    available less the live grants it is refused, and the grants are never spent."""
+    alice = api.account(balance="10.00", deduct_type=deduct_type)
+    bob = api.account(deduct_type=deduct_type)
+    grant_id, _ = _grant(api, alice, "5.00", 3_600_000)
+    status, body = _transfer(api, alice, bob, "10.01", f"promo-{alice}")
+    assert status == 402 and body["error"]["code"] == "INSUFFICIENT_BALANCE", body
+    assert (_balance(api, alice), _balance(api, bob), _remaining(api, alice)) == ("15.00", "0.00", {grant_id: "5.00"})
+    status, body = _transfer(api, alice, bob, "10.00", f"plain-{alice}")
+    assert status == 201 and body["state"] in ("CREDITED", "POSTED"), body
+    assert (_balance(api, alice), _balance(api, bob), _remaining(api, alice)) == ("5.00", "10.00", {grant_id: "5.00"})
+    _book(redis_client, alice, bob)
+    assert api("GET", f"/transfers/{body['transfer_id']}")[1]["state"] == "POSTED"
+    assert sql("SELECT remaining FROM t_grant WHERE id = %s", (int(grant_id),)) == ((500,),)
+    assert sql("SELECT COUNT(*) FROM t_grant_spend WHERE user_id = %s", (alice,)) == ((0,),)
+    assert sql("SELECT balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (alice, bob)) == (
+        (500,),
+        (1000,),
+    )
+    (debit,) = [e for e in api("GET", f"/accounts/{alice}/entries")[1]["entries"] if e["type"] == "transfer_debit"]
+    assert debit["grants_spent"] == [] and debit["balance_change"] == "-10.00", debit
+
+
+@pytest.mark.parametrize("deduct_type", ["ASYNC", "SYNC"])
+def test_a_transfer_pending_across_the_upgrade_whose_debit_was_a_deduct_fails_and_is_given_back(
+    api, redis_client, deduct_type
+):
+    """Before kind T a transfer's debit was a deduct (D) under transferdebit<id>. A transfer the deploy left PENDING
+    after that debit: its debit again, now T under the same key, is another request (409 IDEMPOTENCY_KEY_REUSED, a
+    refusal that stands), so the transfer ends FAILED with nothing credited, and the reconciler gives the deduct back
+    once it is booked (store.failed_with_debit): no money lost, none made twice."""
+    from hotledger import errors
+    from hotledger.ledger import feature as ledger_feature
+    from hotledger.ledger.kinds import KIND_DEDUCT
+    from hotledger.transfers import feature as transfers_feature
+    from hotledger.transfers.store import debit_key
+
+    alice, bob = api.account(balance="10.00", deduct_type=deduct_type), api.account(deduct_type=deduct_type)
+    row = _pending_row(api, alice, bob, 300)
+    ledger_feature.ledger().charge(KIND_DEDUCT, alice, 300, debit_key(row.transfer_id))  # the debit as it was made
+    with pytest.raises(errors.IdempotencyKeyReused):
+        transfers_feature.transfers().advance(row)
+    got = api("GET", f"/transfers/{row.transfer_id}")[1]
+    assert got["state"] == "FAILED" and got["failure"].startswith("IDEMPOTENCY_KEY_REUSED"), got
+    assert _balance(api, alice) == "7.00" and _balance(api, bob) == "0.00"
+    _book(redis_client, alice, bob)
+    assert transfers_feature.transfer_reconciler().run(10**13, 0).released == 1
+    got = api("GET", f"/transfers/{row.transfer_id}")[1]
+    assert got["state"] == "FAILED" and got["release_entry_id"] is not None and got["credit_entry_id"] is None, got
+    assert _balance(api, alice) == "10.00" and _balance(api, bob) == "0.00"
+    assert transfers_feature.transfer_reconciler().run(10**13, 0).released == 0  # once

@@ -56,6 +56,7 @@ def test_the_scripts_read_the_kinds_table_generated_from_the_rulebook():
         "KIND_REFUNDS": "".join(k for k, row in KINDS.items() if row.refunds),
         "KIND_SPENDS_GRANTS": "".join(k for k, row in KINDS.items() if row.spends_grants),
         "KIND_ENDS_GRANT": "".join(k for k, row in KINDS.items() if row.ends_grant),
+        "KIND_PLAIN_ONLY": "".join(k for k, row in KINDS.items() if row.plain_only),
     }
     for name in ("ledger_apply", "ledger_rollback"):
         script = script_text(REPO / "layers/lua" / f"{name}.lua")

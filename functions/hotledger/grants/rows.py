@@ -54,6 +54,12 @@ def expired_remaining(grants: list[Grant], now_ms: int) -> int:
     return sum(g.remaining for g in grants if not g.live(now_ms))
 
 
+def live_remaining(grants: list[Grant], now_ms: int) -> int:
+    """What the live grants have left: out of a plain-only debit's reach (lib/grants.lua grants_live; a SYNC account's
+    grants are all durable, committed with their recharge)."""
+    return sum(g.remaining for g in grants if g.live(now_ms))
+
+
 def spend(grants: list[Grant], amount: int, now_ms: int) -> list[tuple[int, int]]:
     """(grant id, spent) taken from the live grants first-to-expire (lib/grants.lua grants_spend); what is left of
     amount comes from the plain balance."""

@@ -46,6 +46,9 @@ class Kind:
     may_grant: bool = False
     spends_grants: bool = False
     ends_grant: bool = False
+    # a debit of plain money only (a transfer's): the live grants' remaining is out of its reach, as held money is,
+    # and it spends none, so promo credit never leaves its account (issue 34)
+    plain_only: bool = False
 
 
 _ADJUSTMENT_MEANS = "an operator's adjustment of the balance is in the ledger (up or down: its balance_change)"
@@ -64,6 +67,19 @@ KINDS: dict[str, Kind] = {
             spends_grants=True,
             event="charge.persisted",
             means="a deduct is in the ledger",
+        ),
+        # a transfer's debit of the payer (transfers/): a deduct of plain money only, so the payee never receives the
+        # payer's promo credit as money of its own, nor the payer gets it back as plain money on a release
+        Kind(
+            "T",
+            "transfer_debit",
+            -1,
+            "t_order",
+            "amount",
+            applied=True,
+            plain_only=True,
+            event="transfer.debited",
+            means="a transfer's amount left the payer's balance (its debit leg, plain money only; ref transfer:<id>)",
         ),
         Kind(
             "R",
@@ -172,12 +188,13 @@ KINDS: dict[str, Kind] = {
         ),
     )
 }
-KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND, KIND_GRANT_EXPIRY = "D", "R", "F", "G"
+KIND_DEDUCT, KIND_RECHARGE, KIND_REFUND, KIND_GRANT_EXPIRY, KIND_TRANSFER_DEBIT = "D", "R", "F", "G", "T"
 KIND_ADJUST_UP, KIND_ADJUST_DOWN = "A", "N"
 HOLD_KINDS = frozenset(letter for letter, k in KINDS.items() if k.changes_hold)
 HOLD_TYPES = {letter: KINDS[letter].entry_type for letter in sorted(HOLD_KINDS)}
 ENTRY_TABLES = {letter: (k.table, k.amount_column) for letter, k in KINDS.items()}
 APPLIED_KINDS = tuple(letter for letter, k in KINDS.items() if k.applied)
+ORDER_KINDS = frozenset(letter for letter, k in KINDS.items() if k.table == KINDS[KIND_DEDUCT].table)  # GET .../orders
 
 
 def balance_delta(kind: str, amount: int) -> int:
@@ -192,6 +209,7 @@ LUA_KIND_SETS: dict[str, Callable[[Kind], bool]] = {
     "KIND_REFUNDS": lambda k: k.refunds,
     "KIND_SPENDS_GRANTS": lambda k: k.spends_grants,
     "KIND_ENDS_GRANT": lambda k: k.ends_grant,
+    "KIND_PLAIN_ONLY": lambda k: k.plain_only,
 }
 
 

@@ -35,11 +35,19 @@ from hotledger.dal.db import CommitOutcomeUnknown
 from hotledger.dal.lock import DistributedLock, Holding
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisUnavailable
-from hotledger.grants.rows import Grant, GrantCredit, encode_spent, expired_remaining, grants_with_pending, spend
+from hotledger.grants.rows import (
+    Grant,
+    GrantCredit,
+    encode_spent,
+    expired_remaining,
+    grants_with_pending,
+    live_remaining,
+    spend,
+)
 from hotledger.holds.store import holds_with_pending
 from hotledger.ledger.book import book
 from hotledger.ledger.entry import Entry, ServiceKey, stored_key
-from hotledger.ledger.kinds import KIND_DEDUCT, KIND_RECHARGE, KINDS, balance_delta
+from hotledger.ledger.kinds import KIND_DEDUCT, KIND_RECHARGE, KINDS, ORDER_KINDS, balance_delta
 from hotledger.ledger.replies import ApplyReply, ApplyStatus, ToSyncStatus
 from hotledger.ledger.rows import MAX_BALANCE, AccountRow, Charge, IdempotentAnswer
 from hotledger.ledger.store import LedgerStore
@@ -234,7 +242,7 @@ def expected_cache(
 def _outcome_unknown(kind: str, user_id: int, entry_id: int, why: str) -> errors.DomainError:
     where = (
         f"GET /accounts/{user_id}/orders/{entry_id}"
-        if kind == KIND_DEDUCT
+        if kind in ORDER_KINDS
         else f"the balance at GET /accounts/{user_id}"
     )
     return errors.ChargeOutcomeUnknown(
@@ -679,8 +687,12 @@ class Ledger:
             if account.deduct_type != "SYNC":
                 self.store.drop_cache(user_id)
                 return None
-            # an expired grant is never spent, as a live hold's money is not (grants.rows: the scripts' rules)
-            refused = refused_in_db(kind, amount, account, seen.live_on_hold + expired_remaining(seen.grants, now))
+            # an expired grant is never spent, as a live hold's money is not, nor a live one by a plain-only debit (a
+            # transfer's): grants.rows, the scripts' rules
+            out_of_reach = expired_remaining(seen.grants, now)
+            if KINDS[kind].plain_only:
+                out_of_reach += live_remaining(seen.grants, now)
+            refused = refused_in_db(kind, amount, account, seen.live_on_hold + out_of_reach)
             if refused is not None:  # changes nothing but the key's record: its answer for good
                 if refusal_is_answer(idem_key):
                     tx.remember_answer(user_id, idem_key, request, refusal_answer(refused))
@@ -736,7 +748,7 @@ class Ledger:
         # Redis first: the writer deletes the entry string only after its DB commit, so an entry
         # missing here is either in the DB already or never existed.
         entry = self.store.entry(user_id, entry_id)
-        if entry is not None and entry.kind == KIND_DEDUCT:
+        if entry is not None and entry.kind in ORDER_KINDS:  # a deduct, or a transfer's debit
             # the DB's verdict is final: a charge it recorded rolled back whose give-back in Redis failed is no order
             status = "ROLLED_BACK" if self.store.is_rolled_back(entry_id) else "PENDING"
             return DeductEntry(entry_id, user_id, entry.amount, entry.balance_after, status)

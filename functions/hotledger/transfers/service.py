@@ -4,8 +4,9 @@ The two accounts usually live in different Redis Cluster slots, so no one script
 charges, each under the transfer's own Idempotency-Key (store.py: ServiceKey, so repeating a step replays it), and a
 t_transfer row that says how far it got:
 
-  PENDING   the row is in; the payer's debit (a deduct under transferdebit<id>) is being made
-  DEBITED   the debit is durable (the broker acknowledged its event, or the DB committed it: ledger.deduct answered):
+  PENDING   the row is in; the payer's debit (kind T under transferdebit<id>: plain money only, its credit grants
+            out of reach) is being made
+  DEBITED   the debit is durable (the broker acknowledged its event, or the DB committed it: ledger.charge answered):
             the amount left the payer (spendable by no one) and is in flight
   CREDITED  the payee's credit (a recharge under transfercredit<id>) is durable too
   POSTED    both legs are booked in the DB (t_order / t_pay and their t_entry rows)
@@ -18,7 +19,9 @@ transfer is POSTED or FAILED), and the reconciler's `transfers` part (transfers 
 a request that died, a queue element lost). Every step repeats safely: the ledger replays a charge made under its key.
 
 Invariants:
-- the credit is made only once the debit is durable (ledger.deduct answered), so no money is ever in two places;
+- the credit is made only once the debit is durable (ledger.charge answered), so no money is ever in two places;
+- a transfer moves plain money only: the debit (ledger/kinds.py T, plain_only) is refused above available less the
+  payer's live grants and spends none, so the payee never receives promo credit as money, nor the payer on a release;
 - the sum of all balances plus what DEBITED and RELEASING transfers hold is constant (between a leg's charge and the
   row's move, the ledger's keys say which legs exist: a debit under transferdebit<id> with neither a credit nor a
   release is in flight);
@@ -43,7 +46,7 @@ from hotledger.currencies.service import Currencies, minor_in
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.delay_queue import DelayQueue
 from hotledger.dal.redis_store import RedisUnavailable
-from hotledger.ledger.kinds import KIND_RECHARGE
+from hotledger.ledger.kinds import KIND_RECHARGE, KIND_TRANSFER_DEBIT
 from hotledger.transfers.rows import CREDITED, DEBITED, FAILED, FINAL, PENDING, POSTED, RELEASING, Transfer
 from hotledger.transfers.store import TransferStore, credit_key, debit_key, release_key
 
@@ -59,7 +62,7 @@ LEDGER_FAILURES = (errors.DomainError, RedisUnavailable, DatabaseUnavailable)
 class Ledger(Protocol):
     """What transfers use of the ledger's service."""
 
-    def deduct(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult: ...
+    def charge(self, kind: str, user_id: int, amount: int, idem_key: str | None) -> LedgerResult: ...
 
     def recharge(self, user_id: int, amount: int, idem_key: str | None = None) -> LedgerResult: ...
 
@@ -191,7 +194,7 @@ class Transfers:
     def _debit(self, row: Transfer, first_debit: bool) -> Transfer:
         tid = row.transfer_id
         try:
-            debit = self.ledger.deduct(row.from_id, row.amount, debit_key(tid))
+            debit = self.ledger.charge(KIND_TRANSFER_DEBIT, row.from_id, row.amount, debit_key(tid))
         except errors.DomainError as exc:
             if first_debit and (_may_pass(exc) and _debit_not_made(exc) or isinstance(exc, errors.Recovering)):
                 # nothing was ever charged under its key: gone, as if never asked (a retry under the request's

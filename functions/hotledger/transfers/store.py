@@ -17,7 +17,7 @@ _COLUMNS = (
 
 
 def debit_key(transfer_id: int) -> ServiceKey:
-    """The payer's deduct (history type transfer_debit, ref transfer:<id>: ledger/book.py)."""
+    """The payer's debit, kind T (history type transfer_debit, ref transfer:<id>: ledger/book.py)."""
     return ServiceKey(f"transferdebit{transfer_id}")
 
 

@@ -12,9 +12,9 @@ local ENTRY_HEAD = {'amount', 'ts', 'balance_after', 'version', 'kind', 'epoch',
 -- always '' (the description's place in a hold change other than an authorize). Credit grants: what a deduct or a
 -- capture spent ('<grant id>:<spent>,...', first-to-expire), a granted recharge's grant (its id is the entry's), what a
 -- refund gave back to which grant ('<grant id>:<part>,...'), the grant an expiry ends with what a take-back needs to
--- restore it (ENTRY_ONLY)
+-- restore it (ENTRY_ONLY); a transfer's debit (T) spends no grant: no field
 local ENTRY_TAILS = {
-  D = 'grants_spent',
+  D = 'grants_spent', T = '',
   R = 'grant_expires_at grant_category',
   G = 'grant_id ended_expires_at ended_category',
   A = '', N = 'grants_spent',

@@ -1,5 +1,5 @@
 -- lib/grants: an account's credit grants (issue 34), shared by the scripts that credit, spend or end them
--- (ledger_apply: a recharge's grant, a deduct's spend; hold_change: a capture's spend; ledger_refund: a refund's
+-- (ledger_apply: a recharge's grant, a deduct's spend, a transfer's reach; hold_change: a capture's spend; ledger_refund: a refund's
 -- give-back; ledger_grant_expire; ledger_load). Included where a script
 -- says `--! include grants` (dal/redis_store.script_text). The keys the includer passes, all of the account's slot:
 --   grants  user:grants:{uid}         hash: grant id (its recharge's entry id) -> 'remaining;expires_at;category'
@@ -25,6 +25,16 @@ local function grants_expired(grants, expiry, now)
   if #ids == 0 then return 0 end
   for _, rec in ipairs(redis.call('HMGET', grants, unpack(ids))) do
     if rec then total = total + tonumber(string.match(rec, '^(%d+);')) end
+  end
+  return total
+end
+
+-- grants_live(grants, expiry, held, now) -> what the live grants have left whose credit is durable: out of a plain-only
+-- debit's reach (ledger_apply: a transfer's). A grant whose credit is held is out of reach already (the balance's held)
+local function grants_live(grants, expiry, held, now)
+  local live, total = redis.call('ZRANGEBYSCORE', expiry, '(' .. now, '+inf'), 0
+  for i, rec in ipairs(#live > 0 and redis.call('HMGET', grants, unpack(live)) or {}) do
+    if rec and redis.call('HEXISTS', held, live[i]) == 0 then total = total + tonumber(string.match(rec, '^(%d+);')) end
   end
   return total
 end
