@@ -189,3 +189,22 @@ def test_partition_writers_side_by_side_never_deadlock_on_idempotency_keys(api, 
     assert sql("SELECT COUNT(*) FROM t_idempotency WHERE user_id IN ({})".format(",".join(map(str, everyone)))) == (
         (writers * per_writer * 3 * rounds,),
     )
+
+
+def test_a_batch_of_open_and_closed_accounts_lands_each_flag(api, redis_client, sql):
+    # the flags go in one UPDATE per distinct flag (ledger/tx.py move_accounts): each account gets its own
+    closing, staying = api.account(balance="5.00"), api.account(balance="5.00")
+    assert api("PATCH", f"/accounts/{closing}", {"api_open": False})[0] == 200
+    assert api("POST", f"/accounts/{closing}/recharge", {"amount": "1.00"})[0] == 200  # its event: closed
+    assert api("POST", f"/accounts/{staying}/deduct", {"amount": "1.00"})[0] == 200  # its event: open
+    reason = sql("SELECT close_reason FROM t_user WHERE id = %s", (closing,))[0][0]
+    assert reason is not None
+    # the DB as if it had neither flag yet: the writer lands them
+    sql("UPDATE t_user SET api_open = 1, close_reason = NULL WHERE id = %s", (closing,))
+    sql("UPDATE t_user SET api_open = 0, close_reason = 'stale' WHERE id = %s", (staying,))
+    invoke_writer(ledger_records(redis_client, [closing, staying]))
+    flags = {
+        row[0]: row[1:]
+        for row in sql("SELECT id, api_open, close_reason FROM t_user WHERE id IN (%s, %s)", (closing, staying))
+    }
+    assert flags == {closing: (0, reason), staying: (1, None)}
