@@ -302,9 +302,8 @@ class _Charge:
             # the DB keeps every answer; one read, only for keys Redis does not know
             return self._checked(charge)
         if reply.status is ApplyStatus.HELD and self.ledger.lift_rebuild_hold(self.user_id, reply.retry_at):
-            return self.attempt(
-                entry_id
-            )  # a spend of grants held by a rebuild: the log is applied, the grants reloaded
+            # a spend of grants a rebuild held: the log is applied now and the grants reloaded, so it goes again
+            return self.attempt(entry_id)
         return reply
 
     def _checked(self, charge: Charge) -> ApplyReply:
