@@ -233,6 +233,17 @@ MUTANTS: list[Mutant] = [
         "a transfer moves plain money only: a SYNC payer's live grants are out of its reach",
     ),
     m(
+        "py-sync-memo-keeps-an-async-cache",
+        LEDGER_SERVICE,
+        "                if cache_said_sync:\n                    self.store.drop_cache(user_id)",
+        "                if True:\n                    self.store.drop_cache(user_id)",
+        [
+            "tests/integration/test_sync_row_lock.py::"
+            "test_an_account_remembered_sync_and_since_switched_to_async_is_charged_in_redis_and_its_cache_kept"
+        ],
+        "an account remembered SYNC and found ASYNC under the row lock keeps its cache (no rebuild, no RECOVERING)",
+    ),
+    m(
         "lua-grab-once",
         "layers/lua/redpacket_grab.lua",
         "local seen = redis.call('HGET', KEYS[3], ARGV[2])",

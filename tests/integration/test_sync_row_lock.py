@@ -100,3 +100,51 @@ def test_a_sync_charge_on_a_connection_the_db_dropped_since_is_made_on_a_new_one
     sql("KILL CONNECTION %s", (db.connection().thread_id(),))
     status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
     assert (status, body.get("balance"), body.get("mode")) == (200, "8.00", "SYNC"), body
+
+
+def _scripts_run(monkeypatch) -> list[str]:
+    """The names of the Lua scripts run from here on, each call let through."""
+    from hotledger.dal.redis_store import Lua
+
+    names: list[str] = []
+    run = Lua.run
+
+    def spy(self, name, *args, **kwargs):
+        names.append(name)
+        return run(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Lua, "run", spy)
+    return names
+
+
+def test_a_sync_account_charged_before_is_charged_in_the_db_without_asking_redis_its_mode(api, monkeypatch):
+    """The process remembers the accounts it charged SYNC: the next charge goes straight to the row lock, without the
+    script call that would only say SYNC again (issue 33 goal 3: a SYNC request's CPU)."""
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+    scripts = _scripts_run(monkeypatch)
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert (status, body["balance"], body["mode"]) == (200, "8.00", "SYNC"), body
+    assert "ledger_apply" not in scripts, scripts
+
+
+def test_an_account_remembered_sync_and_since_switched_to_async_is_charged_in_redis_and_its_cache_kept(api):
+    """The memo is a hint: the mode read under the row lock decides. A process that charged the account SYNC before an
+    operator switched it to ASYNC (and other processes charged it in Redis since) charges it the Redis way, on the
+    cache as it is: dropping it would make the account a rebuild after a Redis loss, and a keyed charge would wait
+    (RECOVERING) for entries the cache never lost."""
+    from hotledger import runtime
+    from hotledger.ledger.feature import ledger
+
+    user_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+    remembering = ledger()
+    assert user_id in remembering.sync_accounts
+    assert api("PATCH", f"/accounts/{user_id}", {"deduct_type": "ASYNC"})[0] == 200
+    runtime.reset()  # another process: it charges the account in Redis, the entry not in the DB yet
+    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
+    assert (status, body["balance"], body["mode"]) == (200, "8.00", "ASYNC"), body
+    result = remembering.deduct(user_id, 100, idem_key="after-the-switch")
+    assert (result.balance, result.mode) == (700, "ASYNC")
+    assert user_id not in remembering.sync_accounts
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "7.00"

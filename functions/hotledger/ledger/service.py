@@ -170,6 +170,8 @@ def _recovering(retry_at: int) -> errors.DomainError:
 # the business refusals: each is the definitive answer for its Idempotency-Key (TigerBeetle: id_already_failed;
 # Stripe replays the stored error), unlike a transient failure (503), which changed nothing and may be retried
 BUSINESS_REFUSALS = frozenset({ApplyStatus.CLOSED, ApplyStatus.INSUFFICIENT, ApplyStatus.LIMIT})
+# most accounts a process remembers as SYNC (Ledger.charge): a hint, so a full memo is simply emptied
+SYNC_ACCOUNTS_REMEMBERED = 10_000
 
 
 # ...except for the service's own keys (ServiceKey: red packet debits rp<id>, credits rp<item id>, refunds rprefund<id>,
@@ -375,6 +377,7 @@ class Ledger:
     ):
         self.store, self.durability, self.lock, self.next_id = store, durability, lock, next_id
         self.hold, self.rebuild_hold_ms = hold, rebuild_hold_ms
+        self.sync_accounts: set[int] = set()  # accounts this process last charged SYNC (charge)
 
     # accounts -------------------------------------------------------------------------------
     def create_account(self, user_name: str, deduct_type: str, threshold: int, currency: str | None = None) -> int:
@@ -557,12 +560,23 @@ class Ledger:
             raise errors.DomainError("amount out of range")
         idem_key = stored_key(idem_key)  # a client's key in its own namespace; a ServiceKey as it is
         request = fingerprint(kind, user_id, amount, None if grant is None else grant.field()) if idem_key else ""
+        if user_id in self.sync_accounts:
+            # charged SYNC before: straight to the DB, without the script call that would say SYNC again. Only a hint:
+            # the mode that decides is the one read under the row lock, and ASYNC there sends the charge the Redis way
+            result = self._charge_in_db(kind, user_id, amount, idem_key, request, grant, cache_said_sync=False)
+            if result is not None:
+                return result
+            self.sync_accounts.discard(user_id)
         for _ in range(LOAD_ATTEMPTS):
             entry_id, reply = self.durability.apply(_Charge(self, kind, user_id, amount, idem_key, request, grant))
             if reply.status is ApplyStatus.SYNC:
-                result = self._charge_in_db(kind, user_id, amount, idem_key, request, grant)
+                if len(self.sync_accounts) >= SYNC_ACCOUNTS_REMEMBERED:
+                    self.sync_accounts.clear()
+                self.sync_accounts.add(user_id)
+                result = self._charge_in_db(kind, user_id, amount, idem_key, request, grant, cache_said_sync=True)
                 if result is not None:
                     return result
+                self.sync_accounts.discard(user_id)
                 continue  # the DB says ASYNC after all: the stale cache was dropped, charge in Redis
             if reply.status is ApplyStatus.REPLAY:
                 # a replay answers an Idempotency-Key: only a keyed charge is answered so
@@ -656,9 +670,18 @@ class Ledger:
         return True
 
     def _charge_in_db(
-        self, kind: str, user_id: int, amount: int, idem_key: str | None, request: str, grant: GrantCredit | None
+        self,
+        kind: str,
+        user_id: int,
+        amount: int,
+        idem_key: str | None,
+        request: str,
+        grant: GrantCredit | None,
+        *,
+        cache_said_sync: bool,
     ) -> LedgerResult | None:
-        """SYNC path. Returns None when the DB says the account is ASYNC after all (cache was stale).
+        """SYNC path. Returns None when the DB says the account is ASYNC after all: then a cache that said SYNC
+        (cache_said_sync) was stale and is dropped; without it the cache may be the ASYNC account's own, and stays.
 
         Decided by the account's row lock alone, in one transaction of two round trips (the reads, then the writes
         with COMMIT: LedgerStore.charge_transaction), without the account lock in Redis: everything the decision
@@ -684,7 +707,8 @@ class Ledger:
                     replayed.entry_id, user_id, amount, replayed.balance, replayed.version, replayed.mode
                 )
             if account.deduct_type != "SYNC":
-                self.store.drop_cache(user_id)
+                if cache_said_sync:
+                    self.store.drop_cache(user_id)
                 return None
             # an expired grant is never spent, as a live hold's money is not, nor a live one by a plain-only debit (a
             # transfer's): grants.rows, the scripts' rules
