@@ -8,7 +8,7 @@ import pytest
 
 from helpers import broker_records, invoke_writer, ledger_records, lift_rebuild_hold, reconcile_pass, records
 from hotledger import errors, keys
-from hotledger.dal.db import DatabaseUnavailable
+from hotledger.dal.db import DatabaseUnavailable, to_ms
 from hotledger.dal.publisher import NotAcknowledged
 from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
 from hotledger.money import format_minor
@@ -249,6 +249,22 @@ def test_one_grabbers_failing_credit_never_blocks_the_others(api, sql, redis_cli
     reconcile_pass(monkeypatch, age_s=0)
     invoke_writer(ledger_records(redis_client, [blocked]))
     assert credited(blocked) == 1
+
+
+def test_a_batch_of_claims_stamps_each_item_with_its_own_grabber_and_time(api, sql, monkeypatch):
+    """The writer stamps a batch's claims in one statement (PacketTx.stamp_claims): each item gets its own grabber and
+    its own claim time, to the millisecond, whatever the claims' order in the batch."""
+    sender = api.account(balance="10.00")
+    grabbers = [api.account() for _ in range(4)]
+    packet_id = send(api, sender, "4.00", 4)
+    start = redpackets().clock()
+    for n, grabber in enumerate(grabbers):  # a second and a millisecond apart: no two claims share a time
+        monkeypatch.setattr(redpackets(), "clock", lambda n=n: start + n * 1_001)
+        assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": grabber})[0] == 200
+    claims = sorted(redpackets().pending_claims(packet_id), key=lambda c: c.item_id, reverse=True)
+    assert invoke_writer(records(claims, lambda c: f"rp{c.packet_id}", partition=1)) == {"batchItemFailures": []}
+    stamped = sql("SELECT id, user_id, claim_time FROM t_red_packet_item WHERE packet_id = %s", (packet_id,))
+    assert {i: (user, to_ms(at)) for i, user, at in stamped} == {c.item_id: (c.user_id, c.ts) for c in claims}
 
 
 def test_a_packet_redis_lost_is_rebuilt_and_late_claims_are_not_handed_out_again(api, sql, redis_client, monkeypatch):

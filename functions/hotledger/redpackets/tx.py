@@ -82,14 +82,20 @@ class PacketTx:
         return {row[0] for row in self.cursor.fetchall()}
 
     def stamp_claims(self, claims: list[RedPacketClaimEvent]) -> None:
-        """Give each item its grabber and claim time, in one statement (only items nobody holds)."""
+        """Give each item its grabber and claim time, in one statement (only items nobody holds; of two claims of one
+        item in the batch, the first)."""
         if not claims:
             return
-        # every value is a validated int: formatted directly (a batch may hold thousands of claims)
+        first: dict[int, RedPacketClaimEvent] = {}
+        for c in claims:
+            first.setdefault(c.item_id, c)
+        # joined against the batch's rows: a CASE on the id made the DB match every row against every WHEN (MariaDB,
+        # 1,000 items 20 -> 16 ms, 5,000 245 -> 106). UNION ALL, as VALUES ROW(..) differs in MariaDB and MySQL 8.
+        # Every value is a validated int: formatted directly (a batch may hold thousands of claims)
+        rows = " UNION ALL ".join(
+            "SELECT %d AS id, %d AS user_id, %d AS ts" % (c.item_id, c.user_id, c.ts) for c in first.values()
+        )
         self.cursor.execute(
-            "UPDATE t_red_packet_item SET user_id = CASE id "
-            + " ".join("WHEN %d THEN %d" % (c.item_id, c.user_id) for c in claims)
-            + " END, claim_time = CASE id "
-            + " ".join("WHEN %d THEN FROM_UNIXTIME(%d/1000)" % (c.item_id, c.ts) for c in claims)
-            + " END WHERE id IN ({}) AND user_id IS NULL".format(",".join("%d" % c.item_id for c in claims))
+            f"UPDATE t_red_packet_item i JOIN ({rows}) c ON i.id = c.id"
+            " SET i.user_id = c.user_id, i.claim_time = FROM_UNIXTIME(c.ts/1000) WHERE i.user_id IS NULL"
         )
