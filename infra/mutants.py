@@ -244,6 +244,17 @@ MUTANTS: list[Mutant] = [
         "an account remembered SYNC and found ASYNC under the row lock keeps its cache (no rebuild, no RECOVERING)",
     ),
     m(
+        "py-packet-second-claim-in-a-batch",
+        "functions/hotledger/redpackets/persist.py",
+        "items[e.item_id] = ItemRow(e.item_id, e.packet_id, e.amount, e.user_id, e.ts)",
+        "items[e.item_id] = items.get(e.item_id)",
+        [
+            "tests/integration/test_redpackets.py::"
+            "test_a_late_claim_and_the_regrab_of_its_item_in_one_batch_pay_once_and_refuse_the_other_loudly"
+        ],
+        "a batch's second claim of one item is judged against the first: refused loudly, not settled unpaid",
+    ),
+    m(
         "lua-grab-once",
         "layers/lua/redpacket_grab.lua",
         "local seen = redis.call('HGET', KEYS[3], ARGV[2])",

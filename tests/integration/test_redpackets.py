@@ -447,6 +447,38 @@ def test_a_claim_the_db_refuses_after_a_redis_loss_is_never_credited_and_the_pac
     assert api("GET", f"/accounts/{first}")[1]["balance"] == "0.00"
 
 
+def test_a_late_claim_and_the_regrab_of_its_item_in_one_batch_pay_once_and_refuse_the_other_loudly(
+    api, sql, redis_client, monkeypatch, capsys
+):
+    """As above, but the late claim and the second grabber's claim of the same item reach the writer in one batch:
+    the first in the batch takes the item, and the other is refused as a claim of a taken item (dead letter and the
+    window's alarm), as it is when the two come in two batches. Both were judged against the item as locked before
+    the batch, so both were fresh: the second was settled as written, its grabber told 200 and never paid, silently."""
+    sender, first, second = api.account(balance="10.00"), api.account(), api.account()
+    packet_id = send(api, sender, "1.00", 1)
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
+    late_claim = claim_records(packet_id)
+    invoke_writer(ledger_records(redis_client, [sender, first, second]))  # only the claim lags behind
+    redis_client.flushall()
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[1]["error"]["code"] == "RECOVERING"
+    lift_rebuild_hold(redis_client, keys.packet(packet_id))
+    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[0] == 200
+    regrab = [(p, offset + len(late_claim), k, v) for p, offset, k, v in claim_records(packet_id)]
+    capsys.readouterr()
+    invoke_writer(late_claim + regrab)  # the winner's credit waits: its account was rebuilt, and held too
+    assert '"LateChangesRefused":[1.0]' in capsys.readouterr().out
+    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((1,),)
+    lift_rebuild_hold(redis_client, keys.balance(first))
+    for _ in range(2):
+        reconcile_pass(monkeypatch, age_s=0)
+        invoke_writer(ledger_records(redis_client, [first, second]))
+    (item_id,) = [i for (i,) in sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,))]
+    assert sql("SELECT user_id, pay FROM t_pay WHERE idem_key = %s", (f"rp{item_id}",)) == ((first, 100),)
+    assert sql(
+        "SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (first, second)
+    ) == ((first, 100), (second, 0))
+
+
 def test_a_packet_redis_lost_hands_out_nothing_until_the_claims_acknowledged_before_the_loss_are_in_the_db(
     api, sql, redis_client, own_topic, monkeypatch
 ):

@@ -82,10 +82,12 @@ class RedPacketPersister(BatchPersister[RedPacketClaimEvent]):
         self, tx: PacketTx, locked: dict[int, ItemRow], events: list[RedPacketClaimEvent]
     ) -> Judged[RedPacketClaimEvent]:
         judged: Judged[RedPacketClaimEvent] = Judged()
+        items = dict(locked)  # as this batch leaves them: a second claim of an item is judged against the first
         for e in events:
-            found = verdict(e, locked.get(e.item_id))
+            found = verdict(e, items.get(e.item_id))
             if found is Verdict.FRESH:
                 judged.fresh.append(e)
+                items[e.item_id] = ItemRow(e.item_id, e.packet_id, e.amount, e.user_id, e.ts)
             elif found is Verdict.DUPLICATE:
                 judged.replayed.append(e)
             else:
