@@ -683,3 +683,23 @@ def test_a_spend_booked_before_its_grant_leaves_the_grant_only_what_is_left(api,
     rebuilt_after_the_writer_caught_up(redis_client, user_id)
     assert _remaining(api, user_id) == {grant_id: "1.00"}
     _assert_db_agrees(sql, user_id, 1100)
+
+
+def test_a_refund_of_a_spend_booked_before_its_grant_waits_for_the_grant_and_gives_it_its_part(api, redis_client, sql):
+    """After the broker lost its log, a deduct that spent a grant can be booked before the granted recharge (the
+    reconciler persists the older entry later). A refund of the deduct read what it spent through t_grant, found
+    nothing, and gave the grant's part back as plain money (promo credit made plain, never to expire). A charge whose
+    grants are not booked is not wholly in the books: the refund waits for them (CHARGE_NOT_BOOKED)."""
+    user_id = api.account(balance="10.00")
+    _persist(redis_client, user_id)
+    grant_id, _ = _grant(api, user_id, "3.00", 3_600_000)
+    status, order = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})  # 2.00 of the grant
+    assert status == 200, order
+    grant, deduct = ledger_records(redis_client, [user_id])
+    assert invoke_writer([deduct]) == {"batchItemFailures": []}  # the spend first
+    status, body = api("POST", f"/accounts/{user_id}/orders/{order['order_id']}/refunds", {"amount": "2.00"})
+    assert (status, body["error"]["code"]) == (409, "CHARGE_NOT_BOOKED"), body
+    assert invoke_writer([grant]) == {"batchItemFailures": []}
+    _refund(api, user_id, order["order_id"], "2.00")
+    assert _remaining(api, user_id) == {grant_id: "3.00"}
+    _booked_with(redis_client, sql, user_id, grant_id, 300, 1300)
