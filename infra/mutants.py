@@ -800,6 +800,15 @@ MUTANTS: list[Mutant] = [
         "the books refuse a refund whose charge they do not hold or that passes it (hole 2)",
     ),
     m(
+        "py-refund-waits-for-the-holds-authorize",
+        "functions/hotledger/refunds/service.py",
+        'if hold is None or hold.state == "ACTIVE" or hold.created_at == 0:',
+        'if hold is None or hold.state == "ACTIVE":',
+        ["tests/integration/test_refunds.py"],
+        "a capture booked before its authorize (the reconciler persisting what the broker lost) is refunded only once"
+        " the authorize is booked, as the books require",
+    ),
+    m(
         "balance-at-expired-holds",
         "functions/hotledger/history/store.py",
         "return BalanceAt(seq, balance, available + self._expired_holds_kept(user_id, at_ms), booked_at)",
