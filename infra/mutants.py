@@ -770,7 +770,7 @@ MUTANTS: list[Mutant] = [
     m(
         "refund-unbooked-charge",
         "functions/hotledger/refunds/service.py",
-        "                raise not_booked\n            amount, idem_key = booked",
+        "                raise _not_booked(charge_kind, charge_id)\n            amount, idem_key = booked",
         "                return self.ledger.get_deduct(user_id, charge_id).amount\n            amount, idem_key = booked",
         ["tests/integration/test_refunds.py"],
         "a refund covers only a charge the books hold (hole 2)",
@@ -1500,6 +1500,15 @@ MUTANTS: list[Mutant] = [
         "given = parts",
         [I_GRANTS],
         "a SYNC refund never gives back to an expired grant",
+    ),
+    m(
+        "py-refund-waits-for-the-grants-it-gives-back",
+        "functions/hotledger/refunds/store.py",
+        "        if any(grant is None for _, _, grant in rows):",
+        "        if False:",
+        [I_GRANTS],
+        "a refund of a charge booked before a grant it spent (the reconciler persisting what the broker lost) waits for"
+        " the grant, so the grant's part goes back to it, not to the plain balance",
     ),
     m(
         "lua-grants-expiry-waits-for-the-log",
