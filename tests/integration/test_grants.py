@@ -704,3 +704,27 @@ def test_a_refund_of_a_spend_booked_before_its_grant_waits_for_the_grant_and_giv
     _refund(api, user_id, order_id, "2.00")
     assert _remaining(api, user_id) == {grant_id: "3.00"}
     _booked_with(redis_client, sql, user_id, grant_id, 300, 1300)
+
+
+def test_a_refund_of_a_hold_waits_for_every_capture_of_it_so_its_plain_part_goes_back_first(api, redis_client, sql):
+    """After the broker lost its log, a hold's final capture (spending a grant) can be booked before an older partial
+    capture of the plain balance (the reconciler persists the older entry later). A refund read the hold as booked
+    then: it had captured the grant's 3.00 only, so a refund of 3.00 went back to the grant, where the whole charge
+    gives back its 5.00 of plain balance first. A hold with a change still on its way to the DB is not wholly in the
+    books: the refund waits for it (CHARGE_NOT_BOOKED)."""
+    user_id = api.account(balance="20.00")
+    _persist(redis_client, user_id)
+    hold_id = _hold(api, user_id, "8.00")
+    assert _capture(api, user_id, hold_id, "5.00")[0] == 200  # of the plain balance
+    grant_id, _ = _grant(api, user_id, "3.00", 3_600_000)
+    assert _capture(api, user_id, hold_id, "3.00", final=True)[0] == 200  # of the grant
+    authorize, partial, grant, final = ledger_records(redis_client, [user_id])
+    assert invoke_writer([authorize, grant, final]) == {"batchItemFailures": []}  # the partial capture later
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/refunds", {"amount": "3.00"})
+    assert (status, body["error"]["code"]) == (409, "CHARGE_NOT_BOOKED"), body
+    assert invoke_writer([partial]) == {"batchItemFailures": []}
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/refunds", {"amount": "3.00"})
+    assert status == 201, body
+    assert _refunds_given_back(api, user_id) == [("3.00", [])]
+    assert _remaining(api, user_id) == {}
+    _booked_with(redis_client, sql, user_id, grant_id, 0, 1800)
