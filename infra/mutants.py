@@ -800,13 +800,13 @@ MUTANTS: list[Mutant] = [
         "the books refuse a refund whose charge they do not hold or that passes it (hole 2)",
     ),
     m(
-        "py-refund-waits-for-the-holds-authorize",
+        "py-refund-waits-for-the-holds-changes",
         "functions/hotledger/refunds/service.py",
-        'if hold is None or hold.state == "ACTIVE" or hold.created_at == 0:',
+        'if hold is None or hold.state == "ACTIVE" or self._changes_on_their_way(user_id, charge_id):',
         'if hold is None or hold.state == "ACTIVE":',
-        ["tests/integration/test_refunds.py"],
-        "a capture booked before its authorize (the reconciler persisting what the broker lost) is refunded only once"
-        " the authorize is booked, as the books require",
+        ["tests/integration/test_refunds.py", I_GRANTS],
+        "a hold whose ending change was booked before older changes of it (the reconciler persisting what the broker"
+        " lost: its authorize, a partial capture) is refunded only once they are booked",
     ),
     m(
         "balance-at-expired-holds",

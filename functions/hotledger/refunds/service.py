@@ -192,13 +192,18 @@ class Refunds:
         if self.holds.get(user_id, charge_id).state == "ACTIVE":
             raise errors.HoldNotEnded("capture the rest or void the hold before refunding what it captured")
         hold = self.holds.booked(user_id, charge_id)
-        # created_at 0: its capture was booked before its authorize (the broker lost its log and the reconciler books
-        # the older entry later); the books refuse a refund of it until then (refunds/tx.py)
-        if hold is None or hold.state == "ACTIVE" or hold.created_at == 0:
+        if hold is None or hold.state == "ACTIVE" or self._changes_on_their_way(user_id, charge_id):
             raise _not_booked(charge_kind, charge_id)
         if hold.captured == 0:
             raise errors.RefundExceedsCharge("the hold captured nothing: there is nothing to refund")
         return hold.captured
+
+    def _changes_on_their_way(self, user_id: int, hold_id: int) -> bool:
+        """Whether a change of the hold is still on its way to the DB after the one that ended it was booked: after
+        the broker lost its log, the reconciler books older changes (its authorize, a partial capture) later. What the
+        hold captured, and of which grants, is in the books only then (and the books refuse a refund of a hold whose
+        authorize they do not hold: refunds/tx.py)."""
+        return any(e.hold is not None and e.hold.hold_id == hold_id for e in self.ledger.pending_entries(user_id))
 
     def _refunded_so_far(self, user_id: int, charge_id: int) -> int:
         """The DB's total plus the refunds of this charge still on their way to it."""
