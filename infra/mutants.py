@@ -833,6 +833,31 @@ MUTANTS: list[Mutant] = [
         "a hold is not captured, voided or expired before its authorize is durable (hole 2 c)",
     ),
     m(
+        "py-hold-load-keeps-what-was-booked-before-its-authorize",
+        "functions/hotledger/holds/tx.py",
+        "WHERE user_id = %s AND (state = 'ACTIVE' OR created_at = 0)",
+        "WHERE user_id = %s AND state = 'ACTIVE'",
+        [I_HOLDS],
+        "a cache load never makes new a hold whose ending change was booked before its authorize (the reconciler"
+        " persisting what the broker lost)",
+    ),
+    m(
+        "py-hold-load-authorize-keeps-the-booked-state",
+        "functions/hotledger/holds/store.py",
+        "                ACTIVE if booked is None else booked.state,",
+        "                ACTIVE,",
+        [I_HOLDS],
+        "a pending authorize applied by a cache load keeps the state its hold's changes booked before it left",
+    ),
+    m(
+        "py-hold-load-authorize-keeps-the-booked-capture",
+        "functions/hotledger/holds/store.py",
+        "                0 if booked is None else booked.captured,",
+        "                0,",
+        [I_HOLDS],
+        "a pending authorize applied by a cache load keeps what its hold's captures booked before it took",
+    ),
+    m(
         "packet-first-debit-held-unknown",
         "functions/hotledger/redpackets/service.py",
         "if first_debit and isinstance(exc, errors.Recovering):",
