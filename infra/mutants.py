@@ -792,7 +792,7 @@ MUTANTS: list[Mutant] = [
     m(
         "refund-unbooked-charge",
         "functions/hotledger/refunds/service.py",
-        "                raise not_booked\n            amount, idem_key = booked",
+        "                raise _not_booked(charge_kind, charge_id)\n            amount, idem_key = booked",
         "                return self.ledger.get_deduct(user_id, charge_id).amount\n            amount, idem_key = booked",
         ["tests/integration/test_refunds.py"],
         "a refund covers only a charge the books hold (hole 2)",
@@ -822,6 +822,15 @@ MUTANTS: list[Mutant] = [
         "the books refuse a refund whose charge they do not hold or that passes it (hole 2)",
     ),
     m(
+        "py-refund-waits-for-the-holds-changes",
+        "functions/hotledger/refunds/service.py",
+        'if hold is None or hold.state == "ACTIVE" or self._changes_on_their_way(user_id, charge_id):',
+        'if hold is None or hold.state == "ACTIVE":',
+        ["tests/integration/test_refunds.py", I_GRANTS],
+        "a hold whose ending change was booked before older changes of it (the reconciler persisting what the broker"
+        " lost: its authorize, a partial capture) is refunded only once they are booked",
+    ),
+    m(
         "balance-at-expired-holds",
         "functions/hotledger/history/store.py",
         "return BalanceAt(seq, balance, available + self._expired_holds_kept(user_id, at_ms), booked_at)",
@@ -844,6 +853,31 @@ MUTANTS: list[Mutant] = [
         "",
         [I_HOLDS],
         "a hold is not captured, voided or expired before its authorize is durable (hole 2 c)",
+    ),
+    m(
+        "py-hold-load-keeps-what-was-booked-before-its-authorize",
+        "functions/hotledger/holds/tx.py",
+        "WHERE user_id = %s AND (state = 'ACTIVE' OR created_at = 0)",
+        "WHERE user_id = %s AND state = 'ACTIVE'",
+        [I_HOLDS],
+        "a cache load never makes new a hold whose ending change was booked before its authorize (the reconciler"
+        " persisting what the broker lost)",
+    ),
+    m(
+        "py-hold-load-authorize-keeps-the-booked-state",
+        "functions/hotledger/holds/store.py",
+        "                ACTIVE if booked is None else booked.state,",
+        "                ACTIVE,",
+        [I_HOLDS],
+        "a pending authorize applied by a cache load keeps the state its hold's changes booked before it left",
+    ),
+    m(
+        "py-hold-load-authorize-keeps-the-booked-capture",
+        "functions/hotledger/holds/store.py",
+        "                0 if booked is None else booked.captured,",
+        "                0,",
+        [I_HOLDS],
+        "a pending authorize applied by a cache load keeps what its hold's captures booked before it took",
     ),
     m(
         "packet-first-debit-held-unknown",
@@ -1513,6 +1547,15 @@ MUTANTS: list[Mutant] = [
         "given = parts",
         [I_GRANTS],
         "a SYNC refund never gives back to an expired grant",
+    ),
+    m(
+        "py-refund-waits-for-the-grants-it-gives-back",
+        "functions/hotledger/refunds/store.py",
+        "        if any(grant is None for _, _, grant in rows):",
+        "        if False:",
+        [I_GRANTS],
+        "a refund of a charge booked before a grant it spent (the reconciler persisting what the broker lost) waits for"
+        " the grant, so the grant's part goes back to it, not to the plain balance",
     ),
     m(
         "lua-grants-expiry-waits-for-the-log",

@@ -663,19 +663,26 @@ def test_a_deduct_spending_grants_waits_for_the_spends_acknowledged_before_a_red
     assert spent == ((300,),)
 
 
+def _a_spend_booked_before_its_grant(api, redis_client):
+    """(user id, grant id, order id, the grant's record): a deduct that spent 2.00 of a 3.00 grant, booked by the
+    writer before the granted recharge, whose record is returned for the test to book."""
+    user_id = api.account(balance="10.00")
+    _persist(redis_client, user_id)
+    grant_id, _ = _grant(api, user_id, "3.00", 3_600_000)
+    status, order = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})  # 2.00 of the grant
+    assert status == 200, order
+    grant, deduct = ledger_records(redis_client, [user_id])
+    assert invoke_writer([deduct]) == {"batchItemFailures": []}  # the spend first
+    return user_id, grant_id, order["order_id"], grant
+
+
 def test_a_spend_booked_before_its_grant_leaves_the_grant_only_what_is_left(api, redis_client, sql):
     """Found by the chaos test: after the broker lost its log, the reconciler persisted an account's older entries (a
     granted recharge among them) after newer ones the new log carried (a deduct that spent that grant). The spend
     found no t_grant row to take from, the grant was then inserted whole, and once Redis lost the account, the rebuilt
     grant's expiry took from the plain balance what the deduct had spent. A grant booked after spends of it starts
     from what they left."""
-    user_id = api.account(balance="10.00")
-    _persist(redis_client, user_id)
-    grant_id, _ = _grant(api, user_id, "3.00", 3_600_000)
-    status, body = api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})  # 2.00 of the grant
-    assert status == 200, body
-    grant, deduct = ledger_records(redis_client, [user_id])
-    assert invoke_writer([deduct]) == {"batchItemFailures": []}  # the spend first
+    user_id, grant_id, _, grant = _a_spend_booked_before_its_grant(api, redis_client)
     assert invoke_writer([grant]) == {"batchItemFailures": []}
     assert sql("SELECT remaining, state FROM t_grant WHERE id = %s", (int(grant_id),)) == ((100, "ACTIVE"),)
     for key in redis_client.scan_iter(match=f"*{{{user_id}}}*"):  # the account's slot, lost whole
@@ -683,3 +690,41 @@ def test_a_spend_booked_before_its_grant_leaves_the_grant_only_what_is_left(api,
     rebuilt_after_the_writer_caught_up(redis_client, user_id)
     assert _remaining(api, user_id) == {grant_id: "1.00"}
     _assert_db_agrees(sql, user_id, 1100)
+
+
+def test_a_refund_of_a_spend_booked_before_its_grant_waits_for_the_grant_and_gives_it_its_part(api, redis_client, sql):
+    """After the broker lost its log, a deduct that spent a grant can be booked before the granted recharge (the
+    reconciler persists the older entry later). A refund of the deduct read what it spent through t_grant, found
+    nothing, and gave the grant's part back as plain money (promo credit made plain, never to expire). A charge whose
+    grants are not booked is not wholly in the books: the refund waits for them (CHARGE_NOT_BOOKED)."""
+    user_id, grant_id, order_id, grant = _a_spend_booked_before_its_grant(api, redis_client)
+    status, body = api("POST", f"/accounts/{user_id}/orders/{order_id}/refunds", {"amount": "2.00"})
+    assert (status, body["error"]["code"]) == (409, "CHARGE_NOT_BOOKED"), body
+    assert invoke_writer([grant]) == {"batchItemFailures": []}
+    _refund(api, user_id, order_id, "2.00")
+    assert _remaining(api, user_id) == {grant_id: "3.00"}
+    _booked_with(redis_client, sql, user_id, grant_id, 300, 1300)
+
+
+def test_a_refund_of_a_hold_waits_for_every_capture_of_it_so_its_plain_part_goes_back_first(api, redis_client, sql):
+    """After the broker lost its log, a hold's final capture (spending a grant) can be booked before an older partial
+    capture of the plain balance (the reconciler persists the older entry later). A refund read the hold as booked
+    then: it had captured the grant's 3.00 only, so a refund of 3.00 went back to the grant, where the whole charge
+    gives back its 5.00 of plain balance first. A hold with a change still on its way to the DB is not wholly in the
+    books: the refund waits for it (CHARGE_NOT_BOOKED)."""
+    user_id = api.account(balance="20.00")
+    _persist(redis_client, user_id)
+    hold_id = _hold(api, user_id, "8.00")
+    assert _capture(api, user_id, hold_id, "5.00")[0] == 200  # of the plain balance
+    grant_id, _ = _grant(api, user_id, "3.00", 3_600_000)
+    assert _capture(api, user_id, hold_id, "3.00", final=True)[0] == 200  # of the grant
+    authorize, partial, grant, final = ledger_records(redis_client, [user_id])
+    assert invoke_writer([authorize, grant, final]) == {"batchItemFailures": []}  # the partial capture later
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/refunds", {"amount": "3.00"})
+    assert (status, body["error"]["code"]) == (409, "CHARGE_NOT_BOOKED"), body
+    assert invoke_writer([partial]) == {"batchItemFailures": []}
+    status, body = api("POST", f"/accounts/{user_id}/holds/{hold_id}/refunds", {"amount": "3.00"})
+    assert status == 201, body
+    assert _refunds_given_back(api, user_id) == [("3.00", [])]
+    assert _remaining(api, user_id) == {}
+    _booked_with(redis_client, sql, user_id, grant_id, 0, 1800)

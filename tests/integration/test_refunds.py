@@ -286,3 +286,26 @@ def test_a_refund_retried_under_its_key_once_its_charge_is_booked_is_made(api, r
     _persist(redis_client, user_id)
     status, body = _refund(api, user_id, hold["hold_id"], "1.00", key, what="holds")
     assert status == 201, body
+
+
+def test_a_capture_booked_before_its_authorize_is_not_refunded_until_the_authorize_is(api, redis_client, sql):
+    """After the broker lost its log, a hold's final capture can be booked before its authorize (the reconciler
+    persists the older entry later): t_hold then holds the capture alone (created_at 0). A refund of it was made and
+    acknowledged, and the books, which refuse a refund of a hold whose authorize they do not hold, dead-lettered it
+    and took it back. The refund waits for the authorize (CHARGE_NOT_BOOKED), as the books do."""
+    user_id = api.account(balance="20.00")
+    _persist(redis_client, user_id)
+    _, hold = api("POST", f"/accounts/{user_id}/holds", {"amount": "3.00"})
+    assert (
+        api("POST", f"/accounts/{user_id}/holds/{hold['hold_id']}/capture", {"amount": "3.00", "final": True})[0] == 200
+    )
+    authorize, capture = ledger_records(redis_client, [user_id])
+    assert invoke_writer([capture]) == {"batchItemFailures": []}  # the capture first
+    status, body = _refund(api, user_id, hold["hold_id"], "3.00", what="holds")
+    assert (status, body["error"]["code"]) == (409, "CHARGE_NOT_BOOKED"), body
+    assert invoke_writer([authorize]) == {"batchItemFailures": []}
+    assert _refund(api, user_id, hold["hold_id"], "3.00", what="holds")[0] == 201
+    _persist(redis_client, user_id)
+    refunds = sql("SELECT COUNT(*), SUM(amount) FROM t_refund WHERE charge_id = %s", (int(hold["hold_id"]),))
+    assert refunds == ((1, 300),)
+    assert sql("SELECT balance FROM t_account WHERE user_id = %s", (user_id,)) == ((2000,),)

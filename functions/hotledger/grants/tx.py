@@ -37,16 +37,17 @@ def active_grants(cursor: Any, user_id: int) -> list[Grant]:
 def charge_spends_read(charge_kind: str, charge_id: int) -> tuple[str, tuple[int]]:
     """The statement (and its values) that reads what a charge spent of its account's grants, in spend order: a
     deduct's ('order') spends first-to-expire, a hold's ('hold') its captures' in the order they were made. A refund's
-    give-backs (negative rows) are not spends."""
+    give-backs (negative rows) are not spends. Each row's third column is NULL while its grant is not booked (a
+    spend booked before its grant: insert_grant_changes)."""
     if charge_kind == "order":
         return (
-            "SELECT s.grant_id, s.amount FROM t_grant_spend s JOIN t_grant g ON g.id = s.grant_id"
+            "SELECT s.grant_id, s.amount, g.id FROM t_grant_spend s LEFT JOIN t_grant g ON g.id = s.grant_id"
             " WHERE s.entry_id = %s AND s.amount > 0 ORDER BY g.expires_at, g.id",
             (charge_id,),
         )
     return (
-        "SELECT s.grant_id, s.amount FROM t_hold_change c JOIN t_grant_spend s ON s.entry_id = c.id"
-        " JOIN t_grant g ON g.id = s.grant_id WHERE c.hold_id = %s AND c.kind = 'C' AND s.amount > 0"
+        "SELECT s.grant_id, s.amount, g.id FROM t_hold_change c JOIN t_grant_spend s ON s.entry_id = c.id"
+        " LEFT JOIN t_grant g ON g.id = s.grant_id WHERE c.hold_id = %s AND c.kind = 'C' AND s.amount > 0"
         " ORDER BY c.version, g.expires_at, g.id",
         (charge_id,),
     )

@@ -146,14 +146,24 @@ class HoldStore:
 
 
 def holds_with_pending(stored: list[Hold], pending: list[Entry]) -> list[Hold]:
-    """The DB's ACTIVE holds with the hold changes charged in Redis and not in the DB yet applied, in version order;
-    the ACTIVE ones after them. This is what a cache load puts back in Redis (as ledger.service.expected_cache for money)."""
+    """The DB's holds (holds.tx.active_holds) with the hold changes charged in Redis and not in the DB yet applied, in
+    version order; the ACTIVE ones after them. This is what a cache load puts back in Redis (as
+    ledger.service.expected_cache for money). An authorize keeps what the DB booked of its hold already (a change of
+    it booked first)."""
     holds = {h.hold_id: h for h in stored}
     changes = sorted(((e, e.hold) for e in pending if e.hold is not None), key=lambda pair: pair[0].version)
     for e, change in changes:
         if e.kind == "H":
+            booked = holds.get(change.hold_id)
             holds[change.hold_id] = Hold(
-                change.hold_id, e.user_id, e.amount, 0, ACTIVE, change.expires_at, e.ts, change.description or ""
+                change.hold_id,
+                e.user_id,
+                e.amount,
+                0 if booked is None else booked.captured,
+                ACTIVE if booked is None else booked.state,
+                change.expires_at,
+                e.ts,
+                change.description or "",
             )
         elif change.hold_id in holds:
             h = holds[change.hold_id]

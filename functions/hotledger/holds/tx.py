@@ -19,8 +19,10 @@ HOLD_SELECT = (
 
 
 def active_holds(cursor: Cursor, user_id: int) -> list[Hold]:
-    """The account's ACTIVE holds as the DB holds them (in the caller's transaction, under the account row lock)."""
-    cursor.execute(HOLD_SELECT + " WHERE user_id = %s AND state = 'ACTIVE'", (user_id,))
+    """The account's ACTIVE holds as the DB holds them (in the caller's transaction, under the account row lock), and
+    in any state those it booked a change of before their authorize (created_at 0: after the broker lost its log, the
+    reconciler books the authorize later): a cache load applies their pending authorize to what the DB booked."""
+    cursor.execute(HOLD_SELECT + " WHERE user_id = %s AND (state = 'ACTIVE' OR created_at = 0)", (user_id,))
     return [Hold(*row) for row in cursor.fetchall()]
 
 

@@ -175,7 +175,7 @@ class LedgerTx:
         return found
 
     def active_holds(self, user_id: int) -> list[Hold]:
-        """The account's ACTIVE holds as the DB holds them (under the row lock this transaction took)."""
+        """The account's ACTIVE holds as the DB holds them (under the row lock this transaction took; holds.tx)."""
         return active_holds(self.cursor, user_id)
 
     def active_grants(self, user_id: int) -> list[Grant]:

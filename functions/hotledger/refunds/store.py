@@ -67,9 +67,13 @@ class RefundStore:
         return (int(rows[0][0]), rows[0][1]) if rows else None
 
     @staticmethod
-    def charge_spends(charge_kind: str, charge_id: int) -> list[tuple[int, int]]:
-        """What the charge spent of its account's grants, in spend order (grants.tx.charge_spends_read)."""
-        return [(int(g), int(a)) for g, a in db.query(*charge_spends_read(charge_kind, charge_id))]
+    def charge_spends(charge_kind: str, charge_id: int) -> list[tuple[int, int]] | None:
+        """What the charge spent of its account's grants, in spend order (grants.tx.charge_spends_read); None while a
+        grant it spent is not booked."""
+        rows = db.query(*charge_spends_read(charge_kind, charge_id))
+        if any(grant is None for _, _, grant in rows):
+            return None
+        return [(int(g), int(a)) for g, a, _ in rows]
 
     def refunded_in_db(self, charge_id: int) -> tuple[int, set[int]]:
         """(the charge's refunded total the DB holds, the ids of those refunds)."""
