@@ -255,6 +255,17 @@ MUTANTS: list[Mutant] = [
         "a batch's second claim of one item is judged against the first: refused loudly, not settled unpaid",
     ),
     m(
+        "py-grants-load-starts-from-what-booked-spends-left",
+        "functions/hotledger/grants/rows.py",
+        "left = max(e.amount - spent_before.get(e.entry_id, 0), 0)",
+        "left = e.amount",
+        [
+            f"{I_GRANTS}::"
+            "test_a_cache_load_while_a_spend_is_booked_before_its_grant_starts_the_grant_from_what_the_spend_left"
+        ],
+        "a cache load starts a grant booked after spends of it from what they left, as the books do",
+    ),
+    m(
         "lua-grab-once",
         "layers/lua/redpacket_grab.lua",
         "local seen = redis.call('HGET', KEYS[3], ARGV[2])",

@@ -692,6 +692,21 @@ def test_a_spend_booked_before_its_grant_leaves_the_grant_only_what_is_left(api,
     _assert_db_agrees(sql, user_id, 1100)
 
 
+def test_a_cache_load_while_a_spend_is_booked_before_its_grant_starts_the_grant_from_what_the_spend_left(
+    api, redis_client, sql
+):
+    """As above, with the account's hash dropped (its pending entries kept) before the grant is booked: the load made
+    the grant whole from its pending recharge, as the spend booked before it was not there, so its expiry would have
+    taken what the spend took from the plain balance. The load starts it from what the booked spends left, as the
+    books do (grants/tx.py insert_grant_changes)."""
+    user_id, grant_id, _, grant = _a_spend_booked_before_its_grant(api, redis_client)
+    redis_client.delete(keys.balance(user_id))
+    assert _remaining(api, user_id) == {grant_id: "1.00"}
+    assert invoke_writer([grant]) == {"batchItemFailures": []}
+    assert sql("SELECT remaining, state FROM t_grant WHERE id = %s", (int(grant_id),)) == ((100, "ACTIVE"),)
+    _assert_db_agrees(sql, user_id, 1100)
+
+
 def test_a_refund_of_a_spend_booked_before_its_grant_waits_for_the_grant_and_gives_it_its_part(api, redis_client, sql):
     """After the broker lost its log, a deduct that spent a grant can be booked before the granted recharge (the
     reconciler persists the older entry later). A refund of the deduct read what it spent through t_grant, found

@@ -263,6 +263,9 @@ class FakeLedgerStore:
     def active_grants(self, user_id):
         return []
 
+    def booked_spends(self, grant_ids):
+        return {}
+
     def insert_grant_changes(self, changes):
         pass
 

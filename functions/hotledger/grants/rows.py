@@ -10,6 +10,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from hotledger.ledger.entry import Entry
 
 CATEGORY = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
@@ -105,15 +107,22 @@ def decode_spent(encoded: str | None) -> list[tuple[int, int]]:
     return [(int(g), int(a)) for g, a in (part.split(":") for part in encoded.split(","))] if encoded else []
 
 
-def grants_with_pending(stored: list[Grant], missing: list[Entry]) -> list[Grant]:
+def grants_with_pending(
+    stored: list[Grant], missing: list[Entry], booked_spends: Callable[[list[int]], Mapping[int, int]]
+) -> list[Grant]:
     """The DB's grants with the entries charged in Redis that the DB does not hold yet applied: a granted recharge
     makes its grant, a deduct or capture spends, a refund gives back, an expiry ends one. What a cache load puts back in Redis (as
-    ledger.service.expected_cache does for the balance)."""
+    ledger.service.expected_cache does for the balance). booked_spends(grant ids): what the spends the DB booked took
+    net of each; a grant booked after spends of it (the broker lost its log) starts from what they left, as the books
+    start it (grants.tx insert_grant_changes)."""
     grants = {g.grant_id: g for g in stored}
-    for e in sorted((e for e in missing if e.grant is not None or e.refund is not None), key=lambda e: e.version):
-        event = e.to_event()
+    changes = sorted((e for e in missing if e.grant is not None or e.refund is not None), key=lambda e: e.version)
+    events = [(e, e.to_event()) for e in changes]
+    spent_before = booked_spends([e.entry_id for e, event in events if event.grant_expires_at is not None])
+    for e, event in events:
         if event.grant_expires_at is not None and event.grant_category is not None:
-            grants[e.entry_id] = Grant(e.entry_id, e.user_id, e.amount, event.grant_expires_at, event.grant_category)
+            left = max(e.amount - spent_before.get(e.entry_id, 0), 0)
+            grants[e.entry_id] = Grant(e.entry_id, e.user_id, left, event.grant_expires_at, event.grant_category)
         elif event.grant_id is not None:
             grants.pop(event.grant_id, None)
         spent = decode_spent(event.grants_spent) + [(g, -a) for g, a in decode_spent(event.grants_refunded)]

@@ -34,6 +34,17 @@ def active_grants(cursor: Any, user_id: int) -> list[Grant]:
     return grants_of(user_id, cursor.fetchall())
 
 
+def booked_spends(cursor: Any, grant_ids: list[int]) -> dict[int, int]:
+    """What the spends the DB booked took net of each of these grants (a refund's give-back is a negative spend)."""
+    if not grant_ids:
+        return {}
+    cursor.execute(
+        "SELECT grant_id, SUM(amount) FROM t_grant_spend"
+        f" WHERE grant_id IN ({','.join('%d' % g for g in grant_ids)}) GROUP BY grant_id"
+    )
+    return {int(grant_id): int(spent) for grant_id, spent in cursor.fetchall()}
+
+
 def charge_spends_read(charge_kind: str, charge_id: int) -> tuple[str, tuple[int]]:
     """The statement (and its values) that reads what a charge spent of its account's grants, in spend order: a
     deduct's ('order') spends first-to-expire, a hold's ('hold') its captures' in the order they were made. A refund's

@@ -515,7 +515,9 @@ class Ledger:
                 hold_until=hold_until,
                 hold_log=hold_log,
                 in_flight=in_flight,
-                grants=grants_with_pending(tx.active_grants(user_id), [e for e in pending if e.entry_id in in_flight]),
+                grants=grants_with_pending(
+                    tx.active_grants(user_id), [e for e in pending if e.entry_id in in_flight], tx.booked_spends
+                ),
             )
 
     def lift_rebuild_hold(self, user_id: int, retry_at: int) -> bool:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from hotledger import errors
 from hotledger.grants.rows import Grant
-from hotledger.grants.tx import active_grants, active_grants_read, grants_of, insert_grant_changes
+from hotledger.grants.tx import active_grants, active_grants_read, booked_spends, grants_of, insert_grant_changes
 from hotledger.holds.rows import Hold
 from hotledger.holds.tx import active_holds, expired_on_hold, expired_on_hold_read
 from hotledger.ledger.entry import Booked, LedgerHead
@@ -181,6 +181,9 @@ class LedgerTx:
     def active_grants(self, user_id: int) -> list[Grant]:
         """The account's ACTIVE credit grants with something left, as the DB holds them (under the row lock)."""
         return active_grants(self.cursor, user_id)
+
+    def booked_spends(self, grant_ids: list[int]) -> dict[int, int]:
+        return booked_spends(self.cursor, grant_ids)
 
     def insert_grant_changes(self, changes: list[LedgerEvent]) -> None:
         """What SYNC changes do to the account's grants (grants.tx)."""
