@@ -420,6 +420,19 @@ def test_a_claim_the_db_refuses_after_a_redis_loss_is_never_credited_and_the_pac
     packet's hold is lifted by hand (the window a hold must close) and its one item goes to a second grabber,
     whose claim lands first. The late claim is refused by the DB: its grabber is never credited, and the
     packet pays out its total, not twice its total."""
+    packet_id, first, second, late_claim = _a_late_claim_and_a_regrab(api, redis_client)
+    invoke_writer(claim_records(packet_id))  # its credit waits: the grabber's account was rebuilt, and held too
+    lift_rebuild_hold(redis_client, keys.balance(second))
+    capsys.readouterr()
+    invoke_writer(late_claim)
+    _refused_loudly_and_paid_once(sql, redis_client, monkeypatch, capsys, packet_id, paid=second, refused=first)
+    assert api("GET", f"/accounts/{first}")[1]["balance"] == "0.00"
+
+
+def _a_late_claim_and_a_regrab(api, redis_client):
+    """(packet id, first grabber, second grabber, the first's claim record): Redis is lost while the first
+    grabber's acknowledged claim of the packet's one item is on its way to the writer, and the rebuilt packet's hold
+    lifted by hand (the window a hold must close) hands the item to the second grabber."""
     sender, first, second = api.account(balance="10.00"), api.account(), api.account()
     packet_id = send(api, sender, "1.00", 1)
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
@@ -430,21 +443,23 @@ def test_a_claim_the_db_refuses_after_a_redis_loss_is_never_credited_and_the_pac
     assert (status, body["error"]["code"]) == (503, "RECOVERING")
     lift_rebuild_hold(redis_client, keys.packet(packet_id))
     assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[0] == 200
-    invoke_writer(claim_records(packet_id))  # its credit waits: the grabber's account was rebuilt, and held too
-    lift_rebuild_hold(redis_client, keys.balance(second))
-    capsys.readouterr()
-    invoke_writer(late_claim)
+    return packet_id, first, second, late_claim
+
+
+def _refused_loudly_and_paid_once(sql, redis_client, monkeypatch, capsys, packet_id, paid, refused):
+    """The writer refused one claim of the item with the window's alarm and a dead letter; once the reconciler has
+    credited what waited, the item paid its grabber once and the refused grabber nothing."""
     assert '"LateChangesRefused":[1.0]' in capsys.readouterr().out  # the window's alarm
     assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((1,),)
+    if redis_client.exists(keys.balance(paid)):
+        lift_rebuild_hold(redis_client, keys.balance(paid))
     for _ in range(2):
         reconcile_pass(monkeypatch, age_s=0)
-        invoke_writer(ledger_records(redis_client, [first, second]))
+        invoke_writer(ledger_records(redis_client, [paid, refused]))
     (item_id,) = [i for (i,) in sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,))]
-    assert sql("SELECT user_id, pay FROM t_pay WHERE idem_key = %s", (f"rp{item_id}",)) == ((second, 100),)
-    assert sql(
-        "SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (first, second)
-    ) == ((first, 0), (second, 100))
-    assert api("GET", f"/accounts/{first}")[1]["balance"] == "0.00"
+    assert sql("SELECT user_id, pay FROM t_pay WHERE idem_key = %s", (f"rp{item_id}",)) == ((paid, 100),)
+    balances = dict(sql("SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s)", (paid, refused)))
+    assert balances == {paid: 100, refused: 0}
 
 
 def test_a_late_claim_and_the_regrab_of_its_item_in_one_batch_pay_once_and_refuse_the_other_loudly(
@@ -454,29 +469,11 @@ def test_a_late_claim_and_the_regrab_of_its_item_in_one_batch_pay_once_and_refus
     the first in the batch takes the item, and the other is refused as a claim of a taken item (dead letter and the
     window's alarm), as it is when the two come in two batches. Both were judged against the item as locked before
     the batch, so both were fresh: the second was settled as written, its grabber told 200 and never paid, silently."""
-    sender, first, second = api.account(balance="10.00"), api.account(), api.account()
-    packet_id = send(api, sender, "1.00", 1)
-    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": first})[0] == 200
-    late_claim = claim_records(packet_id)
-    invoke_writer(ledger_records(redis_client, [sender, first, second]))  # only the claim lags behind
-    redis_client.flushall()
-    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[1]["error"]["code"] == "RECOVERING"
-    lift_rebuild_hold(redis_client, keys.packet(packet_id))
-    assert api("POST", f"/redpackets/{packet_id}/grab", {"user_id": second})[0] == 200
+    packet_id, first, second, late_claim = _a_late_claim_and_a_regrab(api, redis_client)
     regrab = [(p, offset + len(late_claim), k, v) for p, offset, k, v in claim_records(packet_id)]
     capsys.readouterr()
     invoke_writer(late_claim + regrab)  # the winner's credit waits: its account was rebuilt, and held too
-    assert '"LateChangesRefused":[1.0]' in capsys.readouterr().out
-    assert sql("SELECT COUNT(*) FROM t_dead_letter WHERE record_key = %s", (f"rp{packet_id}",)) == ((1,),)
-    lift_rebuild_hold(redis_client, keys.balance(first))
-    for _ in range(2):
-        reconcile_pass(monkeypatch, age_s=0)
-        invoke_writer(ledger_records(redis_client, [first, second]))
-    (item_id,) = [i for (i,) in sql("SELECT id FROM t_red_packet_item WHERE packet_id = %s", (packet_id,))]
-    assert sql("SELECT user_id, pay FROM t_pay WHERE idem_key = %s", (f"rp{item_id}",)) == ((first, 100),)
-    assert sql(
-        "SELECT user_id, balance FROM t_account WHERE user_id IN (%s, %s) ORDER BY user_id", (first, second)
-    ) == ((first, 100), (second, 0))
+    _refused_loudly_and_paid_once(sql, redis_client, monkeypatch, capsys, packet_id, paid=first, refused=second)
 
 
 def test_a_packet_redis_lost_hands_out_nothing_until_the_claims_acknowledged_before_the_loss_are_in_the_db(
