@@ -49,6 +49,9 @@ REPAIR_WAIT_S = 480
 # the writer goes on within this of a replica's promotion (docs/guarantees.md, Redis failover)
 RECOVERY_BOUND_S = 30
 DELAY_QUEUE = "node-loss"
+# how long before a SIGKILL a write its master acknowledged may still miss the replica that takes over (Redis's
+# replication is asynchronous: seen once in CI, an offer lost at the third master's kill)
+REPLICATION_WINDOW_S = 2.0
 
 
 class DelayQueueClient(threading.Thread):
@@ -57,7 +60,7 @@ class DelayQueueClient(threading.Thread):
     def __init__(self, api: LocalService):
         super().__init__(daemon=True)
         self.api = api
-        self.offered: set[str] = set()
+        self.offered: dict[str, float] = {}  # element -> when its offer was acknowledged (time.time())
         self.delivered: set[str] = set()
         self.answers: Counter = Counter()
         self.stopped = threading.Event()
@@ -71,7 +74,7 @@ class DelayQueueClient(threading.Thread):
             )
             self.answers[("offer", status)] += 1
             if status == 200:
-                self.offered.add(element)
+                self.offered[element] = time.time()
             n += 1
             self.take_and_ack()
             self.stopped.wait(0.1)
@@ -153,6 +156,7 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
             successor.client().execute_command("CLUSTER", "FAILOVER")
             LocalService.wait_until(lambda: cluster.role(successor) == "master", 30, "the graceful failover", 0.2)
             third = next(cluster.node(p) for p in cluster.master_ports() if p not in (promoted.port, successor.port))
+            killed_at = time.time()
             _sigkill_master(cluster, third)
             time.sleep(6)
             seed.start()  # both come back empty, as their successors' replicas
@@ -199,7 +203,13 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
             return view["size"] == 0 and view["taken"] == 0
 
         LocalService.wait_until(drained, 120, "the delay queue to be drained", 1.0)
-        assert delays.offered and delays.offered <= delays.delivered, delays.offered - delays.delivered
+        # Redis replicates asynchronously and delay elements live in Redis only (docs/guarantees.md): an offer the
+        # SIGKILLed master acknowledged just before it died may not have reached the replica that took over. Those
+        # alone may be missing (a graceful failover waits for its replica: it loses none)
+        lost = set(delays.offered) - delays.delivered
+        unexplained = {e for e in lost if not killed_at - REPLICATION_WINDOW_S <= delays.offered[e] <= killed_at + 1}
+        assert delays.offered and not unexplained, (unexplained, killed_at, {e: delays.offered[e] for e in lost})
+        assert len(lost) <= 3, lost
     finally:
         api.stop()
         background.stop()
