@@ -49,9 +49,6 @@ REPAIR_WAIT_S = 480
 # the writer goes on within this of a replica's promotion (docs/guarantees.md, Redis failover)
 RECOVERY_BOUND_S = 30
 DELAY_QUEUE = "node-loss"
-# how long before a SIGKILL a write its master acknowledged may still miss the replica that takes over (Redis's
-# replication is asynchronous: seen once in CI, an offer lost at the third master's kill)
-REPLICATION_WINDOW_S = 2.0
 
 
 class DelayQueueClient(threading.Thread):
@@ -60,7 +57,7 @@ class DelayQueueClient(threading.Thread):
     def __init__(self, api: LocalService):
         super().__init__(daemon=True)
         self.api = api
-        self.offered: dict[str, float] = {}  # element -> when its offer was acknowledged (time.time())
+        self.offered: set[str] = set()
         self.delivered: set[str] = set()
         self.answers: Counter = Counter()
         self.stopped = threading.Event()
@@ -74,7 +71,7 @@ class DelayQueueClient(threading.Thread):
             )
             self.answers[("offer", status)] += 1
             if status == 200:
-                self.offered[element] = time.time()
+                self.offered.add(element)
             n += 1
             self.take_and_ack()
             self.stopped.wait(0.1)
@@ -84,6 +81,10 @@ class DelayQueueClient(threading.Thread):
         self.answers[("take", status)] += 1
         if status != 200 or not body["elements"]:
             return
+        # delivered once a take hands it out (at least once): an ack answered 503 may have been made all the same,
+        # and then no later take hands the element out again (seen in CI: 1 ack of 301 answered 503 while masters
+        # were lost, and its element was never counted)
+        self.delivered |= {e["element"] for e in body["elements"]}
         status, _ = self.api.request(
             "POST",
             f"/delay-queues/{DELAY_QUEUE}/ack",
@@ -91,8 +92,6 @@ class DelayQueueClient(threading.Thread):
             timeout=20,
         )
         self.answers[("ack", status)] += 1
-        if status == 200:
-            self.delivered |= {e["element"] for e in body["elements"]}
 
 
 def _sigkill_master(cluster: services.RedisCluster, victim: services.RedisClusterNode) -> services.RedisClusterNode:
@@ -156,7 +155,6 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
             successor.client().execute_command("CLUSTER", "FAILOVER")
             LocalService.wait_until(lambda: cluster.role(successor) == "master", 30, "the graceful failover", 0.2)
             third = next(cluster.node(p) for p in cluster.master_ports() if p not in (promoted.port, successor.port))
-            killed_at = time.time()
             _sigkill_master(cluster, third)
             time.sleep(6)
             seed.start()  # both come back empty, as their successors' replicas
@@ -203,13 +201,7 @@ def test_every_master_lost_in_turn_under_mixed_traffic(cluster_stack):  # noqa: 
             return view["size"] == 0 and view["taken"] == 0
 
         LocalService.wait_until(drained, 120, "the delay queue to be drained", 1.0)
-        # Redis replicates asynchronously and delay elements live in Redis only (docs/guarantees.md): an offer the
-        # SIGKILLed master acknowledged just before it died may not have reached the replica that took over. Those
-        # alone may be missing (a graceful failover waits for its replica: it loses none)
-        lost = set(delays.offered) - delays.delivered
-        unexplained = {e for e in lost if not killed_at - REPLICATION_WINDOW_S <= delays.offered[e] <= killed_at + 1}
-        assert delays.offered and not unexplained, (unexplained, killed_at, {e: delays.offered[e] for e in lost})
-        assert len(lost) <= 3, lost
+        assert delays.offered and delays.offered <= delays.delivered, delays.offered - delays.delivered
     finally:
         api.stop()
         background.stop()
