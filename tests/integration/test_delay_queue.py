@@ -189,6 +189,9 @@ def test_a_receipt_handed_out_before_a_failover_never_matches_a_delivery_after_i
         redis_client.set(keys.delay_seq(queue), counter_before)
     else:
         redis_client.set(keys.delay_seq(queue), int(first["receipt"].split(":")[0]) - 1)
+    # a failover takes seconds: Redis's clock, which seeds the receipts (1000 per ms), has moved on by then. Without
+    # this the second take could fall in the first's millisecond (seen in CI) and be handed the same receipt
+    time.sleep(0.002)
     (second,) = api("POST", f"/delay-queues/{queue}/take", {"limit": 1})[1]["elements"]
     assert second["receipt"] != first["receipt"]
     body = api("POST", f"/delay-queues/{queue}/ack", {"receipts": [first["receipt"]]})[1]
