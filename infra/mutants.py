@@ -1413,12 +1413,12 @@ MUTANTS: list[Mutant] = [
         "a lease is renewed or released only by the token holding it (compare-and-set)",
     ),
     m(
-        "lua-cache-update-only-older",
+        "lua-cache-update-never-creates",
         "layers/lua/ledger_cache_update.lua",
-        "if ARGV[1] ~= '' and tonumber(v) >= tonumber(ARGV[1]) then return 0 end",
-        "-- whatever its version",
+        "if not redis.call('HGET', KEYS[1], 'v') then return 0 end",
+        "-- cached or not",
         [I_LUA],
-        "a SYNC commit updates the cached account only if the cache is older (compare-and-set on the version)",
+        "an operator's change reaches the cached account only if it is cached: never a partial hash",
     ),
     # ---- issue 32, the rest: webhook secrets, where deliveries may go, who acted -----------------------------
     m(

@@ -1,7 +1,7 @@
 """Reconciler, run on a schedule.
 
 The parts are the registered features' (hotledger.features), in the registry's order: accounts (ledger/reconcile.py:
-stale pending entries persisted, caches behind the DB corrected or evicted; the report counts the pending entries
+stale pending entries persisted, ASYNC caches behind the DB corrected; the report counts the pending entries
 and their oldest age), vouchers and red packets (vouchers/reconcile.py, redpackets/reconcile.py), unfinished
 journeys become inbox reminders and order-close reminders Redis lost are offered again, orders past their close
 time closed (notices/), key and rollback records past their retention pruned (dal/retention.py).

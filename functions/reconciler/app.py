@@ -30,7 +30,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="OldestPendingAge", unit=MetricUnit.Seconds, value=report.oldest_pending_age_s)
     metrics.add_metric(name="Compensated", unit=MetricUnit.Count, value=report.compensated)
     metrics.add_metric(name="CacheCorrected", unit=MetricUnit.Count, value=report.corrected)
-    metrics.add_metric(name="CacheEvicted", unit=MetricUnit.Count, value=report.evicted)
     metrics.add_metric(name="CacheCorrectionDeferred", unit=MetricUnit.Count, value=report.deferred)
     metrics.add_metric(name="ReconcilerFailedParts", unit=MetricUnit.Count, value=len(report.failed_parts))
     # grab credits the ledger refused or could not make: retried every run, alarmed on while they keep failing

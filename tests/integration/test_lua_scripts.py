@@ -446,14 +446,12 @@ def test_reconcile_adds_the_drift_unless_the_cache_was_reloaded(lua, redis_clien
     assert lua.run("ledger_reconcile", keys=[keys.balance(uid)], args=["e1", 5, 9]) == [b"changed"]
 
 
-def test_hash_update_never_creates_and_respects_versions(lua, redis_client, uid):
-    assert lua.run("ledger_cache_update", keys=[keys.balance(uid)], args=["", "threshold", 5]) == 0
+def test_hash_update_never_creates_a_partial_hash(lua, redis_client, uid):
+    assert lua.run("ledger_cache_update", keys=[keys.balance(uid)], args=["threshold", 5]) == 0
     assert not redis_client.exists(keys.balance(uid))
     _load(lua, uid, balance=100, version=5)
-    assert lua.run("ledger_cache_update", keys=[keys.balance(uid)], args=[5, "balance", 1]) == 0
-    assert lua.run("ledger_cache_update", keys=[keys.balance(uid)], args=[6, "balance", 1, "v", 6]) == 1
-    assert lua.run("ledger_cache_update", keys=[keys.balance(uid)], args=["", "threshold", 5]) == 1
-    assert redis_client.hmget(keys.balance(uid), "balance", "v", "threshold") == [b"1", b"6", b"5"]
+    assert lua.run("ledger_cache_update", keys=[keys.balance(uid)], args=["threshold", 5]) == 1
+    assert redis_client.hmget(keys.balance(uid), "balance", "v", "threshold") == [b"100", b"5", b"5"]
 
 
 def test_mode_to_sync_waits_for_pending_entries(lua, redis_client, uid):

@@ -165,6 +165,11 @@ def test_an_account_as_the_db_and_redis_hold_it(api, sql, redis_client):
 
     redis_client.hset(f"user:balance:{{{user_id}}}", "balance", 999)  # a cache gone wrong
     assert not OPERATOR("GET", f"/ops/accounts/{user_id}")[1]["agrees"]
+
+    sync_id = api.account(balance="10.00", deduct_type="SYNC")
+    assert api("POST", f"/accounts/{sync_id}/deduct", {"amount": "2.50"})[0] == 200
+    view = OPERATOR("GET", f"/ops/accounts/{sync_id}")[1]
+    assert view["db"]["balance"] == 750 and view["redis"] == {"mode": "SYNC"} and view["agrees"]  # the mode alone
     assert OPERATOR("GET", "/ops/accounts/2147483000")[1]["error"]["code"] == "ACCOUNT_NOT_FOUND"
 
 

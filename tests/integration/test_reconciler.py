@@ -90,13 +90,23 @@ def test_cache_balance_drifted_at_the_same_version_is_corrected(api, sql, redis_
     assert _db_balance(sql, user_id) == 2000
 
 
-def test_sync_cache_older_than_the_db_is_evicted(api, sql, redis_client, reconcile):
+def test_a_sync_accounts_cache_serves_its_mode_and_its_balance_decides_nothing(api, sql, redis_client, reconcile):
+    """A SYNC charge does not update the cache (its balance stays as the last load left it) and the reconciler leaves
+    it: reads, charges and a switch to ASYNC take the DB's balance, never the cache's."""
     user_id = api.account(deduct_type="SYNC", balance="20.00")
-    api("GET", f"/accounts/{user_id}")
-    api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})
-    redis_client.hset(keys.balance(user_id), "v", 0)
-    assert reconcile(age_s=3600)["evicted"] >= 1
-    assert not redis_client.exists(keys.balance(user_id))
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "1.00"})[0] == 200
+    loaded = redis_client.hgetall(keys.balance(user_id))
+    assert loaded[b"mode"] == b"SYNC"
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "2.00"})[0] == 200
+    assert redis_client.hgetall(keys.balance(user_id)) == loaded  # no Redis write for a SYNC charge
+    reconcile(age_s=3600)
+    assert redis_client.hgetall(keys.balance(user_id)) == loaded
+    assert api("GET", f"/accounts/{user_id}")[1]["balance"] == "17.00"
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "17.01"})[1]["error"]["code"] == "INSUFFICIENT_BALANCE"
+    assert api("PATCH", f"/accounts/{user_id}", {"deduct_type": "ASYNC"})[0] == 200
+    assert int(redis_client.hget(keys.balance(user_id), "balance")) == 1700  # reloaded from the DB at the switch
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "17.00"})[0] == 200
+    assert api("POST", f"/accounts/{user_id}/deduct", {"amount": "0.01"})[1]["error"]["code"] == "API_CLOSED"  # at 0
 
 
 def test_sample_scheduled_event_file(reconcile):
@@ -105,7 +115,7 @@ def test_sample_scheduled_event_file(reconcile):
     report = handler(
         json.loads((EVENTS / "reconciler_schedule.json").read_text()), events.LambdaContext("ReconcilerFunction")
     )
-    assert {"pending", "oldest_pending_age_s", "compensated", "corrected", "evicted"} <= set(report)
+    assert {"pending", "oldest_pending_age_s", "compensated", "corrected", "deferred"} <= set(report)
     assert report["accounts"] >= 1
 
 

@@ -286,10 +286,10 @@ class FakeLedgerStore:
         self.cache[account.user_id] = CachedAccount(balance, account.version, account.threshold, account.open_flag)
         return True
 
-    def update_cache(self, user_id, fields, *, if_older_than=None):
+    def update_cache(self, user_id, fields):
         if self.cache_error:
             raise self.cache_error
-        self.updates.append((user_id, dict(fields), if_older_than))
+        self.updates.append((user_id, dict(fields)))
         return True
 
     def set_cached_open(self, user_id, flag, db_version):
@@ -668,12 +668,12 @@ def sync(store):
     return store
 
 
-def test_a_sync_deduct_moves_the_db_then_the_cache_if_older(ledger, sync):
+def test_a_sync_deduct_moves_the_db_and_leaves_the_cache_to_serve_the_mode(ledger, sync):
     result = ledger.deduct(USER, 400, "key-1")
     assert (result.balance, result.version, result.mode) == (600, 4, "SYNC")
     assert (sync.accounts[USER].balance, sync.accounts[USER].version) == (600, 4)
     assert sync.rows[result.entry_id] == ("D", USER, 400, 4, 600, "SYNC", "c:key-1")
-    assert sync.updates == [(USER, {"balance": 600, "v": 4, "open": "1"}, 4)]
+    assert sync.updates == []
 
 
 def test_a_sync_deduct_to_zero_closes_the_api_and_a_recharge_reopens_it(ledger, store):
@@ -783,7 +783,7 @@ def test_an_operators_close_goes_to_the_db_and_the_cache(ledger, store):
     store.account_row(deduct_type="SYNC")
     ledger.patch_account(USER, None, 300, False)
     assert (store.accounts[USER].open_flag, store.accounts[USER].threshold) == ("ADMIN", 300)
-    assert store.updates == [(USER, {"threshold": 300}, None)] and store.open_sets == [(USER, "ADMIN", 1)]
+    assert store.updates == [(USER, {"threshold": 300})] and store.open_sets == [(USER, "ADMIN", 1)]
     ledger.patch_account(USER, "ASYNC", None, None)  # the DB is authoritative now: the cache is reloaded from it
     assert store.dropped == [USER]
 
@@ -952,13 +952,11 @@ def test_an_account_with_more_pending_entries_than_the_limit_is_deferred_and_its
     assert (report.pending, report.deferred, report.corrected, store.reconciled) == (5, 1, 0, [])
 
 
-def test_a_sync_cache_older_than_the_db_is_evicted_and_a_current_one_kept(store):
+def test_a_sync_cache_behind_the_db_is_left_as_it_is(store):
     store.account_row(USER, deduct_type="SYNC", version=4)
-    store.account_row(8, deduct_type="SYNC", version=4)
     store.cache[USER] = CachedAccount(1000, 3, 0, "1")
-    store.cache[8] = CachedAccount(1, 4, 0, "1")
     report = LedgerReconcile(store, FakePersister()).run(NOW, age_s=300)
-    assert (report.evicted, report.corrected, store.dropped, report.accounts) == (1, 0, [USER], 2)
+    assert (report.corrected, store.dropped, store.reconciled, report.accounts) == (0, [], [], 1)
 
 
 def test_the_reconciler_pages_through_every_account(store):

@@ -12,7 +12,8 @@
   'dirty' by the writer after Redis lost writes) is corrected under the DB row lock by an adjusting amount (the
   drift) computed from one atomic snapshot of the cache: charges made meanwhile keep counting, so a hot account
   is corrected in one run (a compare-and-set on the version never won against ~1k charges/s).
-- A SYNC account whose cached version is older than the DB's is evicted (the next read reloads it).
+- A SYNC account's cache is left as it is: it serves the scripts its mode alone (its balance and version are those of
+  its last load and decide nothing: a SYNC account's reads and changes are the DB's; ledger.service _charge_in_db).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ class AccountsReconcileReport:
     compensated: int = 0
     lost_entries: int = 0
     corrected: int = 0
-    evicted: int = 0
     deferred: int = 0  # ASYNC accounts with more pending entries than the per-account limit: not corrected this run
     next_after: int = 0  # the account id the next run continues after; 0: this run reached the last account
 
@@ -73,13 +73,8 @@ class LedgerReconcile:
             report.oldest_pending_age_s = max(report.oldest_pending_age_s, (now_ms - cache.oldest_ms) / 1000)
         if cache.stale:
             self._compensate(account.user_id, cache.stale, report)
-        if cache.balance is None or cache.version is None:  # not cached (every script that sets a balance sets v)
-            return
-        if account.deduct_type == "SYNC":
-            if cache.version < account.version:
-                self.store.drop_cache(account.user_id)
-                report.evicted += 1
-            return
+        if cache.balance is None or cache.version is None or account.deduct_type == "SYNC":
+            return  # not cached (every script that sets a balance sets v), or a SYNC cache: its mode alone counts
         if cache.pending_count > self.pending_limit:
             report.deferred += 1
             return

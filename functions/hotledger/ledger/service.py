@@ -623,15 +623,7 @@ class Ledger:
             (booked,), heads = book([change], {user_id: account.head}, now)
             record(tx.cursor, [change])
             tx.book_change(account, booked, heads[user_id], change.open)
-        with contextlib.suppress(
-            RedisUnavailable
-        ):  # a cache left behind is corrected by the reconciler (older version)
-            self.store.update_cache(
-                user_id,
-                {"balance": booked.balance_after, "v": account.version + 1, "open": change.open},
-                if_older_than=account.version + 1,
-            )
-        return change
+        return change  # the cache is left as it is: a SYNC account's cache serves only its mode (_charge_in_db)
 
     def take_back(self, user_id: int, entry_id: int, kind: str) -> bool:
         """Take back a change of another feature on this account (a hold's) whose event was not acknowledged, as a
@@ -690,7 +682,12 @@ class Ledger:
         reads, the mode included, is read under the row lock, and every other writer of the account (a switch of
         mode, a hold, the writer, a cache load) takes that row lock before it reads or writes. So a switch to ASYNC
         commits wholly before this charge (which then sees ASYNC and goes the Redis way) or after it (and the cache
-        it loads holds this charge); the cache update after the commit sets only an older cached version."""
+        it loads holds this charge).
+
+        The cache is not updated after the commit: a SYNC account's cache serves its mode alone (the scripts answer
+        `sync` from it), while its balance and version stay as its last load left them and decide nothing (every read
+        and change of a SYNC account is the DB's; a switch to ASYNC reloads the cache under the row lock). So a SYNC
+        charge makes no Redis call once its process knows the account SYNC."""
         entry_id = self.next_id()
         now = int(time.time() * 1000)
         with (
@@ -750,9 +747,6 @@ class Ledger:
                     tx.remember_answer(user_id, idem_key, request, asdict(result))
         if refused is not None:  # refused_in_db answers only refusals _REFUSALS names
             raise _REFUSALS[refused.status](refused)
-        # committed: a cache left behind here is corrected by the reconciler (its version is older than the DB's)
-        with contextlib.suppress(RedisUnavailable):
-            self.store.update_cache(user_id, {"balance": balance, "v": version, "open": flag}, if_older_than=version)
         return result
 
     # reads ----------------------------------------------------------------------------------------

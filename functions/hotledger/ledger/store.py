@@ -458,10 +458,9 @@ class LedgerStore:
             == 1
         )
 
-    def update_cache(self, user_id: int, fields: dict[str, int | str], *, if_older_than: int | None = None) -> bool:
-        """ledger_cache_update.lua: set fields of the cached account if it is cached (and, with if_older_than,
-        only if its version is older than that); False when nothing was set."""
-        args = ["" if if_older_than is None else if_older_than, *(x for item in fields.items() for x in item)]
+    def update_cache(self, user_id: int, fields: dict[str, int | str]) -> bool:
+        """ledger_cache_update.lua: set fields of the cached account if it is cached; False when it is not."""
+        args = [x for item in fields.items() for x in item]
         return int(self.lua.run("ledger_cache_update", [keys.balance(user_id)], args)) == 1
 
     def set_cached_open(self, user_id: int, flag: str, db_version: int) -> int | None:

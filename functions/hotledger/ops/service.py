@@ -153,13 +153,15 @@ class Operations:
 
     def account(self, user_id: int) -> dict[str, Any]:
         """The account as the DB and Redis hold it now, its pending entries, and whether the cache is what the DB
-        plus those entries make (a moment's view: a writer committing meanwhile can show a passing difference)."""
+        plus those entries make (a moment's view: a writer committing meanwhile can show a passing difference). A SYNC
+        account's cache serves its mode alone (ledger.service _charge_in_db): Redis shows only that, and agrees."""
         account = self.ledger_store.account(user_id)
         if account is None:
             raise errors.AccountNotFound(f"account {user_id} does not exist")
         with self.ledger_store.transaction() as tx:
             expected, flag, pending, _ = expected_cache(tx, self.ledger_store, account)
         cached = self.ledger_store.cached(user_id)
+        sync = account.deduct_type == "SYNC"
         return {
             "user_id": user_id,
             "db": {
@@ -172,6 +174,8 @@ class Operations:
             },
             "redis": None
             if cached is None
+            else {"mode": "SYNC"}
+            if sync
             else {
                 "balance": cached.balance,
                 "version": cached.version,
@@ -191,7 +195,7 @@ class Operations:
                 for e in pending
             ],
             "expected_balance": expected,
-            "agrees": cached is None or (cached.balance == expected and cached.open_flag == flag),
+            "agrees": cached is None or sync or (cached.balance == expected and cached.open_flag == flag),
         }
 
     def reconciler(self) -> list[dict[str, Any]]:
