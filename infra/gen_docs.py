@@ -46,11 +46,13 @@ ERROR_WHEN = {
     "IDEMPOTENCY_IN_PROGRESS": "another attempt under this Idempotency-Key is still running; retry later",
     "PENDING_ORDERS": "switching to SYNC while charges are still on their way to the DB",
     "PUBLISH_FAILED": "the broker did not acknowledge: nothing was charged; retry with the same Idempotency-Key",
-    "SERVICE_UNAVAILABLE": "Redis, the DB or the lock is unavailable, or the authorizer cannot read the JWKS: "
-    "nothing changed; retry",
+    "SERVICE_UNAVAILABLE": "Redis, the DB or the lock is unavailable (the request cannot have reached it, or the "
+    "request was a GET), or the authorizer cannot read the JWKS: nothing changed; retry",
     "LOCK_LOST": "the request's account lock ran out and a newer holder wrote first (fencing): nothing changed; retry",
     "OUTCOME_UNKNOWN": "the change may stand: `error.entry_id` (or `packet_id`, `transfer_id`) names it; look it up, or "
-    "retry with the same Idempotency-Key, which answers its real outcome",
+    "retry with the same Idempotency-Key, which answers its real outcome. Without an id: Redis or the DB did not "
+    "answer after the request reached it (a delay-queue ack, a webhook endpoint's creation, ...); read the resource "
+    "before retrying (an Idempotency-Key answers IDEMPOTENCY_IN_PROGRESS until its first attempt's lease ends)",
     "VOUCHER_NOT_FOUND": "no such voucher",
     "SALE_NOT_STARTED": "before the voucher's `begin_at`",
     "SALE_ENDED": "after the voucher's `end_at`",

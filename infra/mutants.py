@@ -1092,10 +1092,26 @@ MUTANTS: list[Mutant] = [
     m(
         "py-route-key-abandoned-on-503",
         "functions/api/idempotency.py",
-        "        if not isinstance(exc, RedisOutcomeUnknown):",
+        "        if not isinstance(exc, ANSWER_LOST):",
         "        if False:",
         [I_QUOTAS],
         "a 503 that changed nothing gives the route key back (and its count in the quota)",
+    ),
+    m(
+        "py-route-key-given-back-on-lost-answer",
+        "functions/api/idempotency.py",
+        "        if not isinstance(exc, ANSWER_LOST):",
+        "        if True:",
+        [I_WEBHOOKS],
+        "a route key whose request lost a backing service's answer stays in flight: a retry cannot repeat the change",
+    ),
+    m(
+        "py-lost-answer-said-nothing-changed",
+        "functions/api/app.py",
+        "    if isinstance(exc, responses.ANSWER_LOST) and",
+        "    if False and",
+        ["tests/integration/test_delay_queue.py"],
+        "a write whose backing service lost its answer is 503 OUTCOME_UNKNOWN, never SERVICE_UNAVAILABLE",
     ),
     m(
         "py-route-key-abandoned-on-refusal",

@@ -216,6 +216,17 @@ def validation_error(exc: RequestValidationError) -> Response[str]:
 
 @router.exception_handler([RedisUnavailable, DatabaseUnavailable, LockUnavailable])  # type: ignore[untyped-decorator]
 def dependency_down(exc: Exception) -> Response[str]:
+    """A command or COMMIT whose answer was lost (responses.ANSWER_LOST) may have run: "nothing was changed" would be
+    a lie, unless the request is a read (GET, HEAD), which changes nothing whatever its commands did."""
+    if isinstance(exc, responses.ANSWER_LOST) and router.current_event.http_method.upper() not in ("GET", "HEAD"):
+        logger.warning("dependency answer lost", exc_info=exc)
+        _count_rejection("OUTCOME_UNKNOWN")
+        return _error(
+            503,
+            "OUTCOME_UNKNOWN",
+            "a backing service did not answer after the request reached it: the change may have been made; read the "
+            "resource before retrying",
+        )
     logger.warning("dependency unavailable", exc_info=exc)
     _count_rejection("SERVICE_UNAVAILABLE")
     return _error(503, "SERVICE_UNAVAILABLE", "a backing service is unavailable; nothing was changed, retry later")

@@ -13,7 +13,9 @@ one rule for every route): a 503 (SERVICE_UNAVAILABLE, PUBLISH_FAILED, RECOVERIN
 from the ledger underneath, a quota), a request still in flight (IDEMPOTENCY_IN_PROGRESS): the key may try again.
 OUTCOME_UNKNOWN is the key's answer (Stripe
 replays its 500s): it names what to look up (the packet, the entry), and running the request again under the key
-could move money or stock a second time (a second packet and debit, a second unit of a voucher)."""
+could move money or stock a second time (a second packet and debit, a second unit of a voucher). A backing service's
+lost answer (responses.ANSWER_LOST, answered OUTCOME_UNKNOWN without an id) is no answer either way: the key stays in
+flight until its lease ends, as after a kill, and a retry then takes it over from the recovery point it left."""
 
 from __future__ import annotations
 
@@ -28,12 +30,12 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Header
 
 from api.authorization import key_scope
-from api.responses import error, json_answer
+from api.responses import ANSWER_LOST, error, json_answer
 from hotledger import errors, observability
 from hotledger.dal.db import DatabaseUnavailable
 from hotledger.dal.idempotency import BeginStatus
 from hotledger.dal.lock import LockUnavailable
-from hotledger.dal.redis_store import RedisOutcomeUnknown, RedisUnavailable
+from hotledger.dal.redis_store import RedisUnavailable
 from hotledger.runtime import idempotency
 
 logger = observability.logger()
@@ -73,7 +75,8 @@ RouteKey = Annotated[
         "user's grab or order itself answers any keyed retry. Another route or body gets 409 "
         "IDEMPOTENCY_KEY_REUSED, a retry while the first request is in flight 409 "
         "IDEMPOTENCY_IN_PROGRESS; 503 answers are not recorded (retry with the same key) except "
-        "OUTCOME_UNKNOWN, which is replayed: look up what it names. A scope opens at most "
+        "OUTCOME_UNKNOWN: one naming what to look up is replayed; one without an id (a backing service's answer was "
+        "lost) holds the key, IDEMPOTENCY_IN_PROGRESS, until the first attempt's lease ends. A scope opens at most "
         "MAX_IDEMPOTENCY_KEYS new keys per 24 h: past that a new key gets 429 TOO_MANY_KEYS.",
     ),
 ]
@@ -168,7 +171,10 @@ def once(
         finish(error(exc.status, exc.code, exc.message, **exc.details))
         raise  # answered by the app's handler, with the same body
     except (DatabaseUnavailable, LockUnavailable, RedisUnavailable) as exc:
-        if not isinstance(exc, RedisOutcomeUnknown):  # answered 503 SERVICE_UNAVAILABLE: nothing was changed
+        # answered 503 SERVICE_UNAVAILABLE (nothing was changed): the key is given back; answered OUTCOME_UNKNOWN
+        # (ANSWER_LOST: the change may have been made, with nothing named to look up) it stays in flight until its
+        # lease ends, so a retry under it cannot make the change twice meanwhile, then takes it over
+        if not isinstance(exc, ANSWER_LOST):
             _abandon(scope, idem_key, begun.token, forget_note)
         raise
     # anything else (a bug, a kill) may come after an effect: the record stays in flight until its lease ends, then a

@@ -8,9 +8,15 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.event_handler import Response, content_types
 
 from api.schemas import ErrorResponse
+from hotledger.dal.db import CommitOutcomeUnknown
+from hotledger.dal.redis_store import RedisOutcomeUnknown
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+
+# a backing service's failures after the request reached it (its answer was lost): the change may have been made, so
+# the API answers 503 OUTCOME_UNKNOWN, not SERVICE_UNAVAILABLE, and an Idempotency-Key stays in flight
+ANSWER_LOST = (RedisOutcomeUnknown, CommitOutcomeUnknown)
 
 
 def error(status: int, code: str, message: str, **details: str) -> Response[str]:
@@ -38,7 +44,12 @@ def responses(ok_status: int, ok_model: object, ok_text: str, *errors_: tuple[in
         else {"description": ok_text}
     }  # None: no body (a 204)
     for status, text in (
-        (503, "SERVICE_UNAVAILABLE: Redis, the DB or the broker is unavailable; nothing was changed"),
+        (
+            503,
+            "SERVICE_UNAVAILABLE: Redis, the DB or the broker is unavailable; nothing was changed. OUTCOME_UNKNOWN: "
+            "Redis or the DB did not answer after the request reached it; the change may have been made, read the "
+            "resource before retrying",
+        ),
         *errors_,
     ):
         answers[status] = {"description": text, "content": {"application/json": {"model": ErrorResponse}}}

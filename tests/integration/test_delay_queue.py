@@ -6,6 +6,8 @@ the drainer goes on serving the other queues. Real Redis, through the API handle
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import uuid
 
@@ -42,6 +44,55 @@ def test_a_late_ack_of_an_earlier_delivery_does_not_remove_the_newer_lease(api, 
     assert [(e["element"], e["deliveries"]) for e in third] == [("job-1", 3)]
     status, body = api("POST", f"/delay-queues/{queue}/ack", {"receipts": [third[0]["receipt"]]})
     assert (status, body["taken"], body["acknowledged"], body["stale_receipts"]) == (200, 0, 1, [])
+
+
+def after_redis_stalls(redis_server, method):
+    """`method`, called once Redis is paused (SIGSTOP): its commands wait in Redis's socket past the client's
+    timeout, and run when the test resumes Redis (SIGCONT)."""
+
+    def stalled(*args):
+        os.kill(redis_server.proc.pid, signal.SIGSTOP)
+        return method(*args)
+
+    return stalled
+
+
+@pytest.mark.single_redis
+def test_an_ack_whose_answer_redis_lost_says_it_may_have_been_made(api, queue, redis_server, monkeypatch, capfd):
+    """Redis stalls (a real SIGSTOP, past the client's socket timeout) as the ack goes out: the ack runs once Redis
+    resumes, so the answer must be 503 OUTCOME_UNKNOWN ("may have been made"). Failing first: 503
+    SERVICE_UNAVAILABLE, "nothing was changed", while the element was acknowledged for good."""
+    for element in ("job-1", "job-2"):
+        api("POST", f"/delay-queues/{queue}/items", {"element": element, "delay_s": 0})
+    first, second = (e["receipt"] for e in api("POST", f"/delay-queues/{queue}/take", {"limit": 10})[1]["elements"])
+    # Redis has the ack script now: the EVALSHA that waits in its socket runs when it resumes (not NOSCRIPT)
+    assert api("POST", f"/delay-queues/{queue}/ack", {"receipts": [first]})[1]["acknowledged"] == 1
+    monkeypatch.setattr(delay_queue(), "ack", after_redis_stalls(redis_server, delay_queue().ack))
+    capfd.readouterr()
+    try:
+        status, body = api("POST", f"/delay-queues/{queue}/ack", {"receipts": [second]})
+    finally:
+        os.kill(redis_server.proc.pid, signal.SIGCONT)
+    monkeypatch.undo()
+    assert (status, body["error"]["code"]) == (503, "OUTCOME_UNKNOWN"), body
+    assert "may have been made" in body["error"]["message"]
+    assert "nothing was changed" not in body["error"]["message"]
+    rejections = [r["code"] for r in emf_records(capfd.readouterr().out) if "Rejections" in r]
+    assert rejections == ["OUTCOME_UNKNOWN"], rejections  # counted under its own code
+    view = api("GET", f"/delay-queues/{queue}")[1]  # the ack Redis ran when it resumed
+    assert (view["size"], view["taken"]) == (0, 0), view
+
+
+@pytest.mark.single_redis
+def test_a_read_whose_answer_redis_lost_still_says_nothing_was_changed(api, queue, redis_server, monkeypatch):
+    """A read changes nothing whatever became of its commands: 503 SERVICE_UNAVAILABLE, not OUTCOME_UNKNOWN."""
+    api("POST", f"/delay-queues/{queue}/items", {"element": "job-1", "delay_s": 0})
+    monkeypatch.setattr(delay_queue(), "stats", after_redis_stalls(redis_server, delay_queue().stats))
+    try:
+        status, body = api("GET", f"/delay-queues/{queue}")
+    finally:
+        os.kill(redis_server.proc.pid, signal.SIGCONT)
+    assert (status, body["error"]["code"]) == (503, "SERVICE_UNAVAILABLE"), body
 
 
 def test_extend_by_receipt_keeps_the_lease_and_a_stale_receipt_extends_nothing(api, queue, short_visibility):

@@ -5,6 +5,7 @@ failing endpoint holds back only its own events. Through the API handler, the wr
 
 import json
 import time
+import uuid
 from datetime import UTC
 
 import pytest
@@ -351,6 +352,34 @@ def test_endpoint_management_and_its_refusals(api, local_hooks):
     assert api("DELETE", path)[0] == 204
     assert api("GET", path)[1]["error"]["code"] == "WEBHOOK_ENDPOINT_NOT_FOUND"
     assert Api(user_id=1, scopes=())("GET", "/webhook-endpoints")[0] == 403
+
+
+def test_a_creation_whose_commit_answer_is_lost_says_it_may_have_been_made_and_keeps_its_key(
+    api, local_hooks, monkeypatch
+):
+    """The DB commits the new endpoint and the answer to COMMIT is lost with the connection: 503 OUTCOME_UNKNOWN,
+    and the Idempotency-Key stays in flight, so a retry under it cannot create a second endpoint. Failing first: 503
+    SERVICE_UNAVAILABLE "nothing was changed", the key given back, and the retry registered the endpoint twice."""
+    import pymysql
+
+    url = f"{local_hooks().url}/{uuid.uuid4().hex[:8]}"
+    request = {"url": url, "event_types": ["hold.expired"]}
+    headers = {"Idempotency-Key": f"lost-commit-{uuid.uuid4().hex[:8]}"}
+    commit = pymysql.connections.Connection.commit
+
+    def commit_then_lose_the_answer(conn):
+        commit(conn)
+        monkeypatch.setattr(pymysql.connections.Connection, "commit", commit)  # the next commits are answered
+        raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
+
+    monkeypatch.setattr(pymysql.connections.Connection, "commit", commit_then_lose_the_answer)
+    status, body = api("POST", "/webhook-endpoints", request, headers)
+    assert (status, body["error"]["code"]) == (503, "OUTCOME_UNKNOWN"), body
+    assert "may have been made" in body["error"]["message"]
+    assert [e["url"] for e in api("GET", "/webhook-endpoints")[1]].count(url) == 1  # committed
+    status, body = api("POST", "/webhook-endpoints", request, headers)
+    assert (status, body["error"]["code"]) == (409, "IDEMPOTENCY_IN_PROGRESS"), body
+    assert [e["url"] for e in api("GET", "/webhook-endpoints")[1]].count(url) == 1
 
 
 GARBAGE = {
