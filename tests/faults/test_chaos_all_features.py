@@ -507,7 +507,12 @@ def _check_ledger(servers: Stack, api: LocalService, clients: MixedClients, wait
             assert found == [], (call.answers, found)
             held["refused"] += 1
         elif call.maybe:
-            unknown = [b["error"].get("entry_id") for s, code, b in call.answers if (s, code) == UNKNOWN]
+            # the ids OUTCOME_UNKNOWN named (one without an id: a backing service's answer was lost, nothing to look up)
+            unknown = [
+                b["error"]["entry_id"]
+                for s, code, b in call.answers
+                if (s, code) == UNKNOWN and "entry_id" in b["error"]
+            ]
             if found and unknown:
                 assert str(found[0][1]) in map(str, unknown), (call.answers, found)
             if call.what == "deduct" and unknown:  # looked up: the lookup agrees with the DB

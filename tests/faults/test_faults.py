@@ -320,8 +320,8 @@ class ChaosClients(_ClientThreads):
             self.answers[(status, code)] += 1
             if status == 200:
                 self.acked[int(body["order_id"])] = (user_id, cents)
-            elif code == "OUTCOME_UNKNOWN":
-                self.unknown[int(body["error"]["entry_id"])] = (user_id, cents)
+            elif code == "OUTCOME_UNKNOWN" and "entry_id" in body["error"]:  # without one: a backing service's lost
+                self.unknown[int(body["error"]["entry_id"])] = (user_id, cents)  # answer before any charge was made
 
 
 def acknowledged_deducts_in_the_db_exactly_once(
@@ -413,7 +413,7 @@ class SaleClients(_ClientThreads):
         while not self.stopped.is_set():
             user += 1
             status, body = self.api.request("POST", f"/vouchers/{self.voucher_id}/orders", {"user_id": user})
-            if self._record("order", status, body) == "OUTCOME_UNKNOWN":
+            if self._record("order", status, body) == "OUTCOME_UNKNOWN" and "entry_id" in body["error"]:
                 self.unknown_orders.add(int(body["error"]["entry_id"]))
             if status == 200:
                 self.orders[int(body["order_id"])] = user
