@@ -1429,6 +1429,14 @@ MUTANTS: list[Mutant] = [
         "a lease is renewed or released only by the token holding it (compare-and-set)",
     ),
     m(
+        "py-ops-sync-cache-shows-its-mode-alone",
+        "functions/hotledger/ops/service.py",
+        '"agrees": cached is None or sync or (cached.balance == expected and cached.open_flag == flag),',
+        '"agrees": cached is None or (cached.balance == expected and cached.open_flag == flag),',
+        ["tests/integration/test_ops.py::test_an_account_as_the_db_and_redis_hold_it"],
+        "the operator console does not call a SYNC account's cache wrong: its balance is not kept, its mode is all",
+    ),
+    m(
         "lua-cache-update-never-creates",
         "layers/lua/ledger_cache_update.lua",
         "if not redis.call('HGET', KEYS[1], 'v') then return 0 end",
