@@ -90,6 +90,10 @@ class Stack:
         value = self.redis.client().hget(f"user:balance:{{{user_id}}}", "balance")
         return None if value is None else int(value)
 
+    def cache_mode(self, user_id: int) -> str | None:
+        value = self.redis.client().hget(f"user:balance:{{{user_id}}}", "mode")
+        return None if value is None else value.decode()
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
